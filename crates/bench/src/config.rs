@@ -1,0 +1,151 @@
+//! The resolved configuration of one run, validated before anything starts.
+
+use atoll_protocols::ProtocolKind;
+use atoll_txn::Plan;
+use atoll_workloads::{Params, WorkloadKind};
+use serde::Serialize;
+
+/// Largest cluster shape accepted (timestamps carry 20 bits of co-routine id).
+pub const NODES_MAX: u16 = 1024;
+pub const THREADS_MAX: u16 = 64;
+pub const COROUTINES_MAX: u16 = 256;
+
+/// Everything a run needs.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub workload: WorkloadKind,
+    pub params: Params,
+    pub protocol: ProtocolKind,
+    pub plan: Plan,
+    pub nodes: u16,
+    pub threads: u16,
+    pub coroutines: u16,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub seed: u64,
+    pub net_latency_us: f64,
+    pub pin_threads: bool,
+    /// OS threads for the in-process fabric; `None` means one per core, at most one per worker.
+    pub os_threads: Option<usize>,
+    pub log_replicas: u16,
+    /// Attempts of one transaction before the driver gives up on it.
+    pub attempts_max: u32,
+    /// Print a progress line per interval.
+    pub progress_interval_s: f64,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            workload: WorkloadKind::SmallBank,
+            params: Params::new(),
+            protocol: ProtocolKind::Occ,
+            plan: Plan::uniform(atoll_txn::Primitive::OneSided),
+            nodes: 2,
+            threads: 1,
+            coroutines: 8,
+            duration_s: 10.0,
+            warmup_s: 1.0,
+            seed: 1,
+            net_latency_us: 0.0,
+            pin_threads: false,
+            os_threads: None,
+            log_replicas: 1,
+            attempts_max: 10_000,
+            progress_interval_s: 1.0,
+        }
+    }
+}
+
+/// A configuration value outside what is accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn range<T: PartialOrd + std::fmt::Display>(
+    name: &str,
+    v: T,
+    lo: T,
+    hi: T,
+) -> Result<(), ConfigError> {
+    if v < lo || v > hi {
+        return Err(ConfigError(format!(
+            "{name}={v} is out of range: expected {lo}..={hi}"
+        )));
+    }
+    Ok(())
+}
+
+impl RunConfig {
+    /// Checks every value; the first bad one is reported with what is accepted.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        range("nodes", self.nodes, 1, NODES_MAX)?;
+        range("threads", self.threads, 1, THREADS_MAX)?;
+        range("coroutines", self.coroutines, 1, COROUTINES_MAX)?;
+        if !self.duration_s.is_finite() || self.duration_s <= 0.0 || self.duration_s > 86_400.0 {
+            return Err(ConfigError(format!(
+                "duration={} is out of range: expected seconds in (0, 86400]",
+                self.duration_s
+            )));
+        }
+        if !self.warmup_s.is_finite() || !(0.0..=3_600.0).contains(&self.warmup_s) {
+            return Err(ConfigError(format!(
+                "warmup={} is out of range: expected seconds in 0..=3600",
+                self.warmup_s
+            )));
+        }
+        if !self.net_latency_us.is_finite() || !(0.0..=1_000_000.0).contains(&self.net_latency_us) {
+            return Err(ConfigError(format!(
+                "net-latency-us={} is out of range: expected microseconds in 0..=1000000",
+                self.net_latency_us
+            )));
+        }
+        if self.log_replicas >= self.nodes {
+            return Err(ConfigError(format!(
+                "log_replicas={} is out of range: expected 0..={} (fewer backups than nodes)",
+                self.log_replicas,
+                self.nodes - 1
+            )));
+        }
+        range("attempts_max", self.attempts_max, 1, 1_000_000)?;
+        if let Some(t) = self.os_threads {
+            range("os_threads", t, 1, 1024)?;
+        }
+        self.protocol
+            .check_plan(&self.plan)
+            .map_err(|e| ConfigError(format!("plan {}: {e}", self.plan)))?;
+        Ok(())
+    }
+
+    pub fn coordinators_total(&self) -> u32 {
+        self.nodes as u32 * self.threads as u32 * self.coroutines as u32
+    }
+}
+
+/// The resolved configuration as reports show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConfigReport {
+    pub fabric: &'static str,
+    pub workload: &'static str,
+    pub workload_knobs: std::collections::BTreeMap<String, String>,
+    pub protocol: &'static str,
+    pub plan: String,
+    pub nodes: u16,
+    pub threads: u16,
+    pub coroutines: u16,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub seed: u64,
+    pub net_latency_us: f64,
+    pub pin_threads: bool,
+    pub os_threads: usize,
+    pub log_replicas: u16,
+    pub attempts_max: u32,
+}

@@ -1,0 +1,12 @@
+//! Atoll's bench driver: runs a workload under a protocol and plan on a fabric, reports
+//! throughput, aborts, latency, verbs and stage breakdowns, and runs the invariant checks.
+//! Knows no command line: the `atoll` binary builds a [`RunConfig`] and prints the [`Report`].
+
+pub mod config;
+pub mod report;
+pub mod run;
+pub mod stats;
+
+pub use config::{ConfigError, RunConfig};
+pub use report::{ProgressLine, Report};
+pub use run::run;

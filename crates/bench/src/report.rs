@@ -1,0 +1,206 @@
+//! The results of a run: what `--json` writes and what the summary prints.
+
+use crate::config::ConfigReport;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Latency percentiles in microseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+impl Latency {
+    pub fn of(h: &hdrhistogram::Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Latency::default();
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        Latency {
+            p50: us(h.value_at_quantile(0.50)),
+            p90: us(h.value_at_quantile(0.90)),
+            p99: us(h.value_at_quantile(0.99)),
+            p999: us(h.value_at_quantile(0.999)),
+            max: us(h.max()),
+            mean: h.mean() / 1000.0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub committed: u64,
+    pub committed_per_s: f64,
+    /// Attempts aborted by concurrency control (each retry that aborts counts once).
+    pub aborted: u64,
+    /// aborted / (committed + aborted): the concurrency-control abort rate.
+    pub abort_rate: f64,
+    /// Transactions whose logic decided to abort (SmallBank's insufficient funds); a
+    /// complete outcome, neither retried nor in `abort_rate`.
+    pub user_aborted: u64,
+    pub aborts_by_reason: BTreeMap<String, u64>,
+    /// Transactions abandoned: a final non-user abort (not found) or `attempts_max` reached.
+    pub gave_up: u64,
+    pub latency_us: Latency,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TypeReport {
+    pub name: String,
+    pub committed: u64,
+    pub committed_per_s: f64,
+    pub aborts_by_reason: BTreeMap<String, u64>,
+    pub latency_us: Latency,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VerbReport {
+    pub remote_ops: u64,
+    pub remote_bytes: u64,
+    pub local_ops: u64,
+    pub remote_ops_per_txn: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VerbsReport {
+    pub by_kind: BTreeMap<String, VerbReport>,
+    pub remote_ops_per_txn: f64,
+    pub doorbells_per_txn: f64,
+    pub round_trips_per_txn: f64,
+    pub rpcs_served: u64,
+}
+
+/// One progress interval, cluster-wide.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgressLine {
+    pub t_s: f64,
+    pub committed_per_s: f64,
+    pub abort_rate: f64,
+    pub p99_us: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub config: ConfigReport,
+    pub summary: Summary,
+    pub txn_types: Vec<TypeReport>,
+    /// Mean time per committed transaction spent in each stage, in microseconds.
+    pub stage_us_mean: BTreeMap<String, f64>,
+    pub verbs: VerbsReport,
+    pub progress: Vec<ProgressLine>,
+    pub checks: Vec<CheckReport>,
+    /// All checks passed.
+    pub passed: bool,
+    pub load_s: f64,
+    pub wall_s: f64,
+}
+
+impl Report {
+    /// The human-readable summary.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let c = &self.config;
+        let s = &self.summary;
+        let _ = writeln!(
+            o,
+            "== {} / {} / plan {} | {} nodes x {} threads x {} co-routines | {} fabric, {:.1} s measured",
+            c.workload, c.protocol, c.plan, c.nodes, c.threads, c.coroutines, c.fabric, c.duration_s
+        );
+        let _ = writeln!(
+            o,
+            "throughput  {:>12.0} committed tx/s   ({} committed, {} aborted attempts, abort rate {:.2}%, {} user aborts, gave up {})",
+            s.committed_per_s,
+            s.committed,
+            s.aborted,
+            s.abort_rate * 100.0,
+            s.user_aborted,
+            s.gave_up
+        );
+        let reasons: Vec<String> = s
+            .aborts_by_reason
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "aborts      {}",
+            if reasons.is_empty() {
+                "none".into()
+            } else {
+                reasons.join(", ")
+            }
+        );
+        let _ = writeln!(
+            o,
+            "latency us  {:<18} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "type", "p50", "p90", "p99", "p99.9", "max"
+        );
+        let row = |o: &mut String, name: &str, l: &Latency| {
+            let _ = writeln!(
+                o,
+                "            {:<18} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                name, l.p50, l.p90, l.p99, l.p999, l.max
+            );
+        };
+        row(&mut o, "all", &s.latency_us);
+        for t in &self.txn_types {
+            row(&mut o, &t.name, &t.latency_us);
+        }
+        let v = &self.verbs;
+        let kinds: Vec<String> = v
+            .by_kind
+            .iter()
+            .filter(|(_, r)| r.remote_ops > 0)
+            .map(|(k, r)| format!("{k} {:.2}", r.remote_ops_per_txn))
+            .collect();
+        let _ = writeln!(
+            o,
+            "verbs/txn   {:.2} remote ({}), {:.2} doorbells, {:.2} round trips",
+            v.remote_ops_per_txn,
+            if kinds.is_empty() {
+                "none".into()
+            } else {
+                kinds.join(", ")
+            },
+            v.doorbells_per_txn,
+            v.round_trips_per_txn
+        );
+        let stages: Vec<String> = atoll_txn::Stage::ALL
+            .iter()
+            .filter_map(|st| {
+                self.stage_us_mean
+                    .get(st.name())
+                    .map(|us| format!("{} {:.2}", st.name(), us))
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "stages us   {} (mean per committed txn)",
+            stages.join(", ")
+        );
+        for ch in &self.checks {
+            let _ = writeln!(
+                o,
+                "check       {:<44} {}  {}",
+                ch.name,
+                if ch.passed { "PASS" } else { "FAIL" },
+                ch.detail
+            );
+        }
+        o
+    }
+}

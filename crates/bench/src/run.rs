@@ -1,0 +1,509 @@
+//! Runs one benchmark: builds the catalog and memory, loads every node in parallel, runs
+//! the coordinator co-routines on the in-process fabric, then merges statistics and runs
+//! the workload's checks.
+
+use crate::config::{ConfigError, ConfigReport, RunConfig};
+use crate::report::*;
+use crate::stats::{Interval, WorkerStats};
+use atoll_fabric::inproc::{self, InprocConfig};
+use atoll_fabric::rng::Rng;
+use atoll_fabric::{
+    ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RpcHandler, TaskId, VerbCounters,
+    VerbKind,
+};
+use atoll_protocols::{NoWait, Occ, ProtocolKind};
+use atoll_storage::{Catalog, Store};
+use atoll_txn::handler::StoreHandler;
+use atoll_txn::{Abort, Coordinator, Protocol, Stage, Txn, TxnConfig};
+use atoll_workloads::smallbank::SmallBank;
+use atoll_workloads::ycsb::Ycsb;
+use atoll_workloads::{Workload, WorkloadKind};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Location-cache entries per coordinator before it is cleared.
+const LOC_CACHE_ENTRIES_MAX: usize = 1 << 16;
+/// Words of each coordinator's log ring on each backup (8 KiB).
+const LOG_RING_WORDS: u32 = 1024;
+/// Longest randomised back-off after an abort, in nanoseconds, reached after a few aborts.
+const BACKOFF_NS_MAX: u64 = 64_000;
+
+/// Runs a benchmark as `cfg` says; `progress` sees one line per interval.
+pub fn run(
+    cfg: &RunConfig,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Result<Report, ConfigError> {
+    cfg.validate()?;
+    let perr = |e: atoll_workloads::ParamError| ConfigError(e.0);
+    match cfg.workload {
+        WorkloadKind::SmallBank => by_protocol(
+            cfg,
+            SmallBank::from_params(&cfg.params).map_err(perr)?,
+            progress,
+        ),
+        WorkloadKind::Ycsb => by_protocol(
+            cfg,
+            Ycsb::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            progress,
+        ),
+    }
+}
+
+fn by_protocol<W: Workload>(
+    cfg: &RunConfig,
+    w: W,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Result<Report, ConfigError> {
+    Ok(match cfg.protocol {
+        ProtocolKind::NoWait => run_with::<W, NoWait>(cfg, w, progress),
+        ProtocolKind::Occ => run_with::<W, Occ>(cfg, w, progress),
+    })
+}
+
+/// What the co-routines of one worker share.
+struct WorkerShared {
+    stats: RefCell<WorkerStats>,
+    live: std::cell::Cell<usize>,
+}
+
+/// What every co-routine of the run shares.
+struct RunShared<W> {
+    w: W,
+    catalog: Arc<Catalog>,
+    txn: Arc<TxnConfig>,
+    cfg: RunConfig,
+    warmup_end_ns: u64,
+    end_ns: u64,
+    interval_ns: u64,
+}
+
+fn run_with<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    w: W,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Report {
+    let wall = Instant::now();
+    let txn_cfg = Arc::new(TxnConfig {
+        plan: cfg.plan,
+        log_replicas: cfg.log_replicas,
+        log_ring_words: LOG_RING_WORDS,
+        coordinators_total: cfg.coordinators_total(),
+        loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
+    });
+    let catalog = Arc::new(Catalog::new(
+        cfg.nodes,
+        w.tables(cfg.nodes),
+        vec![txn_cfg.log_region_words()],
+    ));
+
+    // Register and load every node's memory in parallel, one loader thread per node.
+    let region_words = catalog.region_words();
+    let stores: Vec<Arc<Store>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..cfg.nodes)
+            .map(|n| {
+                let (catalog, region_words, w) = (catalog.clone(), &region_words, &w);
+                s.spawn(move || {
+                    let mem = Arc::new(NodeMemory::new(NodeId(n), region_words));
+                    let store = Store::new(catalog, mem);
+                    w.load(&store);
+                    Arc::new(store)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("loader thread panicked"))
+            .collect()
+    });
+    let load_s = wall.elapsed().as_secs_f64();
+    let memory: ClusterMemory = stores
+        .iter()
+        .map(|s| s.memory().clone())
+        .collect::<Vec<_>>()
+        .into();
+    let handlers: Vec<Arc<dyn RpcHandler>> = stores
+        .iter()
+        .map(|s| {
+            Arc::new(StoreHandler::new(s.clone(), catalog.extra_region(0))) as Arc<dyn RpcHandler>
+        })
+        .collect();
+
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let workers = cfg.nodes as usize * cfg.threads as usize;
+    let os_threads = cfg.os_threads.unwrap_or(cores).min(workers);
+    let icfg = InprocConfig {
+        nodes: cfg.nodes,
+        threads_per_node: cfg.threads,
+        os_threads,
+        pin_threads: cfg.pin_threads,
+        net_latency_ns: (cfg.net_latency_us * 1000.0) as u64,
+    };
+    let shared = Arc::new(RunShared {
+        w,
+        catalog: catalog.clone(),
+        txn: txn_cfg,
+        cfg: cfg.clone(),
+        warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
+        end_ns: ((cfg.warmup_s + cfg.duration_s) * 1e9) as u64,
+        interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
+    });
+    let types = shared.w.txn_types().len();
+    let finished: Arc<Mutex<Vec<WorkerStats>>> = Arc::new(Mutex::new(Vec::new()));
+    let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
+    let mut lines = Vec::new();
+    std::thread::scope(|s| {
+        let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
+        let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
+            let ws = Rc::new(WorkerShared {
+                stats: RefCell::new(WorkerStats::new(types)),
+                live: (cfg.coroutines as usize).into(),
+            });
+            (0..cfg.coroutines as u32)
+                .map(|k| {
+                    let ep = Endpoint::new(core.clone(), TaskId(k));
+                    let id = core.index * cfg.coroutines as u32 + k;
+                    let fut = coroutine::<W, P>(
+                        shared.clone(),
+                        ws.clone(),
+                        ep,
+                        id,
+                        tx_iv.clone(),
+                        finished.clone(),
+                    );
+                    Box::pin(fut) as Coroutine
+                })
+                .collect()
+        };
+        let reports = inproc::run(&icfg, memory, &handlers, &spawn);
+        drop(reports);
+        drop(tx_iv);
+        lines = printer.join().expect("progress thread panicked");
+    });
+    let stats = std::mem::take(&mut *finished.lock().expect("no poisoned stats"));
+    assemble(
+        cfg, &shared, &stores, stats, lines, load_s, wall, os_threads,
+    )
+}
+
+fn collect_progress(
+    rx: mpsc::Receiver<Interval>,
+    workers: usize,
+    interval_ns: u64,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Vec<ProgressLine> {
+    let mut pending: BTreeMap<u64, (usize, Interval)> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for iv in rx {
+        let e = pending
+            .entry(iv.index)
+            .or_insert_with(|| (0, Interval::new(iv.index)));
+        e.0 += 1;
+        e.1.committed += iv.committed;
+        e.1.aborted += iv.aborted;
+        e.1.latency_ns.add(&iv.latency_ns).expect("same bounds");
+        if e.0 == workers {
+            let (_, iv) = pending.remove(&iv.index).expect("just seen");
+            let secs = interval_ns as f64 / 1e9;
+            let total = iv.committed + iv.aborted;
+            let line = ProgressLine {
+                t_s: ((iv.index + 1) * interval_ns) as f64 / 1e9,
+                committed_per_s: iv.committed as f64 / secs,
+                abort_rate: if total == 0 {
+                    0.0
+                } else {
+                    iv.aborted as f64 / total as f64
+                },
+                p99_us: if iv.latency_ns.is_empty() {
+                    0.0
+                } else {
+                    iv.latency_ns.value_at_quantile(0.99) as f64 / 1000.0
+                },
+            };
+            progress(&line);
+            lines.push(line);
+        }
+    }
+    lines
+}
+
+async fn coroutine<W: Workload, P: Protocol>(
+    run: Arc<RunShared<W>>,
+    ws: Rc<WorkerShared>,
+    ep: Endpoint,
+    id: u32,
+    progress: mpsc::Sender<Interval>,
+    finished: Arc<Mutex<Vec<WorkerStats>>>,
+) {
+    let nodes = run.cfg.nodes;
+    let home = ep.node();
+    let mut rng = Rng::derive(run.cfg.seed, id as u64);
+    let mut c = Coordinator::new(ep.clone(), run.catalog.clone(), run.txn.clone(), id);
+    // Bounded by the run's end time: each iteration runs one transaction to completion.
+    loop {
+        let start_ns = c.now_ns();
+        tick(&run, &ws, &ep, start_ns, &progress);
+        if start_ns >= run.end_ns {
+            break;
+        }
+        let (ty, input) = run.w.generate(&mut rng, nodes, home);
+        let mut attempts = 0;
+        let outcome: Result<(i64, [u64; Stage::COUNT]), Abort> = loop {
+            attempts += 1;
+            let mut tx = Txn::<P>::begin(&mut c);
+            let r = match run.w.execute(&mut tx, &input).await {
+                Ok(effect) => tx.commit().await.map(|stages| (effect, stages)),
+                Err(a) => {
+                    tx.rollback().await;
+                    Err(a)
+                }
+            };
+            match r {
+                Ok(x) => break Ok(x),
+                Err(a) => {
+                    let now = c.now_ns();
+                    if start_ns >= run.warmup_end_ns && a != Abort::UserAbort {
+                        let mut st = ws.stats.borrow_mut();
+                        st.aborts[ty][a.index()] += 1;
+                        st.interval.aborted += 1;
+                    }
+                    if !a.is_retryable() || attempts >= run.cfg.attempts_max || now >= run.end_ns {
+                        break Err(a);
+                    }
+                    // Randomised exponential back-off, so conflicting retries spread out.
+                    let cap = (1000u64 << attempts.min(6)).min(BACKOFF_NS_MAX);
+                    c.ep.sleep(rng.below(cap)).await;
+                }
+            }
+        };
+        let end_ns = c.now_ns();
+        let measured = start_ns >= run.warmup_end_ns;
+        {
+            let mut st = ws.stats.borrow_mut();
+            match outcome {
+                Ok((effect, stages)) => {
+                    st.effect += effect;
+                    st.committed_all += 1;
+                    if measured {
+                        st.committed[ty] += 1;
+                        WorkerStats::record_latency(&mut st.latency_ns[ty], end_ns - start_ns);
+                        st.interval.committed += 1;
+                        WorkerStats::record_latency(&mut st.interval.latency_ns, end_ns - start_ns);
+                        for (acc, ns) in st.stage_ns.iter_mut().zip(stages) {
+                            *acc += ns;
+                        }
+                    }
+                }
+                Err(a) => {
+                    if measured {
+                        if a == Abort::UserAbort {
+                            st.user_aborted[ty] += 1;
+                        } else {
+                            st.gave_up += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // One transaction per turn: the event loop and the other co-routines get the core
+        // even when a transaction touched only local records and never waited.
+        c.ep.yield_now().await;
+    }
+    let left = ws.live.get() - 1;
+    ws.live.set(left);
+    if left == 0 {
+        let mut st = ws.stats.borrow_mut();
+        if st.verbs_at_end.is_none() {
+            st.verbs_at_end = Some(ep.counters());
+        }
+        if st.verbs_at_start.is_none() {
+            st.verbs_at_start = Some(VerbCounters::default());
+        }
+        finished.lock().expect("stats lock").push(st.clone());
+    }
+}
+
+/// Per-transaction bookkeeping of a worker's clock: counter snapshots at the window edges
+/// and progress intervals.
+fn tick<W>(
+    run: &RunShared<W>,
+    ws: &WorkerShared,
+    ep: &Endpoint,
+    now: u64,
+    progress: &mpsc::Sender<Interval>,
+) {
+    let mut st = ws.stats.borrow_mut();
+    if now >= run.warmup_end_ns && st.verbs_at_start.is_none() {
+        st.verbs_at_start = Some(ep.counters());
+    }
+    if now >= run.end_ns && st.verbs_at_end.is_none() {
+        st.verbs_at_end = Some(ep.counters());
+    }
+    if now < run.warmup_end_ns {
+        return;
+    }
+    // Intervals count from the end of warm-up. Every finished one is reported, empty ones
+    // included, so the collector can close each; the last one ends with the run.
+    let idx = (now - run.warmup_end_ns) / run.interval_ns;
+    let intervals = (run.end_ns - run.warmup_end_ns).div_ceil(run.interval_ns);
+    while st.interval.index < idx.min(intervals) {
+        let next = Interval::new(st.interval.index + 1);
+        let done = std::mem::replace(&mut st.interval, next);
+        // The receiver outlives every co-routine; a send error cannot happen.
+        let _ = progress.send(done);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn assemble<W: Workload>(
+    cfg: &RunConfig,
+    run: &RunShared<W>,
+    stores: &[Arc<Store>],
+    stats: Vec<WorkerStats>,
+    progress: Vec<ProgressLine>,
+    load_s: f64,
+    wall: Instant,
+    os_threads: usize,
+) -> Report {
+    let types = run.w.txn_types();
+    let mut all = WorkerStats::new(types.len());
+    let mut verbs = VerbCounters::default();
+    for s in &stats {
+        all.merge(s);
+        verbs.merge(&s.window_verbs());
+    }
+    let secs = cfg.duration_s;
+    let committed: u64 = all.committed.iter().sum();
+    let reason_map = |counts: &dyn Fn(Abort) -> u64| -> BTreeMap<String, u64> {
+        Abort::ALL
+            .iter()
+            .map(|a| (a.name().to_string(), counts(*a)))
+            .collect()
+    };
+    let aborted: u64 = all.aborts.iter().flat_map(|r| r.iter()).sum();
+    let mut lat_all = crate::stats::new_histogram();
+    for h in &all.latency_ns {
+        lat_all.add(h).expect("same bounds");
+    }
+    let per_txn = |x: u64| {
+        if committed == 0 {
+            0.0
+        } else {
+            x as f64 / committed as f64
+        }
+    };
+    let summary = Summary {
+        committed,
+        committed_per_s: committed as f64 / secs,
+        aborted,
+        abort_rate: if committed + aborted == 0 {
+            0.0
+        } else {
+            aborted as f64 / (committed + aborted) as f64
+        },
+        user_aborted: all.user_aborted.iter().sum(),
+        aborts_by_reason: reason_map(&|a| {
+            if a == Abort::UserAbort {
+                all.user_aborted.iter().sum()
+            } else {
+                all.aborts.iter().map(|r| r[a.index()]).sum()
+            }
+        }),
+        gave_up: all.gave_up,
+        latency_us: Latency::of(&lat_all),
+    };
+    let txn_types = types
+        .iter()
+        .enumerate()
+        .map(|(t, name)| TypeReport {
+            name: name.to_string(),
+            committed: all.committed[t],
+            committed_per_s: all.committed[t] as f64 / secs,
+            aborts_by_reason: reason_map(&|a| {
+                if a == Abort::UserAbort {
+                    all.user_aborted[t]
+                } else {
+                    all.aborts[t][a.index()]
+                }
+            }),
+            latency_us: Latency::of(&all.latency_ns[t]),
+        })
+        .collect();
+    let stage_us_mean = Stage::ALL
+        .iter()
+        .map(|s| {
+            (
+                s.name().to_string(),
+                per_txn(all.stage_ns[*s as usize]) / 1000.0,
+            )
+        })
+        .collect();
+    let by_kind = VerbKind::ALL
+        .iter()
+        .map(|k| {
+            let i = *k as usize;
+            (
+                k.name().to_string(),
+                VerbReport {
+                    remote_ops: verbs.remote_ops[i],
+                    remote_bytes: verbs.remote_bytes[i],
+                    local_ops: verbs.local_ops[i],
+                    remote_ops_per_txn: per_txn(verbs.remote_ops[i]),
+                },
+            )
+        })
+        .collect();
+    let verbs_report = VerbsReport {
+        by_kind,
+        remote_ops_per_txn: per_txn(verbs.total_remote_ops()),
+        doorbells_per_txn: per_txn(verbs.doorbells),
+        round_trips_per_txn: per_txn(verbs.round_trips),
+        rpcs_served: verbs.rpcs_served,
+    };
+    let checks: Vec<CheckReport> = run
+        .w
+        .check(stores, all.effect)
+        .into_iter()
+        .map(|c| CheckReport {
+            name: c.name,
+            passed: c.passed,
+            detail: c.detail,
+        })
+        .collect();
+    let passed = checks.iter().all(|c| c.passed);
+    Report {
+        config: ConfigReport {
+            fabric: "inproc",
+            workload: W::NAME,
+            workload_knobs: run.w.knobs(),
+            protocol: cfg.protocol.name(),
+            plan: cfg.plan.to_string(),
+            nodes: cfg.nodes,
+            threads: cfg.threads,
+            coroutines: cfg.coroutines,
+            duration_s: cfg.duration_s,
+            warmup_s: cfg.warmup_s,
+            seed: cfg.seed,
+            net_latency_us: cfg.net_latency_us,
+            pin_threads: cfg.pin_threads,
+            os_threads,
+            log_replicas: cfg.log_replicas,
+            attempts_max: cfg.attempts_max,
+        },
+        summary,
+        txn_types,
+        stage_us_mean,
+        verbs: verbs_report,
+        progress,
+        checks,
+        passed,
+        load_s,
+        wall_s: wall.elapsed().as_secs_f64(),
+    }
+}

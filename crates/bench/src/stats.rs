@@ -1,0 +1,117 @@
+//! Per-worker statistics gathered by the coordinator co-routines, merged after a run.
+
+use atoll_fabric::VerbCounters;
+use atoll_txn::{Abort, Stage};
+use hdrhistogram::Histogram;
+
+/// Latencies are recorded in nanoseconds, up to a minute, to 3 significant digits.
+pub const LATENCY_NS_MAX: u64 = 60_000_000_000;
+const LATENCY_SIGFIG: u8 = 3;
+
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_NS_MAX, LATENCY_SIGFIG).expect("valid histogram bounds")
+}
+
+/// What one progress interval saw on one worker.
+#[derive(Clone)]
+pub struct Interval {
+    pub index: u64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub latency_ns: Histogram<u64>,
+}
+
+impl Interval {
+    pub fn new(index: u64) -> Self {
+        Interval {
+            index,
+            committed: 0,
+            aborted: 0,
+            latency_ns: new_histogram(),
+        }
+    }
+}
+
+/// Statistics of one worker (all its co-routines).
+#[derive(Clone)]
+pub struct WorkerStats {
+    /// Per transaction type, in the measured window.
+    pub committed: Vec<u64>,
+    pub latency_ns: Vec<Histogram<u64>>,
+    /// Aborted attempts per type and reason, in the measured window.
+    pub aborts: Vec<[u64; Abort::COUNT]>,
+    /// Transactions whose logic chose to abort (complete outcomes, like TPC-C's rolled-back
+    /// new-orders), per type.
+    pub user_aborted: Vec<u64>,
+    /// Transactions abandoned after `attempts_max` attempts or a final abort.
+    pub gave_up: u64,
+    /// Stage time of committed transactions (their final attempt), summed.
+    pub stage_ns: [u64; Stage::COUNT],
+    /// Net effect of every committed transaction, warm-up included (for the checks).
+    pub effect: i64,
+    /// Committed transactions over the whole run, warm-up included.
+    pub committed_all: u64,
+    pub verbs_at_start: Option<VerbCounters>,
+    pub verbs_at_end: Option<VerbCounters>,
+    pub interval: Interval,
+}
+
+impl WorkerStats {
+    pub fn new(types: usize) -> Self {
+        WorkerStats {
+            committed: vec![0; types],
+            latency_ns: (0..types).map(|_| new_histogram()).collect(),
+            aborts: vec![[0; Abort::COUNT]; types],
+            user_aborted: vec![0; types],
+            gave_up: 0,
+            stage_ns: [0; Stage::COUNT],
+            effect: 0,
+            committed_all: 0,
+            verbs_at_start: None,
+            verbs_at_end: None,
+            interval: Interval::new(0),
+        }
+    }
+
+    pub fn record_latency(h: &mut Histogram<u64>, ns: u64) {
+        h.saturating_record(ns.clamp(1, LATENCY_NS_MAX));
+    }
+
+    /// Measured-window verb counters of this worker.
+    pub fn window_verbs(&self) -> VerbCounters {
+        let (Some(a), Some(b)) = (&self.verbs_at_start, &self.verbs_at_end) else {
+            return VerbCounters::default();
+        };
+        let mut d = b.clone();
+        for i in 0..atoll_fabric::VerbKind::COUNT {
+            d.remote_ops[i] -= a.remote_ops[i];
+            d.remote_bytes[i] -= a.remote_bytes[i];
+            d.local_ops[i] -= a.local_ops[i];
+        }
+        d.doorbells -= a.doorbells;
+        d.round_trips -= a.round_trips;
+        d.rpcs_served -= a.rpcs_served;
+        d
+    }
+
+    pub fn merge(&mut self, o: &WorkerStats) {
+        for t in 0..self.committed.len() {
+            self.committed[t] += o.committed[t];
+            self.latency_ns[t]
+                .add(&o.latency_ns[t])
+                .expect("same histogram bounds");
+            for r in 0..Abort::COUNT {
+                self.aborts[t][r] += o.aborts[t][r];
+            }
+        }
+        for t in 0..self.user_aborted.len() {
+            self.user_aborted[t] += o.user_aborted[t];
+        }
+        self.gave_up += o.gave_up;
+        for s in 0..Stage::COUNT {
+            self.stage_ns[s] += o.stage_ns[s];
+        }
+        self.effect += o.effect;
+        self.committed_all += o.committed_all;
+    }
+}

@@ -1,0 +1,580 @@
+//! The backend-independent half of a worker: doorbells, completion slots, co-routine
+//! scheduling and counters. A backend supplies a [`Transport`]; protocol code sees only
+//! [`Endpoint`].
+//!
+//! Scheduling invariant: a co-routine future returns `Pending` only while it waits on a
+//! completion slot it owns; completing the slot re-queues the owner. No waker is needed, so
+//! the same code runs under real threads and under the single-threaded simulator.
+
+use crate::ids::{NodeId, WorkerId};
+use crate::memory::NodeMemory;
+use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbCounters, Words};
+use smallvec::SmallVec;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+/// Index of a co-routine within its worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskId(pub u32);
+
+/// Index of an in-flight doorbell's completion slot within its worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotId(pub u32);
+
+/// Where a served RPC's reply goes: the requesting worker's slot and op index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyTo {
+    pub worker: u32,
+    pub slot: SlotId,
+    pub index: u32,
+    /// When the request was posted, in the requester's clock (for latency injection).
+    pub posted_ns: u64,
+}
+
+/// Something the transport hands the worker's event loop.
+pub enum Delivery {
+    Completion {
+        slot: SlotId,
+        index: u32,
+        completion: Completion,
+    },
+    Request {
+        from: ReplyTo,
+        node: NodeId,
+        req: Vec<u8>,
+    },
+}
+
+/// The backend-specific half of a worker: moves ops to other nodes and brings back
+/// completions and incoming requests. Only the in-process backend may read the wall clock or
+/// spawn threads.
+pub trait Transport {
+    /// This backend's clock: wall time since the cluster started, or virtual time.
+    fn now_ns(&self) -> u64;
+    /// Posts remote op `index` of doorbell `slot`. Returns its completion if it finished at
+    /// once; otherwise it must later come back through [`Transport::poll`].
+    fn post(&self, slot: SlotId, index: u32, op: Op) -> Option<Completion>;
+    /// Delivers a `Completion::Timer` for `slot` after `delay_ns`.
+    fn post_timer(&self, slot: SlotId, delay_ns: u64);
+    /// Models `ns` of CPU work by the calling co-routine. Returns true when the work was done
+    /// synchronously (the thread really spun); false means the caller must wait on a timer.
+    fn compute(&self, ns: u64) -> bool;
+    /// Hands over everything that arrived since the last call.
+    fn poll(&self, sink: &mut dyn FnMut(Delivery));
+    /// Sends the reply of a served request.
+    fn reply(&self, to: ReplyTo, reply: Vec<u8>);
+}
+
+struct Slot {
+    task: TaskId,
+    results: Vec<Option<Completion>>,
+    remaining: u32,
+    remote: bool,
+}
+
+/// A worker: one event loop serving one node's share of RPCs and running its co-routines.
+pub struct WorkerCore {
+    pub id: WorkerId,
+    /// Dense index of this worker across the cluster (node-major).
+    pub index: u32,
+    local: Arc<NodeMemory>,
+    handler: Arc<dyn RpcHandler>,
+    transport: Box<dyn Transport>,
+    slots: RefCell<Vec<Option<Slot>>>,
+    free_slots: RefCell<Vec<u32>>,
+    ready: RefCell<VecDeque<TaskId>>,
+    counters: RefCell<VerbCounters>,
+    reply_buf: RefCell<Vec<u8>>,
+    live_tasks: Cell<usize>,
+}
+
+impl WorkerCore {
+    pub fn new(
+        id: WorkerId,
+        index: u32,
+        local: Arc<NodeMemory>,
+        handler: Arc<dyn RpcHandler>,
+        transport: Box<dyn Transport>,
+    ) -> Rc<Self> {
+        assert_eq!(
+            local.node, id.node,
+            "worker {id:?} given the memory of node {:?}",
+            local.node
+        );
+        Rc::new(WorkerCore {
+            id,
+            index,
+            local,
+            handler,
+            transport,
+            slots: RefCell::new(Vec::new()),
+            free_slots: RefCell::new(Vec::new()),
+            ready: RefCell::new(VecDeque::new()),
+            counters: RefCell::new(VerbCounters::default()),
+            reply_buf: RefCell::new(Vec::new()),
+            live_tasks: Cell::new(0),
+        })
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.id.node
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.transport.now_ns()
+    }
+
+    /// This node's own memory, for direct local access.
+    pub fn local_memory(&self) -> &NodeMemory {
+        &self.local
+    }
+
+    pub fn counters(&self) -> VerbCounters {
+        self.counters.borrow().clone()
+    }
+
+    fn alloc_slot(&self, task: TaskId, n: usize) -> SlotId {
+        let slot = Slot {
+            task,
+            results: (0..n).map(|_| None).collect(),
+            remaining: n as u32,
+            remote: false,
+        };
+        let mut slots = self.slots.borrow_mut();
+        match self.free_slots.borrow_mut().pop() {
+            Some(i) => {
+                slots[i as usize] = Some(slot);
+                SlotId(i)
+            }
+            None => {
+                slots.push(Some(slot));
+                SlotId(slots.len() as u32 - 1)
+            }
+        }
+    }
+
+    fn complete(&self, slot: SlotId, index: u32, c: Completion) {
+        let mut slots = self.slots.borrow_mut();
+        let s = match slots.get_mut(slot.0 as usize).and_then(|s| s.as_mut()) {
+            Some(s) => s,
+            None => panic!("worker {:?}: completion for free slot {slot:?}", self.id),
+        };
+        let r = &mut s.results[index as usize];
+        assert!(
+            r.is_none(),
+            "worker {:?}: op {index} of slot {slot:?} completed twice",
+            self.id
+        );
+        *r = Some(c);
+        s.remaining -= 1;
+        if s.remaining == 0 {
+            self.ready.borrow_mut().push_back(s.task);
+        }
+    }
+
+    /// Takes the results of a finished slot, or `None` while ops are outstanding.
+    fn take_if_done(&self, slot: SlotId) -> Option<(Vec<Completion>, bool)> {
+        let mut slots = self.slots.borrow_mut();
+        let done = matches!(&slots[slot.0 as usize], Some(s) if s.remaining == 0);
+        if !done {
+            return None;
+        }
+        let s = slots[slot.0 as usize].take().expect("slot checked above");
+        self.free_slots.borrow_mut().push(slot.0);
+        let results = s
+            .results
+            .into_iter()
+            .map(|r| r.expect("remaining == 0 means all set"))
+            .collect();
+        Some((results, s.remote))
+    }
+
+    /// Posts a doorbell: own-node ops run now, remote ones go to the transport.
+    fn post(&self, task: TaskId, ops: SmallVec<[Op; 8]>) -> SlotId {
+        let slot = self.alloc_slot(task, ops.len());
+        let mut any_remote = false;
+        for (i, op) in ops.into_iter().enumerate() {
+            let kind = op.kind() as usize;
+            if op.node() == self.id.node {
+                self.counters.borrow_mut().local_ops[kind] += 1;
+                let c = match op {
+                    Op::Rpc { node, req } => {
+                        let mut reply = Vec::new();
+                        self.handler.handle(node, &req, &mut reply);
+                        Completion::Rpc(reply)
+                    }
+                    op => execute_one_sided(&self.local, op),
+                };
+                self.complete(slot, i as u32, c);
+            } else {
+                any_remote = true;
+                {
+                    let mut ctr = self.counters.borrow_mut();
+                    ctr.remote_ops[kind] += 1;
+                    ctr.remote_bytes[kind] += op.request_bytes();
+                }
+                if let Some(c) = self.transport.post(slot, i as u32, op) {
+                    self.counters.borrow_mut().remote_bytes[kind] += c.reply_bytes();
+                    self.complete(slot, i as u32, c);
+                }
+            }
+        }
+        if any_remote {
+            let mut slots = self.slots.borrow_mut();
+            slots[slot.0 as usize]
+                .as_mut()
+                .expect("just allocated")
+                .remote = true;
+            self.counters.borrow_mut().doorbells += 1;
+        }
+        // A slot completed during posting queued its task; the caller polls it synchronously
+        // instead, so drop that wake-up to keep the ready queue exact.
+        if self.slots.borrow()[slot.0 as usize]
+            .as_ref()
+            .is_some_and(|s| s.remaining == 0)
+        {
+            let mut ready = self.ready.borrow_mut();
+            if ready.back() == Some(&task) {
+                ready.pop_back();
+            }
+        }
+        slot
+    }
+
+    /// Runs the event loop once: completions and incoming RPC requests. Returns the number
+    /// of deliveries handled.
+    pub fn progress(&self) -> usize {
+        let mut n = 0;
+        self.transport.poll(&mut |d| {
+            n += 1;
+            match d {
+                Delivery::Completion {
+                    slot,
+                    index,
+                    completion,
+                } => {
+                    if let Completion::Rpc(b) = &completion {
+                        let kind = crate::verbs::VerbKind::Rpc as usize;
+                        self.counters.borrow_mut().remote_bytes[kind] += b.len() as u64;
+                    }
+                    self.complete(slot, index, completion)
+                }
+                Delivery::Request {
+                    from,
+                    node,
+                    mut req,
+                } => {
+                    // The reply travels back in the request's own buffer, so every buffer is
+                    // freed by the thread that allocated it: cross-thread frees contend on
+                    // the allocator's locks.
+                    let mut scratch = self.reply_buf.borrow_mut();
+                    scratch.clear();
+                    self.handler.handle(node, &req, &mut scratch);
+                    req.clear();
+                    req.extend_from_slice(&scratch);
+                    self.counters.borrow_mut().rpcs_served += 1;
+                    self.transport.reply(from, req);
+                }
+            }
+        });
+        n
+    }
+
+    fn pop_ready(&self) -> Option<TaskId> {
+        self.ready.borrow_mut().pop_front()
+    }
+
+    /// Co-routines of this worker that have not finished.
+    pub fn live_tasks(&self) -> usize {
+        self.live_tasks.get()
+    }
+}
+
+/// A co-routine's handle on the fabric.
+#[derive(Clone)]
+pub struct Endpoint {
+    core: Rc<WorkerCore>,
+    task: TaskId,
+}
+
+impl Endpoint {
+    /// The endpoint of co-routine `task` of `core`; the executor polls task `i` as the `i`-th
+    /// future it was given, so the two must agree.
+    pub fn new(core: Rc<WorkerCore>, task: TaskId) -> Self {
+        Endpoint { core, task }
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.core.id.node
+    }
+
+    pub fn worker(&self) -> WorkerId {
+        self.core.id
+    }
+
+    pub fn worker_index(&self) -> u32 {
+        self.core.index
+    }
+
+    pub fn task(&self) -> TaskId {
+        self.task
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.core.now_ns()
+    }
+
+    pub fn local_memory(&self) -> &NodeMemory {
+        &self.core.local
+    }
+
+    pub fn counters(&self) -> VerbCounters {
+        self.core.counters()
+    }
+
+    pub fn doorbell(&self) -> Doorbell<'_> {
+        Doorbell {
+            ep: self,
+            ops: SmallVec::new(),
+        }
+    }
+
+    /// Models `ns` of transaction logic on this core.
+    pub async fn compute(&self, ns: u64) {
+        if ns == 0 || self.core.transport.compute(ns) {
+            return;
+        }
+        let slot = self.core.alloc_slot(self.task, 1);
+        self.core.transport.post_timer(slot, ns);
+        Wait {
+            core: &self.core,
+            slot,
+        }
+        .await;
+    }
+
+    /// Lets the other co-routines of this worker run, resuming after `ns` (at least one
+    /// event-loop turn).
+    pub async fn sleep(&self, ns: u64) {
+        let slot = self.core.alloc_slot(self.task, 1);
+        self.core.transport.post_timer(slot, ns);
+        Wait {
+            core: &self.core,
+            slot,
+        }
+        .await;
+    }
+
+    /// Lets the worker's other co-routines and its event loop run once before resuming.
+    pub async fn yield_now(&self) {
+        let mut yielded = false;
+        std::future::poll_fn(|_| {
+            if yielded {
+                return Poll::Ready(());
+            }
+            yielded = true;
+            self.core.ready.borrow_mut().push_back(self.task);
+            Poll::Pending
+        })
+        .await
+    }
+
+    pub async fn read(&self, ptr: crate::ids::RemotePtr, len_words: u32) -> Words {
+        let mut d = self.doorbell();
+        d.read(ptr, len_words);
+        d.submit().await.into_read(0)
+    }
+
+    pub async fn cas(&self, ptr: crate::ids::RemotePtr, expect: u64, new: u64) -> u64 {
+        let mut d = self.doorbell();
+        d.cas(ptr, expect, new);
+        d.submit().await.cas(0)
+    }
+
+    pub async fn rpc(&self, node: NodeId, req: Vec<u8>) -> Vec<u8> {
+        let mut d = self.doorbell();
+        d.rpc(node, req);
+        d.submit().await.into_rpc(0)
+    }
+}
+
+/// A batch of ops posted with one doorbell and awaited together (one yield at most).
+pub struct Doorbell<'e> {
+    ep: &'e Endpoint,
+    ops: SmallVec<[Op; 8]>,
+}
+
+impl Doorbell<'_> {
+    fn push(&mut self, op: Op) -> usize {
+        self.ops.push(op);
+        self.ops.len() - 1
+    }
+
+    pub fn read(&mut self, ptr: crate::ids::RemotePtr, len_words: u32) -> usize {
+        self.push(Op::Read { ptr, len_words })
+    }
+
+    pub fn write(&mut self, ptr: crate::ids::RemotePtr, data: Words) -> usize {
+        self.push(Op::Write { ptr, data })
+    }
+
+    pub fn cas(&mut self, ptr: crate::ids::RemotePtr, expect: u64, new: u64) -> usize {
+        self.push(Op::Cas { ptr, expect, new })
+    }
+
+    pub fn fetch_add(&mut self, ptr: crate::ids::RemotePtr, add: u64) -> usize {
+        self.push(Op::FetchAdd { ptr, add })
+    }
+
+    pub fn rpc(&mut self, node: NodeId, req: Vec<u8>) -> usize {
+        self.push(Op::Rpc { node, req })
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Rings the doorbell and waits for every op; results are indexed as the ops were added.
+    pub async fn submit(self) -> Completions {
+        if self.ops.is_empty() {
+            return Completions(Vec::new());
+        }
+        let core = &self.ep.core;
+        let slot = core.post(self.ep.task, self.ops);
+        let (results, remote) = match core.take_if_done(slot) {
+            Some(r) => r,
+            None => Wait { core, slot }.await,
+        };
+        if remote {
+            core.counters.borrow_mut().round_trips += 1;
+        }
+        Completions(results)
+    }
+}
+
+struct Wait<'c> {
+    core: &'c WorkerCore,
+    slot: SlotId,
+}
+
+impl Future for Wait<'_> {
+    type Output = (Vec<Completion>, bool);
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.core.take_if_done(self.slot) {
+            Some(r) => Poll::Ready(r),
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// The results of a doorbell.
+pub struct Completions(pub Vec<Completion>);
+
+impl Completions {
+    pub fn read(&self, i: usize) -> &Words {
+        match &self.0[i] {
+            Completion::Read(w) => w,
+            other => panic!("op {i} completed as {other:?}, not a READ"),
+        }
+    }
+
+    pub fn into_read(mut self, i: usize) -> Words {
+        match std::mem::replace(&mut self.0[i], Completion::Write) {
+            Completion::Read(w) => w,
+            other => panic!("op {i} completed as {other:?}, not a READ"),
+        }
+    }
+
+    pub fn cas(&self, i: usize) -> u64 {
+        match &self.0[i] {
+            Completion::Cas(v) => *v,
+            other => panic!("op {i} completed as {other:?}, not a CAS"),
+        }
+    }
+
+    pub fn fetch_add(&self, i: usize) -> u64 {
+        match &self.0[i] {
+            Completion::FetchAdd(v) => *v,
+            other => panic!("op {i} completed as {other:?}, not a FETCH_ADD"),
+        }
+    }
+
+    pub fn rpc(&self, i: usize) -> &[u8] {
+        match &self.0[i] {
+            Completion::Rpc(b) => b,
+            other => panic!("op {i} completed as {other:?}, not an RPC"),
+        }
+    }
+
+    pub fn into_rpc(mut self, i: usize) -> Vec<u8> {
+        match std::mem::replace(&mut self.0[i], Completion::Write) {
+            Completion::Rpc(b) => b,
+            other => panic!("op {i} completed as {other:?}, not an RPC"),
+        }
+    }
+}
+
+/// A co-routine: a future run to completion by its worker's executor.
+pub type Coroutine = Pin<Box<dyn Future<Output = ()>>>;
+
+/// Runs one worker's co-routines beside its event loop.
+pub struct Executor {
+    core: Rc<WorkerCore>,
+    tasks: Vec<Option<Coroutine>>,
+}
+
+impl Executor {
+    /// Takes the worker's co-routines; future `i` must use `TaskId(i)`.
+    pub fn new(core: Rc<WorkerCore>, tasks: Vec<Coroutine>) -> Self {
+        core.live_tasks.set(tasks.len());
+        {
+            let mut ready = core.ready.borrow_mut();
+            ready.extend((0..tasks.len() as u32).map(TaskId));
+        }
+        Executor {
+            core,
+            tasks: tasks.into_iter().map(Some).collect(),
+        }
+    }
+
+    pub fn core(&self) -> &Rc<WorkerCore> {
+        &self.core
+    }
+
+    /// Polls each co-routine that was ready on entry once, running the event loop after each
+    /// so that requests and replies are not held up behind a whole pass. Returns how many
+    /// co-routines were polled.
+    pub fn run_ready(&mut self) -> usize {
+        let mut cx = Context::from_waker(Waker::noop());
+        let ready_on_entry = self.core.ready.borrow().len();
+        let mut n = 0;
+        while n < ready_on_entry {
+            let Some(t) = self.core.pop_ready() else {
+                break;
+            };
+            n += 1;
+            self.core.progress();
+            let Some(fut) = self.tasks[t.0 as usize].as_mut() else {
+                continue;
+            };
+            if fut.as_mut().poll(&mut cx).is_ready() {
+                self.tasks[t.0 as usize] = None;
+                self.core.live_tasks.set(self.core.live_tasks.get() - 1);
+            }
+        }
+        n
+    }
+
+    pub fn live_tasks(&self) -> usize {
+        self.core.live_tasks()
+    }
+}

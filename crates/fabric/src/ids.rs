@@ -1,0 +1,56 @@
+//! Newtype identifiers for nodes, regions, workers and remote pointers.
+
+use std::fmt;
+
+/// A node of the cluster (a machine in the papers' terms).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct NodeId(pub u16);
+
+/// A registered memory region of one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct RegionId(pub u16);
+
+/// A worker (an event loop with its co-routines) of one node: `(node, thread)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WorkerId {
+    pub node: NodeId,
+    pub thread: u16,
+}
+
+/// Names a 64-bit word in some node's registered memory: what an RDMA verb targets.
+/// No Rust reference ever crosses nodes; only these.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemotePtr {
+    pub node: NodeId,
+    pub region: RegionId,
+    /// Offset in 64-bit words from the start of the region.
+    pub offset_words: u32,
+}
+
+impl RemotePtr {
+    pub const fn new(node: NodeId, region: RegionId, offset_words: u32) -> Self {
+        RemotePtr {
+            node,
+            region,
+            offset_words,
+        }
+    }
+
+    /// The pointer `words` words further into the same region.
+    pub const fn add(self, words: u32) -> Self {
+        RemotePtr {
+            offset_words: self.offset_words + words,
+            ..self
+        }
+    }
+}
+
+impl fmt::Debug for RemotePtr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "n{}:r{}+{}",
+            self.node.0, self.region.0, self.offset_words
+        )
+    }
+}

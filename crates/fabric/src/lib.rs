@@ -1,0 +1,20 @@
+//! Atoll's fabric: the network as protocols see it.
+//!
+//! Registered, word-addressed memory per node ([`memory`]); one-sided verbs and typed-RPC
+//! transport ([`verbs`]); doorbell batching, outstanding requests and co-routine scheduling
+//! ([`core`]); and backends: the in-process threaded cluster ([`inproc`]).
+//! Nothing above this crate names a backend except the bench driver that picks one.
+
+pub mod core;
+pub mod ids;
+pub mod inproc;
+pub mod memory;
+pub mod rng;
+pub mod verbs;
+
+pub use crate::core::{
+    Completions, Coroutine, Doorbell, Endpoint, Executor, TaskId, Transport, WorkerCore,
+};
+pub use crate::ids::{NodeId, RegionId, RemotePtr, WorkerId};
+pub use crate::memory::{ClusterMemory, NodeMemory, Region};
+pub use crate::verbs::{Bytes, Completion, Op, RpcHandler, VerbCounters, VerbKind, Words};

@@ -1,0 +1,127 @@
+//! Registered memory: word-addressed regions of `AtomicU64`, so concurrent one-sided access
+//! (the NIC's DMA in a real cluster) is defined behaviour.
+//!
+//! A multi-word READ or WRITE is *not* atomic as a whole, exactly as with RDMA: words are
+//! read and written in ascending address order with acquire/release ordering, which is what
+//! the protocols' version checks rely on (a reader reads the header before the payload; a
+//! writer writes the payload before the version and the unlock).
+
+use crate::ids::{NodeId, RegionId};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One registered memory region.
+pub struct Region {
+    words: Box<[AtomicU64]>,
+}
+
+impl Region {
+    pub fn new(len_words: usize) -> Self {
+        let words = (0..len_words).map(|_| AtomicU64::new(0)).collect();
+        Region { words }
+    }
+
+    pub fn len_words(&self) -> usize {
+        self.words.len()
+    }
+
+    #[inline]
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        match self.words.get(offset) {
+            Some(w) => w,
+            None => panic!(
+                "memory access out of bounds: word {offset} of a {}-word region",
+                self.words.len()
+            ),
+        }
+    }
+
+    #[inline]
+    pub fn load(&self, offset: usize) -> u64 {
+        self.word(offset).load(Ordering::Acquire)
+    }
+
+    #[inline]
+    pub fn store(&self, offset: usize, value: u64) {
+        self.word(offset).store(value, Ordering::Release)
+    }
+
+    /// Compare-and-swap; returns the value found (equal to `expect` on success), as RDMA CAS.
+    #[inline]
+    pub fn cas(&self, offset: usize, expect: u64, new: u64) -> u64 {
+        match self
+            .word(offset)
+            .compare_exchange(expect, new, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(v) | Err(v) => v,
+        }
+    }
+
+    /// Fetch-and-add; returns the previous value, as RDMA FETCH_ADD.
+    #[inline]
+    pub fn fetch_add(&self, offset: usize, add: u64) -> u64 {
+        self.word(offset).fetch_add(add, Ordering::AcqRel)
+    }
+
+    /// Reads `out.len()` words in ascending order.
+    #[inline]
+    pub fn read_into(&self, offset: usize, out: &mut [u64]) {
+        let end = offset + out.len();
+        assert!(
+            end <= self.words.len(),
+            "read of {} words at {offset} overruns a {}-word region",
+            out.len(),
+            self.words.len()
+        );
+        for (o, w) in out.iter_mut().zip(&self.words[offset..end]) {
+            *o = w.load(Ordering::Acquire);
+        }
+    }
+
+    /// Writes `data` in ascending order.
+    #[inline]
+    pub fn write_from(&self, offset: usize, data: &[u64]) {
+        let end = offset + data.len();
+        assert!(
+            end <= self.words.len(),
+            "write of {} words at {offset} overruns a {}-word region",
+            data.len(),
+            self.words.len()
+        );
+        for (w, d) in self.words[offset..end].iter().zip(data) {
+            w.store(*d, Ordering::Release);
+        }
+    }
+}
+
+/// The registered regions of one node, fixed after start-up.
+pub struct NodeMemory {
+    pub node: NodeId,
+    regions: Vec<Region>,
+}
+
+impl NodeMemory {
+    /// Registers regions of the given sizes (in words), numbered from 0.
+    pub fn new(node: NodeId, region_words: &[usize]) -> Self {
+        NodeMemory {
+            node,
+            regions: region_words.iter().map(|&n| Region::new(n)).collect(),
+        }
+    }
+
+    #[inline]
+    pub fn region(&self, id: RegionId) -> &Region {
+        match self.regions.get(id.0 as usize) {
+            Some(r) => r,
+            None => panic!("node {} has no region {}", self.node.0, id.0),
+        }
+    }
+
+    pub fn region_count(&self) -> usize {
+        self.regions.len()
+    }
+}
+
+/// Every node's memory, as the in-process and simulated fabrics hold it. A process-per-node
+/// backend holds only its own node's [`NodeMemory`].
+pub type ClusterMemory = Arc<[Arc<NodeMemory>]>;

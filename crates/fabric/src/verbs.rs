@@ -1,0 +1,196 @@
+//! Verbs and their completions: one-sided READ, WRITE, CAS, FETCH_ADD and two-sided RPC,
+//! with the per-kind counters every run reports.
+
+use crate::ids::{NodeId, RemotePtr};
+use crate::memory::NodeMemory;
+use smallvec::SmallVec;
+
+/// Words moved by a READ or WRITE; inline up to a typical tuple (header + 64-byte payload).
+pub type Words = SmallVec<[u64; 16]>;
+
+/// Bytes of an RPC request or reply.
+pub type Bytes = Vec<u8>;
+
+/// One work request posted to the fabric.
+#[derive(Clone, Debug)]
+pub enum Op {
+    Read {
+        ptr: RemotePtr,
+        len_words: u32,
+    },
+    Write {
+        ptr: RemotePtr,
+        data: Words,
+    },
+    Cas {
+        ptr: RemotePtr,
+        expect: u64,
+        new: u64,
+    },
+    FetchAdd {
+        ptr: RemotePtr,
+        add: u64,
+    },
+    /// A typed request, already encoded, run by the target node's CPU.
+    Rpc {
+        node: NodeId,
+        req: Bytes,
+    },
+}
+
+impl Op {
+    pub fn node(&self) -> NodeId {
+        match self {
+            Op::Read { ptr, .. }
+            | Op::Write { ptr, .. }
+            | Op::Cas { ptr, .. }
+            | Op::FetchAdd { ptr, .. } => ptr.node,
+            Op::Rpc { node, .. } => *node,
+        }
+    }
+
+    pub fn kind(&self) -> VerbKind {
+        match self {
+            Op::Read { .. } => VerbKind::Read,
+            Op::Write { .. } => VerbKind::Write,
+            Op::Cas { .. } => VerbKind::Cas,
+            Op::FetchAdd { .. } => VerbKind::FetchAdd,
+            Op::Rpc { .. } => VerbKind::Rpc,
+        }
+    }
+
+    /// Payload bytes this op puts on the wire in the request direction.
+    pub fn request_bytes(&self) -> u64 {
+        match self {
+            Op::Read { .. } => 0,
+            Op::Write { data, .. } => data.len() as u64 * 8,
+            Op::Cas { .. } => 16,
+            Op::FetchAdd { .. } => 8,
+            Op::Rpc { req, .. } => req.len() as u64,
+        }
+    }
+}
+
+/// The result of one [`Op`].
+#[derive(Clone, Debug)]
+pub enum Completion {
+    Read(Words),
+    Write,
+    /// The value found before the compare-and-swap (equal to `expect` iff it succeeded).
+    Cas(u64),
+    /// The value before the add.
+    FetchAdd(u64),
+    Rpc(Bytes),
+    /// A timer (simulated compute or a timed yield) expired.
+    Timer,
+}
+
+impl Completion {
+    /// Payload bytes in the reply direction.
+    pub fn reply_bytes(&self) -> u64 {
+        match self {
+            Completion::Read(w) => w.len() as u64 * 8,
+            Completion::Cas(_) | Completion::FetchAdd(_) => 8,
+            Completion::Rpc(b) => b.len() as u64,
+            Completion::Write | Completion::Timer => 0,
+        }
+    }
+}
+
+/// Executes a one-sided op against the memory of the node it targets (what the NIC does).
+/// RPCs are not one-sided and are rejected here.
+pub fn execute_one_sided(mem: &NodeMemory, op: Op) -> Completion {
+    match op {
+        Op::Read { ptr, len_words } => {
+            let mut out = Words::from_elem(0, len_words as usize);
+            mem.region(ptr.region)
+                .read_into(ptr.offset_words as usize, &mut out);
+            Completion::Read(out)
+        }
+        Op::Write { ptr, data } => {
+            mem.region(ptr.region)
+                .write_from(ptr.offset_words as usize, &data);
+            Completion::Write
+        }
+        Op::Cas { ptr, expect, new } => Completion::Cas(mem.region(ptr.region).cas(
+            ptr.offset_words as usize,
+            expect,
+            new,
+        )),
+        Op::FetchAdd { ptr, add } => Completion::FetchAdd(
+            mem.region(ptr.region)
+                .fetch_add(ptr.offset_words as usize, add),
+        ),
+        Op::Rpc { node, .. } => panic!("RPC to node {} passed to execute_one_sided", node.0),
+    }
+}
+
+/// The verb classes counted and (in the simulator) priced separately.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerbKind {
+    Read = 0,
+    Write = 1,
+    Cas = 2,
+    FetchAdd = 3,
+    Rpc = 4,
+}
+
+impl VerbKind {
+    pub const ALL: [VerbKind; 5] = [
+        VerbKind::Read,
+        VerbKind::Write,
+        VerbKind::Cas,
+        VerbKind::FetchAdd,
+        VerbKind::Rpc,
+    ];
+    pub const COUNT: usize = 5;
+
+    pub fn name(self) -> &'static str {
+        match self {
+            VerbKind::Read => "read",
+            VerbKind::Write => "write",
+            VerbKind::Cas => "cas",
+            VerbKind::FetchAdd => "fetch_add",
+            VerbKind::Rpc => "rpc",
+        }
+    }
+}
+
+/// Per-worker verb counters. Remote ops cross the fabric; local ops are a node touching its
+/// own memory directly (or calling its own handler), as the papers do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerbCounters {
+    pub remote_ops: [u64; VerbKind::COUNT],
+    pub remote_bytes: [u64; VerbKind::COUNT],
+    pub local_ops: [u64; VerbKind::COUNT],
+    /// Doorbells rung with at least one remote op.
+    pub doorbells: u64,
+    /// Times a co-routine waited on the network (a doorbell with remote ops, awaited).
+    pub round_trips: u64,
+    /// RPC requests this worker served for other nodes.
+    pub rpcs_served: u64,
+}
+
+impl VerbCounters {
+    pub fn merge(&mut self, o: &VerbCounters) {
+        for i in 0..VerbKind::COUNT {
+            self.remote_ops[i] += o.remote_ops[i];
+            self.remote_bytes[i] += o.remote_bytes[i];
+            self.local_ops[i] += o.local_ops[i];
+        }
+        self.doorbells += o.doorbells;
+        self.round_trips += o.round_trips;
+        self.rpcs_served += o.rpcs_served;
+    }
+
+    pub fn total_remote_ops(&self) -> u64 {
+        self.remote_ops.iter().sum()
+    }
+}
+
+/// Executed by the target node's CPU for each RPC request. Implemented above the fabric (the
+/// transaction layer), so the fabric never learns what a request means.
+pub trait RpcHandler: Send + Sync {
+    /// Serves `req` on `node`, appending the encoded reply to `reply`.
+    fn handle(&self, node: NodeId, req: &[u8], reply: &mut Bytes);
+}

@@ -1,0 +1,50 @@
+//! Atoll's concurrency-control protocols, one per file, each composing the stage building
+//! blocks of `atoll_txn::stages` with the primitive its run-time plan names.
+
+pub mod nowait;
+pub mod occ;
+
+pub use nowait::NoWait;
+pub use occ::Occ;
+
+/// The protocols a run can select, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProtocolKind {
+    NoWait,
+    Occ,
+}
+
+impl ProtocolKind {
+    pub const ALL: [ProtocolKind; 2] = [ProtocolKind::NoWait, ProtocolKind::Occ];
+
+    pub fn name(self) -> &'static str {
+        use atoll_txn::Protocol;
+        match self {
+            ProtocolKind::NoWait => NoWait::NAME,
+            ProtocolKind::Occ => Occ::NAME,
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ProtocolKind> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == s.to_ascii_lowercase())
+    }
+
+    pub fn accepted() -> String {
+        Self::ALL
+            .iter()
+            .map(|p| p.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Rejects a plan the protocol cannot run.
+    pub fn check_plan(self, plan: &atoll_txn::Plan) -> Result<(), atoll_txn::PlanError> {
+        use atoll_txn::Protocol;
+        match self {
+            ProtocolKind::NoWait => NoWait::check_plan(plan),
+            ProtocolKind::Occ => Occ::check_plan(plan),
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! OCC in the style of DrTM+H (RCC §4.1): execution reads records without locking; commit
+//! locks the write set by CAS, checks that written records kept the version read, validates
+//! the read set's versions, logs to backups, writes back and unlocks.
+//!
+//! Pipeline: fetch = read → lock (write set) → validate (read set) → log → write back
+//! (+ release) → release.
+
+use atoll_txn::stages;
+use atoll_txn::{Abort, Access, Plan, PlanError, Protocol, Stage, TxnCore};
+
+pub struct Occ;
+
+impl Protocol for Occ {
+    const NAME: &'static str = "occ";
+
+    fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
+        // The lock stage always learns each record's location (RPC replies carry it), so a
+        // one-sided release after an RPC lock is valid (RCC §5.2), and vice versa.
+        Ok(())
+    }
+
+    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+        let prim = tx.c.plan().get(Stage::Read);
+        let t0 = tx.now_ns();
+        let r = stages::read(tx, idxs, prim).await;
+        tx.charge(Stage::Read, t0);
+        r
+    }
+
+    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+        let plan = *tx.c.plan();
+        let ws = tx.select(|e| e.is_write() && e.access != Access::Insert);
+        let rs = tx.select(|e| !e.is_write());
+
+        // Lock the write set; a record read earlier must still be at the version read.
+        let t0 = tx.now_ns();
+        let read_versions: Vec<(usize, u64)> = ws
+            .iter()
+            .filter(|&&i| tx.entries[i].fetched)
+            .map(|&i| (i, tx.entries[i].version))
+            .collect();
+        let mut r = stages::lock(tx, &ws, plan.get(Stage::Lock), false).await;
+        if r.is_ok()
+            && read_versions
+                .iter()
+                .any(|&(i, v)| tx.entries[i].version != v)
+        {
+            r = Err(Abort::ValidationFailed);
+        }
+        tx.charge(Stage::Lock, t0);
+        if let Err(a) = r {
+            Self::rollback(tx).await;
+            return Err(a);
+        }
+
+        // Validate the read set.
+        let t0 = tx.now_ns();
+        let r = stages::validate(tx, &rs, plan.get(Stage::Validate)).await;
+        tx.charge(Stage::Validate, t0);
+        if let Err(a) = r {
+            Self::rollback(tx).await;
+            return Err(a);
+        }
+
+        // Serialisation point passed: log, then make the writes visible.
+        let t0 = tx.now_ns();
+        stages::log(tx, plan.get(Stage::Log)).await?;
+        tx.charge(Stage::Log, t0);
+        if let Err(a) = stages::apply_inserts_deletes(tx).await {
+            Self::rollback(tx).await;
+            return Err(a);
+        }
+        let ws = tx.select(|e| e.locked);
+        let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
+        let t0 = tx.now_ns();
+        stages::write_back(tx, &ws, plan.get(Stage::Commit), same).await;
+        tx.charge(Stage::Commit, t0);
+        if !same {
+            let t0 = tx.now_ns();
+            stages::release(tx, &ws, plan.get(Stage::Release)).await;
+            tx.charge(Stage::Release, t0);
+        }
+        Ok(())
+    }
+
+    async fn rollback(tx: &mut TxnCore<'_>) {
+        let t0 = tx.now_ns();
+        let held = tx.select(|e| e.locked);
+        let plan = *tx.c.plan();
+        stages::release(tx, &held, plan.get(Stage::Release)).await;
+        tx.charge(Stage::Release, t0);
+    }
+}

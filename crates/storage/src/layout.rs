@@ -1,0 +1,284 @@
+//! Tuple and table layouts: where every word of a table lives in a node's region. This is
+//! the one place the tuple header is defined; protocols address words through these names.
+//!
+//! A table occupies one region on each node that holds part of it:
+//!
+//! ```text
+//! [ hash index: groups x GROUP_SLOTS x (key, meta) ][ records: capacity x (header + payload) ]
+//! ```
+//!
+//! Tuple header (HEADER_WORDS words, then the payload):
+//!
+//! | word | name      | meaning                                                            |
+//! |------|-----------|--------------------------------------------------------------------|
+//! | 0    | `LOCK`    | 0 when free, else the owner transaction's timestamp                 |
+//! | 1    | `VERSION` | bit 63 `ABSENT` (deleted / never inserted); low bits: commit count  |
+//! | 2    | `RTS`     | read timestamp, for lease-based protocols (SUNDIAL, MVCC)          |
+//! | 3    | `KEY`     | the record's key, so a cached location can be verified             |
+//!
+//! Index slot (2 words): `key`, then `meta` = 0 empty, 1 tombstone, `2 + record index` used.
+//! Writers publish `key` before `meta`, so a reader that sees a used `meta` sees its key.
+
+use atoll_fabric::{NodeId, RegionId, RemotePtr};
+use std::sync::Arc;
+
+pub const HEADER_WORDS: u32 = 4;
+pub const H_LOCK: u32 = 0;
+pub const H_VERSION: u32 = 1;
+pub const H_RTS: u32 = 2;
+pub const H_KEY: u32 = 3;
+
+/// Set in the version word of a record slot that holds no live record.
+pub const VERSION_ABSENT: u64 = 1 << 63;
+
+/// Slots per hash-index group: one READ of `GROUP_SLOTS * 2` words (128 bytes, two cache
+/// lines) fetches a whole group, so a one-sided lookup usually costs one round trip.
+pub const GROUP_SLOTS: u32 = 8;
+pub const SLOT_WORDS: u32 = 2;
+pub const GROUP_WORDS: u32 = GROUP_SLOTS * SLOT_WORDS;
+pub const META_EMPTY: u64 = 0;
+pub const META_TOMBSTONE: u64 = 1;
+pub const META_USED_BASE: u64 = 2;
+
+/// A table's identifier; also its region id on every node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableId(pub u16);
+
+/// How a table's keys map to nodes.
+#[derive(Clone)]
+pub enum Partition {
+    /// Keys `[n * keys_per_node, (n + 1) * keys_per_node)` live on node `n`.
+    Range { keys_per_node: u64 },
+    /// Key `k` lives on node `k % nodes`.
+    Modulo,
+    /// Every node holds every record (read-mostly tables such as TPC-C's ITEM).
+    Replicated,
+    /// Any function of the key (TPC-C partitions by warehouse).
+    Custom(Arc<dyn Fn(u64) -> u16 + Send + Sync>),
+}
+
+impl std::fmt::Debug for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Partition::Range { keys_per_node } => write!(f, "Range({keys_per_node})"),
+            Partition::Modulo => write!(f, "Modulo"),
+            Partition::Replicated => write!(f, "Replicated"),
+            Partition::Custom(_) => write!(f, "Custom"),
+        }
+    }
+}
+
+/// What a workload declares about a table.
+#[derive(Clone, Debug)]
+pub struct TableSpec {
+    pub name: String,
+    pub payload_words: u32,
+    /// Record slots on each node (inserts beyond it fail with `StoreError::Full`).
+    pub capacity_per_node: u32,
+    pub partition: Partition,
+    /// Keep an ordered index for range scans on each node.
+    pub ordered: bool,
+}
+
+/// Word offsets of one table inside its region; identical on every node, so a coordinator
+/// computes remote addresses without asking.
+#[derive(Clone, Copy, Debug)]
+pub struct TableLayout {
+    pub index_groups: u32,
+    pub records_base: u32,
+    pub record_words: u32,
+    pub capacity: u32,
+}
+
+impl TableLayout {
+    pub fn new(spec: &TableSpec) -> Self {
+        // At most half the index slots are ever used, keeping probe chains short.
+        let slots = (spec.capacity_per_node as u64 * 2)
+            .max(GROUP_SLOTS as u64)
+            .next_power_of_two();
+        let index_groups = (slots / GROUP_SLOTS as u64) as u32;
+        let records_base = index_groups * GROUP_WORDS;
+        let record_words = HEADER_WORDS + spec.payload_words;
+        let total = records_base as u64 + spec.capacity_per_node as u64 * record_words as u64;
+        assert!(
+            total < u32::MAX as u64,
+            "table {} needs {total} words per node, over the 2^32-word region limit",
+            spec.name
+        );
+        TableLayout {
+            index_groups,
+            records_base,
+            record_words,
+            capacity: spec.capacity_per_node,
+        }
+    }
+
+    pub fn region_words(&self) -> usize {
+        self.records_base as usize + self.capacity as usize * self.record_words as usize
+    }
+
+    /// Word offset of record slot `idx`.
+    #[inline]
+    pub fn record_offset(&self, idx: u32) -> u32 {
+        debug_assert!(
+            idx < self.capacity,
+            "record {idx} beyond capacity {}",
+            self.capacity
+        );
+        self.records_base + idx * self.record_words
+    }
+
+    /// Record slot index of a record offset.
+    #[inline]
+    pub fn record_index(&self, offset: u32) -> u32 {
+        (offset - self.records_base) / self.record_words
+    }
+
+    /// The index group where the probe for `key` starts.
+    #[inline]
+    pub fn home_group(&self, key: u64) -> u32 {
+        (hash_key(key) & (self.index_groups as u64 - 1)) as u32
+    }
+
+    #[inline]
+    pub fn group_offset(&self, group: u32) -> u32 {
+        group * GROUP_WORDS
+    }
+}
+
+/// The key hash used by the index (a 64-bit finaliser: cheap and well mixed).
+#[inline]
+pub fn hash_key(key: u64) -> u64 {
+    let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// What scanning one index group found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GroupProbe {
+    /// The key's record slot.
+    Found(u32),
+    /// An empty slot ends the probe: the key is absent.
+    Absent,
+    /// The group is full of other keys; probe the next group.
+    Continue,
+}
+
+/// Looks for `key` in the words of one index group (as one READ returns them).
+pub fn probe_group(words: &[u64], key: u64) -> GroupProbe {
+    debug_assert_eq!(words.len(), GROUP_WORDS as usize);
+    for s in words.chunks_exact(SLOT_WORDS as usize) {
+        match s[1] {
+            META_EMPTY => return GroupProbe::Absent,
+            META_TOMBSTONE => {}
+            meta if s[0] == key => return GroupProbe::Found((meta - META_USED_BASE) as u32),
+            _ => {}
+        }
+    }
+    GroupProbe::Continue
+}
+
+/// Tables, their layouts and how they map to nodes: immutable after start-up and shared by
+/// every node.
+#[derive(Debug)]
+pub struct Catalog {
+    pub nodes: u16,
+    tables: Vec<(TableSpec, TableLayout)>,
+    extra_regions: Vec<usize>,
+}
+
+impl Catalog {
+    /// `extra_regions` are sizes (words) of regions numbered after the tables' (logs, etc.).
+    pub fn new(nodes: u16, specs: Vec<TableSpec>, extra_regions: Vec<usize>) -> Self {
+        assert!(nodes > 0, "a catalog needs at least one node");
+        let tables = specs.into_iter().map(|s| {
+            let l = TableLayout::new(&s);
+            (s, l)
+        });
+        Catalog {
+            nodes,
+            tables: tables.collect(),
+            extra_regions,
+        }
+    }
+
+    pub fn table_count(&self) -> usize {
+        self.tables.len()
+    }
+
+    pub fn spec(&self, t: TableId) -> &TableSpec {
+        &self.tables[t.0 as usize].0
+    }
+
+    #[inline]
+    pub fn layout(&self, t: TableId) -> &TableLayout {
+        &self.tables[t.0 as usize].1
+    }
+
+    pub fn table_by_name(&self, name: &str) -> Option<TableId> {
+        self.tables
+            .iter()
+            .position(|(s, _)| s.name == name)
+            .map(|i| TableId(i as u16))
+    }
+
+    /// The region id of extra region `i`.
+    pub fn extra_region(&self, i: usize) -> RegionId {
+        assert!(
+            i < self.extra_regions.len(),
+            "extra region {i} of {}",
+            self.extra_regions.len()
+        );
+        RegionId((self.tables.len() + i) as u16)
+    }
+
+    /// Sizes of every region a node registers, in region-id order.
+    pub fn region_words(&self) -> Vec<usize> {
+        self.tables
+            .iter()
+            .map(|(_, l)| l.region_words())
+            .chain(self.extra_regions.iter().copied())
+            .collect()
+    }
+
+    /// The node holding `key`; for a replicated table, the asking node's own copy.
+    #[inline]
+    pub fn home(&self, t: TableId, key: u64, asking: NodeId) -> NodeId {
+        let n = match &self.tables[t.0 as usize].0.partition {
+            Partition::Range { keys_per_node } => {
+                ((key / keys_per_node) as u16).min(self.nodes - 1)
+            }
+            Partition::Modulo => (key % self.nodes as u64) as u16,
+            Partition::Replicated => asking.0,
+            Partition::Custom(f) => f(key),
+        };
+        debug_assert!(
+            n < self.nodes,
+            "table {} maps key {key} to node {n} of {}",
+            self.spec(t).name,
+            self.nodes
+        );
+        NodeId(n)
+    }
+
+    pub fn is_replicated(&self, t: TableId) -> bool {
+        matches!(self.tables[t.0 as usize].0.partition, Partition::Replicated)
+    }
+
+    /// Whether node `n` holds (a copy of) `key`.
+    pub fn holds(&self, t: TableId, key: u64, n: NodeId) -> bool {
+        self.is_replicated(t) || self.home(t, key, n) == n
+    }
+
+    #[inline]
+    pub fn record_ptr(&self, t: TableId, node: NodeId, idx: u32) -> RemotePtr {
+        RemotePtr::new(node, RegionId(t.0), self.layout(t).record_offset(idx))
+    }
+
+    #[inline]
+    pub fn group_ptr(&self, t: TableId, node: NodeId, group: u32) -> RemotePtr {
+        RemotePtr::new(node, RegionId(t.0), self.layout(t).group_offset(group))
+    }
+}

@@ -1,0 +1,12 @@
+//! Atoll storage: tables of fixed-size records in registered regions.
+//!
+//! [`layout`] defines the tuple header and where every word lives; [`store`] is one node's
+//! share (inserts, deletes, lookups); [`ordered`] is the per-node B+tree for range scans.
+//! Storage knows no backend: it sees only [`atoll_fabric::NodeMemory`] and pointers.
+
+pub mod layout;
+pub mod ordered;
+pub mod store;
+
+pub use layout::{Catalog, Partition, TableId, TableLayout, TableSpec};
+pub use store::{Store, StoreError};

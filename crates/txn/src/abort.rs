@@ -1,0 +1,57 @@
+//! Typed abort reasons: expected failures, counted per reason, never panics.
+
+/// Why a transaction attempt aborted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Abort {
+    /// A lock it needed was held by another transaction (NOWAIT, OCC's commit-time locks).
+    LockBusy,
+    /// A version it read changed before commit (OCC validation).
+    ValidationFailed,
+    /// It read a record that a committing writer held locked.
+    Conflict,
+    /// The transaction logic chose to abort (insufficient funds, TPC-C's invalid item).
+    UserAbort,
+    /// A key it needed does not exist.
+    NotFound,
+    /// An insert found the key already present.
+    Duplicate,
+}
+
+impl Abort {
+    pub const ALL: [Abort; 6] = [
+        Abort::LockBusy,
+        Abort::ValidationFailed,
+        Abort::Conflict,
+        Abort::UserAbort,
+        Abort::NotFound,
+        Abort::Duplicate,
+    ];
+    pub const COUNT: usize = Self::ALL.len();
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Abort::LockBusy => "lock_busy",
+            Abort::ValidationFailed => "validation_failed",
+            Abort::Conflict => "conflict",
+            Abort::UserAbort => "user_abort",
+            Abort::NotFound => "not_found",
+            Abort::Duplicate => "duplicate",
+        }
+    }
+
+    /// Whether re-running the same transaction logic can succeed. A user abort is the
+    /// transaction's own decision, so it is final.
+    pub fn is_retryable(self) -> bool {
+        !matches!(self, Abort::UserAbort | Abort::NotFound)
+    }
+}
+
+impl std::fmt::Display for Abort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,219 @@
+//! The coordinator side of a transaction: a co-routine's long-lived context
+//! ([`Coordinator`]) and one attempt's read and write sets ([`TxnCore`]).
+
+use crate::msg::NO_LOC;
+use crate::plan::{Plan, Stage};
+use crate::ts::{Timestamp, TsGen};
+use atoll_fabric::{Endpoint, NodeId, Words};
+use atoll_storage::{Catalog, TableId};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+/// Settings of the transaction layer, shared by every coordinator of a run.
+#[derive(Clone, Debug)]
+pub struct TxnConfig {
+    pub plan: Plan,
+    /// Backups each committing coordinator logs its writes to (RCC's coordinator log).
+    pub log_replicas: u16,
+    /// Words of each coordinator's log ring on each backup.
+    pub log_ring_words: u32,
+    /// Co-routines in the cluster, which is the number of log rings per node.
+    pub coordinators_total: u32,
+    /// Remote record locations a coordinator caches before it starts over.
+    pub loc_cache_entries_max: usize,
+}
+
+impl TxnConfig {
+    /// Words of the log region each node registers.
+    pub fn log_region_words(&self) -> usize {
+        self.log_ring_words as usize * self.coordinators_total as usize
+    }
+}
+
+/// A fast hasher for the location cache: keys are already well mixed by `hash_key`.
+#[derive(Default)]
+pub struct LocHasher(u64);
+
+impl Hasher for LocHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ *b as u64).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(v as u64)
+    }
+}
+
+/// A co-routine's coordinator: its fabric endpoint, timestamps, caches and log position.
+pub struct Coordinator {
+    pub ep: Endpoint,
+    pub catalog: Arc<Catalog>,
+    pub cfg: Arc<TxnConfig>,
+    /// Cluster-wide index of this co-routine (its log ring and timestamp id).
+    pub id: u32,
+    ts: TsGen,
+    loc_cache: HashMap<(TableId, NodeId, u64), u32, BuildHasherDefault<LocHasher>>,
+    /// Next write offset within this coordinator's ring, per backup (1st, 2nd, ...).
+    pub(crate) log_pos: Vec<u32>,
+}
+
+impl Coordinator {
+    pub fn new(ep: Endpoint, catalog: Arc<Catalog>, cfg: Arc<TxnConfig>, id: u32) -> Self {
+        assert!(
+            id < cfg.coordinators_total,
+            "coordinator {id} of {}",
+            cfg.coordinators_total
+        );
+        let replicas = cfg.log_replicas as usize;
+        Coordinator {
+            ep,
+            catalog,
+            ts: TsGen::new(id as u64),
+            loc_cache: HashMap::default(),
+            log_pos: vec![0; replicas],
+            cfg,
+            id,
+        }
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.cfg.plan
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.ep.node()
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.ep.now_ns()
+    }
+
+    pub fn next_ts(&mut self) -> Timestamp {
+        let now = self.ep.now_ns();
+        self.ts.next(now)
+    }
+
+    pub(crate) fn cached_loc(&self, t: TableId, node: NodeId, key: u64) -> u32 {
+        self.loc_cache
+            .get(&(t, node, key))
+            .copied()
+            .unwrap_or(NO_LOC)
+    }
+
+    pub(crate) fn cache_loc(&mut self, t: TableId, node: NodeId, key: u64, loc: u32) {
+        if node == self.ep.node() {
+            return;
+        }
+        if self.loc_cache.len() >= self.cfg.loc_cache_entries_max {
+            self.loc_cache.clear();
+        }
+        self.loc_cache.insert((t, node, key), loc);
+    }
+
+    pub(crate) fn forget_loc(&mut self, t: TableId, node: NodeId, key: u64) {
+        self.loc_cache.remove(&(t, node, key));
+    }
+}
+
+/// How a transaction uses a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Update,
+    Insert,
+    Delete,
+}
+
+/// One record of the read or write set.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub table: TableId,
+    pub key: u64,
+    pub node: NodeId,
+    /// Record slot on `node`, or [`NO_LOC`] until located.
+    pub loc: u32,
+    pub access: Access,
+    /// The version word observed when the record was read or locked.
+    pub version: u64,
+    pub data: Words,
+    pub fetched: bool,
+    pub locked: bool,
+    /// `write` was called: the payload is to be installed.
+    pub dirty: bool,
+}
+
+impl Entry {
+    pub fn is_write(&self) -> bool {
+        self.access != Access::Read
+    }
+}
+
+/// One attempt of a transaction: its timestamp, read and write sets and stage timings.
+pub struct TxnCore<'c> {
+    pub c: &'c mut Coordinator,
+    pub ts: Timestamp,
+    pub entries: Vec<Entry>,
+    /// Nanoseconds spent per [`Stage`] in this attempt.
+    pub stage_ns: [u64; Stage::COUNT],
+}
+
+impl<'c> TxnCore<'c> {
+    pub fn begin(c: &'c mut Coordinator) -> Self {
+        let ts = c.next_ts();
+        TxnCore {
+            c,
+            ts,
+            entries: Vec::new(),
+            stage_ns: [0; Stage::COUNT],
+        }
+    }
+
+    pub fn find(&self, t: TableId, key: u64) -> Option<usize> {
+        self.entries
+            .iter()
+            .position(|e| e.table == t && e.key == key)
+    }
+
+    /// Adds an entry (not yet fetched) and returns its index.
+    pub fn add(&mut self, t: TableId, key: u64, access: Access) -> usize {
+        let node = self.c.catalog.home(t, key, self.c.node());
+        let loc = self.c.cached_loc(t, node, key);
+        self.entries.push(Entry {
+            table: t,
+            key,
+            node,
+            loc,
+            access,
+            version: 0,
+            data: Words::new(),
+            fetched: false,
+            locked: false,
+            dirty: false,
+        });
+        self.entries.len() - 1
+    }
+
+    /// Charges the time since `start_ns` to `stage`.
+    pub fn charge(&mut self, stage: Stage, start_ns: u64) {
+        self.stage_ns[stage as usize] += self.c.now_ns().saturating_sub(start_ns);
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.c.now_ns()
+    }
+
+    /// Entry indices matching `f`.
+    pub fn select(&self, f: impl Fn(&Entry) -> bool) -> crate::Idxs {
+        (0..self.entries.len())
+            .filter(|&i| f(&self.entries[i]))
+            .collect()
+    }
+}

@@ -1,0 +1,24 @@
+//! Atoll's transaction layer: the API workloads program against ([`Txn`]), read and write
+//! sets ([`coord`]), typed RPC messages ([`msg`]) and the participant that serves them
+//! ([`handler`]), stage building blocks in both primitives ([`stages`]), run-time plans
+//! ([`plan`]), timestamps ([`ts`]) and typed aborts ([`abort`]).
+//!
+//! Protocols implement [`Protocol`]; nothing here names a fabric backend.
+
+pub mod abort;
+pub mod coord;
+pub mod handler;
+pub mod msg;
+pub mod plan;
+pub mod stages;
+pub mod ts;
+mod txn;
+
+pub use abort::Abort;
+pub use coord::{Access, Coordinator, Entry, TxnConfig, TxnCore};
+pub use plan::{Plan, PlanError, Primitive, Stage};
+pub use ts::Timestamp;
+pub use txn::{Protocol, Txn};
+
+/// A small set of entry indices (read and write sets are usually small).
+pub type Idxs = smallvec::SmallVec<[usize; 16]>;

@@ -1,0 +1,588 @@
+//! Typed RPC messages between a coordinator and a participant, and their byte encoding.
+//!
+//! Every request is batched per target node (one RPC per node per stage). The encoding is a
+//! sequence of little-endian 64-bit words: a tag, then fields; variable parts carry their
+//! length first. Decoding checks every length and tag and returns [`DecodeError`] on
+//! anything malformed: a message from the network is untrusted input.
+
+use atoll_fabric::Words;
+use atoll_storage::TableId;
+use std::fmt;
+
+/// No cached location: the participant looks the key up in its index.
+pub const NO_LOC: u32 = u32::MAX;
+
+/// A record named by a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Item {
+    pub table: TableId,
+    pub key: u64,
+    /// Record slot if the coordinator knows it, else [`NO_LOC`].
+    pub loc: u32,
+}
+
+/// A tuple as a participant returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tuple {
+    pub loc: u32,
+    pub lock: u64,
+    pub version: u64,
+    pub data: Words,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Consistent reads of records (no locking).
+    Read {
+        items: Vec<Item>,
+    },
+    /// Lock every item for `ts` (all or none), returning the tuples when `want_data`.
+    Lock {
+        ts: u64,
+        want_data: bool,
+        items: Vec<Item>,
+    },
+    /// Check that each record is unlocked (or locked by `ts`) and still at the version.
+    Validate {
+        ts: u64,
+        items: Vec<(TableId, u32, u64)>,
+    },
+    /// Copy `words` into the log region at `offset` (a coordinator's log ring).
+    Log {
+        offset: u32,
+        words: Vec<u64>,
+    },
+    /// Install payloads, bump versions, and (if `release`) unlock records held by `ts`.
+    WriteBack {
+        ts: u64,
+        release: bool,
+        items: Vec<(TableId, u32, Words)>,
+    },
+    /// Unlock records held by `ts`.
+    Release {
+        ts: u64,
+        items: Vec<(TableId, u32)>,
+    },
+    Insert {
+        table: TableId,
+        key: u64,
+        payload: Words,
+    },
+    Delete {
+        table: TableId,
+        key: u64,
+    },
+    Scan {
+        table: TableId,
+        lo: u64,
+        hi: u64,
+        limit: u32,
+        reverse: bool,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// One per item; `None` where the key does not exist.
+    Tuples(Vec<Option<Tuple>>),
+    /// Item `index` was held by `holder`; nothing stays locked.
+    LockFailed {
+        index: u32,
+        holder: u64,
+    },
+    /// Item `index` does not exist; nothing stays locked.
+    NotFound {
+        index: u32,
+    },
+    /// Validation failed at item `index`.
+    Invalid {
+        index: u32,
+    },
+    Ok,
+    Inserted {
+        loc: u32,
+    },
+    Duplicate,
+    Keys(Vec<(u64, u32)>),
+    /// The request could not be decoded or named memory it may not touch.
+    BadRequest,
+}
+
+/// A malformed message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeError(pub String);
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "malformed message: {}", self.0)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+struct Enc<'a>(&'a mut Vec<u8>);
+
+impl Enc<'_> {
+    #[inline]
+    fn w(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn words(&mut self, ws: &[u64]) {
+        self.w(ws.len() as u64);
+        for &v in ws {
+            self.w(v);
+        }
+    }
+    fn item(&mut self, i: &Item) {
+        self.w(i.table.0 as u64);
+        self.w(i.key);
+        self.w(i.loc as u64);
+    }
+}
+
+struct Dec<'a> {
+    b: &'a [u8],
+    what: &'static str,
+}
+
+/// Longest variable part accepted, bounding what a malformed length can make us allocate.
+const MAX_LEN: u64 = 1 << 20;
+
+impl Dec<'_> {
+    fn w(&mut self) -> Result<u64, DecodeError> {
+        if self.b.len() < 8 {
+            return Err(DecodeError(format!("{} truncated", self.what)));
+        }
+        let (h, t) = self.b.split_at(8);
+        self.b = t;
+        Ok(u64::from_le_bytes(h.try_into().expect("8 bytes")))
+    }
+    fn len(&mut self) -> Result<usize, DecodeError> {
+        let n = self.w()?;
+        if n > MAX_LEN {
+            return Err(DecodeError(format!(
+                "{}: length {n} over the limit {MAX_LEN}",
+                self.what
+            )));
+        }
+        // Every element takes at least one word, so a longer count cannot be honest.
+        if n > (self.b.len() / 8) as u64 {
+            return Err(DecodeError(format!(
+                "{}: length {n} but only {} bytes left",
+                self.what,
+                self.b.len()
+            )));
+        }
+        Ok(n as usize)
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        let v = self.w()?;
+        u32::try_from(v)
+            .map_err(|_| DecodeError(format!("{}: {v} does not fit 32 bits", self.what)))
+    }
+    fn table(&mut self) -> Result<TableId, DecodeError> {
+        let v = self.w()?;
+        u16::try_from(v)
+            .map(TableId)
+            .map_err(|_| DecodeError(format!("{}: table id {v} out of range", self.what)))
+    }
+    fn bool(&mut self) -> Result<bool, DecodeError> {
+        match self.w()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(DecodeError(format!("{}: {v} is not a boolean", self.what))),
+        }
+    }
+    fn words(&mut self) -> Result<Words, DecodeError> {
+        let n = self.len()?;
+        let mut out = Words::with_capacity(n);
+        for _ in 0..n {
+            out.push(self.w()?);
+        }
+        Ok(out)
+    }
+    fn item(&mut self) -> Result<Item, DecodeError> {
+        Ok(Item {
+            table: self.table()?,
+            key: self.w()?,
+            loc: self.u32()?,
+        })
+    }
+    fn done(&self) -> Result<(), DecodeError> {
+        if self.b.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError(format!(
+                "{}: {} trailing bytes",
+                self.what,
+                self.b.len()
+            )))
+        }
+    }
+}
+
+impl Request {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut e = Enc(out);
+        match self {
+            Request::Read { items } => {
+                e.w(1);
+                e.w(items.len() as u64);
+                items.iter().for_each(|i| e.item(i));
+            }
+            Request::Lock {
+                ts,
+                want_data,
+                items,
+            } => {
+                e.w(2);
+                e.w(*ts);
+                e.w(*want_data as u64);
+                e.w(items.len() as u64);
+                items.iter().for_each(|i| e.item(i));
+            }
+            Request::Validate { ts, items } => {
+                e.w(3);
+                e.w(*ts);
+                e.w(items.len() as u64);
+                for (t, loc, v) in items {
+                    e.w(t.0 as u64);
+                    e.w(*loc as u64);
+                    e.w(*v);
+                }
+            }
+            Request::Log { offset, words } => {
+                e.w(4);
+                e.w(*offset as u64);
+                e.words(words);
+            }
+            Request::WriteBack { ts, release, items } => {
+                e.w(5);
+                e.w(*ts);
+                e.w(*release as u64);
+                e.w(items.len() as u64);
+                for (t, loc, p) in items {
+                    e.w(t.0 as u64);
+                    e.w(*loc as u64);
+                    e.words(p);
+                }
+            }
+            Request::Release { ts, items } => {
+                e.w(6);
+                e.w(*ts);
+                e.w(items.len() as u64);
+                for (t, loc) in items {
+                    e.w(t.0 as u64);
+                    e.w(*loc as u64);
+                }
+            }
+            Request::Insert {
+                table,
+                key,
+                payload,
+            } => {
+                e.w(7);
+                e.w(table.0 as u64);
+                e.w(*key);
+                e.words(payload);
+            }
+            Request::Delete { table, key } => {
+                e.w(8);
+                e.w(table.0 as u64);
+                e.w(*key);
+            }
+            Request::Scan {
+                table,
+                lo,
+                hi,
+                limit,
+                reverse,
+            } => {
+                e.w(9);
+                e.w(table.0 as u64);
+                e.w(*lo);
+                e.w(*hi);
+                e.w(*limit as u64);
+                e.w(*reverse as u64);
+            }
+        }
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(64);
+        self.encode(&mut v);
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Request, DecodeError> {
+        let mut d = Dec { b, what: "request" };
+        let r = match d.w()? {
+            1 => {
+                let n = d.len()?;
+                Request::Read {
+                    items: (0..n).map(|_| d.item()).collect::<Result<_, _>>()?,
+                }
+            }
+            2 => {
+                let ts = d.w()?;
+                let want_data = d.bool()?;
+                let n = d.len()?;
+                Request::Lock {
+                    ts,
+                    want_data,
+                    items: (0..n).map(|_| d.item()).collect::<Result<_, _>>()?,
+                }
+            }
+            3 => {
+                let ts = d.w()?;
+                let n = d.len()?;
+                let items = (0..n)
+                    .map(|_| Ok((d.table()?, d.u32()?, d.w()?)))
+                    .collect::<Result<_, DecodeError>>()?;
+                Request::Validate { ts, items }
+            }
+            4 => Request::Log {
+                offset: d.u32()?,
+                words: d.words()?.to_vec(),
+            },
+            5 => {
+                let ts = d.w()?;
+                let release = d.bool()?;
+                let n = d.len()?;
+                let items = (0..n)
+                    .map(|_| Ok((d.table()?, d.u32()?, d.words()?)))
+                    .collect::<Result<_, DecodeError>>()?;
+                Request::WriteBack { ts, release, items }
+            }
+            6 => {
+                let ts = d.w()?;
+                let n = d.len()?;
+                let items = (0..n)
+                    .map(|_| Ok((d.table()?, d.u32()?)))
+                    .collect::<Result<_, DecodeError>>()?;
+                Request::Release { ts, items }
+            }
+            7 => Request::Insert {
+                table: d.table()?,
+                key: d.w()?,
+                payload: d.words()?,
+            },
+            8 => Request::Delete {
+                table: d.table()?,
+                key: d.w()?,
+            },
+            9 => Request::Scan {
+                table: d.table()?,
+                lo: d.w()?,
+                hi: d.w()?,
+                limit: d.u32()?,
+                reverse: d.bool()?,
+            },
+            t => {
+                return Err(DecodeError(format!(
+                    "unknown request tag {t} (accepted: 1-9)"
+                )))
+            }
+        };
+        d.done()?;
+        Ok(r)
+    }
+}
+
+impl Reply {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut e = Enc(out);
+        match self {
+            Reply::Tuples(ts) => {
+                e.w(1);
+                e.w(ts.len() as u64);
+                for t in ts {
+                    match t {
+                        None => e.w(0),
+                        Some(t) => {
+                            e.w(1);
+                            e.w(t.loc as u64);
+                            e.w(t.lock);
+                            e.w(t.version);
+                            e.words(&t.data);
+                        }
+                    }
+                }
+            }
+            Reply::LockFailed { index, holder } => {
+                e.w(2);
+                e.w(*index as u64);
+                e.w(*holder);
+            }
+            Reply::NotFound { index } => {
+                e.w(3);
+                e.w(*index as u64);
+            }
+            Reply::Invalid { index } => {
+                e.w(4);
+                e.w(*index as u64);
+            }
+            Reply::Ok => e.w(5),
+            Reply::Inserted { loc } => {
+                e.w(6);
+                e.w(*loc as u64);
+            }
+            Reply::Duplicate => e.w(7),
+            Reply::BadRequest => e.w(9),
+            Reply::Keys(ks) => {
+                e.w(8);
+                e.w(ks.len() as u64);
+                for (k, loc) in ks {
+                    e.w(*k);
+                    e.w(*loc as u64);
+                }
+            }
+        }
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Reply, DecodeError> {
+        let mut d = Dec { b, what: "reply" };
+        let r = match d.w()? {
+            1 => {
+                let n = d.len()?;
+                let mut ts = Vec::with_capacity(n);
+                for _ in 0..n {
+                    ts.push(match d.bool()? {
+                        false => None,
+                        true => Some(Tuple {
+                            loc: d.u32()?,
+                            lock: d.w()?,
+                            version: d.w()?,
+                            data: d.words()?,
+                        }),
+                    });
+                }
+                Reply::Tuples(ts)
+            }
+            2 => Reply::LockFailed {
+                index: d.u32()?,
+                holder: d.w()?,
+            },
+            3 => Reply::NotFound { index: d.u32()? },
+            4 => Reply::Invalid { index: d.u32()? },
+            5 => Reply::Ok,
+            6 => Reply::Inserted { loc: d.u32()? },
+            7 => Reply::Duplicate,
+            8 => {
+                let n = d.len()?;
+                Reply::Keys(
+                    (0..n)
+                        .map(|_| Ok((d.w()?, d.u32()?)))
+                        .collect::<Result<_, DecodeError>>()?,
+                )
+            }
+            9 => Reply::BadRequest,
+            t => {
+                return Err(DecodeError(format!(
+                    "unknown reply tag {t} (accepted: 1-9)"
+                )))
+            }
+        };
+        d.done()?;
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(r: Request) {
+        let b = r.to_bytes();
+        assert_eq!(Request::decode(&b), Ok(r.clone()), "{r:?}");
+        // Every strict prefix is malformed, never a panic.
+        for cut in 0..b.len() {
+            assert!(
+                Request::decode(&b[..cut]).is_err(),
+                "prefix {cut} of {r:?} decoded"
+            );
+        }
+    }
+
+    #[test]
+    fn messages_round_trip_and_truncations_are_rejected() {
+        let it = Item {
+            table: TableId(3),
+            key: 42,
+            loc: NO_LOC,
+        };
+        round_trip(Request::Read {
+            items: vec![it, Item { loc: 7, ..it }],
+        });
+        round_trip(Request::Lock {
+            ts: 99,
+            want_data: true,
+            items: vec![it],
+        });
+        round_trip(Request::Validate {
+            ts: 5,
+            items: vec![(TableId(1), 2, 3)],
+        });
+        round_trip(Request::Log {
+            offset: 10,
+            words: vec![1, 2, 3],
+        });
+        round_trip(Request::WriteBack {
+            ts: 1,
+            release: false,
+            items: vec![(TableId(0), 1, Words::from_slice(&[9, 8]))],
+        });
+        round_trip(Request::Release {
+            ts: 1,
+            items: vec![(TableId(0), 1)],
+        });
+        round_trip(Request::Insert {
+            table: TableId(2),
+            key: 5,
+            payload: Words::from_slice(&[1]),
+        });
+        round_trip(Request::Delete {
+            table: TableId(2),
+            key: 5,
+        });
+        round_trip(Request::Scan {
+            table: TableId(2),
+            lo: 1,
+            hi: 9,
+            limit: 20,
+            reverse: true,
+        });
+        let reply = Reply::Tuples(vec![
+            None,
+            Some(Tuple {
+                loc: 1,
+                lock: 0,
+                version: 4,
+                data: Words::from_slice(&[5]),
+            }),
+        ]);
+        let mut b = Vec::new();
+        reply.encode(&mut b);
+        assert_eq!(Reply::decode(&b), Ok(reply));
+    }
+
+    #[test]
+    fn malformed_messages_name_what_is_wrong() {
+        let e = Request::decode(&77u64.to_le_bytes()).unwrap_err();
+        assert!(e.0.contains("unknown request tag 77"), "{e}");
+        let mut b = Request::Delete {
+            table: TableId(1),
+            key: 2,
+        }
+        .to_bytes();
+        b.extend_from_slice(&[0; 8]);
+        assert!(Request::decode(&b).unwrap_err().0.contains("trailing"));
+        let mut huge = Vec::new();
+        Enc(&mut huge).w(1);
+        Enc(&mut huge).w(u64::MAX);
+        assert!(Request::decode(&huge)
+            .unwrap_err()
+            .0
+            .contains("over the limit"));
+    }
+}

@@ -1,0 +1,619 @@
+//! The building blocks of every protocol's pipeline, each in a one-sided and an RPC form:
+//! locate, read, lock, validate, log, write back, release, insert/delete. A protocol file
+//! composes them in its order and passes the primitive its plan names for the stage.
+//!
+//! Every function works on a set of entry indices and posts one doorbell for the whole set
+//! (several nodes at once), so a stage costs one round trip where the protocol allows.
+
+use crate::abort::Abort;
+use crate::coord::{Access, TxnCore};
+use crate::msg::{Item, Reply, Request, Tuple, NO_LOC};
+use crate::plan::Primitive;
+use crate::Idxs;
+use atoll_fabric::{NodeId, Words};
+use atoll_storage::layout::{
+    probe_group, GroupProbe, GROUP_WORDS, HEADER_WORDS, H_KEY, H_LOCK, H_VERSION, VERSION_ABSENT,
+};
+
+fn decode(b: &[u8]) -> Reply {
+    match Reply::decode(b) {
+        Ok(r) => r,
+        Err(e) => panic!("participant sent an undecodable reply: {e}"),
+    }
+}
+
+/// Nodes touched by `idxs`, each once, in first-seen order.
+fn nodes_of(tx: &TxnCore<'_>, idxs: &[usize]) -> smallvec::SmallVec<[NodeId; 8]> {
+    let mut ns = smallvec::SmallVec::new();
+    for &i in idxs {
+        let n = tx.entries[i].node;
+        if !ns.contains(&n) {
+            ns.push(n);
+        }
+    }
+    ns
+}
+
+fn item(tx: &TxnCore<'_>, i: usize) -> Item {
+    let e = &tx.entries[i];
+    Item {
+        table: e.table,
+        key: e.key,
+        loc: e.loc,
+    }
+}
+
+/// Finds the record slots of entries not yet located, with one-sided READs of hash-index
+/// groups (the location cache is consulted when an entry is added).
+pub async fn locate(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+    let mut todo: Idxs = idxs
+        .iter()
+        .copied()
+        .filter(|&i| tx.entries[i].loc == NO_LOC)
+        .collect();
+    let mut groups: smallvec::SmallVec<[u32; 16]> = todo
+        .iter()
+        .map(|&i| {
+            tx.c.catalog
+                .layout(tx.entries[i].table)
+                .home_group(tx.entries[i].key)
+        })
+        .collect();
+    let mut probes = 0u32;
+    while !todo.is_empty() {
+        let mut d = tx.c.ep.doorbell();
+        for (j, &i) in todo.iter().enumerate() {
+            let e = &tx.entries[i];
+            d.read(
+                tx.c.catalog.group_ptr(e.table, e.node, groups[j]),
+                GROUP_WORDS,
+            );
+        }
+        let res = d.submit().await;
+        let mut next: Idxs = Idxs::new();
+        let mut next_groups = smallvec::SmallVec::<[u32; 16]>::new();
+        for (j, &i) in todo.iter().enumerate() {
+            let e = &tx.entries[i];
+            match probe_group(res.read(j), e.key) {
+                GroupProbe::Found(loc) => {
+                    let (t, n, k) = (e.table, e.node, e.key);
+                    tx.entries[i].loc = loc;
+                    tx.c.cache_loc(t, n, k, loc);
+                }
+                GroupProbe::Absent => return Err(Abort::NotFound),
+                GroupProbe::Continue => {
+                    let layout = tx.c.catalog.layout(e.table);
+                    if probes + 1 >= layout.index_groups {
+                        return Err(Abort::NotFound);
+                    }
+                    next.push(i);
+                    next_groups.push((groups[j] + 1) & (layout.index_groups - 1));
+                }
+            }
+        }
+        probes += 1;
+        todo = next;
+        groups = next_groups;
+    }
+    Ok(())
+}
+
+/// Checks a one-sided tuple READ against the entry: right key and live. On a stale cached
+/// location, forgets it so the retry looks the key up again.
+fn check_tuple(tx: &mut TxnCore<'_>, i: usize, w: &[u64]) -> Result<(), Abort> {
+    let e = &tx.entries[i];
+    if w[H_KEY as usize] != e.key || w[H_VERSION as usize] & VERSION_ABSENT != 0 {
+        let (t, n, k) = (e.table, e.node, e.key);
+        tx.c.forget_loc(t, n, k);
+        tx.entries[i].loc = NO_LOC;
+        return Err(Abort::NotFound);
+    }
+    Ok(())
+}
+
+fn apply_tuple(tx: &mut TxnCore<'_>, i: usize, t: Tuple) {
+    let e = &mut tx.entries[i];
+    e.loc = t.loc;
+    e.version = t.version;
+    if !t.data.is_empty() {
+        e.data = t.data;
+        e.fetched = true;
+    }
+    let (tb, n, k, l) = (e.table, e.node, e.key, e.loc);
+    tx.c.cache_loc(tb, n, k, l);
+}
+
+/// Reads records without locking (OCC's fetch). Aborts with `Conflict` if a record is
+/// locked by another transaction (a writer is committing it).
+pub async fn read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Result<(), Abort> {
+    if idxs.is_empty() {
+        return Ok(());
+    }
+    let ts = tx.ts.0;
+    match prim {
+        Primitive::OneSided => {
+            locate(tx, idxs).await?;
+            let mut d = tx.c.ep.doorbell();
+            for &i in idxs {
+                let e = &tx.entries[i];
+                let words = tx.c.catalog.layout(e.table).record_words;
+                d.read(tx.c.catalog.record_ptr(e.table, e.node, e.loc), words);
+            }
+            let res = d.submit().await;
+            for (j, &i) in idxs.iter().enumerate() {
+                let w = res.read(j);
+                check_tuple(tx, i, w)?;
+                let lock = w[H_LOCK as usize];
+                if lock != 0 && lock != ts {
+                    return Err(Abort::Conflict);
+                }
+                let e = &mut tx.entries[i];
+                e.version = w[H_VERSION as usize];
+                e.data = Words::from_slice(&w[HEADER_WORDS as usize..]);
+                e.fetched = true;
+            }
+        }
+        Primitive::Rpc => {
+            let nodes = nodes_of(tx, idxs);
+            let mut d = tx.c.ep.doorbell();
+            for &n in &nodes {
+                let items = idxs
+                    .iter()
+                    .filter(|&&i| tx.entries[i].node == n)
+                    .map(|&i| item(tx, i))
+                    .collect();
+                d.rpc(n, Request::Read { items }.to_bytes());
+            }
+            let res = d.submit().await;
+            for (j, &n) in nodes.iter().enumerate() {
+                let Reply::Tuples(tuples) = decode(res.rpc(j)) else {
+                    panic!("read: unexpected reply from node {}", n.0)
+                };
+                let mine: Idxs = idxs
+                    .iter()
+                    .copied()
+                    .filter(|&i| tx.entries[i].node == n)
+                    .collect();
+                for (i, t) in mine.into_iter().zip(tuples) {
+                    let t = t.ok_or(Abort::NotFound)?;
+                    if t.lock != 0 && t.lock != ts {
+                        return Err(Abort::Conflict);
+                    }
+                    apply_tuple(tx, i, t);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Locks records for this transaction (exclusive), optionally fetching them. Every entry
+/// locked is marked, so a failure part-way leaves `rollback` able to release exactly those.
+/// The version word is always refreshed, so callers can compare it with what they read.
+pub async fn lock(
+    tx: &mut TxnCore<'_>,
+    idxs: &[usize],
+    prim: Primitive,
+    want_data: bool,
+) -> Result<(), Abort> {
+    if idxs.is_empty() {
+        return Ok(());
+    }
+    let ts = tx.ts.0;
+    match prim {
+        Primitive::OneSided => {
+            locate(tx, idxs).await?;
+            // CAS then READ in one doorbell (RCC §4.2): the READ executes after the CAS at the
+            // target, and its data is ignored when the CAS fails.
+            let mut d = tx.c.ep.doorbell();
+            for &i in idxs {
+                let e = &tx.entries[i];
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                d.cas(ptr.add(H_LOCK), 0, ts);
+                let words = if want_data {
+                    tx.c.catalog.layout(e.table).record_words
+                } else {
+                    HEADER_WORDS
+                };
+                d.read(ptr, words);
+            }
+            let res = d.submit().await;
+            let mut outcome = Ok(());
+            let mut stale = smallvec::SmallVec::<[atoll_fabric::RemotePtr; 4]>::new();
+            for (j, &i) in idxs.iter().enumerate() {
+                if res.cas(2 * j) != 0 {
+                    outcome = outcome.and(Err(Abort::LockBusy));
+                    continue;
+                }
+                let w = res.read(2 * j + 1);
+                let e = &tx.entries[i];
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                if let Err(a) = check_tuple(tx, i, w) {
+                    // Locked a slot that no longer holds the key (a stale cached location):
+                    // give it back, since the entry has forgotten that location.
+                    stale.push(ptr);
+                    outcome = outcome.and(Err(a));
+                    continue;
+                }
+                let e = &mut tx.entries[i];
+                e.locked = true;
+                e.version = w[H_VERSION as usize];
+                if want_data {
+                    e.data = Words::from_slice(&w[HEADER_WORDS as usize..]);
+                    e.fetched = true;
+                }
+            }
+            if !stale.is_empty() {
+                let mut d = tx.c.ep.doorbell();
+                for p in stale {
+                    d.write(p.add(H_LOCK), Words::from_slice(&[0]));
+                }
+                d.submit().await;
+            }
+            outcome
+        }
+        Primitive::Rpc => {
+            let nodes = nodes_of(tx, idxs);
+            let mut d = tx.c.ep.doorbell();
+            for &n in &nodes {
+                let items = idxs
+                    .iter()
+                    .filter(|&&i| tx.entries[i].node == n)
+                    .map(|&i| item(tx, i))
+                    .collect();
+                d.rpc(
+                    n,
+                    Request::Lock {
+                        ts,
+                        want_data,
+                        items,
+                    }
+                    .to_bytes(),
+                );
+            }
+            let res = d.submit().await;
+            let mut outcome = Ok(());
+            for (j, &n) in nodes.iter().enumerate() {
+                let mine: Idxs = idxs
+                    .iter()
+                    .copied()
+                    .filter(|&i| tx.entries[i].node == n)
+                    .collect();
+                match decode(res.rpc(j)) {
+                    Reply::Tuples(tuples) => {
+                        for (i, t) in mine.into_iter().zip(tuples) {
+                            let t = t.expect("a successful lock returns every tuple");
+                            tx.entries[i].locked = true;
+                            apply_tuple(tx, i, t);
+                        }
+                    }
+                    Reply::LockFailed { .. } => outcome = outcome.and(Err(Abort::LockBusy)),
+                    Reply::NotFound { .. } => outcome = outcome.and(Err(Abort::NotFound)),
+                    r => panic!("lock: unexpected reply {r:?} from node {}", n.0),
+                }
+            }
+            outcome
+        }
+    }
+}
+
+/// Checks that read-only entries still hold the version read and are not locked by others.
+pub async fn validate(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Result<(), Abort> {
+    if idxs.is_empty() {
+        return Ok(());
+    }
+    let ts = tx.ts.0;
+    match prim {
+        Primitive::OneSided => {
+            let mut d = tx.c.ep.doorbell();
+            for &i in idxs {
+                let e = &tx.entries[i];
+                d.read(tx.c.catalog.record_ptr(e.table, e.node, e.loc), 2);
+            }
+            let res = d.submit().await;
+            for (j, &i) in idxs.iter().enumerate() {
+                let w = res.read(j);
+                let (lock, version) = (w[H_LOCK as usize], w[H_VERSION as usize]);
+                if version != tx.entries[i].version || (lock != 0 && lock != ts) {
+                    return Err(Abort::ValidationFailed);
+                }
+            }
+        }
+        Primitive::Rpc => {
+            let nodes = nodes_of(tx, idxs);
+            let mut d = tx.c.ep.doorbell();
+            for &n in &nodes {
+                let items = idxs
+                    .iter()
+                    .map(|&i| &tx.entries[i])
+                    .filter(|e| e.node == n)
+                    .map(|e| (e.table, e.loc, e.version))
+                    .collect();
+                d.rpc(n, Request::Validate { ts, items }.to_bytes());
+            }
+            let res = d.submit().await;
+            for j in 0..nodes.len() {
+                match decode(res.rpc(j)) {
+                    Reply::Ok => {}
+                    Reply::Invalid { .. } => return Err(Abort::ValidationFailed),
+                    r => panic!("validate: unexpected reply {r:?}"),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Logs the write set to `log_replicas` backups (RCC's coordinator log, before write-back):
+/// the record `[ts, entries, words, (table, key, new version, payload...)..., checksum]` goes
+/// to this coordinator's ring on each backup, which wraps when full (lazy reclamation).
+pub async fn log(tx: &mut TxnCore<'_>, prim: Primitive) -> Result<(), Abort> {
+    let replicas = tx.c.cfg.log_replicas as usize;
+    let ws = tx.select(|e| e.is_write());
+    if replicas == 0 || ws.is_empty() {
+        return Ok(());
+    }
+    let mut rec: Vec<u64> = vec![tx.ts.0, ws.len() as u64, 0];
+    for &i in &ws {
+        let e = &tx.entries[i];
+        rec.extend_from_slice(&[e.table.0 as u64, e.key, e.version + 1, e.data.len() as u64]);
+        rec.extend_from_slice(&e.data);
+    }
+    rec[2] = rec.len() as u64 + 1;
+    let sum = rec.iter().fold(0u64, |a, w| a.rotate_left(7) ^ w);
+    rec.push(sum);
+    let ring = tx.c.cfg.log_ring_words;
+    assert!(
+        rec.len() as u32 <= ring,
+        "a {}-word log record does not fit a {ring}-word log ring",
+        rec.len()
+    );
+    let nodes = tx.c.catalog.nodes;
+    let region = tx.c.catalog.extra_region(0);
+    let base = tx.c.id * ring;
+    let mut d = tx.c.ep.doorbell();
+    for b in 0..replicas {
+        let backup = NodeId(((tx.c.node().0 as usize + 1 + b) % nodes as usize) as u16);
+        let mut pos = tx.c.log_pos[b];
+        if pos + rec.len() as u32 > ring {
+            pos = 0;
+        }
+        tx.c.log_pos[b] = pos + rec.len() as u32;
+        match prim {
+            Primitive::OneSided => {
+                d.write(
+                    atoll_fabric::RemotePtr::new(backup, region, base + pos),
+                    Words::from_slice(&rec),
+                );
+            }
+            Primitive::Rpc => {
+                d.rpc(
+                    backup,
+                    Request::Log {
+                        offset: base + pos,
+                        words: rec.clone(),
+                    }
+                    .to_bytes(),
+                );
+            }
+        }
+    }
+    let res = d.submit().await;
+    if prim == Primitive::Rpc {
+        for j in 0..replicas {
+            match decode(res.rpc(j)) {
+                Reply::Ok => {}
+                r => panic!("log: unexpected reply {r:?}"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Installs dirty payloads of locked entries and bumps their versions; with `release`, also
+/// unlocks (payload, then version, then lock: a reader that sees the lock free sees both).
+pub async fn write_back(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive, release: bool) {
+    if idxs.is_empty() {
+        return;
+    }
+    let ts = tx.ts.0;
+    for &i in idxs {
+        let e = &tx.entries[i];
+        assert!(
+            e.locked,
+            "write-back of {:?} key {} which ts {ts} does not hold",
+            e.table, e.key
+        );
+    }
+    match prim {
+        Primitive::OneSided => {
+            let mut d = tx.c.ep.doorbell();
+            for &i in idxs {
+                let e = &tx.entries[i];
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                if e.dirty {
+                    d.write(ptr.add(HEADER_WORDS), e.data.clone());
+                    d.write(ptr.add(H_VERSION), Words::from_slice(&[e.version + 1]));
+                }
+                if release {
+                    d.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
+                }
+            }
+            d.submit().await;
+        }
+        Primitive::Rpc => {
+            let nodes = nodes_of(tx, idxs);
+            let mut d = tx.c.ep.doorbell();
+            let mut plain_release =
+                smallvec::SmallVec::<[(NodeId, Vec<(atoll_storage::TableId, u32)>); 4]>::new();
+            for &n in &nodes {
+                let mine = idxs.iter().map(|&i| &tx.entries[i]).filter(|e| e.node == n);
+                let items: Vec<_> = mine
+                    .clone()
+                    .filter(|e| e.dirty)
+                    .map(|e| (e.table, e.loc, e.data.clone()))
+                    .collect();
+                if release {
+                    let clean: Vec<_> = mine
+                        .filter(|e| !e.dirty)
+                        .map(|e| (e.table, e.loc))
+                        .collect();
+                    if !clean.is_empty() {
+                        plain_release.push((n, clean));
+                    }
+                }
+                if !items.is_empty() {
+                    d.rpc(n, Request::WriteBack { ts, release, items }.to_bytes());
+                }
+            }
+            for (n, items) in plain_release {
+                d.rpc(n, Request::Release { ts, items }.to_bytes());
+            }
+            let res = d.submit().await;
+            for r in &res.0 {
+                let atoll_fabric::Completion::Rpc(b) = r else {
+                    unreachable!("only RPCs were posted")
+                };
+                match decode(b) {
+                    Reply::Ok => {}
+                    r => panic!("write-back: participant refused with {r:?} (ts {ts})"),
+                }
+            }
+        }
+    }
+    for &i in idxs {
+        let e = &mut tx.entries[i];
+        if e.dirty {
+            e.version += 1;
+        }
+        if release {
+            e.locked = false;
+        }
+    }
+}
+
+/// Unlocks every locked entry among `idxs`.
+pub async fn release(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) {
+    let held: Idxs = idxs
+        .iter()
+        .copied()
+        .filter(|&i| tx.entries[i].locked)
+        .collect();
+    if held.is_empty() {
+        return;
+    }
+    let ts = tx.ts.0;
+    match prim {
+        Primitive::OneSided => {
+            let mut d = tx.c.ep.doorbell();
+            for &i in &held {
+                let e = &tx.entries[i];
+                d.write(
+                    tx.c.catalog.record_ptr(e.table, e.node, e.loc).add(H_LOCK),
+                    Words::from_slice(&[0]),
+                );
+            }
+            d.submit().await;
+        }
+        Primitive::Rpc => {
+            let nodes = nodes_of(tx, &held);
+            let mut d = tx.c.ep.doorbell();
+            for &n in &nodes {
+                let items = held
+                    .iter()
+                    .map(|&i| &tx.entries[i])
+                    .filter(|e| e.node == n)
+                    .map(|e| (e.table, e.loc))
+                    .collect();
+                d.rpc(n, Request::Release { ts, items }.to_bytes());
+            }
+            d.submit().await;
+        }
+    }
+    for &i in &held {
+        tx.entries[i].locked = false;
+    }
+}
+
+/// Applies inserts and deletes on their owners' CPUs (index changes always need the owner,
+/// so this step is RPC whatever the plan; a node's own are local calls). Deleted entries
+/// must be locked; they are unlocked here. If an insert finds its key taken, the inserts
+/// already made are deleted again and the transaction aborts with `Duplicate`.
+pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+    let ins = tx.select(|e| e.access == Access::Insert);
+    let del = tx.select(|e| e.access == Access::Delete);
+    if ins.is_empty() && del.is_empty() {
+        return Ok(());
+    }
+    let mut d = tx.c.ep.doorbell();
+    for &i in &ins {
+        let e = &tx.entries[i];
+        d.rpc(
+            e.node,
+            Request::Insert {
+                table: e.table,
+                key: e.key,
+                payload: e.data.clone(),
+            }
+            .to_bytes(),
+        );
+    }
+    let res = d.submit().await;
+    let mut dup = false;
+    let mut done: Idxs = Idxs::new();
+    for (j, &i) in ins.iter().enumerate() {
+        match decode(res.rpc(j)) {
+            Reply::Inserted { loc } => {
+                tx.entries[i].loc = loc;
+                done.push(i);
+            }
+            Reply::Duplicate => dup = true,
+            r => panic!("insert: unexpected reply {r:?}"),
+        }
+    }
+    if dup {
+        let mut d = tx.c.ep.doorbell();
+        for &i in &done {
+            let e = &tx.entries[i];
+            d.rpc(
+                e.node,
+                Request::Delete {
+                    table: e.table,
+                    key: e.key,
+                }
+                .to_bytes(),
+            );
+        }
+        d.submit().await;
+        return Err(Abort::Duplicate);
+    }
+    let ts = tx.ts.0;
+    let mut d = tx.c.ep.doorbell();
+    for &i in &del {
+        let e = &tx.entries[i];
+        assert!(e.locked, "delete of unlocked key {}", e.key);
+        d.rpc(
+            e.node,
+            Request::Delete {
+                table: e.table,
+                key: e.key,
+            }
+            .to_bytes(),
+        );
+        d.rpc(
+            e.node,
+            Request::Release {
+                ts,
+                items: vec![(e.table, e.loc)],
+            }
+            .to_bytes(),
+        );
+    }
+    d.submit().await;
+    for &i in &del {
+        let (t, n, k) = (tx.entries[i].table, tx.entries[i].node, tx.entries[i].key);
+        tx.c.forget_loc(t, n, k);
+        tx.entries[i].locked = false;
+    }
+    Ok(())
+}

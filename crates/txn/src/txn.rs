@@ -1,0 +1,181 @@
+//! The transaction API for workload code, generic over the protocol chosen at start-up.
+
+use crate::abort::Abort;
+use crate::coord::{Access, Coordinator, TxnCore};
+use crate::msg::{Reply, Request};
+use crate::plan::{Plan, PlanError};
+use atoll_fabric::Words;
+use atoll_storage::TableId;
+use std::marker::PhantomData;
+
+/// A concurrency-control protocol: how records are fetched and how a transaction commits.
+/// One implementation per file in `atoll-protocols`; each stage's primitive comes from the
+/// run-time [`Plan`].
+#[allow(async_fn_in_trait)]
+pub trait Protocol: 'static {
+    /// The name users select it by.
+    const NAME: &'static str;
+
+    /// Rejects plans this protocol cannot run, with the reason.
+    fn check_plan(plan: &Plan) -> Result<(), PlanError>;
+
+    /// Fetches entries `idxs` (not yet fetched) for their access mode.
+    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort>;
+
+    /// Runs the commit pipeline. On `Err` every lock the attempt held has been released.
+    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort>;
+
+    /// Releases whatever the attempt holds, after an abort during execution.
+    async fn rollback(tx: &mut TxnCore<'_>);
+}
+
+/// One attempt of a transaction, as workload code sees it.
+pub struct Txn<'c, P: Protocol> {
+    pub core: TxnCore<'c>,
+    _p: PhantomData<P>,
+}
+
+impl<'c, P: Protocol> Txn<'c, P> {
+    pub fn begin(c: &'c mut Coordinator) -> Self {
+        Txn {
+            core: TxnCore::begin(c),
+            _p: PhantomData,
+        }
+    }
+
+    fn entry(&mut self, t: TableId, key: u64, access: Access) -> usize {
+        match self.core.find(t, key) {
+            Some(i) => {
+                let e = &mut self.core.entries[i];
+                if access != Access::Read && e.access == Access::Read {
+                    e.access = access;
+                }
+                i
+            }
+            None => self.core.add(t, key, access),
+        }
+    }
+
+    async fn fetch_one(&mut self, i: usize) -> Result<Words, Abort> {
+        if !self.core.entries[i].fetched {
+            P::fetch(&mut self.core, &[i]).await?;
+        }
+        Ok(self.core.entries[i].data.clone())
+    }
+
+    /// Reads a record.
+    pub async fn read(&mut self, t: TableId, key: u64) -> Result<Words, Abort> {
+        let i = self.entry(t, key, Access::Read);
+        self.fetch_one(i).await
+    }
+
+    /// Reads a record that this transaction will write.
+    pub async fn read_for_update(&mut self, t: TableId, key: u64) -> Result<Words, Abort> {
+        assert!(
+            !self.core.c.catalog.is_replicated(t),
+            "table {} is replicated and read-only",
+            t.0
+        );
+        let i = self.entry(t, key, Access::Update);
+        self.fetch_one(i).await
+    }
+
+    /// Fetches several records in one batch (one doorbell per stage): `(table, key, for_update)`.
+    pub async fn fetch(&mut self, accesses: &[(TableId, u64, bool)]) -> Result<(), Abort> {
+        let mut idxs = crate::Idxs::new();
+        for &(t, k, upd) in accesses {
+            let i = self.entry(t, k, if upd { Access::Update } else { Access::Read });
+            if !self.core.entries[i].fetched && !idxs.contains(&i) {
+                idxs.push(i);
+            }
+        }
+        if idxs.is_empty() {
+            return Ok(());
+        }
+        P::fetch(&mut self.core, &idxs).await
+    }
+
+    /// The payload of a fetched record.
+    pub fn get(&self, t: TableId, key: u64) -> Option<&Words> {
+        self.core
+            .find(t, key)
+            .map(|i| &self.core.entries[i].data)
+            .filter(|d| !d.is_empty())
+    }
+
+    /// Sets the new payload of a record read for update (or a blind write, locked at commit).
+    pub fn write(&mut self, t: TableId, key: u64, payload: &[u64]) {
+        let words = self.core.c.catalog.spec(t).payload_words as usize;
+        assert_eq!(
+            payload.len(),
+            words,
+            "table {}: payload of {} words, expected {words}",
+            t.0,
+            payload.len()
+        );
+        let i = self.entry(t, key, Access::Update);
+        let e = &mut self.core.entries[i];
+        e.data = Words::from_slice(payload);
+        e.dirty = true;
+    }
+
+    /// Inserts a new record at commit.
+    pub fn insert(&mut self, t: TableId, key: u64, payload: &[u64]) {
+        let i = self.core.add(t, key, Access::Insert);
+        let e = &mut self.core.entries[i];
+        e.data = Words::from_slice(payload);
+        e.dirty = true;
+    }
+
+    /// Deletes a record at commit.
+    pub async fn delete(&mut self, t: TableId, key: u64) -> Result<(), Abort> {
+        let i = self.entry(t, key, Access::Update);
+        self.fetch_one(i).await?;
+        self.core.entries[i].access = Access::Delete;
+        Ok(())
+    }
+
+    /// Keys in `[lo, hi]` of the partition holding `lo`, up to `limit`, ascending or
+    /// descending, from that node's ordered index. A scan is not protected against phantoms.
+    pub async fn scan(
+        &mut self,
+        t: TableId,
+        lo: u64,
+        hi: u64,
+        limit: u32,
+        reverse: bool,
+    ) -> Result<Vec<u64>, Abort> {
+        let node = self.core.c.catalog.home(t, lo, self.core.c.node());
+        let reply = self
+            .core
+            .c
+            .ep
+            .rpc(
+                node,
+                Request::Scan {
+                    table: t,
+                    lo,
+                    hi,
+                    limit,
+                    reverse,
+                }
+                .to_bytes(),
+            )
+            .await;
+        match Reply::decode(&reply) {
+            Ok(Reply::Keys(ks)) => Ok(ks.into_iter().map(|(k, _)| k).collect()),
+            other => panic!("scan: unexpected reply {other:?}"),
+        }
+    }
+
+    /// Commits; on `Err` the attempt's locks are released.
+    pub async fn commit(mut self) -> Result<[u64; crate::Stage::COUNT], Abort> {
+        P::commit(&mut self.core).await?;
+        Ok(self.core.stage_ns)
+    }
+
+    /// Gives up the attempt, releasing what it holds.
+    pub async fn rollback(mut self) {
+        P::rollback(&mut self.core).await
+    }
+}

@@ -1,0 +1,293 @@
+//! SmallBank (Alomari et al., ICDE 2008; the H-Store / DrTM / FaSST variant RCC uses).
+//!
+//! Tables: `savings` and `checking`, keyed by account id, one word each: the balance in
+//! cents as a two's-complement `i64`. Accounts `[n * accounts, (n + 1) * accounts)` live on
+//! node `n`. (The ACCOUNTS name→id table is left out: every variant looks ids up first and
+//! the lookup never conflicts.)
+//!
+//! Exact semantics implemented (amounts in cents):
+//! - **Amalgamate(a, b)** (15%): moves all of `a`'s savings and checking into `b`'s
+//!   checking; both of `a`'s balances become 0. Net effect 0.
+//! - **Balance(a)** (15%): reads `a`'s savings and checking. Read-only.
+//! - **DepositChecking(a, v)** (15%): checking[a] += v, v = 130. Net +v.
+//! - **SendPayment(a, b, v)** (25%): if checking[a] < v the transaction aborts (user abort);
+//!   else checking[a] -= v and checking[b] += v, v = 500. Net 0.
+//! - **TransactSavings(a, v)** (15%): savings[a] += v, v = 2020; aborts (user abort) if the
+//!   result would be negative. Net +v.
+//! - **WriteCheck(a, v)** (15%): reads savings[a] + checking[a]; if that total is below v,
+//!   checking[a] -= v + 100 (an overdraft penalty of 1.00), else checking[a] -= v; v = 500.
+//!   Net −(v or v + 100).
+//!
+//! Accounts: a node is drawn uniformly, then with probability `hot_prob` one of its
+//! `hot_accounts` hot accounts, else any of its `accounts`. Defaults follow FaSST (OSDI'16)
+//! and DrTM+H: 100,000 accounts per node, 90% of accesses to 4% hot accounts.
+//! Invariant: the sum of all balances equals the initial sum plus the committed net effects.
+
+use crate::params::{Knobs, ParamError, Params};
+use crate::{CheckResult, Workload};
+use atoll_fabric::rng::Rng;
+use atoll_fabric::NodeId;
+use atoll_storage::{Partition, Store, TableId, TableSpec};
+use atoll_txn::{Abort, Protocol, Txn};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const SAVINGS: TableId = TableId(0);
+pub const CHECKING: TableId = TableId(1);
+
+/// Initial balance of every savings and checking account, in cents.
+pub const INITIAL_BALANCE: i64 = 1_000_000;
+const DEPOSIT_CHECKING_CENTS: i64 = 130;
+const SEND_PAYMENT_CENTS: i64 = 500;
+const TRANSACT_SAVINGS_CENTS: i64 = 2020;
+const WRITE_CHECK_CENTS: i64 = 500;
+const OVERDRAFT_PENALTY_CENTS: i64 = 100;
+
+/// Transaction mix in percent, in `TYPES` order (H-Store's SmallBank defaults).
+const MIX_PERCENT: [u64; 6] = [15, 15, 15, 25, 15, 15];
+const TYPES: [&str; 6] = [
+    "amalgamate",
+    "balance",
+    "deposit_checking",
+    "send_payment",
+    "transact_savings",
+    "write_check",
+];
+
+#[derive(Clone, Debug)]
+pub struct SmallBank {
+    pub accounts: u64,
+    pub hot_accounts: u64,
+    pub hot_prob: f64,
+}
+
+/// One SmallBank transaction's inputs.
+#[derive(Clone, Copy, Debug)]
+pub enum Input {
+    Amalgamate { a: u64, b: u64 },
+    Balance { a: u64 },
+    DepositChecking { a: u64 },
+    SendPayment { a: u64, b: u64 },
+    TransactSavings { a: u64 },
+    WriteCheck { a: u64 },
+}
+
+impl SmallBank {
+    pub const KNOBS: &'static [&'static str] = &["accounts", "hot_accounts", "hot_prob"];
+
+    pub fn from_params(p: &Params) -> Result<Self, ParamError> {
+        let k = Knobs::new("smallbank", p, Self::KNOBS)?;
+        let accounts = k.u64("accounts", 100_000, 2, 100_000_000)?;
+        let hot_accounts = k.u64("hot_accounts", 4_000, 1, 100_000_000)?;
+        if hot_accounts > accounts {
+            return Err(ParamError(format!(
+                "smallbank hot_accounts={hot_accounts} is out of range: expected 1..={accounts} (at most accounts)"
+            )));
+        }
+        let hot_prob = k.f64("hot_prob", 0.9, 0.0, 1.0)?;
+        Ok(SmallBank {
+            accounts,
+            hot_accounts,
+            hot_prob,
+        })
+    }
+
+    fn account(&self, rng: &mut Rng, nodes: u16) -> u64 {
+        let node = rng.below(nodes as u64);
+        let idx = if rng.chance(self.hot_prob) {
+            rng.below(self.hot_accounts)
+        } else {
+            rng.below(self.accounts)
+        };
+        node * self.accounts + idx
+    }
+
+    fn two_accounts(&self, rng: &mut Rng, nodes: u16) -> (u64, u64) {
+        let a = self.account(rng, nodes);
+        // Bounded redraw for a distinct second account; accounts >= 2 makes the fallback valid.
+        for _ in 0..16 {
+            let b = self.account(rng, nodes);
+            if b != a {
+                return (a, b);
+            }
+        }
+        (a, if a.is_multiple_of(self.accounts) { a + 1 } else { a - 1 })
+    }
+}
+
+fn bal(w: &[u64]) -> i64 {
+    w[0] as i64
+}
+
+impl Workload for SmallBank {
+    type Input = Input;
+    const NAME: &'static str = "smallbank";
+
+    fn txn_types(&self) -> &'static [&'static str] {
+        &TYPES
+    }
+
+    fn tables(&self, nodes: u16) -> Vec<TableSpec> {
+        let _ = nodes;
+        let spec = |name: &str| TableSpec {
+            name: name.into(),
+            payload_words: 1,
+            capacity_per_node: self.accounts as u32,
+            partition: Partition::Range {
+                keys_per_node: self.accounts,
+            },
+            ordered: false,
+        };
+        vec![spec("savings"), spec("checking")]
+    }
+
+    fn load(&self, store: &Store) {
+        let base = store.node.0 as u64 * self.accounts;
+        for k in base..base + self.accounts {
+            for t in [SAVINGS, CHECKING] {
+                if let Err(e) = store.insert(t, k, &[INITIAL_BALANCE as u64]) {
+                    panic!("loading smallbank on node {}: {e}", store.node.0);
+                }
+            }
+        }
+    }
+
+    fn generate(&self, rng: &mut Rng, nodes: u16, _home: NodeId) -> (usize, Input) {
+        let mut r = rng.below(100);
+        let mut ty = 0;
+        while r >= MIX_PERCENT[ty] {
+            r -= MIX_PERCENT[ty];
+            ty += 1;
+        }
+        let input = match ty {
+            0 => {
+                let (a, b) = self.two_accounts(rng, nodes);
+                Input::Amalgamate { a, b }
+            }
+            1 => Input::Balance {
+                a: self.account(rng, nodes),
+            },
+            2 => Input::DepositChecking {
+                a: self.account(rng, nodes),
+            },
+            3 => {
+                let (a, b) = self.two_accounts(rng, nodes);
+                Input::SendPayment { a, b }
+            }
+            4 => Input::TransactSavings {
+                a: self.account(rng, nodes),
+            },
+            _ => Input::WriteCheck {
+                a: self.account(rng, nodes),
+            },
+        };
+        (ty, input)
+    }
+
+    async fn execute<P: Protocol>(&self, tx: &mut Txn<'_, P>, input: &Input) -> Result<i64, Abort> {
+        match *input {
+            Input::Amalgamate { a, b } => {
+                tx.fetch(&[(SAVINGS, a, true), (CHECKING, a, true), (CHECKING, b, true)])
+                    .await?;
+                let total = bal(&tx.read(SAVINGS, a).await?) + bal(&tx.read(CHECKING, a).await?);
+                let cb = bal(&tx.read(CHECKING, b).await?);
+                tx.write(SAVINGS, a, &[0]);
+                tx.write(CHECKING, a, &[0]);
+                tx.write(CHECKING, b, &[(cb + total) as u64]);
+                Ok(0)
+            }
+            Input::Balance { a } => {
+                tx.fetch(&[(SAVINGS, a, false), (CHECKING, a, false)])
+                    .await?;
+                let _total = bal(&tx.read(SAVINGS, a).await?) + bal(&tx.read(CHECKING, a).await?);
+                Ok(0)
+            }
+            Input::DepositChecking { a } => {
+                let c = bal(&tx.read_for_update(CHECKING, a).await?);
+                tx.write(CHECKING, a, &[(c + DEPOSIT_CHECKING_CENTS) as u64]);
+                Ok(DEPOSIT_CHECKING_CENTS)
+            }
+            Input::SendPayment { a, b } => {
+                tx.fetch(&[(CHECKING, a, true), (CHECKING, b, true)])
+                    .await?;
+                let ca = bal(&tx.read(CHECKING, a).await?);
+                let cb = bal(&tx.read(CHECKING, b).await?);
+                if ca < SEND_PAYMENT_CENTS {
+                    return Err(Abort::UserAbort);
+                }
+                tx.write(CHECKING, a, &[(ca - SEND_PAYMENT_CENTS) as u64]);
+                tx.write(CHECKING, b, &[(cb + SEND_PAYMENT_CENTS) as u64]);
+                Ok(0)
+            }
+            Input::TransactSavings { a } => {
+                let s = bal(&tx.read_for_update(SAVINGS, a).await?);
+                if s + TRANSACT_SAVINGS_CENTS < 0 {
+                    return Err(Abort::UserAbort);
+                }
+                tx.write(SAVINGS, a, &[(s + TRANSACT_SAVINGS_CENTS) as u64]);
+                Ok(TRANSACT_SAVINGS_CENTS)
+            }
+            Input::WriteCheck { a } => {
+                tx.fetch(&[(SAVINGS, a, false), (CHECKING, a, true)])
+                    .await?;
+                let s = bal(&tx.read(SAVINGS, a).await?);
+                let c = bal(&tx.read(CHECKING, a).await?);
+                let debit = if s + c < WRITE_CHECK_CENTS {
+                    WRITE_CHECK_CENTS + OVERDRAFT_PENALTY_CENTS
+                } else {
+                    WRITE_CHECK_CENTS
+                };
+                tx.write(CHECKING, a, &[(c - debit) as u64]);
+                Ok(-debit)
+            }
+        }
+    }
+
+    fn check(&self, stores: &[Arc<Store>], committed_effect: i64) -> Vec<CheckResult> {
+        let mut total: i128 = 0;
+        let mut layout_ok = true;
+        for s in stores {
+            for t in [SAVINGS, CHECKING] {
+                let words = s.catalog.layout(t).record_words as usize;
+                let mut buf = vec![0u64; words];
+                let base = s.node.0 as u64 * self.accounts;
+                for k in base..base + self.accounts {
+                    match s.lookup(t, k) {
+                        Some(idx) => {
+                            s.read_tuple(t, idx, &mut buf);
+                            total +=
+                                buf[atoll_storage::layout::HEADER_WORDS as usize] as i64 as i128;
+                            layout_ok &= buf[atoll_storage::layout::H_LOCK as usize] == 0;
+                        }
+                        None => layout_ok = false,
+                    }
+                }
+            }
+        }
+        let accounts = self.accounts as i128 * stores.len() as i128;
+        let expected = accounts * 2 * INITIAL_BALANCE as i128 + committed_effect as i128;
+        vec![
+            CheckResult {
+                name: "smallbank.money_conserved".into(),
+                passed: total == expected,
+                detail: format!(
+                    "sum of balances {total} cents, expected {expected} (initial plus committed net {committed_effect}); off by {}",
+                    total - expected
+                ),
+            },
+            CheckResult {
+                name: "smallbank.all_accounts_present_and_unlocked".into(),
+                passed: layout_ok,
+                detail: "every savings and checking record exists and no lock is left held".into(),
+            },
+        ]
+    }
+
+    fn knobs(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("accounts".into(), self.accounts.to_string()),
+            ("hot_accounts".into(), self.hot_accounts.to_string()),
+            ("hot_prob".into(), self.hot_prob.to_string()),
+        ])
+    }
+}

@@ -1,0 +1,320 @@
+//! YCSB (Cooper et al., SoCC 2010) as transactions, with RCC's knobs.
+//!
+//! One table, `usertable`, of `records` records per node, each `record_bytes` bytes of
+//! payload. Payload word 0 counts the writes the record received; the rest is filler that
+//! each write rewrites. A transaction does `ops_per_txn` operations on distinct keys drawn
+//! across the whole cluster; each is a write (read-modify-write that increments the
+//! counter) with probability `write_fraction`, else a read. All records are fetched in one
+//! batch, then the transaction computes for `compute_us` (RCC's execution phase), then
+//! writes.
+//!
+//! Key distributions: `uniform`; `zipfian` with `zipf_theta` (Gray et al.'s generator,
+//! scrambled by a hash as YCSB does so hot keys spread over nodes); `hotspot`, where a
+//! fraction `hot_prob` of accesses go to the first `hot_fraction` of each node's keys.
+//! Defaults are RCC's (§6.1): 64-byte records, 10 operations, 20% writes, hotspot with 0.1%
+//! hot records taking 10% of accesses, 5 µs execution phase.
+//!
+//! Invariant (no lost update): the counters sum to the number of committed writes.
+
+use crate::params::{Knobs, ParamError, Params};
+use crate::{CheckResult, Workload};
+use atoll_fabric::rng::Rng;
+use atoll_fabric::NodeId;
+use atoll_storage::layout::{hash_key, HEADER_WORDS, H_LOCK};
+use atoll_storage::{Partition, Store, TableId, TableSpec};
+use atoll_txn::{Abort, Protocol, Txn};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const USERTABLE: TableId = TableId(0);
+const OPS_PER_TXN_MAX: u64 = 64;
+
+/// Keys and write flags of one transaction (at most `OPS_PER_TXN_MAX`).
+pub type Keys = Vec<(u64, bool)>;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Distribution {
+    Uniform,
+    Zipfian,
+    Hotspot,
+}
+
+#[derive(Clone, Debug)]
+pub struct Ycsb {
+    pub records: u64,
+    pub record_bytes: u64,
+    pub ops_per_txn: u64,
+    pub write_fraction: f64,
+    pub distribution: Distribution,
+    pub zipf_theta: f64,
+    pub hot_fraction: f64,
+    pub hot_prob: f64,
+    pub compute_us: f64,
+    zipf: Option<Zipf>,
+}
+
+/// Gray et al.'s Zipfian generator ("Quickly generating billion-record synthetic
+/// databases", SIGMOD 1994), as YCSB implements it: items 0..n, item 0 most popular.
+#[derive(Clone, Debug)]
+struct Zipf {
+    n: u64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    eta: f64,
+}
+
+impl Zipf {
+    fn zeta(n: u64, theta: f64) -> f64 {
+        (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum()
+    }
+
+    fn new(n: u64, theta: f64) -> Self {
+        let zetan = Self::zeta(n, theta);
+        let zeta2 = Self::zeta(2, theta);
+        let alpha = 1.0 / (1.0 - theta);
+        let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
+        Zipf {
+            n,
+            theta,
+            alpha,
+            zetan,
+            eta,
+        }
+    }
+
+    fn next(&self, rng: &mut Rng) -> u64 {
+        let u = rng.unit_f64();
+        let uz = u * self.zetan;
+        if uz < 1.0 {
+            return 0;
+        }
+        if uz < 1.0 + 0.5f64.powf(self.theta) {
+            return 1;
+        }
+        let v = (self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
+        v.min(self.n - 1)
+    }
+}
+
+/// One transaction: keys with a write flag each.
+pub type Input = Keys;
+
+impl Ycsb {
+    pub const KNOBS: &'static [&'static str] = &[
+        "records",
+        "record_bytes",
+        "ops_per_txn",
+        "write_fraction",
+        "distribution",
+        "zipf_theta",
+        "hot_fraction",
+        "hot_prob",
+        "compute_us",
+    ];
+
+    /// `nodes` sizes the zipfian generator, whose key space is the whole cluster's.
+    pub fn from_params(p: &Params, nodes: u16) -> Result<Self, ParamError> {
+        let k = Knobs::new("ycsb", p, Self::KNOBS)?;
+        let records = k.u64("records", 100_000, 1, 100_000_000)?;
+        let record_bytes = k.u64("record_bytes", 64, 8, 4096)?;
+        if record_bytes % 8 != 0 {
+            return Err(ParamError(format!("ycsb record_bytes={record_bytes} is not accepted: expected a multiple of 8 in 8..=4096")));
+        }
+        let ops_per_txn = k.u64("ops_per_txn", 10, 1, OPS_PER_TXN_MAX)?;
+        if ops_per_txn > records * nodes as u64 {
+            return Err(ParamError(format!(
+                "ycsb ops_per_txn={ops_per_txn} is out of range: expected at most the {} records of the cluster",
+                records * nodes as u64
+            )));
+        }
+        let write_fraction = k.f64("write_fraction", 0.2, 0.0, 1.0)?;
+        let distribution = match k.choice(
+            "distribution",
+            "hotspot",
+            &["uniform", "zipfian", "hotspot"],
+        )? {
+            "uniform" => Distribution::Uniform,
+            "zipfian" => Distribution::Zipfian,
+            _ => Distribution::Hotspot,
+        };
+        let zipf_theta = k.f64("zipf_theta", 0.99, 0.0, 0.9999)?;
+        let hot_fraction = k.f64("hot_fraction", 0.001, 0.0, 1.0)?;
+        let hot_prob = k.f64("hot_prob", 0.1, 0.0, 1.0)?;
+        let compute_us = k.f64("compute_us", 5.0, 0.0, 1_000_000.0)?;
+        let zipf = (distribution == Distribution::Zipfian)
+            .then(|| Zipf::new(records * nodes as u64, zipf_theta));
+        Ok(Ycsb {
+            records,
+            record_bytes,
+            ops_per_txn,
+            write_fraction,
+            distribution,
+            zipf_theta,
+            hot_fraction,
+            hot_prob,
+            compute_us,
+            zipf,
+        })
+    }
+
+    fn payload_words(&self) -> usize {
+        (self.record_bytes / 8) as usize
+    }
+
+    fn hot_records(&self) -> u64 {
+        ((self.records as f64 * self.hot_fraction).round() as u64).clamp(1, self.records)
+    }
+
+    fn key(&self, rng: &mut Rng, nodes: u16) -> u64 {
+        let total = self.records * nodes as u64;
+        match self.distribution {
+            Distribution::Uniform => rng.below(total),
+            Distribution::Zipfian => {
+                let z = self
+                    .zipf
+                    .as_ref()
+                    .expect("zipfian generator built with the knobs");
+                hash_key(z.next(rng)) % total
+            }
+            Distribution::Hotspot => {
+                let node = rng.below(nodes as u64);
+                let idx = if rng.chance(self.hot_prob) {
+                    rng.below(self.hot_records())
+                } else {
+                    rng.below(self.records)
+                };
+                node * self.records + idx
+            }
+        }
+    }
+}
+
+impl Workload for Ycsb {
+    type Input = Input;
+    const NAME: &'static str = "ycsb";
+
+    fn txn_types(&self) -> &'static [&'static str] {
+        &["ycsb"]
+    }
+
+    fn tables(&self, _nodes: u16) -> Vec<TableSpec> {
+        vec![TableSpec {
+            name: "usertable".into(),
+            payload_words: self.payload_words() as u32,
+            capacity_per_node: self.records as u32,
+            partition: Partition::Range {
+                keys_per_node: self.records,
+            },
+            ordered: false,
+        }]
+    }
+
+    fn load(&self, store: &Store) {
+        let base = store.node.0 as u64 * self.records;
+        let mut payload = vec![0u64; self.payload_words()];
+        for k in base..base + self.records {
+            for (i, w) in payload.iter_mut().enumerate().skip(1) {
+                *w = k ^ i as u64;
+            }
+            if let Err(e) = store.insert(USERTABLE, k, &payload) {
+                panic!("loading ycsb on node {}: {e}", store.node.0);
+            }
+        }
+    }
+
+    fn generate(&self, rng: &mut Rng, nodes: u16, _home: NodeId) -> (usize, Input) {
+        let mut keys: Keys = Vec::with_capacity(self.ops_per_txn as usize);
+        // Distinct keys; the bound keeps a tiny or very skewed key space from looping long,
+        // after which the remaining operations are dropped.
+        let mut attempts = 0;
+        while keys.len() < self.ops_per_txn as usize && attempts < self.ops_per_txn * 64 {
+            attempts += 1;
+            let k = self.key(rng, nodes);
+            if keys.iter().all(|(x, _)| *x != k) {
+                keys.push((k, rng.chance(self.write_fraction)));
+            }
+        }
+        (0, keys)
+    }
+
+    async fn execute<P: Protocol>(&self, tx: &mut Txn<'_, P>, input: &Input) -> Result<i64, Abort> {
+        let accesses: Vec<_> = input.iter().map(|&(k, w)| (USERTABLE, k, w)).collect();
+        tx.fetch(&accesses).await?;
+        if self.compute_us > 0.0 {
+            tx.core
+                .c
+                .ep
+                .compute((self.compute_us * 1000.0) as u64)
+                .await;
+        }
+        let mut writes = 0;
+        for &(k, w) in input {
+            if !w {
+                continue;
+            }
+            let mut p = tx.read_for_update(USERTABLE, k).await?.to_vec();
+            p[0] += 1;
+            for (i, x) in p.iter_mut().enumerate().skip(1) {
+                *x = x.rotate_left(1) ^ i as u64;
+            }
+            tx.write(USERTABLE, k, &p);
+            writes += 1;
+        }
+        Ok(writes)
+    }
+
+    fn check(&self, stores: &[Arc<Store>], committed_effect: i64) -> Vec<CheckResult> {
+        let mut sum: i128 = 0;
+        let mut intact = true;
+        for s in stores {
+            let words = s.catalog.layout(USERTABLE).record_words as usize;
+            let mut buf = vec![0u64; words];
+            let base = s.node.0 as u64 * self.records;
+            for k in base..base + self.records {
+                match s.lookup(USERTABLE, k) {
+                    Some(idx) => {
+                        s.read_tuple(USERTABLE, idx, &mut buf);
+                        sum += buf[HEADER_WORDS as usize] as i128;
+                        intact &= buf[H_LOCK as usize] == 0;
+                    }
+                    None => intact = false,
+                }
+            }
+        }
+        vec![
+            CheckResult {
+                name: "ycsb.no_lost_update".into(),
+                passed: sum == committed_effect as i128,
+                detail: format!(
+                    "per-record write counters sum to {sum}, committed writes {committed_effect}; off by {}",
+                    sum - committed_effect as i128
+                ),
+            },
+            CheckResult {
+                name: "ycsb.all_records_present_and_unlocked".into(),
+                passed: intact,
+                detail: "every record exists and no lock is left held".into(),
+            },
+        ]
+    }
+
+    fn knobs(&self) -> BTreeMap<String, String> {
+        let d = match self.distribution {
+            Distribution::Uniform => "uniform",
+            Distribution::Zipfian => "zipfian",
+            Distribution::Hotspot => "hotspot",
+        };
+        BTreeMap::from([
+            ("records".into(), self.records.to_string()),
+            ("record_bytes".into(), self.record_bytes.to_string()),
+            ("ops_per_txn".into(), self.ops_per_txn.to_string()),
+            ("write_fraction".into(), self.write_fraction.to_string()),
+            ("distribution".into(), d.into()),
+            ("zipf_theta".into(), self.zipf_theta.to_string()),
+            ("hot_fraction".into(), self.hot_fraction.to_string()),
+            ("hot_prob".into(), self.hot_prob.to_string()),
+            ("compute_us".into(), self.compute_us.to_string()),
+        ])
+    }
+}

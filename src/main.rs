@@ -1,0 +1,233 @@
+//! The `atoll` command line: parses flags and config files into a run configuration, runs
+//! benchmarks, prints progress and summaries, writes JSON. The only place that knows clap.
+
+use atoll_bench::{ProgressLine, RunConfig};
+use atoll_protocols::ProtocolKind;
+use atoll_txn::Plan;
+use atoll_workloads::{Params, WorkloadKind};
+use clap::{Parser, Subcommand};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Exit code for bad input (flags, config, values): the usual usage-error code.
+const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code when a run's invariant checks fail.
+const EXIT_CHECK_FAILED: u8 = 1;
+
+#[derive(Parser)]
+#[command(
+    name = "atoll",
+    version,
+    about = "Atoll: a distributed in-memory transaction engine for fast networks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a benchmark (default: SmallBank under OCC on 2 in-process nodes for 10 s).
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args, Default)]
+struct BenchArgs {
+    /// Workload: smallbank, ycsb.
+    #[arg(long)]
+    workload: Option<String>,
+    /// Protocol: nowait, occ.
+    #[arg(long)]
+    protocol: Option<String>,
+    /// Stage plan: one-sided, rpc, or per stage, e.g. read=rpc,lock=one-sided,commit=one-sided.
+    #[arg(long)]
+    plan: Option<String>,
+    /// Nodes of the cluster.
+    #[arg(long)]
+    nodes: Option<u16>,
+    /// Worker threads per node.
+    #[arg(long)]
+    threads: Option<u16>,
+    /// Coordinator co-routines per thread.
+    #[arg(long)]
+    coroutines: Option<u16>,
+    /// Measured seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Warm-up seconds before measuring.
+    #[arg(long)]
+    warmup: Option<f64>,
+    /// Seed of every random choice.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Latency added to every remote verb and RPC, in microseconds.
+    #[arg(long)]
+    net_latency_us: Option<f64>,
+    /// Backups each commit logs to.
+    #[arg(long)]
+    log_replicas: Option<u16>,
+    /// Pin worker threads to cores.
+    #[arg(long)]
+    pin: bool,
+    /// OS threads carrying the workers (default: one per core).
+    #[arg(long)]
+    os_threads: Option<usize>,
+    /// A TOML file with any of these settings and a [params] table of workload knobs.
+    #[arg(long, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
+    /// A workload knob, e.g. -p hot_prob=0.5 (repeatable; overrides the config file).
+    #[arg(short = 'p', value_name = "KEY=VALUE")]
+    params: Vec<String>,
+    /// Write the resolved configuration and every result to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Print only the summary.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// The settings a config file may hold; unknown keys are errors.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    workload: Option<String>,
+    protocol: Option<String>,
+    plan: Option<String>,
+    nodes: Option<u16>,
+    threads: Option<u16>,
+    coroutines: Option<u16>,
+    duration: Option<f64>,
+    warmup: Option<f64>,
+    seed: Option<u64>,
+    net_latency_us: Option<f64>,
+    log_replicas: Option<u16>,
+    pin: Option<bool>,
+    os_threads: Option<usize>,
+    attempts_max: Option<u32>,
+    params: Option<BTreeMap<String, toml::Value>>,
+}
+
+fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
+    let file = match &a.config {
+        None => FileConfig::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+            toml::from_str::<FileConfig>(&text).map_err(|e| {
+                format!(
+                    "config file {}: {}",
+                    path.display(),
+                    e.to_string().replace('\n', " ").trim_end()
+                )
+            })?
+        }
+    };
+    let mut cfg = RunConfig::default();
+    if let Some(w) = a.workload.as_ref().or(file.workload.as_ref()) {
+        cfg.workload = WorkloadKind::parse(w).ok_or_else(|| {
+            format!(
+                "unknown workload '{w}': accepted workloads are {}",
+                WorkloadKind::accepted()
+            )
+        })?;
+    }
+    if let Some(p) = a.protocol.as_ref().or(file.protocol.as_ref()) {
+        cfg.protocol = ProtocolKind::parse(p).ok_or_else(|| {
+            format!(
+                "unknown protocol '{p}': accepted protocols are {}",
+                ProtocolKind::accepted()
+            )
+        })?;
+    }
+    if let Some(p) = a.plan.as_ref().or(file.plan.as_ref()) {
+        cfg.plan = Plan::parse(p).map_err(|e| e.0)?;
+    }
+    macro_rules! pick {
+        ($field:ident, $arg:expr, $file:expr) => {
+            if let Some(v) = $arg.or($file) {
+                cfg.$field = v;
+            }
+        };
+    }
+    pick!(nodes, a.nodes, file.nodes);
+    pick!(threads, a.threads, file.threads);
+    pick!(coroutines, a.coroutines, file.coroutines);
+    pick!(duration_s, a.duration, file.duration);
+    pick!(warmup_s, a.warmup, file.warmup);
+    pick!(seed, a.seed, file.seed);
+    pick!(net_latency_us, a.net_latency_us, file.net_latency_us);
+    pick!(log_replicas, a.log_replicas, file.log_replicas);
+    pick!(attempts_max, None, file.attempts_max);
+    cfg.pin_threads = a.pin || file.pin.unwrap_or(false);
+    cfg.os_threads = a.os_threads.or(file.os_threads);
+    let mut params = Params::new();
+    for (k, v) in file.params.unwrap_or_default() {
+        let s = match v {
+            toml::Value::String(s) => s,
+            other => other.to_string(),
+        };
+        params.insert(k, s);
+    }
+    for p in &a.params {
+        let (k, v) = p
+            .split_once('=')
+            .filter(|(k, _)| !k.trim().is_empty())
+            .ok_or_else(|| format!("-p '{p}' is not KEY=VALUE (for example -p hot_prob=0.5)"))?;
+        params.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    cfg.params = params;
+    cfg.validate().map_err(|e| e.0)?;
+    Ok(cfg)
+}
+
+fn bench(a: BenchArgs) -> ExitCode {
+    let cfg = match resolve(&a) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let quiet = a.quiet;
+    let print = move |l: &ProgressLine| {
+        if !quiet {
+            println!(
+                "[{:>6.1} s] {:>12.0} committed tx/s  abort rate {:>6.2}%  p99 {:>9.1} us",
+                l.t_s,
+                l.committed_per_s,
+                l.abort_rate * 100.0,
+                l.p99_us
+            );
+        }
+    };
+    let report = match atoll_bench::run(&cfg, &print) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    print!("{}", report.render());
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&report).expect("reports serialise");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    if !report.passed {
+        for c in report.checks.iter().filter(|c| !c.passed) {
+            eprintln!("error: check {} failed: {}", c.name, c.detail);
+        }
+        return ExitCode::from(EXIT_CHECK_FAILED);
+    }
+    ExitCode::SUCCESS
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().cmd {
+        Cmd::Bench(a) => bench(a),
+    }
+}
