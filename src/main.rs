@@ -54,16 +54,16 @@ struct BenchArgs {
     #[arg(long)]
     coroutines: Option<u16>,
     /// Measured seconds.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     duration: Option<f64>,
     /// Warm-up seconds before measuring.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     warmup: Option<f64>,
     /// Seed of every random choice.
     #[arg(long)]
     seed: Option<u64>,
     /// Latency added to every remote verb and RPC, in microseconds.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     net_latency_us: Option<f64>,
     /// Backups each commit logs to.
     #[arg(long)]

@@ -6,6 +6,7 @@ pub mod config;
 pub mod report;
 pub mod run;
 pub mod stats;
+pub mod testkit;
 
 pub use config::{ConfigError, RunConfig};
 pub use report::{ProgressLine, Report};

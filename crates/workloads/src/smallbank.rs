@@ -20,7 +20,8 @@
 //!
 //! Accounts: a node is drawn uniformly, then with probability `hot_prob` one of its
 //! `hot_accounts` hot accounts, else any of its `accounts`. Defaults follow FaSST (OSDI'16)
-//! and DrTM+H: 100,000 accounts per node, 90% of accesses to 4% hot accounts.
+//! and DrTM+H: 100,000 accounts per node, 90% of accesses to the 4% hot accounts
+//! (`hot_accounts` defaults to 4% of `accounts`).
 //! Invariant: the sum of all balances equals the initial sum plus the committed net effects.
 
 use crate::params::{Knobs, ParamError, Params};
@@ -78,7 +79,8 @@ impl SmallBank {
     pub fn from_params(p: &Params) -> Result<Self, ParamError> {
         let k = Knobs::new("smallbank", p, Self::KNOBS)?;
         let accounts = k.u64("accounts", 100_000, 2, 100_000_000)?;
-        let hot_accounts = k.u64("hot_accounts", 4_000, 1, 100_000_000)?;
+        // Default: 4% of the accounts are hot (FaSST's SmallBank).
+        let hot_accounts = k.u64("hot_accounts", (accounts * 4 / 100).max(1), 1, 100_000_000)?;
         if hot_accounts > accounts {
             return Err(ParamError(format!(
                 "smallbank hot_accounts={hot_accounts} is out of range: expected 1..={accounts} (at most accounts)"
@@ -111,7 +113,14 @@ impl SmallBank {
                 return (a, b);
             }
         }
-        (a, if a.is_multiple_of(self.accounts) { a + 1 } else { a - 1 })
+        (
+            a,
+            if a.is_multiple_of(self.accounts) {
+                a + 1
+            } else {
+                a - 1
+            },
+        )
     }
 }
 

@@ -1,0 +1,139 @@
+//! Test support: a small in-process cluster on one OS thread (so co-routine interleaving is
+//! deterministic) that runs scripted co-routines, for protocol scenario tests.
+
+use atoll_fabric::inproc::{self, InprocConfig};
+use atoll_fabric::{
+    ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RemotePtr, RpcHandler, TaskId,
+    WorkerCore,
+};
+use atoll_storage::{Catalog, Store, TableId, TableSpec};
+use atoll_txn::handler::StoreHandler;
+use atoll_txn::{Coordinator, Plan, TxnConfig};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// Yields before giving up on a scenario step that never comes.
+const WAIT_YIELDS_MAX: u32 = 100_000;
+
+pub struct TestCluster {
+    pub catalog: Arc<Catalog>,
+    pub stores: Vec<Arc<Store>>,
+    pub txn: Arc<TxnConfig>,
+    pub coroutines_per_worker: u32,
+}
+
+impl TestCluster {
+    /// `nodes` nodes with one worker each and `coroutines` co-routines per worker.
+    pub fn new(nodes: u16, tables: Vec<TableSpec>, plan: Plan, coroutines: u32) -> Self {
+        let txn = Arc::new(TxnConfig {
+            plan,
+            log_replicas: if nodes > 1 { 1 } else { 0 },
+            log_ring_words: 1024,
+            coordinators_total: nodes as u32 * coroutines,
+            loc_cache_entries_max: 1024,
+        });
+        let catalog = Arc::new(Catalog::new(nodes, tables, vec![txn.log_region_words()]));
+        let stores = (0..nodes)
+            .map(|n| {
+                let mem = Arc::new(NodeMemory::new(NodeId(n), &catalog.region_words()));
+                Arc::new(Store::new(catalog.clone(), mem))
+            })
+            .collect();
+        TestCluster {
+            catalog,
+            stores,
+            txn,
+            coroutines_per_worker: coroutines,
+        }
+    }
+
+    /// Runs `script(core, k)` as co-routine `k` of every worker until all finish.
+    pub fn run(&self, script: &(dyn Fn(&Rc<WorkerCore>, u32) -> Option<Coroutine> + Sync)) {
+        let memory: ClusterMemory = self
+            .stores
+            .iter()
+            .map(|s| s.memory().clone())
+            .collect::<Vec<_>>()
+            .into();
+        let handlers: Vec<Arc<dyn RpcHandler>> = self
+            .stores
+            .iter()
+            .map(|s| {
+                Arc::new(StoreHandler::new(s.clone(), self.catalog.extra_region(0)))
+                    as Arc<dyn RpcHandler>
+            })
+            .collect();
+        let cfg = InprocConfig {
+            nodes: self.catalog.nodes,
+            threads_per_node: 1,
+            os_threads: 1,
+            pin_threads: false,
+            net_latency_ns: 0,
+        };
+        let k = self.coroutines_per_worker;
+        let spawn = |core: &Rc<WorkerCore>| -> Vec<Coroutine> {
+            (0..k)
+                .map(|i| script(core, i).unwrap_or_else(|| Box::pin(async {})))
+                .collect()
+        };
+        inproc::run(&cfg, memory, &handlers, &spawn);
+    }
+
+    /// A coordinator for co-routine `k` of `core`.
+    pub fn coordinator(&self, core: &Rc<WorkerCore>, k: u32) -> Coordinator {
+        let ep = Endpoint::new(core.clone(), TaskId(k));
+        Coordinator::new(
+            ep,
+            self.catalog.clone(),
+            self.txn.clone(),
+            core.index * self.coroutines_per_worker + k,
+        )
+    }
+
+    /// Where `key`'s record lives.
+    pub fn record_ptr(&self, t: TableId, key: u64) -> RemotePtr {
+        let node = self.catalog.home(t, key, NodeId(0));
+        let idx = self.stores[node.0 as usize]
+            .lookup(t, key)
+            .expect("key loaded");
+        self.catalog.record_ptr(t, node, idx)
+    }
+
+    /// The payload of `key` as stored now.
+    pub fn payload(&self, t: TableId, key: u64) -> Vec<u64> {
+        let node = self.catalog.home(t, key, NodeId(0));
+        let s = &self.stores[node.0 as usize];
+        let idx = s.lookup(t, key).expect("key present");
+        let mut w = vec![0; self.catalog.layout(t).record_words as usize];
+        s.read_tuple(t, idx, &mut w);
+        w[atoll_storage::layout::HEADER_WORDS as usize..].to_vec()
+    }
+}
+
+/// Shared scenario progress: steps are numbered, co-routines wait for each other's steps.
+#[derive(Clone, Default)]
+pub struct Steps(Arc<AtomicU32>);
+
+impl Steps {
+    pub fn reach(&self, step: u32) {
+        let at = self.0.swap(step, Ordering::SeqCst);
+        assert!(
+            at < step,
+            "step {step} reached twice or out of order (at {at})"
+        );
+    }
+
+    pub async fn wait(&self, ep: &Endpoint, step: u32) {
+        for _ in 0..WAIT_YIELDS_MAX {
+            if self.0.load(Ordering::SeqCst) >= step {
+                return;
+            }
+            ep.yield_now().await;
+        }
+        panic!(
+            "scenario stuck waiting for step {step} (at {})",
+            self.0.load(Ordering::SeqCst)
+        );
+    }
+}

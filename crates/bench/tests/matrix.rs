@@ -1,0 +1,127 @@
+//! The concurrency matrix: every protocol × {one-sided, rpc, mixed plans} × {SmallBank,
+//! YCSB} on 2 nodes × 2 threads × 4 co-routines under high contention, with the invariant
+//! checks clean and the expected abort reasons counted.
+
+use atoll_bench::{run, RunConfig};
+use atoll_protocols::ProtocolKind;
+use atoll_txn::Plan;
+use atoll_workloads::{Params, WorkloadKind};
+
+fn params(w: WorkloadKind) -> Params {
+    let kv: &[(&str, &str)] = match w {
+        // Two hot accounts per node take 90% of accesses: constant conflicts.
+        WorkloadKind::SmallBank => &[
+            ("accounts", "200"),
+            ("hot_accounts", "2"),
+            ("hot_prob", "0.9"),
+        ],
+        WorkloadKind::Ycsb => &[
+            ("records", "500"),
+            ("hot_fraction", "0.01"),
+            ("hot_prob", "0.9"),
+            ("write_fraction", "0.5"),
+            ("ops_per_txn", "4"),
+            ("compute_us", "1"),
+        ],
+    };
+    kv.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+const PLANS: [&str; 4] = [
+    "one-sided",
+    "rpc",
+    "read=rpc,lock=one-sided,validate=one-sided,commit=one-sided,release=rpc",
+    "read=one-sided,lock=rpc,validate=rpc,log=one-sided,commit=rpc,release=one-sided",
+];
+
+#[test]
+fn every_protocol_plan_and_workload_keeps_invariants_under_contention_2_nodes_2_threads_4_coroutines(
+) {
+    let mut failures = Vec::new();
+    for workload in WorkloadKind::ALL {
+        for protocol in ProtocolKind::ALL {
+            for plan in PLANS {
+                let cfg = RunConfig {
+                    workload,
+                    params: params(workload),
+                    protocol,
+                    plan: Plan::parse(plan).unwrap(),
+                    nodes: 2,
+                    threads: 2,
+                    coroutines: 4,
+                    duration_s: 0.25,
+                    warmup_s: 0.0,
+                    seed: 7,
+                    ..RunConfig::default()
+                };
+                let what = format!("{} / {} / {plan}", workload.name(), protocol.name());
+                let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
+                if !r.passed {
+                    failures.push(format!("{what}: {:?}", r.checks));
+                }
+                let s = &r.summary;
+                assert!(s.committed > 100, "{what}: only {} committed", s.committed);
+                let reason = |n: &str| s.aborts_by_reason[n];
+                match protocol {
+                    ProtocolKind::NoWait => assert!(
+                        reason("lock_busy") > 0,
+                        "{what}: no lock_busy counted: {s:?}"
+                    ),
+                    ProtocolKind::Occ => assert!(
+                        reason("validation_failed") + reason("conflict") > 0,
+                        "{what}: no validation_failed/conflict counted: {s:?}"
+                    ),
+                }
+                if workload == WorkloadKind::SmallBank {
+                    assert!(
+                        reason("user_abort") > 0,
+                        "{what}: no user_abort counted: {s:?}"
+                    );
+                    assert_eq!(s.user_aborted, reason("user_abort"));
+                }
+                assert!(
+                    s.abort_rate > 0.0 && s.abort_rate < 1.0,
+                    "{what}: abort rate {}",
+                    s.abort_rate
+                );
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "checks failed:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn injected_latency_slows_round_trips_but_keeps_invariants() {
+    let base = RunConfig {
+        params: params(WorkloadKind::SmallBank),
+        nodes: 2,
+        threads: 1,
+        coroutines: 4,
+        duration_s: 0.3,
+        warmup_s: 0.0,
+        ..RunConfig::default()
+    };
+    let fast = run(&base, &|_| {}).unwrap();
+    let slow = run(
+        &RunConfig {
+            net_latency_us: 50.0,
+            ..base.clone()
+        },
+        &|_| {},
+    )
+    .unwrap();
+    assert!(fast.passed && slow.passed);
+    // Every remote round trip waits at least 50 µs, and a SmallBank transaction has some.
+    assert!(
+        slow.summary.latency_us.p90 >= 50.0,
+        "p90 {} with 50 us injected",
+        slow.summary.latency_us.p90
+    );
+    assert!(slow.summary.latency_us.p50 > fast.summary.latency_us.p50);
+}

@@ -1,0 +1,346 @@
+//! Protocol scenarios on a 2-node in-process cluster, scripted step by step: each abort
+//! reason is provoked and checked, under every plan.
+
+use atoll_bench::testkit::{Steps, TestCluster};
+use atoll_fabric::{Coroutine, NodeId};
+use atoll_protocols::{NoWait, Occ};
+use atoll_storage::{Partition, TableId, TableSpec};
+use atoll_txn::{Abort, Plan, Primitive, Protocol, Txn};
+use std::sync::{Arc, Mutex};
+
+const T: TableId = TableId(0);
+const KEYS_PER_NODE: u64 = 16;
+/// A key on node 1, remote to coordinators on node 0.
+const REMOTE_KEY: u64 = KEYS_PER_NODE + 3;
+
+fn plans() -> Vec<Plan> {
+    vec![
+        Plan::uniform(Primitive::OneSided),
+        Plan::uniform(Primitive::Rpc),
+        Plan::parse("read=rpc,lock=one-sided,validate=one-sided,commit=one-sided,release=rpc")
+            .unwrap(),
+        Plan::parse("read=one-sided,lock=rpc,validate=rpc,log=rpc,commit=rpc,release=one-sided")
+            .unwrap(),
+    ]
+}
+
+fn cluster(plan: Plan, ordered: bool) -> TestCluster {
+    let spec = TableSpec {
+        name: "t".into(),
+        payload_words: 1,
+        capacity_per_node: 64,
+        partition: Partition::Range {
+            keys_per_node: KEYS_PER_NODE,
+        },
+        ordered,
+    };
+    let c = TestCluster::new(2, vec![spec], plan, 2);
+    for s in &c.stores {
+        let base = s.node.0 as u64 * KEYS_PER_NODE;
+        for k in base..base + KEYS_PER_NODE {
+            s.insert(T, k, &[100]).unwrap();
+        }
+    }
+    c
+}
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn note(log: &Log, s: impl Into<String>) {
+    log.lock().unwrap().push(s.into());
+}
+
+/// Runs two scripted transactions on node 0 (co-routines 0 and 1) and returns their notes.
+fn two<F0, F1>(c: &TestCluster, t0: F0, t1: F1) -> Vec<String>
+where
+    F0: Fn(atoll_txn::Coordinator, Steps, Log) -> Coroutine + Sync,
+    F1: Fn(atoll_txn::Coordinator, Steps, Log) -> Coroutine + Sync,
+{
+    let steps = Steps::default();
+    let log: Log = Arc::default();
+    c.run(&|core, k| {
+        if core.id.node != NodeId(0) {
+            return None;
+        }
+        let coord = c.coordinator(core, k);
+        Some(match k {
+            0 => t0(coord, steps.clone(), log.clone()),
+            _ => t1(coord, steps.clone(), log.clone()),
+        })
+    });
+    let v = log.lock().unwrap().clone();
+    v
+}
+
+fn nowait_lock_busy(plan: Plan) {
+    let c = cluster(plan, false);
+    let notes = two(
+        &c,
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                let mut tx = Txn::<NoWait>::begin(&mut co);
+                let v = tx
+                    .read_for_update(T, REMOTE_KEY)
+                    .await
+                    .expect("first locker succeeds");
+                tx.write(T, REMOTE_KEY, &[v[0] + 1]);
+                steps.reach(1);
+                steps.wait(&ep, 2).await;
+                note(
+                    &log,
+                    format!("t0 commit {:?}", tx.commit().await.map(|_| ())),
+                );
+            })
+        },
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                steps.wait(&ep, 1).await;
+                let mut tx = Txn::<NoWait>::begin(&mut co);
+                let r = tx.read(T, REMOTE_KEY).await;
+                note(&log, format!("t1 read {:?}", r.map(|_| ())));
+                tx.rollback().await;
+                steps.reach(2);
+            })
+        },
+    );
+    assert_eq!(
+        notes,
+        vec!["t1 read Err(LockBusy)", "t0 commit Ok(())"],
+        "plan {plan}"
+    );
+    assert_eq!(c.payload(T, REMOTE_KEY), vec![101], "plan {plan}");
+}
+
+#[test]
+fn nowait_second_locker_aborts_with_lock_busy_and_first_commits_2_nodes() {
+    plans().into_iter().for_each(nowait_lock_busy);
+}
+
+fn occ_read_overwritten(plan: Plan) {
+    let c = cluster(plan, false);
+    let notes = two(
+        &c,
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                let mut tx = Txn::<Occ>::begin(&mut co);
+                tx.read(T, REMOTE_KEY).await.unwrap();
+                // A write elsewhere makes this a read-write transaction with a read-only entry.
+                let v = tx.read_for_update(T, 1).await.unwrap();
+                tx.write(T, 1, &[v[0] + 5]);
+                steps.reach(1);
+                steps.wait(&ep, 2).await;
+                note(
+                    &log,
+                    format!("t0 commit {:?}", tx.commit().await.map(|_| ())),
+                );
+            })
+        },
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                steps.wait(&ep, 1).await;
+                let mut tx = Txn::<Occ>::begin(&mut co);
+                let v = tx.read_for_update(T, REMOTE_KEY).await.unwrap();
+                tx.write(T, REMOTE_KEY, &[v[0] + 1]);
+                note(
+                    &log,
+                    format!("t1 commit {:?}", tx.commit().await.map(|_| ())),
+                );
+                steps.reach(2);
+            })
+        },
+    );
+    assert_eq!(
+        notes,
+        vec!["t1 commit Ok(())", "t0 commit Err(ValidationFailed)"],
+        "plan {plan}"
+    );
+    assert_eq!(c.payload(T, REMOTE_KEY), vec![101], "plan {plan}");
+    assert_eq!(
+        c.payload(T, 1),
+        vec![100],
+        "aborted write must not be installed (plan {plan})"
+    );
+}
+
+#[test]
+fn occ_read_overwritten_before_commit_fails_validation_2_nodes() {
+    plans().into_iter().for_each(occ_read_overwritten);
+}
+
+fn occ_write_write(plan: Plan) {
+    let c = cluster(plan, false);
+    let notes = two(
+        &c,
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                let mut tx = Txn::<Occ>::begin(&mut co);
+                let v = tx.read_for_update(T, REMOTE_KEY).await.unwrap();
+                tx.write(T, REMOTE_KEY, &[v[0] + 10]);
+                steps.reach(1);
+                steps.wait(&ep, 2).await;
+                note(
+                    &log,
+                    format!("t0 commit {:?}", tx.commit().await.map(|_| ())),
+                );
+            })
+        },
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                steps.wait(&ep, 1).await;
+                let mut tx = Txn::<Occ>::begin(&mut co);
+                let v = tx.read_for_update(T, REMOTE_KEY).await.unwrap();
+                tx.write(T, REMOTE_KEY, &[v[0] + 1]);
+                note(
+                    &log,
+                    format!("t1 commit {:?}", tx.commit().await.map(|_| ())),
+                );
+                steps.reach(2);
+            })
+        },
+    );
+    assert_eq!(
+        notes,
+        vec!["t1 commit Ok(())", "t0 commit Err(ValidationFailed)"],
+        "plan {plan}"
+    );
+    assert_eq!(
+        c.payload(T, REMOTE_KEY),
+        vec![101],
+        "no lost update (plan {plan})"
+    );
+}
+
+#[test]
+fn occ_write_write_conflict_aborts_the_later_committer_2_nodes() {
+    plans().into_iter().for_each(occ_write_write);
+}
+
+/// A committing writer is simulated by taking the record's lock word with a raw CAS.
+fn occ_locked_record(plan: Plan) {
+    let c = cluster(plan, false);
+    let ptr = c.record_ptr(T, REMOTE_KEY);
+    const FOREIGN_TS: u64 = 0xABCD << 20;
+    let notes = two(
+        &c,
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                assert_eq!(ep.cas(ptr.add(0), 0, FOREIGN_TS).await, 0);
+                steps.reach(1);
+                steps.wait(&ep, 2).await;
+                let mut tx = Txn::<Occ>::begin(&mut co);
+                let r = tx.read(T, REMOTE_KEY).await;
+                note(&log, format!("read of locked record {:?}", r.map(|_| ())));
+                tx.rollback().await;
+                assert_eq!(
+                    ep.cas(ptr.add(0), FOREIGN_TS, 0).await,
+                    FOREIGN_TS,
+                    "the foreign lock was kept"
+                );
+            })
+        },
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                steps.wait(&ep, 1).await;
+                let mut tx = Txn::<Occ>::begin(&mut co);
+                let v = tx.read_for_update(T, REMOTE_KEY - 1).await.unwrap();
+                tx.write(T, REMOTE_KEY - 1, &[v[0] + 1]);
+                tx.write(T, REMOTE_KEY, &[7]);
+                note(
+                    &log,
+                    format!(
+                        "commit over locked record {:?}",
+                        tx.commit().await.map(|_| ())
+                    ),
+                );
+                steps.reach(2);
+            })
+        },
+    );
+    assert_eq!(
+        notes,
+        vec![
+            "commit over locked record Err(LockBusy)",
+            "read of locked record Err(Conflict)"
+        ],
+        "plan {plan}"
+    );
+    assert_eq!(c.payload(T, REMOTE_KEY - 1), vec![100], "plan {plan}");
+    assert_eq!(c.payload(T, REMOTE_KEY), vec![100], "plan {plan}");
+}
+
+#[test]
+fn occ_locked_record_aborts_readers_with_conflict_and_committers_with_lock_busy_2_nodes() {
+    plans().into_iter().for_each(occ_locked_record);
+}
+
+fn insert_delete_scan<P: Protocol>(plan: Plan) {
+    let c = cluster(plan, true);
+    // Beyond the loaded keys, still on node 1 (range partitioning clamps to the last node).
+    let new_key = 2 * KEYS_PER_NODE + 8;
+    let notes = two(
+        &c,
+        move |mut co, _steps, log| {
+            Box::pin(async move {
+                let mut tx = Txn::<P>::begin(&mut co);
+                tx.insert(T, new_key, &[5]);
+                note(&log, format!("insert {:?}", tx.commit().await.map(|_| ())));
+                let mut tx = Txn::<P>::begin(&mut co);
+                tx.insert(T, new_key, &[6]);
+                note(
+                    &log,
+                    format!("insert again {:?}", tx.commit().await.map(|_| ())),
+                );
+                let mut tx = Txn::<P>::begin(&mut co);
+                let keys = tx
+                    .scan(T, KEYS_PER_NODE + 8, new_key + 16, 3, false)
+                    .await
+                    .unwrap();
+                note(&log, format!("scan {keys:?}"));
+                let keys = tx
+                    .scan(T, KEYS_PER_NODE, new_key + 16, 2, true)
+                    .await
+                    .unwrap();
+                note(&log, format!("scan reverse {keys:?}"));
+                tx.delete(T, new_key).await.unwrap();
+                note(&log, format!("delete {:?}", tx.commit().await.map(|_| ())));
+                let mut tx = Txn::<P>::begin(&mut co);
+                note(
+                    &log,
+                    format!("read deleted {:?}", tx.read(T, new_key).await.map(|_| ())),
+                );
+                tx.rollback().await;
+            })
+        },
+        |_co, _steps, _log| Box::pin(async {}),
+    );
+    let k = KEYS_PER_NODE;
+    assert_eq!(
+        notes,
+        vec![
+            "insert Ok(())".to_string(),
+            "insert again Err(Duplicate)".into(),
+            format!("scan [{}, {}, {}]", k + 8, k + 9, k + 10),
+            format!("scan reverse [{new_key}, {}]", k + 15),
+            "delete Ok(())".into(),
+            "read deleted Err(NotFound)".into(),
+        ],
+        "{} plan {plan}",
+        P::NAME
+    );
+}
+
+#[test]
+fn insert_duplicate_scan_delete_and_not_found_under_every_protocol_and_plan_2_nodes() {
+    for plan in plans() {
+        insert_delete_scan::<NoWait>(plan);
+        insert_delete_scan::<Occ>(plan);
+    }
+}

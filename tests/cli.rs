@@ -1,0 +1,151 @@
+//! The `atoll` command line as a new user meets it: bad input gets one clear line naming the
+//! value and what is accepted, and exit code 2; a run writes the promised JSON.
+
+use std::process::Command;
+
+fn atoll(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_atoll"))
+        .args(args)
+        .output()
+        .expect("run atoll");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn bad(args: &[&str], expect: &[&str]) {
+    let (code, _, err) = atoll(args);
+    assert_eq!(code, 2, "{args:?} exited {code}: {err}");
+    for e in expect {
+        assert!(err.contains(e), "{args:?}: stderr lacks {e:?}:\n{err}");
+    }
+}
+
+#[test]
+fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
+    bad(
+        &["bench", "--protocol", "2pl"],
+        &["unknown protocol '2pl'", "nowait, occ"],
+    );
+    bad(
+        &["bench", "--workload", "tpcx"],
+        &["unknown workload 'tpcx'", "smallbank, ycsb"],
+    );
+    bad(
+        &["bench", "--plan", "lock=rdma"],
+        &["unknown primitive 'rdma'", "one-sided, rpc"],
+    );
+    bad(
+        &["bench", "--plan", "locking=rpc"],
+        &["unknown stage 'locking'", "read, lock, validate"],
+    );
+    bad(&["bench", "--plan", "fast"], &["unknown plan 'fast'"]);
+    bad(
+        &["bench", "--nodes", "0"],
+        &["nodes=0 is out of range", "1..="],
+    );
+    bad(&["bench", "--nodes", "two"], &["invalid value 'two'"]);
+    bad(
+        &["bench", "--coroutines", "0"],
+        &["coroutines=0 is out of range"],
+    );
+    bad(&["bench", "--duration", "-1"], &["duration=-1"]);
+    bad(
+        &["bench", "-p", "hot_prob=1.5"],
+        &["hot_prob=1.5 is out of range", "0..=1"],
+    );
+    bad(
+        &["bench", "-p", "colour=blue"],
+        &[
+            "unknown smallbank knob 'colour'",
+            "accounts, hot_accounts, hot_prob",
+        ],
+    );
+    bad(
+        &["bench", "--workload", "ycsb", "-p", "distribution=pareto"],
+        &["distribution=pareto", "uniform, zipfian, hotspot"],
+    );
+    bad(
+        &["bench", "-p", "novalue"],
+        &["-p 'novalue' is not KEY=VALUE"],
+    );
+    bad(
+        &["bench", "--nodes", "1", "--log-replicas", "1"],
+        &["log_replicas=1 is out of range"],
+    );
+    bad(
+        &["bench", "--config", "/nonexistent/atoll.toml"],
+        &["cannot read config file /nonexistent/atoll.toml"],
+    );
+    let dir = std::env::temp_dir().join(format!("atoll-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let unknown = dir.join("unknown.toml");
+    std::fs::write(&unknown, "nodes = 2\nspeed = 3\n").unwrap();
+    bad(
+        &["bench", "--config", unknown.to_str().unwrap()],
+        &["unknown field `speed`"],
+    );
+    let malformed = dir.join("malformed.toml");
+    std::fs::write(&malformed, "nodes = \n").unwrap();
+    bad(
+        &["bench", "--config", malformed.to_str().unwrap()],
+        &["malformed.toml"],
+    );
+    let wrong_type = dir.join("wrong.toml");
+    std::fs::write(&wrong_type, "nodes = \"many\"\n").unwrap();
+    bad(
+        &["bench", "--config", wrong_type.to_str().unwrap()],
+        &["wrong.toml", "nodes"],
+    );
+}
+
+#[test]
+fn a_short_run_prints_progress_and_summary_and_writes_json() {
+    let dir = std::env::temp_dir().join(format!("atoll-cli-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("run.toml");
+    std::fs::write(
+        &cfg,
+        "protocol = \"nowait\"\nduration = 1.2\nwarmup = 0.2\n[params]\naccounts = 1000\n",
+    )
+    .unwrap();
+    let json = dir.join("out.json");
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--plan",
+        "rpc",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("committed tx/s  abort rate"),
+        "no progress line:\n{out}"
+    );
+    assert!(
+        out.contains("throughput") && out.contains("PASS"),
+        "no summary:\n{out}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["config"]["protocol"], "nowait");
+    assert_eq!(v["config"]["plan"], "rpc");
+    assert_eq!(v["config"]["workload_knobs"]["accounts"], "1000");
+    assert!(v["summary"]["committed_per_s"].as_f64().unwrap() > 0.0);
+    assert!(v["summary"]["abort_rate"].is_number());
+    for p in ["p50", "p90", "p99", "p999", "max"] {
+        assert!(
+            v["summary"]["latency_us"][p].as_f64().unwrap() > 0.0,
+            "latency {p}"
+        );
+    }
+    let checks = v["checks"].as_array().unwrap();
+    assert!(!checks.is_empty());
+    assert!(checks
+        .iter()
+        .all(|c| c["name"].is_string() && c["passed"] == true));
+}
