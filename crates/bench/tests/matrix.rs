@@ -125,3 +125,26 @@ fn injected_latency_slows_round_trips_but_keeps_invariants() {
     );
     assert!(slow.summary.latency_us.p50 > fast.summary.latency_us.p50);
 }
+
+#[test]
+fn more_nodes_than_cores_run_on_shared_os_threads_6_nodes_on_2_threads() {
+    for protocol in ProtocolKind::ALL {
+        let cfg = RunConfig {
+            params: params(WorkloadKind::SmallBank),
+            protocol,
+            plan: Plan::parse("rpc").unwrap(),
+            nodes: 6,
+            threads: 2,
+            coroutines: 4,
+            os_threads: Some(2),
+            log_replicas: 2,
+            duration_s: 0.3,
+            warmup_s: 0.0,
+            ..RunConfig::default()
+        };
+        let r = run(&cfg, &|_| {}).unwrap();
+        assert!(r.passed, "{:?}", r.checks);
+        assert_eq!(r.config.os_threads, 2);
+        assert!(r.summary.committed > 100, "{}", r.summary.committed);
+    }
+}

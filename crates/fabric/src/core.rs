@@ -578,3 +578,110 @@ impl Executor {
         self.core.live_tasks()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{RegionId, RemotePtr};
+    use crate::inproc::{self, InprocConfig};
+    use crate::memory::NodeMemory;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Echoes the request back with its first byte incremented.
+    struct Echo;
+    impl RpcHandler for Echo {
+        fn handle(&self, node: NodeId, req: &[u8], reply: &mut Vec<u8>) {
+            reply.extend_from_slice(req);
+            reply[0] = reply[0].wrapping_add(1 + node.0 as u8);
+        }
+    }
+
+    fn cluster(
+        nodes: u16,
+        latency_ns: u64,
+        body: &(dyn Fn(Endpoint) -> Coroutine + Sync),
+    ) -> Vec<crate::inproc::WorkerReport> {
+        let memory: crate::ClusterMemory = (0..nodes)
+            .map(|n| Arc::new(NodeMemory::new(NodeId(n), &[64])))
+            .collect::<Vec<_>>()
+            .into();
+        let handlers: Vec<Arc<dyn RpcHandler>> = (0..nodes)
+            .map(|_| Arc::new(Echo) as Arc<dyn RpcHandler>)
+            .collect();
+        let cfg = InprocConfig {
+            nodes,
+            threads_per_node: 1,
+            os_threads: 2,
+            pin_threads: false,
+            net_latency_ns: latency_ns,
+        };
+        inproc::run(&cfg, memory, &handlers, &|core| {
+            vec![body(Endpoint::new(core.clone(), TaskId(0)))]
+        })
+    }
+
+    #[test]
+    fn fabric_verbs_reach_remote_memory_and_rpcs_run_on_the_target_2_nodes() {
+        let cas_wins = Arc::new(AtomicU64::new(0));
+        let wins = cas_wins.clone();
+        let reports = cluster(2, 0, &move |ep| {
+            let wins = wins.clone();
+            Box::pin(async move {
+                let me = ep.node().0;
+                let peer = NodeId(1 - me);
+                let p = RemotePtr::new(peer, RegionId(0), 8);
+                // One doorbell: WRITE, READ back, FETCH_ADD, RPC; results in posting order.
+                let mut d = ep.doorbell();
+                d.write(p.add(me as u32 * 2), Words::from_slice(&[7, 8]));
+                d.read(p.add(me as u32 * 2), 2);
+                d.fetch_add(p.add(10), 1);
+                d.rpc(peer, vec![10, 20]);
+                let r = d.submit().await;
+                assert_eq!(r.read(1).as_slice(), &[7, 8]);
+                assert!(r.fetch_add(2) <= 1);
+                assert_eq!(r.rpc(3), &[10 + 1 + peer.0 as u8, 20]);
+                // Both nodes race for one word of node 0: exactly one CAS wins.
+                let target = RemotePtr::new(NodeId(0), RegionId(0), 0);
+                if ep.cas(target, 0, me as u64 + 1).await == 0 {
+                    wins.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        });
+        assert_eq!(cas_wins.load(Ordering::SeqCst), 1);
+        let n0 = &reports[0].counters;
+        // Node 0's CAS on its own memory is local; node 1's crosses the fabric.
+        assert_eq!(n0.local_ops[crate::VerbKind::Cas as usize], 1);
+        assert_eq!(
+            reports[1].counters.remote_ops[crate::VerbKind::Cas as usize],
+            1
+        );
+        assert_eq!(n0.remote_ops[crate::VerbKind::Rpc as usize], 1);
+        assert_eq!(n0.rpcs_served, 1);
+        assert_eq!(n0.remote_ops[crate::VerbKind::Write as usize], 1);
+        assert_eq!(n0.remote_bytes[crate::VerbKind::Write as usize], 16);
+        assert_eq!(n0.doorbells, 1);
+        assert_eq!(n0.round_trips, 1, "the local CAS is not a round trip");
+    }
+
+    #[test]
+    fn fabric_injected_latency_delays_remote_completions_but_not_local_ones() {
+        const LATENCY_NS: u64 = 200_000;
+        cluster(2, LATENCY_NS, &|ep| {
+            Box::pin(async move {
+                let peer = NodeId(1 - ep.node().0);
+                let t0 = ep.now_ns();
+                ep.read(RemotePtr::new(ep.node(), RegionId(0), 0), 1).await;
+                let local_ns = ep.now_ns() - t0;
+                let t1 = ep.now_ns();
+                ep.read(RemotePtr::new(peer, RegionId(0), 0), 1).await;
+                let remote_ns = ep.now_ns() - t1;
+                let t2 = ep.now_ns();
+                ep.rpc(peer, vec![1]).await;
+                let rpc_ns = ep.now_ns() - t2;
+                assert!(local_ns < LATENCY_NS, "local read took {local_ns} ns");
+                assert!(remote_ns >= LATENCY_NS, "remote read took {remote_ns} ns");
+                assert!(rpc_ns >= LATENCY_NS, "rpc took {rpc_ns} ns");
+            })
+        });
+    }
+}

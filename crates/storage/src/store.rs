@@ -247,3 +247,95 @@ impl Store {
         *self.shards[t.0 as usize].next_free.lock()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{Partition, TableSpec};
+
+    fn store(capacity: u32) -> Store {
+        let spec = TableSpec {
+            name: "t".into(),
+            payload_words: 2,
+            capacity_per_node: capacity,
+            partition: Partition::Modulo,
+            ordered: true,
+        };
+        let catalog = Arc::new(Catalog::new(1, vec![spec], vec![]));
+        let mem = Arc::new(NodeMemory::new(NodeId(0), &catalog.region_words()));
+        Store::new(catalog, mem)
+    }
+
+    #[test]
+    fn store_insert_lookup_delete_agree_with_a_model_and_one_sided_probes() {
+        let s = store(3000);
+        let t = TableId(0);
+        let mut model = std::collections::BTreeMap::new();
+        let mut x = 12345u64;
+        for step in 0..6000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = x % 4000;
+            if x % 3 == 0 {
+                assert_eq!(
+                    s.delete(t, key).is_some(),
+                    model.remove(&key).is_some(),
+                    "delete {key} at {step}"
+                );
+            } else {
+                match s.insert(t, key, &[key, step]) {
+                    Ok(idx) => assert!(
+                        model.insert(key, idx).is_none(),
+                        "insert {key} succeeded twice"
+                    ),
+                    Err(StoreError::Duplicate { .. }) => assert!(model.contains_key(&key)),
+                    Err(StoreError::Full { .. }) => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        let layout = *s.catalog.layout(t);
+        for key in 0..4000 {
+            assert_eq!(s.lookup(t, key), model.get(&key).copied(), "lookup {key}");
+            // What a one-sided reader does: READ groups and probe them.
+            let mut g = layout.home_group(key);
+            let mut words = [0u64; GROUP_WORDS as usize];
+            let found = loop {
+                s.region(t)
+                    .read_into(layout.group_offset(g) as usize, &mut words);
+                match probe_group(&words, key) {
+                    GroupProbe::Found(i) => break Some(i),
+                    GroupProbe::Absent => break None,
+                    GroupProbe::Continue => g = (g + 1) & (layout.index_groups - 1),
+                }
+            };
+            assert_eq!(found, model.get(&key).copied(), "one-sided probe of {key}");
+        }
+        let mut out = Vec::new();
+        s.scan(t, 0, u64::MAX, usize::MAX, false, &mut out);
+        assert_eq!(out, model.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn store_rejects_a_full_table_and_a_key_of_another_node() {
+        let s = store(2);
+        let t = TableId(0);
+        s.insert(t, 1, &[0, 0]).unwrap();
+        s.insert(t, 2, &[0, 0]).unwrap();
+        assert_eq!(
+            s.insert(t, 3, &[0, 0]),
+            Err(StoreError::Full {
+                table: "t".into(),
+                capacity: 2
+            })
+        );
+        assert_eq!(
+            s.insert(t, 1, &[0, 0]),
+            Err(StoreError::Duplicate {
+                table: "t".into(),
+                key: 1
+            })
+        );
+    }
+}
