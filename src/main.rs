@@ -62,9 +62,10 @@ struct BenchArgs {
     /// Seed of every random choice.
     #[arg(long)]
     seed: Option<u64>,
-    /// Latency added to every remote verb and RPC, in microseconds.
-    #[arg(long, allow_negative_numbers = true)]
-    net_latency_us: Option<f64>,
+    /// Round-trip latency added to remote verbs, in microseconds: one number for all, or
+    /// per class, e.g. read=2,write=2,cas=2.5,fetch_add=2.5,rpc=4.
+    #[arg(long, allow_hyphen_values = true)]
+    net_latency_us: Option<String>,
     /// Backups each commit logs to.
     #[arg(long)]
     log_replicas: Option<u16>,
@@ -101,7 +102,7 @@ struct FileConfig {
     duration: Option<f64>,
     warmup: Option<f64>,
     seed: Option<u64>,
-    net_latency_us: Option<f64>,
+    net_latency_us: Option<toml::Value>,
     log_replicas: Option<u16>,
     pin: Option<bool>,
     os_threads: Option<usize>,
@@ -157,7 +158,13 @@ fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
     pick!(duration_s, a.duration, file.duration);
     pick!(warmup_s, a.warmup, file.warmup);
     pick!(seed, a.seed, file.seed);
-    pick!(net_latency_us, a.net_latency_us, file.net_latency_us);
+    let file_latency = file.net_latency_us.as_ref().map(|v| match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    });
+    if let Some(s) = a.net_latency_us.as_ref().or(file_latency.as_ref()) {
+        cfg.net_latency_us = atoll_bench::config::parse_latency_us(s).map_err(|e| e.0)?;
+    }
     pick!(log_replicas, a.log_replicas, file.log_replicas);
     pick!(attempts_max, None, file.attempts_max);
     cfg.pin_threads = a.pin || file.pin.unwrap_or(false);

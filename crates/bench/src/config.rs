@@ -1,5 +1,6 @@
 //! The resolved configuration of one run, validated before anything starts.
 
+use atoll_fabric::VerbKind;
 use atoll_protocols::ProtocolKind;
 use atoll_txn::Plan;
 use atoll_workloads::{Params, WorkloadKind};
@@ -23,7 +24,8 @@ pub struct RunConfig {
     pub duration_s: f64,
     pub warmup_s: f64,
     pub seed: u64,
-    pub net_latency_us: f64,
+    /// Injected round-trip latency per verb class, indexed by `VerbKind`.
+    pub net_latency_us: [f64; VerbKind::COUNT],
     pub pin_threads: bool,
     /// OS threads for the in-process fabric; `None` means one per core, at most one per worker.
     pub os_threads: Option<usize>,
@@ -47,7 +49,7 @@ impl Default for RunConfig {
             duration_s: 10.0,
             warmup_s: 1.0,
             seed: 1,
-            net_latency_us: 0.0,
+            net_latency_us: [0.0; VerbKind::COUNT],
             pin_threads: false,
             os_threads: None,
             log_replicas: 1,
@@ -101,11 +103,13 @@ impl RunConfig {
                 self.warmup_s
             )));
         }
-        if !self.net_latency_us.is_finite() || !(0.0..=1_000_000.0).contains(&self.net_latency_us) {
-            return Err(ConfigError(format!(
-                "net-latency-us={} is out of range: expected microseconds in 0..=1000000",
-                self.net_latency_us
-            )));
+        for (k, us) in VerbKind::ALL.iter().zip(self.net_latency_us) {
+            if !us.is_finite() || !(0.0..=1_000_000.0).contains(&us) {
+                return Err(ConfigError(format!(
+                    "net-latency-us {}={us} is out of range: expected microseconds in 0..=1000000",
+                    k.name()
+                )));
+            }
         }
         if self.log_replicas >= self.nodes {
             return Err(ConfigError(format!(
@@ -143,9 +147,40 @@ pub struct ConfigReport {
     pub duration_s: f64,
     pub warmup_s: f64,
     pub seed: u64,
-    pub net_latency_us: f64,
+    pub net_latency_us: std::collections::BTreeMap<String, f64>,
     pub pin_threads: bool,
     pub os_threads: usize,
     pub log_replicas: u16,
     pub attempts_max: u32,
+}
+
+/// Parses `--net-latency-us`: one number for every verb class, or per class
+/// `read=1.5,write=1,cas=2,fetch_add=2,rpc=3` (classes not named get 0).
+pub fn parse_latency_us(s: &str) -> Result<[f64; VerbKind::COUNT], ConfigError> {
+    let num = |v: &str, what: &str| -> Result<f64, ConfigError> {
+        v.trim().parse::<f64>().map_err(|_| {
+            ConfigError(format!(
+                "net-latency-us {what}'{v}' is not a number of microseconds"
+            ))
+        })
+    };
+    if !s.contains('=') {
+        return Ok([num(s, "")?; VerbKind::COUNT]);
+    }
+    let mut out = [0.0; VerbKind::COUNT];
+    for part in s.split(',') {
+        let (k, v) = part.split_once('=').ok_or_else(|| {
+            ConfigError(format!(
+                "net-latency-us entry '{part}' is not CLASS=MICROSECONDS"
+            ))
+        })?;
+        let kind = VerbKind::parse(k.trim()).ok_or_else(|| {
+            ConfigError(format!(
+                "net-latency-us: unknown verb class '{}': accepted are read, write, cas, fetch_add, rpc",
+                k.trim()
+            ))
+        })?;
+        out[kind as usize] = num(v, &format!("{}=", kind.name()))?;
+    }
+    Ok(out)
 }

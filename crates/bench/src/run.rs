@@ -143,7 +143,7 @@ fn run_with<W: Workload, P: Protocol>(
         threads_per_node: cfg.threads,
         os_threads,
         pin_threads: cfg.pin_threads,
-        net_latency_ns: (cfg.net_latency_us * 1000.0) as u64,
+        net_latency_ns: cfg.net_latency_us.map(|us| (us * 1000.0) as u64),
     };
     let shared = Arc::new(RunShared {
         w,
@@ -490,7 +490,10 @@ fn assemble<W: Workload>(
             duration_s: cfg.duration_s,
             warmup_s: cfg.warmup_s,
             seed: cfg.seed,
-            net_latency_us: cfg.net_latency_us,
+            net_latency_us: VerbKind::ALL
+                .iter()
+                .map(|k| (k.name().to_string(), cfg.net_latency_us[*k as usize]))
+                .collect(),
             pin_threads: cfg.pin_threads,
             os_threads,
             log_replicas: cfg.log_replicas,

@@ -69,7 +69,7 @@ impl TestCluster {
             threads_per_node: 1,
             os_threads: 1,
             pin_threads: false,
-            net_latency_ns: 0,
+            net_latency_ns: [0; atoll_fabric::VerbKind::COUNT],
         };
         let k = self.coroutines_per_worker;
         let spawn = |core: &Rc<WorkerCore>| -> Vec<Coroutine> {

@@ -110,7 +110,7 @@ fn injected_latency_slows_round_trips_but_keeps_invariants() {
     let fast = run(&base, &|_| {}).unwrap();
     let slow = run(
         &RunConfig {
-            net_latency_us: 50.0,
+            net_latency_us: [50.0; atoll_fabric::VerbKind::COUNT],
             ..base.clone()
         },
         &|_| {},

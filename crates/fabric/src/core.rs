@@ -258,9 +258,9 @@ impl WorkerCore {
                     index,
                     completion,
                 } => {
-                    if let Completion::Rpc(b) = &completion {
-                        let kind = crate::verbs::VerbKind::Rpc as usize;
-                        self.counters.borrow_mut().remote_bytes[kind] += b.len() as u64;
+                    if let Some(kind) = completion.kind() {
+                        self.counters.borrow_mut().remote_bytes[kind as usize] +=
+                            completion.reply_bytes();
                     }
                     self.complete(slot, index, completion)
                 }
@@ -598,7 +598,7 @@ mod tests {
 
     fn cluster(
         nodes: u16,
-        latency_ns: u64,
+        latency_ns: [u64; crate::VerbKind::COUNT],
         body: &(dyn Fn(Endpoint) -> Coroutine + Sync),
     ) -> Vec<crate::inproc::WorkerReport> {
         let memory: crate::ClusterMemory = (0..nodes)
@@ -624,7 +624,7 @@ mod tests {
     fn fabric_verbs_reach_remote_memory_and_rpcs_run_on_the_target_2_nodes() {
         let cas_wins = Arc::new(AtomicU64::new(0));
         let wins = cas_wins.clone();
-        let reports = cluster(2, 0, &move |ep| {
+        let reports = cluster(2, [0; crate::VerbKind::COUNT], &move |ep| {
             let wins = wins.clone();
             Box::pin(async move {
                 let me = ep.node().0;
@@ -666,7 +666,7 @@ mod tests {
     #[test]
     fn fabric_injected_latency_delays_remote_completions_but_not_local_ones() {
         const LATENCY_NS: u64 = 200_000;
-        cluster(2, LATENCY_NS, &|ep| {
+        cluster(2, [LATENCY_NS; crate::VerbKind::COUNT], &|ep| {
             Box::pin(async move {
                 let peer = NodeId(1 - ep.node().0);
                 let t0 = ep.now_ns();

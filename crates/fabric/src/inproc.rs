@@ -1,7 +1,7 @@
 //! The in-process fabric: every node lives in this process, workers are real threads.
 //!
 //! One-sided verbs touch the target node's memory directly (as the NIC would) and complete at
-//! once, or after `net_latency_ns` when latency is injected. RPCs travel through per-worker
+//! once, or after their verb class's `net_latency_ns` when latency is injected. RPCs travel through per-worker
 //! inboxes and are executed by the target worker's event loop, so the target's CPU does the
 //! work. Logical workers (node, thread) are spread over at most `os_threads` OS threads, so
 //! more nodes than cores work.
@@ -9,7 +9,7 @@
 use crate::core::{Coroutine, Delivery, Executor, ReplyTo, SlotId, Transport, WorkerCore};
 use crate::ids::{NodeId, WorkerId};
 use crate::memory::ClusterMemory;
-use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbCounters};
+use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbCounters, VerbKind};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::BinaryHeap;
@@ -26,8 +26,8 @@ pub struct InprocConfig {
     /// OS threads carrying the logical workers (at least 1).
     pub os_threads: usize,
     pub pin_threads: bool,
-    /// Added to every remote verb and RPC round trip.
-    pub net_latency_ns: u64,
+    /// Added to every remote verb's (and RPC's) round trip, per [`VerbKind`].
+    pub net_latency_ns: [u64; VerbKind::COUNT],
 }
 
 impl InprocConfig {
@@ -58,7 +58,7 @@ struct Shared {
     memory: ClusterMemory,
     inboxes: Vec<Inbox>,
     threads_per_node: u16,
-    latency_ns: u64,
+    latency_ns: [u64; VerbKind::COUNT],
     start: Instant,
 }
 
@@ -124,10 +124,14 @@ impl InprocTransport {
         index: u32,
         completion: Completion,
     ) -> Option<Completion> {
-        if self.shared.latency_ns == 0 {
+        let latency_ns = match completion.kind() {
+            Some(k) => self.shared.latency_ns[k as usize],
+            None => 0,
+        };
+        if latency_ns == 0 {
             return Some(completion);
         }
-        let due_ns = posted_ns + self.shared.latency_ns;
+        let due_ns = posted_ns + latency_ns;
         self.delayed.borrow_mut().push(Delayed {
             due_ns,
             slot,
@@ -144,7 +148,7 @@ impl Transport for InprocTransport {
     }
 
     fn post(&self, slot: SlotId, index: u32, op: Op) -> Option<Completion> {
-        let now = if self.shared.latency_ns == 0 {
+        let now = if self.shared.latency_ns[op.kind() as usize] == 0 {
             0
         } else {
             self.now_ns()

@@ -86,6 +86,18 @@ pub enum Completion {
 }
 
 impl Completion {
+    /// The verb this completes; `None` for a timer.
+    pub fn kind(&self) -> Option<VerbKind> {
+        match self {
+            Completion::Read(_) => Some(VerbKind::Read),
+            Completion::Write => Some(VerbKind::Write),
+            Completion::Cas(_) => Some(VerbKind::Cas),
+            Completion::FetchAdd(_) => Some(VerbKind::FetchAdd),
+            Completion::Rpc(_) => Some(VerbKind::Rpc),
+            Completion::Timer => None,
+        }
+    }
+
     /// Payload bytes in the reply direction.
     pub fn reply_bytes(&self) -> u64 {
         match self {
@@ -144,6 +156,10 @@ impl VerbKind {
         VerbKind::Rpc,
     ];
     pub const COUNT: usize = 5;
+
+    pub fn parse(s: &str) -> Option<VerbKind> {
+        Self::ALL.into_iter().find(|k| k.name() == s)
+    }
 
     pub fn name(self) -> &'static str {
         match self {

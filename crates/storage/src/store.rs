@@ -106,6 +106,18 @@ impl Store {
 
     /// Inserts a live, unlocked record with version 1.
     pub fn insert(&self, t: TableId, key: u64, payload: &[u64]) -> Result<u32, StoreError> {
+        self.insert_locked(t, key, payload, 0)
+    }
+
+    /// Inserts a live record with version 1 whose lock word is `lock` (0 for free): a
+    /// transaction inserts its records locked and frees them with its other writes.
+    pub fn insert_locked(
+        &self,
+        t: TableId,
+        key: u64,
+        payload: &[u64],
+        lock: u64,
+    ) -> Result<u32, StoreError> {
         let spec = self.catalog.spec(t);
         if !self.catalog.holds(t, key, self.node) {
             return Err(StoreError::NotHere {
@@ -143,7 +155,7 @@ impl Store {
         region.write_from(off + HEADER_WORDS as usize, payload);
         region.store(off + H_KEY as usize, key);
         region.store(off + H_RTS as usize, 0);
-        region.store(off + H_LOCK as usize, 0);
+        region.store(off + H_LOCK as usize, lock);
         region.store(off + H_VERSION as usize, 1);
         // Publish in the index: first slot that is empty (tombstones are not reused, so a
         // probe never stops early on a slot that once held this key).

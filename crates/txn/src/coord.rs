@@ -109,9 +109,6 @@ impl Coordinator {
     }
 
     pub(crate) fn cache_loc(&mut self, t: TableId, node: NodeId, key: u64, loc: u32) {
-        if node == self.ep.node() {
-            return;
-        }
         if self.loc_cache.len() >= self.cfg.loc_cache_entries_max {
             self.loc_cache.clear();
         }

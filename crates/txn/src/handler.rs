@@ -9,6 +9,9 @@ use std::sync::Arc;
 
 /// Attempts at a consistent local read before reporting the record as locked.
 const CONSISTENT_READ_ATTEMPTS_MAX: usize = 64;
+/// Lock word reported for a record that kept changing under every read attempt: no
+/// transaction has this timestamp, so coordinators treat it as held by a writer.
+pub const LOCK_UNSTABLE: u64 = u64::MAX;
 
 /// Serves one node's requests.
 pub struct StoreHandler {
@@ -54,21 +57,26 @@ impl StoreHandler {
         let r = self.store.region(t);
         let off = layout.record_offset(loc) as usize;
         let mut data = Words::from_elem(0, (layout.record_words - HEADER_WORDS) as usize);
-        let mut lock = 0;
-        let mut v1 = 0;
         for _ in 0..CONSISTENT_READ_ATTEMPTS_MAX {
-            v1 = r.load(off + H_VERSION as usize);
+            let v1 = r.load(off + H_VERSION as usize);
             r.read_into(off + HEADER_WORDS as usize, &mut data);
-            lock = r.load(off + H_LOCK as usize);
-            let v2 = r.load(off + H_VERSION as usize);
-            if v1 == v2 {
-                break;
+            // A writer locks before touching the payload, so a free lock read after the
+            // payload, with the version unchanged, means the payload is that version's.
+            let lock = r.load(off + H_LOCK as usize);
+            if v1 == r.load(off + H_VERSION as usize) {
+                return Tuple {
+                    loc,
+                    lock,
+                    version: v1,
+                    data,
+                };
             }
         }
+        let version = r.load(off + H_VERSION as usize);
         Tuple {
             loc,
-            lock,
-            version: v1,
+            lock: LOCK_UNSTABLE,
+            version,
             data,
         }
     }
@@ -196,16 +204,18 @@ impl StoreHandler {
                 Reply::Ok
             }
             Request::Insert {
+                ts,
                 table,
                 key,
                 payload,
             } => {
-                if !self.valid_table(table)
+                if ts == 0
+                    || !self.valid_table(table)
                     || payload.len() != store.catalog.spec(table).payload_words as usize
                 {
                     return Reply::BadRequest;
                 }
-                match store.insert(table, key, &payload) {
+                match store.insert_locked(table, key, &payload, ts) {
                     Ok(loc) => Reply::Inserted { loc },
                     Err(atoll_storage::StoreError::Duplicate { .. }) => Reply::Duplicate,
                     Err(_) => Reply::BadRequest,

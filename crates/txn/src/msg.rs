@@ -63,7 +63,9 @@ pub enum Request {
         ts: u64,
         items: Vec<(TableId, u32)>,
     },
+    /// Insert a record locked by `ts` (freed by the transaction's release).
     Insert {
+        ts: u64,
         table: TableId,
         key: u64,
         payload: Words,
@@ -277,11 +279,13 @@ impl Request {
                 }
             }
             Request::Insert {
+                ts,
                 table,
                 key,
                 payload,
             } => {
                 e.w(7);
+                e.w(*ts);
                 e.w(table.0 as u64);
                 e.w(*key);
                 e.words(payload);
@@ -363,6 +367,7 @@ impl Request {
                 Request::Release { ts, items }
             }
             7 => Request::Insert {
+                ts: d.w()?,
                 table: d.table()?,
                 key: d.w()?,
                 payload: d.words()?,
@@ -537,6 +542,7 @@ mod tests {
             items: vec![(TableId(0), 1)],
         });
         round_trip(Request::Insert {
+            ts: 3,
             table: TableId(2),
             key: 5,
             payload: Words::from_slice(&[1]),

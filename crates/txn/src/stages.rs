@@ -536,8 +536,9 @@ pub async fn release(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) {
 }
 
 /// Applies inserts and deletes on their owners' CPUs (index changes always need the owner,
-/// so this step is RPC whatever the plan; a node's own are local calls). Deleted entries
-/// must be locked; they are unlocked here. If an insert finds its key taken, the inserts
+/// so this step is RPC whatever the plan; a node's own are local calls). Inserted records
+/// are installed locked by this transaction and freed by its release; deleted entries must
+/// be locked and are unlocked here. If an insert finds its key taken, the inserts
 /// already made are deleted again and the transaction aborts with `Duplicate`.
 pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
     let ins = tx.select(|e| e.access == Access::Insert);
@@ -545,12 +546,14 @@ pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
     if ins.is_empty() && del.is_empty() {
         return Ok(());
     }
+    let ts = tx.ts.0;
     let mut d = tx.c.ep.doorbell();
     for &i in &ins {
         let e = &tx.entries[i];
         d.rpc(
             e.node,
             Request::Insert {
+                ts,
                 table: e.table,
                 key: e.key,
                 payload: e.data.clone(),
@@ -564,7 +567,13 @@ pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
     for (j, &i) in ins.iter().enumerate() {
         match decode(res.rpc(j)) {
             Reply::Inserted { loc } => {
-                tx.entries[i].loc = loc;
+                // Installed locked by this transaction, payload in place: the release
+                // stage frees it together with the other writes.
+                let e = &mut tx.entries[i];
+                e.loc = loc;
+                e.version = 1;
+                e.locked = true;
+                e.dirty = false;
                 done.push(i);
             }
             Reply::Duplicate => dup = true,
@@ -585,9 +594,11 @@ pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
             );
         }
         d.submit().await;
+        for &i in &done {
+            tx.entries[i].locked = false;
+        }
         return Err(Abort::Duplicate);
     }
-    let ts = tx.ts.0;
     let mut d = tx.c.ep.doorbell();
     for &i in &del {
         let e = &tx.entries[i];
