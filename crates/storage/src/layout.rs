@@ -28,6 +28,15 @@ pub const H_VERSION: u32 = 1;
 pub const H_RTS: u32 = 2;
 pub const H_KEY: u32 = 3;
 
+// The header words are distinct and inside the header; the lock word comes first, so a
+// one-sided READ of a tuple sees the lock before the version and the payload, and a
+// version check covers a torn payload (see `memory`). A group is one READ of whole slots.
+const _: () = {
+    assert!(H_LOCK == 0);
+    assert!(H_LOCK < H_VERSION && H_VERSION < H_RTS && H_RTS < H_KEY && H_KEY < HEADER_WORDS);
+    assert!(GROUP_WORDS == GROUP_SLOTS * SLOT_WORDS && GROUP_WORDS * 8 == 128);
+};
+
 /// Set in the version word of a record slot that holds no live record.
 pub const VERSION_ABSENT: u64 = 1 << 63;
 
@@ -280,5 +289,74 @@ impl Catalog {
     #[inline]
     pub fn group_ptr(&self, t: TableId, node: NodeId, group: u32) -> RemotePtr {
         RemotePtr::new(node, RegionId(t.0), self.layout(t).group_offset(group))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, partition: Partition) -> TableSpec {
+        TableSpec {
+            name: name.into(),
+            payload_words: 3,
+            capacity_per_node: 100,
+            partition,
+            ordered: false,
+        }
+    }
+
+    #[test]
+    fn catalog_maps_keys_to_nodes_per_table_and_replicated_tables_to_the_asker() {
+        let by_warehouse = Partition::Custom(Arc::new(|k: u64| ((k >> 32) % 3) as u16));
+        let c = Catalog::new(
+            3,
+            vec![
+                spec("range", Partition::Range { keys_per_node: 10 }),
+                spec("modulo", Partition::Modulo),
+                spec("item", Partition::Replicated),
+                spec("custom", by_warehouse),
+            ],
+            vec![64],
+        );
+        let (range, modulo, item, custom) = (TableId(0), TableId(1), TableId(2), TableId(3));
+        assert_eq!(c.home(range, 9, NodeId(2)), NodeId(0));
+        assert_eq!(c.home(range, 25, NodeId(0)), NodeId(2));
+        assert_eq!(
+            c.home(range, 1000, NodeId(0)),
+            NodeId(2),
+            "range clamps to the last node"
+        );
+        assert_eq!(c.home(modulo, 7, NodeId(0)), NodeId(1));
+        for n in 0..3 {
+            assert_eq!(c.home(item, 5, NodeId(n)), NodeId(n));
+            assert!(c.holds(item, 5, NodeId(n)));
+        }
+        assert_eq!(c.home(custom, (4 << 32) | 9, NodeId(0)), NodeId(1));
+        assert_eq!(c.extra_region(0), RegionId(4));
+        assert_eq!(c.region_words().len(), 5);
+        assert_eq!(c.table_by_name("item"), Some(item));
+        // Layouts: index groups first, then records of header + payload.
+        let l = c.layout(range);
+        assert_eq!(l.record_words, HEADER_WORDS + 3);
+        assert_eq!(l.record_offset(0), l.index_groups * GROUP_WORDS);
+        assert_eq!(l.record_index(l.record_offset(7)), 7);
+        assert!(l.index_groups * GROUP_SLOTS >= 2 * l.capacity);
+    }
+
+    #[test]
+    fn probe_stops_at_empty_skips_tombstones_and_continues_when_full() {
+        let mut g = vec![0u64; GROUP_WORDS as usize];
+        assert_eq!(probe_group(&g, 5), GroupProbe::Absent);
+        g[0] = 5;
+        g[1] = META_TOMBSTONE;
+        g[2] = 5;
+        g[3] = META_USED_BASE + 9;
+        assert_eq!(probe_group(&g, 5), GroupProbe::Found(9));
+        for s in 0..GROUP_SLOTS as usize {
+            g[2 * s] = 100 + s as u64;
+            g[2 * s + 1] = META_USED_BASE;
+        }
+        assert_eq!(probe_group(&g, 5), GroupProbe::Continue);
     }
 }

@@ -300,3 +300,74 @@ impl Workload for SmallBank {
         ])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_fabric::NodeMemory;
+    use atoll_storage::layout::HEADER_WORDS;
+    use atoll_storage::Catalog;
+
+    fn loaded(sb: &SmallBank, nodes: u16) -> Vec<Arc<Store>> {
+        let catalog = Arc::new(Catalog::new(nodes, sb.tables(nodes), vec![]));
+        (0..nodes)
+            .map(|n| {
+                let mem = Arc::new(NodeMemory::new(NodeId(n), &catalog.region_words()));
+                let s = Store::new(catalog.clone(), mem);
+                sb.load(&s);
+                Arc::new(s)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn smallbank_check_passes_on_fresh_data_and_names_the_difference_when_money_appears() {
+        let sb = SmallBank::from_params(&Params::from([("accounts".into(), "50".into())])).unwrap();
+        let stores = loaded(&sb, 2);
+        assert!(sb.check(&stores, 0).iter().all(|c| c.passed));
+        // Committed deposits of 7 cents explain 7 more cents, not 12.
+        let idx = stores[1].lookup(CHECKING, 60).unwrap();
+        let off = stores[1].catalog.layout(CHECKING).record_offset(idx) + HEADER_WORDS;
+        stores[1]
+            .region(CHECKING)
+            .store(off as usize, (INITIAL_BALANCE + 12) as u64);
+        let checks = sb.check(&stores, 7);
+        let money = &checks[0];
+        assert!(!money.passed);
+        assert!(money.detail.contains("off by 5"), "{}", money.detail);
+        // A lock left held is caught too.
+        let lock_off = stores[0].catalog.layout(SAVINGS).record_offset(0);
+        stores[0].region(SAVINGS).store(lock_off as usize, 42);
+        assert!(
+            !sb.check(&stores, 12)
+                .iter()
+                .find(|c| c.name.contains("unlocked"))
+                .unwrap()
+                .passed
+        );
+    }
+
+    #[test]
+    fn smallbank_generator_follows_the_mix_and_keeps_accounts_distinct() {
+        let sb = SmallBank::from_params(&Params::new()).unwrap();
+        let mut rng = Rng::new(3);
+        let mut counts = [0u64; 6];
+        const DRAWS: u64 = 100_000;
+        for _ in 0..DRAWS {
+            let (ty, input) = sb.generate(&mut rng, 4, NodeId(0));
+            counts[ty] += 1;
+            if let Input::Amalgamate { a, b } | Input::SendPayment { a, b } = input {
+                assert_ne!(a, b);
+                assert!(a < 4 * sb.accounts && b < 4 * sb.accounts);
+            }
+        }
+        for (ty, pct) in MIX_PERCENT.iter().enumerate() {
+            let got = counts[ty] as f64 * 100.0 / DRAWS as f64;
+            assert!(
+                (got - *pct as f64).abs() < 1.0,
+                "{}: {got:.2}% drawn, mix says {pct}%",
+                TYPES[ty]
+            );
+        }
+    }
+}

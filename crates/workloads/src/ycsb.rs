@@ -318,3 +318,91 @@ impl Workload for Ycsb {
         ])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ycsb(kv: &[(&str, &str)], nodes: u16) -> Ycsb {
+        Ycsb::from_params(
+            &kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            nodes,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn ycsb_hotspot_sends_hot_prob_of_accesses_to_the_hot_area() {
+        let y = ycsb(
+            &[
+                ("records", "10000"),
+                ("hot_fraction", "0.01"),
+                ("hot_prob", "0.5"),
+            ],
+            2,
+        );
+        let mut rng = Rng::new(9);
+        let (mut hot, mut all) = (0, 0);
+        for _ in 0..20_000 {
+            for (k, _) in y.generate(&mut rng, 2, NodeId(0)).1 {
+                all += 1;
+                hot += ((k % y.records) < 100) as u64;
+            }
+        }
+        // Half go to the hot area by choice, and 1% of the others land there by chance.
+        let frac = hot as f64 / all as f64;
+        assert!((frac - 0.505).abs() < 0.02, "hot fraction {frac}");
+    }
+
+    #[test]
+    fn ycsb_zipfian_is_skewed_and_write_fraction_holds() {
+        let y = ycsb(
+            &[
+                ("records", "5000"),
+                ("distribution", "zipfian"),
+                ("zipf_theta", "0.99"),
+                ("write_fraction", "0.2"),
+            ],
+            2,
+        );
+        let mut rng = Rng::new(5);
+        let mut freq = std::collections::HashMap::new();
+        let (mut writes, mut ops) = (0, 0);
+        for _ in 0..20_000 {
+            let (_, keys) = y.generate(&mut rng, 2, NodeId(0));
+            assert_eq!(keys.len(), 10);
+            for (k, w) in keys {
+                *freq.entry(k).or_insert(0u64) += 1;
+                writes += w as u64;
+                ops += 1;
+            }
+        }
+        let mut top: Vec<u64> = freq.values().copied().collect();
+        top.sort_unstable_by(|a, b| b.cmp(a));
+        // Under theta 0.99 the 10 hottest of 10,000 keys take well over 10% of accesses
+        // (uniform would give 0.1%).
+        let top10: u64 = top.iter().take(10).sum();
+        assert!(
+            top10 as f64 / ops as f64 > 0.10,
+            "top-10 share {}",
+            top10 as f64 / ops as f64
+        );
+        let wf = writes as f64 / ops as f64;
+        assert!((wf - 0.2).abs() < 0.01, "write fraction {wf}");
+    }
+
+    #[test]
+    fn ycsb_rejects_bad_knobs_naming_them() {
+        let e = Ycsb::from_params(&Params::from([("record_bytes".into(), "12".into())]), 1)
+            .unwrap_err();
+        assert!(
+            e.0.contains("record_bytes=12") && e.0.contains("multiple of 8"),
+            "{e}"
+        );
+        let e = Ycsb::from_params(&Params::from([("ops_per_txn".into(), "1000".into())]), 1)
+            .unwrap_err();
+        assert!(e.0.contains("ops_per_txn=1000 is out of range"), "{e}");
+    }
+}
