@@ -117,10 +117,21 @@ fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
             toml::from_str::<FileConfig>(&text).map_err(|e| {
+                let line = e
+                    .span()
+                    .map(|sp| text[..sp.start].matches('\n').count() + 1);
+                let at = line
+                    .map(|l| {
+                        format!(
+                            " line {l} `{}`:",
+                            text.lines().nth(l - 1).unwrap_or("").trim()
+                        )
+                    })
+                    .unwrap_or_default();
                 format!(
-                    "config file {}: {}",
+                    "config file {}:{at} {}",
                     path.display(),
-                    e.to_string().replace('\n', " ").trim_end()
+                    e.message().trim_end()
                 )
             })?
         }
