@@ -9,7 +9,6 @@
 use crate::ids::{NodeId, WorkerId};
 use crate::memory::NodeMemory;
 use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbCounters, Words};
-use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -17,6 +16,9 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+
+/// Ops a doorbell usually carries; more only cost a reallocation.
+const DOORBELL_OPS_TYPICAL: usize = 8;
 
 /// Index of a co-routine within its worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,7 +197,7 @@ impl WorkerCore {
     }
 
     /// Posts a doorbell: own-node ops run now, remote ones go to the transport.
-    fn post(&self, task: TaskId, ops: SmallVec<[Op; 8]>) -> SlotId {
+    fn post(&self, task: TaskId, ops: Vec<Op>) -> SlotId {
         let slot = self.alloc_slot(task, ops.len());
         let mut any_remote = false;
         for (i, op) in ops.into_iter().enumerate() {
@@ -340,7 +342,7 @@ impl Endpoint {
     pub fn doorbell(&self) -> Doorbell<'_> {
         Doorbell {
             ep: self,
-            ops: SmallVec::new(),
+            ops: Vec::with_capacity(DOORBELL_OPS_TYPICAL),
         }
     }
 
@@ -406,7 +408,7 @@ impl Endpoint {
 /// A batch of ops posted with one doorbell and awaited together (one yield at most).
 pub struct Doorbell<'e> {
     ep: &'e Endpoint,
-    ops: SmallVec<[Op; 8]>,
+    ops: Vec<Op>,
 }
 
 impl Doorbell<'_> {
