@@ -1,7 +1,9 @@
 //! The `atoll` command line: parses flags and config files into a run configuration, runs
 //! benchmarks, prints progress and summaries, writes JSON. The only place that knows clap.
 
+use atoll_bench::config::Fabric;
 use atoll_bench::{ProgressLine, RunConfig};
+use atoll_fabric::sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
 use atoll_txn::Plan;
 use atoll_workloads::{Params, WorkloadKind};
@@ -35,6 +37,15 @@ enum Cmd {
 
 #[derive(clap::Args, Default)]
 struct BenchArgs {
+    /// Fabric: inproc (threads in this process) or sim (deterministic simulator, virtual time).
+    #[arg(long)]
+    fabric: Option<String>,
+    /// Simulator network profile: edr-ib, fdr-ib, qdr-ib, 10gbe-tcp, ipoib.
+    #[arg(long)]
+    net: Option<String>,
+    /// Simulator faults: none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z.
+    #[arg(long)]
+    faults: Option<String>,
     /// Workload: smallbank, ycsb.
     #[arg(long)]
     workload: Option<String>,
@@ -93,6 +104,9 @@ struct BenchArgs {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
+    fabric: Option<String>,
+    net: Option<String>,
+    faults: Option<String>,
     workload: Option<String>,
     protocol: Option<String>,
     plan: Option<String>,
@@ -137,6 +151,36 @@ fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
         }
     };
     let mut cfg = RunConfig::default();
+    let net = a.net.as_ref().or(file.net.as_ref());
+    let faults = a.faults.as_ref().or(file.faults.as_ref());
+    match a
+        .fabric
+        .as_deref()
+        .or(file.fabric.as_deref())
+        .unwrap_or("inproc")
+    {
+        "inproc" => {
+            if let Some(n) = net {
+                return Err(format!(
+                    "--net {n} needs --fabric sim (the in-process fabric has no network model)"
+                ));
+            }
+            if let Some(f) = faults {
+                return Err(format!("--faults {f} needs --fabric sim"));
+            }
+        }
+        "sim" => {
+            cfg.fabric = Fabric::Sim {
+                net: net.cloned().unwrap_or_else(|| "edr-ib".into()),
+                faults: FaultConfig::parse(faults.map(String::as_str).unwrap_or("none"))?,
+            }
+        }
+        other => {
+            return Err(format!(
+                "unknown fabric '{other}': accepted fabrics are inproc, sim"
+            ))
+        }
+    }
     if let Some(w) = a.workload.as_ref().or(file.workload.as_ref()) {
         cfg.workload = WorkloadKind::parse(w).ok_or_else(|| {
             format!(

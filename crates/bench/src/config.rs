@@ -1,5 +1,6 @@
 //! The resolved configuration of one run, validated before anything starts.
 
+use atoll_fabric::sim::faults::FaultConfig;
 use atoll_fabric::VerbKind;
 use atoll_protocols::ProtocolKind;
 use atoll_txn::Plan;
@@ -11,9 +12,28 @@ pub const NODES_MAX: u16 = 1024;
 pub const THREADS_MAX: u16 = 64;
 pub const COROUTINES_MAX: u16 = 256;
 
+/// Which fabric carries the run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fabric {
+    /// Real threads in this process (the default).
+    InProc,
+    /// The deterministic simulator: network profile by name, and faults.
+    Sim { net: String, faults: FaultConfig },
+}
+
+impl Fabric {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fabric::InProc => "inproc",
+            Fabric::Sim { .. } => "sim",
+        }
+    }
+}
+
 /// Everything a run needs.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
+    pub fabric: Fabric,
     pub workload: WorkloadKind,
     pub params: Params,
     pub protocol: ProtocolKind,
@@ -39,6 +59,7 @@ pub struct RunConfig {
 impl Default for RunConfig {
     fn default() -> Self {
         RunConfig {
+            fabric: Fabric::InProc,
             workload: WorkloadKind::SmallBank,
             params: Params::new(),
             protocol: ProtocolKind::Occ,
@@ -122,6 +143,9 @@ impl RunConfig {
         if let Some(t) = self.os_threads {
             range("os_threads", t, 1, 1024)?;
         }
+        if let Fabric::Sim { net, .. } = &self.fabric {
+            atoll_fabric::sim::net::profile(net).map_err(ConfigError)?;
+        }
         self.protocol
             .check_plan(&self.plan)
             .map_err(|e| ConfigError(format!("plan {}: {e}", self.plan)))?;
@@ -137,6 +161,11 @@ impl RunConfig {
 #[derive(Clone, Debug, Serialize)]
 pub struct ConfigReport {
     pub fabric: &'static str,
+    /// The simulator's network profile and where its numbers come from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net_profile: Option<NetReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<String>,
     pub workload: &'static str,
     pub workload_knobs: std::collections::BTreeMap<String, String>,
     pub protocol: &'static str,
@@ -183,4 +212,35 @@ pub fn parse_latency_us(s: &str) -> Result<[f64; VerbKind::COUNT], ConfigError> 
         out[kind as usize] = num(v, &format!("{}=", kind.name()))?;
     }
     Ok(out)
+}
+
+/// The network profile a simulated run used.
+#[derive(Clone, Debug, Serialize)]
+pub struct NetReport {
+    pub name: &'static str,
+    pub source: &'static str,
+    pub rtt_ns: std::collections::BTreeMap<String, u64>,
+    pub bandwidth_bytes_per_s: f64,
+    pub nic_msgs_per_s: f64,
+    pub qp_cache_peers: u32,
+    pub qp_miss_ns: u64,
+    pub one_sided_in_nic: bool,
+}
+
+impl NetReport {
+    pub fn of(p: &atoll_fabric::sim::net::NetProfile) -> Self {
+        NetReport {
+            name: p.name,
+            source: p.source,
+            rtt_ns: VerbKind::ALL
+                .iter()
+                .map(|k| (k.name().to_string(), p.rtt_ns[*k as usize]))
+                .collect(),
+            bandwidth_bytes_per_s: p.bandwidth_bytes_per_s,
+            nic_msgs_per_s: p.nic_msgs_per_s,
+            qp_cache_peers: p.qp_cache_peers,
+            qp_miss_ns: p.qp_miss_ns,
+            one_sided_in_nic: p.one_sided_in_nic,
+        }
+    }
 }

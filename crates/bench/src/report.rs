@@ -104,8 +104,28 @@ pub struct Report {
     pub checks: Vec<CheckReport>,
     /// All checks passed.
     pub passed: bool,
-    pub load_s: f64,
-    pub wall_s: f64,
+    /// Wall-clock seconds (in-process runs only: a simulated run's JSON holds only what
+    /// the seed determines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall_s: Option<f64>,
+    /// Wall-clock seconds the simulator ran, for the printed simulation speed.
+    #[serde(skip)]
+    pub sim_wall_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim: Option<SimInfo>,
+}
+
+/// What the simulator did (deterministic for a seed).
+#[derive(Clone, Debug, Serialize)]
+pub struct SimInfo {
+    /// Virtual seconds simulated.
+    pub virtual_s: f64,
+    /// Events processed.
+    pub events: u64,
+    /// Transactions committed in the whole simulated run, warm-up included.
+    pub committed_total: u64,
 }
 
 impl Report {
@@ -192,6 +212,17 @@ impl Report {
             "stages us   {} (mean per committed txn)",
             stages.join(", ")
         );
+        if let Some(sim) = &self.sim {
+            let _ = writeln!(
+                o,
+                "simulation  {:.4} virtual s in {:.2} wall s: {:.0} committed tx per wall second ({:.1} M per minute), {:.0} events/s",
+                sim.virtual_s,
+                self.sim_wall_s,
+                sim.committed_total as f64 / self.sim_wall_s.max(1e-9),
+                sim.committed_total as f64 * 60.0 / self.sim_wall_s.max(1e-9) / 1e6,
+                sim.events as f64 / self.sim_wall_s.max(1e-9)
+            );
+        }
         for ch in &self.checks {
             let _ = writeln!(
                 o,

@@ -2,11 +2,12 @@
 //! the coordinator co-routines on the in-process fabric, then merges statistics and runs
 //! the workload's checks.
 
-use crate::config::{ConfigError, ConfigReport, RunConfig};
+use crate::config::{ConfigError, ConfigReport, Fabric, RunConfig};
 use crate::report::*;
 use crate::stats::{Interval, WorkerStats};
 use atoll_fabric::inproc::{self, InprocConfig};
 use atoll_fabric::rng::Rng;
+use atoll_fabric::sim::{self, SimConfig};
 use atoll_fabric::{
     ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RpcHandler, TaskId, VerbCounters,
     VerbKind,
@@ -137,7 +138,10 @@ fn run_with<W: Workload, P: Protocol>(
         .map(|n| n.get())
         .unwrap_or(1);
     let workers = cfg.nodes as usize * cfg.threads as usize;
-    let os_threads = cfg.os_threads.unwrap_or(cores).min(workers);
+    let os_threads = match cfg.fabric {
+        Fabric::InProc => cfg.os_threads.unwrap_or(cores).min(workers),
+        Fabric::Sim { .. } => 1,
+    };
     let icfg = InprocConfig {
         nodes: cfg.nodes,
         threads_per_node: cfg.threads,
@@ -158,6 +162,8 @@ fn run_with<W: Workload, P: Protocol>(
     let finished: Arc<Mutex<Vec<WorkerStats>>> = Arc::new(Mutex::new(Vec::new()));
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     let mut lines = Vec::new();
+    let mut sim = None;
+    let mut sim_wall_s = 0.0;
     std::thread::scope(|s| {
         let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
         let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
@@ -181,15 +187,43 @@ fn run_with<W: Workload, P: Protocol>(
                 })
                 .collect()
         };
-        let reports = inproc::run(&icfg, memory, &handlers, &spawn);
-        drop(reports);
+        sim = match &cfg.fabric {
+            Fabric::InProc => {
+                inproc::run(&icfg, memory, &handlers, &spawn);
+                None
+            }
+            Fabric::Sim { net, faults } => {
+                let scfg = SimConfig {
+                    nodes: cfg.nodes,
+                    threads_per_node: cfg.threads,
+                    net: sim::net::profile(net).expect("validated profile"),
+                    cpu: sim::net::CpuProfile::xeon(),
+                    faults: sim::faults::plan(faults, cfg.nodes, shared.end_ns, cfg.seed),
+                };
+                let t0 = Instant::now();
+                let r = sim::run(&scfg, memory, &handlers, &spawn);
+                sim_wall_s = t0.elapsed().as_secs_f64();
+                assert_eq!(
+                    r.unfinished, 0,
+                    "simulated co-routines stuck (seed {})",
+                    cfg.seed
+                );
+                Some(SimInfo {
+                    virtual_s: r.virtual_ns as f64 / 1e9,
+                    events: r.events,
+                    committed_total: 0,
+                })
+            }
+        };
         drop(tx_iv);
         lines = printer.join().expect("progress thread panicked");
     });
     let stats = std::mem::take(&mut *finished.lock().expect("no poisoned stats"));
-    assemble(
-        cfg, &shared, &stores, stats, lines, load_s, wall, os_threads,
-    )
+    let mut report = assemble(
+        cfg, &shared, &stores, stats, lines, load_s, wall, os_threads, sim,
+    );
+    report.sim_wall_s = sim_wall_s;
+    report
 }
 
 fn collect_progress(
@@ -370,6 +404,7 @@ fn assemble<W: Workload>(
     load_s: f64,
     wall: Instant,
     os_threads: usize,
+    sim: Option<SimInfo>,
 ) -> Report {
     let types = run.w.txn_types();
     let mut all = WorkerStats::new(types.len());
@@ -479,7 +514,17 @@ fn assemble<W: Workload>(
     let passed = checks.iter().all(|c| c.passed);
     Report {
         config: ConfigReport {
-            fabric: "inproc",
+            fabric: cfg.fabric.name(),
+            net_profile: match &cfg.fabric {
+                Fabric::Sim { net, .. } => sim::net::profile(net)
+                    .ok()
+                    .map(|p| crate::config::NetReport::of(&p)),
+                Fabric::InProc => None,
+            },
+            faults: match &cfg.fabric {
+                Fabric::Sim { faults, .. } => Some(format!("{faults:?}")),
+                Fabric::InProc => None,
+            },
             workload: W::NAME,
             workload_knobs: run.w.knobs(),
             protocol: cfg.protocol.name(),
@@ -506,7 +551,12 @@ fn assemble<W: Workload>(
         progress,
         checks,
         passed,
-        load_s,
-        wall_s: wall.elapsed().as_secs_f64(),
+        load_s: sim.is_none().then_some(load_s),
+        wall_s: sim.is_none().then(|| wall.elapsed().as_secs_f64()),
+        sim_wall_s: 0.0,
+        sim: sim.map(|s| SimInfo {
+            committed_total: all.committed_all,
+            ..s
+        }),
     }
 }

@@ -66,6 +66,8 @@ pub trait Transport {
     /// Models `ns` of CPU work by the calling co-routine. Returns true when the work was done
     /// synchronously (the thread really spun); false means the caller must wait on a timer.
     fn compute(&self, ns: u64) -> bool;
+    /// Charges a switch to a co-routine (the simulator's CPU model; free elsewhere).
+    fn on_switch(&self) {}
     /// Hands over everything that arrived since the last call.
     fn poll(&self, sink: &mut dyn FnMut(Delivery));
     /// Sends the reply of a served request.
@@ -289,6 +291,11 @@ impl WorkerCore {
 
     fn pop_ready(&self) -> Option<TaskId> {
         self.ready.borrow_mut().pop_front()
+    }
+
+    /// Whether some co-routine is ready to run.
+    pub fn has_ready(&self) -> bool {
+        !self.ready.borrow().is_empty()
     }
 
     /// Co-routines of this worker that have not finished.
@@ -528,6 +535,15 @@ impl Completions {
 /// A co-routine: a future run to completion by its worker's executor.
 pub type Coroutine = Pin<Box<dyn Future<Output = ()>>>;
 
+/// What a run returns per worker.
+pub struct WorkerReport {
+    pub id: crate::ids::WorkerId,
+    pub counters: crate::verbs::VerbCounters,
+}
+
+/// Builds the co-routines of one worker, on that worker's OS thread.
+pub type Spawner<'a> = dyn Fn(&Rc<WorkerCore>) -> Vec<Coroutine> + Sync + 'a;
+
 /// Runs one worker's co-routines beside its event loop.
 pub struct Executor {
     core: Rc<WorkerCore>,
@@ -565,6 +581,7 @@ impl Executor {
             };
             n += 1;
             self.core.progress();
+            self.core.transport.on_switch();
             let Some(fut) = self.tasks[t.0 as usize].as_mut() else {
                 continue;
             };

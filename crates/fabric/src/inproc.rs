@@ -6,14 +6,14 @@
 //! work. Logical workers (node, thread) are spread over at most `os_threads` OS threads, so
 //! more nodes than cores work.
 
-use crate::core::{Coroutine, Delivery, Executor, ReplyTo, SlotId, Transport, WorkerCore};
+use crate::core::{Delivery, Executor, ReplyTo, SlotId, Transport, WorkerCore};
+pub use crate::core::{Spawner, WorkerReport};
 use crate::ids::{NodeId, WorkerId};
 use crate::memory::ClusterMemory;
-use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbCounters, VerbKind};
+use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbKind};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::BinaryHeap;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -246,15 +246,6 @@ impl Transport for InprocTransport {
             .send(to.worker as usize, Msg::Reply { to, reply });
     }
 }
-
-/// What a run returns per worker.
-pub struct WorkerReport {
-    pub id: WorkerId,
-    pub counters: VerbCounters,
-}
-
-/// Builds the co-routines of one worker, on that worker's OS thread.
-pub type Spawner<'a> = dyn Fn(&Rc<WorkerCore>) -> Vec<Coroutine> + Sync + 'a;
 
 /// Runs a cluster until every co-routine has finished. `handlers[n]` serves node `n`'s RPCs.
 pub fn run(

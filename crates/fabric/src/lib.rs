@@ -2,7 +2,8 @@
 //!
 //! Registered, word-addressed memory per node ([`memory`]); one-sided verbs and typed-RPC
 //! transport ([`verbs`]); doorbell batching, outstanding requests and co-routine scheduling
-//! ([`core`]); and backends: the in-process threaded cluster ([`inproc`]).
+//! ([`core`]); and backends: the in-process threaded cluster ([`inproc`]) and the
+//! deterministic simulator in virtual time ([`sim`]).
 //! Nothing above this crate names a backend except the bench driver that picks one.
 
 pub mod core;
@@ -10,6 +11,7 @@ pub mod ids;
 pub mod inproc;
 pub mod memory;
 pub mod rng;
+pub mod sim;
 pub mod verbs;
 
 pub use crate::core::{

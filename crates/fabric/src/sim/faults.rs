@@ -1,0 +1,120 @@
+//! Seeded, reproducible faults for the simulator: latency spikes on links, node pauses (the
+//! node neither serves nor sends), and crashes (a hook for recovery; a crashed node stops
+//! for good).
+
+use crate::ids::NodeId;
+use crate::rng::Rng;
+
+/// How many faults of each kind a run gets, and how bad they are.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct FaultConfig {
+    pub spikes: u32,
+    pub spike_extra_ns: u64,
+    pub spike_len_ns: u64,
+    pub pauses: u32,
+    pub pause_len_ns: u64,
+}
+
+impl FaultConfig {
+    pub const NONE: &'static str = "none";
+
+    /// A few of each: the default when faults are asked for without numbers.
+    pub fn some() -> Self {
+        FaultConfig {
+            spikes: 4,
+            spike_extra_ns: 200_000,
+            spike_len_ns: 2_000_000,
+            pauses: 2,
+            pause_len_ns: 1_000_000,
+        }
+    }
+
+    pub fn is_none(&self) -> bool {
+        self.spikes == 0 && self.pauses == 0
+    }
+
+    /// Parses `none`, `some`, or `spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z`
+    /// (unnamed values as in `some`).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "none" | "" => return Ok(FaultConfig::default()),
+            "some" => return Ok(FaultConfig::some()),
+            _ => {}
+        }
+        let mut f = FaultConfig::some();
+        for part in s.split(',') {
+            let (k, v) = part.split_once('=').ok_or_else(|| {
+                format!("faults entry '{part}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z")
+            })?;
+            let v: u64 = v
+                .trim()
+                .parse()
+                .map_err(|_| format!("faults {}={} is not a whole number", k.trim(), v.trim()))?;
+            match k.trim() {
+                "spikes" => f.spikes = v.min(u32::MAX as u64) as u32,
+                "spike_us" => f.spike_extra_ns = v * 1000,
+                "spike_len_us" => f.spike_len_ns = v * 1000,
+                "pauses" => f.pauses = v.min(u32::MAX as u64) as u32,
+                "pause_us" => f.pause_len_ns = v * 1000,
+                other => {
+                    return Err(format!(
+                        "unknown faults key '{other}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us"
+                    ))
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// One scheduled fault.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fault {
+    /// Messages departing `from` towards `to` in `[start, end)` take `extra_ns` longer.
+    Spike {
+        from: NodeId,
+        to: NodeId,
+        start_ns: u64,
+        end_ns: u64,
+        extra_ns: u64,
+    },
+    /// The node runs nothing and its NIC serves nothing in `[start, end)`.
+    Pause {
+        node: NodeId,
+        start_ns: u64,
+        end_ns: u64,
+    },
+    /// The node stops for good at `at_ns`.
+    Crash { node: NodeId, at_ns: u64 },
+}
+
+/// Draws the faults of a run over `[0, horizon_ns)` from `seed`.
+pub fn plan(cfg: &FaultConfig, nodes: u16, horizon_ns: u64, seed: u64) -> Vec<Fault> {
+    let mut rng = Rng::derive(seed, 0xFA17);
+    let mut out = Vec::new();
+    if nodes < 2 || horizon_ns == 0 {
+        return out;
+    }
+    for _ in 0..cfg.spikes {
+        let from = rng.below(nodes as u64) as u16;
+        let to = (from as u64 + 1 + rng.below(nodes as u64 - 1)) as u16 % nodes;
+        let start_ns = rng.below(horizon_ns);
+        out.push(Fault::Spike {
+            from: NodeId(from),
+            to: NodeId(to),
+            start_ns,
+            end_ns: start_ns + cfg.spike_len_ns,
+            extra_ns: cfg.spike_extra_ns,
+        });
+    }
+    for _ in 0..cfg.pauses {
+        let node = NodeId(rng.below(nodes as u64) as u16);
+        let start_ns = rng.below(horizon_ns);
+        out.push(Fault::Pause {
+            node,
+            start_ns,
+            end_ns: start_ns + cfg.pause_len_ns,
+        });
+    }
+    out
+}

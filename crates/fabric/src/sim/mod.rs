@@ -1,0 +1,517 @@
+//! The deterministic simulated fabric: the whole cluster (every node, thread and
+//! co-routine) on one OS thread, in virtual time, running the same protocol and workload
+//! code as the threaded fabric.
+//!
+//! Events are ordered by (virtual time, sequence number), so the same inputs and seed give
+//! the same run. Nothing here reads the wall clock. Each worker is a simulated core: running
+//! its co-routines and serving RPCs costs CPU time (see [`net::CpuProfile`]), and its clock
+//! advances as it works; messages cross the [`net::NetProfile`] model; [`faults`] delay
+//! links, pause nodes, or crash them.
+
+pub mod faults;
+pub mod net;
+
+use crate::core::{
+    Delivery, Executor, ReplyTo, SlotId, Spawner, Transport, WorkerCore, WorkerReport,
+};
+use crate::ids::{NodeId, WorkerId};
+use crate::memory::ClusterMemory;
+use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbKind};
+use faults::Fault;
+use net::{CpuProfile, NetProfile};
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Shape and models of a simulated cluster.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub nodes: u16,
+    pub threads_per_node: u16,
+    pub net: NetProfile,
+    pub cpu: CpuProfile,
+    pub faults: Vec<Fault>,
+}
+
+/// What a simulated run returns.
+pub struct SimReport {
+    pub workers: Vec<WorkerReport>,
+    /// Virtual time when the last co-routine finished.
+    pub virtual_ns: u64,
+    pub events: u64,
+    /// Co-routines that never finished (waiting on a crashed node).
+    pub unfinished: usize,
+    /// Nodes that crashed, and when.
+    pub crashed: Vec<(NodeId, u64)>,
+}
+
+enum Ev {
+    /// Run a worker's event loop and ready co-routines.
+    Run {
+        w: u32,
+    },
+    /// Hand a completion or request to a worker.
+    Arrive {
+        w: u32,
+        delivery: Delivery,
+    },
+    /// A one-sided op reaches its target's NIC (or, without NIC support, its CPU).
+    Exec {
+        src: u32,
+        slot: SlotId,
+        index: u32,
+        op: Op,
+        cpu_reserved: bool,
+    },
+    Crash {
+        node: NodeId,
+    },
+}
+
+impl Ev {
+    fn node(&self, threads: u16) -> Option<NodeId> {
+        match self {
+            Ev::Run { w } | Ev::Arrive { w, .. } => Some(NodeId((*w / threads as u32) as u16)),
+            Ev::Exec { op, .. } => Some(op.node()),
+            Ev::Crash { .. } => None,
+        }
+    }
+}
+
+struct Queued {
+    at_ns: u64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at_ns, self.seq) == (o.at_ns, o.seq)
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Queued {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at_ns, self.seq).cmp(&(o.at_ns, o.seq))
+    }
+}
+
+#[derive(Default)]
+struct WorkerState {
+    inbox: VecDeque<Delivery>,
+    /// The core's clock while it runs; advances with the CPU time it spends.
+    clock_ns: u64,
+    cpu_free_ns: u64,
+    run_queued: bool,
+}
+
+#[derive(Default)]
+struct NodeState {
+    tx_free_ns: u64,
+    rx_free_ns: u64,
+    pauses: Vec<(u64, u64)>,
+    crashed_at: Option<u64>,
+}
+
+struct World {
+    cfg: SimConfig,
+    memory: ClusterMemory,
+    now_ns: u64,
+    seq: u64,
+    events: u64,
+    queue: BinaryHeap<Reverse<Queued>>,
+    workers: Vec<WorkerState>,
+    nodes: Vec<NodeState>,
+    /// Latest delivery per (from, to) link, to keep each link FIFO.
+    link_last_ns: Vec<u64>,
+    spikes: Vec<(NodeId, NodeId, u64, u64, u64)>,
+    qp_penalty_ns: u64,
+}
+
+impl World {
+    fn push(&mut self, at_ns: u64, ev: Ev) {
+        debug_assert!(
+            at_ns >= self.now_ns,
+            "event scheduled in the past: {at_ns} < {}",
+            self.now_ns
+        );
+        self.seq += 1;
+        self.queue.push(Reverse(Queued {
+            at_ns,
+            seq: self.seq,
+            ev,
+        }));
+    }
+
+    fn node_of(&self, w: u32) -> NodeId {
+        NodeId((w / self.cfg.threads_per_node as u32) as u16)
+    }
+
+    /// The worker of `node` that serves requests from a worker with thread index `thread`.
+    fn serving_worker(&self, node: NodeId, thread: u16) -> u32 {
+        let t = self.cfg.threads_per_node;
+        node.0 as u32 * t as u32 + (thread % t) as u32
+    }
+
+    fn schedule_run(&mut self, w: u32, at_ns: u64) {
+        let ws = &mut self.workers[w as usize];
+        if !ws.run_queued {
+            ws.run_queued = true;
+            let at = at_ns.max(ws.cpu_free_ns).max(self.now_ns);
+            self.push(at, Ev::Run { w });
+        }
+    }
+
+    /// Moves `bytes` from one node to another starting at `t`; returns when the target's
+    /// NIC has received it.
+    fn transmit(&mut self, from: NodeId, to: NodeId, kind: VerbKind, bytes: u64, t: u64) -> u64 {
+        let net = &self.cfg.net;
+        let svc = net.service_ns(bytes);
+        let src = &mut self.nodes[from.0 as usize];
+        let depart = t.max(src.tx_free_ns);
+        src.tx_free_ns = depart + svc;
+        let spike: u64 = self
+            .spikes
+            .iter()
+            .filter(|(f, to_, s, e, _)| *f == from && *to_ == to && (*s..*e).contains(&depart))
+            .map(|s| s.4)
+            .sum();
+        let arrive = depart + svc + net.rtt_ns[kind as usize] / 2 + spike + self.qp_penalty_ns;
+        let dst = &mut self.nodes[to.0 as usize];
+        let received = arrive.max(dst.rx_free_ns) + svc;
+        dst.rx_free_ns = received;
+        let link =
+            &mut self.link_last_ns[from.0 as usize * self.cfg.nodes as usize + to.0 as usize];
+        let received = received.max(*link);
+        *link = received;
+        received
+    }
+
+    /// End of the pause covering `t` on `node`, if any.
+    fn paused_until(&self, node: NodeId, t: u64) -> Option<u64> {
+        self.nodes[node.0 as usize]
+            .pauses
+            .iter()
+            .filter(|(s, e)| (*s..*e).contains(&t))
+            .map(|(_, e)| *e)
+            .max()
+    }
+}
+
+struct SimTransport {
+    world: Rc<RefCell<World>>,
+    w: u32,
+    node: NodeId,
+    thread: u16,
+}
+
+impl Transport for SimTransport {
+    fn now_ns(&self) -> u64 {
+        self.world.borrow().workers[self.w as usize].clock_ns
+    }
+
+    fn post(&self, slot: SlotId, index: u32, op: Op) -> Option<Completion> {
+        let mut wd = self.world.borrow_mut();
+        wd.workers[self.w as usize].clock_ns += wd.cfg.cpu.post_ns;
+        let t = wd.workers[self.w as usize].clock_ns;
+        let to = op.node();
+        let kind = op.kind();
+        let at = wd.transmit(self.node, to, kind, op.request_bytes(), t);
+        match op {
+            Op::Rpc { node, req } => {
+                let tw = wd.serving_worker(node, self.thread);
+                let from = ReplyTo {
+                    worker: self.w,
+                    slot,
+                    index,
+                    posted_ns: t,
+                };
+                wd.push(
+                    at,
+                    Ev::Arrive {
+                        w: tw,
+                        delivery: Delivery::Request { from, node, req },
+                    },
+                );
+            }
+            op => wd.push(
+                at,
+                Ev::Exec {
+                    src: self.w,
+                    slot,
+                    index,
+                    op,
+                    cpu_reserved: false,
+                },
+            ),
+        }
+        None
+    }
+
+    fn post_timer(&self, slot: SlotId, delay_ns: u64) {
+        let mut wd = self.world.borrow_mut();
+        let at = wd.workers[self.w as usize].clock_ns + delay_ns;
+        let delivery = Delivery::Completion {
+            slot,
+            index: 0,
+            completion: Completion::Timer,
+        };
+        wd.push(
+            at,
+            Ev::Arrive {
+                w: self.w,
+                delivery,
+            },
+        );
+    }
+
+    fn compute(&self, ns: u64) -> bool {
+        // The core is busy: its clock moves on and nothing else runs on it meanwhile.
+        self.world.borrow_mut().workers[self.w as usize].clock_ns += ns;
+        true
+    }
+
+    fn on_switch(&self) {
+        let mut wd = self.world.borrow_mut();
+        wd.workers[self.w as usize].clock_ns += wd.cfg.cpu.switch_ns;
+    }
+
+    fn poll(&self, sink: &mut dyn FnMut(Delivery)) {
+        // One at a time: serving a request calls `reply`, which needs the world again.
+        loop {
+            let d = self.world.borrow_mut().workers[self.w as usize]
+                .inbox
+                .pop_front();
+            match d {
+                Some(d) => sink(d),
+                None => break,
+            }
+        }
+    }
+
+    fn reply(&self, to: ReplyTo, reply: Vec<u8>) {
+        let mut wd = self.world.borrow_mut();
+        let cpu = wd.cfg.cpu.clone();
+        let handler_ns =
+            cpu.rpc_handler_ns + (reply.len() as f64 * cpu.rpc_handler_ns_per_byte) as u64;
+        wd.workers[self.w as usize].clock_ns += handler_ns;
+        let t = wd.workers[self.w as usize].clock_ns;
+        let dst = wd.node_of(to.worker);
+        let at = wd.transmit(self.node, dst, VerbKind::Rpc, reply.len() as u64, t);
+        let delivery = Delivery::Completion {
+            slot: to.slot,
+            index: to.index,
+            completion: Completion::Rpc(reply),
+        };
+        wd.push(
+            at,
+            Ev::Arrive {
+                w: to.worker,
+                delivery,
+            },
+        );
+    }
+}
+
+/// Runs a simulated cluster until every co-routine has finished (or nothing is left to
+/// happen). `handlers[n]` serves node `n`'s RPCs.
+pub fn run(
+    cfg: &SimConfig,
+    memory: ClusterMemory,
+    handlers: &[Arc<dyn RpcHandler>],
+    spawn: &Spawner<'_>,
+) -> SimReport {
+    assert_eq!(
+        memory.len(),
+        cfg.nodes as usize,
+        "memory for {} nodes, config says {}",
+        memory.len(),
+        cfg.nodes
+    );
+    assert_eq!(
+        handlers.len(),
+        cfg.nodes as usize,
+        "one RPC handler per node"
+    );
+    let workers = cfg.nodes as usize * cfg.threads_per_node as usize;
+    let peers = (cfg.nodes as u32 - 1) * cfg.threads_per_node as u32;
+    let mut nodes: Vec<NodeState> = (0..cfg.nodes).map(|_| NodeState::default()).collect();
+    let mut spikes = Vec::new();
+    let mut crashes = Vec::new();
+    for f in &cfg.faults {
+        match *f {
+            Fault::Spike {
+                from,
+                to,
+                start_ns,
+                end_ns,
+                extra_ns,
+            } => spikes.push((from, to, start_ns, end_ns, extra_ns)),
+            Fault::Pause {
+                node,
+                start_ns,
+                end_ns,
+            } => nodes[node.0 as usize].pauses.push((start_ns, end_ns)),
+            Fault::Crash { node, at_ns } => crashes.push((node, at_ns)),
+        }
+    }
+    let world = Rc::new(RefCell::new(World {
+        memory: memory.clone(),
+        now_ns: 0,
+        seq: 0,
+        events: 0,
+        queue: BinaryHeap::new(),
+        workers: (0..workers).map(|_| WorkerState::default()).collect(),
+        link_last_ns: vec![0; cfg.nodes as usize * cfg.nodes as usize],
+        nodes,
+        spikes,
+        qp_penalty_ns: cfg.net.qp_penalty_ns(peers),
+        cfg: cfg.clone(),
+    }));
+    for (node, at_ns) in crashes {
+        world.borrow_mut().push(at_ns, Ev::Crash { node });
+    }
+    let mut execs: Vec<Executor> = (0..workers)
+        .map(|w| {
+            let id = WorkerId {
+                node: NodeId((w / cfg.threads_per_node as usize) as u16),
+                thread: (w % cfg.threads_per_node as usize) as u16,
+            };
+            let transport = SimTransport {
+                world: world.clone(),
+                w: w as u32,
+                node: id.node,
+                thread: id.thread,
+            };
+            let core = WorkerCore::new(
+                id,
+                w as u32,
+                memory[id.node.0 as usize].clone(),
+                handlers[id.node.0 as usize].clone(),
+                Box::new(transport),
+            );
+            let tasks = spawn(&core);
+            Executor::new(core, tasks)
+        })
+        .collect();
+    for w in 0..workers as u32 {
+        world.borrow_mut().schedule_run(w, 0);
+    }
+    let mut live: usize = execs.iter().map(|e| e.live_tasks()).sum();
+    let mut crashed = Vec::new();
+    let mut end_ns = 0;
+    // Bounded by the events the co-routines generate: it ends when all finished or when
+    // nothing is left to happen.
+    while live > 0 {
+        let Some(Reverse(q)) = world.borrow_mut().queue.pop() else {
+            break;
+        };
+        let mut wd = world.borrow_mut();
+        wd.now_ns = q.at_ns;
+        wd.events += 1;
+        if let Some(node) = q.ev.node(cfg.threads_per_node) {
+            if wd.nodes[node.0 as usize].crashed_at.is_some() {
+                continue;
+            }
+            if let Some(resume) = wd.paused_until(node, q.at_ns) {
+                wd.push(resume, q.ev);
+                continue;
+            }
+        }
+        match q.ev {
+            Ev::Crash { node } => {
+                wd.nodes[node.0 as usize].crashed_at = Some(q.at_ns);
+                crashed.push((node, q.at_ns));
+            }
+            Ev::Arrive { w, delivery } => {
+                wd.workers[w as usize].inbox.push_back(delivery);
+                let now = wd.now_ns;
+                wd.schedule_run(w, now);
+            }
+            Ev::Exec {
+                src,
+                slot,
+                index,
+                op,
+                cpu_reserved,
+            } => {
+                let target = op.node();
+                if !wd.cfg.net.one_sided_in_nic && !cpu_reserved {
+                    // No RDMA: the target's CPU performs the op like a small request.
+                    let tw = wd.serving_worker(target, (src % cfg.threads_per_node as u32) as u16);
+                    let start = wd.now_ns.max(wd.workers[tw as usize].cpu_free_ns);
+                    let done = start + wd.cfg.cpu.rpc_handler_ns;
+                    wd.workers[tw as usize].cpu_free_ns = done;
+                    wd.push(
+                        done,
+                        Ev::Exec {
+                            src,
+                            slot,
+                            index,
+                            op,
+                            cpu_reserved: true,
+                        },
+                    );
+                    continue;
+                }
+                let kind = op.kind();
+                let c = execute_one_sided(&wd.memory[target.0 as usize], op);
+                let src_node = wd.node_of(src);
+                let now = wd.now_ns;
+                let at = wd.transmit(target, src_node, kind, c.reply_bytes(), now);
+                wd.push(
+                    at,
+                    Ev::Arrive {
+                        w: src,
+                        delivery: Delivery::Completion {
+                            slot,
+                            index,
+                            completion: c,
+                        },
+                    },
+                );
+            }
+            Ev::Run { w } => {
+                let ws = &mut wd.workers[w as usize];
+                ws.run_queued = false;
+                ws.clock_ns = q.at_ns.max(ws.cpu_free_ns);
+                drop(wd);
+                let e = &mut execs[w as usize];
+                let before = e.live_tasks();
+                e.core().progress();
+                e.run_ready();
+                let after = e.live_tasks();
+                live -= before - after;
+                let more = e.core().has_ready();
+                let mut wd = world.borrow_mut();
+                let clock = wd.workers[w as usize].clock_ns;
+                wd.workers[w as usize].cpu_free_ns = clock;
+                end_ns = end_ns.max(clock);
+                if more || !wd.workers[w as usize].inbox.is_empty() {
+                    wd.schedule_run(w, clock);
+                }
+            }
+        }
+    }
+    let wd = world.borrow();
+    SimReport {
+        workers: execs
+            .iter()
+            .map(|e| WorkerReport {
+                id: e.core().id,
+                counters: e.core().counters(),
+            })
+            .collect(),
+        virtual_ns: end_ns,
+        events: wd.events,
+        unfinished: live,
+        crashed,
+    }
+}

@@ -1,0 +1,167 @@
+//! The simulator's network and CPU model, and the named profiles of the papers' clusters.
+//!
+//! A message from node A to node B posted at virtual time t:
+//! 1. waits for A's NIC send queue, which serves one message per
+//!    `max(1 / msg_rate, wire bytes / bandwidth)`;
+//! 2. crosses the wire in half the verb class's round trip, plus any latency spike on the
+//!    link, plus a queue-pair cache miss when A talks to more peers than its NIC caches;
+//! 3. waits for B's NIC receive queue (same service time);
+//! 4. is never delivered before an earlier message of the same link (RC queue pairs are
+//!    reliable and ordered).
+//! A one-sided op executes at B when it leaves B's receive queue, and its reply makes the
+//! same trip back. An RPC request is handed to B's worker, whose simulated core serves it
+//! between co-routines at `rpc_handler_ns` (+ per byte) of CPU time.
+
+use crate::verbs::VerbKind;
+
+/// Parameters of the network, per node's NIC.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetProfile {
+    pub name: &'static str,
+    /// What the numbers come from.
+    pub source: &'static str,
+    /// Round trip of a small op, NIC to NIC and back, per verb class
+    /// (READ, WRITE, CAS, FETCH_ADD, RPC), excluding queueing and CPU time.
+    pub rtt_ns: [u64; VerbKind::COUNT],
+    /// Link bandwidth, bytes per second.
+    pub bandwidth_bytes_per_s: f64,
+    /// Messages per second a NIC can send (and, separately, receive).
+    pub nic_msgs_per_s: f64,
+    /// Headers added to every message on the wire.
+    pub wire_header_bytes: u64,
+    /// Peers (connections) a NIC keeps in its cache; beyond this, ops pay `qp_miss_ns`
+    /// in proportion to the peers that do not fit (RCC §6.6, NAM-DB's QP figure).
+    pub qp_cache_peers: u32,
+    pub qp_miss_ns: u64,
+    /// Whether one-sided verbs exist; without them (TCP) each one-sided op is emulated by
+    /// the target's CPU like a small RPC.
+    pub one_sided_in_nic: bool,
+}
+
+/// CPU costs charged to a worker's simulated core.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuProfile {
+    /// Switching to a co-routine (each poll).
+    pub switch_ns: u64,
+    /// Posting one work request (building it, a share of the doorbell MMIO).
+    pub post_ns: u64,
+    /// Serving one RPC request (dispatch and handler), plus per request byte.
+    pub rpc_handler_ns: u64,
+    pub rpc_handler_ns_per_byte: f64,
+}
+
+impl CpuProfile {
+    /// Our estimate for the papers' Xeon E5 v3 cores: co-routine switches of tens of
+    /// nanoseconds (RCC §6.3 notes their cost), a few hundred nanoseconds to post a verb
+    /// (the MMIO doorbell, Kalia et al. ATC'16), and about half a microsecond to serve a
+    /// small RPC (FaSST, OSDI'16, reports a few million RPCs per second per core).
+    pub fn xeon() -> Self {
+        CpuProfile {
+            switch_ns: 50,
+            post_ns: 100,
+            rpc_handler_ns: 500,
+            rpc_handler_ns_per_byte: 0.05,
+        }
+    }
+}
+
+const GB: f64 = 1e9;
+
+/// The named network profiles.
+pub fn profiles() -> Vec<NetProfile> {
+    vec![
+        NetProfile {
+            name: "edr-ib",
+            source: "RCC's cluster: ConnectX-4 EDR 100 Gb/s InfiniBand (RCC §6.1). Small-op round trips \
+                     of about 2 us, atomics slower, ~75 M msgs/s per port: our estimates from FaSST (OSDI'16) \
+                     and Kalia et al. (ATC'16) for ConnectX-4",
+            rtt_ns: [1_800, 1_800, 2_200, 2_200, 2_000],
+            bandwidth_bytes_per_s: 12.5 * GB,
+            nic_msgs_per_s: 75e6,
+            wire_header_bytes: 32,
+            qp_cache_peers: 400,
+            qp_miss_ns: 500,
+            one_sided_in_nic: true,
+        },
+        NetProfile {
+            name: "fdr-ib",
+            source: "NAM-DB's cluster: InfiniBand FDR 4x, Mellanox Connect-IB, 54.54 Gb/s (NAM-DB slides; \
+                     13.8 GB/s for a dual-port RNIC in the RSI paper). Round trips and the ~35 M msgs/s rate \
+                     are our estimates from Kalia et al. (ATC'16) for ConnectX-3",
+            rtt_ns: [2_000, 2_000, 2_600, 2_600, 2_400],
+            bandwidth_bytes_per_s: 6.8 * GB,
+            nic_msgs_per_s: 35e6,
+            wire_header_bytes: 32,
+            qp_cache_peers: 256,
+            qp_miss_ns: 700,
+            one_sided_in_nic: true,
+        },
+        NetProfile {
+            name: "qdr-ib",
+            source: "Tell's cluster: 40 Gbit QDR InfiniBand (Tell §6; 32 Gb/s of data). RDMA 'within a few \
+                     microseconds' (Tell §1); round trips and rates are our estimates",
+            rtt_ns: [3_000, 3_000, 3_600, 3_600, 3_400],
+            bandwidth_bytes_per_s: 4.0 * GB,
+            nic_msgs_per_s: 20e6,
+            wire_header_bytes: 32,
+            qp_cache_peers: 128,
+            qp_miss_ns: 1_000,
+            one_sided_in_nic: true,
+        },
+        NetProfile {
+            name: "10gbe-tcp",
+            source: "10 Gb Ethernet with kernel TCP, the baseline of the hardware-islands paper and Tell §6.6. \
+                     A ~30 us small-message round trip and ~1 M msgs/s per node are our estimates; one-sided \
+                     verbs are emulated in software on the target CPU",
+            rtt_ns: [30_000; VerbKind::COUNT],
+            bandwidth_bytes_per_s: 1.25 * GB,
+            nic_msgs_per_s: 1e6,
+            wire_header_bytes: 66,
+            qp_cache_peers: u32::MAX,
+            qp_miss_ns: 0,
+            one_sided_in_nic: false,
+        },
+        NetProfile {
+            name: "ipoib",
+            source: "IP over InfiniBand, the RSI paper's slower TCP baseline (IPoIB 22,000 vs IPoEth 32,000 \
+                     tx/s: worse for small messages). A ~25 us round trip, ~3 GB/s and ~0.7 M msgs/s are our \
+                     estimates",
+            rtt_ns: [25_000; VerbKind::COUNT],
+            bandwidth_bytes_per_s: 3.0 * GB,
+            nic_msgs_per_s: 0.7e6,
+            wire_header_bytes: 66,
+            qp_cache_peers: u32::MAX,
+            qp_miss_ns: 0,
+            one_sided_in_nic: false,
+        },
+    ]
+}
+
+/// The profile named `name`, or the accepted names.
+pub fn profile(name: &str) -> Result<NetProfile, String> {
+    let all = profiles();
+    let names: Vec<&str> = all.iter().map(|p| p.name).collect();
+    let joined = names.join(", ");
+    all.into_iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| format!("unknown network profile '{name}': accepted are {joined}"))
+}
+
+impl NetProfile {
+    /// Time a NIC queue is busy with one message of `payload_bytes`.
+    pub fn service_ns(&self, payload_bytes: u64) -> u64 {
+        let by_rate = 1e9 / self.nic_msgs_per_s;
+        let by_bytes =
+            (payload_bytes + self.wire_header_bytes) as f64 * 1e9 / self.bandwidth_bytes_per_s;
+        by_rate.max(by_bytes).ceil() as u64
+    }
+
+    /// Extra NIC time per op for a node talking to `peers` connections.
+    pub fn qp_penalty_ns(&self, peers: u32) -> u64 {
+        if peers <= self.qp_cache_peers {
+            return 0;
+        }
+        let missing = (peers - self.qp_cache_peers) as f64 / peers as f64;
+        (self.qp_miss_ns as f64 * missing).round() as u64
+    }
+}
