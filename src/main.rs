@@ -33,6 +33,17 @@ struct Cli {
 enum Cmd {
     /// Run a benchmark (default: SmallBank under OCC on 2 in-process nodes for 10 s).
     Bench(BenchArgs),
+    /// Check a recorded history (from `bench --history`) for serializability.
+    CheckHistory(CheckArgs),
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// The history file (JSON lines).
+    file: PathBuf,
+    /// Also write it as an rw-register history for adya / Elle (and OUT.order.json beside it).
+    #[arg(long, value_name = "OUT.jsonl")]
+    adya: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Default)]
@@ -95,6 +106,9 @@ struct BenchArgs {
     /// Write the resolved configuration and every result to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Record every transaction attempt's reads and writes (JSON lines) for check-history.
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
     /// Print only the summary.
     #[arg(long)]
     quiet: bool,
@@ -240,6 +254,7 @@ fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
         params.insert(k.trim().to_string(), v.trim().to_string());
     }
     cfg.params = params;
+    cfg.record_history = a.history.is_some();
     cfg.validate().map_err(|e| e.0)?;
     Ok(cfg)
 }
@@ -279,6 +294,17 @@ fn bench(a: BenchArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     }
+    if let Some(path) = &a.history {
+        let mut text = String::with_capacity(report.history.len() * 128);
+        for r in &report.history {
+            text.push_str(&r.to_json_line());
+            text.push('\n');
+        }
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
     if !report.passed {
         for c in report.checks.iter().filter(|c| !c.passed) {
             eprintln!("error: check {} failed: {}", c.name, c.detail);
@@ -288,8 +314,53 @@ fn bench(a: BenchArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The order file adya reads beside an export: `x.jsonl` -> `x.order.json`.
+fn order_path(out: &std::path::Path) -> PathBuf {
+    let stem = out
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    out.with_file_name(format!("{stem}.order.json"))
+}
+
+fn check_history(a: CheckArgs) -> ExitCode {
+    use atoll_bench::history;
+    let text = match std::fs::read_to_string(&a.file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read history {}: {e}", a.file.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let h = match history::parse(&text) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("error: {}: {e}", a.file.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let v = history::check(&h, history::Mode::Serializable);
+    print!("{}", history::render(&h, &v));
+    if let Some(out) = &a.adya {
+        let (lines, order) = history::to_adya(&h);
+        let order_file = order_path(out);
+        for (path, body) in [(out.clone(), lines), (order_file, order)] {
+            if let Err(e) = std::fs::write(&path, body) {
+                eprintln!("error: cannot write {}: {e}", path.display());
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    }
+    if v.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_CHECK_FAILED)
+    }
+}
+
 fn main() -> ExitCode {
     match Cli::parse().cmd {
         Cmd::Bench(a) => bench(a),
+        Cmd::CheckHistory(a) => check_history(a),
     }
 }

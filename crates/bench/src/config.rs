@@ -52,6 +52,8 @@ pub struct RunConfig {
     pub log_replicas: u16,
     /// Attempts of one transaction before the driver gives up on it.
     pub attempts_max: u32,
+    /// Record every attempt's reads and writes for the history checker.
+    pub record_history: bool,
     /// Print a progress line per interval.
     pub progress_interval_s: f64,
 }
@@ -76,6 +78,7 @@ impl Default for RunConfig {
             log_replicas: 1,
             attempts_max: 10_000,
             progress_interval_s: 1.0,
+            record_history: false,
         }
     }
 }

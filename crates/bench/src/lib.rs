@@ -3,6 +3,7 @@
 //! Knows no command line: the `atoll` binary builds a [`RunConfig`] and prints the [`Report`].
 
 pub mod config;
+pub mod history;
 pub mod report;
 pub mod run;
 pub mod stats;

@@ -115,6 +115,9 @@ pub struct Report {
     pub sim_wall_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimInfo>,
+    /// Every attempt, ordered by end time, when recording was asked for.
+    #[serde(skip)]
+    pub history: Vec<crate::history::TxnRecord>,
 }
 
 /// What the simulator did (deterministic for a seed).

@@ -3,6 +3,7 @@
 //! the workload's checks.
 
 use crate::config::{ConfigError, ConfigReport, Fabric, RunConfig};
+use crate::history::TxnRecord;
 use crate::report::*;
 use crate::stats::{Interval, WorkerStats};
 use atoll_fabric::inproc::{self, InprocConfig};
@@ -70,6 +71,7 @@ fn by_protocol<W: Workload>(
 struct WorkerShared {
     stats: RefCell<WorkerStats>,
     live: std::cell::Cell<usize>,
+    history: RefCell<Vec<TxnRecord>>,
 }
 
 /// What every co-routine of the run shares.
@@ -159,7 +161,8 @@ fn run_with<W: Workload, P: Protocol>(
         interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
     });
     let types = shared.w.txn_types().len();
-    let finished: Arc<Mutex<Vec<WorkerStats>>> = Arc::new(Mutex::new(Vec::new()));
+    let finished: Arc<Mutex<(Vec<WorkerStats>, Vec<TxnRecord>)>> =
+        Arc::new(Mutex::new((Vec::new(), Vec::new())));
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     let mut lines = Vec::new();
     let mut sim = None;
@@ -170,6 +173,7 @@ fn run_with<W: Workload, P: Protocol>(
             let ws = Rc::new(WorkerShared {
                 stats: RefCell::new(WorkerStats::new(types)),
                 live: (cfg.coroutines as usize).into(),
+                history: RefCell::new(Vec::new()),
             });
             (0..cfg.coroutines as u32)
                 .map(|k| {
@@ -218,11 +222,13 @@ fn run_with<W: Workload, P: Protocol>(
         drop(tx_iv);
         lines = printer.join().expect("progress thread panicked");
     });
-    let stats = std::mem::take(&mut *finished.lock().expect("no poisoned stats"));
+    let (stats, mut history) = std::mem::take(&mut *finished.lock().expect("no poisoned stats"));
+    history.sort_by_key(|r| (r.end_ns, r.id));
     let mut report = assemble(
         cfg, &shared, &stores, stats, lines, load_s, wall, os_threads, sim,
     );
     report.sim_wall_s = sim_wall_s;
+    report.history = history;
     report
 }
 
@@ -273,7 +279,7 @@ async fn coroutine<W: Workload, P: Protocol>(
     ep: Endpoint,
     id: u32,
     progress: mpsc::Sender<Interval>,
-    finished: Arc<Mutex<Vec<WorkerStats>>>,
+    finished: Arc<Mutex<(Vec<WorkerStats>, Vec<TxnRecord>)>>,
 ) {
     let nodes = run.cfg.nodes;
     let home = ep.node();
@@ -290,6 +296,7 @@ async fn coroutine<W: Workload, P: Protocol>(
         let mut attempts = 0;
         let outcome: Result<(i64, [u64; Stage::COUNT]), Abort> = loop {
             attempts += 1;
+            let attempt_start_ns = c.now_ns();
             let mut tx = Txn::<P>::begin(&mut c);
             let r = match run.w.execute(&mut tx, &input).await {
                 Ok(effect) => tx.commit().await.map(|stages| (effect, stages)),
@@ -298,6 +305,18 @@ async fn coroutine<W: Workload, P: Protocol>(
                     Err(a)
                 }
             };
+            if run.cfg.record_history {
+                let rec = TxnRecord {
+                    id: tx.core.ts.0,
+                    coord: id,
+                    aborted: r.as_ref().err().map(|a| a.name().to_string()),
+                    start_ns: attempt_start_ns,
+                    end_ns: tx.core.now_ns(),
+                    ops: tx.core.history_ops(),
+                };
+                ws.history.borrow_mut().push(rec);
+            }
+            drop(tx);
             match r {
                 Ok(x) => break Ok(x),
                 Err(a) => {
@@ -359,7 +378,9 @@ async fn coroutine<W: Workload, P: Protocol>(
         if st.verbs_at_start.is_none() {
             st.verbs_at_start = Some(VerbCounters::default());
         }
-        finished.lock().expect("stats lock").push(st.clone());
+        let mut f = finished.lock().expect("stats lock");
+        f.0.push(st.clone());
+        f.1.append(&mut ws.history.borrow_mut());
     }
 }
 
@@ -554,6 +575,7 @@ fn assemble<W: Workload>(
         load_s: sim.is_none().then_some(load_s),
         wall_s: sim.is_none().then(|| wall.elapsed().as_secs_f64()),
         sim_wall_s: 0.0,
+        history: Vec::new(),
         sim: sim.map(|s| SimInfo {
             committed_total: all.committed_all,
             ..s

@@ -68,6 +68,9 @@ pub trait Transport {
     fn compute(&self, ns: u64) -> bool;
     /// Charges a switch to a co-routine (the simulator's CPU model; free elsewhere).
     fn on_switch(&self) {}
+    /// Charges one access to the node's own memory or handler (simulator only; elsewhere
+    /// the access itself takes the time).
+    fn on_local_op(&self) {}
     /// Hands over everything that arrived since the last call.
     fn poll(&self, sink: &mut dyn FnMut(Delivery));
     /// Sends the reply of a served request.
@@ -206,6 +209,7 @@ impl WorkerCore {
             let kind = op.kind() as usize;
             if op.node() == self.id.node {
                 self.counters.borrow_mut().local_ops[kind] += 1;
+                self.transport.on_local_op();
                 let c = match op {
                     Op::Rpc { node, req } => {
                         let mut reply = Vec::new();

@@ -148,6 +148,10 @@ pub struct Entry {
     pub locked: bool,
     /// `write` was called: the payload is to be installed.
     pub dirty: bool,
+    /// The version whose payload this transaction read, for history recording.
+    pub observed: Option<u64>,
+    /// The version this transaction's write installed.
+    pub installed: Option<u64>,
 }
 
 impl Entry {
@@ -197,6 +201,8 @@ impl<'c> TxnCore<'c> {
             fetched: false,
             locked: false,
             dirty: false,
+            observed: None,
+            installed: None,
         });
         self.entries.len() - 1
     }
@@ -215,5 +221,44 @@ impl<'c> TxnCore<'c> {
         (0..self.entries.len())
             .filter(|&i| f(&self.entries[i]))
             .collect()
+    }
+}
+
+/// One operation of a recorded transaction: the record and the version read or installed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HistOp {
+    Read {
+        table: TableId,
+        key: u64,
+        version: u64,
+    },
+    Write {
+        table: TableId,
+        key: u64,
+        version: u64,
+    },
+}
+
+impl TxnCore<'_> {
+    /// What this attempt read and installed, in entry order (reads before writes per key).
+    pub fn history_ops(&self) -> Vec<HistOp> {
+        let mut ops = Vec::with_capacity(self.entries.len() * 2);
+        for e in &self.entries {
+            if let Some(v) = e.observed {
+                ops.push(HistOp::Read {
+                    table: e.table,
+                    key: e.key,
+                    version: v & !atoll_storage::layout::VERSION_ABSENT,
+                });
+            }
+            if let Some(v) = e.installed {
+                ops.push(HistOp::Write {
+                    table: e.table,
+                    key: e.key,
+                    version: v,
+                });
+            }
+        }
+        ops
     }
 }

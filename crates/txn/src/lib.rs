@@ -15,7 +15,7 @@ pub mod ts;
 mod txn;
 
 pub use abort::Abort;
-pub use coord::{Access, Coordinator, Entry, TxnConfig, TxnCore};
+pub use coord::{Access, Coordinator, Entry, HistOp, TxnConfig, TxnCore};
 pub use plan::{Plan, PlanError, Primitive, Stage};
 pub use ts::Timestamp;
 pub use txn::{Protocol, Txn};

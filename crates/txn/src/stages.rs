@@ -118,6 +118,7 @@ fn apply_tuple(tx: &mut TxnCore<'_>, i: usize, t: Tuple) {
     if !t.data.is_empty() {
         e.data = t.data;
         e.fetched = true;
+        e.observed = Some(e.version);
     }
     let (tb, n, k, l) = (e.table, e.node, e.key, e.loc);
     tx.c.cache_loc(tb, n, k, l);
@@ -151,6 +152,7 @@ pub async fn read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Resu
                 e.version = w[H_VERSION as usize];
                 e.data = Words::from_slice(&w[HEADER_WORDS as usize..]);
                 e.fetched = true;
+                e.observed = Some(e.version);
             }
         }
         Primitive::Rpc => {
@@ -241,6 +243,7 @@ pub async fn lock(
                 if want_data {
                     e.data = Words::from_slice(&w[HEADER_WORDS as usize..]);
                     e.fetched = true;
+                    e.observed = Some(e.version);
                 }
             }
             if !stale.is_empty() {
@@ -484,6 +487,7 @@ pub async fn write_back(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive, r
     for &i in idxs {
         let e = &mut tx.entries[i];
         if e.dirty {
+            e.installed = Some(e.version + 1);
             e.version += 1;
         }
         if release {

@@ -169,13 +169,13 @@ impl<'c, P: Protocol> Txn<'c, P> {
     }
 
     /// Commits; on `Err` the attempt's locks are released.
-    pub async fn commit(mut self) -> Result<[u64; crate::Stage::COUNT], Abort> {
+    pub async fn commit(&mut self) -> Result<[u64; crate::Stage::COUNT], Abort> {
         P::commit(&mut self.core).await?;
         Ok(self.core.stage_ns)
     }
 
     /// Gives up the attempt, releasing what it holds.
-    pub async fn rollback(mut self) {
+    pub async fn rollback(&mut self) {
         P::rollback(&mut self.core).await
     }
 }

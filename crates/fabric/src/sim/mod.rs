@@ -278,6 +278,11 @@ impl Transport for SimTransport {
         true
     }
 
+    fn on_local_op(&self) {
+        let mut wd = self.world.borrow_mut();
+        wd.workers[self.w as usize].clock_ns += wd.cfg.cpu.local_op_ns;
+    }
+
     fn on_switch(&self) {
         let mut wd = self.world.borrow_mut();
         wd.workers[self.w as usize].clock_ns += wd.cfg.cpu.switch_ns;

@@ -8,6 +8,7 @@
 //! 3. waits for B's NIC receive queue (same service time);
 //! 4. is never delivered before an earlier message of the same link (RC queue pairs are
 //!    reliable and ordered).
+//!
 //! A one-sided op executes at B when it leaves B's receive queue, and its reply makes the
 //! same trip back. An RPC request is handed to B's worker, whose simulated core serves it
 //! between co-routines at `rpc_handler_ns` (+ per byte) of CPU time.
@@ -45,6 +46,9 @@ pub struct CpuProfile {
     pub switch_ns: u64,
     /// Posting one work request (building it, a share of the doorbell MMIO).
     pub post_ns: u64,
+    /// One direct access to the node's own memory (a cache miss or two), or one call of
+    /// its own RPC handler without the network.
+    pub local_op_ns: u64,
     /// Serving one RPC request (dispatch and handler), plus per request byte.
     pub rpc_handler_ns: u64,
     pub rpc_handler_ns_per_byte: f64,
@@ -59,6 +63,7 @@ impl CpuProfile {
         CpuProfile {
             switch_ns: 50,
             post_ns: 100,
+            local_op_ns: 100,
             rpc_handler_ns: 500,
             rpc_handler_ns_per_byte: 0.05,
         }
