@@ -40,30 +40,32 @@ pub fn run(
     cfg: &RunConfig,
     progress: &(dyn Fn(&ProgressLine) + Sync),
 ) -> Result<Report, ConfigError> {
+    match cfg.protocol {
+        ProtocolKind::NoWait => run_protocol::<NoWait>(cfg, progress),
+        ProtocolKind::Occ => run_protocol::<Occ>(cfg, progress),
+    }
+}
+
+/// Runs with the protocol given as a type, whatever `cfg.protocol` says: tests use it for
+/// variants no user can select (a deliberately broken one, to show the checker fails).
+pub fn run_protocol<P: Protocol>(
+    cfg: &RunConfig,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Result<Report, ConfigError> {
     cfg.validate()?;
+    P::check_plan(&cfg.plan).map_err(|e| ConfigError(format!("plan {}: {e}", cfg.plan)))?;
     let perr = |e: atoll_workloads::ParamError| ConfigError(e.0);
-    match cfg.workload {
-        WorkloadKind::SmallBank => by_protocol(
+    Ok(match cfg.workload {
+        WorkloadKind::SmallBank => run_with::<SmallBank, P>(
             cfg,
             SmallBank::from_params(&cfg.params).map_err(perr)?,
             progress,
         ),
-        WorkloadKind::Ycsb => by_protocol(
+        WorkloadKind::Ycsb => run_with::<Ycsb, P>(
             cfg,
             Ycsb::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
             progress,
         ),
-    }
-}
-
-fn by_protocol<W: Workload>(
-    cfg: &RunConfig,
-    w: W,
-    progress: &(dyn Fn(&ProgressLine) + Sync),
-) -> Result<Report, ConfigError> {
-    Ok(match cfg.protocol {
-        ProtocolKind::NoWait => run_with::<W, NoWait>(cfg, w, progress),
-        ProtocolKind::Occ => run_with::<W, Occ>(cfg, w, progress),
     })
 }
 
@@ -224,7 +226,7 @@ fn run_with<W: Workload, P: Protocol>(
     });
     let (stats, mut history) = std::mem::take(&mut *finished.lock().expect("no poisoned stats"));
     history.sort_by_key(|r| (r.end_ns, r.id));
-    let mut report = assemble(
+    let mut report = assemble::<W, P>(
         cfg, &shared, &stores, stats, lines, load_s, wall, os_threads, sim,
     );
     report.sim_wall_s = sim_wall_s;
@@ -416,7 +418,7 @@ fn tick<W>(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn assemble<W: Workload>(
+fn assemble<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     run: &RunShared<W>,
     stores: &[Arc<Store>],
@@ -548,7 +550,7 @@ fn assemble<W: Workload>(
             },
             workload: W::NAME,
             workload_knobs: run.w.knobs(),
-            protocol: cfg.protocol.name(),
+            protocol: P::NAME,
             plan: cfg.plan.to_string(),
             nodes: cfg.nodes,
             threads: cfg.threads,
