@@ -32,7 +32,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a benchmark (default: SmallBank under OCC on 2 in-process nodes for 10 s).
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
     /// Check a recorded history (from `bench --history`) for serializability.
     CheckHistory(CheckArgs),
 }
@@ -360,7 +360,7 @@ fn check_history(a: CheckArgs) -> ExitCode {
 
 fn main() -> ExitCode {
     match Cli::parse().cmd {
-        Cmd::Bench(a) => bench(a),
+        Cmd::Bench(a) => bench(*a),
         Cmd::CheckHistory(a) => check_history(a),
     }
 }

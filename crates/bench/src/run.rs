@@ -359,7 +359,9 @@ async fn coroutine<W: Workload, P: Protocol>(
                     if measured {
                         if a == Abort::UserAbort {
                             st.user_aborted[ty] += 1;
-                        } else {
+                        } else if end_ns < run.end_ns {
+                            // Retries stop at the end of the run; those are cut off, not
+                            // given up.
                             st.gave_up += 1;
                         }
                     }
