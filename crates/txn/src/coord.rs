@@ -120,8 +120,9 @@ impl Coordinator {
     }
 }
 
-/// Records a transaction usually touches (SmallBank 1-3, YCSB 10); more reallocate.
-const ENTRIES_TYPICAL: usize = 16;
+/// Records a transaction usually touches (SmallBank 1-3); more reallocate. Kept small:
+/// an entry is ~200 bytes, and allocations over 1 KiB make glibc consolidate its bins.
+const ENTRIES_TYPICAL: usize = 4;
 
 /// How a transaction uses a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
