@@ -94,6 +94,10 @@ struct BenchArgs {
     /// Pin worker threads to cores.
     #[arg(long)]
     pin: bool,
+    /// WAITDIE only: the starvation fix (waiters raise a FETCH_ADD counter that makes
+    /// younger lockers die).
+    #[arg(long)]
+    waitdie_counter: bool,
     /// OS threads carrying the workers (default: one per core).
     #[arg(long)]
     os_threads: Option<usize>,
@@ -133,6 +137,7 @@ struct FileConfig {
     net_latency_us: Option<toml::Value>,
     log_replicas: Option<u16>,
     pin: Option<bool>,
+    waitdie_counter: Option<bool>,
     os_threads: Option<usize>,
     attempts_max: Option<u32>,
     params: Option<BTreeMap<String, toml::Value>>,
@@ -237,6 +242,7 @@ fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
     pick!(log_replicas, a.log_replicas, file.log_replicas);
     pick!(attempts_max, None, file.attempts_max);
     cfg.pin_threads = a.pin || file.pin.unwrap_or(false);
+    cfg.waitdie_counter = a.waitdie_counter || file.waitdie_counter.unwrap_or(false);
     cfg.os_threads = a.os_threads.or(file.os_threads);
     let mut params = Params::new();
     for (k, v) in file.params.unwrap_or_default() {

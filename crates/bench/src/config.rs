@@ -52,6 +52,8 @@ pub struct RunConfig {
     pub log_replicas: u16,
     /// Attempts of one transaction before the driver gives up on it.
     pub attempts_max: u32,
+    /// WAITDIE's starvation fix (a FETCH_ADD waiter counter).
+    pub waitdie_counter: bool,
     /// Record every attempt's reads and writes for the history checker.
     pub record_history: bool,
     /// Print a progress line per interval.
@@ -79,6 +81,7 @@ impl Default for RunConfig {
             attempts_max: 10_000,
             progress_interval_s: 1.0,
             record_history: false,
+            waitdie_counter: false,
         }
     }
 }
@@ -146,6 +149,12 @@ impl RunConfig {
         if let Some(t) = self.os_threads {
             range("os_threads", t, 1, 1024)?;
         }
+        if self.waitdie_counter && self.protocol != ProtocolKind::WaitDie {
+            return Err(ConfigError(format!(
+                "waitdie-counter is WAITDIE's starvation fix: it needs --protocol waitdie, not {}",
+                self.protocol.name()
+            )));
+        }
         if let Fabric::Sim { net, .. } = &self.fabric {
             atoll_fabric::sim::net::profile(net).map_err(ConfigError)?;
         }
@@ -184,6 +193,7 @@ pub struct ConfigReport {
     pub os_threads: usize,
     pub log_replicas: u16,
     pub attempts_max: u32,
+    pub waitdie_counter: bool,
 }
 
 /// Parses `--net-latency-us`: one number for every verb class, or per class

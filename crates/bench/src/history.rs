@@ -24,8 +24,10 @@ pub const INITIAL_VERSION: u64 = 1;
 /// One attempt of a transaction, committed or aborted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TxnRecord {
-    /// The attempt's timestamp (unique).
+    /// The attempt's timestamp (WAITDIE's retries keep their first one).
     pub id: u64,
+    /// 1 for the first attempt of a transaction, then 2, 3, ... for its retries.
+    pub attempt: u32,
     /// Cluster-wide co-routine index that ran it.
     pub coord: u32,
     /// `None` when committed, else the abort reason.
@@ -56,6 +58,7 @@ impl TxnRecord {
         let mut v = json!({
             "id": self.id,
             "coord": self.coord,
+            "attempt": self.attempt,
             "status": if self.aborted.is_some() { "aborted" } else { "committed" },
             "start_ns": self.start_ns,
             "end_ns": self.end_ns,
@@ -129,6 +132,7 @@ impl TxnRecord {
         Ok(TxnRecord {
             id: u("id")?,
             coord: u32::try_from(u("coord")?).map_err(|_| bad("coord out of range"))?,
+            attempt: u32::try_from(u("attempt")?).map_err(|_| bad("attempt out of range"))?,
             aborted,
             start_ns: u("start_ns")?,
             end_ns: u("end_ns")?,
@@ -401,6 +405,8 @@ pub fn render(h: &[TxnRecord], v: &Verdict) -> String {
     let name = |t: usize| {
         if t == h.len() {
             "T(initial state)".to_string()
+        } else if h[t].attempt > 1 {
+            format!("T{}#{}", h[t].id, h[t].attempt)
         } else {
             format!("T{}", h[t].id)
         }
@@ -602,6 +608,7 @@ mod tests {
         TxnRecord {
             id,
             coord: id as u32,
+            attempt: 1,
             aborted: None,
             start_ns: id * 10,
             end_ns: id * 10 + 5,

@@ -13,7 +13,7 @@ use atoll_fabric::{
     ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RpcHandler, TaskId, VerbCounters,
     VerbKind,
 };
-use atoll_protocols::{NoWait, Occ, ProtocolKind};
+use atoll_protocols::{NoWait, Occ, ProtocolKind, WaitDie};
 use atoll_storage::{Catalog, Store};
 use atoll_txn::handler::StoreHandler;
 use atoll_txn::{Abort, Coordinator, Protocol, Stage, Txn, TxnConfig};
@@ -42,6 +42,7 @@ pub fn run(
 ) -> Result<Report, ConfigError> {
     match cfg.protocol {
         ProtocolKind::NoWait => run_protocol::<NoWait>(cfg, progress),
+        ProtocolKind::WaitDie => run_protocol::<WaitDie>(cfg, progress),
         ProtocolKind::Occ => run_protocol::<Occ>(cfg, progress),
     }
 }
@@ -99,6 +100,7 @@ fn run_with<W: Workload, P: Protocol>(
         log_ring_words: LOG_RING_WORDS,
         coordinators_total: cfg.coordinators_total(),
         loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
+        waitdie_counter: cfg.waitdie_counter,
     });
     let catalog = Arc::new(Catalog::new(
         cfg.nodes,
@@ -296,10 +298,15 @@ async fn coroutine<W: Workload, P: Protocol>(
         }
         let (ty, input) = run.w.generate(&mut rng, nodes, home);
         let mut attempts = 0;
+        let mut first_ts = None;
         let outcome: Result<(i64, [u64; Stage::COUNT]), Abort> = loop {
             attempts += 1;
             let attempt_start_ns = c.now_ns();
-            let mut tx = Txn::<P>::begin(&mut c);
+            let mut tx = match first_ts {
+                None => Txn::<P>::begin(&mut c),
+                Some(ts) => Txn::<P>::retry(&mut c, ts),
+            };
+            first_ts.get_or_insert(tx.core.ts);
             let r = match run.w.execute(&mut tx, &input).await {
                 Ok(effect) => tx.commit().await.map(|stages| (effect, stages)),
                 Err(a) => {
@@ -311,6 +318,7 @@ async fn coroutine<W: Workload, P: Protocol>(
                 let rec = TxnRecord {
                     id: tx.core.ts.0,
                     coord: id,
+                    attempt: attempts,
                     aborted: r.as_ref().err().map(|a| a.name().to_string()),
                     start_ns: attempt_start_ns,
                     end_ns: tx.core.now_ns(),
@@ -568,6 +576,7 @@ fn assemble<W: Workload, P: Protocol>(
             os_threads,
             log_replicas: cfg.log_replicas,
             attempts_max: cfg.attempts_max,
+            waitdie_counter: cfg.waitdie_counter,
         },
         summary,
         txn_types,

@@ -32,6 +32,7 @@ impl TestCluster {
             log_ring_words: 1024,
             coordinators_total: nodes as u32 * coroutines,
             loc_cache_entries_max: 1024,
+            waitdie_counter: false,
         });
         let catalog = Arc::new(Catalog::new(nodes, tables, vec![txn.log_region_words()]));
         let stores = (0..nodes)
@@ -105,7 +106,7 @@ impl TestCluster {
         let node = self.catalog.home(t, key, NodeId(0));
         let s = &self.stores[node.0 as usize];
         let idx = s.lookup(t, key).expect("key present");
-        let mut w = vec![0; self.catalog.layout(t).record_words as usize];
+        let mut w = vec![0; self.catalog.layout(t).tuple_words as usize];
         s.read_tuple(t, idx, &mut w);
         w[atoll_storage::layout::HEADER_WORDS as usize..].to_vec()
     }

@@ -65,7 +65,7 @@ fn every_protocol_plan_and_workload_keeps_invariants_under_contention_2_nodes_2_
                 assert!(s.committed > 100, "{what}: only {} committed", s.committed);
                 let reason = |n: &str| s.aborts_by_reason[n];
                 match protocol {
-                    ProtocolKind::NoWait => assert!(
+                    ProtocolKind::NoWait | ProtocolKind::WaitDie => assert!(
                         reason("lock_busy") > 0,
                         "{what}: no lock_busy counted: {s:?}"
                     ),

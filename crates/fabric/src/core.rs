@@ -8,7 +8,7 @@
 
 use crate::ids::{NodeId, WorkerId};
 use crate::memory::NodeMemory;
-use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbCounters, Words};
+use crate::verbs::{execute_one_sided, Completion, Handled, Op, RpcHandler, VerbCounters, Words};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -97,6 +97,8 @@ pub struct WorkerCore {
     ready: RefCell<VecDeque<TaskId>>,
     counters: RefCell<VerbCounters>,
     reply_buf: RefCell<Vec<u8>>,
+    deferred_buf: RefCell<Vec<(ReplyTo, Vec<u8>)>>,
+    deferred_waiting: Cell<bool>,
     live_tasks: Cell<usize>,
 }
 
@@ -124,6 +126,8 @@ impl WorkerCore {
             ready: RefCell::new(VecDeque::new()),
             counters: RefCell::new(VerbCounters::default()),
             reply_buf: RefCell::new(Vec::new()),
+            deferred_buf: RefCell::new(Vec::new()),
+            deferred_waiting: Cell::new(false),
             live_tasks: Cell::new(0),
         })
     }
@@ -212,13 +216,25 @@ impl WorkerCore {
                 self.transport.on_local_op();
                 let c = match op {
                     Op::Rpc { node, req } => {
+                        // A local request held by the handler completes through `reply`,
+                        // like a remote one; posted_ns 0 means it is never delayed.
+                        let from = ReplyTo {
+                            worker: self.index,
+                            slot,
+                            index: i as u32,
+                            posted_ns: 0,
+                        };
                         let mut reply = Vec::new();
-                        self.handler.handle(node, &req, &mut reply);
-                        Completion::Rpc(reply)
+                        match self.handler.handle(node, from, &req, &mut reply) {
+                            Handled::Replied => Some(Completion::Rpc(reply)),
+                            Handled::Deferred => None,
+                        }
                     }
-                    op => execute_one_sided(&self.local, op),
+                    op => Some(execute_one_sided(&self.local, op)),
                 };
-                self.complete(slot, i as u32, c);
+                if let Some(c) = c {
+                    self.complete(slot, i as u32, c);
+                }
             } else {
                 any_remote = true;
                 {
@@ -282,15 +298,29 @@ impl WorkerCore {
                     // the allocator's locks.
                     let mut scratch = self.reply_buf.borrow_mut();
                     scratch.clear();
-                    self.handler.handle(node, &req, &mut scratch);
-                    req.clear();
-                    req.extend_from_slice(&scratch);
                     self.counters.borrow_mut().rpcs_served += 1;
-                    self.transport.reply(from, req);
+                    if self.handler.handle(node, from, &req, &mut scratch) == Handled::Replied {
+                        req.clear();
+                        req.extend_from_slice(&scratch);
+                        self.transport.reply(from, req);
+                    }
                 }
             }
         });
+        let mut ready = std::mem::take(&mut *self.deferred_buf.borrow_mut());
+        let waiting = self.handler.poll_deferred(self.id.node, &mut ready);
+        self.deferred_waiting.set(waiting);
+        n += ready.len();
+        for (to, reply) in ready.drain(..) {
+            self.transport.reply(to, reply);
+        }
+        *self.deferred_buf.borrow_mut() = ready;
         n
+    }
+
+    /// Whether the node's handler holds requests that it must keep polling.
+    pub fn deferred_waiting(&self) -> bool {
+        self.deferred_waiting.get()
     }
 
     fn pop_ready(&self) -> Option<TaskId> {
@@ -613,9 +643,10 @@ mod tests {
     /// Echoes the request back with its first byte incremented.
     struct Echo;
     impl RpcHandler for Echo {
-        fn handle(&self, node: NodeId, req: &[u8], reply: &mut Vec<u8>) {
+        fn handle(&self, node: NodeId, _from: ReplyTo, req: &[u8], reply: &mut Vec<u8>) -> Handled {
             reply.extend_from_slice(req);
             reply[0] = reply[0].wrapping_add(1 + node.0 as u8);
+            Handled::Replied
         }
     }
 

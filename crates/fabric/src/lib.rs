@@ -14,9 +14,10 @@ pub mod rng;
 pub mod sim;
 pub mod verbs;
 
+pub use crate::core::ReplyTo;
 pub use crate::core::{
     Completions, Coroutine, Doorbell, Endpoint, Executor, TaskId, Transport, WorkerCore,
 };
 pub use crate::ids::{NodeId, RegionId, RemotePtr, WorkerId};
 pub use crate::memory::{ClusterMemory, NodeMemory, Region};
-pub use crate::verbs::{Bytes, Completion, Op, RpcHandler, VerbCounters, VerbKind, Words};
+pub use crate::verbs::{Bytes, Completion, Handled, Op, RpcHandler, VerbCounters, VerbKind, Words};

@@ -204,9 +204,31 @@ impl VerbCounters {
     }
 }
 
+/// Whether a request was answered at once or is held (a lock waiting list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handled {
+    Replied,
+    /// The handler keeps the `ReplyTo` and answers later from `poll_deferred`.
+    Deferred,
+}
+
 /// Executed by the target node's CPU for each RPC request. Implemented above the fabric (the
 /// transaction layer), so the fabric never learns what a request means.
 pub trait RpcHandler: Send + Sync {
-    /// Serves `req` on `node`, appending the encoded reply to `reply`.
-    fn handle(&self, node: NodeId, req: &[u8], reply: &mut Bytes);
+    /// Serves `req` on `node`: appends the encoded reply to `reply`, or keeps `from` and
+    /// answers later.
+    fn handle(
+        &self,
+        node: NodeId,
+        from: crate::core::ReplyTo,
+        req: &[u8],
+        reply: &mut Bytes,
+    ) -> Handled;
+
+    /// Called by each of `node`'s workers on every event-loop turn: pushes the replies of
+    /// held requests that can now be answered. Returns whether requests are still held (so
+    /// a simulated worker keeps polling).
+    fn poll_deferred(&self, _node: NodeId, _out: &mut Vec<(crate::core::ReplyTo, Bytes)>) -> bool {
+        false
+    }
 }

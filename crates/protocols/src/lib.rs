@@ -3,24 +3,32 @@
 
 pub mod nowait;
 pub mod occ;
+pub mod waitdie;
 
 pub use nowait::NoWait;
 pub use occ::Occ;
+pub use waitdie::WaitDie;
 
 /// The protocols a run can select, by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProtocolKind {
     NoWait,
+    WaitDie,
     Occ,
 }
 
 impl ProtocolKind {
-    pub const ALL: [ProtocolKind; 2] = [ProtocolKind::NoWait, ProtocolKind::Occ];
+    pub const ALL: [ProtocolKind; 3] = [
+        ProtocolKind::NoWait,
+        ProtocolKind::WaitDie,
+        ProtocolKind::Occ,
+    ];
 
     pub fn name(self) -> &'static str {
         use atoll_txn::Protocol;
         match self {
             ProtocolKind::NoWait => NoWait::NAME,
+            ProtocolKind::WaitDie => WaitDie::NAME,
             ProtocolKind::Occ => Occ::NAME,
         }
     }
@@ -44,6 +52,7 @@ impl ProtocolKind {
         use atoll_txn::Protocol;
         match self {
             ProtocolKind::NoWait => NoWait::check_plan(plan),
+            ProtocolKind::WaitDie => WaitDie::check_plan(plan),
             ProtocolKind::Occ => Occ::check_plan(plan),
         }
     }

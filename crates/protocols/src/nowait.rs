@@ -36,43 +36,54 @@ impl Protocol for NoWait {
     }
 
     async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
-        let plan = *tx.c.plan();
-        // Blind writes were never fetched: lock them now.
-        let unlocked =
-            tx.select(|e| e.is_write() && !e.locked && e.access != atoll_txn::Access::Insert);
-        if !unlocked.is_empty() {
-            let t0 = tx.now_ns();
-            let r = stages::lock(tx, &unlocked, plan.get(Stage::Lock), false).await;
-            tx.charge(Stage::Lock, t0);
-            if let Err(a) = r {
-                Self::rollback(tx).await;
-                return Err(a);
-            }
-        }
-        let t0 = tx.now_ns();
-        stages::log(tx, plan.get(Stage::Log)).await?;
-        tx.charge(Stage::Log, t0);
-        if let Err(a) = stages::apply_inserts_deletes(tx).await {
-            Self::rollback(tx).await;
-            return Err(a);
-        }
-        let ws = tx.select(|e| e.locked && e.is_write());
-        let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
-        let t0 = tx.now_ns();
-        stages::write_back(tx, &ws, plan.get(Stage::Commit), same).await;
-        tx.charge(Stage::Commit, t0);
-        let t0 = tx.now_ns();
-        let held = tx.select(|e| e.locked);
-        stages::release(tx, &held, plan.get(Stage::Release)).await;
-        tx.charge(Stage::Release, t0);
-        Ok(())
+        commit_locked(tx).await
     }
 
     async fn rollback(tx: &mut TxnCore<'_>) {
-        let t0 = tx.now_ns();
-        let held = tx.select(|e| e.locked);
-        let plan = *tx.c.plan();
-        stages::release(tx, &held, plan.get(Stage::Release)).await;
-        tx.charge(Stage::Release, t0);
+        release_all(tx).await
     }
+}
+
+/// The commit half of two-phase locking, shared with WAITDIE: every record is locked, so
+/// blind writes are locked now, then log → write back (+ release) → release the rest.
+pub(crate) async fn commit_locked(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+    let plan = *tx.c.plan();
+    // Blind writes were never fetched: lock them now.
+    let unlocked =
+        tx.select(|e| e.is_write() && !e.locked && e.access != atoll_txn::Access::Insert);
+    if !unlocked.is_empty() {
+        let t0 = tx.now_ns();
+        let r = stages::lock(tx, &unlocked, plan.get(Stage::Lock), false).await;
+        tx.charge(Stage::Lock, t0);
+        if let Err(a) = r {
+            release_all(tx).await;
+            return Err(a);
+        }
+    }
+    let t0 = tx.now_ns();
+    stages::log(tx, plan.get(Stage::Log)).await?;
+    tx.charge(Stage::Log, t0);
+    if let Err(a) = stages::apply_inserts_deletes(tx).await {
+        release_all(tx).await;
+        return Err(a);
+    }
+    let ws = tx.select(|e| e.locked && e.is_write());
+    let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
+    let t0 = tx.now_ns();
+    stages::write_back(tx, &ws, plan.get(Stage::Commit), same).await;
+    tx.charge(Stage::Commit, t0);
+    let t0 = tx.now_ns();
+    let held = tx.select(|e| e.locked);
+    stages::release(tx, &held, plan.get(Stage::Release)).await;
+    tx.charge(Stage::Release, t0);
+    Ok(())
+}
+
+/// Releases every lock the attempt holds.
+pub(crate) async fn release_all(tx: &mut TxnCore<'_>) {
+    let t0 = tx.now_ns();
+    let held = tx.select(|e| e.locked);
+    let plan = *tx.c.plan();
+    stages::release(tx, &held, plan.get(Stage::Release)).await;
+    tx.charge(Stage::Release, t0);
 }

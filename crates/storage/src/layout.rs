@@ -13,8 +13,14 @@
 //! |------|-----------|--------------------------------------------------------------------|
 //! | 0    | `LOCK`    | 0 when free, else the owner transaction's timestamp                 |
 //! | 1    | `VERSION` | bit 63 `ABSENT` (deleted / never inserted); low bits: commit count  |
-//! | 2    | `RTS`     | read timestamp, for lease-based protocols (SUNDIAL, MVCC)          |
-//! | 3    | `KEY`     | the record's key, so a cached location can be verified             |
+//! | 2    | `RTS`     | read timestamp / lease end (SUNDIAL, MVCC); bit 63 `FROZEN` while a |
+//! |      |           | writer holds the record, so no lease or read can extend it          |
+//! | 3    | `WTS`     | write timestamp of the current version (SUNDIAL, MVCC)              |
+//! | 4    | `AUX`     | protocol counter: WAITDIE's count of old waiters (starvation fix)   |
+//! | 5    | `KEY`     | the record's key, so a cached location can be verified             |
+//!
+//! After the payload, MVCC keeps `version_slots - 1` older versions, each
+//! `[wts, version, payload]` (see [`TableLayout::old_slot_offset`]).
 //!
 //! Index slot (2 words): `key`, then `meta` = 0 empty, 1 tombstone, `2 + record index` used.
 //! Writers publish `key` before `meta`, so a reader that sees a used `meta` sees its key.
@@ -22,18 +28,27 @@
 use atoll_fabric::{NodeId, RegionId, RemotePtr};
 use std::sync::Arc;
 
-pub const HEADER_WORDS: u32 = 4;
+pub const HEADER_WORDS: u32 = 6;
 pub const H_LOCK: u32 = 0;
 pub const H_VERSION: u32 = 1;
 pub const H_RTS: u32 = 2;
-pub const H_KEY: u32 = 3;
+pub const H_WTS: u32 = 3;
+pub const H_AUX: u32 = 4;
+pub const H_KEY: u32 = 5;
+
+/// Set in `RTS` while a writer holds the record (SUNDIAL, MVCC): lease renewals and reads
+/// that would raise `RTS` by CAS then fail, so the writer's view of `RTS` is final.
+pub const RTS_FROZEN: u64 = 1 << 63;
+/// Words of each older version kept after the payload: `wts`, `version`, then the payload.
+pub const OLD_SLOT_HEADER_WORDS: u32 = 2;
 
 // The header words are distinct and inside the header; the lock word comes first, so a
 // one-sided READ of a tuple sees the lock before the version and the payload, and a
 // version check covers a torn payload (see `memory`). A group is one READ of whole slots.
 const _: () = {
     assert!(H_LOCK == 0);
-    assert!(H_LOCK < H_VERSION && H_VERSION < H_RTS && H_RTS < H_KEY && H_KEY < HEADER_WORDS);
+    assert!(H_LOCK < H_VERSION && H_VERSION < H_RTS && H_RTS < H_WTS);
+    assert!(H_WTS < H_AUX && H_AUX < H_KEY && H_KEY < HEADER_WORDS);
     assert!(GROUP_WORDS == GROUP_SLOTS * SLOT_WORDS && GROUP_WORDS * 8 == 128);
 };
 
@@ -95,19 +110,37 @@ pub struct TableSpec {
 pub struct TableLayout {
     pub index_groups: u32,
     pub records_base: u32,
+    /// Words of a whole record slot: the tuple plus MVCC's older versions.
     pub record_words: u32,
+    /// Header plus current payload: what a READ of the tuple fetches.
+    pub tuple_words: u32,
+    pub payload_words: u32,
+    /// Versions kept per record (1 unless the protocol is multi-version).
+    pub version_slots: u32,
     pub capacity: u32,
 }
 
 impl TableLayout {
     pub fn new(spec: &TableSpec) -> Self {
+        Self::with_versions(spec, 1)
+    }
+
+    /// A layout keeping `version_slots` versions per record (MVCC), at least 1.
+    pub fn with_versions(spec: &TableSpec, version_slots: u32) -> Self {
+        assert!(
+            version_slots >= 1,
+            "table {}: at least one version slot",
+            spec.name
+        );
         // At most half the index slots are ever used, keeping probe chains short.
         let slots = (spec.capacity_per_node as u64 * 2)
             .max(GROUP_SLOTS as u64)
             .next_power_of_two();
         let index_groups = (slots / GROUP_SLOTS as u64) as u32;
         let records_base = index_groups * GROUP_WORDS;
-        let record_words = HEADER_WORDS + spec.payload_words;
+        let tuple_words = HEADER_WORDS + spec.payload_words;
+        let record_words =
+            tuple_words + (version_slots - 1) * (OLD_SLOT_HEADER_WORDS + spec.payload_words);
         let total = records_base as u64 + spec.capacity_per_node as u64 * record_words as u64;
         assert!(
             total < u32::MAX as u64,
@@ -118,8 +151,22 @@ impl TableLayout {
             index_groups,
             records_base,
             record_words,
+            tuple_words,
+            payload_words: spec.payload_words,
+            version_slots,
             capacity: spec.capacity_per_node,
         }
+    }
+
+    /// Word offset, within a record, of older version `j` (0-based, `j < version_slots - 1`).
+    #[inline]
+    pub fn old_slot_offset(&self, j: u32) -> u32 {
+        debug_assert!(
+            j + 1 < self.version_slots,
+            "old slot {j} of {}",
+            self.version_slots
+        );
+        self.tuple_words + j * (OLD_SLOT_HEADER_WORDS + self.payload_words)
     }
 
     pub fn region_words(&self) -> usize {
@@ -201,9 +248,19 @@ pub struct Catalog {
 impl Catalog {
     /// `extra_regions` are sizes (words) of regions numbered after the tables' (logs, etc.).
     pub fn new(nodes: u16, specs: Vec<TableSpec>, extra_regions: Vec<usize>) -> Self {
+        Self::with_versions(nodes, specs, extra_regions, 1)
+    }
+
+    /// A catalog whose records keep `version_slots` versions each (MVCC).
+    pub fn with_versions(
+        nodes: u16,
+        specs: Vec<TableSpec>,
+        extra_regions: Vec<usize>,
+        version_slots: u32,
+    ) -> Self {
         assert!(nodes > 0, "a catalog needs at least one node");
         let tables = specs.into_iter().map(|s| {
-            let l = TableLayout::new(&s);
+            let l = TableLayout::with_versions(&s, version_slots);
             (s, l)
         });
         Catalog {

@@ -155,6 +155,8 @@ impl Store {
         region.write_from(off + HEADER_WORDS as usize, payload);
         region.store(off + H_KEY as usize, key);
         region.store(off + H_RTS as usize, 0);
+        region.store(off + H_WTS as usize, 0);
+        region.store(off + H_AUX as usize, 0);
         region.store(off + H_LOCK as usize, lock);
         region.store(off + H_VERSION as usize, 1);
         // Publish in the index: first slot that is empty (tombstones are not reused, so a
@@ -249,7 +251,7 @@ impl Store {
     /// Reads a whole tuple (header and payload) of slot `idx`.
     pub fn read_tuple(&self, t: TableId, idx: u32, out: &mut [u64]) {
         let layout = self.catalog.layout(t);
-        debug_assert_eq!(out.len(), layout.record_words as usize);
+        debug_assert!(out.len() <= layout.record_words as usize);
         self.region(t)
             .read_into(layout.record_offset(idx) as usize, out);
     }

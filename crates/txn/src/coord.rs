@@ -22,6 +22,8 @@ pub struct TxnConfig {
     pub coordinators_total: u32,
     /// Remote record locations a coordinator caches before it starts over.
     pub loc_cache_entries_max: usize,
+    /// WAITDIE's starvation fix: waiters raise a counter that makes others die.
+    pub waitdie_counter: bool,
 }
 
 impl TxnConfig {

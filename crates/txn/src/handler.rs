@@ -2,9 +2,10 @@
 //! Invoked by the fabric for RPCs from other nodes and, inline, for the node's own.
 
 use crate::msg::{Item, Reply, Request, Tuple, NO_LOC};
-use atoll_fabric::{Bytes, NodeId, RpcHandler, Words};
-use atoll_storage::layout::{HEADER_WORDS, H_KEY, H_LOCK, H_VERSION, VERSION_ABSENT};
+use atoll_fabric::{Bytes, Handled, NodeId, ReplyTo, RpcHandler, Words};
+use atoll_storage::layout::{HEADER_WORDS, H_AUX, H_KEY, H_LOCK, H_VERSION, VERSION_ABSENT};
 use atoll_storage::{Store, TableId};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Attempts at a consistent local read before reporting the record as locked.
@@ -17,11 +18,20 @@ pub const LOCK_UNSTABLE: u64 = u64::MAX;
 pub struct StoreHandler {
     store: Arc<Store>,
     log_region: atoll_fabric::RegionId,
+    /// WAITDIE requests held until their locks free up, shared by the node's workers.
+    waiters: parking_lot::Mutex<Vec<Waiter>>,
+    /// `waiters.len()`, read without the lock on every event-loop turn.
+    waiting: AtomicUsize,
 }
 
 impl StoreHandler {
     pub fn new(store: Arc<Store>, log_region: atoll_fabric::RegionId) -> Self {
-        StoreHandler { store, log_region }
+        StoreHandler {
+            store,
+            log_region,
+            waiters: parking_lot::Mutex::new(Vec::new()),
+            waiting: AtomicUsize::new(0),
+        }
     }
 
     fn loc_of(&self, it: &Item) -> Option<u32> {
@@ -56,7 +66,7 @@ impl StoreHandler {
         let layout = self.store.catalog.layout(t);
         let r = self.store.region(t);
         let off = layout.record_offset(loc) as usize;
-        let mut data = Words::from_elem(0, (layout.record_words - HEADER_WORDS) as usize);
+        let mut data = Words::from_elem(0, layout.payload_words as usize);
         for _ in 0..CONSISTENT_READ_ATTEMPTS_MAX {
             let v1 = r.load(off + H_VERSION as usize);
             r.read_into(off + HEADER_WORDS as usize, &mut data);
@@ -84,6 +94,8 @@ impl StoreHandler {
     fn serve(&self, req: Request) -> Reply {
         let store = &self.store;
         match req {
+            // Needs the requester's address to be held: served by `lock_wait_die`.
+            Request::LockWaitDie { .. } => Reply::BadRequest,
             Request::Read { items } => {
                 if items.iter().any(|i| !self.valid_table(i.table)) {
                     return Reply::BadRequest;
@@ -170,7 +182,7 @@ impl StoreHandler {
                 for (t, loc, payload) in &items {
                     if !self.valid_loc(*t, *loc)
                         || payload.len() + HEADER_WORDS as usize
-                            != store.catalog.layout(*t).record_words as usize
+                            != store.catalog.layout(*t).tuple_words as usize
                     {
                         return Reply::BadRequest;
                     }
@@ -249,15 +261,193 @@ impl StoreHandler {
 }
 
 impl RpcHandler for StoreHandler {
-    fn handle(&self, node: NodeId, req: &[u8], reply: &mut Bytes) {
+    fn handle(&self, node: NodeId, from: ReplyTo, req: &[u8], reply: &mut Bytes) -> Handled {
         let r = if node != self.store.node {
             Reply::BadRequest
         } else {
             match Request::decode(req) {
+                Ok(Request::LockWaitDie {
+                    ts,
+                    want_data,
+                    counter,
+                    items,
+                }) => match self.lock_wait_die(from, ts, want_data, counter, items) {
+                    Some(r) => r,
+                    None => return Handled::Deferred,
+                },
                 Ok(req) => self.serve(req),
                 Err(_) => Reply::BadRequest,
             }
         };
         r.encode(reply);
+        Handled::Replied
+    }
+
+    fn poll_deferred(&self, node: NodeId, out: &mut Vec<(ReplyTo, Bytes)>) -> bool {
+        if node != self.store.node || self.waiting.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let mut ws = self.waiters.lock();
+        let mut i = 0;
+        // Bounded by the held requests; each is advanced once per turn.
+        while i < ws.len() {
+            ws[i].polls += 1;
+            let outcome = if ws[i].polls > WAIT_POLLS_MAX {
+                let w = &mut ws[i];
+                self.undo_waiter(w);
+                Some(Reply::LockFailed {
+                    index: w.next as u32,
+                    holder: 0,
+                })
+            } else {
+                self.advance(&mut ws[i])
+            };
+            match outcome {
+                Some(r) => {
+                    let w = ws.swap_remove(i);
+                    let mut b = Vec::new();
+                    r.encode(&mut b);
+                    out.push((w.from, b));
+                }
+                None => i += 1,
+            }
+        }
+        self.waiting.store(ws.len(), Ordering::Release);
+        !ws.is_empty()
+    }
+}
+
+/// A WAITDIE lock request held until the younger holders release.
+struct Waiter {
+    from: ReplyTo,
+    ts: u64,
+    want_data: bool,
+    counter: bool,
+    items: Vec<Item>,
+    locs: Vec<u32>,
+    /// Items `[0, next)` are locked by this request.
+    next: usize,
+    /// The item whose AUX counter this waiter raised, if any.
+    raised: Option<usize>,
+    polls: u32,
+}
+
+/// Event-loop turns a held request may wait before it dies anyway (a bound, not a policy:
+/// wait-die cannot deadlock, but a holder can be slow).
+const WAIT_POLLS_MAX: u32 = 1_000_000;
+
+impl StoreHandler {
+    fn aux(&self, it: &Item, loc: u32) -> (&atoll_fabric::Region, usize) {
+        let off = self.store.catalog.layout(it.table).record_offset(loc) as usize;
+        (self.store.region(it.table), off)
+    }
+
+    /// Unlocks what a request holds and lowers the counter it raised.
+    fn undo_waiter(&self, w: &mut Waiter) {
+        for j in 0..w.next {
+            let (r, off) = self.aux(&w.items[j], w.locs[j]);
+            r.cas(off + H_LOCK as usize, w.ts, 0);
+        }
+        w.next = 0;
+        if let Some(j) = w.raised.take() {
+            let (r, off) = self.aux(&w.items[j], w.locs[j]);
+            r.fetch_add(off + H_AUX as usize, u64::MAX);
+        }
+    }
+
+    /// Locks as many items as possible: `Some(reply)` when done or dead, `None` to wait.
+    fn advance(&self, w: &mut Waiter) -> Option<Reply> {
+        while w.next < w.items.len() {
+            let i = w.next;
+            let it = w.items[i];
+            if w.locs.len() <= i {
+                match self.loc_of(&it) {
+                    Some(loc) => w.locs.push(loc),
+                    None => {
+                        self.undo_waiter(w);
+                        return Some(Reply::NotFound { index: i as u32 });
+                    }
+                }
+            }
+            let (r, off) = self.aux(&it, w.locs[i]);
+            let someone_old_waits =
+                w.counter && w.raised != Some(i) && r.load(off + H_AUX as usize) > 0;
+            let holder = if someone_old_waits {
+                u64::MAX
+            } else {
+                r.cas(off + H_LOCK as usize, 0, w.ts)
+            };
+            if holder == 0 {
+                if w.raised == Some(i) {
+                    r.fetch_add(off + H_AUX as usize, u64::MAX);
+                    w.raised = None;
+                }
+                w.next += 1;
+                continue;
+            }
+            if w.ts < holder && !someone_old_waits {
+                // Older than the holder: wait.
+                if w.counter && w.raised.is_none() {
+                    r.fetch_add(off + H_AUX as usize, 1);
+                    w.raised = Some(i);
+                }
+                return None;
+            }
+            self.undo_waiter(w);
+            return Some(Reply::LockFailed {
+                index: i as u32,
+                holder,
+            });
+        }
+        let tuples = w
+            .items
+            .iter()
+            .zip(&w.locs)
+            .map(|(it, &loc)| {
+                Some(if w.want_data {
+                    self.consistent_read(it.table, loc)
+                } else {
+                    let (r, off) = self.aux(it, loc);
+                    Tuple {
+                        loc,
+                        lock: w.ts,
+                        version: r.load(off + H_VERSION as usize),
+                        data: Words::new(),
+                    }
+                })
+            })
+            .collect();
+        Some(Reply::Tuples(tuples))
+    }
+
+    fn lock_wait_die(
+        &self,
+        from: ReplyTo,
+        ts: u64,
+        want_data: bool,
+        counter: bool,
+        items: Vec<Item>,
+    ) -> Option<Reply> {
+        if ts == 0 || items.iter().any(|i| !self.valid_table(i.table)) {
+            return Some(Reply::BadRequest);
+        }
+        let mut w = Waiter {
+            from,
+            ts,
+            want_data,
+            counter,
+            locs: Vec::with_capacity(items.len()),
+            items,
+            next: 0,
+            raised: None,
+            polls: 0,
+        };
+        let r = self.advance(&mut w);
+        if r.is_none() {
+            let mut ws = self.waiters.lock();
+            ws.push(w);
+            self.waiting.store(ws.len(), Ordering::Release);
+        }
+        r
     }
 }

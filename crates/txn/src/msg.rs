@@ -63,6 +63,15 @@ pub enum Request {
         ts: u64,
         items: Vec<(TableId, u32)>,
     },
+    /// WAITDIE locking: an older requester waits (the reply is held) for a younger
+    /// holder; a younger one dies. With `counter`, a waiter raises the record's AUX word
+    /// and requesters that see it raised die (the starvation fix).
+    LockWaitDie {
+        ts: u64,
+        want_data: bool,
+        counter: bool,
+        items: Vec<Item>,
+    },
     /// Insert a record locked by `ts` (freed by the transaction's release).
     Insert {
         ts: u64,
@@ -278,6 +287,19 @@ impl Request {
                     e.w(*loc as u64);
                 }
             }
+            Request::LockWaitDie {
+                ts,
+                want_data,
+                counter,
+                items,
+            } => {
+                e.w(10);
+                e.w(*ts);
+                e.w(*want_data as u64);
+                e.w(*counter as u64);
+                e.w(items.len() as u64);
+                items.iter().for_each(|i| e.item(i));
+            }
             Request::Insert {
                 ts,
                 table,
@@ -366,6 +388,18 @@ impl Request {
                     .collect::<Result<_, DecodeError>>()?;
                 Request::Release { ts, items }
             }
+            10 => {
+                let ts = d.w()?;
+                let want_data = d.bool()?;
+                let counter = d.bool()?;
+                let n = d.len()?;
+                Request::LockWaitDie {
+                    ts,
+                    want_data,
+                    counter,
+                    items: (0..n).map(|_| d.item()).collect::<Result<_, _>>()?,
+                }
+            }
             7 => Request::Insert {
                 ts: d.w()?,
                 table: d.table()?,
@@ -385,7 +419,7 @@ impl Request {
             },
             t => {
                 return Err(DecodeError(format!(
-                    "unknown request tag {t} (accepted: 1-9)"
+                    "unknown request tag {t} (accepted: 1-10)"
                 )))
             }
         };
@@ -522,6 +556,12 @@ mod tests {
         round_trip(Request::Lock {
             ts: 99,
             want_data: true,
+            items: vec![it],
+        });
+        round_trip(Request::LockWaitDie {
+            ts: 9,
+            want_data: false,
+            counter: true,
             items: vec![it],
         });
         round_trip(Request::Validate {

@@ -12,7 +12,8 @@ use crate::plan::Primitive;
 use crate::Idxs;
 use atoll_fabric::{NodeId, Words};
 use atoll_storage::layout::{
-    probe_group, GroupProbe, GROUP_WORDS, HEADER_WORDS, H_KEY, H_LOCK, H_VERSION, VERSION_ABSENT,
+    probe_group, GroupProbe, GROUP_WORDS, HEADER_WORDS, H_AUX, H_KEY, H_LOCK, H_VERSION,
+    VERSION_ABSENT,
 };
 
 fn decode(b: &[u8]) -> Reply {
@@ -137,7 +138,7 @@ pub async fn read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Resu
             let mut d = tx.c.ep.doorbell();
             for &i in idxs {
                 let e = &tx.entries[i];
-                let words = tx.c.catalog.layout(e.table).record_words;
+                let words = tx.c.catalog.layout(e.table).tuple_words;
                 d.read(tx.c.catalog.record_ptr(e.table, e.node, e.loc), words);
             }
             let res = d.submit().await;
@@ -213,7 +214,7 @@ pub async fn lock(
                 let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
                 d.cas(ptr.add(H_LOCK), 0, ts);
                 let words = if want_data {
-                    tx.c.catalog.layout(e.table).record_words
+                    tx.c.catalog.layout(e.table).tuple_words
                 } else {
                     HEADER_WORDS
                 };
@@ -631,4 +632,154 @@ pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
         tx.entries[i].locked = false;
     }
     Ok(())
+}
+
+/// Attempts of a one-sided WAITDIE lock before the waiting transaction dies anyway.
+const WAIT_RETRIES_MAX: u32 = 100_000;
+/// Pause between one-sided lock attempts of a waiting transaction.
+const WAIT_BACKOFF_NS: u64 = 1_000;
+
+/// WAITDIE locking (RCC §4.3): a transaction older than a lock's holder waits, a younger one
+/// dies (`LockBusy`). One-sided: CAS + READ in one doorbell, the failed CAS returns the
+/// holder's timestamp, and a waiter retries after a pause. RPC: the participant holds the
+/// request on its waiting list. With `counter` (the starvation fix RCC sketches), a waiter
+/// raises the record's AUX word by FETCH_ADD; lockers that see it raised die, and the
+/// waiter lowers it once it holds the lock (or dies).
+pub async fn lock_wait_die(
+    tx: &mut TxnCore<'_>,
+    idxs: &[usize],
+    prim: Primitive,
+    want_data: bool,
+    counter: bool,
+) -> Result<(), Abort> {
+    if idxs.is_empty() {
+        return Ok(());
+    }
+    let ts = tx.ts.0;
+    if prim == Primitive::Rpc {
+        let nodes = nodes_of(tx, idxs);
+        let mut d = tx.c.ep.doorbell();
+        for &n in &nodes {
+            let items = idxs
+                .iter()
+                .filter(|&&i| tx.entries[i].node == n)
+                .map(|&i| item(tx, i))
+                .collect();
+            d.rpc(
+                n,
+                Request::LockWaitDie {
+                    ts,
+                    want_data,
+                    counter,
+                    items,
+                }
+                .to_bytes(),
+            );
+        }
+        let res = d.submit().await;
+        let mut outcome = Ok(());
+        for (j, &n) in nodes.iter().enumerate() {
+            let mine: Idxs = idxs
+                .iter()
+                .copied()
+                .filter(|&i| tx.entries[i].node == n)
+                .collect();
+            match decode(res.rpc(j)) {
+                Reply::Tuples(tuples) => {
+                    for (i, t) in mine.into_iter().zip(tuples) {
+                        tx.entries[i].locked = true;
+                        apply_tuple(tx, i, t.expect("a granted lock returns every tuple"));
+                    }
+                }
+                Reply::LockFailed { .. } => outcome = outcome.and(Err(Abort::LockBusy)),
+                Reply::NotFound { .. } => outcome = outcome.and(Err(Abort::NotFound)),
+                r => panic!("lock (wait-die): unexpected reply {r:?} from node {}", n.0),
+            }
+        }
+        return outcome;
+    }
+    locate(tx, idxs).await?;
+    let ep = tx.c.ep.clone();
+    let mut pending: Idxs = idxs.iter().copied().collect();
+    // Entries whose AUX counter this transaction raised while waiting.
+    let mut raised: Idxs = Idxs::new();
+    let mut outcome = Ok(());
+    for attempt in 0..WAIT_RETRIES_MAX {
+        let mut d = tx.c.ep.doorbell();
+        for &i in &pending {
+            let e = &tx.entries[i];
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+            d.cas(ptr.add(H_LOCK), 0, ts);
+            let words = if want_data {
+                tx.c.catalog.layout(e.table).tuple_words
+            } else {
+                HEADER_WORDS
+            };
+            d.read(ptr, words);
+        }
+        let res = d.submit().await;
+        let mut still: Idxs = Idxs::new();
+        let mut fixes = ep.doorbell();
+        for (j, &i) in pending.iter().enumerate() {
+            let holder = res.cas(2 * j);
+            let w = res.read(2 * j + 1);
+            let ptr = {
+                let e = &tx.entries[i];
+                tx.c.catalog.record_ptr(e.table, e.node, e.loc)
+            };
+            let mine = raised.contains(&i);
+            if holder == 0 {
+                if let Err(a) = check_tuple(tx, i, w) {
+                    fixes.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
+                    outcome = outcome.and(Err(a));
+                    continue;
+                }
+                if counter && !mine && w[H_AUX as usize] > 0 {
+                    // An older transaction waits for this record: younger ones give way.
+                    fixes.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
+                    outcome = outcome.and(Err(Abort::LockBusy));
+                    continue;
+                }
+                if mine {
+                    fixes.fetch_add(ptr.add(H_AUX), u64::MAX);
+                    raised.retain(|x| *x != i);
+                }
+                let e = &mut tx.entries[i];
+                e.locked = true;
+                e.version = w[H_VERSION as usize];
+                if want_data {
+                    e.data = Words::from_slice(&w[HEADER_WORDS as usize..]);
+                    e.fetched = true;
+                    e.observed = Some(e.version);
+                }
+            } else if ts < holder && attempt + 1 < WAIT_RETRIES_MAX {
+                if counter && !mine {
+                    fixes.fetch_add(ptr.add(H_AUX), 1);
+                    raised.push(i);
+                }
+                still.push(i);
+            } else {
+                outcome = outcome.and(Err(Abort::LockBusy));
+            }
+        }
+        if outcome.is_err() {
+            // Dying: lower every counter still raised.
+            for &i in &raised {
+                let e = &tx.entries[i];
+                fixes.fetch_add(
+                    tx.c.catalog.record_ptr(e.table, e.node, e.loc).add(H_AUX),
+                    u64::MAX,
+                );
+            }
+            fixes.submit().await;
+            return outcome;
+        }
+        fixes.submit().await;
+        if still.is_empty() {
+            return Ok(());
+        }
+        pending = still;
+        ep.sleep(WAIT_BACKOFF_NS).await;
+    }
+    unreachable!("the last attempt dies instead of waiting")
 }

@@ -16,6 +16,10 @@ pub trait Protocol: 'static {
     /// The name users select it by.
     const NAME: &'static str;
 
+    /// Whether a retried transaction keeps its first timestamp (WAITDIE: so it ages and
+    /// wins eventually) instead of taking a new one.
+    const KEEP_TS_ON_RETRY: bool = false;
+
     /// Rejects plans this protocol cannot run, with the reason.
     fn check_plan(plan: &Plan) -> Result<(), PlanError>;
 
@@ -39,6 +43,19 @@ impl<'c, P: Protocol> Txn<'c, P> {
     pub fn begin(c: &'c mut Coordinator) -> Self {
         Txn {
             core: TxnCore::begin(c),
+            _p: PhantomData,
+        }
+    }
+
+    /// Begins a retry of an attempt that had timestamp `first`: keeps it if the protocol
+    /// wants (`KEEP_TS_ON_RETRY`), else takes a new one.
+    pub fn retry(c: &'c mut Coordinator, first: crate::Timestamp) -> Self {
+        let mut core = TxnCore::begin(c);
+        if P::KEEP_TS_ON_RETRY {
+            core.ts = first;
+        }
+        Txn {
+            core,
             _p: PhantomData,
         }
     }

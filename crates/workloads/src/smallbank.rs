@@ -257,7 +257,7 @@ impl Workload for SmallBank {
         let mut layout_ok = true;
         for s in stores {
             for t in [SAVINGS, CHECKING] {
-                let words = s.catalog.layout(t).record_words as usize;
+                let words = s.catalog.layout(t).tuple_words as usize;
                 let mut buf = vec![0u64; words];
                 let base = s.node.0 as u64 * self.accounts;
                 for k in base..base + self.accounts {

@@ -268,7 +268,7 @@ impl Workload for Ycsb {
         let mut sum: i128 = 0;
         let mut intact = true;
         for s in stores {
-            let words = s.catalog.layout(USERTABLE).record_words as usize;
+            let words = s.catalog.layout(USERTABLE).tuple_words as usize;
             let mut buf = vec![0u64; words];
             let base = s.node.0 as u64 * self.records;
             for k in base..base + self.records {

@@ -25,6 +25,9 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 
+/// How often a simulated worker re-examines requests its handler holds.
+const DEFERRED_POLL_NS: u64 = 1_000;
+
 /// Shape and models of a simulated cluster.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -309,7 +312,12 @@ impl Transport for SimTransport {
         wd.workers[self.w as usize].clock_ns += handler_ns;
         let t = wd.workers[self.w as usize].clock_ns;
         let dst = wd.node_of(to.worker);
-        let at = wd.transmit(self.node, dst, VerbKind::Rpc, reply.len() as u64, t);
+        // A held local request is answered without the network.
+        let at = if dst == self.node {
+            t
+        } else {
+            wd.transmit(self.node, dst, VerbKind::Rpc, reply.len() as u64, t)
+        };
         let delivery = Delivery::Completion {
             slot: to.slot,
             index: to.index,
@@ -495,12 +503,16 @@ pub fn run(
                 let after = e.live_tasks();
                 live -= before - after;
                 let more = e.core().has_ready();
+                let holding = e.core().deferred_waiting();
                 let mut wd = world.borrow_mut();
                 let clock = wd.workers[w as usize].clock_ns;
                 wd.workers[w as usize].cpu_free_ns = clock;
                 end_ns = end_ns.max(clock);
                 if more || !wd.workers[w as usize].inbox.is_empty() {
                     wd.schedule_run(w, clock);
+                } else if holding {
+                    // A real event loop spins over its waiting list; poll it periodically.
+                    wd.schedule_run(w, clock + DEFERRED_POLL_NS);
                 }
             }
         }
@@ -531,8 +543,15 @@ mod tests {
 
     struct Echo;
     impl RpcHandler for Echo {
-        fn handle(&self, _node: NodeId, req: &[u8], reply: &mut Vec<u8>) {
+        fn handle(
+            &self,
+            _node: NodeId,
+            _from: ReplyTo,
+            req: &[u8],
+            reply: &mut Vec<u8>,
+        ) -> crate::Handled {
             reply.extend_from_slice(req);
+            crate::Handled::Replied
         }
     }
 

@@ -1,0 +1,52 @@
+//! WAITDIE two-phase locking (RCC §4.3): on a lock conflict a transaction older than the
+//! holder waits, a younger one dies, so waits only go from old to young and no deadlock
+//! forms. A transaction keeps its first timestamp across retries, so it ages until it is
+//! the oldest and cannot starve at a participant's waiting list.
+//!
+//! Pipeline: fetch = lock (+ read), waiting or dying → log → write back (+ release) →
+//! release. RPC: the participant holds the request on a waiting list its event loop serves
+//! (it never busy-waits). One-sided: CAS + READ; the failed CAS returns the holder's
+//! timestamp and the coordinator retries after a pause or dies. With the starvation fix
+//! (`TxnConfig::waitdie_counter`), a waiter raises a FETCH_ADD counter in the tuple header
+//! that makes other lockers die until it has the lock.
+
+use crate::nowait::{commit_locked, release_all};
+use atoll_txn::stages;
+use atoll_txn::{Abort, Plan, PlanError, Protocol, Stage, TxnCore};
+
+pub struct WaitDie;
+
+impl Protocol for WaitDie {
+    const NAME: &'static str = "waitdie";
+    const KEEP_TS_ON_RETRY: bool = true;
+
+    fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
+        // As NOWAIT: the lock word holds the owner's timestamp, so any release works.
+        Ok(())
+    }
+
+    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+        let plan = *tx.c.plan();
+        let counter = tx.c.cfg.waitdie_counter;
+        let t0 = tx.now_ns();
+        let combined = plan.get(Stage::Read) == plan.get(Stage::Lock);
+        let r = stages::lock_wait_die(tx, idxs, plan.get(Stage::Lock), combined, counter).await;
+        tx.charge(Stage::Lock, t0);
+        r?;
+        if !combined {
+            let t1 = tx.now_ns();
+            let r = stages::read(tx, idxs, plan.get(Stage::Read)).await;
+            tx.charge(Stage::Read, t1);
+            r?;
+        }
+        Ok(())
+    }
+
+    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+        commit_locked(tx).await
+    }
+
+    async fn rollback(tx: &mut TxnCore<'_>) {
+        release_all(tx).await
+    }
+}
