@@ -237,7 +237,7 @@ impl Protocol for OccWithoutValidation {
             .filter(|&&i| tx.entries[i].fetched)
             .map(|&i| (i, tx.entries[i].version))
             .collect();
-        let mut r = stages::lock(tx, &ws, plan.get(Stage::Lock), false).await;
+        let mut r = stages::lock(tx, &ws, plan.get(Stage::Lock), false, false).await;
         if r.is_ok()
             && read_versions
                 .iter()
@@ -251,7 +251,7 @@ impl Protocol for OccWithoutValidation {
         }
         // The bug: the read set is never validated.
         let ws = tx.select(|e| e.locked);
-        stages::write_back(tx, &ws, plan.get(Stage::Commit), true).await;
+        stages::write_back(tx, &ws, plan.get(Stage::Commit), true, 0).await;
         Ok(())
     }
 

@@ -23,7 +23,7 @@ impl Protocol for NoWait {
         let plan = *tx.c.plan();
         let t0 = tx.now_ns();
         let combined = plan.get(Stage::Read) == plan.get(Stage::Lock);
-        let r = stages::lock(tx, idxs, plan.get(Stage::Lock), combined).await;
+        let r = stages::lock(tx, idxs, plan.get(Stage::Lock), combined, false).await;
         tx.charge(Stage::Lock, t0);
         r?;
         if !combined {
@@ -53,7 +53,7 @@ pub(crate) async fn commit_locked(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
         tx.select(|e| e.is_write() && !e.locked && e.access != atoll_txn::Access::Insert);
     if !unlocked.is_empty() {
         let t0 = tx.now_ns();
-        let r = stages::lock(tx, &unlocked, plan.get(Stage::Lock), false).await;
+        let r = stages::lock(tx, &unlocked, plan.get(Stage::Lock), false, false).await;
         tx.charge(Stage::Lock, t0);
         if let Err(a) = r {
             release_all(tx).await;
@@ -70,7 +70,7 @@ pub(crate) async fn commit_locked(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
     let ws = tx.select(|e| e.locked && e.is_write());
     let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
     let t0 = tx.now_ns();
-    stages::write_back(tx, &ws, plan.get(Stage::Commit), same).await;
+    stages::write_back(tx, &ws, plan.get(Stage::Commit), same, 0).await;
     tx.charge(Stage::Commit, t0);
     let t0 = tx.now_ns();
     let held = tx.select(|e| e.locked);

@@ -39,7 +39,7 @@ impl Protocol for Occ {
             .filter(|&&i| tx.entries[i].fetched)
             .map(|&i| (i, tx.entries[i].version))
             .collect();
-        let mut r = stages::lock(tx, &ws, plan.get(Stage::Lock), false).await;
+        let mut r = stages::lock(tx, &ws, plan.get(Stage::Lock), false, false).await;
         if r.is_ok()
             && read_versions
                 .iter()
@@ -73,7 +73,7 @@ impl Protocol for Occ {
         let ws = tx.select(|e| e.locked);
         let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
         let t0 = tx.now_ns();
-        stages::write_back(tx, &ws, plan.get(Stage::Commit), same).await;
+        stages::write_back(tx, &ws, plan.get(Stage::Commit), same, 0).await;
         tx.charge(Stage::Commit, t0);
         if !same {
             let t0 = tx.now_ns();

@@ -151,6 +151,11 @@ pub struct Entry {
     pub locked: bool,
     /// `write` was called: the payload is to be installed.
     pub dirty: bool,
+    /// Write and read timestamps seen (SUNDIAL's lease `[wts, rts]`; MVCC's versions).
+    pub wts: u64,
+    pub rts: u64,
+    /// This transaction froze the record's `RTS` when it locked it.
+    pub frozen: bool,
     /// The version whose payload this transaction read, for history recording.
     pub observed: Option<u64>,
     /// The version this transaction's write installed.
@@ -206,6 +211,9 @@ impl<'c> TxnCore<'c> {
             dirty: false,
             observed: None,
             installed: None,
+            wts: 0,
+            rts: 0,
+            frozen: false,
         });
         self.entries.len() - 1
     }

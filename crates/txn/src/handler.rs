@@ -3,11 +3,16 @@
 
 use crate::msg::{Item, Reply, Request, Tuple, NO_LOC};
 use atoll_fabric::{Bytes, Handled, NodeId, ReplyTo, RpcHandler, Words};
-use atoll_storage::layout::{HEADER_WORDS, H_AUX, H_KEY, H_LOCK, H_VERSION, VERSION_ABSENT};
+use atoll_storage::layout::{
+    HEADER_WORDS, H_AUX, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
+};
 use atoll_storage::{Store, TableId};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+/// CAS attempts on `RTS` (freezing, renewing) before giving up: each failure means another
+/// renewal raced, and renewals are finite.
+const FREEZE_ATTEMPTS_MAX: usize = 1024;
 /// Attempts at a consistent local read before reporting the record as locked.
 const CONSISTENT_READ_ATTEMPTS_MAX: usize = 64;
 /// Lock word reported for a record that kept changing under every read attempt: no
@@ -73,22 +78,72 @@ impl StoreHandler {
             // A writer locks before touching the payload, so a free lock read after the
             // payload, with the version unchanged, means the payload is that version's.
             let lock = r.load(off + H_LOCK as usize);
+            let wts = r.load(off + H_WTS as usize);
+            let rts = r.load(off + H_RTS as usize);
             if v1 == r.load(off + H_VERSION as usize) {
                 return Tuple {
                     loc,
                     lock,
                     version: v1,
+                    wts,
+                    rts,
                     data,
                 };
             }
         }
         let version = r.load(off + H_VERSION as usize);
+        let (wts, rts) = (r.load(off + H_WTS as usize), r.load(off + H_RTS as usize));
         Tuple {
             loc,
             lock: LOCK_UNSTABLE,
             version,
+            wts,
+            rts,
             data,
         }
+    }
+
+    /// Freezes `RTS` of a record this node's caller holds locked: no renewal or read can
+    /// raise it afterwards. Returns the frozen value without the flag.
+    fn freeze(r: &atoll_fabric::Region, off: usize) -> u64 {
+        // Bounded: only lease renewals race with it, and each CAS that fails saw one.
+        for _ in 0..FREEZE_ATTEMPTS_MAX {
+            let cur = r.load(off + H_RTS as usize);
+            if cur & RTS_FROZEN != 0 || r.cas(off + H_RTS as usize, cur, cur | RTS_FROZEN) == cur {
+                return cur & !RTS_FROZEN;
+            }
+        }
+        panic!("could not freeze RTS in {FREEZE_ATTEMPTS_MAX} attempts: renewals never stop");
+    }
+
+    /// SUNDIAL's lease renewal, atomic by CAS on `RTS`: fails if `WTS` moved on (a later
+    /// write committed) or a writer froze `RTS`; succeeds if the lease already reaches.
+    fn renew(r: &atoll_fabric::Region, off: usize, wts: u64, commit_ts: u64) -> bool {
+        for _ in 0..FREEZE_ATTEMPTS_MAX {
+            if r.load(off + H_WTS as usize) != wts {
+                return false;
+            }
+            let cur = r.load(off + H_RTS as usize);
+            if cur & RTS_FROZEN != 0 {
+                return false;
+            }
+            if cur >= commit_ts || r.cas(off + H_RTS as usize, cur, commit_ts) == cur {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Releases a lock held by `ts`, first thawing a frozen `RTS`. Not held by `ts`: no-op.
+    fn unlock(r: &atoll_fabric::Region, off: usize, ts: u64) {
+        if r.load(off + H_LOCK as usize) != ts {
+            return;
+        }
+        let rts = r.load(off + H_RTS as usize);
+        if rts & RTS_FROZEN != 0 {
+            r.store(off + H_RTS as usize, rts & !RTS_FROZEN);
+        }
+        r.cas(off + H_LOCK as usize, ts, 0);
     }
 
     fn serve(&self, req: Request) -> Reply {
@@ -113,6 +168,7 @@ impl StoreHandler {
             Request::Lock {
                 ts,
                 want_data,
+                freeze,
                 items,
             } => {
                 if ts == 0 || items.iter().any(|i| !self.valid_table(i.table)) {
@@ -125,7 +181,7 @@ impl StoreHandler {
                             let t = t.as_ref().expect("locked tuples are Some");
                             let off =
                                 store.catalog.layout(items[j].table).record_offset(t.loc) as usize;
-                            store.region(items[j].table).store(off + H_LOCK as usize, 0);
+                            Self::unlock(store.region(items[j].table), off, ts);
                         }
                     };
                     let Some(loc) = self.loc_of(it) else {
@@ -142,16 +198,22 @@ impl StoreHandler {
                             holder,
                         };
                     }
-                    let t = if want_data {
+                    let frozen_rts = freeze.then(|| Self::freeze(r, off));
+                    let mut t = if want_data {
                         self.consistent_read(it.table, loc)
                     } else {
                         Tuple {
                             loc,
                             lock: ts,
                             version: r.load(off + H_VERSION as usize),
+                            wts: r.load(off + H_WTS as usize),
+                            rts: r.load(off + H_RTS as usize),
                             data: Words::new(),
                         }
                     };
+                    if let Some(rts) = frozen_rts {
+                        t.rts = rts;
+                    }
                     out.push(Some(t));
                 }
                 Reply::Tuples(out)
@@ -178,7 +240,24 @@ impl StoreHandler {
                 r.write_from(offset as usize, &words);
                 Reply::Ok
             }
-            Request::WriteBack { ts, release, items } => {
+            Request::Renew { commit_ts, items } => {
+                for (i, (t, loc, wts)) in items.iter().enumerate() {
+                    if !self.valid_loc(*t, *loc) {
+                        return Reply::BadRequest;
+                    }
+                    let off = store.catalog.layout(*t).record_offset(*loc) as usize;
+                    if !Self::renew(store.region(*t), off, *wts, commit_ts) {
+                        return Reply::Invalid { index: i as u32 };
+                    }
+                }
+                Reply::Ok
+            }
+            Request::WriteBack {
+                ts,
+                release,
+                set_ts,
+                items,
+            } => {
                 for (t, loc, payload) in &items {
                     if !self.valid_loc(*t, *loc)
                         || payload.len() + HEADER_WORDS as usize
@@ -196,10 +275,14 @@ impl StoreHandler {
                     let off = store.catalog.layout(*t).record_offset(*loc) as usize;
                     let r = store.region(*t);
                     r.write_from(off + HEADER_WORDS as usize, payload);
+                    if set_ts != 0 {
+                        r.store(off + H_WTS as usize, set_ts);
+                        r.store(off + H_RTS as usize, set_ts);
+                    }
                     let v = r.load(off + H_VERSION as usize);
                     r.store(off + H_VERSION as usize, v + 1);
                     if release {
-                        r.store(off + H_LOCK as usize, 0);
+                        Self::unlock(r, off, ts);
                     }
                 }
                 Reply::Ok
@@ -210,8 +293,8 @@ impl StoreHandler {
                         return Reply::BadRequest;
                     }
                     let off = store.catalog.layout(*t).record_offset(*loc) as usize;
-                    // Failing means it was not held by `ts`, which is then correctly left alone.
-                    store.region(*t).cas(off + H_LOCK as usize, ts, 0);
+                    // Not held by `ts`: correctly left alone.
+                    Self::unlock(store.region(*t), off, ts);
                 }
                 Reply::Ok
             }
@@ -412,6 +495,8 @@ impl StoreHandler {
                         loc,
                         lock: w.ts,
                         version: r.load(off + H_VERSION as usize),
+                        wts: r.load(off + H_WTS as usize),
+                        rts: r.load(off + H_RTS as usize),
                         data: Words::new(),
                     }
                 })

@@ -27,6 +27,9 @@ pub struct Tuple {
     pub loc: u32,
     pub lock: u64,
     pub version: u64,
+    /// Write timestamp and read timestamp (lease end; may carry `RTS_FROZEN`).
+    pub wts: u64,
+    pub rts: u64,
     pub data: Words,
 }
 
@@ -40,6 +43,8 @@ pub enum Request {
     Lock {
         ts: u64,
         want_data: bool,
+        /// Also freeze each record's read timestamp (SUNDIAL, MVCC writers).
+        freeze: bool,
         items: Vec<Item>,
     },
     /// Check that each record is unlocked (or locked by `ts`) and still at the version.
@@ -56,12 +61,20 @@ pub enum Request {
     WriteBack {
         ts: u64,
         release: bool,
+        /// When not 0, also set each record's `WTS` and `RTS` to it (SUNDIAL's commit_ts).
+        set_ts: u64,
         items: Vec<(TableId, u32, Words)>,
     },
     /// Unlock records held by `ts`.
     Release {
         ts: u64,
         items: Vec<(TableId, u32)>,
+    },
+    /// SUNDIAL lease renewal: raise each record's `RTS` to `commit_ts` unless its `WTS`
+    /// is no longer the one read or a writer froze it.
+    Renew {
+        commit_ts: u64,
+        items: Vec<(TableId, u32, u64)>,
     },
     /// WAITDIE locking: an older requester waits (the reply is held) for a younger
     /// holder; a younger one dies. With `counter`, a waiter raises the record's AUX word
@@ -244,11 +257,13 @@ impl Request {
             Request::Lock {
                 ts,
                 want_data,
+                freeze,
                 items,
             } => {
                 e.w(2);
                 e.w(*ts);
                 e.w(*want_data as u64);
+                e.w(*freeze as u64);
                 e.w(items.len() as u64);
                 items.iter().for_each(|i| e.item(i));
             }
@@ -267,10 +282,16 @@ impl Request {
                 e.w(*offset as u64);
                 e.words(words);
             }
-            Request::WriteBack { ts, release, items } => {
+            Request::WriteBack {
+                ts,
+                release,
+                set_ts,
+                items,
+            } => {
                 e.w(5);
                 e.w(*ts);
                 e.w(*release as u64);
+                e.w(*set_ts);
                 e.w(items.len() as u64);
                 for (t, loc, p) in items {
                     e.w(t.0 as u64);
@@ -285,6 +306,16 @@ impl Request {
                 for (t, loc) in items {
                     e.w(t.0 as u64);
                     e.w(*loc as u64);
+                }
+            }
+            Request::Renew { commit_ts, items } => {
+                e.w(11);
+                e.w(*commit_ts);
+                e.w(items.len() as u64);
+                for (t, loc, wts) in items {
+                    e.w(t.0 as u64);
+                    e.w(*loc as u64);
+                    e.w(*wts);
                 }
             }
             Request::LockWaitDie {
@@ -352,10 +383,12 @@ impl Request {
             2 => {
                 let ts = d.w()?;
                 let want_data = d.bool()?;
+                let freeze = d.bool()?;
                 let n = d.len()?;
                 Request::Lock {
                     ts,
                     want_data,
+                    freeze,
                     items: (0..n).map(|_| d.item()).collect::<Result<_, _>>()?,
                 }
             }
@@ -374,11 +407,25 @@ impl Request {
             5 => {
                 let ts = d.w()?;
                 let release = d.bool()?;
+                let set_ts = d.w()?;
                 let n = d.len()?;
                 let items = (0..n)
                     .map(|_| Ok((d.table()?, d.u32()?, d.words()?)))
                     .collect::<Result<_, DecodeError>>()?;
-                Request::WriteBack { ts, release, items }
+                Request::WriteBack {
+                    ts,
+                    release,
+                    set_ts,
+                    items,
+                }
+            }
+            11 => {
+                let commit_ts = d.w()?;
+                let n = d.len()?;
+                let items = (0..n)
+                    .map(|_| Ok((d.table()?, d.u32()?, d.w()?)))
+                    .collect::<Result<_, DecodeError>>()?;
+                Request::Renew { commit_ts, items }
             }
             6 => {
                 let ts = d.w()?;
@@ -419,7 +466,7 @@ impl Request {
             },
             t => {
                 return Err(DecodeError(format!(
-                    "unknown request tag {t} (accepted: 1-10)"
+                    "unknown request tag {t} (accepted: 1-11)"
                 )))
             }
         };
@@ -443,6 +490,8 @@ impl Reply {
                             e.w(t.loc as u64);
                             e.w(t.lock);
                             e.w(t.version);
+                            e.w(t.wts);
+                            e.w(t.rts);
                             e.words(&t.data);
                         }
                     }
@@ -492,6 +541,8 @@ impl Reply {
                             loc: d.u32()?,
                             lock: d.w()?,
                             version: d.w()?,
+                            wts: d.w()?,
+                            rts: d.w()?,
                             data: d.words()?,
                         }),
                     });
@@ -556,7 +607,12 @@ mod tests {
         round_trip(Request::Lock {
             ts: 99,
             want_data: true,
+            freeze: true,
             items: vec![it],
+        });
+        round_trip(Request::Renew {
+            commit_ts: 77,
+            items: vec![(TableId(1), 2, 3)],
         });
         round_trip(Request::LockWaitDie {
             ts: 9,
@@ -575,6 +631,7 @@ mod tests {
         round_trip(Request::WriteBack {
             ts: 1,
             release: false,
+            set_ts: 12,
             items: vec![(TableId(0), 1, Words::from_slice(&[9, 8]))],
         });
         round_trip(Request::Release {
@@ -604,6 +661,8 @@ mod tests {
                 loc: 1,
                 lock: 0,
                 version: 4,
+                wts: 6,
+                rts: 7,
                 data: Words::from_slice(&[5]),
             }),
         ]);

@@ -12,8 +12,8 @@ use crate::plan::Primitive;
 use crate::Idxs;
 use atoll_fabric::{NodeId, Words};
 use atoll_storage::layout::{
-    probe_group, GroupProbe, GROUP_WORDS, HEADER_WORDS, H_AUX, H_KEY, H_LOCK, H_VERSION,
-    VERSION_ABSENT,
+    probe_group, GroupProbe, GROUP_WORDS, HEADER_WORDS, H_AUX, H_KEY, H_LOCK, H_RTS, H_VERSION,
+    H_WTS, RTS_FROZEN, VERSION_ABSENT,
 };
 
 fn decode(b: &[u8]) -> Reply {
@@ -116,6 +116,8 @@ fn apply_tuple(tx: &mut TxnCore<'_>, i: usize, t: Tuple) {
     let e = &mut tx.entries[i];
     e.loc = t.loc;
     e.version = t.version;
+    e.wts = t.wts;
+    e.rts = t.rts & !RTS_FROZEN;
     if !t.data.is_empty() {
         e.data = t.data;
         e.fetched = true;
@@ -198,6 +200,7 @@ pub async fn lock(
     idxs: &[usize],
     prim: Primitive,
     want_data: bool,
+    freeze: bool,
 ) -> Result<(), Abort> {
     if idxs.is_empty() {
         return Ok(());
@@ -223,6 +226,7 @@ pub async fn lock(
             let res = d.submit().await;
             let mut outcome = Ok(());
             let mut stale = smallvec::SmallVec::<[atoll_fabric::RemotePtr; 4]>::new();
+            let mut to_freeze: smallvec::SmallVec<[(usize, u64); 8]> = smallvec::SmallVec::new();
             for (j, &i) in idxs.iter().enumerate() {
                 if res.cas(2 * j) != 0 {
                     outcome = outcome.and(Err(Abort::LockBusy));
@@ -241,10 +245,15 @@ pub async fn lock(
                 let e = &mut tx.entries[i];
                 e.locked = true;
                 e.version = w[H_VERSION as usize];
+                e.wts = w[H_WTS as usize];
+                e.rts = w[H_RTS as usize] & !RTS_FROZEN;
                 if want_data {
                     e.data = Words::from_slice(&w[HEADER_WORDS as usize..]);
                     e.fetched = true;
                     e.observed = Some(e.version);
+                }
+                if freeze {
+                    to_freeze.push((i, w[H_RTS as usize]));
                 }
             }
             if !stale.is_empty() {
@@ -254,6 +263,7 @@ pub async fn lock(
                 }
                 d.submit().await;
             }
+            freeze_one_sided(tx, to_freeze).await;
             outcome
         }
         Primitive::Rpc => {
@@ -270,6 +280,7 @@ pub async fn lock(
                     Request::Lock {
                         ts,
                         want_data,
+                        freeze,
                         items,
                     }
                     .to_bytes(),
@@ -288,6 +299,7 @@ pub async fn lock(
                         for (i, t) in mine.into_iter().zip(tuples) {
                             let t = t.expect("a successful lock returns every tuple");
                             tx.entries[i].locked = true;
+                            tx.entries[i].frozen = freeze;
                             apply_tuple(tx, i, t);
                         }
                     }
@@ -414,9 +426,17 @@ pub async fn log(tx: &mut TxnCore<'_>, prim: Primitive) -> Result<(), Abort> {
     Ok(())
 }
 
-/// Installs dirty payloads of locked entries and bumps their versions; with `release`, also
-/// unlocks (payload, then version, then lock: a reader that sees the lock free sees both).
-pub async fn write_back(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive, release: bool) {
+/// Installs dirty payloads of locked entries and bumps their versions; with `set_ts` not 0
+/// also sets `WTS` and `RTS` to it (SUNDIAL's commit timestamp, which thaws `RTS`); with
+/// `release`, also unlocks (payload, then timestamps and version, then lock: a reader that
+/// sees the lock free sees them all).
+pub async fn write_back(
+    tx: &mut TxnCore<'_>,
+    idxs: &[usize],
+    prim: Primitive,
+    release: bool,
+    set_ts: u64,
+) {
     if idxs.is_empty() {
         return;
     }
@@ -437,9 +457,16 @@ pub async fn write_back(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive, r
                 let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
                 if e.dirty {
                     d.write(ptr.add(HEADER_WORDS), e.data.clone());
+                    if set_ts != 0 {
+                        // RTS and WTS are adjacent: one WRITE sets the new lease.
+                        d.write(ptr.add(H_RTS), Words::from_slice(&[set_ts, set_ts]));
+                    }
                     d.write(ptr.add(H_VERSION), Words::from_slice(&[e.version + 1]));
                 }
                 if release {
+                    if e.frozen && !(e.dirty && set_ts != 0) {
+                        d.write(ptr.add(H_RTS), Words::from_slice(&[e.rts]));
+                    }
                     d.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
                 }
             }
@@ -467,7 +494,16 @@ pub async fn write_back(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive, r
                     }
                 }
                 if !items.is_empty() {
-                    d.rpc(n, Request::WriteBack { ts, release, items }.to_bytes());
+                    d.rpc(
+                        n,
+                        Request::WriteBack {
+                            ts,
+                            release,
+                            set_ts,
+                            items,
+                        }
+                        .to_bytes(),
+                    );
                 }
             }
             for (n, items) in plain_release {
@@ -490,9 +526,14 @@ pub async fn write_back(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive, r
         if e.dirty {
             e.installed = Some(e.version + 1);
             e.version += 1;
+            if set_ts != 0 {
+                e.wts = set_ts;
+                e.rts = set_ts;
+            }
         }
         if release {
             e.locked = false;
+            e.frozen = false;
         }
     }
 }
@@ -513,10 +554,12 @@ pub async fn release(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) {
             let mut d = tx.c.ep.doorbell();
             for &i in &held {
                 let e = &tx.entries[i];
-                d.write(
-                    tx.c.catalog.record_ptr(e.table, e.node, e.loc).add(H_LOCK),
-                    Words::from_slice(&[0]),
-                );
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                if e.frozen {
+                    // Thaw before unlocking; nobody else can change a frozen RTS.
+                    d.write(ptr.add(H_RTS), Words::from_slice(&[e.rts]));
+                }
+                d.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
             }
             d.submit().await;
         }
@@ -537,6 +580,7 @@ pub async fn release(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) {
     }
     for &i in &held {
         tx.entries[i].locked = false;
+        tx.entries[i].frozen = false;
     }
 }
 
@@ -782,4 +826,178 @@ pub async fn lock_wait_die(
         ep.sleep(WAIT_BACKOFF_NS).await;
     }
     unreachable!("the last attempt dies instead of waiting")
+}
+
+/// CAS rounds to freeze `RTS` before giving up: each failed CAS saw a concurrent renewal.
+const FREEZE_ROUNDS_MAX: u32 = 1024;
+
+/// Freezes `RTS` of records this transaction just locked, given the `RTS` each READ saw:
+/// CAS(seen → seen | FROZEN), retried with the value found while renewals race.
+async fn freeze_one_sided(tx: &mut TxnCore<'_>, mut todo: smallvec::SmallVec<[(usize, u64); 8]>) {
+    let ep = tx.c.ep.clone();
+    for _ in 0..FREEZE_ROUNDS_MAX {
+        if todo.is_empty() {
+            return;
+        }
+        let mut d = ep.doorbell();
+        for &(i, seen) in &todo {
+            let e = &tx.entries[i];
+            d.cas(
+                tx.c.catalog.record_ptr(e.table, e.node, e.loc).add(H_RTS),
+                seen,
+                seen | RTS_FROZEN,
+            );
+        }
+        let res = d.submit().await;
+        let mut again = smallvec::SmallVec::new();
+        for (j, &(i, seen)) in todo.iter().enumerate() {
+            let found = res.cas(j);
+            if found == seen {
+                let e = &mut tx.entries[i];
+                e.frozen = true;
+                e.rts = seen & !RTS_FROZEN;
+            } else {
+                again.push((i, found));
+            }
+        }
+        todo = again;
+    }
+    panic!("could not freeze RTS in {FREEZE_ROUNDS_MAX} rounds: renewals never stop");
+}
+
+/// SUNDIAL's atomic read of records it will not write (RCC §4.5): one-sided, two READs of
+/// each tuple in one doorbell, which must agree on everything but `RTS`; RPC, the
+/// participant's consistent read. A record a writer holds (locked, `RTS` frozen) aborts
+/// with `Conflict`: its payload may be half written.
+pub async fn read_atomic(
+    tx: &mut TxnCore<'_>,
+    idxs: &[usize],
+    prim: Primitive,
+) -> Result<(), Abort> {
+    if idxs.is_empty() {
+        return Ok(());
+    }
+    if prim == Primitive::Rpc {
+        // The participant's read is consistent, and a frozen RTS implies a held lock,
+        // which `read` turns into `Conflict`.
+        return read(tx, idxs, prim).await;
+    }
+    let ts = tx.ts.0;
+    locate(tx, idxs).await?;
+    let mut d = tx.c.ep.doorbell();
+    for &i in idxs {
+        let e = &tx.entries[i];
+        let words = tx.c.catalog.layout(e.table).tuple_words;
+        let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+        d.read(ptr, words);
+        d.read(ptr, words);
+    }
+    let res = d.submit().await;
+    for (j, &i) in idxs.iter().enumerate() {
+        let (a, b) = (res.read(2 * j), res.read(2 * j + 1));
+        check_tuple(tx, i, a)?;
+        let same = a
+            .iter()
+            .zip(b.iter())
+            .enumerate()
+            .all(|(k, (x, y))| k == H_RTS as usize || x == y);
+        let lock = a[H_LOCK as usize];
+        if !same || (lock != 0 && lock != ts) || (b[H_RTS as usize] & RTS_FROZEN != 0 && lock != ts)
+        {
+            return Err(Abort::Conflict);
+        }
+        let e = &mut tx.entries[i];
+        e.version = b[H_VERSION as usize];
+        e.wts = b[H_WTS as usize];
+        e.rts = b[H_RTS as usize] & !RTS_FROZEN;
+        e.data = Words::from_slice(&b[HEADER_WORDS as usize..]);
+        e.fetched = true;
+        e.observed = Some(e.version);
+    }
+    Ok(())
+}
+
+/// Rounds of a one-sided lease renewal before it gives up (each failed CAS saw another
+/// renewal raise `RTS`).
+const RENEW_ROUNDS_MAX: u32 = 64;
+
+/// SUNDIAL's lease renewal (RCC §4.5): make each record's lease reach `commit_ts`. One-sided:
+/// CAS(`RTS` read → `commit_ts`); if it fails, READ the header: abort if `WTS` moved on or
+/// a writer froze `RTS`, else retry with the new value. RPC: the participant does the same
+/// with local atomics. Fails with `ValidationFailed`.
+pub async fn renew(
+    tx: &mut TxnCore<'_>,
+    idxs: &[usize],
+    prim: Primitive,
+    commit_ts: u64,
+) -> Result<(), Abort> {
+    let todo: Idxs = idxs
+        .iter()
+        .copied()
+        .filter(|&i| tx.entries[i].rts < commit_ts)
+        .collect();
+    if todo.is_empty() {
+        return Ok(());
+    }
+    if prim == Primitive::Rpc {
+        let nodes = nodes_of(tx, &todo);
+        let mut d = tx.c.ep.doorbell();
+        for &n in &nodes {
+            let items = todo
+                .iter()
+                .map(|&i| &tx.entries[i])
+                .filter(|e| e.node == n)
+                .map(|e| (e.table, e.loc, e.wts))
+                .collect();
+            d.rpc(n, Request::Renew { commit_ts, items }.to_bytes());
+        }
+        let res = d.submit().await;
+        for j in 0..nodes.len() {
+            match decode(res.rpc(j)) {
+                Reply::Ok => {}
+                Reply::Invalid { .. } => return Err(Abort::ValidationFailed),
+                r => panic!("renew: unexpected reply {r:?}"),
+            }
+        }
+        for &i in &todo {
+            tx.entries[i].rts = commit_ts;
+        }
+        return Ok(());
+    }
+    let ep = tx.c.ep.clone();
+    let mut pending: smallvec::SmallVec<[(usize, u64); 8]> =
+        todo.iter().map(|&i| (i, tx.entries[i].rts)).collect();
+    for _ in 0..RENEW_ROUNDS_MAX {
+        let mut d = ep.doorbell();
+        for &(i, seen) in &pending {
+            let e = &tx.entries[i];
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+            d.cas(ptr.add(H_RTS), seen, commit_ts);
+            d.read(ptr, HEADER_WORDS);
+        }
+        let res = d.submit().await;
+        let mut again = smallvec::SmallVec::new();
+        for (j, &(i, seen)) in pending.iter().enumerate() {
+            let found = res.cas(2 * j);
+            if found == seen {
+                tx.entries[i].rts = commit_ts;
+                continue;
+            }
+            // The READ ran after the CAS: it shows why the CAS failed.
+            let h = res.read(2 * j + 1);
+            if h[H_WTS as usize] != tx.entries[i].wts || found & RTS_FROZEN != 0 {
+                return Err(Abort::ValidationFailed);
+            }
+            if found >= commit_ts {
+                tx.entries[i].rts = found;
+            } else {
+                again.push((i, found));
+            }
+        }
+        if again.is_empty() {
+            return Ok(());
+        }
+        pending = again;
+    }
+    Err(Abort::ValidationFailed)
 }
