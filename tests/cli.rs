@@ -27,7 +27,7 @@ fn bad(args: &[&str], expect: &[&str]) {
 fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
     bad(
         &["bench", "--protocol", "2pl"],
-        &["unknown protocol '2pl'", "nowait, waitdie, occ"],
+        &["unknown protocol '2pl'", "nowait, waitdie, occ, sundial"],
     );
     bad(
         &["bench", "--workload", "tpcx"],

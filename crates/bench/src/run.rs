@@ -13,7 +13,7 @@ use atoll_fabric::{
     ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RpcHandler, TaskId, VerbCounters,
     VerbKind,
 };
-use atoll_protocols::{NoWait, Occ, ProtocolKind, WaitDie};
+use atoll_protocols::{NoWait, Occ, ProtocolKind, Sundial, WaitDie};
 use atoll_storage::{Catalog, Store};
 use atoll_txn::handler::StoreHandler;
 use atoll_txn::{Abort, Coordinator, Protocol, Stage, Txn, TxnConfig};
@@ -43,6 +43,7 @@ pub fn run(
     match cfg.protocol {
         ProtocolKind::NoWait => run_protocol::<NoWait>(cfg, progress),
         ProtocolKind::WaitDie => run_protocol::<WaitDie>(cfg, progress),
+        ProtocolKind::Sundial => run_protocol::<Sundial>(cfg, progress),
         ProtocolKind::Occ => run_protocol::<Occ>(cfg, progress),
     }
 }

@@ -3,10 +3,12 @@
 
 pub mod nowait;
 pub mod occ;
+pub mod sundial;
 pub mod waitdie;
 
 pub use nowait::NoWait;
 pub use occ::Occ;
+pub use sundial::Sundial;
 pub use waitdie::WaitDie;
 
 /// The protocols a run can select, by name.
@@ -15,13 +17,15 @@ pub enum ProtocolKind {
     NoWait,
     WaitDie,
     Occ,
+    Sundial,
 }
 
 impl ProtocolKind {
-    pub const ALL: [ProtocolKind; 3] = [
+    pub const ALL: [ProtocolKind; 4] = [
         ProtocolKind::NoWait,
         ProtocolKind::WaitDie,
         ProtocolKind::Occ,
+        ProtocolKind::Sundial,
     ];
 
     pub fn name(self) -> &'static str {
@@ -29,6 +33,7 @@ impl ProtocolKind {
         match self {
             ProtocolKind::NoWait => NoWait::NAME,
             ProtocolKind::WaitDie => WaitDie::NAME,
+            ProtocolKind::Sundial => Sundial::NAME,
             ProtocolKind::Occ => Occ::NAME,
         }
     }
@@ -53,6 +58,7 @@ impl ProtocolKind {
         match self {
             ProtocolKind::NoWait => NoWait::check_plan(plan),
             ProtocolKind::WaitDie => WaitDie::check_plan(plan),
+            ProtocolKind::Sundial => Sundial::check_plan(plan),
             ProtocolKind::Occ => Occ::check_plan(plan),
         }
     }

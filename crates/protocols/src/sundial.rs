@@ -1,0 +1,125 @@
+//! SUNDIAL (Yu et al., VLDB 2018; RCC §4.5): logical leases `[wts, rts]` order transactions
+//! without aborting readers that a later writer overtakes.
+//!
+//! Pipeline:
+//! - fetch: records read only are read atomically (two READs in one doorbell that must
+//!   agree, or the participant's consistent read); records to write are locked, and their
+//!   `RTS` frozen so no lease can grow behind the writer's back (see `layout::RTS_FROZEN`);
+//! - lock: records written but not locked yet (blind writes, upgrades); an upgraded read
+//!   must still see the `WTS` it read;
+//! - commit_ts = max(`WTS` of every read, `RTS` + 1 of every write);
+//! - renew: each read's lease is extended to commit_ts by CAS on `RTS` (one-sided) or by
+//!   the participant; it fails if a later write committed (`WTS` moved) or a writer froze
+//!   `RTS` — the transaction then aborts (`ValidationFailed`);
+//! - log → write back with `WTS` = `RTS` = commit_ts (+ release) → release.
+
+use atoll_txn::stages;
+use atoll_txn::{Abort, Access, Plan, PlanError, Protocol, Stage, TxnCore};
+
+pub struct Sundial;
+
+impl Protocol for Sundial {
+    const NAME: &'static str = "sundial";
+
+    fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
+        // Every stage works with either primitive: an RPC lock freezes `RTS` as a one-sided
+        // one does, and either release thaws it (the coordinator knows the frozen value).
+        Ok(())
+    }
+
+    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+        let plan = *tx.c.plan();
+        let reads: atoll_txn::Idxs = idxs
+            .iter()
+            .copied()
+            .filter(|&i| tx.entries[i].access == Access::Read)
+            .collect();
+        let writes: atoll_txn::Idxs = idxs
+            .iter()
+            .copied()
+            .filter(|&i| tx.entries[i].access != Access::Read)
+            .collect();
+        let t0 = tx.now_ns();
+        let r = stages::read_atomic(tx, &reads, plan.get(Stage::Read)).await;
+        tx.charge(Stage::Read, t0);
+        r?;
+        let combined = plan.get(Stage::Read) == plan.get(Stage::Lock);
+        let t0 = tx.now_ns();
+        let r = stages::lock(tx, &writes, plan.get(Stage::Lock), combined, true).await;
+        tx.charge(Stage::Lock, t0);
+        r?;
+        if !combined {
+            let t0 = tx.now_ns();
+            let r = stages::read(tx, &writes, plan.get(Stage::Read)).await;
+            tx.charge(Stage::Read, t0);
+            r?;
+        }
+        Ok(())
+    }
+
+    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+        let plan = *tx.c.plan();
+        // Writes not locked yet: blind writes and reads upgraded to writes.
+        let unlocked = tx.select(|e| e.is_write() && !e.locked && e.access != Access::Insert);
+        let read_wts: Vec<(usize, u64)> = unlocked
+            .iter()
+            .filter(|&&i| tx.entries[i].fetched)
+            .map(|&i| (i, tx.entries[i].wts))
+            .collect();
+        let t0 = tx.now_ns();
+        let mut r = stages::lock(tx, &unlocked, plan.get(Stage::Lock), false, true).await;
+        if r.is_ok() && read_wts.iter().any(|&(i, wts)| tx.entries[i].wts != wts) {
+            r = Err(Abort::ValidationFailed);
+        }
+        tx.charge(Stage::Lock, t0);
+        if let Err(a) = r {
+            Self::rollback(tx).await;
+            return Err(a);
+        }
+
+        let commit_ts = tx
+            .entries
+            .iter()
+            .filter(|e| e.access != Access::Insert)
+            .map(|e| if e.is_write() { e.rts + 1 } else { e.wts })
+            .max()
+            .unwrap_or(0)
+            .max(1);
+
+        let reads = tx.select(|e| !e.is_write());
+        let t0 = tx.now_ns();
+        let r = stages::renew(tx, &reads, plan.get(Stage::Renew), commit_ts).await;
+        tx.charge(Stage::Renew, t0);
+        if let Err(a) = r {
+            Self::rollback(tx).await;
+            return Err(a);
+        }
+
+        let t0 = tx.now_ns();
+        stages::log(tx, plan.get(Stage::Log)).await?;
+        tx.charge(Stage::Log, t0);
+        if let Err(a) = stages::apply_inserts_deletes(tx).await {
+            Self::rollback(tx).await;
+            return Err(a);
+        }
+        let ws = tx.select(|e| e.locked);
+        let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
+        let t0 = tx.now_ns();
+        stages::write_back(tx, &ws, plan.get(Stage::Commit), same, commit_ts).await;
+        tx.charge(Stage::Commit, t0);
+        if !same {
+            let t0 = tx.now_ns();
+            stages::release(tx, &ws, plan.get(Stage::Release)).await;
+            tx.charge(Stage::Release, t0);
+        }
+        Ok(())
+    }
+
+    async fn rollback(tx: &mut TxnCore<'_>) {
+        let t0 = tx.now_ns();
+        let held = tx.select(|e| e.locked);
+        let prim = tx.c.plan().get(Stage::Release);
+        stages::release(tx, &held, prim).await;
+        tx.charge(Stage::Release, t0);
+    }
+}
