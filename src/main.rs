@@ -94,6 +94,9 @@ struct BenchArgs {
     /// Pin worker threads to cores.
     #[arg(long)]
     pin: bool,
+    /// MVCC only: versions kept per record (default 4).
+    #[arg(long)]
+    mvcc_slots: Option<u32>,
     /// WAITDIE only: the starvation fix (waiters raise a FETCH_ADD counter that makes
     /// younger lockers die).
     #[arg(long)]
@@ -138,6 +141,7 @@ struct FileConfig {
     log_replicas: Option<u16>,
     pin: Option<bool>,
     waitdie_counter: Option<bool>,
+    mvcc_slots: Option<u32>,
     os_threads: Option<usize>,
     attempts_max: Option<u32>,
     params: Option<BTreeMap<String, toml::Value>>,
@@ -243,6 +247,15 @@ fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
     pick!(attempts_max, None, file.attempts_max);
     cfg.pin_threads = a.pin || file.pin.unwrap_or(false);
     cfg.waitdie_counter = a.waitdie_counter || file.waitdie_counter.unwrap_or(false);
+    if let Some(n) = a.mvcc_slots.or(file.mvcc_slots) {
+        if cfg.protocol != ProtocolKind::Mvcc {
+            return Err(format!(
+                "mvcc-slots={n} needs --protocol mvcc, not {}",
+                cfg.protocol.name()
+            ));
+        }
+        cfg.mvcc_slots = n;
+    }
     cfg.os_threads = a.os_threads.or(file.os_threads);
     let mut params = Params::new();
     for (k, v) in file.params.unwrap_or_default() {

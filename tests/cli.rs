@@ -27,7 +27,10 @@ fn bad(args: &[&str], expect: &[&str]) {
 fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
     bad(
         &["bench", "--protocol", "2pl"],
-        &["unknown protocol '2pl'", "nowait, waitdie, occ, sundial"],
+        &[
+            "unknown protocol '2pl'",
+            "nowait, waitdie, occ, mvcc, sundial",
+        ],
     );
     bad(
         &["bench", "--workload", "tpcx"],

@@ -52,6 +52,8 @@ pub struct RunConfig {
     pub log_replicas: u16,
     /// Attempts of one transaction before the driver gives up on it.
     pub attempts_max: u32,
+    /// MVCC's versions kept per record.
+    pub mvcc_slots: u32,
     /// WAITDIE's starvation fix (a FETCH_ADD waiter counter).
     pub waitdie_counter: bool,
     /// Record every attempt's reads and writes for the history checker.
@@ -82,6 +84,7 @@ impl Default for RunConfig {
             progress_interval_s: 1.0,
             record_history: false,
             waitdie_counter: false,
+            mvcc_slots: 4,
         }
     }
 }
@@ -155,6 +158,7 @@ impl RunConfig {
                 self.protocol.name()
             )));
         }
+        range("mvcc_slots", self.mvcc_slots, 1, 64)?;
         if let Fabric::Sim { net, .. } = &self.fabric {
             atoll_fabric::sim::net::profile(net).map_err(ConfigError)?;
         }
@@ -194,6 +198,7 @@ pub struct ConfigReport {
     pub log_replicas: u16,
     pub attempts_max: u32,
     pub waitdie_counter: bool,
+    pub mvcc_slots: u32,
 }
 
 /// Parses `--net-latency-us`: one number for every verb class, or per class

@@ -13,7 +13,7 @@ use atoll_fabric::{
     ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RpcHandler, TaskId, VerbCounters,
     VerbKind,
 };
-use atoll_protocols::{NoWait, Occ, ProtocolKind, Sundial, WaitDie};
+use atoll_protocols::{Mvcc, NoWait, Occ, ProtocolKind, Sundial, WaitDie};
 use atoll_storage::{Catalog, Store};
 use atoll_txn::handler::StoreHandler;
 use atoll_txn::{Abort, Coordinator, Protocol, Stage, Txn, TxnConfig};
@@ -44,6 +44,7 @@ pub fn run(
         ProtocolKind::NoWait => run_protocol::<NoWait>(cfg, progress),
         ProtocolKind::WaitDie => run_protocol::<WaitDie>(cfg, progress),
         ProtocolKind::Sundial => run_protocol::<Sundial>(cfg, progress),
+        ProtocolKind::Mvcc => run_protocol::<Mvcc>(cfg, progress),
         ProtocolKind::Occ => run_protocol::<Occ>(cfg, progress),
     }
 }
@@ -103,10 +104,12 @@ fn run_with<W: Workload, P: Protocol>(
         loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
         waitdie_counter: cfg.waitdie_counter,
     });
-    let catalog = Arc::new(Catalog::new(
+    let version_slots = if P::MULTI_VERSION { cfg.mvcc_slots } else { 1 };
+    let catalog = Arc::new(Catalog::with_versions(
         cfg.nodes,
         w.tables(cfg.nodes),
         vec![txn_cfg.log_region_words()],
+        version_slots,
     ));
 
     // Register and load every node's memory in parallel, one loader thread per node.
@@ -578,6 +581,7 @@ fn assemble<W: Workload, P: Protocol>(
             log_replicas: cfg.log_replicas,
             attempts_max: cfg.attempts_max,
             waitdie_counter: cfg.waitdie_counter,
+            mvcc_slots: cfg.mvcc_slots,
         },
         summary,
         txn_types,

@@ -69,7 +69,7 @@ fn every_protocol_plan_and_workload_keeps_invariants_under_contention_2_nodes_2_
                         reason("lock_busy") > 0,
                         "{what}: no lock_busy counted: {s:?}"
                     ),
-                    ProtocolKind::Occ | ProtocolKind::Sundial => assert!(
+                    ProtocolKind::Occ | ProtocolKind::Sundial | ProtocolKind::Mvcc => assert!(
                         reason("validation_failed") + reason("conflict") > 0,
                         "{what}: no validation_failed/conflict counted: {s:?}"
                     ),

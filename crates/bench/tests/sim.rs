@@ -251,7 +251,7 @@ impl Protocol for OccWithoutValidation {
         }
         // The bug: the read set is never validated.
         let ws = tx.select(|e| e.locked);
-        stages::write_back(tx, &ws, plan.get(Stage::Commit), true, 0).await;
+        stages::write_back(tx, &ws, plan.get(Stage::Commit), true, 0, false).await;
         Ok(())
     }
 

@@ -1,11 +1,13 @@
 //! Atoll's concurrency-control protocols, one per file, each composing the stage building
 //! blocks of `atoll_txn::stages` with the primitive its run-time plan names.
 
+pub mod mvcc;
 pub mod nowait;
 pub mod occ;
 pub mod sundial;
 pub mod waitdie;
 
+pub use mvcc::Mvcc;
 pub use nowait::NoWait;
 pub use occ::Occ;
 pub use sundial::Sundial;
@@ -17,14 +19,16 @@ pub enum ProtocolKind {
     NoWait,
     WaitDie,
     Occ,
+    Mvcc,
     Sundial,
 }
 
 impl ProtocolKind {
-    pub const ALL: [ProtocolKind; 4] = [
+    pub const ALL: [ProtocolKind; 5] = [
         ProtocolKind::NoWait,
         ProtocolKind::WaitDie,
         ProtocolKind::Occ,
+        ProtocolKind::Mvcc,
         ProtocolKind::Sundial,
     ];
 
@@ -34,6 +38,7 @@ impl ProtocolKind {
             ProtocolKind::NoWait => NoWait::NAME,
             ProtocolKind::WaitDie => WaitDie::NAME,
             ProtocolKind::Sundial => Sundial::NAME,
+            ProtocolKind::Mvcc => Mvcc::NAME,
             ProtocolKind::Occ => Occ::NAME,
         }
     }
@@ -59,6 +64,7 @@ impl ProtocolKind {
             ProtocolKind::NoWait => NoWait::check_plan(plan),
             ProtocolKind::WaitDie => WaitDie::check_plan(plan),
             ProtocolKind::Sundial => Sundial::check_plan(plan),
+            ProtocolKind::Mvcc => Mvcc::check_plan(plan),
             ProtocolKind::Occ => Occ::check_plan(plan),
         }
     }

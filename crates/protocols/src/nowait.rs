@@ -70,7 +70,7 @@ pub(crate) async fn commit_locked(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
     let ws = tx.select(|e| e.locked && e.is_write());
     let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
     let t0 = tx.now_ns();
-    stages::write_back(tx, &ws, plan.get(Stage::Commit), same, 0).await;
+    stages::write_back(tx, &ws, plan.get(Stage::Commit), same, 0, false).await;
     tx.charge(Stage::Commit, t0);
     let t0 = tx.now_ns();
     let held = tx.select(|e| e.locked);

@@ -105,7 +105,7 @@ impl Protocol for Sundial {
         let ws = tx.select(|e| e.locked);
         let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
         let t0 = tx.now_ns();
-        stages::write_back(tx, &ws, plan.get(Stage::Commit), same, commit_ts).await;
+        stages::write_back(tx, &ws, plan.get(Stage::Commit), same, commit_ts, false).await;
         tx.charge(Stage::Commit, t0);
         if !same {
             let t0 = tx.now_ns();

@@ -15,16 +15,19 @@ pub enum Abort {
     NotFound,
     /// An insert found the key already present.
     Duplicate,
+    /// MVCC: no kept version is old enough for the reader (all slots overwritten).
+    SlotOverflow,
 }
 
 impl Abort {
-    pub const ALL: [Abort; 6] = [
+    pub const ALL: [Abort; 7] = [
         Abort::LockBusy,
         Abort::ValidationFailed,
         Abort::Conflict,
         Abort::UserAbort,
         Abort::NotFound,
         Abort::Duplicate,
+        Abort::SlotOverflow,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -40,6 +43,7 @@ impl Abort {
             Abort::UserAbort => "user_abort",
             Abort::NotFound => "not_found",
             Abort::Duplicate => "duplicate",
+            Abort::SlotOverflow => "slot_overflow",
         }
     }
 

@@ -103,6 +103,12 @@ impl Coordinator {
         self.ts.next(now)
     }
 
+    /// Adjusts the local clock past a timestamp found in a tuple.
+    pub fn observe_ts(&mut self, seen: u64) {
+        self.ts
+            .observe(Timestamp(seen & !atoll_storage::layout::RTS_FROZEN));
+    }
+
     pub(crate) fn cached_loc(&self, t: TableId, node: NodeId, key: u64) -> u32 {
         self.loc_cache
             .get(&(t, node, key))
@@ -156,6 +162,8 @@ pub struct Entry {
     pub rts: u64,
     /// This transaction froze the record's `RTS` when it locked it.
     pub frozen: bool,
+    /// MVCC: the whole record (all kept versions) as read when it was locked one-sided.
+    pub before: Vec<u64>,
     /// The version whose payload this transaction read, for history recording.
     pub observed: Option<u64>,
     /// The version this transaction's write installed.
@@ -214,6 +222,7 @@ impl<'c> TxnCore<'c> {
             wts: 0,
             rts: 0,
             frozen: false,
+            before: Vec::new(),
         });
         self.entries.len() - 1
     }

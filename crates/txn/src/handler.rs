@@ -4,7 +4,8 @@
 use crate::msg::{Item, Reply, Request, Tuple, NO_LOC};
 use atoll_fabric::{Bytes, Handled, NodeId, ReplyTo, RpcHandler, Words};
 use atoll_storage::layout::{
-    HEADER_WORDS, H_AUX, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
+    HEADER_WORDS, H_AUX, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, OLD_SLOT_HEADER_WORDS, RTS_FROZEN,
+    VERSION_ABSENT,
 };
 use atoll_storage::{Store, TableId};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -116,6 +117,66 @@ impl StoreHandler {
         panic!("could not freeze RTS in {FREEZE_ATTEMPTS_MAX} attempts: renewals never stop");
     }
 
+    /// MVCC's read at `ctts` on the participant's CPU, with the same steps as a one-sided
+    /// reader: a consistent snapshot of the record, Cond R2 (no writer ordered before the
+    /// reader holds it), Cond R1 (a kept version older than `ctts`), then `RTS` raised to
+    /// `ctts` by CAS unless a later writer froze it. `Err(true)` is a slot overflow,
+    /// `Err(false)` a conflict.
+    fn mvcc_read(&self, t: TableId, loc: u32, ctts: u64) -> Result<Tuple, bool> {
+        let layout = self.store.catalog.layout(t);
+        let r = self.store.region(t);
+        let off = layout.record_offset(loc) as usize;
+        let n = layout.record_words as usize;
+        let (mut a, mut b) = (vec![0u64; n], vec![0u64; n]);
+        for _ in 0..CONSISTENT_READ_ATTEMPTS_MAX {
+            r.read_into(off, &mut a);
+            r.read_into(off, &mut b);
+            if a.iter()
+                .zip(&b)
+                .enumerate()
+                .any(|(k, (x, y))| k != H_RTS as usize && x != y)
+            {
+                continue;
+            }
+            let lock = a[H_LOCK as usize];
+            if lock != 0 && lock < ctts {
+                return Err(false);
+            }
+            let Some(c) = crate::mvcc::choose(layout, &a, ctts) else {
+                return Err(true);
+            };
+            let rts = r.load(off + H_RTS as usize);
+            let ok = if rts & !RTS_FROZEN >= ctts {
+                true
+            } else if rts & RTS_FROZEN != 0 {
+                // A writer holds it: one ordered before us is a conflict; for one after
+                // us, read again once it is done (a frozen RTS cannot be raised safely:
+                // the same frozen value can come back under another writer).
+                let holder = r.load(off + H_LOCK as usize);
+                if holder != 0 && holder < ctts {
+                    return Err(false);
+                }
+                false
+            } else {
+                r.cas(off + H_RTS as usize, rts, ctts) == rts
+            };
+            if ok {
+                let data = Words::from_slice(
+                    &a[c.payload_at..c.payload_at + layout.payload_words as usize],
+                );
+                return Ok(Tuple {
+                    loc,
+                    lock,
+                    version: c.version,
+                    wts: c.wts,
+                    rts: ctts.max(rts & !RTS_FROZEN),
+                    data,
+                });
+            }
+        }
+        Err(false)
+    }
+
     /// SUNDIAL's lease renewal, atomic by CAS on `RTS`: fails if `WTS` moved on (a later
     /// write committed) or a writer froze `RTS`; succeeds if the lease already reaches.
     fn renew(r: &atoll_fabric::Region, off: usize, wts: u64, commit_ts: u64) -> bool {
@@ -139,9 +200,10 @@ impl StoreHandler {
         if r.load(off + H_LOCK as usize) != ts {
             return;
         }
-        let rts = r.load(off + H_RTS as usize);
-        if rts & RTS_FROZEN != 0 {
-            r.store(off + H_RTS as usize, rts & !RTS_FROZEN);
+        // Only the holder clears the flag; adding it carries out of the word, keeping any
+        // raise an earlier-ordered MVCC reader made meanwhile.
+        if r.load(off + H_RTS as usize) & RTS_FROZEN != 0 {
+            r.fetch_add(off + H_RTS as usize, RTS_FROZEN);
         }
         r.cas(off + H_LOCK as usize, ts, 0);
     }
@@ -240,6 +302,27 @@ impl StoreHandler {
                 r.write_from(offset as usize, &words);
                 Reply::Ok
             }
+            Request::MvccRead { ctts, items } => {
+                if ctts == 0 || items.iter().any(|i| !self.valid_table(i.table)) {
+                    return Reply::BadRequest;
+                }
+                let mut out = Vec::with_capacity(items.len());
+                for (i, it) in items.iter().enumerate() {
+                    let Some(loc) = self.loc_of(it) else {
+                        return Reply::NotFound { index: i as u32 };
+                    };
+                    match self.mvcc_read(it.table, loc, ctts) {
+                        Ok(t) => out.push(Some(t)),
+                        Err(overflow) => {
+                            return Reply::MvccRefused {
+                                index: i as u32,
+                                overflow,
+                            }
+                        }
+                    }
+                }
+                Reply::Tuples(out)
+            }
             Request::Renew { commit_ts, items } => {
                 for (i, (t, loc, wts)) in items.iter().enumerate() {
                     if !self.valid_loc(*t, *loc) {
@@ -256,6 +339,7 @@ impl StoreHandler {
                 ts,
                 release,
                 set_ts,
+                keep_old,
                 items,
             } => {
                 for (t, loc, payload) in &items {
@@ -274,6 +358,24 @@ impl StoreHandler {
                 for (t, loc, payload) in &items {
                     let off = store.catalog.layout(*t).record_offset(*loc) as usize;
                     let r = store.region(*t);
+                    let layout = store.catalog.layout(*t);
+                    if keep_old && layout.version_slots > 1 {
+                        // Move the current version into the oldest slot (we hold the lock,
+                        // so the record is stable).
+                        let mut rec = vec![0u64; layout.record_words as usize];
+                        r.read_into(off, &mut rec);
+                        let at =
+                            layout.old_slot_offset(crate::mvcc::oldest_slot(layout, &rec)) as usize;
+                        let mut old = Vec::with_capacity(
+                            (OLD_SLOT_HEADER_WORDS + layout.payload_words) as usize,
+                        );
+                        old.push(rec[H_WTS as usize]);
+                        old.push(rec[H_VERSION as usize]);
+                        old.extend_from_slice(
+                            &rec[HEADER_WORDS as usize..layout.tuple_words as usize],
+                        );
+                        r.write_from(off + at, &old);
+                    }
                     r.write_from(off + HEADER_WORDS as usize, payload);
                     if set_ts != 0 {
                         r.store(off + H_WTS as usize, set_ts);

@@ -9,6 +9,7 @@ pub mod abort;
 pub mod coord;
 pub mod handler;
 pub mod msg;
+pub mod mvcc;
 pub mod plan;
 pub mod stages;
 pub mod ts;

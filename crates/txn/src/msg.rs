@@ -63,6 +63,8 @@ pub enum Request {
         release: bool,
         /// When not 0, also set each record's `WTS` and `RTS` to it (SUNDIAL's commit_ts).
         set_ts: u64,
+        /// MVCC: first move the current version into the record's oldest slot.
+        keep_old: bool,
         items: Vec<(TableId, u32, Words)>,
     },
     /// Unlock records held by `ts`.
@@ -75,6 +77,12 @@ pub enum Request {
     Renew {
         commit_ts: u64,
         items: Vec<(TableId, u32, u64)>,
+    },
+    /// MVCC reads at timestamp `ctts`: each item's newest version older than `ctts`, with
+    /// the record's `RTS` raised to `ctts` (Conds R1, R2).
+    MvccRead {
+        ctts: u64,
+        items: Vec<Item>,
     },
     /// WAITDIE locking: an older requester waits (the reply is held) for a younger
     /// holder; a younger one dies. With `counter`, a waiter raises the record's AUX word
@@ -130,6 +138,12 @@ pub enum Reply {
     Keys(Vec<(u64, u32)>),
     /// The request could not be decoded or named memory it may not touch.
     BadRequest,
+    /// MVCC read of item `index` refused: no kept version is old enough (`overflow`), or a
+    /// writer ordered before the reader holds the record.
+    MvccRefused {
+        index: u32,
+        overflow: bool,
+    },
 }
 
 /// A malformed message.
@@ -286,12 +300,14 @@ impl Request {
                 ts,
                 release,
                 set_ts,
+                keep_old,
                 items,
             } => {
                 e.w(5);
                 e.w(*ts);
                 e.w(*release as u64);
                 e.w(*set_ts);
+                e.w(*keep_old as u64);
                 e.w(items.len() as u64);
                 for (t, loc, p) in items {
                     e.w(t.0 as u64);
@@ -307,6 +323,12 @@ impl Request {
                     e.w(t.0 as u64);
                     e.w(*loc as u64);
                 }
+            }
+            Request::MvccRead { ctts, items } => {
+                e.w(12);
+                e.w(*ctts);
+                e.w(items.len() as u64);
+                items.iter().for_each(|i| e.item(i));
             }
             Request::Renew { commit_ts, items } => {
                 e.w(11);
@@ -408,6 +430,7 @@ impl Request {
                 let ts = d.w()?;
                 let release = d.bool()?;
                 let set_ts = d.w()?;
+                let keep_old = d.bool()?;
                 let n = d.len()?;
                 let items = (0..n)
                     .map(|_| Ok((d.table()?, d.u32()?, d.words()?)))
@@ -416,7 +439,16 @@ impl Request {
                     ts,
                     release,
                     set_ts,
+                    keep_old,
                     items,
+                }
+            }
+            12 => {
+                let ctts = d.w()?;
+                let n = d.len()?;
+                Request::MvccRead {
+                    ctts,
+                    items: (0..n).map(|_| d.item()).collect::<Result<_, _>>()?,
                 }
             }
             11 => {
@@ -466,7 +498,7 @@ impl Request {
             },
             t => {
                 return Err(DecodeError(format!(
-                    "unknown request tag {t} (accepted: 1-11)"
+                    "unknown request tag {t} (accepted: 1-12)"
                 )))
             }
         };
@@ -517,6 +549,11 @@ impl Reply {
             }
             Reply::Duplicate => e.w(7),
             Reply::BadRequest => e.w(9),
+            Reply::MvccRefused { index, overflow } => {
+                e.w(10);
+                e.w(*index as u64);
+                e.w(*overflow as u64);
+            }
             Reply::Keys(ks) => {
                 e.w(8);
                 e.w(ks.len() as u64);
@@ -567,9 +604,13 @@ impl Reply {
                 )
             }
             9 => Reply::BadRequest,
+            10 => Reply::MvccRefused {
+                index: d.u32()?,
+                overflow: d.bool()?,
+            },
             t => {
                 return Err(DecodeError(format!(
-                    "unknown reply tag {t} (accepted: 1-9)"
+                    "unknown reply tag {t} (accepted: 1-10)"
                 )))
             }
         };
@@ -632,6 +673,7 @@ mod tests {
             ts: 1,
             release: false,
             set_ts: 12,
+            keep_old: true,
             items: vec![(TableId(0), 1, Words::from_slice(&[9, 8]))],
         });
         round_trip(Request::Release {

@@ -216,10 +216,13 @@ pub async fn lock(
                 let e = &tx.entries[i];
                 let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
                 d.cas(ptr.add(H_LOCK), 0, ts);
-                let words = if want_data {
-                    tx.c.catalog.layout(e.table).tuple_words
-                } else {
-                    HEADER_WORDS
+                // A multi-version record is read whole: an MVCC write-back moves the
+                // current version into the oldest of the slots this READ returns.
+                let layout = tx.c.catalog.layout(e.table);
+                let words = match (want_data, layout.version_slots > 1) {
+                    (true, true) => layout.record_words,
+                    (true, false) => layout.tuple_words,
+                    (false, _) => HEADER_WORDS,
                 };
                 d.read(ptr, words);
             }
@@ -248,9 +251,13 @@ pub async fn lock(
                 e.wts = w[H_WTS as usize];
                 e.rts = w[H_RTS as usize] & !RTS_FROZEN;
                 if want_data {
-                    e.data = Words::from_slice(&w[HEADER_WORDS as usize..]);
+                    let tuple = tx.c.catalog.layout(e.table).tuple_words as usize;
+                    e.data = Words::from_slice(&w[HEADER_WORDS as usize..tuple]);
                     e.fetched = true;
                     e.observed = Some(e.version);
+                    if w.len() > tuple {
+                        e.before = w.to_vec();
+                    }
                 }
                 if freeze {
                     to_freeze.push((i, w[H_RTS as usize]));
@@ -436,6 +443,7 @@ pub async fn write_back(
     prim: Primitive,
     release: bool,
     set_ts: u64,
+    keep_old: bool,
 ) {
     if idxs.is_empty() {
         return;
@@ -456,6 +464,22 @@ pub async fn write_back(
                 let e = &tx.entries[i];
                 let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
                 if e.dirty {
+                    let layout = tx.c.catalog.layout(e.table);
+                    if keep_old && layout.version_slots > 1 {
+                        assert!(
+                            !e.before.is_empty(),
+                            "one-sided MVCC write-back without the record read at lock time"
+                        );
+                        let at =
+                            layout.old_slot_offset(crate::mvcc::oldest_slot(layout, &e.before));
+                        let mut old = Words::with_capacity(2 + layout.payload_words as usize);
+                        old.push(e.before[H_WTS as usize]);
+                        old.push(e.before[H_VERSION as usize]);
+                        old.extend_from_slice(
+                            &e.before[HEADER_WORDS as usize..layout.tuple_words as usize],
+                        );
+                        d.write(ptr.add(at), old);
+                    }
                     d.write(ptr.add(HEADER_WORDS), e.data.clone());
                     if set_ts != 0 {
                         // RTS and WTS are adjacent: one WRITE sets the new lease.
@@ -465,7 +489,7 @@ pub async fn write_back(
                 }
                 if release {
                     if e.frozen && !(e.dirty && set_ts != 0) {
-                        d.write(ptr.add(H_RTS), Words::from_slice(&[e.rts]));
+                        d.fetch_add(ptr.add(H_RTS), THAW);
                     }
                     d.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
                 }
@@ -500,6 +524,7 @@ pub async fn write_back(
                             ts,
                             release,
                             set_ts,
+                            keep_old,
                             items,
                         }
                         .to_bytes(),
@@ -527,8 +552,10 @@ pub async fn write_back(
             e.installed = Some(e.version + 1);
             e.version += 1;
             if set_ts != 0 {
+                // The new lease replaced the frozen RTS: nothing is left to thaw.
                 e.wts = set_ts;
                 e.rts = set_ts;
+                e.frozen = false;
             }
         }
         if release {
@@ -556,8 +583,9 @@ pub async fn release(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) {
                 let e = &tx.entries[i];
                 let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
                 if e.frozen {
-                    // Thaw before unlocking; nobody else can change a frozen RTS.
-                    d.write(ptr.add(H_RTS), Words::from_slice(&[e.rts]));
+                    // Thaw before unlocking, keeping any raise an earlier-ordered MVCC
+                    // reader made meanwhile.
+                    d.fetch_add(ptr.add(H_RTS), THAW);
                 }
                 d.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
             }
@@ -828,6 +856,10 @@ pub async fn lock_wait_die(
     unreachable!("the last attempt dies instead of waiting")
 }
 
+/// Added to a frozen `RTS` to clear `RTS_FROZEN` (bit 63) in one atomic op: the holder
+/// knows the bit is set, so the add carries out of the word and leaves the rest as it is.
+const THAW: u64 = RTS_FROZEN;
+
 /// CAS rounds to freeze `RTS` before giving up: each failed CAS saw a concurrent renewal.
 const FREEZE_ROUNDS_MAX: u32 = 1024;
 
@@ -1000,4 +1032,145 @@ pub async fn renew(
         pending = again;
     }
     Err(Abort::ValidationFailed)
+}
+
+/// Snapshot reads before an MVCC reader gives up with `Conflict` (each retry means the
+/// record changed under its two READs or its `RTS` CAS).
+const MVCC_READ_ATTEMPTS_MAX: u32 = 16;
+/// Pause before an MVCC reader reads a record again (a writer holds it, or it changed).
+const MVCC_RETRY_NS: u64 = 1_000;
+
+/// MVCC reads at the transaction's timestamp (RCC §4.4): for each record, the newest kept
+/// version older than the timestamp, after raising the record's `RTS` to it. One-sided:
+/// two READs of the whole record in one doorbell (the double read; they must agree but for
+/// `RTS`), Cond R2 and R1 checked locally, then CAS on `RTS` (retried from the READs if it
+/// races). RPC: the participant does the same. Aborts with `SlotOverflow` when the version
+/// needed was overwritten, `Conflict` when a writer ordered before the reader holds it.
+pub async fn mvcc_read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Result<(), Abort> {
+    if idxs.is_empty() {
+        return Ok(());
+    }
+    let ctts = tx.ts.0;
+    if prim == Primitive::Rpc {
+        let nodes = nodes_of(tx, idxs);
+        let mut d = tx.c.ep.doorbell();
+        for &n in &nodes {
+            let items = idxs
+                .iter()
+                .filter(|&&i| tx.entries[i].node == n)
+                .map(|&i| item(tx, i))
+                .collect();
+            d.rpc(n, Request::MvccRead { ctts, items }.to_bytes());
+        }
+        let res = d.submit().await;
+        for (j, &n) in nodes.iter().enumerate() {
+            let mine: Idxs = idxs
+                .iter()
+                .copied()
+                .filter(|&i| tx.entries[i].node == n)
+                .collect();
+            match decode(res.rpc(j)) {
+                Reply::Tuples(tuples) => {
+                    for (i, t) in mine.into_iter().zip(tuples) {
+                        let t = t.expect("an MVCC read returns every tuple");
+                        tx.c.observe_ts(t.wts.max(t.rts));
+                        apply_tuple(tx, i, t);
+                    }
+                }
+                Reply::MvccRefused { overflow: true, .. } => return Err(Abort::SlotOverflow),
+                Reply::MvccRefused {
+                    overflow: false, ..
+                } => return Err(Abort::Conflict),
+                Reply::NotFound { .. } => return Err(Abort::NotFound),
+                r => panic!("mvcc read: unexpected reply {r:?} from node {}", n.0),
+            }
+        }
+        return Ok(());
+    }
+    locate(tx, idxs).await?;
+    let ep = tx.c.ep.clone();
+    let mut pending: Idxs = idxs.iter().copied().collect();
+    for _ in 0..MVCC_READ_ATTEMPTS_MAX {
+        let mut d = ep.doorbell();
+        for &i in &pending {
+            let e = &tx.entries[i];
+            let words = tx.c.catalog.layout(e.table).record_words;
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+            d.read(ptr, words);
+            d.read(ptr, words);
+        }
+        let res = d.submit().await;
+        let mut retry: Idxs = Idxs::new();
+        let mut raise: smallvec::SmallVec<[(usize, u64); 8]> = smallvec::SmallVec::new();
+        for (j, &i) in pending.iter().enumerate() {
+            let (a, b) = (res.read(2 * j), res.read(2 * j + 1));
+            check_tuple(tx, i, a)?;
+            if a.iter()
+                .zip(b.iter())
+                .enumerate()
+                .any(|(k, (x, y))| k != H_RTS as usize && x != y)
+            {
+                retry.push(i);
+                continue;
+            }
+            let lock = a[H_LOCK as usize];
+            if lock != 0 && lock < ctts {
+                return Err(Abort::Conflict);
+            }
+            let layout = *tx.c.catalog.layout(tx.entries[i].table);
+            let c = crate::mvcc::choose(&layout, a, ctts).ok_or(Abort::SlotOverflow)?;
+            let rts = b[H_RTS as usize];
+            tx.c.observe_ts(c.wts.max(rts));
+            let e = &mut tx.entries[i];
+            e.data =
+                Words::from_slice(&a[c.payload_at..c.payload_at + layout.payload_words as usize]);
+            e.version = c.version;
+            e.wts = c.wts;
+            e.rts = rts & !RTS_FROZEN;
+            if rts & !RTS_FROZEN >= ctts {
+                e.fetched = true;
+            } else if rts & RTS_FROZEN != 0 {
+                // A writer holds the record (ordered after us, or R2 would have failed, or
+                // the snapshot predates its lock). A frozen RTS cannot be raised safely:
+                // the same frozen value can come back under another writer (ABA), so
+                // wait for this one to finish and read again.
+                retry.push(i);
+            } else {
+                raise.push((i, rts));
+            }
+        }
+        if !raise.is_empty() {
+            let mut d = ep.doorbell();
+            for &(i, rts) in &raise {
+                let e = &tx.entries[i];
+                d.cas(
+                    tx.c.catalog.record_ptr(e.table, e.node, e.loc).add(H_RTS),
+                    rts,
+                    ctts,
+                );
+            }
+            let res = d.submit().await;
+            for (j, &(i, rts)) in raise.iter().enumerate() {
+                if res.cas(j) == rts {
+                    tx.entries[i].fetched = true;
+                    tx.entries[i].rts = ctts;
+                } else {
+                    // RTS moved (another reader, or a writer came and went): read again.
+                    retry.push(i);
+                }
+            }
+        }
+        for &i in idxs {
+            let e = &mut tx.entries[i];
+            if e.fetched && e.observed.is_none() {
+                e.observed = Some(e.version);
+            }
+        }
+        if retry.is_empty() {
+            return Ok(());
+        }
+        pending = retry;
+        ep.sleep(MVCC_RETRY_NS).await;
+    }
+    Err(Abort::Conflict)
 }

@@ -50,4 +50,10 @@ impl TsGen {
         self.last_clock = clock;
         Timestamp((clock << TS_ID_BITS) | self.id)
     }
+
+    /// Moves this generator's clock past a timestamp seen in a tuple (RCC §4.4's local
+    /// clock adjustment), so clocks of different nodes cannot drift far apart.
+    pub fn observe(&mut self, seen: Timestamp) {
+        self.last_clock = self.last_clock.max(seen.clock_ns());
+    }
 }

@@ -20,6 +20,9 @@ pub trait Protocol: 'static {
     /// wins eventually) instead of taking a new one.
     const KEEP_TS_ON_RETRY: bool = false;
 
+    /// Whether records keep several versions (the catalog then lays out version slots).
+    const MULTI_VERSION: bool = false;
+
     /// Rejects plans this protocol cannot run, with the reason.
     fn check_plan(plan: &Plan) -> Result<(), PlanError>;
 

@@ -1,0 +1,116 @@
+//! MVCC with a fixed number of version slots per record (RCC §4.4): timestamp ordering over
+//! multiple versions, so a reader behind a writer gets an older version instead of
+//! aborting.
+//!
+//! A transaction's timestamp `ctts` orders it. Pipeline:
+//! - fetch, records read only: the newest kept version with `wts < ctts` (Cond R1), unless
+//!   a writer ordered before the reader holds the record (Cond R2), with the record's `RTS`
+//!   raised to `ctts` so no writer can slip in below the reader; the double read makes a
+//!   one-sided read atomic. No kept version old enough: `SlotOverflow`.
+//! - fetch, records to write: lock (CAS + READ of the whole record), freeze `RTS`, then
+//!   check Cond W1 (`ctts` above the newest `wts` and above `RTS`) — after the lock, so no
+//!   reader or writer can change them meanwhile; a failure aborts (`ValidationFailed`);
+//! - commit: lock blind writes and upgrades (same checks) → log → write back: the current
+//!   version moves into the oldest slot, the new one gets `wts = ctts` (+ release) →
+//!   release. There is no validation stage: the timestamp order is the serial order.
+//!
+//! Every co-routine's clock moves past the timestamps it sees in tuples (RCC's clock
+//! adjustment), so versions stay within reach of the slots.
+
+use atoll_txn::stages;
+use atoll_txn::{Abort, Access, Idxs, Plan, PlanError, Primitive, Protocol, Stage, TxnCore};
+
+pub struct Mvcc;
+
+/// Locks `idxs` with their whole records and checks Cond W1 against the frozen `RTS`.
+async fn lock_for_write(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+    let prim = tx.c.plan().get(Stage::Lock);
+    let t0 = tx.now_ns();
+    let mut r = stages::lock(tx, idxs, prim, true, true).await;
+    let ctts = tx.ts.0;
+    for &i in idxs {
+        let e = &tx.entries[i];
+        if e.locked {
+            let seen = e.wts.max(e.rts);
+            tx.c.observe_ts(seen);
+            if r.is_ok() && !(ctts > tx.entries[i].wts && ctts > tx.entries[i].rts) {
+                r = Err(Abort::ValidationFailed);
+            }
+        }
+    }
+    tx.charge(Stage::Lock, t0);
+    r
+}
+
+impl Protocol for Mvcc {
+    const NAME: &'static str = "mvcc";
+    const MULTI_VERSION: bool = true;
+
+    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
+        if plan.get(Stage::Lock) == Primitive::Rpc && plan.get(Stage::Commit) == Primitive::OneSided
+        {
+            return Err(PlanError(
+                "mvcc cannot run lock=rpc with commit=one-sided: a one-sided write-back moves the current \
+                 version into the record's oldest slot, which only a one-sided lock reads (an RPC lock \
+                 returns the current version only); use commit=rpc or lock=one-sided"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+        let reads: Idxs = idxs
+            .iter()
+            .copied()
+            .filter(|&i| tx.entries[i].access == Access::Read)
+            .collect();
+        let writes: Idxs = idxs
+            .iter()
+            .copied()
+            .filter(|&i| tx.entries[i].access != Access::Read)
+            .collect();
+        let prim = tx.c.plan().get(Stage::Read);
+        let t0 = tx.now_ns();
+        let r = stages::mvcc_read(tx, &reads, prim).await;
+        tx.charge(Stage::Read, t0);
+        r?;
+        lock_for_write(tx, &writes).await
+    }
+
+    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+        let plan = *tx.c.plan();
+        let unlocked = tx.select(|e| e.is_write() && !e.locked && e.access != Access::Insert);
+        if let Err(a) = lock_for_write(tx, &unlocked).await {
+            Self::rollback(tx).await;
+            return Err(a);
+        }
+        let t0 = tx.now_ns();
+        stages::log(tx, plan.get(Stage::Log)).await?;
+        tx.charge(Stage::Log, t0);
+        if let Err(a) = stages::apply_inserts_deletes(tx).await {
+            Self::rollback(tx).await;
+            return Err(a);
+        }
+        let ws = tx.select(|e| e.locked);
+        let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
+        let ctts = tx.ts.0;
+        let t0 = tx.now_ns();
+        stages::write_back(tx, &ws, plan.get(Stage::Commit), same, ctts, true).await;
+        tx.charge(Stage::Commit, t0);
+        if !same {
+            let t0 = tx.now_ns();
+            stages::release(tx, &ws, plan.get(Stage::Release)).await;
+            tx.charge(Stage::Release, t0);
+        }
+        Ok(())
+    }
+
+    async fn rollback(tx: &mut TxnCore<'_>) {
+        let t0 = tx.now_ns();
+        let held = tx.select(|e| e.locked);
+        let prim = tx.c.plan().get(Stage::Release);
+        stages::release(tx, &held, prim).await;
+        tx.charge(Stage::Release, t0);
+    }
+}

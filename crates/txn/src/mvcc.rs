@@ -1,0 +1,57 @@
+//! MVCC's version choice over a record's kept versions (RCC §4.4), shared by the
+//! coordinator (one-sided reads) and the participant (RPC reads), so both pick alike.
+
+use atoll_storage::layout::{TableLayout, HEADER_WORDS, H_VERSION, H_WTS, OLD_SLOT_HEADER_WORDS};
+
+/// A version a reader may see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chosen {
+    pub wts: u64,
+    pub version: u64,
+    /// Word offset of its payload within the record.
+    pub payload_at: usize,
+}
+
+/// Among the current version and the older slots of `record` (a whole record as READ
+/// returns it), the one with the largest write timestamp below `ctts` (Cond R1); `None`
+/// when every kept version is too new (the one needed was overwritten: slot overflow). An
+/// old slot never written has version 0 and is skipped.
+pub fn choose(layout: &TableLayout, record: &[u64], ctts: u64) -> Option<Chosen> {
+    let mut best: Option<Chosen> = None;
+    let mut consider = |wts: u64, version: u64, payload_at: usize| {
+        if version != 0 && wts < ctts && best.is_none_or(|b| wts > b.wts) {
+            best = Some(Chosen {
+                wts,
+                version,
+                payload_at,
+            });
+        }
+    };
+    consider(
+        record[H_WTS as usize],
+        record[H_VERSION as usize] & !atoll_storage::layout::VERSION_ABSENT,
+        HEADER_WORDS as usize,
+    );
+    for j in 0..layout.version_slots.saturating_sub(1) {
+        let at = layout.old_slot_offset(j) as usize;
+        if at + (OLD_SLOT_HEADER_WORDS + layout.payload_words) as usize <= record.len() {
+            consider(
+                record[at],
+                record[at + 1],
+                at + OLD_SLOT_HEADER_WORDS as usize,
+            );
+        }
+    }
+    best
+}
+
+/// The old slot a writer overwrites: the one holding the oldest version (never-written
+/// slots first).
+pub fn oldest_slot(layout: &TableLayout, record: &[u64]) -> u32 {
+    (0..layout.version_slots - 1)
+        .min_by_key(|&j| {
+            let at = layout.old_slot_offset(j) as usize;
+            (record[at + 1] != 0, record[at])
+        })
+        .expect("a multi-version layout has old slots")
+}
