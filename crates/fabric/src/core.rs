@@ -227,7 +227,11 @@ impl WorkerCore {
                         let mut reply = Vec::new();
                         match self.handler.handle(node, from, &req, &mut reply) {
                             Handled::Replied => Some(Completion::Rpc(reply)),
-                            Handled::Deferred => None,
+                            Handled::Deferred => {
+                                // Keep polling the held request even if no event comes.
+                                self.deferred_waiting.set(true);
+                                None
+                            }
                         }
                     }
                     op => Some(execute_one_sided(&self.local, op)),
