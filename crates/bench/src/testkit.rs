@@ -26,6 +26,17 @@ pub struct TestCluster {
 impl TestCluster {
     /// `nodes` nodes with one worker each and `coroutines` co-routines per worker.
     pub fn new(nodes: u16, tables: Vec<TableSpec>, plan: Plan, coroutines: u32) -> Self {
+        Self::with_versions(nodes, tables, plan, coroutines, 1)
+    }
+
+    /// As `new`, with records keeping `version_slots` versions (MVCC).
+    pub fn with_versions(
+        nodes: u16,
+        tables: Vec<TableSpec>,
+        plan: Plan,
+        coroutines: u32,
+        version_slots: u32,
+    ) -> Self {
         let txn = Arc::new(TxnConfig {
             plan,
             log_replicas: if nodes > 1 { 1 } else { 0 },
@@ -34,7 +45,12 @@ impl TestCluster {
             loc_cache_entries_max: 1024,
             waitdie_counter: false,
         });
-        let catalog = Arc::new(Catalog::new(nodes, tables, vec![txn.log_region_words()]));
+        let catalog = Arc::new(Catalog::with_versions(
+            nodes,
+            tables,
+            vec![txn.log_region_words()],
+            version_slots,
+        ));
         let stores = (0..nodes)
             .map(|n| {
                 let mem = Arc::new(NodeMemory::new(NodeId(n), &catalog.region_words()));
@@ -99,6 +115,16 @@ impl TestCluster {
             .lookup(t, key)
             .expect("key loaded");
         self.catalog.record_ptr(t, node, idx)
+    }
+
+    /// The tuple header of `key` as stored now (see `layout` for the words).
+    pub fn header(&self, t: TableId, key: u64) -> Vec<u64> {
+        let node = self.catalog.home(t, key, NodeId(0));
+        let s = &self.stores[node.0 as usize];
+        let idx = s.lookup(t, key).expect("key present");
+        let mut w = vec![0; atoll_storage::layout::HEADER_WORDS as usize];
+        s.read_tuple(t, idx, &mut w);
+        w
     }
 
     /// The payload of `key` as stored now.

@@ -3,7 +3,7 @@
 
 use atoll_bench::testkit::{Steps, TestCluster};
 use atoll_fabric::{Coroutine, NodeId};
-use atoll_protocols::{NoWait, Occ};
+use atoll_protocols::{Mvcc, NoWait, Occ, Sundial, WaitDie};
 use atoll_storage::{Partition, TableId, TableSpec};
 use atoll_txn::{Abort, Plan, Primitive, Protocol, Txn};
 use std::sync::{Arc, Mutex};
@@ -342,5 +342,309 @@ fn insert_duplicate_scan_delete_and_not_found_under_every_protocol_and_plan_2_no
     for plan in plans() {
         insert_delete_scan::<NoWait>(plan);
         insert_delete_scan::<Occ>(plan);
+    }
+}
+
+fn cluster_versions(plan: Plan, slots: u32) -> TestCluster {
+    let spec = TableSpec {
+        name: "t".into(),
+        payload_words: 1,
+        capacity_per_node: 64,
+        partition: Partition::Range {
+            keys_per_node: KEYS_PER_NODE,
+        },
+        ordered: false,
+    };
+    let c = TestCluster::with_versions(2, vec![spec], plan, 2, slots);
+    for s in &c.stores {
+        let base = s.node.0 as u64 * KEYS_PER_NODE;
+        for k in base..base + KEYS_PER_NODE {
+            s.insert(T, k, &[100]).unwrap();
+        }
+    }
+    c
+}
+
+/// Plans MVCC accepts (a one-sided write-back needs a one-sided lock).
+fn mvcc_plans() -> Vec<Plan> {
+    plans()
+        .into_iter()
+        .filter(|p| Mvcc::check_plan(p).is_ok())
+        .collect()
+}
+
+/// Lets the other co-routine run for a while (it should stay blocked meanwhile).
+async fn linger(ep: &atoll_fabric::Endpoint) {
+    for _ in 0..200 {
+        ep.yield_now().await;
+    }
+}
+
+fn waitdie_older_waits(plan: Plan) {
+    let c = cluster(plan, false);
+    let notes = two(
+        &c,
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                // Older: begins first.
+                let mut tx = Txn::<WaitDie>::begin(&mut co);
+                steps.reach(1);
+                steps.wait(&ep, 2).await;
+                let r = tx.read(T, REMOTE_KEY).await.map(|v| v[0]);
+                note(&log, format!("old read {r:?}"));
+                tx.commit().await.unwrap();
+            })
+        },
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                steps.wait(&ep, 1).await;
+                let mut tx = Txn::<WaitDie>::begin(&mut co);
+                let v = tx.read_for_update(T, REMOTE_KEY).await.unwrap();
+                tx.write(T, REMOTE_KEY, &[v[0] + 1]);
+                steps.reach(2);
+                linger(&ep).await;
+                note(
+                    &log,
+                    format!("young commit {:?}", tx.commit().await.map(|_| ())),
+                );
+            })
+        },
+    );
+    assert_eq!(
+        notes,
+        vec!["young commit Ok(())", "old read Ok(101)"],
+        "plan {plan}"
+    );
+}
+
+fn waitdie_younger_dies(plan: Plan) {
+    let c = cluster(plan, false);
+    let notes = two(
+        &c,
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                let mut tx = Txn::<WaitDie>::begin(&mut co);
+                tx.read_for_update(T, REMOTE_KEY).await.unwrap();
+                steps.reach(1);
+                steps.wait(&ep, 2).await;
+                note(
+                    &log,
+                    format!("old commit {:?}", tx.commit().await.map(|_| ())),
+                );
+            })
+        },
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                steps.wait(&ep, 1).await;
+                let mut tx = Txn::<WaitDie>::begin(&mut co);
+                note(
+                    &log,
+                    format!("young read {:?}", tx.read(T, REMOTE_KEY).await.map(|_| ())),
+                );
+                tx.rollback().await;
+                steps.reach(2);
+            })
+        },
+    );
+    assert_eq!(
+        notes,
+        vec!["young read Err(LockBusy)", "old commit Ok(())"],
+        "plan {plan}"
+    );
+}
+
+#[test]
+fn waitdie_an_older_transaction_waits_and_a_younger_one_dies_2_nodes() {
+    for plan in plans() {
+        waitdie_older_waits(plan);
+        waitdie_younger_dies(plan);
+    }
+}
+
+fn mvcc_reader_behind_writer(plan: Plan) {
+    let c = cluster_versions(plan, 4);
+    let notes = two(
+        &c,
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                let mut tx = Txn::<Mvcc>::begin(&mut co);
+                steps.reach(1);
+                steps.wait(&ep, 2).await;
+                // The writer committed after this reader's timestamp: read the version before.
+                let r = tx.read(T, REMOTE_KEY).await.map(|v| v[0]);
+                note(
+                    &log,
+                    format!("old reader {r:?} then {:?}", tx.commit().await.map(|_| ())),
+                );
+            })
+        },
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                steps.wait(&ep, 1).await;
+                let mut tx = Txn::<Mvcc>::begin(&mut co);
+                let v = tx.read_for_update(T, REMOTE_KEY).await.unwrap();
+                tx.write(T, REMOTE_KEY, &[v[0] + 1]);
+                note(&log, format!("writer {:?}", tx.commit().await.map(|_| ())));
+                steps.reach(2);
+            })
+        },
+    );
+    assert_eq!(
+        notes,
+        vec!["writer Ok(())", "old reader Ok(100) then Ok(())"],
+        "plan {plan}"
+    );
+    assert_eq!(c.payload(T, REMOTE_KEY), vec![101]);
+}
+
+fn mvcc_slot_overflow(plan: Plan) {
+    // Two versions kept: after two newer writes, the old reader's version is gone.
+    let c = cluster_versions(plan, 2);
+    let notes = two(
+        &c,
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                let mut tx = Txn::<Mvcc>::begin(&mut co);
+                steps.reach(1);
+                steps.wait(&ep, 2).await;
+                note(
+                    &log,
+                    format!("old reader {:?}", tx.read(T, REMOTE_KEY).await.map(|_| ())),
+                );
+                tx.rollback().await;
+            })
+        },
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                steps.wait(&ep, 1).await;
+                for _ in 0..2 {
+                    let mut tx = Txn::<Mvcc>::begin(&mut co);
+                    let v = tx.read_for_update(T, REMOTE_KEY).await.unwrap();
+                    tx.write(T, REMOTE_KEY, &[v[0] + 1]);
+                    note(&log, format!("writer {:?}", tx.commit().await.map(|_| ())));
+                }
+                steps.reach(2);
+            })
+        },
+    );
+    assert_eq!(
+        notes,
+        vec![
+            "writer Ok(())",
+            "writer Ok(())",
+            "old reader Err(SlotOverflow)"
+        ],
+        "plan {plan}"
+    );
+}
+
+#[test]
+fn mvcc_a_reader_behind_a_writer_gets_the_older_version_and_slot_overflow_aborts_2_nodes() {
+    for plan in mvcc_plans() {
+        mvcc_reader_behind_writer(plan);
+        mvcc_slot_overflow(plan);
+    }
+}
+
+#[test]
+fn mvcc_rejects_a_one_sided_commit_after_an_rpc_lock_with_the_reason() {
+    let plan = Plan::parse("lock=rpc,commit=one-sided").unwrap();
+    let e = Mvcc::check_plan(&plan).unwrap_err();
+    assert!(e.0.contains("only a one-sided lock reads"), "{e}");
+}
+
+const OTHER_KEY: u64 = REMOTE_KEY + 1;
+
+fn sundial_renews(plan: Plan) {
+    let c = cluster(plan, false);
+    let notes = two(
+        &c,
+        |mut co, _steps, log| {
+            Box::pin(async move {
+                // A write of OTHER_KEY leaves its lease at [1, 1].
+                let mut tx = Txn::<Sundial>::begin(&mut co);
+                let v = tx.read_for_update(T, OTHER_KEY).await.unwrap();
+                tx.write(T, OTHER_KEY, &[v[0] + 1]);
+                tx.commit().await.unwrap();
+                // Reading REMOTE_KEY (lease [0, 0]) and writing OTHER_KEY needs commit_ts 2:
+                // the read's lease is renewed to 2 instead of aborting.
+                let mut tx = Txn::<Sundial>::begin(&mut co);
+                tx.read(T, REMOTE_KEY).await.unwrap();
+                let v = tx.read_for_update(T, OTHER_KEY).await.unwrap();
+                tx.write(T, OTHER_KEY, &[v[0] + 1]);
+                note(&log, format!("commit {:?}", tx.commit().await.map(|_| ())));
+            })
+        },
+        |_co, _steps, _log| Box::pin(async {}),
+    );
+    assert_eq!(notes, vec!["commit Ok(())"], "plan {plan}");
+    let h = c.header(T, REMOTE_KEY);
+    assert_eq!(
+        h[atoll_storage::layout::H_RTS as usize],
+        2,
+        "lease renewed to commit_ts (plan {plan})"
+    );
+    assert_eq!(h[atoll_storage::layout::H_WTS as usize], 0);
+}
+
+fn sundial_renewal_fails_after_a_write(plan: Plan) {
+    let c = cluster(plan, false);
+    let notes = two(
+        &c,
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                let mut tx = Txn::<Sundial>::begin(&mut co);
+                tx.read(T, REMOTE_KEY).await.unwrap();
+                steps.reach(1);
+                steps.wait(&ep, 2).await;
+                // Writing OTHER_KEY (lease [1, 1] by now) needs commit_ts 2 > REMOTE_KEY's
+                // lease: renewing it fails, since a later write moved its wts.
+                let v = tx.read_for_update(T, OTHER_KEY).await.unwrap();
+                tx.write(T, OTHER_KEY, &[v[0] + 1]);
+                note(
+                    &log,
+                    format!("reader commit {:?}", tx.commit().await.map(|_| ())),
+                );
+            })
+        },
+        |mut co, steps, log| {
+            Box::pin(async move {
+                let ep = co.ep.clone();
+                steps.wait(&ep, 1).await;
+                for key in [REMOTE_KEY, OTHER_KEY] {
+                    let mut tx = Txn::<Sundial>::begin(&mut co);
+                    let v = tx.read_for_update(T, key).await.unwrap();
+                    tx.write(T, key, &[v[0] + 1]);
+                    note(&log, format!("writer {:?}", tx.commit().await.map(|_| ())));
+                }
+                steps.reach(2);
+            })
+        },
+    );
+    assert_eq!(
+        notes,
+        vec![
+            "writer Ok(())",
+            "writer Ok(())",
+            "reader commit Err(ValidationFailed)"
+        ],
+        "plan {plan}"
+    );
+}
+
+#[test]
+fn sundial_a_lease_is_renewed_instead_of_aborting_and_renewal_fails_after_a_write_2_nodes() {
+    for plan in plans() {
+        sundial_renews(plan);
+        sundial_renewal_fails_after_a_write(plan);
     }
 }
