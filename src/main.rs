@@ -221,7 +221,10 @@ fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
         })?;
     }
     if let Some(p) = a.plan.as_ref().or(file.plan.as_ref()) {
-        cfg.plan = Plan::parse(p).map_err(|e| e.0)?;
+        // `all` is resolved by `bench`: every valid plan of the protocol, one run each.
+        if p.trim() != PLAN_ALL {
+            cfg.plan = Plan::parse(p).map_err(|e| e.0)?;
+        }
     }
     macro_rules! pick {
         ($field:ident, $arg:expr, $file:expr) => {
@@ -278,6 +281,115 @@ fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
     Ok(cfg)
 }
 
+/// `--plan all`: run every valid plan of the protocol and rank them (RCC §5.1).
+const PLAN_ALL: &str = "all";
+
+fn plan_all(cfg: RunConfig, json: Option<&PathBuf>) -> ExitCode {
+    let plans = cfg.protocol.all_plans();
+    let used: Vec<&str> = cfg.protocol.stages().iter().map(|s| s.name()).collect();
+    println!(
+        "{}: {} valid plans over stages {} ({} fabric, {:.3} s each)",
+        cfg.protocol.name(),
+        plans.len(),
+        used.join(", "),
+        cfg.fabric.name(),
+        cfg.duration_s
+    );
+    let mut rows = Vec::new();
+    let mut all_passed = true;
+    for (i, plan) in plans.iter().enumerate() {
+        let run = RunConfig {
+            plan: *plan,
+            ..cfg.clone()
+        };
+        match atoll_bench::run(&run, &|_| {}) {
+            Ok(r) => {
+                all_passed &= r.passed;
+                eprintln!(
+                    "[{}/{}] {} {:.0} tx/s",
+                    i + 1,
+                    plans.len(),
+                    plan,
+                    r.summary.committed_per_s
+                );
+                rows.push((plan.to_string(), r));
+            }
+            Err(e) => {
+                eprintln!("error: plan {plan}: {e}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    }
+    rows.sort_by(|a, b| {
+        b.1.summary
+            .committed_per_s
+            .total_cmp(&a.1.summary.committed_per_s)
+    });
+    let uniform = |name: &str| {
+        rows.iter()
+            .find(|(p, _)| p == name)
+            .map(|(_, r)| r.summary.committed_per_s)
+    };
+    let best_pure = uniform("one-sided")
+        .unwrap_or(0.0)
+        .max(uniform("rpc").unwrap_or(0.0));
+    println!(
+        "{:>4} {:>14} {:>8} {:>9} {:>9} {:>8}  plan ({})",
+        "rank",
+        "committed/s",
+        "abort%",
+        "p50 us",
+        "p99 us",
+        "vs pure",
+        used.join("/")
+    );
+    for (rank, (plan, r)) in rows.iter().enumerate() {
+        let s = &r.summary;
+        let short: Vec<&str> = used
+            .iter()
+            .map(|st| {
+                if plan == "rpc" || plan.contains(&format!("{st}=rpc")) {
+                    "R"
+                } else {
+                    "1"
+                }
+            })
+            .collect();
+        println!(
+            "{:>4} {:>14.0} {:>8.2} {:>9.1} {:>9.1} {:>+7.1}%  {} {}",
+            rank + 1,
+            s.committed_per_s,
+            s.abort_rate * 100.0,
+            s.latency_us.p50,
+            s.latency_us.p99,
+            if best_pure > 0.0 {
+                (s.committed_per_s / best_pure - 1.0) * 100.0
+            } else {
+                0.0
+            },
+            short.join(""),
+            plan
+        );
+    }
+    if let Some(path) = json {
+        let out: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(plan, r)| serde_json::json!({"plan": plan, "report": r}))
+            .collect();
+        let text = serde_json::to_string_pretty(&out).expect("reports serialise");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    if all_passed {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("error: a check failed in at least one plan's run");
+        ExitCode::from(EXIT_CHECK_FAILED)
+    }
+}
+
 fn bench(a: BenchArgs) -> ExitCode {
     let cfg = match resolve(&a) {
         Ok(c) => c,
@@ -286,6 +398,9 @@ fn bench(a: BenchArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    if a.plan.as_deref().map(str::trim) == Some(PLAN_ALL) {
+        return plan_all(cfg, a.json.as_ref());
+    }
     let quiet = a.quiet;
     let print = move |l: &ProgressLine| {
         if !quiet {

@@ -219,6 +219,7 @@ struct OccWithoutValidation;
 
 impl Protocol for OccWithoutValidation {
     const NAME: &'static str = "occ-without-validation";
+    const STAGES: &'static [Stage] = &[Stage::Read, Stage::Lock, Stage::Commit, Stage::Release];
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
         Ok(())

@@ -57,6 +57,44 @@ impl ProtocolKind {
             .join(", ")
     }
 
+    /// The stages whose primitive matters to the protocol.
+    pub fn stages(self) -> &'static [atoll_txn::Stage] {
+        use atoll_txn::Protocol;
+        match self {
+            ProtocolKind::NoWait => NoWait::STAGES,
+            ProtocolKind::WaitDie => WaitDie::STAGES,
+            ProtocolKind::Occ => Occ::STAGES,
+            ProtocolKind::Mvcc => Mvcc::STAGES,
+            ProtocolKind::Sundial => Sundial::STAGES,
+        }
+    }
+
+    /// Every valid plan of the protocol: each combination of primitives over the stages it
+    /// uses (the rest one-sided), minus those `check_plan` rejects (RCC §5.1's exhaustive
+    /// search).
+    pub fn all_plans(self) -> Vec<atoll_txn::Plan> {
+        use atoll_txn::{Plan, Primitive};
+        let stages = self.stages();
+        (0u32..1 << stages.len())
+            .map(|bits| {
+                stages
+                    .iter()
+                    .enumerate()
+                    .fold(Plan::uniform(Primitive::OneSided), |p, (i, s)| {
+                        p.with(
+                            *s,
+                            if bits >> i & 1 == 1 {
+                                Primitive::Rpc
+                            } else {
+                                Primitive::OneSided
+                            },
+                        )
+                    })
+            })
+            .filter(|p| self.check_plan(p).is_ok())
+            .collect()
+    }
+
     /// Rejects a plan the protocol cannot run.
     pub fn check_plan(self, plan: &atoll_txn::Plan) -> Result<(), atoll_txn::PlanError> {
         use atoll_txn::Protocol;

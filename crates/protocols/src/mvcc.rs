@@ -44,6 +44,13 @@ async fn lock_for_write(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abor
 
 impl Protocol for Mvcc {
     const NAME: &'static str = "mvcc";
+    const STAGES: &'static [Stage] = &[
+        Stage::Read,
+        Stage::Lock,
+        Stage::Log,
+        Stage::Commit,
+        Stage::Release,
+    ];
     const MULTI_VERSION: bool = true;
 
     fn check_plan(plan: &Plan) -> Result<(), PlanError> {

@@ -12,6 +12,13 @@ pub struct NoWait;
 
 impl Protocol for NoWait {
     const NAME: &'static str = "nowait";
+    const STAGES: &'static [Stage] = &[
+        Stage::Read,
+        Stage::Lock,
+        Stage::Log,
+        Stage::Commit,
+        Stage::Release,
+    ];
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
         // Every stage works with either primitive: locks are taken with the transaction's

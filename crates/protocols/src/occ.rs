@@ -12,6 +12,14 @@ pub struct Occ;
 
 impl Protocol for Occ {
     const NAME: &'static str = "occ";
+    const STAGES: &'static [Stage] = &[
+        Stage::Read,
+        Stage::Lock,
+        Stage::Validate,
+        Stage::Log,
+        Stage::Commit,
+        Stage::Release,
+    ];
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
         // The lock stage always learns each record's location (RPC replies carry it), so a

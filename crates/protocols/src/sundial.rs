@@ -20,6 +20,14 @@ pub struct Sundial;
 
 impl Protocol for Sundial {
     const NAME: &'static str = "sundial";
+    const STAGES: &'static [Stage] = &[
+        Stage::Read,
+        Stage::Lock,
+        Stage::Renew,
+        Stage::Log,
+        Stage::Commit,
+        Stage::Release,
+    ];
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
         // Every stage works with either primitive: an RPC lock freezes `RTS` as a one-sided

@@ -18,6 +18,13 @@ pub struct WaitDie;
 
 impl Protocol for WaitDie {
     const NAME: &'static str = "waitdie";
+    const STAGES: &'static [Stage] = &[
+        Stage::Read,
+        Stage::Lock,
+        Stage::Log,
+        Stage::Commit,
+        Stage::Release,
+    ];
     const KEEP_TS_ON_RETRY: bool = true;
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {

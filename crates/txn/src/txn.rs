@@ -3,7 +3,7 @@
 use crate::abort::Abort;
 use crate::coord::{Access, Coordinator, TxnCore};
 use crate::msg::{Reply, Request};
-use crate::plan::{Plan, PlanError};
+use crate::plan::{Plan, PlanError, Stage};
 use atoll_fabric::Words;
 use atoll_storage::TableId;
 use std::marker::PhantomData;
@@ -22,6 +22,10 @@ pub trait Protocol: 'static {
 
     /// Whether records keep several versions (the catalog then lays out version slots).
     const MULTI_VERSION: bool = false;
+
+    /// The stages whose primitive changes what this protocol does (the others are ignored),
+    /// so plan enumeration varies only these.
+    const STAGES: &'static [Stage];
 
     /// Rejects plans this protocol cannot run, with the reason.
     fn check_plan(plan: &Plan) -> Result<(), PlanError>;
