@@ -5,13 +5,19 @@ use atoll_bench::config::Fabric;
 use atoll_bench::{ProgressLine, RunConfig};
 use atoll_fabric::sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
-use atoll_txn::Plan;
+use atoll_txn::{Plan, Primitive};
 use atoll_workloads::{Params, WorkloadKind};
 use clap::{Parser, Subcommand};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// mimalloc frees a block allocated by another thread without locks; glibc's allocator takes
+/// the owning arena's lock, and RPC buffers cross threads on every round trip (profiles of
+/// the RPC plans showed futex waits).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Exit code for bad input (flags, config, values): the usual usage-error code.
 const EXIT_BAD_INPUT: u8 = 2;
@@ -281,6 +287,11 @@ fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
     Ok(cfg)
 }
 
+/// The plan a report ran.
+fn plan_of(r: &atoll_bench::Report) -> Plan {
+    Plan::parse(&r.config.plan).expect("reports carry a valid plan")
+}
+
 /// `--plan all`: run every valid plan of the protocol and rank them (RCC §5.1).
 const PLAN_ALL: &str = "all";
 
@@ -325,14 +336,15 @@ fn plan_all(cfg: RunConfig, json: Option<&PathBuf>) -> ExitCode {
             .committed_per_s
             .total_cmp(&a.1.summary.committed_per_s)
     });
-    let uniform = |name: &str| {
+    // The pure plans: every used stage one-sided, or every used stage RPC.
+    let stages = cfg.protocol.stages();
+    let pure = |prim: Primitive| {
         rows.iter()
-            .find(|(p, _)| p == name)
+            .find(|(_, r)| stages.iter().all(|st| plan_of(r).get(*st) == prim))
             .map(|(_, r)| r.summary.committed_per_s)
+            .unwrap_or(0.0)
     };
-    let best_pure = uniform("one-sided")
-        .unwrap_or(0.0)
-        .max(uniform("rpc").unwrap_or(0.0));
+    let best_pure = pure(Primitive::OneSided).max(pure(Primitive::Rpc));
     println!(
         "{:>4} {:>14} {:>8} {:>9} {:>9} {:>8}  plan ({})",
         "rank",

@@ -25,8 +25,9 @@ const THREADS: u16 = 2;
 const COROUTINES: u16 = 4;
 const DURATION_S: f64 = 0.002;
 const WARMUP_S: f64 = 0.0005;
-/// 63 seeds x 16 combinations = 1,008 runs with faults on every run of the suite.
-const SEEDS_PER_COMBINATION: u64 = 63;
+/// 125 seeds x 2 workloads x 4 plans = 1,000 runs per protocol, with faults, on every run
+/// of the suite.
+const SEEDS_PER_COMBINATION: u64 = 125;
 const FAULTS: &str = "spikes=3,spike_us=50,spike_len_us=300,pauses=2,pause_us=200";
 
 fn knobs(w: WorkloadKind) -> &'static [(&'static str, &'static str)] {
