@@ -74,23 +74,12 @@ pub(crate) async fn commit_locked(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
         release_all(tx).await;
         return Err(a);
     }
-    let ws = tx.select(|e| e.locked && e.is_write());
-    let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
-    let t0 = tx.now_ns();
-    stages::write_back(tx, &ws, plan.get(Stage::Commit), same, 0, false).await;
-    tx.charge(Stage::Commit, t0);
-    let t0 = tx.now_ns();
-    let held = tx.select(|e| e.locked);
-    stages::release(tx, &held, plan.get(Stage::Release)).await;
-    tx.charge(Stage::Release, t0);
+    // Write back (+ release), then release the read locks.
+    stages::commit_and_release(tx, 0, false).await;
     Ok(())
 }
 
 /// Releases every lock the attempt holds.
 pub(crate) async fn release_all(tx: &mut TxnCore<'_>) {
-    let t0 = tx.now_ns();
-    let held = tx.select(|e| e.locked);
-    let plan = *tx.c.plan();
-    stages::release(tx, &held, plan.get(Stage::Release)).await;
-    tx.charge(Stage::Release, t0);
+    stages::release_all(tx).await
 }

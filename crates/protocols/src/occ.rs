@@ -78,24 +78,12 @@ impl Protocol for Occ {
             Self::rollback(tx).await;
             return Err(a);
         }
-        let ws = tx.select(|e| e.locked);
-        let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
-        let t0 = tx.now_ns();
-        stages::write_back(tx, &ws, plan.get(Stage::Commit), same, 0, false).await;
-        tx.charge(Stage::Commit, t0);
-        if !same {
-            let t0 = tx.now_ns();
-            stages::release(tx, &ws, plan.get(Stage::Release)).await;
-            tx.charge(Stage::Release, t0);
-        }
+        // Write back (+ release), then release what is left.
+        stages::commit_and_release(tx, 0, false).await;
         Ok(())
     }
 
     async fn rollback(tx: &mut TxnCore<'_>) {
-        let t0 = tx.now_ns();
-        let held = tx.select(|e| e.locked);
-        let plan = *tx.c.plan();
-        stages::release(tx, &held, plan.get(Stage::Release)).await;
-        tx.charge(Stage::Release, t0);
+        stages::release_all(tx).await
     }
 }

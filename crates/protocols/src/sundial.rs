@@ -110,24 +110,12 @@ impl Protocol for Sundial {
             Self::rollback(tx).await;
             return Err(a);
         }
-        let ws = tx.select(|e| e.locked);
-        let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
-        let t0 = tx.now_ns();
-        stages::write_back(tx, &ws, plan.get(Stage::Commit), same, commit_ts, false).await;
-        tx.charge(Stage::Commit, t0);
-        if !same {
-            let t0 = tx.now_ns();
-            stages::release(tx, &ws, plan.get(Stage::Release)).await;
-            tx.charge(Stage::Release, t0);
-        }
+        // Write back (+ release), then release what is left.
+        stages::commit_and_release(tx, commit_ts, false).await;
         Ok(())
     }
 
     async fn rollback(tx: &mut TxnCore<'_>) {
-        let t0 = tx.now_ns();
-        let held = tx.select(|e| e.locked);
-        let prim = tx.c.plan().get(Stage::Release);
-        stages::release(tx, &held, prim).await;
-        tx.charge(Stage::Release, t0);
+        stages::release_all(tx).await
     }
 }

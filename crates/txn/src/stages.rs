@@ -8,7 +8,7 @@
 use crate::abort::Abort;
 use crate::coord::{Access, TxnCore};
 use crate::msg::{Item, Reply, Request, Tuple, NO_LOC};
-use crate::plan::Primitive;
+use crate::plan::{Primitive, Stage};
 use crate::Idxs;
 use atoll_fabric::{NodeId, Words};
 use atoll_storage::layout::{
@@ -1173,4 +1173,34 @@ pub async fn mvcc_read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) ->
         ep.sleep(MVCC_RETRY_NS).await;
     }
     Err(Abort::Conflict)
+}
+
+/// The end of every pipeline once the transaction may commit: write back (installing
+/// `set_ts` as the new lease and keeping the old version where asked) and release, in one
+/// round trip when both stages use the same primitive; each stage's time is charged.
+pub async fn commit_and_release(tx: &mut TxnCore<'_>, set_ts: u64, keep_old: bool) {
+    let plan = *tx.c.plan();
+    let held = tx.select(|e| e.locked);
+    let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
+    let t0 = tx.now_ns();
+    let ws: Idxs = held
+        .iter()
+        .copied()
+        .filter(|&i| tx.entries[i].is_write())
+        .collect();
+    write_back(tx, &ws, plan.get(Stage::Commit), same, set_ts, keep_old).await;
+    tx.charge(Stage::Commit, t0);
+    let t0 = tx.now_ns();
+    let rest = tx.select(|e| e.locked);
+    release(tx, &rest, plan.get(Stage::Release)).await;
+    tx.charge(Stage::Release, t0);
+}
+
+/// Releases every lock the attempt holds (the rollback of every protocol).
+pub async fn release_all(tx: &mut TxnCore<'_>) {
+    let t0 = tx.now_ns();
+    let held = tx.select(|e| e.locked);
+    let prim = tx.c.plan().get(Stage::Release);
+    release(tx, &held, prim).await;
+    tx.charge(Stage::Release, t0);
 }
