@@ -152,3 +152,71 @@ fn a_short_run_prints_progress_and_summary_and_writes_json() {
         .iter()
         .all(|c| c["name"].is_string() && c["passed"] == true));
 }
+
+#[test]
+fn plan_all_runs_every_valid_plan_and_ranks_them() {
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--fabric",
+        "sim",
+        "--protocol",
+        "mvcc",
+        "--plan",
+        "all",
+        "--nodes",
+        "2",
+        "--coroutines",
+        "2",
+        "--duration",
+        "0.0005",
+        "--warmup",
+        "0.0001",
+        "-p",
+        "accounts=100",
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("mvcc: 24 valid plans over stages read, lock, log, commit, release"),
+        "{out}"
+    );
+    let ranks = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        .count();
+    assert_eq!(ranks, 24, "{out}");
+    // The rejected combination is not among them.
+    assert!(
+        !out.contains("lock=rpc,validate=one-sided,log=one-sided,commit=one-sided"),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
+    bad(
+        &["check-history", "/nonexistent/h.jsonl"],
+        &["cannot read history /nonexistent/h.jsonl"],
+    );
+    let dir = std::env::temp_dir().join(format!("atoll-cli-hist-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let broken = dir.join("broken.jsonl");
+    std::fs::write(&broken, "{\"id\": 1, \"status\": \"maybe\"}\n").unwrap();
+    bad(
+        &["check-history", broken.to_str().unwrap()],
+        &["history line 1", "status"],
+    );
+    // Write skew: each reads both keys at version 1 and overwrites a different one.
+    let skew = dir.join("skew.jsonl");
+    std::fs::write(
+        &skew,
+        "{\"id\":1,\"coord\":0,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":5,\"ops\":[[\"r\",0,1,1],[\"r\",0,2,1],[\"w\",0,1,2]]}\n\
+         {\"id\":2,\"coord\":1,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":6,\"ops\":[[\"r\",0,1,1],[\"r\",0,2,1],[\"w\",0,2,2]]}\n",
+    )
+    .unwrap();
+    let (code, out, _) = atoll(&["check-history", skew.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("NOT serializable") && out.contains("-rw->"),
+        "{out}"
+    );
+}
