@@ -274,50 +274,59 @@ pub async fn lock(
             outcome
         }
         Primitive::Rpc => {
-            let nodes = nodes_of(tx, idxs);
-            let mut d = tx.c.ep.doorbell();
-            for &n in &nodes {
-                let items = idxs
-                    .iter()
-                    .filter(|&&i| tx.entries[i].node == n)
-                    .map(|&i| item(tx, i))
-                    .collect();
-                d.rpc(
-                    n,
-                    Request::Lock {
-                        ts,
-                        want_data,
-                        freeze,
-                        items,
-                    }
-                    .to_bytes(),
-                );
-            }
-            let res = d.submit().await;
-            let mut outcome = Ok(());
-            for (j, &n) in nodes.iter().enumerate() {
-                let mine: Idxs = idxs
-                    .iter()
-                    .copied()
-                    .filter(|&i| tx.entries[i].node == n)
-                    .collect();
-                match decode(res.rpc(j)) {
-                    Reply::Tuples(tuples) => {
-                        for (i, t) in mine.into_iter().zip(tuples) {
-                            let t = t.expect("a successful lock returns every tuple");
-                            tx.entries[i].locked = true;
-                            tx.entries[i].frozen = freeze;
-                            apply_tuple(tx, i, t);
-                        }
-                    }
-                    Reply::LockFailed { .. } => outcome = outcome.and(Err(Abort::LockBusy)),
-                    Reply::NotFound { .. } => outcome = outcome.and(Err(Abort::NotFound)),
-                    r => panic!("lock: unexpected reply {r:?} from node {}", n.0),
-                }
-            }
-            outcome
+            let build = |items| Request::Lock {
+                ts,
+                want_data,
+                freeze,
+                items,
+            };
+            lock_by_rpc(tx, idxs, build, freeze).await
         }
     }
+}
+
+/// Sends one lock request per node (built from its items by `build`) in one doorbell and
+/// applies the replies: every tuple granted is marked locked (and frozen when `frozen`); a
+/// participant that refused holds nothing of its request.
+async fn lock_by_rpc(
+    tx: &mut TxnCore<'_>,
+    idxs: &[usize],
+    build: impl Fn(Vec<Item>) -> Request,
+    frozen: bool,
+) -> Result<(), Abort> {
+    let nodes = nodes_of(tx, idxs);
+    let mut d = tx.c.ep.doorbell();
+    for &n in &nodes {
+        let items = idxs
+            .iter()
+            .filter(|&&i| tx.entries[i].node == n)
+            .map(|&i| item(tx, i))
+            .collect();
+        d.rpc(n, build(items).to_bytes());
+    }
+    let res = d.submit().await;
+    let mut outcome = Ok(());
+    for (j, &n) in nodes.iter().enumerate() {
+        let mine: Idxs = idxs
+            .iter()
+            .copied()
+            .filter(|&i| tx.entries[i].node == n)
+            .collect();
+        match decode(res.rpc(j)) {
+            Reply::Tuples(tuples) => {
+                for (i, t) in mine.into_iter().zip(tuples) {
+                    let t = t.expect("a granted lock returns every tuple");
+                    tx.entries[i].locked = true;
+                    tx.entries[i].frozen = frozen;
+                    apply_tuple(tx, i, t);
+                }
+            }
+            Reply::LockFailed { .. } => outcome = outcome.and(Err(Abort::LockBusy)),
+            Reply::NotFound { .. } => outcome = outcome.and(Err(Abort::NotFound)),
+            r => panic!("lock: unexpected reply {r:?} from node {}", n.0),
+        }
+    }
+    outcome
 }
 
 /// Checks that read-only entries still hold the version read and are not locked by others.
@@ -729,46 +738,13 @@ pub async fn lock_wait_die(
     }
     let ts = tx.ts.0;
     if prim == Primitive::Rpc {
-        let nodes = nodes_of(tx, idxs);
-        let mut d = tx.c.ep.doorbell();
-        for &n in &nodes {
-            let items = idxs
-                .iter()
-                .filter(|&&i| tx.entries[i].node == n)
-                .map(|&i| item(tx, i))
-                .collect();
-            d.rpc(
-                n,
-                Request::LockWaitDie {
-                    ts,
-                    want_data,
-                    counter,
-                    items,
-                }
-                .to_bytes(),
-            );
-        }
-        let res = d.submit().await;
-        let mut outcome = Ok(());
-        for (j, &n) in nodes.iter().enumerate() {
-            let mine: Idxs = idxs
-                .iter()
-                .copied()
-                .filter(|&i| tx.entries[i].node == n)
-                .collect();
-            match decode(res.rpc(j)) {
-                Reply::Tuples(tuples) => {
-                    for (i, t) in mine.into_iter().zip(tuples) {
-                        tx.entries[i].locked = true;
-                        apply_tuple(tx, i, t.expect("a granted lock returns every tuple"));
-                    }
-                }
-                Reply::LockFailed { .. } => outcome = outcome.and(Err(Abort::LockBusy)),
-                Reply::NotFound { .. } => outcome = outcome.and(Err(Abort::NotFound)),
-                r => panic!("lock (wait-die): unexpected reply {r:?} from node {}", n.0),
-            }
-        }
-        return outcome;
+        let build = |items| Request::LockWaitDie {
+            ts,
+            want_data,
+            counter,
+            items,
+        };
+        return lock_by_rpc(tx, idxs, build, false).await;
     }
     locate(tx, idxs).await?;
     let ep = tx.c.ep.clone();
