@@ -329,6 +329,36 @@ async fn lock_by_rpc(
     outcome
 }
 
+/// Sends one check per node (its entries' `(table, slot, word)` built into a request) in
+/// one doorbell; any participant answering `Invalid` fails it with `ValidationFailed`.
+async fn check_by_rpc(
+    tx: &mut TxnCore<'_>,
+    idxs: &[usize],
+    word: impl Fn(&crate::coord::Entry) -> (atoll_storage::TableId, u32, u64),
+    build: impl Fn(Vec<(atoll_storage::TableId, u32, u64)>) -> Request,
+) -> Result<(), Abort> {
+    let nodes = nodes_of(tx, idxs);
+    let mut d = tx.c.ep.doorbell();
+    for &n in &nodes {
+        let items = idxs
+            .iter()
+            .map(|&i| &tx.entries[i])
+            .filter(|e| e.node == n)
+            .map(&word)
+            .collect();
+        d.rpc(n, build(items).to_bytes());
+    }
+    let res = d.submit().await;
+    for j in 0..nodes.len() {
+        match decode(res.rpc(j)) {
+            Reply::Ok => {}
+            Reply::Invalid { .. } => return Err(Abort::ValidationFailed),
+            r => panic!("check: unexpected reply {r:?} from node {}", nodes[j].0),
+        }
+    }
+    Ok(())
+}
+
 /// Checks that read-only entries still hold the version read and are not locked by others.
 pub async fn validate(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Result<(), Abort> {
     if idxs.is_empty() {
@@ -352,25 +382,8 @@ pub async fn validate(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> 
             }
         }
         Primitive::Rpc => {
-            let nodes = nodes_of(tx, idxs);
-            let mut d = tx.c.ep.doorbell();
-            for &n in &nodes {
-                let items = idxs
-                    .iter()
-                    .map(|&i| &tx.entries[i])
-                    .filter(|e| e.node == n)
-                    .map(|e| (e.table, e.loc, e.version))
-                    .collect();
-                d.rpc(n, Request::Validate { ts, items }.to_bytes());
-            }
-            let res = d.submit().await;
-            for j in 0..nodes.len() {
-                match decode(res.rpc(j)) {
-                    Reply::Ok => {}
-                    Reply::Invalid { .. } => return Err(Abort::ValidationFailed),
-                    r => panic!("validate: unexpected reply {r:?}"),
-                }
-            }
+            let build = |items| Request::Validate { ts, items };
+            check_by_rpc(tx, idxs, |e| (e.table, e.loc, e.version), build).await?;
         }
     }
     Ok(())
@@ -948,25 +961,8 @@ pub async fn renew(
         return Ok(());
     }
     if prim == Primitive::Rpc {
-        let nodes = nodes_of(tx, &todo);
-        let mut d = tx.c.ep.doorbell();
-        for &n in &nodes {
-            let items = todo
-                .iter()
-                .map(|&i| &tx.entries[i])
-                .filter(|e| e.node == n)
-                .map(|e| (e.table, e.loc, e.wts))
-                .collect();
-            d.rpc(n, Request::Renew { commit_ts, items }.to_bytes());
-        }
-        let res = d.submit().await;
-        for j in 0..nodes.len() {
-            match decode(res.rpc(j)) {
-                Reply::Ok => {}
-                Reply::Invalid { .. } => return Err(Abort::ValidationFailed),
-                r => panic!("renew: unexpected reply {r:?}"),
-            }
-        }
+        let build = |items| Request::Renew { commit_ts, items };
+        check_by_rpc(tx, &todo, |e| (e.table, e.loc, e.wts), build).await?;
         for &i in &todo {
             tx.entries[i].rts = commit_ts;
         }
