@@ -723,7 +723,8 @@ mod tests {
 
     #[test]
     fn fabric_injected_latency_delays_remote_completions_but_not_local_ones() {
-        const LATENCY_NS: u64 = 200_000;
+        // Large enough that a preempted local read on a busy machine stays below it.
+        const LATENCY_NS: u64 = 5_000_000;
         cluster(2, [LATENCY_NS; crate::VerbKind::COUNT], &|ep| {
             Box::pin(async move {
                 let peer = NodeId(1 - ep.node().0);
