@@ -232,35 +232,15 @@ impl Protocol for OccWithoutValidation {
     }
 
     async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
-        let plan = *tx.c.plan();
         let ws = tx.select(|e| e.is_write() && e.access != Access::Insert);
-        let read_versions: Vec<(usize, u64)> = ws
-            .iter()
-            .filter(|&&i| tx.entries[i].fetched)
-            .map(|&i| (i, tx.entries[i].version))
-            .collect();
-        let mut r = stages::lock(tx, &ws, plan.get(Stage::Lock), false, false).await;
-        if r.is_ok()
-            && read_versions
-                .iter()
-                .any(|&(i, v)| tx.entries[i].version != v)
-        {
-            r = Err(Abort::ValidationFailed);
-        }
-        if let Err(a) = r {
-            Self::rollback(tx).await;
-            return Err(a);
-        }
+        stages::lock_unchanged(tx, &ws, false, |e| e.version).await?;
         // The bug: the read set is never validated.
-        let ws = tx.select(|e| e.locked);
-        stages::write_back(tx, &ws, plan.get(Stage::Commit), true, 0, false).await;
+        stages::commit_and_release(tx, 0, false).await;
         Ok(())
     }
 
     async fn rollback(tx: &mut TxnCore<'_>) {
-        let held = tx.select(|e| e.locked);
-        let prim = tx.c.plan().get(Stage::Release);
-        stages::release(tx, &held, prim).await;
+        stages::release_all(tx).await
     }
 }
 

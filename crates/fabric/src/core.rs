@@ -34,7 +34,8 @@ pub struct ReplyTo {
     pub worker: u32,
     pub slot: SlotId,
     pub index: u32,
-    /// When the request was posted, in the requester's clock (for latency injection).
+    /// When the request was posted, in the requester's clock (for latency injection); 0 for
+    /// a node's own request held by its handler, whose reply is never delayed.
     pub posted_ns: u64,
 }
 
@@ -577,6 +578,26 @@ pub type Coroutine = Pin<Box<dyn Future<Output = ()>>>;
 pub struct WorkerReport {
     pub id: crate::ids::WorkerId,
     pub counters: crate::verbs::VerbCounters,
+}
+
+/// What every backend checks before it starts: one memory and one RPC handler per node.
+pub(crate) fn assert_cluster_shape(
+    nodes: u16,
+    memory: &crate::ClusterMemory,
+    handlers: &[Arc<dyn RpcHandler>],
+) {
+    assert_eq!(
+        memory.len(),
+        nodes as usize,
+        "memory for {} nodes, config says {nodes}",
+        memory.len()
+    );
+    assert_eq!(
+        handlers.len(),
+        nodes as usize,
+        "{} RPC handlers for {nodes} nodes: one per node",
+        handlers.len()
+    );
 }
 
 /// Builds the co-routines of one worker, on that worker's OS thread.

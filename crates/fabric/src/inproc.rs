@@ -254,18 +254,7 @@ pub fn run(
     handlers: &[Arc<dyn RpcHandler>],
     spawn: &Spawner<'_>,
 ) -> Vec<WorkerReport> {
-    assert_eq!(
-        memory.len(),
-        cfg.nodes as usize,
-        "memory for {} nodes, config says {}",
-        memory.len(),
-        cfg.nodes
-    );
-    assert_eq!(
-        handlers.len(),
-        cfg.nodes as usize,
-        "one RPC handler per node"
-    );
+    crate::core::assert_cluster_shape(cfg.nodes, &memory, handlers);
     let workers = cfg.workers();
     let os_threads = cfg.os_threads.clamp(1, workers.max(1));
     let shared = Arc::new(Shared {

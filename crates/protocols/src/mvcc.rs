@@ -86,19 +86,12 @@ impl Protocol for Mvcc {
     }
 
     async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
-        let plan = *tx.c.plan();
         let unlocked = tx.select(|e| e.is_write() && !e.locked && e.access != Access::Insert);
         if let Err(a) = lock_for_write(tx, &unlocked).await {
             Self::rollback(tx).await;
             return Err(a);
         }
-        let t0 = tx.now_ns();
-        stages::log(tx, plan.get(Stage::Log)).await?;
-        tx.charge(Stage::Log, t0);
-        if let Err(a) = stages::apply_inserts_deletes(tx).await {
-            Self::rollback(tx).await;
-            return Err(a);
-        }
+        stages::log_and_apply(tx).await?;
         // Write back (+ release), then release what is left.
         stages::commit_and_release(tx, tx.ts.0, true).await;
         Ok(())

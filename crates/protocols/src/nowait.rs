@@ -33,13 +33,7 @@ impl Protocol for NoWait {
         let r = stages::lock(tx, idxs, plan.get(Stage::Lock), combined, false).await;
         tx.charge(Stage::Lock, t0);
         r?;
-        if !combined {
-            let t1 = tx.now_ns();
-            let r = stages::read(tx, idxs, plan.get(Stage::Read)).await;
-            tx.charge(Stage::Read, t1);
-            r?;
-        }
-        Ok(())
+        stages::read_after_lock(tx, idxs).await
     }
 
     async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
@@ -67,13 +61,7 @@ pub(crate) async fn commit_locked(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
             return Err(a);
         }
     }
-    let t0 = tx.now_ns();
-    stages::log(tx, plan.get(Stage::Log)).await?;
-    tx.charge(Stage::Log, t0);
-    if let Err(a) = stages::apply_inserts_deletes(tx).await {
-        release_all(tx).await;
-        return Err(a);
-    }
+    stages::log_and_apply(tx).await?;
     // Write back (+ release), then release the read locks.
     stages::commit_and_release(tx, 0, false).await;
     Ok(())

@@ -41,25 +41,7 @@ impl Protocol for Occ {
         let rs = tx.select(|e| !e.is_write());
 
         // Lock the write set; a record read earlier must still be at the version read.
-        let t0 = tx.now_ns();
-        let read_versions: Vec<(usize, u64)> = ws
-            .iter()
-            .filter(|&&i| tx.entries[i].fetched)
-            .map(|&i| (i, tx.entries[i].version))
-            .collect();
-        let mut r = stages::lock(tx, &ws, plan.get(Stage::Lock), false, false).await;
-        if r.is_ok()
-            && read_versions
-                .iter()
-                .any(|&(i, v)| tx.entries[i].version != v)
-        {
-            r = Err(Abort::ValidationFailed);
-        }
-        tx.charge(Stage::Lock, t0);
-        if let Err(a) = r {
-            Self::rollback(tx).await;
-            return Err(a);
-        }
+        stages::lock_unchanged(tx, &ws, false, |e| e.version).await?;
 
         // Validate the read set.
         let t0 = tx.now_ns();
@@ -71,13 +53,7 @@ impl Protocol for Occ {
         }
 
         // Serialisation point passed: log, then make the writes visible.
-        let t0 = tx.now_ns();
-        stages::log(tx, plan.get(Stage::Log)).await?;
-        tx.charge(Stage::Log, t0);
-        if let Err(a) = stages::apply_inserts_deletes(tx).await {
-            Self::rollback(tx).await;
-            return Err(a);
-        }
+        stages::log_and_apply(tx).await?;
         // Write back (+ release), then release what is left.
         stages::commit_and_release(tx, 0, false).await;
         Ok(())

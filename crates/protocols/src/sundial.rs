@@ -56,34 +56,15 @@ impl Protocol for Sundial {
         let r = stages::lock(tx, &writes, plan.get(Stage::Lock), combined, true).await;
         tx.charge(Stage::Lock, t0);
         r?;
-        if !combined {
-            let t0 = tx.now_ns();
-            let r = stages::read(tx, &writes, plan.get(Stage::Read)).await;
-            tx.charge(Stage::Read, t0);
-            r?;
-        }
-        Ok(())
+        stages::read_after_lock(tx, &writes).await
     }
 
     async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
         let plan = *tx.c.plan();
         // Writes not locked yet: blind writes and reads upgraded to writes.
         let unlocked = tx.select(|e| e.is_write() && !e.locked && e.access != Access::Insert);
-        let read_wts: Vec<(usize, u64)> = unlocked
-            .iter()
-            .filter(|&&i| tx.entries[i].fetched)
-            .map(|&i| (i, tx.entries[i].wts))
-            .collect();
-        let t0 = tx.now_ns();
-        let mut r = stages::lock(tx, &unlocked, plan.get(Stage::Lock), false, true).await;
-        if r.is_ok() && read_wts.iter().any(|&(i, wts)| tx.entries[i].wts != wts) {
-            r = Err(Abort::ValidationFailed);
-        }
-        tx.charge(Stage::Lock, t0);
-        if let Err(a) = r {
-            Self::rollback(tx).await;
-            return Err(a);
-        }
+        // An upgraded read must still see the WTS it read.
+        stages::lock_unchanged(tx, &unlocked, true, |e| e.wts).await?;
 
         let commit_ts = tx
             .entries
@@ -103,13 +84,7 @@ impl Protocol for Sundial {
             return Err(a);
         }
 
-        let t0 = tx.now_ns();
-        stages::log(tx, plan.get(Stage::Log)).await?;
-        tx.charge(Stage::Log, t0);
-        if let Err(a) = stages::apply_inserts_deletes(tx).await {
-            Self::rollback(tx).await;
-            return Err(a);
-        }
+        stages::log_and_apply(tx).await?;
         // Write back (+ release), then release what is left.
         stages::commit_and_release(tx, commit_ts, false).await;
         Ok(())

@@ -40,13 +40,7 @@ impl Protocol for WaitDie {
         let r = stages::lock_wait_die(tx, idxs, plan.get(Stage::Lock), combined, counter).await;
         tx.charge(Stage::Lock, t0);
         r?;
-        if !combined {
-            let t1 = tx.now_ns();
-            let r = stages::read(tx, idxs, plan.get(Stage::Read)).await;
-            tx.charge(Stage::Read, t1);
-            r?;
-        }
-        Ok(())
+        stages::read_after_lock(tx, idxs).await
     }
 
     async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {

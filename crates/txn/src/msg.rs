@@ -176,6 +176,10 @@ impl Enc<'_> {
         self.w(i.key);
         self.w(i.loc as u64);
     }
+    fn items(&mut self, items: &[Item]) {
+        self.w(items.len() as u64);
+        items.iter().for_each(|i| self.item(i));
+    }
 }
 
 struct Dec<'a> {
@@ -239,6 +243,10 @@ impl Dec<'_> {
         }
         Ok(out)
     }
+    fn items(&mut self) -> Result<Vec<Item>, DecodeError> {
+        let n = self.len()?;
+        (0..n).map(|_| self.item()).collect()
+    }
     fn item(&mut self) -> Result<Item, DecodeError> {
         Ok(Item {
             table: self.table()?,
@@ -265,8 +273,7 @@ impl Request {
         match self {
             Request::Read { items } => {
                 e.w(1);
-                e.w(items.len() as u64);
-                items.iter().for_each(|i| e.item(i));
+                e.items(items);
             }
             Request::Lock {
                 ts,
@@ -278,8 +285,7 @@ impl Request {
                 e.w(*ts);
                 e.w(*want_data as u64);
                 e.w(*freeze as u64);
-                e.w(items.len() as u64);
-                items.iter().for_each(|i| e.item(i));
+                e.items(items);
             }
             Request::Validate { ts, items } => {
                 e.w(3);
@@ -327,8 +333,7 @@ impl Request {
             Request::MvccRead { ctts, items } => {
                 e.w(12);
                 e.w(*ctts);
-                e.w(items.len() as u64);
-                items.iter().for_each(|i| e.item(i));
+                e.items(items);
             }
             Request::Renew { commit_ts, items } => {
                 e.w(11);
@@ -350,8 +355,7 @@ impl Request {
                 e.w(*ts);
                 e.w(*want_data as u64);
                 e.w(*counter as u64);
-                e.w(items.len() as u64);
-                items.iter().for_each(|i| e.item(i));
+                e.items(items);
             }
             Request::Insert {
                 ts,
@@ -396,22 +400,16 @@ impl Request {
     pub fn decode(b: &[u8]) -> Result<Request, DecodeError> {
         let mut d = Dec { b, what: "request" };
         let r = match d.w()? {
-            1 => {
-                let n = d.len()?;
-                Request::Read {
-                    items: (0..n).map(|_| d.item()).collect::<Result<_, _>>()?,
-                }
-            }
+            1 => Request::Read { items: d.items()? },
             2 => {
                 let ts = d.w()?;
                 let want_data = d.bool()?;
                 let freeze = d.bool()?;
-                let n = d.len()?;
                 Request::Lock {
                     ts,
                     want_data,
                     freeze,
-                    items: (0..n).map(|_| d.item()).collect::<Result<_, _>>()?,
+                    items: d.items()?,
                 }
             }
             3 => {
@@ -445,10 +443,9 @@ impl Request {
             }
             12 => {
                 let ctts = d.w()?;
-                let n = d.len()?;
                 Request::MvccRead {
                     ctts,
-                    items: (0..n).map(|_| d.item()).collect::<Result<_, _>>()?,
+                    items: d.items()?,
                 }
             }
             11 => {
@@ -471,12 +468,11 @@ impl Request {
                 let ts = d.w()?;
                 let want_data = d.bool()?;
                 let counter = d.bool()?;
-                let n = d.len()?;
                 Request::LockWaitDie {
                     ts,
                     want_data,
                     counter,
-                    items: (0..n).map(|_| d.item()).collect::<Result<_, _>>()?,
+                    items: d.items()?,
                 }
             }
             7 => Request::Insert {

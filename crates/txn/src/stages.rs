@@ -1176,3 +1176,60 @@ pub async fn release_all(tx: &mut TxnCore<'_>) {
     release(tx, &held, prim).await;
     tx.charge(Stage::Release, t0);
 }
+
+/// The steps between a protocol's serialisation point and its write-back: log, then apply
+/// inserts and deletes. On failure every lock the attempt holds is released.
+pub async fn log_and_apply(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+    let prim = tx.c.plan().get(Stage::Log);
+    let t0 = tx.now_ns();
+    let r = log(tx, prim).await;
+    tx.charge(Stage::Log, t0);
+    let r = match r {
+        Ok(()) => apply_inserts_deletes(tx).await,
+        Err(a) => Err(a),
+    };
+    if r.is_err() {
+        release_all(tx).await;
+    }
+    r
+}
+
+/// Locks write entries with the plan's lock primitive and checks that each one fetched
+/// earlier still carries what `seen` read from it then (OCC: the version; SUNDIAL: `WTS`),
+/// else `ValidationFailed`. On failure every lock the attempt holds is released.
+pub async fn lock_unchanged(
+    tx: &mut TxnCore<'_>,
+    idxs: &[usize],
+    freeze: bool,
+    seen: fn(&crate::coord::Entry) -> u64,
+) -> Result<(), Abort> {
+    let prim = tx.c.plan().get(Stage::Lock);
+    let before: smallvec::SmallVec<[(usize, u64); 8]> = idxs
+        .iter()
+        .filter(|&&i| tx.entries[i].fetched)
+        .map(|&i| (i, seen(&tx.entries[i])))
+        .collect();
+    let t0 = tx.now_ns();
+    let mut r = lock(tx, idxs, prim, false, freeze).await;
+    if r.is_ok() && before.iter().any(|&(i, v)| seen(&tx.entries[i]) != v) {
+        r = Err(Abort::ValidationFailed);
+    }
+    tx.charge(Stage::Lock, t0);
+    if r.is_err() {
+        release_all(tx).await;
+    }
+    r
+}
+
+/// After locking `idxs` without their data (the plan's read primitive differs from its lock
+/// primitive), fetches the data with the read primitive: a second round trip.
+pub async fn read_after_lock(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+    let plan = *tx.c.plan();
+    if plan.get(Stage::Read) == plan.get(Stage::Lock) {
+        return Ok(());
+    }
+    let t0 = tx.now_ns();
+    let r = read(tx, idxs, plan.get(Stage::Read)).await;
+    tx.charge(Stage::Read, t0);
+    r
+}

@@ -341,18 +341,7 @@ pub fn run(
     handlers: &[Arc<dyn RpcHandler>],
     spawn: &Spawner<'_>,
 ) -> SimReport {
-    assert_eq!(
-        memory.len(),
-        cfg.nodes as usize,
-        "memory for {} nodes, config says {}",
-        memory.len(),
-        cfg.nodes
-    );
-    assert_eq!(
-        handlers.len(),
-        cfg.nodes as usize,
-        "one RPC handler per node"
-    );
+    crate::core::assert_cluster_shape(cfg.nodes, &memory, handlers);
     let workers = cfg.nodes as usize * cfg.threads_per_node as usize;
     let peers = (cfg.nodes as u32 - 1) * cfg.threads_per_node as u32;
     let mut nodes: Vec<NodeState> = (0..cfg.nodes).map(|_| NodeState::default()).collect();
