@@ -441,12 +441,7 @@ fn bench(a: BenchArgs) -> ExitCode {
         }
     }
     if let Some(path) = &a.history {
-        let mut text = String::with_capacity(report.history.len() * 128);
-        for r in &report.history {
-            text.push_str(&r.to_json_line());
-            text.push('\n');
-        }
-        if let Err(e) = std::fs::write(path, text) {
+        if let Err(e) = std::fs::write(path, atoll_bench::history::to_text(&report.history)) {
             eprintln!("error: cannot write {}: {e}", path.display());
             return ExitCode::from(EXIT_BAD_INPUT);
         }
@@ -485,6 +480,13 @@ fn check_history(a: CheckArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    if h.is_empty() {
+        eprintln!(
+            "error: {} holds no transactions: there is nothing to check",
+            a.file.display()
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let v = history::check(&h, history::Mode::Serializable);
     print!("{}", history::render(&h, &v));
     if let Some(out) = &a.adya {

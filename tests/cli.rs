@@ -34,7 +34,7 @@ fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
     );
     bad(
         &["bench", "--workload", "tpcx"],
-        &["unknown workload 'tpcx'", "smallbank, ycsb"],
+        &["unknown workload 'tpcx'", "smallbank, ycsb, cycle"],
     );
     bad(
         &["bench", "--plan", "lock=rdma"],
@@ -199,18 +199,42 @@ fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
     );
     let dir = std::env::temp_dir().join(format!("atoll-cli-hist-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    let header = "{\"format\":\"atoll-history\",\"version\":2}\n";
     let broken = dir.join("broken.jsonl");
-    std::fs::write(&broken, "{\"id\": 1, \"status\": \"maybe\"}\n").unwrap();
+    std::fs::write(
+        &broken,
+        format!("{header}{{\"id\": 1, \"status\": \"maybe\"}}\n"),
+    )
+    .unwrap();
     bad(
         &["check-history", broken.to_str().unwrap()],
-        &["history line 1", "status"],
+        &["history line 2", "status"],
     );
-    // Write skew: each reads both keys at version 1 and overwrites a different one.
+    let old = dir.join("old.jsonl");
+    std::fs::write(&old, "{\"format\":\"atoll-history\",\"version\":1}\n").unwrap();
+    bad(
+        &["check-history", old.to_str().unwrap()],
+        &["format version Some(1)", "reads version 2 only"],
+    );
+    let headerless = dir.join("headerless.jsonl");
+    std::fs::write(&headerless, "{\"id\": 1}\n").unwrap();
+    bad(
+        &["check-history", headerless.to_str().unwrap()],
+        &["not an atoll-history file"],
+    );
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, header).unwrap();
+    bad(
+        &["check-history", empty.to_str().unwrap()],
+        &["holds no transactions", "nothing to check"],
+    );
+    // Write skew: each reads both keys as loaded and overwrites a different one.
     let skew = dir.join("skew.jsonl");
     std::fs::write(
         &skew,
-        "{\"id\":1,\"coord\":0,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":5,\"ops\":[[\"r\",0,1,1],[\"r\",0,2,1],[\"w\",0,1,2]]}\n\
-         {\"id\":2,\"coord\":1,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":6,\"ops\":[[\"r\",0,1,1],[\"r\",0,2,1],[\"w\",0,2,2]]}\n",
+        format!("{header}\
+         {{\"id\":1,\"tag\":11,\"coord\":0,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":5,\"ops\":[[\"r\",0,1,1,0,1],[\"r\",0,2,1,0,1],[\"w\",0,1,2,\"u\"]]}}\n\
+         {{\"id\":2,\"tag\":12,\"coord\":1,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":6,\"ops\":[[\"r\",0,1,1,0,1],[\"r\",0,2,1,0,1],[\"w\",0,2,2,\"u\"]]}}\n"),
     )
     .unwrap();
     let (code, out, _) = atoll(&["check-history", skew.to_str().unwrap()]);

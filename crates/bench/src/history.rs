@@ -1,31 +1,51 @@
-//! Transaction histories: recording format, a dependency-graph serializability checker,
-//! and an export to the rw-register format of Elle-style checkers (the `adya` crate).
+//! Transaction histories: recording format, a dependency-graph serializability checker fed
+//! by the values transactions actually read, and an export to the rw-register format of
+//! Elle-style checkers (the `adya` crate).
 //!
-//! Every write installs a new version of a record, and versions of a record are numbered
-//! consecutively (the tuple header's version word), so the version order is known exactly.
-//! From it the checker derives Adya's dependency edges between committed transactions:
-//! - ww: the writer of version v precedes the writer of the next version;
-//! - wr: the writer of version v precedes every reader of v;
-//! - rw: a reader of version v precedes the writer of the next version.
+//! Every payload carries the tag of the attempt that wrote it and a check word (see
+//! `atoll_storage::layout`). A read records the version word it saw *and* the tag and check
+//! of the payload it returned; a write records the version it installed. The checker takes
+//! the writer of every read from the tag (not from the version word), and reports:
+//! - a read whose payload failed its check: torn (words of several writes) or another
+//!   record's;
+//! - a read of a value written by an aborted attempt (G1a), or by no recorded attempt;
+//! - a read of a value its writer did not install at the version word read beside it (a
+//!   version word and a payload from different writes; an intermediate value: G1b);
+//! - a version installed twice (a lost update), a gap in a record's versions (a write no
+//!   committed transaction made, as an aborted write left visible), an update claiming the
+//!   initial version;
+//! - a dependency cycle. Edges between committed transactions, from each record's version
+//!   order: ww (writer of v → writer of the next version), wr (writer of the value read →
+//!   reader), rw (reader → writer of the next version). A scan reports every key it met in
+//!   its range, live or deleted (deleted keys keep their index entries), with its version:
+//!   each is a read of that version (absent ones of the deleter's); a key it did not meet
+//!   had no record yet, so the scan precedes the insert that created it (phantoms).
 //!
-//! The history is conflict-serializable iff that graph is acyclic. The loaded state is
-//! version 1 of every record, written by a virtual initial transaction. [`Mode`] leaves room
-//! for snapshot isolation, which would forbid only cycles of a certain shape.
+//! The history is conflict-serializable iff there is no anomaly and the graph is acyclic.
+//! The loaded state is version 1 of every loaded record, written by a virtual initial
+//! transaction with tag `LOADER_TAG`. [`Mode`] leaves room for snapshot isolation.
 
+use atoll_storage::layout::{INITIAL_VERSION, LOADER_TAG, VERSION_ABSENT};
 use atoll_storage::TableId;
-use atoll_txn::HistOp;
+use atoll_txn::{HistOp, ScanObs, WriteKind};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
-/// The version every loaded record starts at.
-pub const INITIAL_VERSION: u64 = 1;
+/// The history file format: the first line names it; a reader refuses other versions.
+pub const FORMAT: &str = "atoll-history";
+pub const FORMAT_VERSION: u64 = 2;
+
+/// Anomalies listed in a verdict before the rest are only counted.
+pub const ANOMALIES_LISTED_MAX: usize = 20;
 
 /// One attempt of a transaction, committed or aborted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TxnRecord {
     /// The attempt's timestamp (WAITDIE's retries keep their first one).
     pub id: u64,
+    /// The attempt's tag: unique in the run, written into every payload it installs.
+    pub tag: u64,
     /// 1 for the first attempt of a transaction, then 2, 3, ... for its retries.
     pub attempt: u32,
     /// Cluster-wide co-routine index that ran it.
@@ -37,19 +57,36 @@ pub struct TxnRecord {
     pub ops: Vec<HistOp>,
 }
 
+fn kind_name(k: WriteKind) -> &'static str {
+    match k {
+        WriteKind::Update => "u",
+        WriteKind::Insert => "i",
+        WriteKind::Delete => "d",
+    }
+}
+
 fn op_json(op: &HistOp) -> Value {
-    match *op {
+    match op {
         HistOp::Read {
             table,
             key,
             version,
-        } => json!(["r", table.0, key, version]),
+            tag,
+            intact,
+        } => json!(["r", table.0, key, version, tag, *intact as u8]),
         HistOp::Write {
             table,
             key,
             version,
-        } => json!(["w", table.0, key, version]),
+            kind,
+        } => json!(["w", table.0, key, version, kind_name(*kind)]),
+        HistOp::Scan(s) => json!(["s", s.table.0, s.lo, s.hi, s.seen]),
     }
+}
+
+/// The first line of a history file.
+pub fn header_line() -> String {
+    json!({"format": FORMAT, "version": FORMAT_VERSION}).to_string()
 }
 
 impl TxnRecord {
@@ -57,6 +94,7 @@ impl TxnRecord {
         let ops: Vec<Value> = self.ops.iter().map(op_json).collect();
         let mut v = json!({
             "id": self.id,
+            "tag": self.tag,
             "coord": self.coord,
             "attempt": self.attempt,
             "status": if self.aborted.is_some() { "aborted" } else { "committed" },
@@ -101,36 +139,87 @@ impl TxnRecord {
         {
             let a = op
                 .as_array()
-                .filter(|a| a.len() == 4)
-                .ok_or_else(|| bad(&format!("op {i} is not [kind, table, key, version]")))?;
+                .filter(|a| !a.is_empty())
+                .ok_or_else(|| bad(&format!("op {i} is not a non-empty list")))?;
+            let shape = |n: usize, what: &str| {
+                if a.len() == n {
+                    Ok(())
+                } else {
+                    Err(bad(&format!("op {i} is not {what}")))
+                }
+            };
             let n = |j: usize| {
                 a[j].as_u64()
                     .ok_or_else(|| bad(&format!("op {i}: element {j} is not a whole number")))
             };
-            let table = TableId(
-                u16::try_from(n(1)?).map_err(|_| bad(&format!("op {i}: table id out of range")))?,
-            );
-            let (key, version) = (n(2)?, n(3)?);
+            let table = |j: usize| -> Result<TableId, String> {
+                Ok(TableId(u16::try_from(n(j)?).map_err(|_| {
+                    bad(&format!("op {i}: table id out of range"))
+                })?))
+            };
             ops.push(match a[0].as_str() {
-                Some("r") => HistOp::Read {
-                    table,
-                    key,
-                    version,
-                },
-                Some("w") => HistOp::Write {
-                    table,
-                    key,
-                    version,
-                },
+                Some("r") => {
+                    shape(6, "[\"r\", table, key, version, tag, intact]")?;
+                    HistOp::Read {
+                        table: table(1)?,
+                        key: n(2)?,
+                        version: n(3)?,
+                        tag: n(4)?,
+                        intact: n(5)? != 0,
+                    }
+                }
+                Some("w") => {
+                    shape(5, "[\"w\", table, key, version, kind]")?;
+                    let kind = match a[4].as_str() {
+                        Some("u") => WriteKind::Update,
+                        Some("i") => WriteKind::Insert,
+                        Some("d") => WriteKind::Delete,
+                        other => {
+                            return Err(bad(&format!(
+                                "op {i}: write kind {other:?} is not \"u\", \"i\" or \"d\""
+                            )))
+                        }
+                    };
+                    HistOp::Write {
+                        table: table(1)?,
+                        key: n(2)?,
+                        version: n(3)?,
+                        kind,
+                    }
+                }
+                Some("s") => {
+                    shape(5, "[\"s\", table, lo, hi, [[key, version], ...]]")?;
+                    let seen = a[4]
+                        .as_array()
+                        .ok_or_else(|| bad(&format!("op {i}: scan results are not a list")))?
+                        .iter()
+                        .map(|p| {
+                            let kv = p.as_array().filter(|p| p.len() == 2);
+                            match kv.map(|kv| (kv[0].as_u64(), kv[1].as_u64())) {
+                                Some((Some(k), Some(v))) => Ok((k, v)),
+                                _ => Err(bad(&format!(
+                                    "op {i}: a scan result is not [key, version]"
+                                ))),
+                            }
+                        })
+                        .collect::<Result<_, _>>()?;
+                    HistOp::Scan(ScanObs {
+                        table: table(1)?,
+                        lo: n(2)?,
+                        hi: n(3)?,
+                        seen,
+                    })
+                }
                 other => {
                     return Err(bad(&format!(
-                        "op {i}: kind {other:?} is not \"r\" or \"w\""
+                        "op {i}: kind {other:?} is not \"r\", \"w\" or \"s\""
                     )))
                 }
             });
         }
         Ok(TxnRecord {
             id: u("id")?,
+            tag: u("tag")?,
             coord: u32::try_from(u("coord")?).map_err(|_| bad("coord out of range"))?,
             attempt: u32::try_from(u("attempt")?).map_err(|_| bad("attempt out of range"))?,
             aborted,
@@ -141,13 +230,48 @@ impl TxnRecord {
     }
 }
 
-/// Parses a history written by `--history` (one JSON object per line).
+/// A whole history file: the header line, then one line per attempt.
+pub fn to_text(h: &[TxnRecord]) -> String {
+    let mut text = String::with_capacity(h.len() * 160 + 64);
+    text.push_str(&header_line());
+    text.push('\n');
+    for r in h {
+        text.push_str(&r.to_json_line());
+        text.push('\n');
+    }
+    text
+}
+
+/// Parses a history written by `--history`: a header line naming the format and its
+/// version, then one JSON object per attempt.
 pub fn parse(text: &str) -> Result<Vec<TxnRecord>, String> {
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    match lines.next() {
+        None => return Ok(out),
+        Some((i, first)) => {
+            let v: Value = serde_json::from_str(first)
+                .map_err(|e| format!("history line {}: not JSON: {e}", i + 1))?;
+            let (format, version) = (v.get("format"), v.get("version").and_then(Value::as_u64));
+            if format.and_then(Value::as_str) != Some(FORMAT) {
+                return Err(format!(
+                    "history line {}: not an {FORMAT} file (its first line must be {})",
+                    i + 1,
+                    header_line()
+                ));
+            }
+            if version != Some(FORMAT_VERSION) {
+                return Err(format!(
+                    "history line {}: format version {version:?}, this atoll reads version {FORMAT_VERSION} only",
+                    i + 1
+                ));
+            }
         }
+    }
+    for (i, line) in lines {
         let v: Value = serde_json::from_str(line)
             .map_err(|e| format!("history line {}: not JSON: {e}", i + 1))?;
         out.push(TxnRecord::from_json(i + 1, &v)?);
@@ -185,7 +309,8 @@ pub struct Edge {
     pub kind: EdgeKind,
     pub table: TableId,
     pub key: u64,
-    /// The version read or overwritten, and the one written after it.
+    /// The version read or overwritten (or, for a phantom, the version that inserted or
+    /// deleted the key).
     pub version: u64,
 }
 
@@ -197,16 +322,17 @@ pub struct Verdict {
     pub edges: BTreeMap<&'static str, usize>,
     /// A dependency cycle, as (transaction index into the history, edge to the next).
     pub cycle: Option<Vec<(usize, Edge)>>,
-    /// Committed reads of versions no committed transaction installed, and duplicate
-    /// installs of one version.
+    /// The first anomalies found (see the module docs), at most [`ANOMALIES_LISTED_MAX`].
     pub anomalies: Vec<String>,
+    /// Every anomaly found.
+    pub anomalies_total: usize,
     /// Committed transactions in a serial order (topological), when serializable.
     pub order: Vec<usize>,
 }
 
 impl Verdict {
     pub fn ok(&self) -> bool {
-        self.cycle.is_none() && self.anomalies.is_empty()
+        self.cycle.is_none() && self.anomalies_total == 0
     }
 }
 
@@ -217,50 +343,125 @@ struct Graph {
     init: usize,
 }
 
-fn build(h: &[TxnRecord], anomalies: &mut Vec<String>) -> Graph {
+struct Anomalies {
+    listed: Vec<String>,
+    total: usize,
+}
+
+impl Anomalies {
+    fn push(&mut self, f: impl FnOnce() -> String) {
+        self.total += 1;
+        if self.listed.len() < ANOMALIES_LISTED_MAX {
+            self.listed.push(f());
+        }
+    }
+}
+
+type Key = (TableId, u64);
+
+/// Who installed each version of a record, and how.
+type Versions = BTreeMap<u64, (usize, WriteKind)>;
+
+fn name_of(h: &[TxnRecord], t: usize) -> String {
+    if t == h.len() {
+        "T(initial state)".to_string()
+    } else if h[t].attempt > 1 {
+        format!("T{}#{}", h[t].id, h[t].attempt)
+    } else {
+        format!("T{}", h[t].id)
+    }
+}
+
+fn build(h: &[TxnRecord], anomalies: &mut Anomalies) -> Graph {
     let init = h.len();
     let mut adj: Vec<Vec<Edge>> = vec![Vec::new(); h.len() + 1];
-    type Key = (TableId, u64);
-    let mut writers: HashMap<Key, BTreeMap<u64, usize>> = HashMap::new();
-    let mut readers: HashMap<Key, BTreeMap<u64, Vec<usize>>> = HashMap::new();
-    for (t, r) in h.iter().enumerate().filter(|(_, r)| r.aborted.is_none()) {
+    let committed = |r: &TxnRecord| r.aborted.is_none();
+    let by_tag: HashMap<u64, usize> = h.iter().enumerate().map(|(i, r)| (r.tag, i)).collect();
+    // Versions installed per record, ordered by key so scans can find their ranges.
+    let mut writers: BTreeMap<Key, Versions> = BTreeMap::new();
+    // What each committed attempt installed per record: tag + record -> version.
+    let mut installed: HashMap<(usize, Key), u64> = HashMap::new();
+    for (t, r) in h.iter().enumerate().filter(|(_, r)| committed(r)) {
         for op in &r.ops {
-            match *op {
-                HistOp::Write {
-                    table,
-                    key,
-                    version,
-                } => {
-                    if let Some(prev) = writers.entry((table, key)).or_default().insert(version, t)
-                    {
-                        anomalies.push(format!(
-                            "version {version} of t{}:{key} installed twice, by T{} and T{}",
-                            table.0, h[prev].id, r.id
-                        ));
-                    }
-                }
-                HistOp::Read {
-                    table,
-                    key,
-                    version,
-                } => readers
-                    .entry((table, key))
-                    .or_default()
-                    .entry(version)
-                    .or_default()
-                    .push(t),
+            let HistOp::Write {
+                table,
+                key,
+                version,
+                kind,
+            } = *op
+            else {
+                continue;
+            };
+            if kind != WriteKind::Insert && version <= INITIAL_VERSION {
+                anomalies.push(|| {
+                    format!(
+                        "{} committed a write of t{}:{key} at version {version}, which only a load or an insert installs",
+                        name_of(h, t),
+                        table.0
+                    )
+                });
+            }
+            installed.insert((t, (table, key)), version);
+            if let Some((prev, _)) = writers
+                .entry((table, key))
+                .or_default()
+                .insert(version, (t, kind))
+            {
+                anomalies.push(|| {
+                    format!(
+                        "version {version} of t{}:{key} installed twice, by {} and {} (a lost update)",
+                        table.0,
+                        name_of(h, prev),
+                        name_of(h, t)
+                    )
+                });
             }
         }
     }
-    let keys: std::collections::BTreeSet<Key> =
-        writers.keys().chain(readers.keys()).copied().collect();
-    for k in keys {
-        let mut ws = writers.remove(&k).unwrap_or_default();
-        ws.entry(INITIAL_VERSION).or_insert(init);
-        let rs = readers.remove(&k).unwrap_or_default();
-        let versions: Vec<(u64, usize)> = ws.iter().map(|(v, t)| (*v, *t)).collect();
-        for w in versions.windows(2) {
-            let ((v0, t0), (_, t1)) = (w[0], w[1]);
+    // Every record read, written or scanned exists in the map; a loaded record's first
+    // version belongs to the initial state unless an insert installed it.
+    let touch = |k: Key, writers: &mut BTreeMap<Key, Versions>| {
+        writers.entry(k).or_default();
+    };
+    for r in h.iter().filter(|r| committed(r)) {
+        for op in &r.ops {
+            match op {
+                HistOp::Read { table, key, .. } => touch((*table, *key), &mut writers),
+                HistOp::Scan(s) => {
+                    for &(k, _) in &s.seen {
+                        touch((s.table, k), &mut writers);
+                    }
+                }
+                HistOp::Write { .. } => {}
+            }
+        }
+    }
+    for (k, vs) in writers.iter_mut() {
+        match vs.first_key_value() {
+            Some((&v, &(_, WriteKind::Insert))) if v == INITIAL_VERSION => {}
+            _ => {
+                vs.entry(INITIAL_VERSION)
+                    .or_insert((init, WriteKind::Insert));
+            }
+        }
+        // Versions are consecutive: a missing one was installed by no committed
+        // transaction (an aborted attempt's write left visible, or a lost install).
+        let vv: Vec<(u64, usize)> = vs.iter().map(|(v, (t, _))| (*v, *t)).collect();
+        for w in vv.windows(2) {
+            let ((v0, t0), (v1, t1)) = (w[0], w[1]);
+            if v1 != v0 + 1 {
+                anomalies.push(|| {
+                    format!(
+                        "versions {}..={} of t{}:{} were installed by no committed transaction (between {} and {})",
+                        v0 + 1,
+                        v1 - 1,
+                        k.0 .0,
+                        k.1,
+                        name_of(h, t0),
+                        name_of(h, t1)
+                    )
+                });
+            }
             if t0 != t1 {
                 adj[t0].push(Edge {
                     to: t1,
@@ -271,42 +472,162 @@ fn build(h: &[TxnRecord], anomalies: &mut Vec<String>) -> Graph {
                 });
             }
         }
-        for (v, rdrs) in rs {
-            let Some(&w) = ws.get(&v) else {
-                for &r in &rdrs {
-                    anomalies.push(format!(
-                        "T{} read version {v} of t{}:{}, which no committed transaction installed",
-                        h[r].id, k.0 .0, k.1
-                    ));
-                }
-                continue;
-            };
-            let next = ws.range(v + 1..).next().map(|(_, t)| *t);
-            for r in rdrs {
-                if w != r {
-                    adj[w].push(Edge {
-                        to: r,
-                        kind: EdgeKind::Wr,
-                        table: k.0,
-                        key: k.1,
-                        version: v,
-                    });
-                }
-                if let Some(n) = next {
-                    if n != r {
-                        adj[r].push(Edge {
-                            to: n,
-                            kind: EdgeKind::Rw,
-                            table: k.0,
-                            key: k.1,
-                            version: v,
+    }
+    let next_writer = |k: Key, v: u64| -> Option<usize> {
+        writers
+            .get(&k)
+            .and_then(|vs| vs.range(v + 1..).next().map(|(_, (t, _))| *t))
+    };
+    // wr and rw edges of a committed read of version `v` of `k`, written by `w`.
+    let read_edges = |adj: &mut Vec<Vec<Edge>>, r: usize, w: usize, k: Key, v: u64| {
+        if w != r {
+            adj[w].push(Edge {
+                to: r,
+                kind: EdgeKind::Wr,
+                table: k.0,
+                key: k.1,
+                version: v,
+            });
+        }
+        if let Some(n) = next_writer(k, v) {
+            if n != r {
+                adj[r].push(Edge {
+                    to: n,
+                    kind: EdgeKind::Rw,
+                    table: k.0,
+                    key: k.1,
+                    version: v,
+                });
+            }
+        }
+    };
+    for (t, rec) in h.iter().enumerate().filter(|(_, r)| committed(r)) {
+        for op in &rec.ops {
+            match op {
+                HistOp::Read {
+                    table,
+                    key,
+                    version,
+                    tag,
+                    intact,
+                } => {
+                    let k = (*table, *key);
+                    let (who, r) = (name_of(h, t), format!("t{}:{key}", table.0));
+                    if !intact {
+                        anomalies.push(|| {
+                            format!("{who} read {r} at version {version}: a torn payload, or another record's (its check word does not match; tag {tag})")
                         });
+                        continue;
                     }
+                    let (w, wv) = if *tag == LOADER_TAG {
+                        (init, INITIAL_VERSION)
+                    } else {
+                        let Some(&w) = by_tag.get(tag) else {
+                            anomalies.push(|| {
+                                format!("{who} read {r} holding tag {tag}, which no recorded attempt had")
+                            });
+                            continue;
+                        };
+                        if let Some(reason) = &h[w].aborted {
+                            anomalies.push(|| {
+                                format!(
+                                    "{who} read {r} written by {}, an attempt that aborted ({reason}): an aborted read (G1a)",
+                                    name_of(h, w)
+                                )
+                            });
+                            continue;
+                        }
+                        let Some(&wv) = installed.get(&(w, k)) else {
+                            anomalies.push(|| {
+                                format!(
+                                    "{who} read {r} holding {}'s tag, but {} never wrote {r}: another record's payload",
+                                    name_of(h, w),
+                                    name_of(h, w)
+                                )
+                            });
+                            continue;
+                        };
+                        (w, wv)
+                    };
+                    if wv != *version {
+                        anomalies.push(|| {
+                            format!(
+                                "{who} read {r} with version word {version} beside a payload {} installed as version {wv}: a version and a value from different writes (G1b)",
+                                name_of(h, w)
+                            )
+                        });
+                        continue;
+                    }
+                    read_edges(&mut adj, t, w, k, wv);
                 }
+                HistOp::Scan(s) => {
+                    // Every key the scan met, live or deleted, is a read of that version.
+                    for &(key, word) in &s.seen {
+                        let (k, v) = ((s.table, key), word & !VERSION_ABSENT);
+                        let absent = word & VERSION_ABSENT != 0;
+                        match writers.get(&k).and_then(|vs| vs.get(&v)) {
+                            Some(&(w, kind)) if absent == (kind == WriteKind::Delete) => {
+                                read_edges(&mut adj, t, w, k, v)
+                            }
+                            _ => anomalies.push(|| {
+                                format!(
+                                    "{} scanned t{}:{key} {} at version {v}, which no committed transaction {}",
+                                    name_of(h, t),
+                                    s.table.0,
+                                    if absent { "absent" } else { "present" },
+                                    if absent { "deleted" } else { "installed" },
+                                )
+                            }),
+                        }
+                    }
+                    phantom_edges(&mut adj, &writers, (h, t), s, anomalies);
+                }
+                HistOp::Write { .. } => {}
             }
         }
     }
     Graph { adj, init }
+}
+
+/// Edges for keys in a scan's range that it did not meet at all: the key had no record
+/// there yet, so the scan precedes the insert that first created it (a phantom it must
+/// not see). A loaded key it did not meet is an anomaly: deleted keys stay in the index.
+fn phantom_edges(
+    adj: &mut [Vec<Edge>],
+    writers: &BTreeMap<Key, Versions>,
+    (h, t): (&[TxnRecord], usize),
+    s: &ScanObs,
+    anomalies: &mut Anomalies,
+) {
+    let init = adj.len() - 1;
+    for (&(table, key), vs) in writers.range((s.table, s.lo)..=(s.table, s.hi)) {
+        if s.seen.iter().any(|&(k, _)| k == key) {
+            continue;
+        }
+        match vs.first_key_value() {
+            Some((&v, &(i, WriteKind::Insert))) if i != init => {
+                if i != t {
+                    adj[t].push(Edge {
+                        to: i,
+                        kind: EdgeKind::Rw,
+                        table,
+                        key,
+                        version: v,
+                    });
+                }
+            }
+            _ => anomalies.push(|| {
+                format!(
+                    "{} scanned t{}:[{}..={}] and did not meet t{}:{key}, which existed from the start",
+                    name_of(h, t),
+                    s.table.0,
+                    s.lo,
+                    s.hi,
+                    s.table.0
+                )
+            }),
+        }
+    }
 }
 
 /// Finds a cycle with an iterative depth-first search, or returns a topological order.
@@ -364,7 +685,10 @@ fn find_cycle(g: &Graph) -> Result<Vec<usize>, Vec<(usize, Edge)>> {
 /// Checks a history.
 pub fn check(h: &[TxnRecord], mode: Mode) -> Verdict {
     let Mode::Serializable = mode;
-    let mut anomalies = Vec::new();
+    let mut anomalies = Anomalies {
+        listed: Vec::new(),
+        total: 0,
+    };
     let g = build(h, &mut anomalies);
     let mut edges = BTreeMap::new();
     for e in g.adj.iter().flatten() {
@@ -379,8 +703,38 @@ pub fn check(h: &[TxnRecord], mode: Mode) -> Verdict {
         aborted: h.iter().filter(|r| r.aborted.is_some()).count(),
         edges,
         cycle,
-        anomalies,
+        anomalies: anomalies.listed,
+        anomalies_total: anomalies.total,
         order,
+    }
+}
+
+fn op_text(op: &HistOp) -> String {
+    match op {
+        HistOp::Read {
+            table,
+            key,
+            version,
+            tag,
+            intact,
+        } => format!(
+            "r t{}:{key}@{version}={tag:#x}{}",
+            table.0,
+            if *intact { "" } else { "(torn)" }
+        ),
+        HistOp::Write {
+            table,
+            key,
+            version,
+            kind,
+        } => format!("{} t{}:{key}@{version}", kind_name(*kind), table.0),
+        HistOp::Scan(s) => format!(
+            "s t{}:[{}..={}] {} keys",
+            s.table.0,
+            s.lo,
+            s.hi,
+            s.seen.len()
+        ),
     }
 }
 
@@ -402,15 +756,13 @@ pub fn render(h: &[TxnRecord], v: &Verdict) -> String {
     for a in &v.anomalies {
         let _ = writeln!(o, "anomaly: {a}");
     }
-    let name = |t: usize| {
-        if t == h.len() {
-            "T(initial state)".to_string()
-        } else if h[t].attempt > 1 {
-            format!("T{}#{}", h[t].id, h[t].attempt)
-        } else {
-            format!("T{}", h[t].id)
-        }
-    };
+    if v.anomalies_total > v.anomalies.len() {
+        let _ = writeln!(
+            o,
+            "... and {} more anomalies",
+            v.anomalies_total - v.anomalies.len()
+        );
+    }
     if let Some(c) = &v.cycle {
         let _ = writeln!(
             o,
@@ -421,57 +773,26 @@ pub fn render(h: &[TxnRecord], v: &Verdict) -> String {
             let ops = if *t == h.len() {
                 "loaded every record at version 1".to_string()
             } else {
-                h[*t]
-                    .ops
-                    .iter()
-                    .map(|op| match op {
-                        HistOp::Read {
-                            table,
-                            key,
-                            version,
-                        } => format!("r t{}:{key}@{version}", table.0),
-                        HistOp::Write {
-                            table,
-                            key,
-                            version,
-                        } => format!("w t{}:{key}@{version}", table.0),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                h[*t].ops.iter().map(op_text).collect::<Vec<_>>().join(" ")
             };
             let why = match e.kind {
-                EdgeKind::Ww => format!(
-                    "installed t{}:{} v{} that {} overwrote",
-                    e.table.0,
-                    e.key,
-                    e.version,
-                    name(e.to)
-                ),
-                EdgeKind::Wr => format!(
-                    "installed t{}:{} v{} that {} read",
-                    e.table.0,
-                    e.key,
-                    e.version,
-                    name(e.to)
-                ),
-                EdgeKind::Rw => format!(
-                    "read t{}:{} v{} that {} overwrote",
-                    e.table.0,
-                    e.key,
-                    e.version,
-                    name(e.to)
-                ),
-            };
+                EdgeKind::Ww => "installed {} v{} that {} overwrote",
+                EdgeKind::Wr => "installed {} v{} that {} read",
+                EdgeKind::Rw => "read {} v{} that {} overwrote",
+            }
+            .replacen("{}", &format!("t{}:{}", e.table.0, e.key), 1)
+            .replacen("{}", &e.version.to_string(), 1)
+            .replacen("{}", &name_of(h, e.to), 1);
             let _ = writeln!(
                 o,
                 "  {} [{}]\n    -{}-> because it {}",
-                name(*t),
+                name_of(h, *t),
                 ops,
                 e.kind.name(),
                 why
             );
         }
-    } else if v.anomalies.is_empty() {
+    } else if v.anomalies_total == 0 {
         let _ = writeln!(o, "serializable");
     } else {
         let _ = writeln!(o, "NOT serializable: anomalies above");
@@ -480,45 +801,41 @@ pub fn render(h: &[TxnRecord], v: &Verdict) -> String {
 }
 
 /// The history as an Elle/adya rw-register history (JSON lines) and the engine's order
-/// file (`--transaction-order`). Keys are `table << 40 | key`; a value is the version
-/// installed; reads of the loaded version 1 are the initial `nil`. Each attempt is an
-/// `invoke` at its start and an `ok`/`fail` at its end on its co-routine's process. The
-/// order lists committed transactions in an order consistent with every record's version
-/// order (a topological order of the ww edges).
+/// file (`--transaction-order`). Keys are `table << 40 | key`; a value is the tag of the
+/// attempt that wrote it (what readers actually found); reads of loaded values are the
+/// initial `nil`. The rw-register model covers reads and writes only: deletes and scans
+/// (and phantoms) are checked by ours alone. Each attempt is an `invoke` at its start and
+/// an `ok`/`fail` at its end on its co-routine's process. The order lists committed
+/// transactions in an order consistent with every record's version order (a topological
+/// order of the ww edges).
 pub fn to_adya(h: &[TxnRecord]) -> (String, String) {
     let key = |t: TableId, k: u64| ((t.0 as u64) << 40) | k;
-    let value = |v: u64| {
-        if v == INITIAL_VERSION {
+    let value = |tag: u64| {
+        if tag == LOADER_TAG {
             Value::Null
         } else {
-            json!(v)
+            json!(tag)
         }
     };
     let mops = |r: &TxnRecord, completed: bool| -> Value {
         Value::Array(
             r.ops
                 .iter()
-                .map(|op| match *op {
+                .filter_map(|op| match *op {
                     HistOp::Read {
-                        table,
-                        key: k,
-                        version,
-                    } => {
-                        json!([
-                            "r",
-                            key(table, k),
-                            if completed {
-                                value(version)
-                            } else {
-                                Value::Null
-                            }
-                        ])
-                    }
+                        table, key: k, tag, ..
+                    } => Some(json!([
+                        "r",
+                        key(table, k),
+                        if completed { value(tag) } else { Value::Null }
+                    ])),
                     HistOp::Write {
                         table,
                         key: k,
-                        version,
-                    } => json!(["w", key(table, k), version]),
+                        kind: WriteKind::Update | WriteKind::Insert,
+                        ..
+                    } => Some(json!(["w", key(table, k), r.tag])),
+                    _ => None,
                 })
                 .collect(),
         )
@@ -547,7 +864,10 @@ pub fn to_adya(h: &[TxnRecord]) -> (String, String) {
         lines.push('\n');
     }
     // Committed transactions ordered by the ww edges (Kahn's algorithm, ties by end time).
-    let mut anomalies = Vec::new();
+    let mut anomalies = Anomalies {
+        listed: Vec::new(),
+        total: 0,
+    };
     let g = build(h, &mut anomalies);
     let n = h.len();
     let mut indeg = vec![0usize; n + 1];
@@ -598,116 +918,4 @@ pub fn to_adya(h: &[TxnRecord]) -> (String, String) {
         pos += 1;
     }
     (lines, Value::Object(order).to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(id: u64, ops: &[HistOp]) -> TxnRecord {
-        TxnRecord {
-            id,
-            coord: id as u32,
-            attempt: 1,
-            aborted: None,
-            start_ns: id * 10,
-            end_ns: id * 10 + 5,
-            ops: ops.to_vec(),
-        }
-    }
-    const T: TableId = TableId(0);
-    fn r(key: u64, version: u64) -> HistOp {
-        HistOp::Read {
-            table: T,
-            key,
-            version,
-        }
-    }
-    fn w(key: u64, version: u64) -> HistOp {
-        HistOp::Write {
-            table: T,
-            key,
-            version,
-        }
-    }
-
-    #[test]
-    fn checker_accepts_a_serial_history_and_orders_it() {
-        let h = vec![
-            rec(1, &[r(1, 1), w(1, 2)]),
-            rec(2, &[r(1, 2), w(1, 3), r(2, 1)]),
-            rec(3, &[r(2, 1)]),
-        ];
-        let v = check(&h, Mode::Serializable);
-        assert!(v.ok(), "{}", render(&h, &v));
-        assert_eq!(
-            v.order.iter().position(|&t| t == 0) < v.order.iter().position(|&t| t == 1),
-            true
-        );
-        assert!(render(&h, &v).contains("serializable"));
-    }
-
-    #[test]
-    fn checker_finds_write_skew_and_prints_the_cycle() {
-        // Each reads both keys at version 1 and writes a different one: rw edges both ways.
-        let h = vec![
-            rec(1, &[r(1, 1), r(2, 1), w(1, 2)]),
-            rec(2, &[r(1, 1), r(2, 1), w(2, 2)]),
-        ];
-        let v = check(&h, Mode::Serializable);
-        let c = v.cycle.as_ref().expect("write skew is a cycle");
-        assert_eq!(c.len(), 2);
-        assert!(c.iter().all(|(_, e)| e.kind == EdgeKind::Rw));
-        let text = render(&h, &v);
-        assert!(
-            text.contains("NOT serializable")
-                && text.contains("-rw->")
-                && text.contains("T1")
-                && text.contains("T2"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn checker_finds_a_lost_update_and_reads_of_uninstalled_versions() {
-        let lost = vec![rec(1, &[r(5, 1), w(5, 2)]), rec(2, &[r(5, 1), w(5, 3)])];
-        assert!(check(&lost, Mode::Serializable).cycle.is_some());
-        let dirty = vec![rec(1, &[r(5, 4)])];
-        let v = check(&dirty, Mode::Serializable);
-        assert!(!v.ok() && v.anomalies[0].contains("no committed transaction installed"));
-        let twice = vec![rec(1, &[w(5, 2)]), rec(2, &[w(5, 2)])];
-        assert!(check(&twice, Mode::Serializable).anomalies[0].contains("installed twice"));
-    }
-
-    #[test]
-    fn aborted_transactions_add_no_edges_and_history_lines_round_trip() {
-        let mut a = rec(3, &[r(1, 1), w(1, 2)]);
-        a.aborted = Some("lock_busy".into());
-        let h = vec![rec(1, &[r(1, 1), w(1, 2)]), a];
-        let v = check(&h, Mode::Serializable);
-        assert!(v.ok(), "{}", render(&h, &v));
-        let text: String = h.iter().map(|r| r.to_json_line() + "\n").collect();
-        assert_eq!(parse(&text).unwrap(), h);
-        let e = parse("{\"id\":1}\n").unwrap_err();
-        assert!(e.contains("line 1") && e.contains("status"), "{e}");
-        assert!(parse("not json").unwrap_err().contains("line 1: not JSON"));
-    }
-
-    #[test]
-    fn adya_export_pairs_invocations_and_orders_writes_by_version() {
-        let h = vec![rec(1, &[r(1, 1), w(1, 2)]), rec(2, &[r(1, 2), w(1, 3)])];
-        let (lines, order) = to_adya(&h);
-        let ops: Vec<Value> = lines
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert_eq!(ops.len(), 4);
-        assert_eq!(ops[0]["type"], "invoke");
-        assert_eq!(ops[1]["type"], "ok");
-        assert_eq!(ops[1]["value"][0], json!(["r", 1, null]));
-        assert_eq!(ops[3]["value"][0], json!(["r", 1, 2]));
-        let order: Value = serde_json::from_str(&order).unwrap();
-        assert_eq!(order["1"], 0);
-        assert_eq!(order["3"], 1);
-    }
 }

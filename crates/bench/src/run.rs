@@ -17,6 +17,7 @@ use atoll_protocols::{Mvcc, NoWait, Occ, ProtocolKind, Sundial, WaitDie};
 use atoll_storage::{Catalog, Store};
 use atoll_txn::handler::StoreHandler;
 use atoll_txn::{Abort, Coordinator, Protocol, Stage, Txn, TxnConfig};
+use atoll_workloads::cycle::Cycle;
 use atoll_workloads::smallbank::SmallBank;
 use atoll_workloads::ycsb::Ycsb;
 use atoll_workloads::{Workload, WorkloadKind};
@@ -69,15 +70,30 @@ pub fn run_protocol<P: Protocol>(
             Ycsb::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
             progress,
         ),
+        WorkloadKind::Cycle => run_with::<Cycle, P>(
+            cfg,
+            Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            progress,
+        ),
     })
 }
 
 /// What the co-routines of one worker share.
-struct WorkerShared {
+struct WorkerShared<W: Workload> {
     stats: RefCell<WorkerStats>,
     live: std::cell::Cell<usize>,
     history: RefCell<Vec<TxnRecord>>,
+    ledger: RefCell<W::Ledger>,
 }
+
+/// What every worker hands over when its last co-routine ends.
+type Finished<W> = Arc<
+    Mutex<(
+        Vec<WorkerStats>,
+        Vec<TxnRecord>,
+        Vec<<W as Workload>::Ledger>,
+    )>,
+>;
 
 /// What every co-routine of the run shares.
 struct RunShared<W> {
@@ -169,8 +185,7 @@ fn run_with<W: Workload, P: Protocol>(
         interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
     });
     let types = shared.w.txn_types().len();
-    let finished: Arc<Mutex<(Vec<WorkerStats>, Vec<TxnRecord>)>> =
-        Arc::new(Mutex::new((Vec::new(), Vec::new())));
+    let finished: Finished<W> = Arc::new(Mutex::new((Vec::new(), Vec::new(), Vec::new())));
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     let mut lines = Vec::new();
     let mut sim = None;
@@ -180,10 +195,11 @@ fn run_with<W: Workload, P: Protocol>(
     std::thread::scope(|s| {
         let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
         let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
-            let ws = Rc::new(WorkerShared {
+            let ws = Rc::new(WorkerShared::<W> {
                 stats: RefCell::new(WorkerStats::new(types)),
                 live: (cfg.coroutines as usize).into(),
                 history: RefCell::new(Vec::new()),
+                ledger: RefCell::new(W::Ledger::default()),
             });
             (0..cfg.coroutines as u32)
                 .map(|k| {
@@ -228,10 +244,15 @@ fn run_with<W: Workload, P: Protocol>(
         drop(tx_iv);
         lines = printer.join().expect("progress thread panicked");
     });
-    let (stats, mut history) = std::mem::take(&mut *finished.lock().expect("no poisoned stats"));
+    let (stats, mut history, ledgers) =
+        std::mem::take(&mut *finished.lock().expect("no poisoned stats"));
     history.sort_by_key(|r| (r.end_ns, r.id));
+    let mut ledger = W::Ledger::default();
+    for l in ledgers {
+        shared.w.merge(&mut ledger, l);
+    }
     let mut report = assemble::<W, P>(
-        cfg, &shared, &stores, stats, lines, load_s, wall, os_threads, sim,
+        cfg, &shared, &stores, stats, &ledger, lines, load_s, wall, os_threads, sim,
     );
     report.sim_wall_s = sim_wall_s;
     if stuck > 0 {
@@ -289,11 +310,11 @@ fn collect_progress(
 
 async fn coroutine<W: Workload, P: Protocol>(
     run: Arc<RunShared<W>>,
-    ws: Rc<WorkerShared>,
+    ws: Rc<WorkerShared<W>>,
     ep: Endpoint,
     id: u32,
     progress: mpsc::Sender<Interval>,
-    finished: Arc<Mutex<(Vec<WorkerStats>, Vec<TxnRecord>)>>,
+    finished: Finished<W>,
 ) {
     let nodes = run.cfg.nodes;
     let home = ep.node();
@@ -309,7 +330,7 @@ async fn coroutine<W: Workload, P: Protocol>(
         let (ty, input) = run.w.generate(&mut rng, nodes, home);
         let mut attempts = 0;
         let mut first_ts = None;
-        let outcome: Result<(i64, [u64; Stage::COUNT]), Abort> = loop {
+        let outcome: Result<(W::Effect, [u64; Stage::COUNT]), Abort> = loop {
             attempts += 1;
             let attempt_start_ns = c.now_ns();
             let mut tx = match first_ts {
@@ -324,9 +345,13 @@ async fn coroutine<W: Workload, P: Protocol>(
                     Err(a)
                 }
             };
+            if r.is_ok() && tx.core.torn_reads() > 0 {
+                ws.stats.borrow_mut().committed_torn_reads += 1;
+            }
             if run.cfg.record_history {
                 let rec = TxnRecord {
                     id: tx.core.ts.0,
+                    tag: tx.core.tag,
                     coord: id,
                     attempt: attempts,
                     aborted: r.as_ref().err().map(|a| a.name().to_string()),
@@ -361,7 +386,7 @@ async fn coroutine<W: Workload, P: Protocol>(
             let mut st = ws.stats.borrow_mut();
             match outcome {
                 Ok((effect, stages)) => {
-                    st.effect += effect;
+                    run.w.record(&mut ws.ledger.borrow_mut(), effect);
                     st.committed_all += 1;
                     if measured {
                         st.committed[ty] += 1;
@@ -403,14 +428,15 @@ async fn coroutine<W: Workload, P: Protocol>(
         let mut f = finished.lock().expect("stats lock");
         f.0.push(st.clone());
         f.1.append(&mut ws.history.borrow_mut());
+        f.2.push(std::mem::take(&mut *ws.ledger.borrow_mut()));
     }
 }
 
 /// Per-transaction bookkeeping of a worker's clock: counter snapshots at the window edges
 /// and progress intervals.
-fn tick<W>(
+fn tick<W: Workload>(
     run: &RunShared<W>,
-    ws: &WorkerShared,
+    ws: &WorkerShared<W>,
     ep: &Endpoint,
     now: u64,
     progress: &mpsc::Sender<Interval>,
@@ -443,6 +469,7 @@ fn assemble<W: Workload, P: Protocol>(
     run: &RunShared<W>,
     stores: &[Arc<Store>],
     stats: Vec<WorkerStats>,
+    ledger: &W::Ledger,
     progress: Vec<ProgressLine>,
     load_s: f64,
     wall: Instant,
@@ -544,10 +571,17 @@ fn assemble<W: Workload, P: Protocol>(
         round_trips_per_txn: per_txn(verbs.round_trips),
         rpcs_served: verbs.rpcs_served,
     };
-    let checks: Vec<CheckReport> = run
-        .w
-        .check(stores, all.effect)
-        .into_iter()
+    let torn = atoll_workloads::CheckResult {
+        name: "txn.no_torn_read_committed".into(),
+        passed: all.committed_torn_reads == 0,
+        detail: format!(
+            "{} committed transactions had read a payload that failed its check word (torn, or another record's)",
+            all.committed_torn_reads
+        ),
+    };
+    let checks: Vec<CheckReport> = std::iter::once(torn)
+        .chain(atoll_workloads::storage_checks(stores))
+        .chain(run.w.check(stores, ledger))
         .map(|c| CheckReport {
             name: c.name,
             passed: c.passed,

@@ -47,8 +47,8 @@ pub struct WorkerStats {
     pub gave_up: u64,
     /// Stage time of committed transactions (their final attempt), summed.
     pub stage_ns: [u64; Stage::COUNT],
-    /// Net effect of every committed transaction, warm-up included (for the checks).
-    pub effect: i64,
+    /// Committed transactions (warm-up included) that had read a payload failing its check.
+    pub committed_torn_reads: u64,
     /// Committed transactions over the whole run, warm-up included.
     pub committed_all: u64,
     pub verbs_at_start: Option<VerbCounters>,
@@ -65,7 +65,7 @@ impl WorkerStats {
             user_aborted: vec![0; types],
             gave_up: 0,
             stage_ns: [0; Stage::COUNT],
-            effect: 0,
+            committed_torn_reads: 0,
             committed_all: 0,
             verbs_at_start: None,
             verbs_at_end: None,
@@ -111,7 +111,7 @@ impl WorkerStats {
         for s in 0..Stage::COUNT {
             self.stage_ns[s] += o.stage_ns[s];
         }
-        self.effect += o.effect;
+        self.committed_torn_reads += o.committed_torn_reads;
         self.committed_all += o.committed_all;
     }
 }

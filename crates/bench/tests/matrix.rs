@@ -1,5 +1,5 @@
 //! The concurrency matrix: every protocol × {one-sided, rpc, mixed plans} × {SmallBank,
-//! YCSB} on 2 nodes × 2 threads × 4 co-routines under high contention, with the invariant
+//! YCSB, Cycle} on 2 nodes × 2 threads × 4 co-routines under high contention, with the invariant
 //! checks clean and the expected abort reasons counted.
 
 use atoll_bench::{run, RunConfig};
@@ -22,6 +22,12 @@ fn params(w: WorkloadKind) -> Params {
             ("write_fraction", "0.5"),
             ("ops_per_txn", "4"),
             ("compute_us", "1"),
+        ],
+        WorkloadKind::Cycle => &[
+            ("pairs", "8"),
+            ("record_words", "4"),
+            ("ranges", "2"),
+            ("range_keys", "8"),
         ],
     };
     kv.iter()

@@ -25,9 +25,9 @@ const THREADS: u16 = 2;
 const COROUTINES: u16 = 4;
 const DURATION_S: f64 = 0.002;
 const WARMUP_S: f64 = 0.0005;
-/// 125 seeds x 2 workloads x 4 plans = 1,000 runs per protocol, with faults, on every run
+/// 84 seeds x 3 workloads x 4 plans = 1,008 runs per protocol, with faults, on every run
 /// of the suite.
-const SEEDS_PER_COMBINATION: u64 = 125;
+const SEEDS_PER_COMBINATION: u64 = 84;
 const FAULTS: &str = "spikes=3,spike_us=50,spike_len_us=300,pauses=2,pause_us=200";
 
 fn knobs(w: WorkloadKind) -> &'static [(&'static str, &'static str)] {
@@ -44,6 +44,12 @@ fn knobs(w: WorkloadKind) -> &'static [(&'static str, &'static str)] {
             ("write_fraction", "0.4"),
             ("ops_per_txn", "4"),
             ("compute_us", "1"),
+        ],
+        WorkloadKind::Cycle => &[
+            ("pairs", "6"),
+            ("record_words", "3"),
+            ("ranges", "2"),
+            ("range_keys", "8"),
         ],
     }
 }
@@ -114,7 +120,7 @@ fn history_dir() -> std::path::PathBuf {
 }
 
 fn save_history(r: &Report, name: &str) {
-    let text: String = r.history.iter().map(|t| t.to_json_line() + "\n").collect();
+    let text = history::to_text(&r.history);
     std::fs::write(history_dir().join(format!("{name}.jsonl")), text).unwrap();
 }
 

@@ -8,11 +8,13 @@
 //!   raised to `ctts` so no writer can slip in below the reader; the double read makes a
 //!   one-sided read atomic. No kept version old enough: `SlotOverflow`.
 //! - fetch, records to write: lock (CAS + READ of the whole record), freeze `RTS`, then
-//!   check Cond W1 (`ctts` above the newest `wts` and above `RTS`) — after the lock, so no
+//!   check Cond W1 (`ctts` above the newest `wts`, and above `RTS` unless this transaction
+//!   raised `RTS` itself by reading the record first) — after the lock, so no
 //!   reader or writer can change them meanwhile; a failure aborts (`ValidationFailed`);
 //! - commit: lock blind writes and upgrades (same checks) → log → write back: the current
-//!   version moves into the oldest slot, the new one gets `wts = ctts` (+ release) →
-//!   release. There is no validation stage: the timestamp order is the serial order.
+//!   version is copied into the oldest slot and the new one written in place, each slot
+//!   marked `WTS_WRITING` while its payload changes (`atoll_txn::mvcc::install_steps`), the
+//!   new one with `wts = ctts` (+ release) → release. There is no validation stage: the timestamp order is the serial order.
 //!
 //! Every co-routine's clock moves past the timestamps it sees in tuples (RCC's clock
 //! adjustment), so versions stay within reach of the slots.
@@ -33,7 +35,9 @@ async fn lock_for_write(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abor
         if e.locked {
             let seen = e.wts.max(e.rts);
             tx.c.observe_ts(seen);
-            if r.is_ok() && !(ctts > tx.entries[i].wts && ctts > tx.entries[i].rts) {
+            // `RTS == ctts` is this transaction's own read (timestamps are unique): a
+            // read-then-write of one record may go on.
+            if r.is_ok() && !(ctts > tx.entries[i].wts && ctts >= tx.entries[i].rts) {
                 r = Err(Abort::ValidationFailed);
             }
         }

@@ -20,7 +20,20 @@
 //! | 5    | `KEY`     | the record's key, so a cached location can be verified             |
 //!
 //! After the payload, MVCC keeps `version_slots - 1` older versions, each
-//! `[wts, version, payload]` (see [`TableLayout::old_slot_offset`]).
+//! `[wts, version, payload]` (see [`TableLayout::old_slot_offset`]). A slot (the current
+//! version's `WTS`, or an old slot's `wts`) holding [`WTS_WRITING`] is being overwritten
+//! and holds no version a reader may choose.
+//!
+//! Payload: the engine owns its first [`ENGINE_PAYLOAD_WORDS`] words in every table, so
+//! every read can be checked and every history carries the values actually read:
+//!
+//! | word | name      | meaning                                                            |
+//! |------|-----------|--------------------------------------------------------------------|
+//! | 0    | `P_TAG`   | the writer: the attempt's tag ([`LOADER_TAG`] for loaded records)  |
+//! | 1    | `P_CHECK` | [`payload_check`] of table, key, tag and the workload's words       |
+//!
+//! A payload whose check word does not match was torn (words of several writes) or
+//! belongs to another record.
 //!
 //! Index slot (2 words): `key`, then `meta` = 0 empty, 1 tombstone, `2 + record index` used.
 //! Writers publish `key` before `meta`, so a reader that sees a used `meta` sees its key.
@@ -51,6 +64,55 @@ const _: () = {
     assert!(H_WTS < H_AUX && H_AUX < H_KEY && H_KEY < HEADER_WORDS);
     assert!(GROUP_WORDS == GROUP_SLOTS * SLOT_WORDS && GROUP_WORDS * 8 == 128);
 };
+
+/// Payload words the engine owns in every record (counted in the record's size).
+pub const ENGINE_PAYLOAD_WORDS: u32 = 2;
+pub const P_TAG: u32 = 0;
+pub const P_CHECK: u32 = 1;
+/// The tag of records written by a workload's loader (the initial state).
+pub const LOADER_TAG: u64 = 0;
+
+/// Marks a version slot whose payload is being overwritten: written to the slot's `wts`
+/// before its payload and replaced by the real `wts` after it, so a reader that chooses
+/// versions by `wts < ctts` never chooses a half-written slot (and a double read that
+/// straddles the write sees the `wts` word change).
+pub const WTS_WRITING: u64 = u64::MAX;
+
+/// The check word of a payload: a hash of where it belongs, who wrote it and what it says.
+#[inline]
+pub fn payload_check(table: TableId, key: u64, tag: u64, user: &[u64]) -> u64 {
+    const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = hash_key(key ^ ((table.0 as u64) << 48)) ^ tag.wrapping_mul(MIX);
+    for &w in user {
+        h = (h ^ w).wrapping_mul(MIX).rotate_left(27);
+    }
+    hash_key(h)
+}
+
+/// A whole payload for `user` words written by `tag`: tag, check word, then the words.
+pub fn seal(table: TableId, key: u64, tag: u64, user: &[u64], out: &mut Vec<u64>) {
+    out.clear();
+    out.reserve(ENGINE_PAYLOAD_WORDS as usize + user.len());
+    out.push(tag);
+    out.push(payload_check(table, key, tag, user));
+    out.extend_from_slice(user);
+}
+
+/// Whether a whole payload (as stored) is one write's, for record `(table, key)`.
+#[inline]
+pub fn payload_intact(table: TableId, key: u64, payload: &[u64]) -> bool {
+    payload.len() >= ENGINE_PAYLOAD_WORDS as usize
+        && payload[P_CHECK as usize]
+            == payload_check(
+                table,
+                key,
+                payload[P_TAG as usize],
+                &payload[ENGINE_PAYLOAD_WORDS as usize..],
+            )
+}
+
+/// The version of every record a loader or an insert into a fresh slot creates.
+pub const INITIAL_VERSION: u64 = 1;
 
 /// Set in the version word of a record slot that holds no live record.
 pub const VERSION_ABSENT: u64 = 1 << 63;
@@ -96,6 +158,7 @@ impl std::fmt::Debug for Partition {
 #[derive(Clone, Debug)]
 pub struct TableSpec {
     pub name: String,
+    /// The workload's words per record (the engine adds [`ENGINE_PAYLOAD_WORDS`]).
     pub payload_words: u32,
     /// Record slots on each node (inserts beyond it fail with `StoreError::Full`).
     pub capacity_per_node: u32,
@@ -114,6 +177,7 @@ pub struct TableLayout {
     pub record_words: u32,
     /// Header plus current payload: what a READ of the tuple fetches.
     pub tuple_words: u32,
+    /// Stored payload words: the engine's words, then the workload's.
     pub payload_words: u32,
     /// Versions kept per record (1 unless the protocol is multi-version).
     pub version_slots: u32,
@@ -138,9 +202,10 @@ impl TableLayout {
             .next_power_of_two();
         let index_groups = (slots / GROUP_SLOTS as u64) as u32;
         let records_base = index_groups * GROUP_WORDS;
-        let tuple_words = HEADER_WORDS + spec.payload_words;
+        let payload_words = spec.payload_words + ENGINE_PAYLOAD_WORDS;
+        let tuple_words = HEADER_WORDS + payload_words;
         let record_words =
-            tuple_words + (version_slots - 1) * (OLD_SLOT_HEADER_WORDS + spec.payload_words);
+            tuple_words + (version_slots - 1) * (OLD_SLOT_HEADER_WORDS + payload_words);
         let total = records_base as u64 + spec.capacity_per_node as u64 * record_words as u64;
         assert!(
             total < u32::MAX as u64,
@@ -152,7 +217,7 @@ impl TableLayout {
             records_base,
             record_words,
             tuple_words,
-            payload_words: spec.payload_words,
+            payload_words,
             version_slots,
             capacity: spec.capacity_per_node,
         }
@@ -395,10 +460,29 @@ mod tests {
         assert_eq!(c.table_by_name("item"), Some(item));
         // Layouts: index groups first, then records of header + payload.
         let l = c.layout(range);
-        assert_eq!(l.record_words, HEADER_WORDS + 3);
+        assert_eq!(l.record_words, HEADER_WORDS + ENGINE_PAYLOAD_WORDS + 3);
         assert_eq!(l.record_offset(0), l.index_groups * GROUP_WORDS);
         assert_eq!(l.record_index(l.record_offset(7)), 7);
         assert!(l.index_groups * GROUP_SLOTS >= 2 * l.capacity);
+    }
+
+    #[test]
+    fn a_payload_check_catches_torn_misplaced_and_retagged_payloads() {
+        let t = TableId(1);
+        let mut p = Vec::new();
+        seal(t, 7, 42, &[1, 2, 3], &mut p);
+        assert!(payload_intact(t, 7, &p));
+        assert!(!payload_intact(t, 8, &p), "another key's payload");
+        assert!(
+            !payload_intact(TableId(2), 7, &p),
+            "another table's payload"
+        );
+        let mut torn = p.clone();
+        torn[4] = 9;
+        assert!(!payload_intact(t, 7, &torn), "a word of another write");
+        let mut retagged = p.clone();
+        retagged[P_TAG as usize] = 43;
+        assert!(!payload_intact(t, 7, &retagged), "another writer's tag");
     }
 
     #[test]

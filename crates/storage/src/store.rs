@@ -14,9 +14,25 @@ use std::sync::Arc;
 /// Why a store operation could not be done.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreError {
-    Duplicate { table: String, key: u64 },
-    Full { table: String, capacity: u32 },
-    NotHere { table: String, key: u64, node: u16 },
+    Duplicate {
+        table: String,
+        key: u64,
+    },
+    Full {
+        table: String,
+        capacity: u32,
+    },
+    NotHere {
+        table: String,
+        key: u64,
+        node: u16,
+    },
+    /// A deleted record being revived is locked for a moment by a coordinator holding a
+    /// stale location: retry.
+    Busy {
+        table: String,
+        key: u64,
+    },
 }
 
 impl std::fmt::Display for StoreError {
@@ -29,6 +45,12 @@ impl std::fmt::Display for StoreError {
                 write!(
                     f,
                     "table {table}: all {capacity} record slots of this node are used"
+                )
+            }
+            StoreError::Busy { table, key } => {
+                write!(
+                    f,
+                    "table {table}: key {key}'s deleted record is briefly locked"
                 )
             }
             StoreError::NotHere { table, key, node } => {
@@ -87,8 +109,9 @@ impl Store {
         self.memory.region(RegionId(t.0))
     }
 
-    /// Finds `key`'s record slot through the hash index.
-    pub fn lookup(&self, t: TableId, key: u64) -> Option<u32> {
+    /// Finds `key`'s record slot through the hash index, live or deleted (a deleted key
+    /// keeps its slot, so a re-insert continues its version sequence).
+    fn find_slot(&self, t: TableId, key: u64) -> Option<u32> {
         let layout = self.catalog.layout(t);
         let region = self.region(t);
         let mut group = layout.home_group(key);
@@ -104,20 +127,32 @@ impl Store {
         None
     }
 
-    /// Inserts a live, unlocked record with version 1.
-    pub fn insert(&self, t: TableId, key: u64, payload: &[u64]) -> Result<u32, StoreError> {
-        self.insert_locked(t, key, payload, 0)
+    /// Finds `key`'s live record slot through the hash index.
+    pub fn lookup(&self, t: TableId, key: u64) -> Option<u32> {
+        let idx = self.find_slot(t, key)?;
+        let off = self.catalog.layout(t).record_offset(idx) as usize;
+        (self.region(t).load(off + H_VERSION as usize) & VERSION_ABSENT == 0).then_some(idx)
     }
 
-    /// Inserts a live record with version 1 whose lock word is `lock` (0 for free): a
-    /// transaction inserts its records locked and frees them with its other writes.
+    /// Loads a live, unlocked record of the workload's words `user`, written by
+    /// [`LOADER_TAG`] (the initial state), at version [`INITIAL_VERSION`].
+    pub fn insert(&self, t: TableId, key: u64, user: &[u64]) -> Result<u32, StoreError> {
+        let mut payload = Vec::new();
+        seal(t, key, LOADER_TAG, user, &mut payload);
+        self.insert_locked(t, key, &payload, 0).map(|(idx, _)| idx)
+    }
+
+    /// Inserts a live record with a whole stored `payload` (engine words included) whose
+    /// lock word is `lock` (0 for free): a transaction inserts its records locked and frees
+    /// them with its other writes. A key deleted before gets its old slot back, at the
+    /// version after its deletion's. Returns the slot and the version installed.
     pub fn insert_locked(
         &self,
         t: TableId,
         key: u64,
         payload: &[u64],
         lock: u64,
-    ) -> Result<u32, StoreError> {
+    ) -> Result<(u32, u64), StoreError> {
         let spec = self.catalog.spec(t);
         if !self.catalog.holds(t, key, self.node) {
             return Err(StoreError::NotHere {
@@ -129,18 +164,46 @@ impl Store {
         let layout = *self.catalog.layout(t);
         assert_eq!(
             payload.len(),
-            spec.payload_words as usize,
-            "table {}: payload of {} words",
+            layout.payload_words as usize,
+            "table {}: stored payload of {} words",
             spec.name,
             payload.len()
         );
         let shard = &self.shards[t.0 as usize];
         let mut next_free = shard.next_free.lock();
-        if self.lookup(t, key).is_some() {
-            return Err(StoreError::Duplicate {
-                table: spec.name.clone(),
-                key,
-            });
+        let region = self.region(t);
+        if let Some(idx) = self.find_slot(t, key) {
+            let off = layout.record_offset(idx) as usize;
+            let old = region.load(off + H_VERSION as usize);
+            if old & VERSION_ABSENT == 0 {
+                return Err(StoreError::Duplicate {
+                    table: spec.name.clone(),
+                    key,
+                });
+            }
+            // Revive the deleted record. A coordinator with a stale cached location may
+            // hold its lock for a moment (it releases on seeing it absent): take the lock
+            // by CAS so that release cannot free the inserter's lock.
+            if lock != 0 && region.cas(off + H_LOCK as usize, 0, lock) != 0 {
+                return Err(StoreError::Busy {
+                    table: spec.name.clone(),
+                    key,
+                });
+            }
+            for j in 0..layout.version_slots - 1 {
+                // Older versions of the previous incarnation are gone with it.
+                region.store(off + layout.old_slot_offset(j) as usize + 1, 0);
+            }
+            region.write_from(off + HEADER_WORDS as usize, payload);
+            region.store(off + H_RTS as usize, 0);
+            region.store(off + H_WTS as usize, 0);
+            region.store(off + H_AUX as usize, 0);
+            let version = (old & !VERSION_ABSENT) + 1;
+            region.store(off + H_VERSION as usize, version);
+            if let Some(o) = &shard.ordered {
+                o.lock().insert(key, idx as u64);
+            }
+            return Ok((idx, version));
         }
         if *next_free >= layout.capacity {
             return Err(StoreError::Full {
@@ -150,17 +213,15 @@ impl Store {
         }
         let idx = *next_free;
         *next_free += 1;
-        let region = self.region(t);
         let off = layout.record_offset(idx) as usize;
+        // The record is complete before the index names it.
         region.write_from(off + HEADER_WORDS as usize, payload);
         region.store(off + H_KEY as usize, key);
         region.store(off + H_RTS as usize, 0);
         region.store(off + H_WTS as usize, 0);
         region.store(off + H_AUX as usize, 0);
         region.store(off + H_LOCK as usize, lock);
-        region.store(off + H_VERSION as usize, 1);
-        // Publish in the index: first slot that is empty (tombstones are not reused, so a
-        // probe never stops early on a slot that once held this key).
+        region.store(off + H_VERSION as usize, INITIAL_VERSION);
         let mut group = layout.home_group(key);
         let mut placed = false;
         'probe: for _ in 0..layout.index_groups {
@@ -176,6 +237,8 @@ impl Store {
             }
             group = (group + 1) & (layout.index_groups - 1);
         }
+        // The index has twice as many slots as the table has records (`TableLayout`), and
+        // every key holds one index slot at most.
         assert!(
             placed,
             "table {}: hash index full with {} of {} records",
@@ -184,45 +247,42 @@ impl Store {
         if let Some(o) = &shard.ordered {
             o.lock().insert(key, idx as u64);
         }
-        Ok(idx)
+        Ok((idx, INITIAL_VERSION))
     }
 
-    /// Removes `key`: marks its record absent, tombstones its index slot, drops it from the
-    /// ordered index. Returns the freed slot. (Slots are not reused: a stale cached location
-    /// then still names a record whose header says absent.)
-    pub fn delete(&self, t: TableId, key: u64) -> Option<u32> {
+    /// Removes `key`: marks its record absent at the next version; the hash and ordered
+    /// indexes keep naming the slot, so a stale cached location
+    /// still finds the key's own record, absent, and a re-insert revives it. Returns the
+    /// slot and the version of the deletion.
+    pub fn delete(&self, t: TableId, key: u64) -> Option<(u32, u64)> {
         let layout = *self.catalog.layout(t);
         let shard = &self.shards[t.0 as usize];
         let _guard = shard.next_free.lock();
         let region = self.region(t);
-        let mut group = layout.home_group(key);
-        for _ in 0..layout.index_groups {
-            let g = layout.group_offset(group) as usize;
-            for s in 0..GROUP_SLOTS as usize {
-                let slot = g + s * SLOT_WORDS as usize;
-                let meta = region.load(slot + 1);
-                if meta == META_EMPTY {
-                    return None;
-                }
-                if meta >= META_USED_BASE && region.load(slot) == key {
-                    let idx = (meta - META_USED_BASE) as u32;
-                    let off = layout.record_offset(idx) as usize;
-                    let v = region.load(off + H_VERSION as usize);
-                    region.store(off + H_VERSION as usize, (v + 1) | VERSION_ABSENT);
-                    region.store(slot + 1, META_TOMBSTONE);
-                    if let Some(o) = &shard.ordered {
-                        o.lock().remove(key);
-                    }
-                    return Some(idx);
-                }
-            }
-            group = (group + 1) & (layout.index_groups - 1);
+        let idx = self.find_slot(t, key)?;
+        let off = layout.record_offset(idx) as usize;
+        let v = region.load(off + H_VERSION as usize);
+        if v & VERSION_ABSENT != 0 {
+            return None;
         }
-        None
+        // The ordered index keeps the key too: a scan then reports its absence with the
+        // version that made it absent (what the history checker needs for phantoms).
+        region.store(off + H_VERSION as usize, (v + 1) | VERSION_ABSENT);
+        Some((idx, v + 1))
     }
 
-    /// Up to `limit` `(key, record slot)` pairs with `lo <= key <= hi`, ascending, or
-    /// descending when `reverse`. Panics if the table keeps no ordered index.
+    /// The stored payload (engine words included) of slot `idx`.
+    pub fn read_payload(&self, t: TableId, idx: u32, out: &mut Vec<u64>) {
+        let layout = self.catalog.layout(t);
+        out.resize(layout.payload_words as usize, 0);
+        self.region(t).read_into(
+            layout.record_offset(idx) as usize + HEADER_WORDS as usize,
+            out,
+        );
+    }
+
+    /// Up to `limit` live `(key, record slot)` pairs with `lo <= key <= hi`, ascending,
+    /// or descending when `reverse`. Panics if the table keeps no ordered index.
     pub fn scan(
         &self,
         t: TableId,
@@ -232,20 +292,52 @@ impl Store {
         reverse: bool,
         out: &mut Vec<(u64, u32)>,
     ) {
+        let mut all = Vec::new();
+        self.scan_versions(t, lo, hi, limit, reverse, &mut all);
+        out.extend(
+            all.into_iter()
+                .filter(|(_, _, v)| v & VERSION_ABSENT == 0)
+                .map(|(k, idx, _)| (k, idx)),
+        );
+    }
+
+    /// Like [`Store::scan`], with each key's version word, and with the deleted keys met on
+    /// the way (their version has [`VERSION_ABSENT`]): up to `limit` live keys.
+    pub fn scan_versions(
+        &self,
+        t: TableId,
+        lo: u64,
+        hi: u64,
+        limit: usize,
+        reverse: bool,
+        out: &mut Vec<(u64, u32, u64)>,
+    ) {
         let Some(o) = &self.shards[t.0 as usize].ordered else {
             panic!(
                 "table {} has no ordered index to scan",
                 self.catalog.spec(t).name
             );
         };
+        let layout = self.catalog.layout(t);
+        let region = self.region(t);
         let mut pairs = Vec::new();
         let o = o.lock();
+        // Deleted keys do not count towards the limit, so the range is read whole.
         if reverse {
-            o.range_rev(lo, hi, limit, &mut pairs);
+            o.range_rev(lo, hi, usize::MAX, &mut pairs);
         } else {
-            o.range(lo, hi, limit, &mut pairs);
+            o.range(lo, hi, usize::MAX, &mut pairs);
         }
-        out.extend(pairs.into_iter().map(|(k, v)| (k, v as u32)));
+        let mut live = 0;
+        for (k, idx) in pairs {
+            if live >= limit {
+                break;
+            }
+            let idx = idx as u32;
+            let v = region.load(layout.record_offset(idx) as usize + H_VERSION as usize);
+            live += (v & VERSION_ABSENT == 0) as usize;
+            out.push((k, idx, v));
+        }
     }
 
     /// Reads a whole tuple (header and payload) of slot `idx`.
@@ -324,11 +416,39 @@ mod tests {
                     GroupProbe::Continue => g = (g + 1) & (layout.index_groups - 1),
                 }
             };
-            assert_eq!(found, model.get(&key).copied(), "one-sided probe of {key}");
+            // A deleted key keeps its slot, whose record says absent.
+            let live = found.filter(|&i| {
+                let off = layout.record_offset(i) as usize + H_VERSION as usize;
+                s.region(t).load(off) & VERSION_ABSENT == 0
+            });
+            assert_eq!(live, model.get(&key).copied(), "one-sided probe of {key}");
         }
         let mut out = Vec::new();
         s.scan(t, 0, u64::MAX, usize::MAX, false, &mut out);
         assert_eq!(out, model.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn store_revives_a_deleted_key_in_its_slot_at_the_next_version() {
+        let s = store(4);
+        let t = TableId(0);
+        let idx = s.insert(t, 5, &[1, 2]).unwrap();
+        assert_eq!(s.delete(t, 5), Some((idx, INITIAL_VERSION + 1)));
+        assert_eq!(s.lookup(t, 5), None);
+        assert_eq!(s.delete(t, 5), None, "already deleted");
+        let mut p = Vec::new();
+        seal(t, 5, 77, &[3, 4], &mut p);
+        assert_eq!(
+            s.insert_locked(t, 5, &p, 9),
+            Ok((idx, INITIAL_VERSION + 2)),
+            "same slot, a fresh version: no aliasing of the loaded one"
+        );
+        assert_eq!(s.lookup(t, 5), Some(idx));
+        let mut out = Vec::new();
+        s.read_payload(t, idx, &mut out);
+        assert_eq!(out, p);
+        assert!(payload_intact(t, 5, &out));
+        assert_eq!(s.used_slots(t), 1);
     }
 
     #[test]

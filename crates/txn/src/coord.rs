@@ -5,6 +5,9 @@ use crate::msg::NO_LOC;
 use crate::plan::{Plan, Stage};
 use crate::ts::{Timestamp, TsGen};
 use atoll_fabric::{Endpoint, NodeId, Words};
+use atoll_storage::layout::{
+    payload_intact, ENGINE_PAYLOAD_WORDS, LOADER_TAG, P_TAG, VERSION_ABSENT,
+};
 use atoll_storage::{Catalog, TableId};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -65,6 +68,28 @@ pub struct Coordinator {
     loc_cache: HashMap<(TableId, NodeId, u64), u32, BuildHasherDefault<LocHasher>>,
     /// Next write offset within this coordinator's ring, per backup (1st, 2nd, ...).
     pub(crate) log_pos: Vec<u32>,
+    /// Attempts begun so far: the low bits of the next attempt's tag.
+    attempts_begun: u64,
+}
+
+/// Bits of an attempt's tag that count the coordinator's attempts; the bits above hold the
+/// coordinator's index + 1 (so no attempt's tag is [`LOADER_TAG`]). 2^40 attempts is over
+/// 12 days of one co-routine at a million attempts a second.
+pub const TAG_SEQ_BITS: u32 = 40;
+
+/// The tag of attempt `seq` of coordinator `coord`: unique in a run, written into the payload
+/// of every record the attempt writes.
+pub fn make_tag(coord: u32, seq: u64) -> u64 {
+    debug_assert!(
+        seq < 1 << TAG_SEQ_BITS,
+        "attempt {seq} of coordinator {coord}"
+    );
+    ((coord as u64 + 1) << TAG_SEQ_BITS) | seq
+}
+
+/// The coordinator index of a tag ([`LOADER_TAG`] has none).
+pub fn tag_coord(tag: u64) -> Option<u32> {
+    (tag >> TAG_SEQ_BITS).checked_sub(1).map(|c| c as u32)
 }
 
 impl Coordinator {
@@ -83,6 +108,7 @@ impl Coordinator {
             log_pos: vec![0; replicas],
             cfg,
             id,
+            attempts_begun: 0,
         }
     }
 
@@ -96,6 +122,12 @@ impl Coordinator {
 
     pub fn now_ns(&self) -> u64 {
         self.ep.now_ns()
+    }
+
+    /// The tag of a new attempt.
+    pub fn next_tag(&mut self) -> u64 {
+        self.attempts_begun += 1;
+        make_tag(self.id, self.attempts_begun)
     }
 
     pub fn next_ts(&mut self) -> Timestamp {
@@ -152,6 +184,7 @@ pub struct Entry {
     pub access: Access,
     /// The version word observed when the record was read or locked.
     pub version: u64,
+    /// The stored payload: engine words (tag, check), then the workload's words.
     pub data: Words,
     pub fetched: bool,
     pub locked: bool,
@@ -164,8 +197,8 @@ pub struct Entry {
     pub frozen: bool,
     /// MVCC: the whole record (all kept versions) as read when it was locked one-sided.
     pub before: Vec<u64>,
-    /// The version whose payload this transaction read, for history recording.
-    pub observed: Option<u64>,
+    /// What this transaction read: the version and the payload's own tag and check.
+    pub observed: Option<Observed>,
     /// The version this transaction's write installed.
     pub installed: Option<u64>,
 }
@@ -174,12 +207,50 @@ impl Entry {
     pub fn is_write(&self) -> bool {
         self.access != Access::Read
     }
+
+    /// Takes a fetched payload (`data`, engine words included) at `version`, and records
+    /// what it holds: the writer's tag and whether the check word matches. A payload the
+    /// transaction already wrote (`dirty`) is kept: a lock that re-reads the record must not
+    /// undo a blind write.
+    pub fn fill(&mut self, version: u64, data: &[u64]) {
+        if self.dirty {
+            return;
+        }
+        self.observed = Some(Observed {
+            version: version & !VERSION_ABSENT,
+            tag: data.get(P_TAG as usize).copied().unwrap_or(LOADER_TAG),
+            intact: payload_intact(self.table, self.key, data),
+        });
+        self.data = Words::from_slice(data);
+        self.fetched = true;
+    }
+
+    /// The workload's words of the payload.
+    pub fn user_words(&self) -> &[u64] {
+        self.data
+            .get(ENGINE_PAYLOAD_WORDS as usize..)
+            .unwrap_or(&[])
+    }
+}
+
+/// What one read found in a record, taken from the payload it returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Observed {
+    pub version: u64,
+    /// The tag in the payload: which attempt wrote it.
+    pub tag: u64,
+    /// The check word matched: every word is that attempt's, for this record.
+    pub intact: bool,
 }
 
 /// One attempt of a transaction: its timestamp, read and write sets and stage timings.
 pub struct TxnCore<'c> {
     pub c: &'c mut Coordinator,
     pub ts: Timestamp,
+    /// This attempt's tag, written into every payload it installs.
+    pub tag: u64,
+    /// Range scans done, with the keys and versions they returned.
+    pub scans: Vec<ScanObs>,
     pub entries: Vec<Entry>,
     /// Nanoseconds spent per [`Stage`] in this attempt.
     pub stage_ns: [u64; Stage::COUNT],
@@ -188,9 +259,12 @@ pub struct TxnCore<'c> {
 impl<'c> TxnCore<'c> {
     pub fn begin(c: &'c mut Coordinator) -> Self {
         let ts = c.next_ts();
+        let tag = c.next_tag();
         TxnCore {
             c,
             ts,
+            tag,
+            scans: Vec::new(),
             entries: Vec::with_capacity(ENTRIES_TYPICAL),
             stage_ns: [0; Stage::COUNT],
         }
@@ -244,31 +318,61 @@ impl<'c> TxnCore<'c> {
     }
 }
 
-/// One operation of a recorded transaction: the record and the version read or installed.
+/// A range scan as it ran: the range and the `(key, version)` pairs it returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanObs {
+    pub table: TableId,
+    pub lo: u64,
+    /// The end of the range the scan covered: its `hi`, or the last key returned when the
+    /// scan stopped at its limit.
+    pub hi: u64,
+    /// `(key, version word)` of every key the scan met; a deleted key's version has
+    /// `VERSION_ABSENT` (it was absent, at that version).
+    pub seen: Vec<(u64, u64)>,
+}
+
+/// How a write changed a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteKind {
+    Update,
+    Insert,
+    Delete,
+}
+
+/// One operation of a recorded transaction, as observed: reads carry the version word and
+/// the tag and check of the payload actually returned; writes the version installed and
+/// the attempt's tag.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HistOp {
     Read {
         table: TableId,
         key: u64,
         version: u64,
+        tag: u64,
+        intact: bool,
     },
     Write {
         table: TableId,
         key: u64,
         version: u64,
+        kind: WriteKind,
     },
+    Scan(ScanObs),
 }
 
 impl TxnCore<'_> {
-    /// What this attempt read and installed, in entry order (reads before writes per key).
+    /// What this attempt read and installed, in entry order (reads before writes per key),
+    /// then its scans.
     pub fn history_ops(&self) -> Vec<HistOp> {
-        let mut ops = Vec::with_capacity(self.entries.len() * 2);
+        let mut ops = Vec::with_capacity(self.entries.len() * 2 + self.scans.len());
         for e in &self.entries {
-            if let Some(v) = e.observed {
+            if let Some(o) = e.observed {
                 ops.push(HistOp::Read {
                     table: e.table,
                     key: e.key,
-                    version: v & !atoll_storage::layout::VERSION_ABSENT,
+                    version: o.version,
+                    tag: o.tag,
+                    intact: o.intact,
                 });
             }
             if let Some(v) = e.installed {
@@ -276,9 +380,23 @@ impl TxnCore<'_> {
                     table: e.table,
                     key: e.key,
                     version: v,
+                    kind: match e.access {
+                        Access::Insert => WriteKind::Insert,
+                        Access::Delete => WriteKind::Delete,
+                        Access::Read | Access::Update => WriteKind::Update,
+                    },
                 });
             }
         }
+        ops.extend(self.scans.iter().cloned().map(HistOp::Scan));
         ops
+    }
+
+    /// Reads this attempt made whose payload failed its check (torn, or another record's).
+    pub fn torn_reads(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| e.observed.is_some_and(|o| !o.intact))
+            .count()
     }
 }

@@ -4,8 +4,7 @@
 use crate::msg::{Item, Reply, Request, Tuple, NO_LOC};
 use atoll_fabric::{Bytes, Handled, NodeId, ReplyTo, RpcHandler, Words};
 use atoll_storage::layout::{
-    HEADER_WORDS, H_AUX, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, OLD_SLOT_HEADER_WORDS, RTS_FROZEN,
-    VERSION_ABSENT,
+    HEADER_WORDS, H_AUX, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
 };
 use atoll_storage::{Store, TableId};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -360,21 +359,15 @@ impl StoreHandler {
                     let r = store.region(*t);
                     let layout = store.catalog.layout(*t);
                     if keep_old && layout.version_slots > 1 {
-                        // Move the current version into the oldest slot (we hold the lock,
-                        // so the record is stable).
+                        // Copy the current version into the oldest slot, then mark the
+                        // current one as being written (we hold the lock, so the record is
+                        // stable): the same steps, in the same order, as the one-sided
+                        // write-back (`stages::mvcc_install_steps`).
                         let mut rec = vec![0u64; layout.record_words as usize];
                         r.read_into(off, &mut rec);
-                        let at =
-                            layout.old_slot_offset(crate::mvcc::oldest_slot(layout, &rec)) as usize;
-                        let mut old = Vec::with_capacity(
-                            (OLD_SLOT_HEADER_WORDS + layout.payload_words) as usize,
-                        );
-                        old.push(rec[H_WTS as usize]);
-                        old.push(rec[H_VERSION as usize]);
-                        old.extend_from_slice(
-                            &rec[HEADER_WORDS as usize..layout.tuple_words as usize],
-                        );
-                        r.write_from(off + at, &old);
+                        for (at, words) in crate::mvcc::install_steps(layout, &rec) {
+                            r.write_from(off + at as usize, &words);
+                        }
                     }
                     r.write_from(off + HEADER_WORDS as usize, payload);
                     if set_ts != 0 {
@@ -408,13 +401,17 @@ impl StoreHandler {
             } => {
                 if ts == 0
                     || !self.valid_table(table)
-                    || payload.len() != store.catalog.spec(table).payload_words as usize
+                    || payload.len() != store.catalog.layout(table).payload_words as usize
                 {
                     return Reply::BadRequest;
                 }
                 match store.insert_locked(table, key, &payload, ts) {
-                    Ok(loc) => Reply::Inserted { loc },
+                    Ok((loc, version)) => Reply::Inserted { loc, version },
                     Err(atoll_storage::StoreError::Duplicate { .. }) => Reply::Duplicate,
+                    Err(atoll_storage::StoreError::Busy { .. }) => Reply::LockFailed {
+                        index: 0,
+                        holder: LOCK_UNSTABLE,
+                    },
                     Err(_) => Reply::BadRequest,
                 }
             }
@@ -423,7 +420,7 @@ impl StoreHandler {
                     return Reply::BadRequest;
                 }
                 match store.delete(table, key) {
-                    Some(_) => Reply::Ok,
+                    Some((_, version)) => Reply::Deleted { version },
                     None => Reply::NotFound { index: 0 },
                 }
             }
@@ -438,7 +435,7 @@ impl StoreHandler {
                     return Reply::BadRequest;
                 }
                 let mut out = Vec::new();
-                store.scan(table, lo, hi, limit as usize, reverse, &mut out);
+                store.scan_versions(table, lo, hi, limit as usize, reverse, &mut out);
                 Reply::Keys(out)
             }
         }

@@ -16,7 +16,9 @@ pub mod ts;
 mod txn;
 
 pub use abort::Abort;
-pub use coord::{Access, Coordinator, Entry, HistOp, TxnConfig, TxnCore};
+pub use coord::{
+    Access, Coordinator, Entry, HistOp, Observed, ScanObs, TxnConfig, TxnCore, WriteKind,
+};
 pub use plan::{Plan, PlanError, Primitive, Stage};
 pub use ts::Timestamp;
 pub use txn::{Protocol, Txn};

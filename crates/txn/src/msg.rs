@@ -131,11 +131,19 @@ pub enum Reply {
         index: u32,
     },
     Ok,
+    /// The record was inserted at slot `loc` with `version` (a revived key's next one).
     Inserted {
         loc: u32,
+        version: u64,
+    },
+    /// The record was deleted; `version` is the deletion's (absent) version.
+    Deleted {
+        version: u64,
     },
     Duplicate,
-    Keys(Vec<(u64, u32)>),
+    /// `(key, slot, version)` of each record a scan met: live ones, and deleted ones (their
+    /// version has `VERSION_ABSENT`) on the way to `limit` live ones.
+    Keys(Vec<(u64, u32, u64)>),
     /// The request could not be decoded or named memory it may not touch.
     BadRequest,
     /// MVCC read of item `index` refused: no kept version is old enough (`overflow`), or a
@@ -539,9 +547,14 @@ impl Reply {
                 e.w(*index as u64);
             }
             Reply::Ok => e.w(5),
-            Reply::Inserted { loc } => {
+            Reply::Inserted { loc, version } => {
                 e.w(6);
                 e.w(*loc as u64);
+                e.w(*version);
+            }
+            Reply::Deleted { version } => {
+                e.w(11);
+                e.w(*version);
             }
             Reply::Duplicate => e.w(7),
             Reply::BadRequest => e.w(9),
@@ -553,9 +566,10 @@ impl Reply {
             Reply::Keys(ks) => {
                 e.w(8);
                 e.w(ks.len() as u64);
-                for (k, loc) in ks {
+                for (k, loc, version) in ks {
                     e.w(*k);
                     e.w(*loc as u64);
+                    e.w(*version);
                 }
             }
         }
@@ -589,13 +603,16 @@ impl Reply {
             3 => Reply::NotFound { index: d.u32()? },
             4 => Reply::Invalid { index: d.u32()? },
             5 => Reply::Ok,
-            6 => Reply::Inserted { loc: d.u32()? },
+            6 => Reply::Inserted {
+                loc: d.u32()?,
+                version: d.w()?,
+            },
             7 => Reply::Duplicate,
             8 => {
                 let n = d.len()?;
                 Reply::Keys(
                     (0..n)
-                        .map(|_| Ok((d.w()?, d.u32()?)))
+                        .map(|_| Ok((d.w()?, d.u32()?, d.w()?)))
                         .collect::<Result<_, DecodeError>>()?,
                 )
             }
@@ -604,9 +621,10 @@ impl Reply {
                 index: d.u32()?,
                 overflow: d.bool()?,
             },
+            11 => Reply::Deleted { version: d.w()? },
             t => {
                 return Err(DecodeError(format!(
-                    "unknown reply tag {t} (accepted: 1-10)"
+                    "unknown reply tag {t} (accepted: 1-11)"
                 )))
             }
         };
@@ -707,6 +725,15 @@ mod tests {
         let mut b = Vec::new();
         reply.encode(&mut b);
         assert_eq!(Reply::decode(&b), Ok(reply));
+        for reply in [
+            Reply::Inserted { loc: 3, version: 9 },
+            Reply::Deleted { version: 8 },
+            Reply::Keys(vec![(1, 2, 3), (4, 5, 6)]),
+        ] {
+            let mut b = Vec::new();
+            reply.encode(&mut b);
+            assert_eq!(Reply::decode(&b), Ok(reply));
+        }
     }
 
     #[test]

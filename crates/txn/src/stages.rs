@@ -119,9 +119,7 @@ fn apply_tuple(tx: &mut TxnCore<'_>, i: usize, t: Tuple) {
     e.wts = t.wts;
     e.rts = t.rts & !RTS_FROZEN;
     if !t.data.is_empty() {
-        e.data = t.data;
-        e.fetched = true;
-        e.observed = Some(e.version);
+        e.fill(t.version, &t.data);
     }
     let (tb, n, k, l) = (e.table, e.node, e.key, e.loc);
     tx.c.cache_loc(tb, n, k, l);
@@ -153,9 +151,7 @@ pub async fn read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Resu
                 }
                 let e = &mut tx.entries[i];
                 e.version = w[H_VERSION as usize];
-                e.data = Words::from_slice(&w[HEADER_WORDS as usize..]);
-                e.fetched = true;
-                e.observed = Some(e.version);
+                e.fill(e.version, &w[HEADER_WORDS as usize..]);
             }
         }
         Primitive::Rpc => {
@@ -252,9 +248,7 @@ pub async fn lock(
                 e.rts = w[H_RTS as usize] & !RTS_FROZEN;
                 if want_data {
                     let tuple = tx.c.catalog.layout(e.table).tuple_words as usize;
-                    e.data = Words::from_slice(&w[HEADER_WORDS as usize..tuple]);
-                    e.fetched = true;
-                    e.observed = Some(e.version);
+                    e.fill(e.version, &w[HEADER_WORDS as usize..tuple]);
                     if w.len() > tuple {
                         e.before = w.to_vec();
                     }
@@ -492,15 +486,11 @@ pub async fn write_back(
                             !e.before.is_empty(),
                             "one-sided MVCC write-back without the record read at lock time"
                         );
-                        let at =
-                            layout.old_slot_offset(crate::mvcc::oldest_slot(layout, &e.before));
-                        let mut old = Words::with_capacity(2 + layout.payload_words as usize);
-                        old.push(e.before[H_WTS as usize]);
-                        old.push(e.before[H_VERSION as usize]);
-                        old.extend_from_slice(
-                            &e.before[HEADER_WORDS as usize..layout.tuple_words as usize],
-                        );
-                        d.write(ptr.add(at), old);
+                        // Ops of one doorbell to one node execute in order, each in
+                        // ascending words: the steps' order is what keeps readers safe.
+                        for (at, words) in crate::mvcc::install_steps(layout, &e.before) {
+                            d.write(ptr.add(at), words);
+                        }
                     }
                     d.write(ptr.add(HEADER_WORDS), e.data.clone());
                     if set_ts != 0 {
@@ -661,25 +651,28 @@ pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
         );
     }
     let res = d.submit().await;
-    let mut dup = false;
+    let mut failed = None;
     let mut done: Idxs = Idxs::new();
     for (j, &i) in ins.iter().enumerate() {
         match decode(res.rpc(j)) {
-            Reply::Inserted { loc } => {
+            Reply::Inserted { loc, version } => {
                 // Installed locked by this transaction, payload in place: the release
                 // stage frees it together with the other writes.
                 let e = &mut tx.entries[i];
                 e.loc = loc;
-                e.version = 1;
+                e.version = version;
+                e.installed = Some(version);
                 e.locked = true;
                 e.dirty = false;
                 done.push(i);
             }
-            Reply::Duplicate => dup = true,
+            Reply::Duplicate => failed = failed.or(Some(Abort::Duplicate)),
+            // A deleted record being revived was briefly locked by a stale locker.
+            Reply::LockFailed { .. } => failed = failed.or(Some(Abort::LockBusy)),
             r => panic!("insert: unexpected reply {r:?}"),
         }
     }
-    if dup {
+    if let Some(abort) = failed {
         let mut d = tx.c.ep.doorbell();
         for &i in &done {
             let e = &tx.entries[i];
@@ -695,8 +688,9 @@ pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
         d.submit().await;
         for &i in &done {
             tx.entries[i].locked = false;
+            tx.entries[i].installed = None;
         }
-        return Err(Abort::Duplicate);
+        return Err(abort);
     }
     let mut d = tx.c.ep.doorbell();
     for &i in &del {
@@ -719,8 +713,13 @@ pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
             .to_bytes(),
         );
     }
-    d.submit().await;
-    for &i in &del {
+    let res = d.submit().await;
+    for (j, &i) in del.iter().enumerate() {
+        // The deleter holds the lock, so the record is there to delete.
+        match decode(res.rpc(2 * j)) {
+            Reply::Deleted { version } => tx.entries[i].installed = Some(version),
+            r => panic!("delete: unexpected reply {r:?} for a record this transaction holds"),
+        }
         let (t, n, k) = (tx.entries[i].table, tx.entries[i].node, tx.entries[i].key);
         tx.c.forget_loc(t, n, k);
         tx.entries[i].locked = false;
@@ -809,9 +808,7 @@ pub async fn lock_wait_die(
                 e.locked = true;
                 e.version = w[H_VERSION as usize];
                 if want_data {
-                    e.data = Words::from_slice(&w[HEADER_WORDS as usize..]);
-                    e.fetched = true;
-                    e.observed = Some(e.version);
+                    e.fill(e.version, &w[HEADER_WORDS as usize..]);
                 }
             } else if ts < holder && attempt + 1 < WAIT_RETRIES_MAX {
                 if counter && !mine {
@@ -931,9 +928,7 @@ pub async fn read_atomic(
         e.version = b[H_VERSION as usize];
         e.wts = b[H_WTS as usize];
         e.rts = b[H_RTS as usize] & !RTS_FROZEN;
-        e.data = Words::from_slice(&b[HEADER_WORDS as usize..]);
-        e.fetched = true;
-        e.observed = Some(e.version);
+        e.fill(e.version, &b[HEADER_WORDS as usize..]);
     }
     Ok(())
 }
@@ -1073,7 +1068,9 @@ pub async fn mvcc_read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) ->
         }
         let res = d.submit().await;
         let mut retry: Idxs = Idxs::new();
-        let mut raise: smallvec::SmallVec<[(usize, u64); 8]> = smallvec::SmallVec::new();
+        // Entries whose RTS must be raised: (entry, RTS seen, READ index, payload offset).
+        let mut raise: smallvec::SmallVec<[(usize, u64, usize, usize); 8]> =
+            smallvec::SmallVec::new();
         for (j, &i) in pending.iter().enumerate() {
             let (a, b) = (res.read(2 * j), res.read(2 * j + 1));
             check_tuple(tx, i, a)?;
@@ -1093,14 +1090,13 @@ pub async fn mvcc_read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) ->
             let c = crate::mvcc::choose(&layout, a, ctts).ok_or(Abort::SlotOverflow)?;
             let rts = b[H_RTS as usize];
             tx.c.observe_ts(c.wts.max(rts));
+            let payload = &a[c.payload_at..c.payload_at + layout.payload_words as usize];
             let e = &mut tx.entries[i];
-            e.data =
-                Words::from_slice(&a[c.payload_at..c.payload_at + layout.payload_words as usize]);
             e.version = c.version;
             e.wts = c.wts;
             e.rts = rts & !RTS_FROZEN;
             if rts & !RTS_FROZEN >= ctts {
-                e.fetched = true;
+                e.fill(c.version, payload);
             } else if rts & RTS_FROZEN != 0 {
                 // A writer holds the record (ordered after us, or R2 would have failed, or
                 // the snapshot predates its lock). A frozen RTS cannot be raised safely:
@@ -1108,12 +1104,12 @@ pub async fn mvcc_read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) ->
                 // wait for this one to finish and read again.
                 retry.push(i);
             } else {
-                raise.push((i, rts));
+                raise.push((i, rts, 2 * j, c.payload_at));
             }
         }
         if !raise.is_empty() {
             let mut d = ep.doorbell();
-            for &(i, rts) in &raise {
+            for &(i, rts, _, _) in &raise {
                 let e = &tx.entries[i];
                 d.cas(
                     tx.c.catalog.record_ptr(e.table, e.node, e.loc).add(H_RTS),
@@ -1121,21 +1117,17 @@ pub async fn mvcc_read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) ->
                     ctts,
                 );
             }
-            let res = d.submit().await;
-            for (j, &(i, rts)) in raise.iter().enumerate() {
-                if res.cas(j) == rts {
-                    tx.entries[i].fetched = true;
-                    tx.entries[i].rts = ctts;
+            let raised = d.submit().await;
+            for (j, &(i, rts, read, at)) in raise.iter().enumerate() {
+                if raised.cas(j) == rts {
+                    let words = tx.c.catalog.layout(tx.entries[i].table).payload_words as usize;
+                    let e = &mut tx.entries[i];
+                    e.fill(e.version, &res.read(read)[at..at + words]);
+                    e.rts = ctts;
                 } else {
                     // RTS moved (another reader, or a writer came and went): read again.
                     retry.push(i);
                 }
-            }
-        }
-        for &i in idxs {
-            let e = &mut tx.entries[i];
-            if e.fetched && e.observed.is_none() {
-                e.observed = Some(e.version);
             }
         }
         if retry.is_empty() {

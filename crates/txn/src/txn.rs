@@ -5,6 +5,7 @@ use crate::coord::{Access, Coordinator, TxnCore};
 use crate::msg::{Reply, Request};
 use crate::plan::{Plan, PlanError, Stage};
 use atoll_fabric::Words;
+use atoll_storage::layout::VERSION_ABSENT;
 use atoll_storage::TableId;
 use std::marker::PhantomData;
 
@@ -80,11 +81,13 @@ impl<'c, P: Protocol> Txn<'c, P> {
         }
     }
 
+    /// Fetches entry `i` if needed and returns the workload's words of its payload (what
+    /// this transaction wrote, if it wrote it).
     async fn fetch_one(&mut self, i: usize) -> Result<Words, Abort> {
-        if !self.core.entries[i].fetched {
+        if !self.core.entries[i].fetched && !self.core.entries[i].dirty {
             P::fetch(&mut self.core, &[i]).await?;
         }
-        Ok(self.core.entries[i].data.clone())
+        Ok(Words::from_slice(self.core.entries[i].user_words()))
     }
 
     /// Reads a record.
@@ -119,35 +122,44 @@ impl<'c, P: Protocol> Txn<'c, P> {
         P::fetch(&mut self.core, &idxs).await
     }
 
-    /// The payload of a fetched record.
-    pub fn get(&self, t: TableId, key: u64) -> Option<&Words> {
+    /// The workload's words of a fetched (or written) record.
+    pub fn get(&self, t: TableId, key: u64) -> Option<&[u64]> {
         self.core
             .find(t, key)
-            .map(|i| &self.core.entries[i].data)
-            .filter(|d| !d.is_empty())
+            .filter(|&i| !self.core.entries[i].data.is_empty())
+            .map(|i| self.core.entries[i].user_words())
+    }
+
+    /// The stored payload of `user` words for record `(t, key)`, written by this attempt.
+    fn sealed(&self, t: TableId, key: u64, user: &[u64]) -> Words {
+        let words = self.core.c.catalog.spec(t).payload_words as usize;
+        assert_eq!(
+            user.len(),
+            words,
+            "table {}: payload of {} words, expected {words}",
+            t.0,
+            user.len()
+        );
+        let mut v = Vec::new();
+        atoll_storage::layout::seal(t, key, self.core.tag, user, &mut v);
+        Words::from_vec(v)
     }
 
     /// Sets the new payload of a record read for update (or a blind write, locked at commit).
     pub fn write(&mut self, t: TableId, key: u64, payload: &[u64]) {
-        let words = self.core.c.catalog.spec(t).payload_words as usize;
-        assert_eq!(
-            payload.len(),
-            words,
-            "table {}: payload of {} words, expected {words}",
-            t.0,
-            payload.len()
-        );
+        let data = self.sealed(t, key, payload);
         let i = self.entry(t, key, Access::Update);
         let e = &mut self.core.entries[i];
-        e.data = Words::from_slice(payload);
+        e.data = data;
         e.dirty = true;
     }
 
     /// Inserts a new record at commit.
     pub fn insert(&mut self, t: TableId, key: u64, payload: &[u64]) {
+        let data = self.sealed(t, key, payload);
         let i = self.core.add(t, key, Access::Insert);
         let e = &mut self.core.entries[i];
-        e.data = Words::from_slice(payload);
+        e.data = data;
         e.dirty = true;
     }
 
@@ -160,7 +172,10 @@ impl<'c, P: Protocol> Txn<'c, P> {
     }
 
     /// Keys in `[lo, hi]` of the partition holding `lo`, up to `limit`, ascending or
-    /// descending, from that node's ordered index. A scan is not protected against phantoms.
+    /// descending, from that node's ordered index. A scan is not protected against
+    /// phantoms by the protocols: a workload that needs it reads a record every insert and
+    /// delete into the range writes (as TPC-C's district row). The scan is recorded for the
+    /// history checker, which does check phantoms.
     pub async fn scan(
         &mut self,
         t: TableId,
@@ -187,7 +202,28 @@ impl<'c, P: Protocol> Txn<'c, P> {
             )
             .await;
         match Reply::decode(&reply) {
-            Ok(Reply::Keys(ks)) => Ok(ks.into_iter().map(|(k, _)| k).collect()),
+            Ok(Reply::Keys(ks)) => {
+                let live = |v: u64| v & VERSION_ABSENT == 0;
+                let full = ks.iter().filter(|k| live(k.2)).count() as u32 >= limit;
+                // A scan cut off at its limit covered the range up to its last key.
+                let last = ks.last().map(|k| k.0);
+                let (covered_lo, covered_hi) = match (full, reverse, last) {
+                    (true, false, Some(k)) => (lo, k),
+                    (true, true, Some(k)) => (k, hi),
+                    _ => (lo, hi),
+                };
+                self.core.scans.push(crate::coord::ScanObs {
+                    table: t,
+                    lo: covered_lo,
+                    hi: covered_hi,
+                    seen: ks.iter().map(|&(k, _, v)| (k, v)).collect(),
+                });
+                Ok(ks
+                    .into_iter()
+                    .filter(|k| live(k.2))
+                    .map(|(k, _, _)| k)
+                    .collect())
+            }
             other => panic!("scan: unexpected reply {other:?}"),
         }
     }

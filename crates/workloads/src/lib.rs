@@ -1,14 +1,20 @@
-//! Atoll's workloads: SmallBank ([`smallbank`]) and YCSB ([`ycsb`]). A workload declares its
-//! tables, loads a node's partition, generates transaction inputs, runs the transaction logic
-//! against the [`Txn`] API under any protocol, and checks its invariants after a run.
+//! Atoll's workloads: SmallBank ([`smallbank`]), YCSB ([`ycsb`]) and the torn-read /
+//! invariant workload Cycle ([`cycle`]). A workload declares its tables, loads a node's
+//! partition, generates transaction inputs, runs the transaction logic against the [`Txn`]
+//! API under any protocol, and checks its invariants after a run from the final state and
+//! the effects its committed transactions report (values they read and wrote).
 
+pub mod cycle;
 pub mod params;
 pub mod smallbank;
 pub mod ycsb;
 
 use atoll_fabric::rng::Rng;
 use atoll_fabric::NodeId;
-use atoll_storage::{Store, TableSpec};
+use atoll_storage::layout::{
+    payload_intact, HEADER_WORDS, H_KEY, H_LOCK, H_VERSION, VERSION_ABSENT,
+};
+use atoll_storage::{Store, TableId, TableSpec};
 use atoll_txn::{Abort, Protocol, Txn};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -44,17 +50,28 @@ pub trait Workload: Send + Sync + 'static {
     /// Draws a transaction for a coordinator on `home`.
     fn generate(&self, rng: &mut Rng, nodes: u16, home: NodeId) -> (usize, Self::Input);
 
-    /// Runs the transaction logic. Returns its net effect on the checked quantity (money
-    /// for SmallBank, counter increments for YCSB), counted only if it commits.
+    /// What one committed transaction did, as the checks need it (built from the values it
+    /// read and wrote, not from what it meant to do).
+    type Effect: Send + 'static;
+
+    /// The effects of committed transactions, accumulated per worker and merged.
+    type Ledger: Default + Send + 'static;
+
+    /// Runs the transaction logic. Its effect is recorded only if it commits.
     async fn execute<P: Protocol>(
         &self,
         tx: &mut Txn<'_, P>,
         input: &Self::Input,
-    ) -> Result<i64, Abort>;
+    ) -> Result<Self::Effect, Abort>;
 
-    /// Checks the invariants on the final state, given the summed effect of committed
-    /// transactions.
-    fn check(&self, stores: &[Arc<Store>], committed_effect: i64) -> Vec<CheckResult>;
+    /// Adds a committed transaction's effect to a ledger.
+    fn record(&self, ledger: &mut Self::Ledger, effect: Self::Effect);
+
+    /// Adds another worker's ledger.
+    fn merge(&self, into: &mut Self::Ledger, from: Self::Ledger);
+
+    /// Checks the invariants on the final state against the committed effects.
+    fn check(&self, stores: &[Arc<Store>], ledger: &Self::Ledger) -> Vec<CheckResult>;
 
     /// The resolved knobs, for reports.
     fn knobs(&self) -> BTreeMap<String, String>;
@@ -65,15 +82,21 @@ pub trait Workload: Send + Sync + 'static {
 pub enum WorkloadKind {
     SmallBank,
     Ycsb,
+    Cycle,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 2] = [WorkloadKind::SmallBank, WorkloadKind::Ycsb];
+    pub const ALL: [WorkloadKind; 3] = [
+        WorkloadKind::SmallBank,
+        WorkloadKind::Ycsb,
+        WorkloadKind::Cycle,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             WorkloadKind::SmallBank => smallbank::SmallBank::NAME,
             WorkloadKind::Ycsb => ycsb::Ycsb::NAME,
+            WorkloadKind::Cycle => cycle::Cycle::NAME,
         }
     }
 
@@ -90,4 +113,67 @@ impl WorkloadKind {
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// Mismatches a check lists by name before it only counts the rest.
+pub const EXAMPLES_MAX: usize = 5;
+
+/// Checks every workload shares, from the final state of every table: each live record's
+/// payload passes its check word (one write's, for this record: no torn or misplaced
+/// payload survived), and no lock is left held.
+pub fn storage_checks(stores: &[Arc<Store>]) -> Vec<CheckResult> {
+    let (mut records, mut torn, mut locked) = (0u64, Vec::new(), Vec::new());
+    let (mut torn_n, mut locked_n) = (0u64, 0u64);
+    let mut tuple = Vec::new();
+    for s in stores {
+        for t in (0..s.catalog.table_count()).map(|t| TableId(t as u16)) {
+            let layout = *s.catalog.layout(t);
+            tuple.resize(layout.tuple_words as usize, 0);
+            for idx in 0..s.used_slots(t) {
+                s.read_tuple(t, idx, &mut tuple);
+                if tuple[H_VERSION as usize] & VERSION_ABSENT != 0 {
+                    continue;
+                }
+                records += 1;
+                let key = tuple[H_KEY as usize];
+                let name = || format!("{}:{key} on node {}", s.catalog.spec(t).name, s.node.0);
+                if !payload_intact(t, key, &tuple[HEADER_WORDS as usize..]) {
+                    torn_n += 1;
+                    if torn.len() < EXAMPLES_MAX {
+                        torn.push(name());
+                    }
+                }
+                if tuple[H_LOCK as usize] != 0 {
+                    locked_n += 1;
+                    if locked.len() < EXAMPLES_MAX {
+                        locked.push(name());
+                    }
+                }
+            }
+        }
+    }
+    vec![
+        CheckResult {
+            name: "storage.payloads_intact".into(),
+            passed: torn_n == 0,
+            detail: if torn_n == 0 {
+                format!("all {records} live records hold one write's payload for their own key")
+            } else {
+                format!(
+                    "{torn_n} of {records} live records hold a payload that fails its check word \
+                     (torn, or another record's): {}",
+                    torn.join(", ")
+                )
+            },
+        },
+        CheckResult {
+            name: "storage.no_lock_left_held".into(),
+            passed: locked_n == 0,
+            detail: if locked_n == 0 {
+                format!("none of {records} live records is locked")
+            } else {
+                format!("{locked_n} records are still locked: {}", locked.join(", "))
+            },
+        },
+    ]
 }

@@ -22,15 +22,20 @@
 //! `hot_accounts` hot accounts, else any of its `accounts`. Defaults follow FaSST (OSDI'16)
 //! and DrTM+H: 100,000 accounts per node, 90% of accesses to the 4% hot accounts
 //! (`hot_accounts` defaults to 4% of `accounts`).
-//! Invariant: the sum of all balances equals the initial sum plus the committed net effects.
+//! Invariants, from the final state: every account's balance equals its initial balance
+//! plus the changes committed transactions made to it, each change being the value the
+//! transaction wrote minus the value it read (so a lost update, a swapped or misapplied
+//! balance is caught, not only a changed total); and the sum of all balances is conserved
+//! up to those changes.
 
 use crate::params::{Knobs, ParamError, Params};
 use crate::{CheckResult, Workload};
 use atoll_fabric::rng::Rng;
 use atoll_fabric::NodeId;
+use atoll_storage::layout::ENGINE_PAYLOAD_WORDS;
 use atoll_storage::{Partition, Store, TableId, TableSpec};
 use atoll_txn::{Abort, Protocol, Txn};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 pub const SAVINGS: TableId = TableId(0);
@@ -128,8 +133,19 @@ fn bal(w: &[u64]) -> i64 {
     w[0] as i64
 }
 
+/// Balance changes of one committed transaction: `(table, account, written - read)`.
+pub type Effect = smallvec::SmallVec<[(TableId, u64, i64); 3]>;
+
+/// Committed balance changes per account.
+#[derive(Default)]
+pub struct Ledger {
+    pub deltas: HashMap<(TableId, u64), i64>,
+}
+
 impl Workload for SmallBank {
     type Input = Input;
+    type Effect = Effect;
+    type Ledger = Ledger;
     const NAME: &'static str = "smallbank";
 
     fn txn_types(&self) -> &'static [&'static str] {
@@ -193,28 +209,36 @@ impl Workload for SmallBank {
         (ty, input)
     }
 
-    async fn execute<P: Protocol>(&self, tx: &mut Txn<'_, P>, input: &Input) -> Result<i64, Abort> {
+    async fn execute<P: Protocol>(
+        &self,
+        tx: &mut Txn<'_, P>,
+        input: &Input,
+    ) -> Result<Effect, Abort> {
+        let mut effect = Effect::new();
+        // Writes `new` over `old` and notes the change.
+        let mut put = |tx: &mut Txn<'_, P>, t: TableId, k: u64, old: i64, new: i64| {
+            tx.write(t, k, &[new as u64]);
+            effect.push((t, k, new - old));
+        };
         match *input {
             Input::Amalgamate { a, b } => {
                 tx.fetch(&[(SAVINGS, a, true), (CHECKING, a, true), (CHECKING, b, true)])
                     .await?;
-                let total = bal(&tx.read(SAVINGS, a).await?) + bal(&tx.read(CHECKING, a).await?);
+                let sa = bal(&tx.read(SAVINGS, a).await?);
+                let ca = bal(&tx.read(CHECKING, a).await?);
                 let cb = bal(&tx.read(CHECKING, b).await?);
-                tx.write(SAVINGS, a, &[0]);
-                tx.write(CHECKING, a, &[0]);
-                tx.write(CHECKING, b, &[(cb + total) as u64]);
-                Ok(0)
+                put(tx, SAVINGS, a, sa, 0);
+                put(tx, CHECKING, a, ca, 0);
+                put(tx, CHECKING, b, cb, cb + sa + ca);
             }
             Input::Balance { a } => {
                 tx.fetch(&[(SAVINGS, a, false), (CHECKING, a, false)])
                     .await?;
                 let _total = bal(&tx.read(SAVINGS, a).await?) + bal(&tx.read(CHECKING, a).await?);
-                Ok(0)
             }
             Input::DepositChecking { a } => {
                 let c = bal(&tx.read_for_update(CHECKING, a).await?);
-                tx.write(CHECKING, a, &[(c + DEPOSIT_CHECKING_CENTS) as u64]);
-                Ok(DEPOSIT_CHECKING_CENTS)
+                put(tx, CHECKING, a, c, c + DEPOSIT_CHECKING_CENTS);
             }
             Input::SendPayment { a, b } => {
                 tx.fetch(&[(CHECKING, a, true), (CHECKING, b, true)])
@@ -224,17 +248,15 @@ impl Workload for SmallBank {
                 if ca < SEND_PAYMENT_CENTS {
                     return Err(Abort::UserAbort);
                 }
-                tx.write(CHECKING, a, &[(ca - SEND_PAYMENT_CENTS) as u64]);
-                tx.write(CHECKING, b, &[(cb + SEND_PAYMENT_CENTS) as u64]);
-                Ok(0)
+                put(tx, CHECKING, a, ca, ca - SEND_PAYMENT_CENTS);
+                put(tx, CHECKING, b, cb, cb + SEND_PAYMENT_CENTS);
             }
             Input::TransactSavings { a } => {
                 let s = bal(&tx.read_for_update(SAVINGS, a).await?);
                 if s + TRANSACT_SAVINGS_CENTS < 0 {
                     return Err(Abort::UserAbort);
                 }
-                tx.write(SAVINGS, a, &[(s + TRANSACT_SAVINGS_CENTS) as u64]);
-                Ok(TRANSACT_SAVINGS_CENTS)
+                put(tx, SAVINGS, a, s, s + TRANSACT_SAVINGS_CENTS);
             }
             Input::WriteCheck { a } => {
                 tx.fetch(&[(SAVINGS, a, false), (CHECKING, a, true)])
@@ -246,48 +268,82 @@ impl Workload for SmallBank {
                 } else {
                     WRITE_CHECK_CENTS
                 };
-                tx.write(CHECKING, a, &[(c - debit) as u64]);
-                Ok(-debit)
+                put(tx, CHECKING, a, c, c - debit);
             }
+        }
+        Ok(effect)
+    }
+
+    fn record(&self, ledger: &mut Ledger, effect: Effect) {
+        for (t, k, d) in effect {
+            *ledger.deltas.entry((t, k)).or_insert(0) += d;
         }
     }
 
-    fn check(&self, stores: &[Arc<Store>], committed_effect: i64) -> Vec<CheckResult> {
+    fn merge(&self, into: &mut Ledger, from: Ledger) {
+        for (k, d) in from.deltas {
+            *into.deltas.entry(k).or_insert(0) += d;
+        }
+    }
+
+    fn check(&self, stores: &[Arc<Store>], ledger: &Ledger) -> Vec<CheckResult> {
         let mut total: i128 = 0;
-        let mut layout_ok = true;
+        let (mut missing, mut wrong) = (0u64, 0u64);
+        let mut examples = Vec::new();
+        let mut payload = Vec::new();
         for s in stores {
             for t in [SAVINGS, CHECKING] {
-                let words = s.catalog.layout(t).tuple_words as usize;
-                let mut buf = vec![0u64; words];
                 let base = s.node.0 as u64 * self.accounts;
                 for k in base..base + self.accounts {
-                    match s.lookup(t, k) {
-                        Some(idx) => {
-                            s.read_tuple(t, idx, &mut buf);
-                            total +=
-                                buf[atoll_storage::layout::HEADER_WORDS as usize] as i64 as i128;
-                            layout_ok &= buf[atoll_storage::layout::H_LOCK as usize] == 0;
+                    let Some(idx) = s.lookup(t, k) else {
+                        missing += 1;
+                        continue;
+                    };
+                    s.read_payload(t, idx, &mut payload);
+                    let b = payload[ENGINE_PAYLOAD_WORDS as usize] as i64;
+                    total += b as i128;
+                    let expected =
+                        INITIAL_BALANCE + ledger.deltas.get(&(t, k)).copied().unwrap_or(0);
+                    if b != expected {
+                        wrong += 1;
+                        if examples.len() < crate::EXAMPLES_MAX {
+                            examples.push(format!(
+                                "{}[{k}] = {b}, expected {expected} (off by {})",
+                                s.catalog.spec(t).name,
+                                b - expected
+                            ));
                         }
-                        None => layout_ok = false,
                     }
                 }
             }
         }
         let accounts = self.accounts as i128 * stores.len() as i128;
-        let expected = accounts * 2 * INITIAL_BALANCE as i128 + committed_effect as i128;
+        let net: i128 = ledger.deltas.values().map(|&d| d as i128).sum();
+        let expected = accounts * 2 * INITIAL_BALANCE as i128 + net;
         vec![
+            CheckResult {
+                name: "smallbank.balances_match_committed_changes".into(),
+                passed: wrong == 0 && missing == 0,
+                detail: if wrong == 0 && missing == 0 {
+                    format!(
+                        "all {} balances equal their initial balance plus the committed changes ({} accounts changed)",
+                        accounts * 2,
+                        ledger.deltas.len()
+                    )
+                } else {
+                    format!(
+                        "{wrong} balances differ from their initial balance plus the committed changes, {missing} accounts missing: {}",
+                        examples.join("; ")
+                    )
+                },
+            },
             CheckResult {
                 name: "smallbank.money_conserved".into(),
                 passed: total == expected,
                 detail: format!(
-                    "sum of balances {total} cents, expected {expected} (initial plus committed net {committed_effect}); off by {}",
+                    "sum of balances {total} cents, expected {expected} (initial plus committed net {net}); off by {}",
                     total - expected
                 ),
-            },
-            CheckResult {
-                name: "smallbank.all_accounts_present_and_unlocked".into(),
-                passed: layout_ok,
-                detail: "every savings and checking record exists and no lock is left held".into(),
             },
         ]
     }
@@ -324,26 +380,38 @@ mod tests {
     fn smallbank_check_passes_on_fresh_data_and_names_the_difference_when_money_appears() {
         let sb = SmallBank::from_params(&Params::from([("accounts".into(), "50".into())])).unwrap();
         let stores = loaded(&sb, 2);
-        assert!(sb.check(&stores, 0).iter().all(|c| c.passed));
+        let mut ledger = Ledger::default();
+        assert!(sb.check(&stores, &ledger).iter().all(|c| c.passed));
         // Committed deposits of 7 cents explain 7 more cents, not 12.
         let idx = stores[1].lookup(CHECKING, 60).unwrap();
-        let off = stores[1].catalog.layout(CHECKING).record_offset(idx) + HEADER_WORDS;
+        let off = stores[1].catalog.layout(CHECKING).record_offset(idx)
+            + HEADER_WORDS
+            + ENGINE_PAYLOAD_WORDS;
         stores[1]
             .region(CHECKING)
             .store(off as usize, (INITIAL_BALANCE + 12) as u64);
-        let checks = sb.check(&stores, 7);
-        let money = &checks[0];
-        assert!(!money.passed);
-        assert!(money.detail.contains("off by 5"), "{}", money.detail);
-        // A lock left held is caught too.
-        let lock_off = stores[0].catalog.layout(SAVINGS).record_offset(0);
-        stores[0].region(SAVINGS).store(lock_off as usize, 42);
+        sb.record(&mut ledger, smallvec::smallvec![(CHECKING, 60, 7)]);
+        let checks = sb.check(&stores, &ledger);
+        assert!(checks.iter().all(|c| !c.passed));
         assert!(
-            !sb.check(&stores, 12)
-                .iter()
-                .find(|c| c.name.contains("unlocked"))
-                .unwrap()
-                .passed
+            checks[1].detail.contains("off by 5"),
+            "{}",
+            checks[1].detail
+        );
+        assert!(
+            checks[0].detail.contains("checking[60]"),
+            "{}",
+            checks[0].detail
+        );
+        // Money moved to the wrong account keeps the total but not the balances.
+        sb.record(&mut ledger, smallvec::smallvec![(CHECKING, 60, 5)]);
+        sb.record(&mut ledger, smallvec::smallvec![(CHECKING, 61, -5)]);
+        let checks = sb.check(&stores, &ledger);
+        assert!(checks[1].passed && !checks[0].passed, "{checks:?}");
+        assert!(
+            checks[0].detail.contains("checking[61]"),
+            "{}",
+            checks[0].detail
         );
     }
 

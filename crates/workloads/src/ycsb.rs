@@ -1,8 +1,9 @@
 //! YCSB (Cooper et al., SoCC 2010) as transactions, with RCC's knobs.
 //!
 //! One table, `usertable`, of `records` records per node, each `record_bytes` bytes of
-//! payload. Payload word 0 counts the writes the record received; the rest is filler that
-//! each write rewrites. A transaction does `ops_per_txn` operations on distinct keys drawn
+//! payload, of which the engine's tag and check word take 16. The workload's word 0 counts
+//! the writes the record received; the rest is filler that each write rewrites, a function
+//! of the key, the word and the count, so the final state can be verified word by word. A transaction does `ops_per_txn` operations on distinct keys drawn
 //! across the whole cluster; each is a write (read-modify-write that increments the
 //! counter) with probability `write_fraction`, else a read. All records are fetched in one
 //! batch, then the transaction computes for `compute_us` (RCC's execution phase), then
@@ -14,20 +15,38 @@
 //! Defaults are RCC's (§6.1): 64-byte records, 10 operations, 20% writes, hotspot with 0.1%
 //! hot records taking 10% of accesses, 5 µs execution phase.
 //!
-//! Invariant (no lost update): the counters sum to the number of committed writes.
+//! Invariants, from the final state: every record's counter equals the committed writes of
+//! that key (no lost update, no write applied to another record), and every filler word is
+//! the one its count implies.
 
 use crate::params::{Knobs, ParamError, Params};
 use crate::{CheckResult, Workload};
 use atoll_fabric::rng::Rng;
 use atoll_fabric::NodeId;
-use atoll_storage::layout::{hash_key, HEADER_WORDS, H_LOCK};
+use atoll_storage::layout::{hash_key, ENGINE_PAYLOAD_WORDS};
 use atoll_storage::{Partition, Store, TableId, TableSpec};
 use atoll_txn::{Abort, Protocol, Txn};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 pub const USERTABLE: TableId = TableId(0);
 const OPS_PER_TXN_MAX: u64 = 64;
+/// The engine's two words and the write counter.
+const RECORD_BYTES_MIN: u64 = 8 * (ENGINE_PAYLOAD_WORDS as u64 + 1);
+
+/// Filler word `i` of `key` after `count` writes.
+fn filler(key: u64, i: usize, count: u64) -> u64 {
+    hash_key(key ^ (i as u64).rotate_left(32) ^ count.wrapping_mul(0x2545_F491_4F6C_DD1D))
+}
+
+/// Keys a committed transaction wrote.
+pub type Effect = smallvec::SmallVec<[u64; 16]>;
+
+/// Committed writes per key.
+#[derive(Default)]
+pub struct Ledger {
+    pub writes: HashMap<u64, u64>,
+}
 
 /// Keys and write flags of one transaction (at most `OPS_PER_TXN_MAX`).
 pub type Keys = Vec<(u64, bool)>;
@@ -117,9 +136,9 @@ impl Ycsb {
     pub fn from_params(p: &Params, nodes: u16) -> Result<Self, ParamError> {
         let k = Knobs::new("ycsb", p, Self::KNOBS)?;
         let records = k.u64("records", 100_000, 1, 100_000_000)?;
-        let record_bytes = k.u64("record_bytes", 64, 8, 4096)?;
+        let record_bytes = k.u64("record_bytes", 64, RECORD_BYTES_MIN, 4096)?;
         if record_bytes % 8 != 0 {
-            return Err(ParamError(format!("ycsb record_bytes={record_bytes} is not accepted: expected a multiple of 8 in 8..=4096")));
+            return Err(ParamError(format!("ycsb record_bytes={record_bytes} is not accepted: expected a multiple of 8 in {RECORD_BYTES_MIN}..=4096")));
         }
         let ops_per_txn = k.u64("ops_per_txn", 10, 1, OPS_PER_TXN_MAX)?;
         if ops_per_txn > records * nodes as u64 {
@@ -158,8 +177,17 @@ impl Ycsb {
         })
     }
 
+    /// The workload's words: the record's bytes less the engine's tag and check word.
     fn payload_words(&self) -> usize {
-        (self.record_bytes / 8) as usize
+        (self.record_bytes / 8) as usize - ENGINE_PAYLOAD_WORDS as usize
+    }
+
+    /// The payload of `key` after `count` writes.
+    fn payload(&self, key: u64, count: u64, out: &mut [u64]) {
+        out[0] = count;
+        for (i, w) in out.iter_mut().enumerate().skip(1) {
+            *w = filler(key, i, count);
+        }
     }
 
     fn hot_records(&self) -> u64 {
@@ -192,6 +220,8 @@ impl Ycsb {
 
 impl Workload for Ycsb {
     type Input = Input;
+    type Effect = Effect;
+    type Ledger = Ledger;
     const NAME: &'static str = "ycsb";
 
     fn txn_types(&self) -> &'static [&'static str] {
@@ -214,9 +244,7 @@ impl Workload for Ycsb {
         let base = store.node.0 as u64 * self.records;
         let mut payload = vec![0u64; self.payload_words()];
         for k in base..base + self.records {
-            for (i, w) in payload.iter_mut().enumerate().skip(1) {
-                *w = k ^ i as u64;
-            }
+            self.payload(k, 0, &mut payload);
             if let Err(e) = store.insert(USERTABLE, k, &payload) {
                 panic!("loading ycsb on node {}: {e}", store.node.0);
             }
@@ -238,7 +266,11 @@ impl Workload for Ycsb {
         (0, keys)
     }
 
-    async fn execute<P: Protocol>(&self, tx: &mut Txn<'_, P>, input: &Input) -> Result<i64, Abort> {
+    async fn execute<P: Protocol>(
+        &self,
+        tx: &mut Txn<'_, P>,
+        input: &Input,
+    ) -> Result<Effect, Abort> {
         let accesses: Vec<_> = input.iter().map(|&(k, w)| (USERTABLE, k, w)).collect();
         tx.fetch(&accesses).await?;
         if self.compute_us > 0.0 {
@@ -248,55 +280,87 @@ impl Workload for Ycsb {
                 .compute((self.compute_us * 1000.0) as u64)
                 .await;
         }
-        let mut writes = 0;
+        let mut written = Effect::new();
         for &(k, w) in input {
             if !w {
                 continue;
             }
             let mut p = tx.read_for_update(USERTABLE, k).await?.to_vec();
-            p[0] += 1;
-            for (i, x) in p.iter_mut().enumerate().skip(1) {
-                *x = x.rotate_left(1) ^ i as u64;
-            }
+            let count = p[0] + 1;
+            self.payload(k, count, &mut p);
             tx.write(USERTABLE, k, &p);
-            writes += 1;
+            written.push(k);
         }
-        Ok(writes)
+        Ok(written)
     }
 
-    fn check(&self, stores: &[Arc<Store>], committed_effect: i64) -> Vec<CheckResult> {
-        let mut sum: i128 = 0;
-        let mut intact = true;
+    fn record(&self, ledger: &mut Ledger, effect: Effect) {
+        for k in effect {
+            *ledger.writes.entry(k).or_insert(0) += 1;
+        }
+    }
+
+    fn merge(&self, into: &mut Ledger, from: Ledger) {
+        for (k, n) in from.writes {
+            *into.writes.entry(k).or_insert(0) += n;
+        }
+    }
+
+    fn check(&self, stores: &[Arc<Store>], ledger: &Ledger) -> Vec<CheckResult> {
+        let (mut missing, mut wrong_count, mut wrong_filler) = (0u64, 0u64, 0u64);
+        let mut examples = Vec::new();
+        let (mut payload, mut want) = (Vec::new(), vec![0u64; self.payload_words()]);
+        let mut counted: u64 = 0;
         for s in stores {
-            let words = s.catalog.layout(USERTABLE).tuple_words as usize;
-            let mut buf = vec![0u64; words];
             let base = s.node.0 as u64 * self.records;
             for k in base..base + self.records {
-                match s.lookup(USERTABLE, k) {
-                    Some(idx) => {
-                        s.read_tuple(USERTABLE, idx, &mut buf);
-                        sum += buf[HEADER_WORDS as usize] as i128;
-                        intact &= buf[H_LOCK as usize] == 0;
+                let Some(idx) = s.lookup(USERTABLE, k) else {
+                    missing += 1;
+                    continue;
+                };
+                s.read_payload(USERTABLE, idx, &mut payload);
+                let user = &payload[ENGINE_PAYLOAD_WORDS as usize..];
+                let committed = ledger.writes.get(&k).copied().unwrap_or(0);
+                counted += user[0];
+                self.payload(k, user[0], &mut want);
+                let bad = if user[0] != committed {
+                    wrong_count += 1;
+                    Some(format!(
+                        "key {k}: count {}, committed writes {committed}",
+                        user[0]
+                    ))
+                } else if user != want.as_slice() {
+                    wrong_filler += 1;
+                    Some(format!(
+                        "key {k}: filler words differ from write {}'s",
+                        user[0]
+                    ))
+                } else {
+                    None
+                };
+                if let Some(b) = bad {
+                    if examples.len() < crate::EXAMPLES_MAX {
+                        examples.push(b);
                     }
-                    None => intact = false,
                 }
             }
         }
-        vec![
-            CheckResult {
-                name: "ycsb.no_lost_update".into(),
-                passed: sum == committed_effect as i128,
-                detail: format!(
-                    "per-record write counters sum to {sum}, committed writes {committed_effect}; off by {}",
-                    sum - committed_effect as i128
-                ),
+        let committed: u64 = ledger.writes.values().sum();
+        let passed = missing == 0 && wrong_count == 0 && wrong_filler == 0;
+        vec![CheckResult {
+            name: "ycsb.records_match_committed_writes".into(),
+            passed,
+            detail: if passed {
+                format!(
+                    "every record's count equals its committed writes ({committed} in all) and its words are that write's"
+                )
+            } else {
+                format!(
+                    "{wrong_count} records' counts differ from their committed writes, {wrong_filler} have foreign words, {missing} missing (counts sum to {counted}, committed writes {committed}): {}",
+                    examples.join("; ")
+                )
             },
-            CheckResult {
-                name: "ycsb.all_records_present_and_unlocked".into(),
-                passed: intact,
-                detail: "every record exists and no lock is left held".into(),
-            },
-        ]
+        }]
     }
 
     fn knobs(&self) -> BTreeMap<String, String> {

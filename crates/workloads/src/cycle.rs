@@ -1,0 +1,444 @@
+//! Cycle: a workload whose every transaction preserves invariants that every read can verify
+//! on the spot (in the spirit of FoundationDB's Cycle test), built to catch torn reads,
+//! lost and misplaced writes, and phantoms, and to drive every path of the [`Txn`] API.
+//!
+//! Tables:
+//! - `pairs`: `pairs` pairs per node. Pair `p` is records `2p` and `2p + 1`, placed by key
+//!   modulo the node count, so with two or more nodes a pair always spans two nodes. Each
+//!   record holds `record_words` words. Invariant: all words of both records are one value.
+//! - `dyn`: per node `ranges` ranges of `range_keys` keys (ordered index, scanned); at load,
+//!   every other key of a range is present.
+//! - `guards`: one record per range holding the number of live keys in it. Every
+//!   transaction that scans a range, inserts into it or deletes from it first reads the
+//!   guard for update (the enclosing row that orders every change to the range, as TPC-C's
+//!   district row): that, not the scan itself, is what keeps scans free of phantoms under
+//!   every protocol. Invariant: a scan returns exactly the guard's count of keys.
+//!
+//! Transactions (weights in percent): `pair_update` 20 (read both for update, write a new
+//! value), `pair_read` 20 (read-only), `pair_blind` 10 (blind writes, nothing read),
+//! `pair_upgrade` 10 (plain reads, then writes: read-to-write upgrades), `pairs_read` 10
+//! (two pairs, read-only), `range_scan` 10, `range_insert` 10, `range_delete` 10.
+//!
+//! A transaction that sees a broken invariant still tries to commit (a protocol may show an
+//! attempt inconsistent data as long as it then aborts it); if it commits, that is a failed
+//! check, printed with the keys and values it saw.
+
+use crate::params::{Knobs, ParamError, Params};
+use crate::{CheckResult, Workload};
+use atoll_fabric::rng::Rng;
+use atoll_fabric::NodeId;
+use atoll_storage::layout::ENGINE_PAYLOAD_WORDS;
+use atoll_storage::{Partition, Store, TableId, TableSpec};
+use atoll_txn::{Abort, Protocol, Txn};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const PAIRS: TableId = TableId(0);
+pub const DYN: TableId = TableId(1);
+pub const GUARDS: TableId = TableId(2);
+
+/// Value of every pair record at load.
+const LOADED_VALUE: u64 = 1;
+/// Transaction mix in percent, in `TYPES` order.
+const MIX_PERCENT: [u64; 8] = [20, 20, 10, 10, 10, 10, 10, 10];
+const TYPES: [&str; 8] = [
+    "pair_update",
+    "pair_read",
+    "pair_blind",
+    "pair_upgrade",
+    "pairs_read",
+    "range_scan",
+    "range_insert",
+    "range_delete",
+];
+
+#[derive(Clone, Debug)]
+pub struct Cycle {
+    pub pairs: u64,
+    pub record_words: u64,
+    pub ranges: u64,
+    pub range_keys: u64,
+    nodes: u16,
+}
+
+/// One transaction's inputs.
+#[derive(Clone, Copy, Debug)]
+pub enum Input {
+    PairUpdate { p: u64, value: u64 },
+    PairRead { p: u64 },
+    PairBlind { p: u64, value: u64 },
+    PairUpgrade { p: u64, value: u64 },
+    PairsRead { p: u64, q: u64 },
+    RangeScan { r: u64 },
+    RangeInsert { r: u64, pick: u64 },
+    RangeDelete { r: u64, pick: u64 },
+}
+
+/// What a committed transaction saw that breaks an invariant, if anything.
+pub type Effect = Option<String>;
+
+/// Committed transactions that saw a broken invariant.
+#[derive(Default)]
+pub struct Ledger {
+    pub broken: u64,
+    pub examples: Vec<String>,
+}
+
+impl Cycle {
+    pub const KNOBS: &'static [&'static str] = &["pairs", "record_words", "ranges", "range_keys"];
+
+    pub fn from_params(p: &Params, nodes: u16) -> Result<Self, ParamError> {
+        let k = Knobs::new("cycle", p, Self::KNOBS)?;
+        Ok(Cycle {
+            pairs: k.u64("pairs", 32, 1, 10_000_000)?,
+            record_words: k.u64("record_words", 4, 1, 512)?,
+            ranges: k.u64("ranges", 4, 1, 1_000_000)?,
+            range_keys: k.u64("range_keys", 16, 2, 4096)?,
+            nodes,
+        })
+    }
+
+    fn pairs_total(&self) -> u64 {
+        self.pairs * self.nodes as u64
+    }
+
+    fn keys_per_node(&self) -> u64 {
+        self.ranges * self.range_keys
+    }
+
+    /// The keys of global range `r`: `[lo, hi]`.
+    fn range_keys_of(&self, r: u64) -> (u64, u64) {
+        let lo = r * self.range_keys;
+        (lo, lo + self.range_keys - 1)
+    }
+
+    fn pair_keys(p: u64) -> [u64; 2] {
+        [2 * p, 2 * p + 1]
+    }
+
+    /// Reads both records of pair `p` (fetched before) and says what breaks the invariant.
+    fn verify_pair<P: Protocol>(&self, tx: &Txn<'_, P>, p: u64) -> Option<String> {
+        let [x, y] = Self::pair_keys(p);
+        let (a, b) = (tx.get(PAIRS, x)?, tx.get(PAIRS, y)?);
+        let uniform = |w: &[u64]| w.iter().all(|v| *v == w[0]);
+        (!uniform(a) || !uniform(b) || a[0] != b[0])
+            .then(|| format!("pair {p}: record {x} holds {a:?}, record {y} holds {b:?}"))
+    }
+
+    async fn pair_fetch<P: Protocol>(
+        &self,
+        tx: &mut Txn<'_, P>,
+        ps: &[u64],
+        for_update: bool,
+    ) -> Result<Option<String>, Abort> {
+        let accesses: smallvec::SmallVec<[(TableId, u64, bool); 4]> = ps
+            .iter()
+            .flat_map(|&p| Self::pair_keys(p).map(|k| (PAIRS, k, for_update)))
+            .collect();
+        tx.fetch(&accesses).await?;
+        Ok(ps.iter().find_map(|&p| self.verify_pair(tx, p)))
+    }
+
+    fn write_pair<P: Protocol>(&self, tx: &mut Txn<'_, P>, p: u64, value: u64) {
+        let words = vec![value; self.record_words as usize];
+        for k in Self::pair_keys(p) {
+            tx.write(PAIRS, k, &words);
+        }
+    }
+
+    /// Locks range `r`'s guard (read for update), scans the range, and checks the count.
+    /// Returns the guard's count, the keys seen, and what broke, if anything.
+    async fn range_open<P: Protocol>(
+        &self,
+        tx: &mut Txn<'_, P>,
+        r: u64,
+    ) -> Result<(u64, Vec<u64>, Option<String>), Abort> {
+        let count = tx.read_for_update(GUARDS, r).await?[0];
+        let (lo, hi) = self.range_keys_of(r);
+        let keys = tx.scan(DYN, lo, hi, self.range_keys as u32, false).await?;
+        let broken = (keys.len() as u64 != count).then(|| {
+            format!(
+                "range {r} [{lo}, {hi}]: the guard counts {count} keys, the scan returned {} ({keys:?})",
+                keys.len()
+            )
+        });
+        Ok((count, keys, broken))
+    }
+}
+
+impl Workload for Cycle {
+    type Input = Input;
+    type Effect = Effect;
+    type Ledger = Ledger;
+    const NAME: &'static str = "cycle";
+
+    fn txn_types(&self) -> &'static [&'static str] {
+        &TYPES
+    }
+
+    fn tables(&self, nodes: u16) -> Vec<TableSpec> {
+        let _ = nodes;
+        vec![
+            TableSpec {
+                name: "pairs".into(),
+                payload_words: self.record_words as u32,
+                capacity_per_node: (2 * self.pairs) as u32,
+                partition: Partition::Modulo,
+                ordered: false,
+            },
+            TableSpec {
+                name: "dyn".into(),
+                payload_words: 1,
+                capacity_per_node: self.keys_per_node() as u32,
+                partition: Partition::Range {
+                    keys_per_node: self.keys_per_node(),
+                },
+                ordered: true,
+            },
+            TableSpec {
+                name: "guards".into(),
+                payload_words: 1,
+                capacity_per_node: self.ranges as u32,
+                partition: Partition::Range {
+                    keys_per_node: self.ranges,
+                },
+                ordered: false,
+            },
+        ]
+    }
+
+    fn load(&self, store: &Store) {
+        let node = store.node.0 as u64;
+        let words = vec![LOADED_VALUE; self.record_words as usize];
+        let fail =
+            |e: atoll_storage::StoreError| -> ! { panic!("loading cycle on node {node}: {e}") };
+        for k in 0..2 * self.pairs_total() {
+            if k % self.nodes as u64 == node {
+                store.insert(PAIRS, k, &words).unwrap_or_else(|e| fail(e));
+            }
+        }
+        for r in node * self.ranges..(node + 1) * self.ranges {
+            let (lo, hi) = self.range_keys_of(r);
+            let mut live = 0;
+            for k in (lo..=hi).step_by(2) {
+                store.insert(DYN, k, &[k]).unwrap_or_else(|e| fail(e));
+                live += 1;
+            }
+            store.insert(GUARDS, r, &[live]).unwrap_or_else(|e| fail(e));
+        }
+    }
+
+    fn generate(&self, rng: &mut Rng, nodes: u16, _home: NodeId) -> (usize, Input) {
+        let mut roll = rng.below(100);
+        let mut ty = 0;
+        while roll >= MIX_PERCENT[ty] {
+            roll -= MIX_PERCENT[ty];
+            ty += 1;
+        }
+        let pairs = self.pairs_total();
+        let ranges = self.ranges * nodes as u64;
+        // Values never repeat the loaded one, so a read of a loaded record is told apart.
+        let value = rng.next_u64() | 2;
+        let p = rng.below(pairs);
+        let input = match ty {
+            0 => Input::PairUpdate { p, value },
+            1 => Input::PairRead { p },
+            2 => Input::PairBlind { p, value },
+            3 => Input::PairUpgrade { p, value },
+            4 => {
+                let q = if pairs > 1 {
+                    (p + 1 + rng.below(pairs - 1)) % pairs
+                } else {
+                    p
+                };
+                Input::PairsRead { p, q }
+            }
+            5 => Input::RangeScan {
+                r: rng.below(ranges),
+            },
+            6 => Input::RangeInsert {
+                r: rng.below(ranges),
+                pick: rng.next_u64(),
+            },
+            _ => Input::RangeDelete {
+                r: rng.below(ranges),
+                pick: rng.next_u64(),
+            },
+        };
+        (ty, input)
+    }
+
+    async fn execute<P: Protocol>(
+        &self,
+        tx: &mut Txn<'_, P>,
+        input: &Input,
+    ) -> Result<Effect, Abort> {
+        Ok(match *input {
+            Input::PairUpdate { p, value } => {
+                let broken = self.pair_fetch(tx, &[p], true).await?;
+                self.write_pair(tx, p, value);
+                broken
+            }
+            Input::PairRead { p } => self.pair_fetch(tx, &[p], false).await?,
+            Input::PairBlind { p, value } => {
+                self.write_pair(tx, p, value);
+                None
+            }
+            Input::PairUpgrade { p, value } => {
+                let [x, y] = Self::pair_keys(p);
+                tx.read(PAIRS, x).await?;
+                tx.read(PAIRS, y).await?;
+                let broken = self.verify_pair(tx, p);
+                self.write_pair(tx, p, value);
+                broken
+            }
+            Input::PairsRead { p, q } => self.pair_fetch(tx, &[p, q], false).await?,
+            Input::RangeScan { r } => {
+                let (count, _, broken) = self.range_open(tx, r).await?;
+                // Written back unchanged: the guard was read for update to order the scan.
+                tx.write(GUARDS, r, &[count]);
+                broken
+            }
+            Input::RangeInsert { r, pick } => {
+                let (count, keys, broken) = self.range_open(tx, r).await?;
+                let (lo, hi) = self.range_keys_of(r);
+                let free: Vec<u64> = (lo..=hi).filter(|k| !keys.contains(k)).collect();
+                if free.is_empty() {
+                    tx.write(GUARDS, r, &[count]);
+                } else {
+                    let k = free[(pick % free.len() as u64) as usize];
+                    tx.insert(DYN, k, &[k]);
+                    tx.write(GUARDS, r, &[count + 1]);
+                }
+                broken
+            }
+            Input::RangeDelete { r, pick } => {
+                let (count, keys, broken) = self.range_open(tx, r).await?;
+                if keys.is_empty() {
+                    tx.write(GUARDS, r, &[count]);
+                } else {
+                    let k = keys[(pick % keys.len() as u64) as usize];
+                    tx.delete(DYN, k).await?;
+                    tx.write(GUARDS, r, &[count.saturating_sub(1)]);
+                }
+                broken
+            }
+        })
+    }
+
+    fn record(&self, ledger: &mut Ledger, effect: Effect) {
+        if let Some(b) = effect {
+            ledger.broken += 1;
+            if ledger.examples.len() < crate::EXAMPLES_MAX {
+                ledger.examples.push(b);
+            }
+        }
+    }
+
+    fn merge(&self, into: &mut Ledger, from: Ledger) {
+        into.broken += from.broken;
+        for e in from.examples {
+            if into.examples.len() < crate::EXAMPLES_MAX {
+                into.examples.push(e);
+            }
+        }
+    }
+
+    fn check(&self, stores: &[Arc<Store>], ledger: &Ledger) -> Vec<CheckResult> {
+        let mut payload = Vec::new();
+        let mut read = |k: u64, t: TableId| -> Option<Vec<u64>> {
+            let s = &stores[stores
+                .iter()
+                .position(|s| s.catalog.holds(t, k, s.node))
+                .expect("every key has a home")];
+            let idx = s.lookup(t, k)?;
+            s.read_payload(t, idx, &mut payload);
+            Some(payload[ENGINE_PAYLOAD_WORDS as usize..].to_vec())
+        };
+        let (mut bad_pairs, mut examples) = (0u64, Vec::new());
+        for p in 0..self.pairs_total() {
+            let [x, y] = Self::pair_keys(p);
+            let (a, b) = (read(x, PAIRS), read(y, PAIRS));
+            let ok = match (&a, &b) {
+                (Some(a), Some(b)) => a.iter().chain(b.iter()).all(|v| *v == a[0]),
+                _ => false,
+            };
+            if !ok {
+                bad_pairs += 1;
+                if examples.len() < crate::EXAMPLES_MAX {
+                    examples.push(format!("pair {p}: {x} = {a:?}, {y} = {b:?}"));
+                }
+            }
+        }
+        let (mut bad_ranges, mut range_examples) = (0u64, Vec::new());
+        for s in stores {
+            for r in s.node.0 as u64 * self.ranges..(s.node.0 as u64 + 1) * self.ranges {
+                let (lo, hi) = self.range_keys_of(r);
+                let mut live = Vec::new();
+                s.scan(DYN, lo, hi, usize::MAX, false, &mut live);
+                let by_lookup = (lo..=hi).filter(|&k| s.lookup(DYN, k).is_some()).count();
+                let guard = read(r, GUARDS).map(|g| g[0]);
+                if guard != Some(live.len() as u64) || by_lookup != live.len() {
+                    bad_ranges += 1;
+                    if range_examples.len() < crate::EXAMPLES_MAX {
+                        range_examples.push(format!(
+                            "range {r}: guard {guard:?}, ordered index {} keys, hash index {by_lookup}",
+                            live.len()
+                        ));
+                    }
+                }
+            }
+        }
+        vec![
+            CheckResult {
+                name: "cycle.no_committed_broken_invariant".into(),
+                passed: ledger.broken == 0,
+                detail: if ledger.broken == 0 {
+                    "no committed transaction saw a broken pair or a scan that disagreed with its guard".into()
+                } else {
+                    format!(
+                        "{} committed transactions saw a broken invariant: {}",
+                        ledger.broken,
+                        ledger.examples.join("; ")
+                    )
+                },
+            },
+            CheckResult {
+                name: "cycle.pairs_consistent".into(),
+                passed: bad_pairs == 0,
+                detail: if bad_pairs == 0 {
+                    format!(
+                        "all {} pairs hold one value in every word",
+                        self.pairs_total()
+                    )
+                } else {
+                    format!("{bad_pairs} pairs differ: {}", examples.join("; "))
+                },
+            },
+            CheckResult {
+                name: "cycle.guards_count_live_keys".into(),
+                passed: bad_ranges == 0,
+                detail: if bad_ranges == 0 {
+                    format!(
+                        "every range's guard equals its live keys in both indexes ({} ranges)",
+                        self.ranges * stores.len() as u64
+                    )
+                } else {
+                    format!(
+                        "{bad_ranges} ranges disagree: {}",
+                        range_examples.join("; ")
+                    )
+                },
+            },
+        ]
+    }
+
+    fn knobs(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("pairs".into(), self.pairs.to_string()),
+            ("record_words".into(), self.record_words.to_string()),
+            ("ranges".into(), self.ranges.to_string()),
+            ("range_keys".into(), self.range_keys.to_string()),
+        ])
+    }
+}
