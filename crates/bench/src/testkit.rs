@@ -127,14 +127,20 @@ impl TestCluster {
         w
     }
 
-    /// The payload of `key` as stored now.
+    /// The workload's words of `key`'s payload as stored now, after checking the engine
+    /// words (writer tag, check word) still match them.
     pub fn payload(&self, t: TableId, key: u64) -> Vec<u64> {
         let node = self.catalog.home(t, key, NodeId(0));
         let s = &self.stores[node.0 as usize];
         let idx = s.lookup(t, key).expect("key present");
         let mut w = vec![0; self.catalog.layout(t).tuple_words as usize];
         s.read_tuple(t, idx, &mut w);
-        w[atoll_storage::layout::HEADER_WORDS as usize..].to_vec()
+        let payload = &w[atoll_storage::layout::HEADER_WORDS as usize..];
+        assert!(
+            atoll_storage::layout::payload_intact(t, key, payload),
+            "payload of key {key} in table {t:?} is torn or misplaced: {payload:?}"
+        );
+        payload[atoll_storage::layout::ENGINE_PAYLOAD_WORDS as usize..].to_vec()
     }
 }
 

@@ -157,7 +157,11 @@ impl StoreHandler {
                 }
                 false
             } else {
+                // A write-back may have put back the RTS seen (ABA): the raise counts only
+                // if no version was installed since the snapshot.
                 r.cas(off + H_RTS as usize, rts, ctts) == rts
+                    && r.load(off + H_VERSION as usize) == a[H_VERSION as usize]
+                    && r.load(off + H_WTS as usize) == a[H_WTS as usize]
             };
             if ok {
                 let data = Words::from_slice(
@@ -187,7 +191,10 @@ impl StoreHandler {
             if cur & RTS_FROZEN != 0 {
                 return false;
             }
-            if cur >= commit_ts || r.cas(off + H_RTS as usize, cur, commit_ts) == cur {
+            if cur >= commit_ts
+                || (r.cas(off + H_RTS as usize, cur, commit_ts) == cur
+                    && r.load(off + H_WTS as usize) == wts)
+            {
                 return true;
             }
         }

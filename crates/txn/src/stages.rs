@@ -978,12 +978,13 @@ pub async fn renew(
         let mut again = smallvec::SmallVec::new();
         for (j, &(i, seen)) in pending.iter().enumerate() {
             let found = res.cas(2 * j);
-            if found == seen {
+            // The READ ran after the CAS: it shows why the CAS failed, and whether a write
+            // that set `RTS` back to the value seen came in between (ABA).
+            let h = res.read(2 * j + 1);
+            if found == seen && h[H_WTS as usize] == tx.entries[i].wts {
                 tx.entries[i].rts = commit_ts;
                 continue;
             }
-            // The READ ran after the CAS: it shows why the CAS failed.
-            let h = res.read(2 * j + 1);
             if h[H_WTS as usize] != tx.entries[i].wts || found & RTS_FROZEN != 0 {
                 return Err(Abort::ValidationFailed);
             }
@@ -1108,24 +1109,30 @@ pub async fn mvcc_read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) ->
             }
         }
         if !raise.is_empty() {
+            // CAS on RTS, then a READ of the header that runs after it at the target: a
+            // successful CAS only counts if no version was installed since the snapshot
+            // (a writer's install can put back the very RTS the snapshot saw: ABA).
             let mut d = ep.doorbell();
             for &(i, rts, _, _) in &raise {
                 let e = &tx.entries[i];
-                d.cas(
-                    tx.c.catalog.record_ptr(e.table, e.node, e.loc).add(H_RTS),
-                    rts,
-                    ctts,
-                );
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                d.cas(ptr.add(H_RTS), rts, ctts);
+                d.read(ptr, HEADER_WORDS);
             }
             let raised = d.submit().await;
             for (j, &(i, rts, read, at)) in raise.iter().enumerate() {
-                if raised.cas(j) == rts {
+                let (before, after) = (res.read(read), raised.read(2 * j + 1));
+                let unchanged = before[H_VERSION as usize] == after[H_VERSION as usize]
+                    && before[H_WTS as usize] == after[H_WTS as usize];
+                if raised.cas(2 * j) == rts && unchanged {
                     let words = tx.c.catalog.layout(tx.entries[i].table).payload_words as usize;
                     let e = &mut tx.entries[i];
                     e.fill(e.version, &res.read(read)[at..at + words]);
                     e.rts = ctts;
                 } else {
-                    // RTS moved (another reader, or a writer came and went): read again.
+                    // RTS moved (another reader, or a writer came and went), or a version
+                    // was installed: read again. A raise that did land only keeps writers
+                    // below this reader out, which is safe.
                     retry.push(i);
                 }
             }

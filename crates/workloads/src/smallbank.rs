@@ -403,13 +403,23 @@ mod tests {
             "{}",
             checks[0].detail
         );
-        // Money moved to the wrong account keeps the total but not the balances.
-        sb.record(&mut ledger, smallvec::smallvec![(CHECKING, 60, 5)]);
-        sb.record(&mut ledger, smallvec::smallvec![(CHECKING, 61, -5)]);
+        // Money moved to the wrong account keeps the total but not the balances: a
+        // committed transfer of 5 from 61 to 62 whose 5 landed in 60 (the 5 extra above).
+        let idx = stores[1].lookup(CHECKING, 61).unwrap();
+        let off = stores[1].catalog.layout(CHECKING).record_offset(idx)
+            + HEADER_WORDS
+            + ENGINE_PAYLOAD_WORDS;
+        stores[1]
+            .region(CHECKING)
+            .store(off as usize, (INITIAL_BALANCE - 5) as u64);
+        sb.record(
+            &mut ledger,
+            smallvec::smallvec![(CHECKING, 61, -5), (CHECKING, 62, 5)],
+        );
         let checks = sb.check(&stores, &ledger);
         assert!(checks[1].passed && !checks[0].passed, "{checks:?}");
         assert!(
-            checks[0].detail.contains("checking[61]"),
+            checks[0].detail.contains("checking[60]") && checks[0].detail.contains("checking[62]"),
             "{}",
             checks[0].detail
         );

@@ -459,10 +459,16 @@ mod tests {
 
     #[test]
     fn ycsb_rejects_bad_knobs_naming_them() {
-        let e = Ycsb::from_params(&Params::from([("record_bytes".into(), "12".into())]), 1)
+        let e = Ycsb::from_params(&Params::from([("record_bytes".into(), "28".into())]), 1)
             .unwrap_err();
         assert!(
-            e.0.contains("record_bytes=12") && e.0.contains("multiple of 8"),
+            e.0.contains("record_bytes=28") && e.0.contains("multiple of 8"),
+            "{e}"
+        );
+        let e = Ycsb::from_params(&Params::from([("record_bytes".into(), "16".into())]), 1)
+            .unwrap_err();
+        assert!(
+            e.0.contains("record_bytes=16") && e.0.contains("24..=4096"),
             "{e}"
         );
         let e = Ycsb::from_params(&Params::from([("ops_per_txn".into(), "1000".into())]), 1)

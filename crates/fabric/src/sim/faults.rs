@@ -1,6 +1,7 @@
 //! Seeded, reproducible faults for the simulator: latency spikes on links, node pauses (the
-//! node neither serves nor sends), and crashes (a hook for recovery; a crashed node stops
-//! for good).
+//! node neither serves nor sends), crashes (a hook for recovery; a crashed node stops
+//! for good), and torn verbs (a multi-word READ or WRITE done in steps that other verbs and
+//! CPU accesses interleave with, as RDMA promises no atomicity beyond a word).
 
 use crate::ids::NodeId;
 use crate::rng::Rng;
@@ -13,6 +14,10 @@ pub struct FaultConfig {
     pub spike_len_ns: u64,
     pub pauses: u32,
     pub pause_len_ns: u64,
+    /// Words a NIC moves in one step of a multi-word READ or WRITE (0: whole verbs at once).
+    pub tear_words: u32,
+    /// Longest stall between two steps (seeded, uniform), on top of their wire time.
+    pub tear_stall_ns: u64,
 }
 
 impl FaultConfig {
@@ -26,15 +31,20 @@ impl FaultConfig {
             spike_len_ns: 2_000_000,
             pauses: 2,
             pause_len_ns: 1_000_000,
+            // Two words a step tears payloads inside a record (a 16-byte PCIe write is a
+            // common unit); 100 ns stalls let several verbs interleave with one.
+            tear_words: 2,
+            tear_stall_ns: 100,
         }
     }
 
     pub fn is_none(&self) -> bool {
-        self.spikes == 0 && self.pauses == 0
+        self.spikes == 0 && self.pauses == 0 && self.tear_words == 0
     }
 
-    /// Parses `none`, `some`, or `spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z`
-    /// (unnamed values as in `some`).
+    /// Parses `none`, `some`, or
+    /// `spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S`
+    /// (unnamed values as in `some`; `tear_words=0` turns tearing off).
     pub fn parse(s: &str) -> Result<Self, String> {
         match s.trim() {
             "none" | "" => return Ok(FaultConfig::default()),
@@ -44,7 +54,7 @@ impl FaultConfig {
         let mut f = FaultConfig::some();
         for part in s.split(',') {
             let (k, v) = part.split_once('=').ok_or_else(|| {
-                format!("faults entry '{part}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z")
+                format!("faults entry '{part}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S")
             })?;
             let v: u64 = v
                 .trim()
@@ -56,9 +66,11 @@ impl FaultConfig {
                 "spike_len_us" => f.spike_len_ns = v * 1000,
                 "pauses" => f.pauses = v.min(u32::MAX as u64) as u32,
                 "pause_us" => f.pause_len_ns = v * 1000,
+                "tear_words" => f.tear_words = v.min(u32::MAX as u64) as u32,
+                "tear_ns" => f.tear_stall_ns = v,
                 other => {
                     return Err(format!(
-                        "unknown faults key '{other}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us"
+                        "unknown faults key '{other}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us, tear_words, tear_ns"
                     ))
                 }
             }
@@ -86,12 +98,27 @@ pub enum Fault {
     },
     /// The node stops for good at `at_ns`.
     Crash { node: NodeId, at_ns: u64 },
+    /// Every multi-word READ or WRITE moves `chunk_words` at a time, with a stall drawn
+    /// from `seed` of up to `stall_ns_max` between steps; verbs on one link still execute
+    /// in order (RC).
+    Tear {
+        chunk_words: u32,
+        stall_ns_max: u64,
+        seed: u64,
+    },
 }
 
 /// Draws the faults of a run over `[0, horizon_ns)` from `seed`.
 pub fn plan(cfg: &FaultConfig, nodes: u16, horizon_ns: u64, seed: u64) -> Vec<Fault> {
     let mut rng = Rng::derive(seed, 0xFA17);
     let mut out = Vec::new();
+    if cfg.tear_words > 0 {
+        out.push(Fault::Tear {
+            chunk_words: cfg.tear_words,
+            stall_ns_max: cfg.tear_stall_ns,
+            seed: rng.next_u64(),
+        });
+    }
     if nodes < 2 || horizon_ns == 0 {
         return out;
     }

@@ -16,7 +16,7 @@ use crate::core::{
 };
 use crate::ids::{NodeId, WorkerId};
 use crate::memory::ClusterMemory;
-use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbKind};
+use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbKind, Words};
 use faults::Fault;
 use net::{CpuProfile, NetProfile};
 use std::cell::RefCell;
@@ -71,16 +71,41 @@ enum Ev {
     Crash {
         node: NodeId,
     },
+    /// One step of a torn READ or WRITE: words `[at_word, at_word + chunk)` move now.
+    Step {
+        src: u32,
+        slot: SlotId,
+        index: u32,
+        op: Op,
+        at_word: u32,
+        /// What a READ has gathered so far.
+        buf: Words,
+    },
 }
 
 impl Ev {
     fn node(&self, threads: u16) -> Option<NodeId> {
         match self {
             Ev::Run { w } | Ev::Arrive { w, .. } => Some(NodeId((*w / threads as u32) as u16)),
-            Ev::Exec { op, .. } => Some(op.node()),
+            Ev::Exec { op, .. } | Ev::Step { op, .. } => Some(op.node()),
             Ev::Crash { .. } => None,
         }
     }
+}
+
+/// Torn verbs: how a NIC moves a multi-word READ or WRITE in steps.
+struct Tear {
+    chunk_words: u32,
+    stall_ns_max: u64,
+    rng: crate::rng::Rng,
+}
+
+/// A one-sided verb at its target: who posted it and where its completion goes.
+struct Verb {
+    src: u32,
+    slot: SlotId,
+    index: u32,
+    op: Op,
 }
 
 struct Queued {
@@ -136,9 +161,74 @@ struct World {
     link_last_ns: Vec<u64>,
     spikes: Vec<(NodeId, NodeId, u64, u64, u64)>,
     qp_penalty_ns: u64,
+    tear: Option<Tear>,
+    /// Per (from, to) link: a torn verb is under way, and the verbs that arrived behind it
+    /// (a link executes its verbs in order, as an RC queue pair).
+    link_busy: Vec<bool>,
+    link_waiting: Vec<VecDeque<Verb>>,
 }
 
 impl World {
+    /// Index of the (from, to) link in the per-link tables.
+    fn link(&self, from: NodeId, to: NodeId) -> usize {
+        from.0 as usize * self.cfg.nodes as usize + to.0 as usize
+    }
+
+    /// Executes a verb that reached the head of its link now: whole, with its completion
+    /// sent back, or, when tearing applies, as the first of its steps (the link is busy
+    /// until the last). Returns whether it tore.
+    fn start_verb(&mut self, verb: Verb) -> bool {
+        let Verb {
+            src,
+            slot,
+            index,
+            op,
+        } = verb;
+        let target = op.node();
+        let src_node = self.node_of(src);
+        let words = match &op {
+            Op::Read { len_words, .. } => *len_words,
+            Op::Write { data, .. } => data.len() as u32,
+            _ => 0,
+        };
+        let now = self.now_ns;
+        if self.tear.as_ref().is_some_and(|t| words > t.chunk_words) {
+            let link = self.link(src_node, target);
+            self.link_busy[link] = true;
+            let buf = match &op {
+                Op::Read { len_words, .. } => Words::from_elem(0, *len_words as usize),
+                _ => Words::new(),
+            };
+            self.push(
+                now,
+                Ev::Step {
+                    src,
+                    slot,
+                    index,
+                    op,
+                    at_word: 0,
+                    buf,
+                },
+            );
+            return true;
+        }
+        let kind = op.kind();
+        let c = execute_one_sided(&self.memory[target.0 as usize], op);
+        let at = self.transmit(target, src_node, kind, c.reply_bytes(), now);
+        self.push(
+            at,
+            Ev::Arrive {
+                w: src,
+                delivery: Delivery::Completion {
+                    slot,
+                    index,
+                    completion: c,
+                },
+            },
+        );
+        false
+    }
+
     fn push(&mut self, at_ns: u64, ev: Ev) {
         debug_assert!(
             at_ns >= self.now_ns,
@@ -190,10 +280,9 @@ impl World {
         let dst = &mut self.nodes[to.0 as usize];
         let received = arrive.max(dst.rx_free_ns) + svc;
         dst.rx_free_ns = received;
-        let link =
-            &mut self.link_last_ns[from.0 as usize * self.cfg.nodes as usize + to.0 as usize];
-        let received = received.max(*link);
-        *link = received;
+        let link = self.link(from, to);
+        let received = received.max(self.link_last_ns[link]);
+        self.link_last_ns[link] = received;
         received
     }
 
@@ -347,6 +436,7 @@ pub fn run(
     let mut nodes: Vec<NodeState> = (0..cfg.nodes).map(|_| NodeState::default()).collect();
     let mut spikes = Vec::new();
     let mut crashes = Vec::new();
+    let mut tear = None;
     for f in &cfg.faults {
         match *f {
             Fault::Spike {
@@ -362,6 +452,17 @@ pub fn run(
                 end_ns,
             } => nodes[node.0 as usize].pauses.push((start_ns, end_ns)),
             Fault::Crash { node, at_ns } => crashes.push((node, at_ns)),
+            Fault::Tear {
+                chunk_words,
+                stall_ns_max,
+                seed,
+            } => {
+                tear = Some(Tear {
+                    chunk_words: chunk_words.max(1),
+                    stall_ns_max,
+                    rng: crate::rng::Rng::new(seed),
+                })
+            }
         }
     }
     let world = Rc::new(RefCell::new(World {
@@ -375,6 +476,11 @@ pub fn run(
         nodes,
         spikes,
         qp_penalty_ns: cfg.net.qp_penalty_ns(peers),
+        tear,
+        link_busy: vec![false; cfg.nodes as usize * cfg.nodes as usize],
+        link_waiting: (0..cfg.nodes as usize * cfg.nodes as usize)
+            .map(|_| VecDeque::new())
+            .collect(),
         cfg: cfg.clone(),
     }));
     for (node, at_ns) in crashes {
@@ -423,7 +529,13 @@ pub fn run(
                 continue;
             }
             if let Some(resume) = wd.paused_until(node, q.at_ns) {
-                wd.push(resume, q.ev);
+                // Deferred with its place in line: at `resume` it goes before whatever was
+                // posted after it, so a link stays in order across the pause.
+                wd.queue.push(Reverse(Queued {
+                    at_ns: resume,
+                    seq: q.seq,
+                    ev: q.ev,
+                }));
                 continue;
             }
         }
@@ -463,10 +575,74 @@ pub fn run(
                     );
                     continue;
                 }
-                let kind = op.kind();
-                let c = execute_one_sided(&wd.memory[target.0 as usize], op);
-                let src_node = wd.node_of(src);
+                let link = wd.link(wd.node_of(src), target);
+                let verb = Verb {
+                    src,
+                    slot,
+                    index,
+                    op,
+                };
+                if wd.link_busy[link] {
+                    // Behind a torn verb on the same link: runs when it is done.
+                    wd.link_waiting[link].push_back(verb);
+                } else {
+                    wd.start_verb(verb);
+                }
+            }
+            Ev::Step {
+                src,
+                slot,
+                index,
+                op,
+                at_word,
+                mut buf,
+            } => {
+                let target = op.node();
+                let tear = wd.tear.as_ref().expect("torn steps only with tearing on");
+                let chunk = tear.chunk_words;
+                let (ptr, total) = match &op {
+                    Op::Read { ptr, len_words } => (*ptr, *len_words),
+                    Op::Write { ptr, data } => (*ptr, data.len() as u32),
+                    _ => unreachable!("only READs and WRITEs are torn"),
+                };
+                let end = (at_word + chunk).min(total);
+                let region = wd.memory[target.0 as usize].region(ptr.region);
+                let off = (ptr.offset_words + at_word) as usize;
+                match &op {
+                    Op::Read { .. } => {
+                        region.read_into(off, &mut buf[at_word as usize..end as usize])
+                    }
+                    Op::Write { data, .. } => {
+                        region.write_from(off, &data[at_word as usize..end as usize])
+                    }
+                    _ => unreachable!("only READs and WRITEs are torn"),
+                }
                 let now = wd.now_ns;
+                if end < total {
+                    let wire_ns = ((chunk as u64 * 8) as f64 * 1e9
+                        / wd.cfg.net.bandwidth_bytes_per_s)
+                        .ceil() as u64;
+                    let tear = wd.tear.as_mut().expect("torn steps only with tearing on");
+                    let stall = tear.rng.below(tear.stall_ns_max + 1);
+                    wd.push(
+                        now + wire_ns + stall,
+                        Ev::Step {
+                            src,
+                            slot,
+                            index,
+                            op,
+                            at_word: end,
+                            buf,
+                        },
+                    );
+                    continue;
+                }
+                let kind = op.kind();
+                let c = match op {
+                    Op::Read { .. } => Completion::Read(buf),
+                    _ => Completion::Write,
+                };
+                let src_node = wd.node_of(src);
                 let at = wd.transmit(target, src_node, kind, c.reply_bytes(), now);
                 wd.push(
                     at,
@@ -479,6 +655,15 @@ pub fn run(
                         },
                     },
                 );
+                // The link is free: the verbs queued behind this one go now, in their order,
+                // before any verb that reaches the link later (until one of them tears).
+                let link = wd.link(src_node, target);
+                wd.link_busy[link] = false;
+                while let Some(verb) = wd.link_waiting[link].pop_front() {
+                    if wd.start_verb(verb) {
+                        break;
+                    }
+                }
             }
             Ev::Run { w } => {
                 let ws = &mut wd.workers[w as usize];
@@ -601,6 +786,177 @@ mod tests {
     }
 
     const REMOTE: RemotePtr = RemotePtr::new(NodeId(1), RegionId(0), 0);
+
+    /// Node 0 writes 16 words of 7 over node 1's zeros while node 2 READs them many times:
+    /// returns how many READs saw a mix of old and new words, and the final words.
+    fn race_a_write_and_reads(faults: Vec<Fault>) -> (usize, Vec<u64>) {
+        const WORDS: u32 = 16;
+        let memory: ClusterMemory = (0..3)
+            .map(|n| Arc::new(NodeMemory::new(NodeId(n), &[64])))
+            .collect::<Vec<_>>()
+            .into();
+        let handlers: Vec<Arc<dyn RpcHandler>> = (0..3)
+            .map(|_| Arc::new(Echo) as Arc<dyn RpcHandler>)
+            .collect();
+        let cfg = SimConfig {
+            nodes: 3,
+            threads_per_node: 1,
+            net: NetProfile {
+                nic_msgs_per_s: 1e9,
+                ..profile()
+            },
+            cpu: cpu(),
+            faults,
+        };
+        let mixed = Arc::new(Mutex::new(0usize));
+        let m = mixed.clone();
+        run(&cfg, memory.clone(), &handlers, &move |core| {
+            let ep = Endpoint::new(core.clone(), TaskId(0));
+            let m = m.clone();
+            let task: Coroutine = match core.id.node.0 {
+                0 => Box::pin(async move {
+                    let mut d = ep.doorbell();
+                    d.write(REMOTE, Words::from_elem(7, WORDS as usize));
+                    d.submit().await;
+                }),
+                2 => Box::pin(async move {
+                    for _ in 0..200 {
+                        let w = ep.read(REMOTE, WORDS).await;
+                        if w.iter().any(|x| *x == 0) && w.iter().any(|x| *x == 7) {
+                            *m.lock().unwrap() += 1;
+                        }
+                    }
+                }),
+                _ => return Vec::new(),
+            };
+            vec![task]
+        });
+        let mut end = vec![0; WORDS as usize];
+        memory[1].region(RegionId(0)).read_into(0, &mut end);
+        let n = *mixed.lock().unwrap();
+        (n, end)
+    }
+
+    #[test]
+    fn sim_a_torn_write_is_seen_half_done_only_when_tearing_is_on() {
+        let tear = Fault::Tear {
+            chunk_words: 2,
+            stall_ns_max: 200,
+            seed: 5,
+        };
+        let (mixed, end) = race_a_write_and_reads(vec![tear.clone()]);
+        assert!(mixed > 0, "no READ saw the WRITE half done");
+        assert_eq!(end, vec![7; 16], "the torn WRITE completed");
+        assert_eq!(
+            race_a_write_and_reads(vec![tear]).0,
+            mixed,
+            "seeded: replays"
+        );
+        let (whole, end) = race_a_write_and_reads(Vec::new());
+        assert_eq!(whole, 0, "without tearing a WRITE is one step");
+        assert_eq!(end, vec![7; 16]);
+    }
+
+    #[test]
+    fn sim_verbs_on_one_link_stay_in_order_behind_a_torn_one() {
+        let tear = Fault::Tear {
+            chunk_words: 1,
+            stall_ns_max: 500,
+            seed: 9,
+        };
+        let (t, _) = sim(vec![tear], |ep, out| {
+            Box::pin(async move {
+                // A torn 8-word WRITE, then a 1-word WRITE over its first word: the second
+                // must land last, as on one RC queue pair.
+                let mut d = ep.doorbell();
+                d.write(REMOTE, Words::from_elem(3, 8));
+                d.write(REMOTE, Words::from_elem(4, 1));
+                d.submit().await;
+                let w = ep.read(REMOTE, 8).await;
+                out.lock().unwrap().extend(w.iter().copied());
+            })
+        });
+        assert_eq!(t, vec![4, 3, 3, 3, 3, 3, 3, 3]);
+    }
+
+    /// Four co-routines on node 0 each post doorbells of torn WRITEs and 1-word WRITEs
+    /// over their first word, while node 1 pauses often (a pause re-queues everything that
+    /// reached it at one instant): returns the first words READ after each doorbell.
+    fn ordered_writes_through_pauses(seed: u64) -> Vec<(u64, u64)> {
+        const TASKS: u32 = 4;
+        const ROUNDS: u64 = 60;
+        let memory: ClusterMemory = (0..2)
+            .map(|n| Arc::new(NodeMemory::new(NodeId(n), &[64])))
+            .collect::<Vec<_>>()
+            .into();
+        let handlers: Vec<Arc<dyn RpcHandler>> = (0..2)
+            .map(|_| Arc::new(Echo) as Arc<dyn RpcHandler>)
+            .collect();
+        let mut faults: Vec<Fault> = (0..400u64)
+            .map(|i| Fault::Pause {
+                node: NodeId(1),
+                start_ns: 2_000 + i * 3_000,
+                end_ns: 2_000 + i * 3_000 + 1_000,
+            })
+            .collect();
+        faults.push(Fault::Tear {
+            chunk_words: 2,
+            stall_ns_max: 300,
+            seed,
+        });
+        let cfg = SimConfig {
+            nodes: 2,
+            threads_per_node: 1,
+            net: NetProfile {
+                nic_msgs_per_s: 1e9,
+                ..profile()
+            },
+            cpu: cpu(),
+            faults,
+        };
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let o = out.clone();
+        run(&cfg, memory, &handlers, &move |core| {
+            if core.id.node != NodeId(0) {
+                return Vec::new();
+            }
+            (0..TASKS)
+                .map(|k| {
+                    let ep = Endpoint::new(core.clone(), TaskId(k));
+                    let o = o.clone();
+                    let at = REMOTE.add(k * 16);
+                    Box::pin(async move {
+                        for v in 0..ROUNDS {
+                            let mut d = ep.doorbell();
+                            // Torn, 1 word, torn, 1 word (an MVCC install's shape).
+                            d.write(at, Words::from_elem(2 * v + 1, 8));
+                            d.write(at, Words::from_elem(2 * v + 1, 1));
+                            d.write(at.add(8), Words::from_elem(2 * v + 1, 8));
+                            d.write(at, Words::from_elem(2 * v + 2, 1));
+                            d.submit().await;
+                            let w = ep.read(at, 1).await;
+                            o.lock().unwrap().push((2 * v + 2, w[0]));
+                        }
+                    }) as Coroutine
+                })
+                .collect()
+        });
+        let v = out.lock().unwrap().clone();
+        v
+    }
+
+    #[test]
+    fn sim_verbs_behind_a_torn_one_keep_their_order_when_a_pause_releases_them_together() {
+        for seed in 0..8 {
+            let seen = ordered_writes_through_pauses(seed);
+            assert_eq!(seen.len(), 4 * 60, "seed {seed}: every doorbell completed");
+            let wrong: Vec<_> = seen.iter().filter(|(want, got)| want != got).collect();
+            assert!(
+                wrong.is_empty(),
+                "seed {seed}: the later WRITE landed first in {wrong:?}"
+            );
+        }
+    }
 
     #[test]
     fn sim_a_read_takes_its_round_trip_plus_nic_service_and_an_rpc_adds_handler_time() {
