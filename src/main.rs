@@ -66,10 +66,11 @@ struct BenchArgs {
     /// Workload: smallbank, ycsb.
     #[arg(long)]
     workload: Option<String>,
-    /// Protocol: nowait, occ.
+    /// Protocol: nowait, waitdie, occ, mvcc, sundial.
     #[arg(long)]
     protocol: Option<String>,
-    /// Stage plan: one-sided, rpc, or per stage, e.g. read=rpc,lock=one-sided,commit=one-sided.
+    /// Stage plan: one-sided, rpc, per stage (e.g. read=rpc,lock=one-sided,commit=one-sided),
+    /// or all (every valid plan of the protocol, ranked).
     #[arg(long)]
     plan: Option<String>,
     /// Nodes of the cluster.
@@ -94,7 +95,7 @@ struct BenchArgs {
     /// per class, e.g. read=2,write=2,cas=2.5,fetch_add=2.5,rpc=4.
     #[arg(long, allow_hyphen_values = true)]
     net_latency_us: Option<String>,
-    /// Backups each commit logs to.
+    /// Backups each commit logs to (default 1, or 0 on a single node).
     #[arg(long)]
     log_replicas: Option<u16>,
     /// Pin worker threads to cores.
@@ -153,7 +154,14 @@ struct FileConfig {
     params: Option<BTreeMap<String, toml::Value>>,
 }
 
-fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
+/// A resolved `bench` command: the run's configuration, and whether `--plan all` (from the
+/// flag or the config file) asks for one run per valid plan.
+struct Resolved {
+    cfg: RunConfig,
+    plan_all: bool,
+}
+
+fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
     let file = match &a.config {
         None => FileConfig::default(),
         Some(path) => {
@@ -226,9 +234,12 @@ fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
             )
         })?;
     }
+    let mut plan_all = false;
     if let Some(p) = a.plan.as_ref().or(file.plan.as_ref()) {
         // `all` is resolved by `bench`: every valid plan of the protocol, one run each.
-        if p.trim() != PLAN_ALL {
+        if p.trim() == PLAN_ALL {
+            plan_all = true;
+        } else {
             cfg.plan = Plan::parse(p).map_err(|e| e.0)?;
         }
     }
@@ -252,6 +263,8 @@ fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
     if let Some(s) = a.net_latency_us.as_ref().or(file_latency.as_ref()) {
         cfg.net_latency_us = atoll_bench::config::parse_latency_us(s).map_err(|e| e.0)?;
     }
+    // Unless asked for explicitly, log to one backup when there is another node to hold it.
+    cfg.log_replicas = RunConfig::default_log_replicas(cfg.nodes);
     pick!(log_replicas, a.log_replicas, file.log_replicas);
     pick!(attempts_max, None, file.attempts_max);
     cfg.pin_threads = a.pin || file.pin.unwrap_or(false);
@@ -284,7 +297,7 @@ fn resolve(a: &BenchArgs) -> Result<RunConfig, String> {
     cfg.params = params;
     cfg.record_history = a.history.is_some();
     cfg.validate().map_err(|e| e.0)?;
-    Ok(cfg)
+    Ok(Resolved { cfg, plan_all })
 }
 
 /// The plan a report ran.
@@ -403,14 +416,14 @@ fn plan_all(cfg: RunConfig, json: Option<&PathBuf>) -> ExitCode {
 }
 
 fn bench(a: BenchArgs) -> ExitCode {
-    let cfg = match resolve(&a) {
-        Ok(c) => c,
+    let Resolved { cfg, plan_all: all } = match resolve(&a) {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    if a.plan.as_deref().map(str::trim) == Some(PLAN_ALL) {
+    if all {
         return plan_all(cfg, a.json.as_ref());
     }
     let quiet = a.quiet;

@@ -244,3 +244,69 @@ fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
         "{out}"
     );
 }
+
+#[test]
+fn plan_all_in_a_config_file_runs_every_plan_like_the_flag() {
+    let dir = std::env::temp_dir().join(format!("atoll-cli-planall-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("all.toml");
+    std::fs::write(
+        &cfg,
+        "fabric = \"sim\"\nprotocol = \"nowait\"\nplan = \"all\"\nduration = 0.0005\nwarmup = 0.0001\ncoroutines = 2\n[params]\naccounts = 100\n",
+    )
+    .unwrap();
+    let (code, out, err) = atoll(&["bench", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("nowait: ") && out.contains("valid plans over stages"),
+        "{out}"
+    );
+    assert!(out.contains("rank"), "no ranking:\n{out}");
+}
+
+#[test]
+fn a_single_node_runs_with_the_default_log_replicas_and_an_unmeetable_explicit_value_is_refused() {
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--nodes",
+        "1",
+        "--duration",
+        "0.2",
+        "--warmup",
+        "0",
+        "-p",
+        "accounts=100",
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("PASS"), "{out}");
+    bad(
+        &["bench", "--nodes", "1", "--log-replicas", "1"],
+        &["log_replicas=1 is out of range", "0..=0"],
+    );
+    bad(
+        &["bench", "--nodes", "3", "--log-replicas", "3"],
+        &["log_replicas=3 is out of range", "0..=2"],
+    );
+}
+
+#[test]
+fn bench_help_lists_every_protocol_and_workload() {
+    let (code, out, err) = atoll(&["bench", "--help"]);
+    assert_eq!(code, 0, "{err}");
+    for p in atoll_protocols::ProtocolKind::ALL {
+        assert!(
+            out.contains(p.name()),
+            "--help lacks protocol {}:\n{out}",
+            p.name()
+        );
+    }
+    for w in atoll_workloads::WorkloadKind::ALL {
+        assert!(
+            out.contains(w.name()),
+            "--help lacks workload {}:\n{out}",
+            w.name()
+        );
+    }
+    assert!(out.contains("all (every valid plan"), "{out}");
+}

@@ -168,6 +168,12 @@ impl RunConfig {
         Ok(())
     }
 
+    /// Backups a commit logs to unless told otherwise: one, or none on a single node (which
+    /// has no other node to hold a backup).
+    pub fn default_log_replicas(nodes: u16) -> u16 {
+        1.min(nodes.saturating_sub(1))
+    }
+
     pub fn coordinators_total(&self) -> u32 {
         self.nodes as u32 * self.threads as u32 * self.coroutines as u32
     }
