@@ -310,3 +310,26 @@ fn bench_help_lists_every_protocol_and_workload() {
     }
     assert!(out.contains("all (every valid plan"), "{out}");
 }
+
+#[test]
+fn ycsb_refuses_more_operations_than_distinct_keys_it_can_draw() {
+    bad(
+        &[
+            "bench",
+            "--workload",
+            "ycsb",
+            "-p",
+            "hot_prob=1",
+            "-p",
+            "hot_fraction=0",
+            "-p",
+            "ops_per_txn=10",
+        ],
+        &[
+            "ops_per_txn=10",
+            "hot_prob=1",
+            "hot_fraction=0",
+            "2 hot records",
+        ],
+    );
+}

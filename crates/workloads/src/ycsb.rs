@@ -47,6 +47,9 @@ pub type Effect = smallvec::SmallVec<[u64; 16]>;
 pub struct Ledger {
     pub writes: HashMap<u64, u64>,
 }
+/// Draws per operation before a transaction's remaining keys are taken in order: enough for
+/// any key space with several times more keys than operations, short for tiny ones.
+const DRAWS_PER_OP_MAX: u64 = 64;
 
 /// Keys and write flags of one transaction (at most `OPS_PER_TXN_MAX`).
 pub type Keys = Vec<(u64, bool)>;
@@ -163,7 +166,7 @@ impl Ycsb {
         let compute_us = k.f64("compute_us", 5.0, 0.0, 1_000_000.0)?;
         let zipf = (distribution == Distribution::Zipfian)
             .then(|| Zipf::new(records * nodes as u64, zipf_theta));
-        Ok(Ycsb {
+        let y = Ycsb {
             records,
             record_bytes,
             ops_per_txn,
@@ -174,7 +177,18 @@ impl Ycsb {
             hot_prob,
             compute_us,
             zipf,
-        })
+        };
+        // With every access going to the hot set, a transaction's distinct keys come from it
+        // alone; more operations than that could never be drawn.
+        if distribution == Distribution::Hotspot && hot_prob >= 1.0 {
+            let hot_keys = y.hot_records() * nodes as u64;
+            if ops_per_txn > hot_keys {
+                return Err(ParamError(format!(
+                    "ycsb ops_per_txn={ops_per_txn} needs {ops_per_txn} distinct keys, but hot_prob={hot_prob} sends every access to the {hot_keys} hot records (hot_fraction={hot_fraction} of records={records}, at least 1, on each of {nodes} nodes): expected ops_per_txn at most {hot_keys}, a lower hot_prob or a higher hot_fraction"
+                )));
+            }
+        }
+        Ok(y)
     }
 
     /// The workload's words: the record's bytes less the engine's tag and check word.
@@ -253,15 +267,26 @@ impl Workload for Ycsb {
 
     fn generate(&self, rng: &mut Rng, nodes: u16, _home: NodeId) -> (usize, Input) {
         let mut keys: Keys = Vec::with_capacity(self.ops_per_txn as usize);
-        // Distinct keys; the bound keeps a tiny or very skewed key space from looping long,
-        // after which the remaining operations are dropped.
+        let want = self.ops_per_txn as usize;
+        // Distinct keys; the bound keeps a tiny or very skewed key space from looping long.
         let mut attempts = 0;
-        while keys.len() < self.ops_per_txn as usize && attempts < self.ops_per_txn * 64 {
+        while keys.len() < want && attempts < self.ops_per_txn * DRAWS_PER_OP_MAX {
             attempts += 1;
             let k = self.key(rng, nodes);
             if keys.iter().all(|(x, _)| *x != k) {
                 keys.push((k, rng.chance(self.write_fraction)));
             }
+        }
+        // Then (rarely) the next free keys from a random one on, so a transaction always has
+        // its ops_per_txn operations: `from_params` refused key spaces with fewer distinct
+        // keys, and the whole cluster holds at least ops_per_txn.
+        let total = self.records * nodes as u64;
+        let mut k = rng.below(total);
+        while keys.len() < want {
+            if keys.iter().all(|(x, _)| *x != k) {
+                keys.push((k, rng.chance(self.write_fraction)));
+            }
+            k = (k + 1) % total;
         }
         (0, keys)
     }
@@ -474,5 +499,61 @@ mod tests {
         let e = Ycsb::from_params(&Params::from([("ops_per_txn".into(), "1000".into())]), 1)
             .unwrap_err();
         assert!(e.0.contains("ops_per_txn=1000 is out of range"), "{e}");
+    }
+
+    #[test]
+    fn ycsb_refuses_more_ops_than_the_hot_set_holds_when_every_access_is_hot() {
+        let p = |ops: &str| {
+            Params::from([
+                ("hot_prob".into(), "1".into()),
+                ("hot_fraction".into(), "0".into()),
+                ("ops_per_txn".into(), ops.into()),
+            ])
+        };
+        let e = Ycsb::from_params(&p("10"), 2).unwrap_err();
+        assert!(
+            e.0.contains("ops_per_txn=10")
+                && e.0.contains("hot_prob=1")
+                && e.0.contains("hot_fraction=0")
+                && e.0.contains("2 hot records"),
+            "{e}"
+        );
+        assert!(Ycsb::from_params(&p("2"), 2).is_ok());
+    }
+
+    #[test]
+    fn ycsb_transactions_always_have_ops_per_txn_distinct_keys() {
+        for kv in [
+            vec![
+                ("hot_prob", "1"),
+                ("hot_fraction", "0"),
+                ("ops_per_txn", "2"),
+            ],
+            vec![
+                ("hot_prob", "0.999"),
+                ("hot_fraction", "0"),
+                ("ops_per_txn", "10"),
+            ],
+            vec![
+                ("records", "10"),
+                ("distribution", "uniform"),
+                ("ops_per_txn", "20"),
+            ],
+            vec![
+                ("distribution", "zipfian"),
+                ("zipf_theta", "0.9999"),
+                ("ops_per_txn", "64"),
+            ],
+        ] {
+            let y = ycsb(&kv, 2);
+            let mut rng = Rng::new(3);
+            for _ in 0..200 {
+                let (_, keys) = y.generate(&mut rng, 2, NodeId(0));
+                let mut ks: Vec<u64> = keys.iter().map(|(k, _)| *k).collect();
+                ks.sort_unstable();
+                ks.dedup();
+                assert_eq!(ks.len(), y.ops_per_txn as usize, "{kv:?}");
+            }
+        }
     }
 }
