@@ -60,10 +60,11 @@ struct BenchArgs {
     /// Simulator network profile: edr-ib, fdr-ib, qdr-ib, 10gbe-tcp, ipoib.
     #[arg(long)]
     net: Option<String>,
-    /// Simulator faults: none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z.
+    /// Simulator faults: none, some, or
+    /// spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S.
     #[arg(long)]
     faults: Option<String>,
-    /// Workload: smallbank, ycsb.
+    /// Workload: smallbank, ycsb, cycle (pairs whose invariant every read checks).
     #[arg(long)]
     workload: Option<String>,
     /// Protocol: nowait, waitdie, occ, mvcc, sundial.

@@ -500,7 +500,7 @@ fn mvcc_reader_behind_writer(plan: Plan) {
         vec!["writer Ok(())", "old reader Ok(100) then Ok(())"],
         "plan {plan}"
     );
-    assert_eq!(c.payload(T, REMOTE_KEY), vec![101]);
+    assert_eq!(c.payload(T, REMOTE_KEY)[0], 101);
 }
 
 fn mvcc_slot_overflow(plan: Plan) {
@@ -646,5 +646,83 @@ fn sundial_a_lease_is_renewed_instead_of_aborting_and_renewal_fails_after_a_writ
     for plan in plans() {
         sundial_renews(plan);
         sundial_renewal_fails_after_a_write(plan);
+    }
+}
+
+/// Fills node 1's table, then commits a transaction that inserts a key on node 0 (which
+/// fits), one on node 1 (which does not) and updates a remote record.
+fn insert_into_full_table<P: Protocol>(plan: Plan) {
+    let c = cluster(plan, false);
+    // Keys past the loaded ones live on node 1 (range partitioning clamps to the last node).
+    let mut k = 2 * KEYS_PER_NODE;
+    while c.stores[1].insert(T, k, &[1]).is_ok() {
+        k += 1;
+    }
+    let key_on_full_node = k + 1;
+    // A free key on node 0, whose table has room.
+    let key_with_room = 5;
+    c.stores[0].delete(T, key_with_room).unwrap();
+    let notes = two(
+        &c,
+        move |mut co, _steps, log| {
+            Box::pin(async move {
+                let mut tx = Txn::<P>::begin(&mut co);
+                let mut p = tx.read_for_update(T, REMOTE_KEY).await.unwrap().to_vec();
+                p[0] += 1;
+                tx.write(T, REMOTE_KEY, &p);
+                tx.insert(T, key_with_room, &[7]);
+                tx.insert(T, key_on_full_node, &[8]);
+                let r = tx.commit().await.map(|_| ());
+                note(&log, format!("insert {:?}", r));
+                note(&log, format!("retryable {}", r.unwrap_err().is_retryable()));
+                // The insert that fitted was undone, and no lock is left held.
+                let mut tx = Txn::<P>::begin(&mut co);
+                note(
+                    &log,
+                    format!(
+                        "read undone {:?}",
+                        tx.read(T, key_with_room).await.map(|_| ())
+                    ),
+                );
+                tx.rollback().await;
+                let mut tx = Txn::<P>::begin(&mut co);
+                let mut p = tx.read_for_update(T, REMOTE_KEY).await.unwrap().to_vec();
+                p[0] += 1;
+                tx.write(T, REMOTE_KEY, &p);
+                note(&log, format!("update {:?}", tx.commit().await.map(|_| ())));
+            })
+        },
+        |_co, _steps, _log| Box::pin(async {}),
+    );
+    assert_eq!(
+        notes,
+        vec![
+            "insert Err(TableFull)".to_string(),
+            "retryable false".into(),
+            "read undone Err(NotFound)".into(),
+            "update Ok(())".into(),
+        ],
+        "{} plan {plan}",
+        P::NAME
+    );
+    assert_eq!(c.stores[0].lookup(T, key_with_room), None);
+    assert_eq!(c.payload(T, REMOTE_KEY)[0], 101);
+    assert_eq!(
+        c.header(T, REMOTE_KEY)[atoll_storage::layout::H_LOCK as usize],
+        0
+    );
+}
+
+#[test]
+fn insert_into_a_full_table_aborts_with_table_full_under_every_protocol() {
+    for plan in [
+        Plan::uniform(Primitive::OneSided),
+        Plan::uniform(Primitive::Rpc),
+    ] {
+        insert_into_full_table::<NoWait>(plan);
+        insert_into_full_table::<WaitDie>(plan);
+        insert_into_full_table::<Occ>(plan);
+        insert_into_full_table::<Mvcc>(plan);
+        insert_into_full_table::<Sundial>(plan);
     }
 }

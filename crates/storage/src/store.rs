@@ -22,6 +22,12 @@ pub enum StoreError {
         table: String,
         capacity: u32,
     },
+    /// No free hash-index slot; cannot happen while a table's capacity is at most half its
+    /// index slots (as layouts size them), since a key keeps its index slot when deleted.
+    IndexFull {
+        table: String,
+        slots: u64,
+    },
     NotHere {
         table: String,
         key: u64,
@@ -51,6 +57,12 @@ impl std::fmt::Display for StoreError {
                 write!(
                     f,
                     "table {table}: key {key}'s deleted record is briefly locked"
+                )
+            }
+            StoreError::IndexFull { table, slots } => {
+                write!(
+                    f,
+                    "table {table}: all {slots} hash-index slots of this node are used"
                 )
             }
             StoreError::NotHere { table, key, node } => {
@@ -211,6 +223,28 @@ impl Store {
                 capacity: layout.capacity,
             });
         }
+        // The index slot first (the first empty one; tombstones are not reused, so a probe
+        // never stops early on a slot that once held this key), so a full index changes
+        // nothing.
+        let mut group = layout.home_group(key);
+        let mut free_slot = None;
+        'probe: for _ in 0..layout.index_groups {
+            let g = layout.group_offset(group) as usize;
+            for s in 0..GROUP_SLOTS as usize {
+                let slot = g + s * SLOT_WORDS as usize;
+                if region.load(slot + 1) == META_EMPTY {
+                    free_slot = Some(slot);
+                    break 'probe;
+                }
+            }
+            group = (group + 1) & (layout.index_groups - 1);
+        }
+        let Some(slot) = free_slot else {
+            return Err(StoreError::IndexFull {
+                table: spec.name.clone(),
+                slots: layout.index_groups as u64 * GROUP_SLOTS as u64,
+            });
+        };
         let idx = *next_free;
         *next_free += 1;
         let off = layout.record_offset(idx) as usize;
@@ -222,28 +256,9 @@ impl Store {
         region.store(off + H_AUX as usize, 0);
         region.store(off + H_LOCK as usize, lock);
         region.store(off + H_VERSION as usize, INITIAL_VERSION);
-        let mut group = layout.home_group(key);
-        let mut placed = false;
-        'probe: for _ in 0..layout.index_groups {
-            let g = layout.group_offset(group) as usize;
-            for s in 0..GROUP_SLOTS as usize {
-                let slot = g + s * SLOT_WORDS as usize;
-                if region.load(slot + 1) == META_EMPTY {
-                    region.store(slot, key);
-                    region.store(slot + 1, META_USED_BASE + idx as u64);
-                    placed = true;
-                    break 'probe;
-                }
-            }
-            group = (group + 1) & (layout.index_groups - 1);
-        }
-        // The index has twice as many slots as the table has records (`TableLayout`), and
-        // every key holds one index slot at most.
-        assert!(
-            placed,
-            "table {}: hash index full with {} of {} records",
-            spec.name, idx, layout.capacity
-        );
+        // Publish in the index: key before meta, so a reader that sees the meta sees the key.
+        region.store(slot, key);
+        region.store(slot + 1, META_USED_BASE + idx as u64);
         if let Some(o) = &shard.ordered {
             o.lock().insert(key, idx as u64);
         }
@@ -269,6 +284,34 @@ impl Store {
         // version that made it absent (what the history checker needs for phantoms).
         region.store(off + H_VERSION as usize, (v + 1) | VERSION_ABSENT);
         Some((idx, v + 1))
+    }
+
+    /// Takes back an insert of `key` that holds the lock `lock` (its attempt aborts): the
+    /// record goes back to absent at the version before the insert's, unlocked; a key that
+    /// had never existed leaves the ordered index again. Returns false if `key` is not a
+    /// live record locked by `lock`.
+    pub fn undo_insert(&self, t: TableId, key: u64, lock: u64) -> bool {
+        let layout = *self.catalog.layout(t);
+        let shard = &self.shards[t.0 as usize];
+        let _guard = shard.next_free.lock();
+        let region = self.region(t);
+        let Some(idx) = self.find_slot(t, key) else {
+            return false;
+        };
+        let off = layout.record_offset(idx) as usize;
+        let v = region.load(off + H_VERSION as usize);
+        if v & VERSION_ABSENT != 0 || region.load(off + H_LOCK as usize) != lock {
+            return false;
+        }
+        let before = v - 1;
+        region.store(off + H_VERSION as usize, before | VERSION_ABSENT);
+        if before < INITIAL_VERSION {
+            if let Some(o) = &shard.ordered {
+                o.lock().remove(key);
+            }
+        }
+        region.store(off + H_LOCK as usize, 0);
+        true
     }
 
     /// The stored payload (engine words included) of slot `idx`.

@@ -17,10 +17,12 @@ pub enum Abort {
     Duplicate,
     /// MVCC: no kept version is old enough for the reader (all slots overwritten).
     SlotOverflow,
+    /// An insert found every record slot of its table on the owning node used.
+    TableFull,
 }
 
 impl Abort {
-    pub const ALL: [Abort; 7] = [
+    pub const ALL: [Abort; 8] = [
         Abort::LockBusy,
         Abort::ValidationFailed,
         Abort::Conflict,
@@ -28,6 +30,7 @@ impl Abort {
         Abort::NotFound,
         Abort::Duplicate,
         Abort::SlotOverflow,
+        Abort::TableFull,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -44,13 +47,15 @@ impl Abort {
             Abort::NotFound => "not_found",
             Abort::Duplicate => "duplicate",
             Abort::SlotOverflow => "slot_overflow",
+            Abort::TableFull => "table_full",
         }
     }
 
     /// Whether re-running the same transaction logic can succeed. A user abort is the
-    /// transaction's own decision, so it is final.
+    /// transaction's own decision, so it is final; slots of a full table are never freed
+    /// (deleted slots are not reused), so it stays full.
     pub fn is_retryable(self) -> bool {
-        !matches!(self, Abort::UserAbort | Abort::NotFound)
+        !matches!(self, Abort::UserAbort | Abort::NotFound | Abort::TableFull)
     }
 }
 

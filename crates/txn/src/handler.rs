@@ -419,6 +419,10 @@ impl StoreHandler {
                         index: 0,
                         holder: LOCK_UNSTABLE,
                     },
+                    Err(
+                        atoll_storage::StoreError::Full { .. }
+                        | atoll_storage::StoreError::IndexFull { .. },
+                    ) => Reply::Full,
                     Err(_) => Reply::BadRequest,
                 }
             }
@@ -429,6 +433,16 @@ impl StoreHandler {
                 match store.delete(table, key) {
                     Some((_, version)) => Reply::Deleted { version },
                     None => Reply::NotFound { index: 0 },
+                }
+            }
+            Request::UndoInsert { ts, table, key } => {
+                if !self.valid_table(table) {
+                    return Reply::BadRequest;
+                }
+                if store.undo_insert(table, key, ts) {
+                    Reply::Ok
+                } else {
+                    Reply::NotFound { index: 0 }
                 }
             }
             Request::Scan {

@@ -104,6 +104,13 @@ pub enum Request {
         table: TableId,
         key: u64,
     },
+    /// Take back an insert made by `ts` in an attempt that aborts: the record goes back to
+    /// what it was (absent), and `ts`'s lock on it is freed.
+    UndoInsert {
+        ts: u64,
+        table: TableId,
+        key: u64,
+    },
     Scan {
         table: TableId,
         lo: u64,
@@ -144,6 +151,8 @@ pub enum Reply {
     /// `(key, slot, version)` of each record a scan met: live ones, and deleted ones (their
     /// version has `VERSION_ABSENT`) on the way to `limit` live ones.
     Keys(Vec<(u64, u32, u64)>),
+    /// An insert found every record slot of the table on this node used.
+    Full,
     /// The request could not be decoded or named memory it may not touch.
     BadRequest,
     /// MVCC read of item `index` refused: no kept version is old enough (`overflow`), or a
@@ -382,6 +391,12 @@ impl Request {
                 e.w(table.0 as u64);
                 e.w(*key);
             }
+            Request::UndoInsert { ts, table, key } => {
+                e.w(13);
+                e.w(*ts);
+                e.w(table.0 as u64);
+                e.w(*key);
+            }
             Request::Scan {
                 table,
                 lo,
@@ -493,6 +508,11 @@ impl Request {
                 table: d.table()?,
                 key: d.w()?,
             },
+            13 => Request::UndoInsert {
+                ts: d.w()?,
+                table: d.table()?,
+                key: d.w()?,
+            },
             9 => Request::Scan {
                 table: d.table()?,
                 lo: d.w()?,
@@ -502,7 +522,7 @@ impl Request {
             },
             t => {
                 return Err(DecodeError(format!(
-                    "unknown request tag {t} (accepted: 1-12)"
+                    "unknown request tag {t} (accepted: 1-13)"
                 )))
             }
         };
@@ -563,6 +583,7 @@ impl Reply {
                 e.w(*index as u64);
                 e.w(*overflow as u64);
             }
+            Reply::Full => e.w(12),
             Reply::Keys(ks) => {
                 e.w(8);
                 e.w(ks.len() as u64);
@@ -622,9 +643,10 @@ impl Reply {
                 overflow: d.bool()?,
             },
             11 => Reply::Deleted { version: d.w()? },
+            12 => Reply::Full,
             t => {
                 return Err(DecodeError(format!(
-                    "unknown reply tag {t} (accepted: 1-11)"
+                    "unknown reply tag {t} (accepted: 1-12)"
                 )))
             }
         };
@@ -700,6 +722,11 @@ mod tests {
             key: 5,
             payload: Words::from_slice(&[1]),
         });
+        round_trip(Request::UndoInsert {
+            ts: 4,
+            table: TableId(1),
+            key: 9,
+        });
         round_trip(Request::Delete {
             table: TableId(2),
             key: 5,
@@ -729,11 +756,19 @@ mod tests {
             Reply::Inserted { loc: 3, version: 9 },
             Reply::Deleted { version: 8 },
             Reply::Keys(vec![(1, 2, 3), (4, 5, 6)]),
+            Reply::Duplicate,
+            Reply::Full,
+            Reply::BadRequest,
+            Reply::Ok,
         ] {
             let mut b = Vec::new();
             reply.encode(&mut b);
             assert_eq!(Reply::decode(&b), Ok(reply));
         }
+        assert!(Reply::decode(&13u64.to_le_bytes())
+            .unwrap_err()
+            .0
+            .contains("unknown reply tag 13 (accepted: 1-12)"));
     }
 
     #[test]

@@ -627,8 +627,9 @@ pub async fn release(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) {
 /// Applies inserts and deletes on their owners' CPUs (index changes always need the owner,
 /// so this step is RPC whatever the plan; a node's own are local calls). Inserted records
 /// are installed locked by this transaction and freed by its release; deleted entries must
-/// be locked and are unlocked here. If an insert finds its key taken, the inserts
-/// already made are deleted again and the transaction aborts with `Duplicate`.
+/// be locked and are unlocked here. If an insert finds its key taken or its table full, the
+/// inserts already made are deleted again and the transaction aborts with `Duplicate` or
+/// `TableFull`.
 pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
     let ins = tx.select(|e| e.access == Access::Insert);
     let del = tx.select(|e| e.access == Access::Delete);
@@ -669,23 +670,36 @@ pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
             Reply::Duplicate => failed = failed.or(Some(Abort::Duplicate)),
             // A deleted record being revived was briefly locked by a stale locker.
             Reply::LockFailed { .. } => failed = failed.or(Some(Abort::LockBusy)),
+            Reply::Full => failed = Some(Abort::TableFull),
             r => panic!("insert: unexpected reply {r:?}"),
         }
     }
     if let Some(abort) = failed {
+        // Take the inserts made back: each record returns to its absent state at its old
+        // version (an aborted attempt leaves no version behind) and unlocked.
         let mut d = tx.c.ep.doorbell();
         for &i in &done {
             let e = &tx.entries[i];
             d.rpc(
                 e.node,
-                Request::Delete {
+                Request::UndoInsert {
+                    ts,
                     table: e.table,
                     key: e.key,
                 }
                 .to_bytes(),
             );
         }
-        d.submit().await;
+        let res = d.submit().await;
+        for (j, &i) in done.iter().enumerate() {
+            match decode(res.rpc(j)) {
+                Reply::Ok => {}
+                r => panic!(
+                    "undo insert: unexpected reply {r:?} for key {} this attempt inserted",
+                    tx.entries[i].key
+                ),
+            }
+        }
         for &i in &done {
             tx.entries[i].locked = false;
             tx.entries[i].installed = None;
