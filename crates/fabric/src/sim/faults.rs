@@ -6,6 +6,9 @@
 use crate::ids::NodeId;
 use crate::rng::Rng;
 
+/// Stalls are drawn per thousand messages.
+const PERMILLE: u64 = 1000;
+
 /// How many faults of each kind a run gets, and how bad they are.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct FaultConfig {
@@ -18,6 +21,11 @@ pub struct FaultConfig {
     pub tear_words: u32,
     /// Longest stall between two steps (seeded, uniform), on top of their wire time.
     pub tear_stall_ns: u64,
+    /// Messages and verbs per thousand that stall on their link (a writer descheduled
+    /// between two verbs of a doorbell, a NIC hiccup); later ones on the link wait behind.
+    pub stall_permille: u32,
+    /// Longest such stall (seeded, uniform).
+    pub stall_ns: u64,
 }
 
 impl FaultConfig {
@@ -35,16 +43,21 @@ impl FaultConfig {
             // common unit); 100 ns stalls let several verbs interleave with one.
             tear_words: 2,
             tear_stall_ns: 100,
+            // One in 200 verbs stalls up to 20 us: long enough for several round trips of
+            // other co-routines to see a doorbell half done.
+            stall_permille: 5,
+            stall_ns: 20_000,
         }
     }
 
     pub fn is_none(&self) -> bool {
-        self.spikes == 0 && self.pauses == 0 && self.tear_words == 0
+        self.spikes == 0 && self.pauses == 0 && self.tear_words == 0 && self.stall_permille == 0
     }
 
     /// Parses `none`, `some`, or
-    /// `spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S`
-    /// (unnamed values as in `some`; `tear_words=0` turns tearing off).
+    /// `spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,
+    /// stall_permille=P,stall_us=T` (unnamed values as in `some`; `tear_words=0` turns
+    /// tearing off, `stall_permille=0` stalls).
     pub fn parse(s: &str) -> Result<Self, String> {
         match s.trim() {
             "none" | "" => return Ok(FaultConfig::default()),
@@ -54,7 +67,7 @@ impl FaultConfig {
         let mut f = FaultConfig::some();
         for part in s.split(',') {
             let (k, v) = part.split_once('=').ok_or_else(|| {
-                format!("faults entry '{part}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S")
+                format!("faults entry '{part}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,stall_permille=P,stall_us=T")
             })?;
             let v: u64 = v
                 .trim()
@@ -68,9 +81,16 @@ impl FaultConfig {
                 "pause_us" => f.pause_len_ns = v * 1000,
                 "tear_words" => f.tear_words = v.min(u32::MAX as u64) as u32,
                 "tear_ns" => f.tear_stall_ns = v,
+                "stall_permille" if v <= PERMILLE => f.stall_permille = v as u32,
+                "stall_permille" => {
+                    return Err(format!(
+                        "faults stall_permille={v} is out of range: expected 0..={PERMILLE}"
+                    ))
+                }
+                "stall_us" => f.stall_ns = v.saturating_mul(1000),
                 other => {
                     return Err(format!(
-                        "unknown faults key '{other}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us, tear_words, tear_ns"
+                        "unknown faults key '{other}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us, tear_words, tear_ns, stall_permille, stall_us"
                     ))
                 }
             }
@@ -106,6 +126,13 @@ pub enum Fault {
         stall_ns_max: u64,
         seed: u64,
     },
+    /// Each message or verb, with probability `permille`/1000 drawn from `seed`, stalls on
+    /// its link for up to `stall_ns_max`; later ones on that link arrive after it.
+    Stall {
+        permille: u32,
+        stall_ns_max: u64,
+        seed: u64,
+    },
 }
 
 /// Draws the faults of a run over `[0, horizon_ns)` from `seed`.
@@ -116,6 +143,13 @@ pub fn plan(cfg: &FaultConfig, nodes: u16, horizon_ns: u64, seed: u64) -> Vec<Fa
         out.push(Fault::Tear {
             chunk_words: cfg.tear_words,
             stall_ns_max: cfg.tear_stall_ns,
+            seed: rng.next_u64(),
+        });
+    }
+    if cfg.stall_permille > 0 && cfg.stall_ns > 0 {
+        out.push(Fault::Stall {
+            permille: cfg.stall_permille,
+            stall_ns_max: cfg.stall_ns,
             seed: rng.next_u64(),
         });
     }

@@ -93,6 +93,9 @@ impl Ev {
     }
 }
 
+/// Link stalls are drawn per thousand messages.
+const PERMILLE: u64 = 1000;
+
 /// Torn verbs: how a NIC moves a multi-word READ or WRITE in steps.
 struct Tear {
     chunk_words: u32,
@@ -162,6 +165,8 @@ struct World {
     spikes: Vec<(NodeId, NodeId, u64, u64, u64)>,
     qp_penalty_ns: u64,
     tear: Option<Tear>,
+    /// Link stalls: (per mille, longest, draws).
+    stall: Option<(u32, u64, crate::rng::Rng)>,
     /// Per (from, to) link: a torn verb is under way, and the verbs that arrived behind it
     /// (a link executes its verbs in order, as an RC queue pair).
     link_busy: Vec<bool>,
@@ -276,7 +281,18 @@ impl World {
             .filter(|(f, to_, s, e, _)| *f == from && *to_ == to && (*s..*e).contains(&depart))
             .map(|s| s.4)
             .sum();
-        let arrive = depart + svc + net.rtt_ns[kind as usize] / 2 + spike + self.qp_penalty_ns;
+        let stall = match &mut self.stall {
+            Some((permille, max_ns, rng)) => {
+                if rng.below(PERMILLE) < *permille as u64 {
+                    rng.below(*max_ns + 1)
+                } else {
+                    0
+                }
+            }
+            None => 0,
+        };
+        let arrive =
+            depart + svc + net.rtt_ns[kind as usize] / 2 + spike + stall + self.qp_penalty_ns;
         let dst = &mut self.nodes[to.0 as usize];
         let received = arrive.max(dst.rx_free_ns) + svc;
         dst.rx_free_ns = received;
@@ -437,6 +453,7 @@ pub fn run(
     let mut spikes = Vec::new();
     let mut crashes = Vec::new();
     let mut tear = None;
+    let mut stall = None;
     for f in &cfg.faults {
         match *f {
             Fault::Spike {
@@ -463,6 +480,11 @@ pub fn run(
                     rng: crate::rng::Rng::new(seed),
                 })
             }
+            Fault::Stall {
+                permille,
+                stall_ns_max,
+                seed,
+            } => stall = Some((permille, stall_ns_max, crate::rng::Rng::new(seed))),
         }
     }
     let world = Rc::new(RefCell::new(World {
@@ -477,6 +499,7 @@ pub fn run(
         spikes,
         qp_penalty_ns: cfg.net.qp_penalty_ns(peers),
         tear,
+        stall,
         link_busy: vec![false; cfg.nodes as usize * cfg.nodes as usize],
         link_waiting: (0..cfg.nodes as usize * cfg.nodes as usize)
             .map(|_| VecDeque::new())
