@@ -2,6 +2,7 @@
 //! benchmarks, prints progress and summaries, writes JSON. The only place that knows clap.
 
 use atoll_bench::config::Fabric;
+use atoll_bench::interrupt::{self, EXIT_INTERRUPTED};
 use atoll_bench::{ProgressLine, RunConfig};
 use atoll_fabric::sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
@@ -27,7 +28,7 @@ const EXIT_CHECK_FAILED: u8 = 1;
 #[derive(Parser)]
 #[command(
     name = "atoll",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("ATOLL_GIT_COMMIT"), ")"),
     about = "Atoll: a distributed in-memory transaction engine for fast networks"
 )]
 struct Cli {
@@ -323,6 +324,9 @@ fn plan_all(cfg: RunConfig, json: Option<&PathBuf>) -> ExitCode {
     let mut rows = Vec::new();
     let mut all_passed = true;
     for (i, plan) in plans.iter().enumerate() {
+        if interrupt::requested() {
+            break;
+        }
         let run = RunConfig {
             plan: *plan,
             ..cfg.clone()
@@ -408,11 +412,13 @@ fn plan_all(cfg: RunConfig, json: Option<&PathBuf>) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     }
-    if all_passed {
-        ExitCode::SUCCESS
-    } else {
+    if !all_passed {
         eprintln!("error: a check failed in at least one plan's run");
         ExitCode::from(EXIT_CHECK_FAILED)
+    } else if interrupt::requested() {
+        ExitCode::from(EXIT_INTERRUPTED)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
@@ -424,6 +430,9 @@ fn bench(a: BenchArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    if let Err(e) = interrupt::install() {
+        eprintln!("warning: {e}");
+    }
     if all {
         return plan_all(cfg, a.json.as_ref());
     }
@@ -465,6 +474,9 @@ fn bench(a: BenchArgs) -> ExitCode {
             eprintln!("error: check {} failed: {}", c.name, c.detail);
         }
         return ExitCode::from(EXIT_CHECK_FAILED);
+    }
+    if interrupt::requested() {
+        return ExitCode::from(EXIT_INTERRUPTED);
     }
     ExitCode::SUCCESS
 }
@@ -521,6 +533,12 @@ fn check_history(a: CheckArgs) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    atoll_bench::env::set_build(atoll_bench::env::Build {
+        git_commit: env!("ATOLL_GIT_COMMIT").into(),
+        profile: env!("ATOLL_BUILD_PROFILE").into(),
+        target: env!("ATOLL_BUILD_TARGET").into(),
+        features: env!("ATOLL_BUILD_FEATURES").into(),
+    });
     match Cli::parse().cmd {
         Cmd::Bench(a) => bench(*a),
         Cmd::CheckHistory(a) => check_history(a),
