@@ -128,6 +128,10 @@ struct BenchArgs {
     /// Print only the summary.
     #[arg(long)]
     quiet: bool,
+    /// Run the same configuration N times (fresh cluster each) and print the median and
+    /// spread of throughput and p50/p99 latency (default 1).
+    #[arg(long, value_name = "N")]
+    repeat: Option<u32>,
 }
 
 /// The settings a config file may hold; unknown keys are errors.
@@ -153,6 +157,7 @@ struct FileConfig {
     mvcc_slots: Option<u32>,
     os_threads: Option<usize>,
     attempts_max: Option<u32>,
+    repeat: Option<u32>,
     params: Option<BTreeMap<String, toml::Value>>,
 }
 
@@ -161,6 +166,7 @@ struct FileConfig {
 struct Resolved {
     cfg: RunConfig,
     plan_all: bool,
+    repeat: u32,
 }
 
 fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
@@ -299,7 +305,13 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
     cfg.params = params;
     cfg.record_history = a.history.is_some();
     cfg.validate().map_err(|e| e.0)?;
-    Ok(Resolved { cfg, plan_all })
+    let repeat = a.repeat.or(file.repeat).unwrap_or(1);
+    atoll_bench::repeat::check(repeat, cfg.record_history, plan_all).map_err(|e| e.0)?;
+    Ok(Resolved {
+        cfg,
+        plan_all,
+        repeat,
+    })
 }
 
 /// The plan a report ran.
@@ -423,7 +435,11 @@ fn plan_all(cfg: RunConfig, json: Option<&PathBuf>) -> ExitCode {
 }
 
 fn bench(a: BenchArgs) -> ExitCode {
-    let Resolved { cfg, plan_all: all } = match resolve(&a) {
+    let Resolved {
+        cfg,
+        plan_all: all,
+        repeat,
+    } = match resolve(&a) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -448,6 +464,9 @@ fn bench(a: BenchArgs) -> ExitCode {
             );
         }
     };
+    if repeat > 1 {
+        return bench_repeated(&cfg, repeat, &print, a.json.as_ref());
+    }
     let report = match atoll_bench::run(&cfg, &print) {
         Ok(r) => r,
         Err(e) => {
@@ -473,6 +492,40 @@ fn bench(a: BenchArgs) -> ExitCode {
         for c in report.checks.iter().filter(|c| !c.passed) {
             eprintln!("error: check {} failed: {}", c.name, c.detail);
         }
+        return ExitCode::from(EXIT_CHECK_FAILED);
+    }
+    if interrupt::requested() {
+        return ExitCode::from(EXIT_INTERRUPTED);
+    }
+    ExitCode::SUCCESS
+}
+
+/// `--repeat N`: one line per run, then medians and spreads; JSON holds every report.
+fn bench_repeated(
+    cfg: &RunConfig,
+    n: u32,
+    print: &(dyn Fn(&ProgressLine) + Sync),
+    json: Option<&PathBuf>,
+) -> ExitCode {
+    let mut line =
+        |i: usize, r: &atoll_bench::Report| println!("{}", atoll_bench::repeat::line(i, n, r));
+    let rep = match atoll_bench::repeat::run(cfg, n, print, &mut line) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    print!("{}", rep.render());
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&rep).expect("reports serialise");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    if !rep.passed {
+        eprintln!("error: a check failed in at least one run (see CHECK FAILED above)");
         return ExitCode::from(EXIT_CHECK_FAILED);
     }
     if interrupt::requested() {

@@ -294,6 +294,71 @@ fn cli_ctrl_c_ends_a_run_with_a_partial_report_and_exit_130() {
 }
 
 #[test]
+fn repeat_runs_the_configuration_n_times_and_reports_median_and_spread() {
+    let dir = std::env::temp_dir().join(format!("atoll-cli-rep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("rep.json");
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "-p",
+        "accounts=1000",
+        "--repeat",
+        "3",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    for i in 1..=3 {
+        assert!(
+            out.contains(&format!("run   {i}/3 ")),
+            "no run {i} line:\n{out}"
+        );
+    }
+    assert!(out.contains("median of 3 runs"), "{out}");
+    assert!(out.contains("throughput committed tx/s"), "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["format"], "atoll-report");
+    let runs = v["repeats"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    let mut rates: Vec<f64> = runs
+        .iter()
+        .map(|r| r["summary"]["committed_per_s"].as_f64().unwrap())
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    assert_eq!(v["median"]["committed_per_s"].as_f64().unwrap(), rates[1]);
+    assert_eq!(
+        v["spread"]["committed_per_s"]["min"].as_f64().unwrap(),
+        rates[0]
+    );
+    assert_eq!(
+        v["spread"]["committed_per_s"]["max"].as_f64().unwrap(),
+        rates[2]
+    );
+    for f in ["p50_us", "p99_us"] {
+        assert!(v["median"][f].as_f64().unwrap() > 0.0, "{f}");
+        assert!(v["spread"][f]["relative"].as_f64().unwrap() >= 0.0, "{f}");
+    }
+    bad(
+        &["bench", "--repeat", "0"],
+        &["repeat=0 is out of range", "1..="],
+    );
+    bad(
+        &["bench", "--repeat", "1000"],
+        &["repeat=1000 is out of range"],
+    );
+    bad(
+        &["bench", "--repeat", "2", "--history", "/tmp/h.jsonl"],
+        &["--history"],
+    );
+}
+
+#[test]
 fn plan_all_runs_every_valid_plan_and_ranks_them() {
     let (code, out, err) = atoll(&[
         "bench",

@@ -6,6 +6,7 @@ pub mod config;
 pub mod env;
 pub mod history;
 pub mod interrupt;
+pub mod repeat;
 pub mod report;
 pub mod run;
 pub mod stats;
