@@ -2,6 +2,7 @@
 //! benchmarks, prints progress and summaries, writes JSON. The only place that knows clap.
 
 use atoll_bench::config::Fabric;
+use atoll_bench::interrupt::{self, EXIT_INTERRUPTED};
 use atoll_bench::{ProgressLine, RunConfig};
 use atoll_fabric::sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
@@ -27,7 +28,7 @@ const EXIT_CHECK_FAILED: u8 = 1;
 #[derive(Parser)]
 #[command(
     name = "atoll",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("ATOLL_GIT_COMMIT"), ")"),
     about = "Atoll: a distributed in-memory transaction engine for fast networks"
 )]
 struct Cli {
@@ -127,6 +128,10 @@ struct BenchArgs {
     /// Print only the summary.
     #[arg(long)]
     quiet: bool,
+    /// Run the same configuration N times (fresh cluster each) and print the median and
+    /// spread of throughput and p50/p99 latency (default 1).
+    #[arg(long, value_name = "N")]
+    repeat: Option<u32>,
 }
 
 /// The settings a config file may hold; unknown keys are errors.
@@ -152,6 +157,7 @@ struct FileConfig {
     mvcc_slots: Option<u32>,
     os_threads: Option<usize>,
     attempts_max: Option<u32>,
+    repeat: Option<u32>,
     params: Option<BTreeMap<String, toml::Value>>,
 }
 
@@ -160,6 +166,7 @@ struct FileConfig {
 struct Resolved {
     cfg: RunConfig,
     plan_all: bool,
+    repeat: u32,
 }
 
 fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
@@ -298,7 +305,13 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
     cfg.params = params;
     cfg.record_history = a.history.is_some();
     cfg.validate().map_err(|e| e.0)?;
-    Ok(Resolved { cfg, plan_all })
+    let repeat = a.repeat.or(file.repeat).unwrap_or(1);
+    atoll_bench::repeat::check(repeat, cfg.record_history, plan_all).map_err(|e| e.0)?;
+    Ok(Resolved {
+        cfg,
+        plan_all,
+        repeat,
+    })
 }
 
 /// The plan a report ran.
@@ -323,6 +336,9 @@ fn plan_all(cfg: RunConfig, json: Option<&PathBuf>) -> ExitCode {
     let mut rows = Vec::new();
     let mut all_passed = true;
     for (i, plan) in plans.iter().enumerate() {
+        if interrupt::requested() {
+            break;
+        }
         let run = RunConfig {
             plan: *plan,
             ..cfg.clone()
@@ -408,22 +424,31 @@ fn plan_all(cfg: RunConfig, json: Option<&PathBuf>) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     }
-    if all_passed {
-        ExitCode::SUCCESS
-    } else {
+    if !all_passed {
         eprintln!("error: a check failed in at least one plan's run");
         ExitCode::from(EXIT_CHECK_FAILED)
+    } else if interrupt::requested() {
+        ExitCode::from(EXIT_INTERRUPTED)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
 fn bench(a: BenchArgs) -> ExitCode {
-    let Resolved { cfg, plan_all: all } = match resolve(&a) {
+    let Resolved {
+        cfg,
+        plan_all: all,
+        repeat,
+    } = match resolve(&a) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    if let Err(e) = interrupt::install() {
+        eprintln!("warning: {e}");
+    }
     if all {
         return plan_all(cfg, a.json.as_ref());
     }
@@ -439,6 +464,9 @@ fn bench(a: BenchArgs) -> ExitCode {
             );
         }
     };
+    if repeat > 1 {
+        return bench_repeated(&cfg, repeat, &print, a.json.as_ref());
+    }
     let report = match atoll_bench::run(&cfg, &print) {
         Ok(r) => r,
         Err(e) => {
@@ -465,6 +493,43 @@ fn bench(a: BenchArgs) -> ExitCode {
             eprintln!("error: check {} failed: {}", c.name, c.detail);
         }
         return ExitCode::from(EXIT_CHECK_FAILED);
+    }
+    if interrupt::requested() {
+        return ExitCode::from(EXIT_INTERRUPTED);
+    }
+    ExitCode::SUCCESS
+}
+
+/// `--repeat N`: one line per run, then medians and spreads; JSON holds every report.
+fn bench_repeated(
+    cfg: &RunConfig,
+    n: u32,
+    print: &(dyn Fn(&ProgressLine) + Sync),
+    json: Option<&PathBuf>,
+) -> ExitCode {
+    let mut line =
+        |i: usize, r: &atoll_bench::Report| println!("{}", atoll_bench::repeat::line(i, n, r));
+    let rep = match atoll_bench::repeat::run(cfg, n, print, &mut line) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    print!("{}", rep.render());
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&rep).expect("reports serialise");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    if !rep.passed {
+        eprintln!("error: a check failed in at least one run (see CHECK FAILED above)");
+        return ExitCode::from(EXIT_CHECK_FAILED);
+    }
+    if interrupt::requested() {
+        return ExitCode::from(EXIT_INTERRUPTED);
     }
     ExitCode::SUCCESS
 }
@@ -521,6 +586,12 @@ fn check_history(a: CheckArgs) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    atoll_bench::env::set_build(atoll_bench::env::Build {
+        git_commit: env!("ATOLL_GIT_COMMIT").into(),
+        profile: env!("ATOLL_BUILD_PROFILE").into(),
+        target: env!("ATOLL_BUILD_TARGET").into(),
+        features: env!("ATOLL_BUILD_FEATURES").into(),
+    });
     match Cli::parse().cmd {
         Cmd::Bench(a) => bench(*a),
         Cmd::CheckHistory(a) => check_history(a),

@@ -105,7 +105,7 @@ fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
 }
 
 #[test]
-fn a_short_run_prints_progress_and_summary_and_writes_json() {
+fn a_short_run_prints_progress_summary_build_and_machine_and_writes_versioned_json() {
     let dir = std::env::temp_dir().join(format!("atoll-cli-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("run.toml");
@@ -151,6 +151,211 @@ fn a_short_run_prints_progress_and_summary_and_writes_json() {
     assert!(checks
         .iter()
         .all(|c| c["name"].is_string() && c["passed"] == true));
+    // A report names its format, build, machine and process costs.
+    assert_eq!(v["format"], "atoll-report");
+    assert_eq!(v["format_version"], 1);
+    assert_eq!(v["partial"], false);
+    assert_eq!(v["measured_s"], 1.2);
+    let env = &v["env"];
+    assert!(env["build"]["git_commit"]
+        .as_str()
+        .is_some_and(|c| !c.is_empty()));
+    assert_eq!(env["build"]["profile"], "release");
+    assert!(env["cores"].as_u64().unwrap() >= 1);
+    assert!(env["cpu_model"].is_string());
+    assert!(env["loadavg_1m_start"].as_f64().unwrap() >= 0.0);
+    assert!(env["loadavg_1m_end"].as_f64().unwrap() >= 0.0);
+    assert!(env["cpu_us_per_txn"].as_f64().unwrap() > 0.0);
+    assert!(env["rss_peak_bytes"].as_u64().unwrap() > 0);
+    for line in ["build       atoll ", "machine     ", "process     "] {
+        assert!(out.contains(line), "no {line:?} line:\n{out}");
+    }
+}
+
+#[test]
+fn check_history_refuses_another_format_version_naming_the_found_and_expected_one() {
+    let dir = std::env::temp_dir().join(format!("atoll-cli-hver-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = "{\"id\":1,\"tag\":11,\"coord\":0,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":5,\"ops\":[[\"r\",0,1,1,0,1]]}\n";
+    for (name, header, expect) in [
+        (
+            "newer.jsonl",
+            "{\"format\":\"atoll-history\",\"version\":3}\n",
+            "format version 3, this atoll reads version 2 only",
+        ),
+        (
+            "unversioned.jsonl",
+            "{\"format\":\"atoll-history\"}\n",
+            "no format version",
+        ),
+        ("headerless.jsonl", "", "not an atoll-history file"),
+    ] {
+        let f = dir.join(name);
+        std::fs::write(&f, format!("{header}{record}")).unwrap();
+        let (code, out, err) = atoll(&["check-history", f.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: {out}{err}");
+        assert!(
+            err.contains(expect),
+            "{name}: stderr lacks {expect:?}:\n{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{name}: one line:\n{err}");
+    }
+}
+
+/// Reads the child's stdout until a progress line shows the measurement is under way.
+fn wait_for_progress(out: std::process::ChildStdout) -> std::thread::JoinHandle<String> {
+    use std::io::{BufRead, BufReader};
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        let mut told = false;
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if !told && line.contains("committed tx/s  abort rate") {
+                let _ = tx.send(());
+                told = true;
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    // Generous: loading and warm-up on a busy 2-core machine.
+    let _ = rx.recv_timeout(std::time::Duration::from_secs(60));
+    reader
+}
+
+#[test]
+fn cli_ctrl_c_ends_a_run_with_a_partial_report_and_exit_130() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("atoll-cli-int-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, history) = (dir.join("int.json"), dir.join("int.jsonl"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_atoll"))
+        .args([
+            "bench",
+            "--duration",
+            "30",
+            "--warmup",
+            "0.2",
+            "-p",
+            "accounts=1000",
+            "--json",
+            json.to_str().unwrap(),
+            "--history",
+            history.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run atoll");
+    let stdout = wait_for_progress(child.stdout.take().unwrap());
+    // Measure a little past the first progress line, then interrupt.
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = Instant::now();
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(kill.success());
+    // What "at once" means here: the workers finish their transaction, then the checks run
+    // and the files are written.
+    const EXIT_WITHIN: Duration = Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if sent.elapsed() > EXIT_WITHIN {
+            let _ = child.kill();
+            panic!("atoll still ran {EXIT_WITHIN:?} after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = stdout.join().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{out}\n{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(out.contains("partial     interrupted after"), "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["partial"], true);
+    assert!(v["summary"]["committed"].as_u64().unwrap() > 0);
+    let measured = v["measured_s"].as_f64().unwrap();
+    assert!(measured > 0.0 && measured < 30.0, "measured {measured} s");
+    assert!(v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["passed"] == true));
+    // The history was written whole: it parses and checks.
+    let (code, out, err) = atoll(&["check-history", history.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn repeat_runs_the_configuration_n_times_and_reports_median_and_spread() {
+    let dir = std::env::temp_dir().join(format!("atoll-cli-rep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("rep.json");
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "-p",
+        "accounts=1000",
+        "--repeat",
+        "3",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    for i in 1..=3 {
+        assert!(
+            out.contains(&format!("run   {i}/3 ")),
+            "no run {i} line:\n{out}"
+        );
+    }
+    assert!(out.contains("median of 3 runs"), "{out}");
+    assert!(out.contains("throughput committed tx/s"), "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["format"], "atoll-report");
+    let runs = v["repeats"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    let mut rates: Vec<f64> = runs
+        .iter()
+        .map(|r| r["summary"]["committed_per_s"].as_f64().unwrap())
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    assert_eq!(v["median"]["committed_per_s"].as_f64().unwrap(), rates[1]);
+    assert_eq!(
+        v["spread"]["committed_per_s"]["min"].as_f64().unwrap(),
+        rates[0]
+    );
+    assert_eq!(
+        v["spread"]["committed_per_s"]["max"].as_f64().unwrap(),
+        rates[2]
+    );
+    for f in ["p50_us", "p99_us"] {
+        assert!(v["median"][f].as_f64().unwrap() > 0.0, "{f}");
+        assert!(v["spread"][f]["relative"].as_f64().unwrap() >= 0.0, "{f}");
+    }
+    bad(
+        &["bench", "--repeat", "0"],
+        &["repeat=0 is out of range", "1..="],
+    );
+    bad(
+        &["bench", "--repeat", "1000"],
+        &["repeat=1000 is out of range"],
+    );
+    bad(
+        &["bench", "--repeat", "2", "--history", "/tmp/h.jsonl"],
+        &["--history"],
+    );
 }
 
 #[test]
@@ -214,7 +419,7 @@ fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
     std::fs::write(&old, "{\"format\":\"atoll-history\",\"version\":1}\n").unwrap();
     bad(
         &["check-history", old.to_str().unwrap()],
-        &["format version Some(1)", "reads version 2 only"],
+        &["format version 1", "reads version 2 only"],
     );
     let headerless = dir.join("headerless.jsonl");
     std::fs::write(&headerless, "{\"id\": 1}\n").unwrap();

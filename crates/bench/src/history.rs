@@ -263,11 +263,20 @@ pub fn parse(text: &str) -> Result<Vec<TxnRecord>, String> {
                     header_line()
                 ));
             }
-            if version != Some(FORMAT_VERSION) {
-                return Err(format!(
-                    "history line {}: format version {version:?}, this atoll reads version {FORMAT_VERSION} only",
-                    i + 1
-                ));
+            match version {
+                Some(FORMAT_VERSION) => {}
+                Some(found) => {
+                    return Err(format!(
+                        "history line {}: format version {found}, this atoll reads version {FORMAT_VERSION} only",
+                        i + 1
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "history line {}: no format version (\"version\" missing or not a whole number), this atoll reads version {FORMAT_VERSION} only",
+                        i + 1
+                    ))
+                }
             }
         }
     }

@@ -3,7 +3,10 @@
 //! Knows no command line: the `atoll` binary builds a [`RunConfig`] and prints the [`Report`].
 
 pub mod config;
+pub mod env;
 pub mod history;
+pub mod interrupt;
+pub mod repeat;
 pub mod report;
 pub mod run;
 pub mod stats;

@@ -92,8 +92,20 @@ pub struct CheckReport {
     pub detail: String,
 }
 
+/// What a JSON report names itself, so a reader can refuse something else.
+pub const FORMAT: &str = "atoll-report";
+/// Raised whenever a field changes meaning or goes away (adding one does not).
+pub const FORMAT_VERSION: u64 = 1;
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// Always `FORMAT` and `FORMAT_VERSION`.
+    pub format: &'static str,
+    pub format_version: u64,
+    /// The run was interrupted (Ctrl-C): the numbers cover `measured_s` only.
+    pub partial: bool,
+    /// Seconds actually measured: `config.duration_s`, or less when partial.
+    pub measured_s: f64,
     pub config: ConfigReport,
     pub summary: Summary,
     pub txn_types: Vec<TypeReport>,
@@ -115,6 +127,8 @@ pub struct Report {
     pub sim_wall_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimInfo>,
+    /// Build, machine and process: not determined by the seed, even in the simulator.
+    pub env: crate::env::EnvReport,
     /// Every attempt, ordered by end time, when recording was asked for.
     #[serde(skip)]
     pub history: Vec<crate::history::TxnRecord>,
@@ -140,8 +154,15 @@ impl Report {
         let _ = writeln!(
             o,
             "== {} / {} / plan {} | {} nodes x {} threads x {} co-routines | {} fabric, {:.1} s measured",
-            c.workload, c.protocol, c.plan, c.nodes, c.threads, c.coroutines, c.fabric, c.duration_s
+            c.workload, c.protocol, c.plan, c.nodes, c.threads, c.coroutines, c.fabric, self.measured_s
         );
+        if self.partial {
+            let _ = writeln!(
+                o,
+                "partial     interrupted after {:.2} of {:.2} s measured: every number covers that part only",
+                self.measured_s, c.duration_s
+            );
+        }
         let _ = writeln!(
             o,
             "throughput  {:>12.0} committed tx/s   ({} committed, {} aborted attempts, abort rate {:.2}%, {} user aborts, gave up {})",
@@ -226,6 +247,7 @@ impl Report {
                 sim.events as f64 / self.sim_wall_s.max(1e-9)
             );
         }
+        self.env.render(&mut o);
         for ch in &self.checks {
             let _ = writeln!(
                 o,

@@ -24,6 +24,7 @@ use atoll_workloads::{Workload, WorkloadKind};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -104,6 +105,25 @@ struct RunShared<W> {
     warmup_end_ns: u64,
     end_ns: u64,
     interval_ns: u64,
+    /// Earliest worker time at which a worker saw a stop request (`u64::MAX`: none).
+    stopped_ns: AtomicU64,
+    cpu: crate::env::CpuWindow,
+    probe: crate::env::Probe,
+}
+
+impl<W> RunShared<W> {
+    /// Whether the run is over at worker time `now`: its end reached, or a stop (Ctrl-C)
+    /// requested, which is then dated `now` at the latest.
+    fn over(&self, now: u64) -> bool {
+        if now >= self.end_ns {
+            return true;
+        }
+        if crate::interrupt::requested() {
+            self.stopped_ns.fetch_min(now, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
 }
 
 fn run_with<W: Workload, P: Protocol>(
@@ -112,6 +132,7 @@ fn run_with<W: Workload, P: Protocol>(
     progress: &(dyn Fn(&ProgressLine) + Sync),
 ) -> Report {
     let wall = Instant::now();
+    let probe = crate::env::Probe::start();
     let txn_cfg = Arc::new(TxnConfig {
         plan: cfg.plan,
         log_replicas: cfg.log_replicas,
@@ -183,6 +204,9 @@ fn run_with<W: Workload, P: Protocol>(
         warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
         end_ns: ((cfg.warmup_s + cfg.duration_s) * 1e9) as u64,
         interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
+        stopped_ns: AtomicU64::new(u64::MAX),
+        cpu: Default::default(),
+        probe,
     });
     let types = shared.w.txn_types().len();
     let finished: Finished<W> = Arc::new(Mutex::new((Vec::new(), Vec::new(), Vec::new())));
@@ -324,7 +348,8 @@ async fn coroutine<W: Workload, P: Protocol>(
     loop {
         let start_ns = c.now_ns();
         tick(&run, &ws, &ep, start_ns, &progress);
-        if start_ns >= run.end_ns {
+        if run.over(start_ns) {
+            run.cpu.mark_end();
             break;
         }
         let (ty, input) = run.w.generate(&mut rng, nodes, home);
@@ -371,7 +396,7 @@ async fn coroutine<W: Workload, P: Protocol>(
                         st.aborts[ty][a.index()] += 1;
                         st.interval.aborted += 1;
                     }
-                    if !a.is_retryable() || attempts >= run.cfg.attempts_max || now >= run.end_ns {
+                    if !a.is_retryable() || attempts >= run.cfg.attempts_max || run.over(now) {
                         break Err(a);
                     }
                     // Randomised exponential back-off, so conflicting retries spread out.
@@ -402,7 +427,7 @@ async fn coroutine<W: Workload, P: Protocol>(
                     if measured {
                         if a == Abort::UserAbort {
                             st.user_aborted[ty] += 1;
-                        } else if end_ns < run.end_ns {
+                        } else if !run.over(end_ns) {
                             // Retries stop at the end of the run; those are cut off, not
                             // given up.
                             st.gave_up += 1;
@@ -444,6 +469,7 @@ fn tick<W: Workload>(
     let mut st = ws.stats.borrow_mut();
     if now >= run.warmup_end_ns && st.verbs_at_start.is_none() {
         st.verbs_at_start = Some(ep.counters());
+        run.cpu.mark_start();
     }
     if now >= run.end_ns && st.verbs_at_end.is_none() {
         st.verbs_at_end = Some(ep.counters());
@@ -483,7 +509,20 @@ fn assemble<W: Workload, P: Protocol>(
         all.merge(s);
         verbs.merge(&s.window_verbs());
     }
-    let secs = cfg.duration_s;
+    // Seconds measured: the whole duration, or up to the first worker that saw a stop.
+    let stopped_ns = run.stopped_ns.load(Ordering::Relaxed);
+    let partial = stopped_ns != u64::MAX;
+    let measured_s = if partial {
+        (stopped_ns.saturating_sub(run.warmup_end_ns) as f64 / 1e9).min(cfg.duration_s)
+    } else {
+        cfg.duration_s
+    };
+    // A run stopped in warm-up measured nothing: no rate rather than a division by zero.
+    let secs = if measured_s > 0.0 {
+        measured_s
+    } else {
+        f64::INFINITY
+    };
     let committed: u64 = all.committed.iter().sum();
     let reason_map = |counts: &dyn Fn(Abort) -> u64| -> BTreeMap<String, u64> {
         Abort::ALL
@@ -590,6 +629,11 @@ fn assemble<W: Workload, P: Protocol>(
         .collect();
     let passed = checks.iter().all(|c| c.passed);
     Report {
+        format: FORMAT,
+        format_version: FORMAT_VERSION,
+        partial,
+        measured_s,
+        env: run.probe.finish(&run.cpu, committed),
         config: ConfigReport {
             fabric: cfg.fabric.name(),
             net_profile: match &cfg.fabric {
