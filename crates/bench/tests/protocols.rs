@@ -726,3 +726,75 @@ fn insert_into_a_full_table_aborts_with_table_full_under_every_protocol() {
         insert_into_full_table::<Sundial>(plan);
     }
 }
+
+/// Issue 7, defects 2 and 3: a blind write of a remote and a local record, then a read
+/// followed by a write of the same record, each alone in the cluster: both commit and
+/// leave exactly the values written (MVCC once lost the blind write while advancing the
+/// version, and failed every read-then-write on its own raised `RTS`).
+fn blind_write_then_read_then_write<P: Protocol>(plan: Plan) {
+    let c = cluster(plan, false);
+    let before = c.header(T, REMOTE_KEY)[atoll_storage::layout::H_VERSION as usize];
+    let notes = two(
+        &c,
+        |mut co, _steps, log| {
+            Box::pin(async move {
+                let mut tx = Txn::<P>::begin(&mut co);
+                tx.write(T, REMOTE_KEY, &[555]);
+                tx.write(T, 2, &[556]);
+                note(&log, format!("blind {:?}", tx.commit().await.map(|_| ())));
+                let mut tx = Txn::<P>::begin(&mut co);
+                let v = tx.read(T, REMOTE_KEY).await.map(|v| v[0]);
+                note(&log, format!("read {v:?}"));
+                tx.write(T, REMOTE_KEY, &[v.unwrap_or(0) + 1]);
+                note(&log, format!("upgrade {:?}", tx.commit().await.map(|_| ())));
+            })
+        },
+        |_co, _steps, _log| Box::pin(async {}),
+    );
+    assert_eq!(
+        notes,
+        vec!["blind Ok(())", "read Ok(555)", "upgrade Ok(())"],
+        "{} plan {plan}",
+        P::NAME
+    );
+    assert_eq!(
+        c.payload(T, REMOTE_KEY),
+        vec![556],
+        "{} plan {plan}",
+        P::NAME
+    );
+    assert_eq!(c.payload(T, 2), vec![556], "{} plan {plan}", P::NAME);
+    let after = c.header(T, REMOTE_KEY)[atoll_storage::layout::H_VERSION as usize];
+    assert_eq!(
+        after,
+        before + 2,
+        "{} plan {plan}: one version per write",
+        P::NAME
+    );
+}
+
+#[test]
+fn every_protocol_commits_a_blind_write_and_a_read_then_write_with_their_values_2_nodes() {
+    for plan in plans() {
+        for p in atoll_protocols::ProtocolKind::ALL {
+            if p.check_plan(&plan).is_err() {
+                continue;
+            }
+            match p {
+                atoll_protocols::ProtocolKind::NoWait => {
+                    blind_write_then_read_then_write::<NoWait>(plan)
+                }
+                atoll_protocols::ProtocolKind::WaitDie => {
+                    blind_write_then_read_then_write::<WaitDie>(plan)
+                }
+                atoll_protocols::ProtocolKind::Occ => blind_write_then_read_then_write::<Occ>(plan),
+                atoll_protocols::ProtocolKind::Mvcc => {
+                    blind_write_then_read_then_write::<Mvcc>(plan)
+                }
+                atoll_protocols::ProtocolKind::Sundial => {
+                    blind_write_then_read_then_write::<Sundial>(plan)
+                }
+            }
+        }
+    }
+}
