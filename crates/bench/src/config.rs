@@ -58,6 +58,9 @@ pub struct RunConfig {
     pub waitdie_counter: bool,
     /// Record every attempt's reads and writes for the history checker.
     pub record_history: bool,
+    /// With `record_history`: stream the history to this file as the run goes (memory stays
+    /// bounded whatever the duration) instead of returning it in the report.
+    pub history_file: Option<std::path::PathBuf>,
     /// Print a progress line per interval.
     pub progress_interval_s: f64,
 }
@@ -83,6 +86,7 @@ impl Default for RunConfig {
             attempts_max: 10_000,
             progress_interval_s: 1.0,
             record_history: false,
+            history_file: None,
             waitdie_counter: false,
             mvcc_slots: 4,
         }

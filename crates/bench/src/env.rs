@@ -109,12 +109,25 @@ pub fn rss_peak_bytes() -> Option<u64> {
     parse_vm_hwm(&std::fs::read_to_string("/proc/self/status").ok()?)
 }
 
+/// Memory the kernel says can be taken without swapping (MemAvailable of /proc/meminfo),
+/// in bytes.
+pub fn mem_available_bytes() -> Option<u64> {
+    parse_kb_field(
+        &std::fs::read_to_string("/proc/meminfo").ok()?,
+        "MemAvailable:",
+    )
+}
+
 /// Bytes per `kB` in /proc's status files.
 const KIB: u64 = 1024;
 
 fn parse_vm_hwm(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line["VmHWM:".len()..]
+    parse_kb_field(text, "VmHWM:")
+}
+
+fn parse_kb_field(text: &str, field: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(field))?;
+    let kb: u64 = line[field.len()..]
         .trim()
         .trim_end_matches("kB")
         .trim()

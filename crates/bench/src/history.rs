@@ -84,6 +84,69 @@ fn op_json(op: &HistOp) -> Value {
     }
 }
 
+/// A history file written while the run goes: workers hand over batches of records, which
+/// are appended as JSON lines behind the header. The first write error is kept and reported
+/// at the end; the records after it are dropped (the run itself goes on).
+pub struct HistoryWriter {
+    path: std::path::PathBuf,
+    out: std::sync::Mutex<HistoryOut>,
+}
+
+struct HistoryOut {
+    file: std::io::BufWriter<std::fs::File>,
+    records: u64,
+    error: Option<String>,
+}
+
+impl HistoryWriter {
+    /// Creates (or truncates) `path` and writes the header line.
+    pub fn create(path: &std::path::Path) -> Result<Self, String> {
+        use std::io::Write as _;
+        let f = std::fs::File::create(path)
+            .map_err(|e| format!("cannot create history file {}: {e}", path.display()))?;
+        let mut file = std::io::BufWriter::new(f);
+        writeln!(file, "{}", header_line())
+            .map_err(|e| format!("cannot write history file {}: {e}", path.display()))?;
+        Ok(HistoryWriter {
+            path: path.to_path_buf(),
+            out: std::sync::Mutex::new(HistoryOut {
+                file,
+                records: 0,
+                error: None,
+            }),
+        })
+    }
+
+    /// Appends `batch` (emptied) to the file.
+    pub fn append(&self, batch: &mut Vec<TxnRecord>) {
+        use std::io::Write as _;
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        if out.error.is_none() {
+            for r in batch.iter() {
+                if let Err(e) = writeln!(out.file, "{}", r.to_json_line()) {
+                    out.error = Some(format!("writing history {}: {e}", self.path.display()));
+                    break;
+                }
+                out.records += 1;
+            }
+        }
+        batch.clear();
+    }
+
+    /// Flushes the file: the records written, or the first error met.
+    pub fn finish(&self) -> Result<u64, String> {
+        use std::io::Write as _;
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = &out.error {
+            return Err(e.clone());
+        }
+        out.file
+            .flush()
+            .map_err(|e| format!("writing history {}: {e}", self.path.display()))?;
+        Ok(out.records)
+    }
+}
+
 /// The first line of a history file.
 pub fn header_line() -> String {
     json!({"format": FORMAT, "version": FORMAT_VERSION}).to_string()
@@ -245,15 +308,25 @@ pub fn to_text(h: &[TxnRecord]) -> String {
 /// Parses a history written by `--history`: a header line naming the format and its
 /// version, then one JSON object per attempt.
 pub fn parse(text: &str) -> Result<Vec<TxnRecord>, String> {
+    parse_reader(text.as_bytes())
+}
+
+/// [`parse`] line by line from a reader: only the typed records are kept, never the file's
+/// text or its JSON values (a history file can be many gigabytes).
+pub fn parse_reader(r: impl std::io::BufRead) -> Result<Vec<TxnRecord>, String> {
     let mut out = Vec::new();
-    let mut lines = text
+    let mut lines = r
         .lines()
         .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    match lines.next() {
+        .map(|(i, l)| {
+            l.map(|l| (i, l))
+                .map_err(|e| format!("history line {}: {e}", i + 1))
+        })
+        .filter(|l| !matches!(l, Ok((_, t)) if t.trim().is_empty()));
+    match lines.next().transpose()? {
         None => return Ok(out),
         Some((i, first)) => {
-            let v: Value = serde_json::from_str(first)
+            let v: Value = serde_json::from_str(&first)
                 .map_err(|e| format!("history line {}: not JSON: {e}", i + 1))?;
             let (format, version) = (v.get("format"), v.get("version").and_then(Value::as_u64));
             if format.and_then(Value::as_str) != Some(FORMAT) {
@@ -280,8 +353,9 @@ pub fn parse(text: &str) -> Result<Vec<TxnRecord>, String> {
             }
         }
     }
-    for (i, line) in lines {
-        let v: Value = serde_json::from_str(line)
+    for l in lines {
+        let (i, line) = l?;
+        let v: Value = serde_json::from_str(&line)
             .map_err(|e| format!("history line {}: not JSON: {e}", i + 1))?;
         out.push(TxnRecord::from_json(i + 1, &v)?);
     }
@@ -927,4 +1001,54 @@ pub fn to_adya(h: &[TxnRecord]) -> (String, String) {
         pos += 1;
     }
     (lines, Value::Object(order).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(tag: u64) -> TxnRecord {
+        TxnRecord {
+            id: tag,
+            tag,
+            attempt: 1,
+            coord: 0,
+            aborted: None,
+            start_ns: tag,
+            end_ns: tag + 1,
+            ops: vec![HistOp::Write {
+                table: TableId(0),
+                key: tag,
+                version: 2,
+                kind: WriteKind::Update,
+            }],
+        }
+    }
+
+    #[test]
+    fn history_writer_streams_batches_that_parse_back_in_order() {
+        let path = std::env::temp_dir().join(format!("atoll-hw-{}.jsonl", std::process::id()));
+        let w = HistoryWriter::create(&path).unwrap();
+        let mut batch: Vec<TxnRecord> = (1..=3).map(record).collect();
+        w.append(&mut batch);
+        assert!(batch.is_empty(), "a batch handed over is emptied");
+        let mut batch = vec![record(4)];
+        w.append(&mut batch);
+        assert_eq!(w.finish(), Ok(4));
+        let file = std::fs::File::open(&path).unwrap();
+        let back = parse_reader(std::io::BufReader::new(file)).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            back.iter().map(|r| r.tag).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4]
+        );
+    }
+
+    #[test]
+    fn history_writer_names_a_file_it_cannot_create() {
+        let e = HistoryWriter::create(std::path::Path::new("/nonexistent-dir/h.jsonl"))
+            .err()
+            .unwrap();
+        assert!(e.contains("/nonexistent-dir/h.jsonl"), "{e}");
+    }
 }

@@ -60,22 +60,27 @@ pub fn run_protocol<P: Protocol>(
     cfg.validate()?;
     P::check_plan(&cfg.plan).map_err(|e| ConfigError(format!("plan {}: {e}", cfg.plan)))?;
     let perr = |e: atoll_workloads::ParamError| ConfigError(e.0);
+    // The history file is created only once everything else was accepted, so a refused
+    // configuration leaves an existing file as it was.
+    let open_history = || match (&cfg.history_file, cfg.record_history) {
+        (Some(path), true) => crate::history::HistoryWriter::create(path)
+            .map(Some)
+            .map_err(ConfigError),
+        _ => Ok(None),
+    };
     Ok(match cfg.workload {
-        WorkloadKind::SmallBank => run_with::<SmallBank, P>(
-            cfg,
-            SmallBank::from_params(&cfg.params).map_err(perr)?,
-            progress,
-        ),
-        WorkloadKind::Ycsb => run_with::<Ycsb, P>(
-            cfg,
-            Ycsb::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
-            progress,
-        ),
-        WorkloadKind::Cycle => run_with::<Cycle, P>(
-            cfg,
-            Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
-            progress,
-        ),
+        WorkloadKind::SmallBank => {
+            let w = SmallBank::from_params(&cfg.params).map_err(perr)?;
+            run_with::<SmallBank, P>(cfg, w, progress, open_history()?)
+        }
+        WorkloadKind::Ycsb => {
+            let w = Ycsb::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            run_with::<Ycsb, P>(cfg, w, progress, open_history()?)
+        }
+        WorkloadKind::Cycle => {
+            let w = Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            run_with::<Cycle, P>(cfg, w, progress, open_history()?)
+        }
     })
 }
 
@@ -109,7 +114,13 @@ struct RunShared<W> {
     stopped_ns: AtomicU64,
     cpu: crate::env::CpuWindow,
     probe: crate::env::Probe,
+    /// Where the history streams to (`cfg.history_file`), if it does not stay in memory.
+    history_out: Option<crate::history::HistoryWriter>,
 }
+
+/// Records a worker keeps before handing them to the history file: one lock and one write
+/// per batch, and a bounded buffer per worker.
+const HISTORY_BATCH_RECORDS: usize = 1024;
 
 impl<W> RunShared<W> {
     /// Whether the run is over at worker time `now`: its end reached, or a stop (Ctrl-C)
@@ -130,6 +141,7 @@ fn run_with<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: W,
     progress: &(dyn Fn(&ProgressLine) + Sync),
+    history_out: Option<crate::history::HistoryWriter>,
 ) -> Report {
     let wall = Instant::now();
     let probe = crate::env::Probe::start();
@@ -207,6 +219,7 @@ fn run_with<W: Workload, P: Protocol>(
         stopped_ns: AtomicU64::new(u64::MAX),
         cpu: Default::default(),
         probe,
+        history_out,
     });
     let types = shared.w.txn_types().len();
     let finished: Finished<W> = Arc::new(Mutex::new((Vec::new(), Vec::new(), Vec::new())));
@@ -288,6 +301,18 @@ fn run_with<W: Workload, P: Protocol>(
         report.passed = false;
     }
     report.history = history;
+    if let Some(out) = &shared.history_out {
+        let (passed, detail) = match out.finish() {
+            Ok(n) => (true, format!("{n} attempts written as the run went")),
+            Err(e) => (false, e),
+        };
+        report.passed &= passed;
+        report.checks.push(CheckReport {
+            name: "history.written".into(),
+            passed,
+            detail,
+        });
+    }
     report
 }
 
@@ -384,7 +409,13 @@ async fn coroutine<W: Workload, P: Protocol>(
                     end_ns: tx.core.now_ns(),
                     ops: tx.core.history_ops(),
                 };
-                ws.history.borrow_mut().push(rec);
+                let mut h = ws.history.borrow_mut();
+                h.push(rec);
+                if let Some(out) = &run.history_out {
+                    if h.len() >= HISTORY_BATCH_RECORDS {
+                        out.append(&mut h);
+                    }
+                }
             }
             drop(tx);
             match r {
@@ -452,7 +483,10 @@ async fn coroutine<W: Workload, P: Protocol>(
         }
         let mut f = finished.lock().expect("stats lock");
         f.0.push(st.clone());
-        f.1.append(&mut ws.history.borrow_mut());
+        match &run.history_out {
+            Some(out) => out.append(&mut ws.history.borrow_mut()),
+            None => f.1.append(&mut ws.history.borrow_mut()),
+        }
         f.2.push(std::mem::take(&mut *ws.ledger.borrow_mut()));
     }
 }
