@@ -11,4 +11,4 @@ pub mod testkit;
 
 pub use config::{ConfigError, RunConfig};
 pub use report::{ProgressLine, Report};
-pub use run::{run, run_protocol};
+pub use run::{run, run_protocol, RunError};

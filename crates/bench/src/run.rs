@@ -10,8 +10,8 @@ use atoll_fabric::inproc::{self, InprocConfig};
 use atoll_fabric::rng::Rng;
 use atoll_fabric::sim::{self, SimConfig};
 use atoll_fabric::{
-    ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RpcHandler, TaskId, VerbCounters,
-    VerbKind,
+    panic_message, ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RpcHandler, TaskId,
+    VerbCounters, VerbKind, WorkerPanic,
 };
 use atoll_protocols::{Mvcc, NoWait, Occ, ProtocolKind, Sundial, WaitDie};
 use atoll_storage::{Catalog, Store};
@@ -23,6 +23,7 @@ use atoll_workloads::ycsb::Ycsb;
 use atoll_workloads::{Workload, WorkloadKind};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -36,11 +37,34 @@ const LOG_RING_WORDS: u32 = 1024;
 /// Longest randomised back-off after an abort, in nanoseconds, reached after a few aborts.
 const BACKOFF_NS_MAX: u64 = 64_000;
 
+/// Why a run produced no report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunError {
+    /// The configuration was refused before anything started.
+    Config(ConfigError),
+    /// A worker (or a node's loader) panicked; every other worker was stopped.
+    Panicked(WorkerPanic),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Config(e) => write!(f, "{e}"),
+            RunError::Panicked(p) => write!(f, "the run failed: {p}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<ConfigError> for RunError {
+    fn from(e: ConfigError) -> Self {
+        RunError::Config(e)
+    }
+}
+
 /// Runs a benchmark as `cfg` says; `progress` sees one line per interval.
-pub fn run(
-    cfg: &RunConfig,
-    progress: &(dyn Fn(&ProgressLine) + Sync),
-) -> Result<Report, ConfigError> {
+pub fn run(cfg: &RunConfig, progress: &(dyn Fn(&ProgressLine) + Sync)) -> Result<Report, RunError> {
     match cfg.protocol {
         ProtocolKind::NoWait => run_protocol::<NoWait>(cfg, progress),
         ProtocolKind::WaitDie => run_protocol::<WaitDie>(cfg, progress),
@@ -55,11 +79,11 @@ pub fn run(
 pub fn run_protocol<P: Protocol>(
     cfg: &RunConfig,
     progress: &(dyn Fn(&ProgressLine) + Sync),
-) -> Result<Report, ConfigError> {
+) -> Result<Report, RunError> {
     cfg.validate()?;
     P::check_plan(&cfg.plan).map_err(|e| ConfigError(format!("plan {}: {e}", cfg.plan)))?;
     let perr = |e: atoll_workloads::ParamError| ConfigError(e.0);
-    Ok(match cfg.workload {
+    match cfg.workload {
         WorkloadKind::SmallBank => run_with::<SmallBank, P>(
             cfg,
             SmallBank::from_params(&cfg.params).map_err(perr)?,
@@ -75,7 +99,7 @@ pub fn run_protocol<P: Protocol>(
             Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
             progress,
         ),
-    })
+    }
 }
 
 /// What the co-routines of one worker share.
@@ -110,7 +134,7 @@ fn run_with<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: W,
     progress: &(dyn Fn(&ProgressLine) + Sync),
-) -> Report {
+) -> Result<Report, RunError> {
     let wall = Instant::now();
     let txn_cfg = Arc::new(TxnConfig {
         plan: cfg.plan,
@@ -144,9 +168,17 @@ fn run_with<W: Workload, P: Protocol>(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("loader thread panicked"))
-            .collect()
-    });
+            .enumerate()
+            .map(|(n, h)| {
+                h.join().map_err(|payload| {
+                    RunError::Panicked(WorkerPanic {
+                        worker: None,
+                        message: format!("loading node {n}: {}", panic_message(payload.as_ref())),
+                    })
+                })
+            })
+            .collect::<Result<_, _>>()
+    })?;
     let load_s = wall.elapsed().as_secs_f64();
     let memory: ClusterMemory = stores
         .iter()
@@ -192,6 +224,7 @@ fn run_with<W: Workload, P: Protocol>(
     let mut sim_wall_s = 0.0;
     // Co-routines the simulator found waiting with nothing left to happen (a hang).
     let mut stuck = 0;
+    let mut failure = None;
     std::thread::scope(|s| {
         let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
         let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
@@ -219,7 +252,7 @@ fn run_with<W: Workload, P: Protocol>(
         };
         sim = match &cfg.fabric {
             Fabric::InProc => {
-                inproc::run(&icfg, memory, &handlers, &spawn);
+                failure = inproc::run(&icfg, memory, &handlers, &spawn).err();
                 None
             }
             Fabric::Sim { net, faults } => {
@@ -231,19 +264,35 @@ fn run_with<W: Workload, P: Protocol>(
                     faults: sim::faults::plan(faults, cfg.nodes, shared.end_ns, cfg.seed),
                 };
                 let t0 = Instant::now();
-                let r = sim::run(&scfg, memory, &handlers, &spawn);
-                sim_wall_s = t0.elapsed().as_secs_f64();
-                stuck = r.unfinished;
-                Some(SimInfo {
-                    virtual_s: r.virtual_ns as f64 / 1e9,
-                    events: r.events,
-                    committed_total: 0,
-                })
+                // The simulator runs every worker on this thread: a panic ends them all.
+                match std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    sim::run(&scfg, memory, &handlers, &spawn)
+                })) {
+                    Ok(r) => {
+                        sim_wall_s = t0.elapsed().as_secs_f64();
+                        stuck = r.unfinished;
+                        Some(SimInfo {
+                            virtual_s: r.virtual_ns as f64 / 1e9,
+                            events: r.events,
+                            committed_total: 0,
+                        })
+                    }
+                    Err(payload) => {
+                        failure = Some(WorkerPanic {
+                            worker: None,
+                            message: panic_message(payload.as_ref()),
+                        });
+                        None
+                    }
+                }
             }
         };
         drop(tx_iv);
         lines = printer.join().expect("progress thread panicked");
     });
+    if let Some(p) = failure {
+        return Err(RunError::Panicked(p));
+    }
     let (stats, mut history, ledgers) =
         std::mem::take(&mut *finished.lock().expect("no poisoned stats"));
     history.sort_by_key(|r| (r.end_ns, r.id));
@@ -264,7 +313,7 @@ fn run_with<W: Workload, P: Protocol>(
         report.passed = false;
     }
     report.history = history;
-    report
+    Ok(report)
 }
 
 fn collect_progress(

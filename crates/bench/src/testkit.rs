@@ -94,7 +94,10 @@ impl TestCluster {
                 .map(|i| script(core, i).unwrap_or_else(|| Box::pin(async {})))
                 .collect()
         };
-        inproc::run(&cfg, memory, &handlers, &spawn);
+        // A scenario's failed assertion panics its worker: fail the test with its message.
+        if let Err(p) = inproc::run(&cfg, memory, &handlers, &spawn) {
+            panic!("{p}");
+        }
     }
 
     /// A coordinator for co-routine `k` of `core`.
