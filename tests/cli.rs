@@ -333,3 +333,57 @@ fn ycsb_refuses_more_operations_than_distinct_keys_it_can_draw() {
         ],
     );
 }
+
+/// Runs a short in-process bench that must pass; returns its stdout.
+fn runs(args: &[&str]) -> String {
+    let mut all = vec!["bench", "--duration", "0.2", "--warmup", "0", "--quiet"];
+    all.extend_from_slice(args);
+    let (code, out, err) = atoll(&all);
+    assert_eq!(code, 0, "{all:?} exited {code}:\n{out}\n{err}");
+    assert!(out.contains("PASS"), "{all:?}:\n{out}");
+    out
+}
+
+#[test]
+fn log_rings_are_sized_from_the_workloads_largest_write_set_and_a_log_region_that_cannot_fit_is_refused(
+) {
+    // A 1036-word log record (two 4 KiB writes) and a 1040-word one (a pair of 512-word
+    // records) overflowed the fixed 1024-word ring.
+    runs(&[
+        "--workload",
+        "ycsb",
+        "-p",
+        "records=1000",
+        "-p",
+        "record_bytes=4096",
+        "-p",
+        "ops_per_txn=2",
+        "-p",
+        "write_fraction=1",
+    ]);
+    runs(&["--workload", "cycle", "-p", "record_words=512"]);
+    bad(
+        &[
+            "bench",
+            "--workload",
+            "ycsb",
+            "-p",
+            "records=1000",
+            "-p",
+            "record_bytes=4096",
+            "-p",
+            "ops_per_txn=64",
+            "-p",
+            "write_fraction=1",
+            "--threads",
+            "64",
+            "--coroutines",
+            "256",
+        ],
+        &[
+            "the log region needs",
+            "of up to 33028 words",
+            "over the 4294967295-word limit",
+        ],
+    );
+}

@@ -6,6 +6,7 @@ pub mod config;
 pub mod history;
 pub mod report;
 pub mod run;
+pub mod sizing;
 pub mod stats;
 pub mod testkit;
 

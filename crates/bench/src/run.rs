@@ -32,8 +32,6 @@ use std::time::Instant;
 
 /// Location-cache entries per coordinator before it is cleared.
 const LOC_CACHE_ENTRIES_MAX: usize = 1 << 16;
-/// Words of each coordinator's log ring on each backup (8 KiB).
-const LOG_RING_WORDS: u32 = 1024;
 /// Longest randomised back-off after an abort, in nanoseconds, reached after a few aborts.
 const BACKOFF_NS_MAX: u64 = 64_000;
 
@@ -136,21 +134,32 @@ fn run_with<W: Workload, P: Protocol>(
     progress: &(dyn Fn(&ProgressLine) + Sync),
 ) -> Result<Report, RunError> {
     let wall = Instant::now();
+    let version_slots = if P::MULTI_VERSION { cfg.mvcc_slots } else { 1 };
+    // Everything below allocates: first refuse what cannot fit.
+    let sizing = crate::sizing::size(cfg, &w, version_slots)?;
     let txn_cfg = Arc::new(TxnConfig {
         plan: cfg.plan,
         log_replicas: cfg.log_replicas,
-        log_ring_words: LOG_RING_WORDS,
+        log_ring_words: sizing.log_ring_words,
         coordinators_total: cfg.coordinators_total(),
         loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
         waitdie_counter: cfg.waitdie_counter,
     });
-    let version_slots = if P::MULTI_VERSION { cfg.mvcc_slots } else { 1 };
     let catalog = Arc::new(Catalog::with_versions(
         cfg.nodes,
         w.tables(cfg.nodes),
         vec![txn_cfg.log_region_words()],
         version_slots,
     ));
+    debug_assert_eq!(
+        catalog
+            .region_words()
+            .iter()
+            .map(|&w| w as u64)
+            .collect::<Vec<_>>(),
+        sizing.node_region_words(),
+        "the sizing and the catalog disagree"
+    );
 
     // Register and load every node's memory in parallel, one loader thread per node.
     let region_words = catalog.region_words();
