@@ -430,6 +430,14 @@ fn bench(a: BenchArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    // What the configuration needs, refused before anything is allocated if it cannot fit.
+    match atoll_bench::sizing::sizing(&cfg) {
+        Ok(s) => println!("{}", s.line()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
     if all {
         return plan_all(cfg, a.json.as_ref());
     }

@@ -142,6 +142,7 @@ fn run_with<W: Workload, P: Protocol>(
         log_replicas: cfg.log_replicas,
         log_ring_words: sizing.log_ring_words,
         coordinators_total: cfg.coordinators_total(),
+        coordinators_per_node: cfg.coordinators_per_node(),
         loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
         waitdie_counter: cfg.waitdie_counter,
     });
@@ -310,7 +311,7 @@ fn run_with<W: Workload, P: Protocol>(
         shared.w.merge(&mut ledger, l);
     }
     let mut report = assemble::<W, P>(
-        cfg, &shared, &stores, stats, &ledger, lines, load_s, wall, os_threads, sim,
+        cfg, &shared, &stores, stats, &ledger, lines, load_s, wall, os_threads, sim, &sizing,
     );
     report.sim_wall_s = sim_wall_s;
     if stuck > 0 {
@@ -533,6 +534,7 @@ fn assemble<W: Workload, P: Protocol>(
     wall: Instant,
     os_threads: usize,
     sim: Option<SimInfo>,
+    sizing: &crate::sizing::Sizing,
 ) -> Report {
     let types = run.w.txn_types();
     let mut all = WorkerStats::new(types.len());
@@ -680,6 +682,8 @@ fn assemble<W: Workload, P: Protocol>(
             attempts_max: cfg.attempts_max,
             waitdie_counter: cfg.waitdie_counter,
             mvcc_slots: cfg.mvcc_slots,
+            log_ring_words: sizing.log_ring_words,
+            memory_bytes: sizing.total_bytes(),
         },
         summary,
         txn_types,

@@ -5,6 +5,7 @@
 use crate::config::{ConfigError, RunConfig};
 use atoll_protocols::ProtocolKind;
 use atoll_storage::layout::REGION_WORDS_MAX;
+use atoll_storage::ordered;
 use atoll_storage::{TableLayout, TableSpec};
 use atoll_txn::stages::log_record_words;
 use atoll_workloads::cycle::Cycle;
@@ -18,6 +19,14 @@ pub const LOG_RING_RECORDS: u64 = 8;
 
 /// Bytes of a memory word.
 const WORD_BYTES: u64 = 8;
+/// Bytes of a kibibyte, /proc/meminfo's unit.
+const KIB_BYTES: u64 = 1024;
+/// Share of physical memory, in percent, a run's regions and indexes may take: the rest is
+/// for the operating system, the process's other heaps (caches, histories in flight) and
+/// other programs.
+pub const MEMORY_PERCENT_MAX: u64 = 75;
+/// The cap when physical memory cannot be read (16 GiB: a common workstation's memory).
+pub const MEMORY_BYTES_FALLBACK: u64 = 16 << 30;
 
 /// What one run needs, computed from its configuration alone.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,6 +40,8 @@ pub struct Sizing {
     pub log_region_words: u64,
     /// Words of each table's region on each node, by table name.
     pub table_region_words: Vec<(String, u64)>,
+    /// Heap bytes, at most, of each node's ordered indexes (full tables).
+    pub ordered_index_bytes: u64,
 }
 
 impl Sizing {
@@ -48,15 +59,28 @@ impl Sizing {
         self.node_region_words().iter().sum::<u64>() * WORD_BYTES * self.nodes as u64
     }
 
+    /// Bytes of every region and ordered index of every node: what the limit applies to.
+    pub fn total_bytes(&self) -> u64 {
+        self.region_bytes() + self.ordered_index_bytes * self.nodes as u64
+    }
+
     /// The one line a run prints at start-up.
     pub fn line(&self) -> String {
+        let indexes = if self.ordered_index_bytes > 0 {
+            format!(
+                " and up to {} of ordered indexes",
+                human_bytes(self.ordered_index_bytes * self.nodes as u64)
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "memory: {} of regions across {} node{} ({} per node, of which log {})",
+            "memory: {} of regions{indexes} across {} node{} (per node: log {}, tables {})",
             human_bytes(self.region_bytes()),
             self.nodes,
             if self.nodes == 1 { "" } else { "s" },
-            human_bytes(self.region_bytes() / self.nodes as u64),
             human_bytes(self.log_region_words * WORD_BYTES),
+            human_bytes(self.table_region_words.iter().map(|(_, w)| w).sum::<u64>() * WORD_BYTES),
         )
     }
 }
@@ -139,23 +163,79 @@ pub fn size<W: Workload>(
     let write_set = w.largest_write_set();
     let log_record_words_max = log_record_words(write_set.iter().map(|&t| payload_words(t)));
     let ring = LOG_RING_RECORDS * log_record_words_max;
-    let coordinators = cfg.coordinators_total() as u64;
-    let log_region_words = ring * coordinators;
+    let rings = cfg.log_replicas as u64 * cfg.coordinators_per_node() as u64;
+    let log_region_words = ring * rings;
     if log_region_words > REGION_WORDS_MAX {
         return Err(ConfigError(format!(
-            "the log region needs {log_region_words} words per node ({coordinators} coordinators (nodes × threads × coroutines) × {ring}-word rings of {LOG_RING_RECORDS} records of up to {log_record_words_max} words: {} writes a {}-record write set), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer coordinators or a smaller write set ({})",
+            "the log region needs {log_region_words} words per node ({rings} rings (log_replicas × threads × coroutines = {} × {} × {}) of {ring} words: {LOG_RING_RECORDS} records of up to {log_record_words_max} words, as {} writes up to {} records), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer threads, coroutines or log replicas, or a smaller write set ({})",
+            cfg.log_replicas,
+            cfg.threads,
+            cfg.coroutines,
             W::NAME,
             write_set.len(),
             knobs(w)
         )));
     }
-    Ok(Sizing {
+    let ordered_index_bytes = specs
+        .iter()
+        .filter(|s| s.ordered)
+        .map(|s| s.capacity_per_node as u64 * ordered::BYTES_PER_KEY_MAX)
+        .sum();
+    let sizing = Sizing {
         nodes: cfg.nodes,
         log_record_words_max,
         log_ring_words: ring as u32,
         log_region_words,
         table_region_words,
-    })
+        ordered_index_bytes,
+    };
+    let (limit, source) = memory_limit_bytes();
+    let need = sizing.total_bytes();
+    if need > limit {
+        return Err(ConfigError(format!(
+            "the configuration needs {} of memory ({} per node: tables {}, log {}, ordered indexes {}; × {} nodes), over the limit of {} ({source}): expected fewer nodes, records or co-routines ({})",
+            human_bytes(need),
+            human_bytes(need / cfg.nodes as u64),
+            human_bytes(sizing.table_region_words.iter().map(|(_, w)| w).sum::<u64>() * WORD_BYTES),
+            human_bytes(sizing.log_region_words * WORD_BYTES),
+            human_bytes(sizing.ordered_index_bytes),
+            cfg.nodes,
+            human_bytes(limit),
+            knobs(w)
+        )));
+    }
+    Ok(sizing)
+}
+
+/// The memory a run may use: a share of this machine's physical memory, or a fixed cap
+/// where that cannot be read; with where the figure comes from.
+pub fn memory_limit_bytes() -> (u64, String) {
+    match mem_total_bytes() {
+        Some(total) => (
+            total / 100 * MEMORY_PERCENT_MAX,
+            format!(
+                "{MEMORY_PERCENT_MAX}% of this machine's {} of physical memory",
+                human_bytes(total)
+            ),
+        ),
+        None => (
+            MEMORY_BYTES_FALLBACK,
+            "a fixed cap: /proc/meminfo MemTotal could not be read".to_string(),
+        ),
+    }
+}
+
+/// `MemTotal` of `/proc/meminfo`, in bytes.
+fn mem_total_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_total(&text)
+}
+
+fn parse_mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let mut parts = line["MemTotal:".len()..].split_whitespace();
+    let kib: u64 = parts.next()?.parse().ok()?;
+    (parts.next() == Some("kB")).then_some(kib * KIB_BYTES)
 }
 
 /// The workload's knobs as a report shows them.
@@ -188,6 +268,33 @@ mod tests {
         let smallbank = sizing(&RunConfig::default()).unwrap();
         // Amalgamate's three one-word balances (three stored words each).
         assert_eq!(smallbank.log_record_words_max, 3 + 3 * (4 + 3) + 1);
+    }
+
+    #[test]
+    fn sizing_reads_mem_total_in_kib_and_refuses_other_units() {
+        let meminfo = "MemTotal:        8000000 kB\nMemFree:  100 kB\n";
+        assert_eq!(parse_mem_total(meminfo), Some(8_000_000 * 1024));
+        assert_eq!(parse_mem_total("MemTotal: 8 MB\n"), None);
+        assert_eq!(parse_mem_total("MemFree: 8 kB\n"), None);
+        let (limit, source) = memory_limit_bytes();
+        assert!(limit > 0 && !source.is_empty());
+    }
+
+    #[test]
+    fn sizing_log_regions_hold_rings_of_the_nodes_logging_to_them_only() {
+        let cfg = RunConfig {
+            nodes: 8,
+            threads: 2,
+            coroutines: 4,
+            log_replicas: 2,
+            ..RunConfig::default()
+        };
+        let s = sizing(&cfg).unwrap();
+        assert_eq!(
+            s.log_region_words,
+            2 * 2 * 4 * s.log_ring_words as u64,
+            "log_replicas × threads × coroutines rings, whatever the node count"
+        );
     }
 
     #[test]

@@ -42,6 +42,7 @@ impl TestCluster {
             log_replicas: if nodes > 1 { 1 } else { 0 },
             log_ring_words: 1024,
             coordinators_total: nodes as u32 * coroutines,
+            coordinators_per_node: coroutines,
             loc_cache_entries_max: 1024,
             waitdie_counter: false,
         });

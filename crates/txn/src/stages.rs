@@ -433,9 +433,9 @@ pub async fn log(tx: &mut TxnCore<'_>, prim: Primitive) -> Result<(), Abort> {
     );
     let nodes = tx.c.catalog.nodes;
     let region = tx.c.catalog.extra_region(0);
-    let base = tx.c.id * ring;
     let mut d = tx.c.ep.doorbell();
     for b in 0..replicas {
+        let base = tx.c.cfg.log_ring_offset(tx.c.id, b as u32);
         let backup = NodeId(((tx.c.node().0 as usize + 1 + b) % nodes as usize) as u16);
         let mut pos = tx.c.log_pos[b];
         if pos + rec.len() as u32 > ring {
