@@ -22,8 +22,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Exit code for bad input (flags, config, values): the usual usage-error code.
 const EXIT_BAD_INPUT: u8 = 2;
-/// Exit code when a run's invariant checks fail.
+/// Exit code when a run's invariant checks fail, or the run itself failed (a worker panicked).
 const EXIT_CHECK_FAILED: u8 = 1;
+
+/// Prints why a run produced no report; returns the exit code: bad input, or a failed run.
+fn run_failed(e: &atoll_bench::RunError, context: &str) -> ExitCode {
+    eprintln!("error: {context}{e}");
+    match e {
+        atoll_bench::RunError::Config(_) => ExitCode::from(EXIT_BAD_INPUT),
+        atoll_bench::RunError::Panicked(_) => ExitCode::from(EXIT_CHECK_FAILED),
+    }
+}
 
 #[derive(Parser)]
 #[command(
@@ -368,10 +377,7 @@ fn plan_all(cfg: RunConfig, json: Option<&PathBuf>) -> ExitCode {
                 );
                 rows.push((plan.to_string(), r));
             }
-            Err(e) => {
-                eprintln!("error: plan {plan}: {e}");
-                return ExitCode::from(EXIT_BAD_INPUT);
-            }
+            Err(e) => return run_failed(&e, &format!("plan {plan}: ")),
         }
     }
     rows.sort_by(|a, b| {
@@ -459,6 +465,14 @@ fn bench(a: BenchArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    // What the configuration needs, refused before anything is allocated if it cannot fit.
+    match atoll_bench::sizing::sizing(&cfg) {
+        Ok(s) => println!("{}", s.line()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
     if let Err(e) = interrupt::install() {
         eprintln!("warning: {e}");
     }
@@ -482,10 +496,7 @@ fn bench(a: BenchArgs) -> ExitCode {
     }
     let report = match atoll_bench::run(&cfg, &print) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
+        Err(e) => return run_failed(&e, ""),
     };
     print!("{}", report.render());
     if let Some(path) = &a.json {
@@ -518,10 +529,7 @@ fn bench_repeated(
         |i: usize, r: &atoll_bench::Report| println!("{}", atoll_bench::repeat::line(i, n, r));
     let rep = match atoll_bench::repeat::run(cfg, n, print, &mut line) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
+        Err(e) => return run_failed(&e, ""),
     };
     print!("{}", rep.render());
     if let Some(path) = json {

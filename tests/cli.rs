@@ -538,3 +538,158 @@ fn ycsb_refuses_more_operations_than_distinct_keys_it_can_draw() {
         ],
     );
 }
+
+/// Runs a short in-process bench that must pass; returns its stdout.
+fn runs(args: &[&str]) -> String {
+    let mut all = vec!["bench", "--duration", "0.2", "--warmup", "0", "--quiet"];
+    all.extend_from_slice(args);
+    let (code, out, err) = atoll(&all);
+    assert_eq!(code, 0, "{all:?} exited {code}:\n{out}\n{err}");
+    assert!(out.contains("PASS"), "{all:?}:\n{out}");
+    out
+}
+
+#[test]
+fn log_rings_are_sized_from_the_workloads_largest_write_set_and_a_log_region_that_cannot_fit_is_refused(
+) {
+    // A 1036-word log record (two 4 KiB writes) and a 1040-word one (a pair of 512-word
+    // records) overflowed the fixed 1024-word ring.
+    runs(&[
+        "--workload",
+        "ycsb",
+        "-p",
+        "records=1000",
+        "-p",
+        "record_bytes=4096",
+        "-p",
+        "ops_per_txn=2",
+        "-p",
+        "write_fraction=1",
+    ]);
+    runs(&["--workload", "cycle", "-p", "record_words=512"]);
+    bad(
+        &[
+            "bench",
+            "--workload",
+            "ycsb",
+            "-p",
+            "records=1000",
+            "-p",
+            "record_bytes=4096",
+            "-p",
+            "ops_per_txn=64",
+            "-p",
+            "write_fraction=1",
+            "--threads",
+            "64",
+            "--coroutines",
+            "256",
+        ],
+        &[
+            "the log region needs",
+            "of up to 33028 words",
+            "over the 4294967295-word limit",
+        ],
+    );
+}
+
+#[test]
+fn configurations_that_cannot_fit_are_refused_with_the_figure_and_the_limit_before_allocating() {
+    // 10^8 records of 4 KiB: one node's table is over 2^32 words.
+    bad(
+        &[
+            "bench",
+            "--workload",
+            "ycsb",
+            "-p",
+            "record_bytes=4096",
+            "-p",
+            "records=100000000",
+        ],
+        &[
+            "ycsb table usertable needs",
+            "words per node",
+            "over the 4294967295-word limit",
+        ],
+    );
+    // 2^24 co-routines: timestamps name fewer than 2^20.
+    bad(
+        &[
+            "bench",
+            "--nodes",
+            "1024",
+            "--threads",
+            "64",
+            "--coroutines",
+            "256",
+        ],
+        &[
+            "1024 × 64 × 256 = 16777216 co-routines is out of range",
+            "fewer than 1048576",
+        ],
+    );
+    // Every region of 64 nodes with 10^8 accounts each: far beyond any machine's memory.
+    bad(
+        &["bench", "--nodes", "64", "-p", "accounts=100000000"],
+        &["the configuration needs", "× 64 nodes), over the limit of"],
+    );
+    bad(
+        &["bench", "--fabric", "sim", "--faults", "spikes=100000000"],
+        &["faults spikes=100000000 is out of range", "0..=1000"],
+    );
+    bad(
+        &[
+            "bench",
+            "--fabric",
+            "sim",
+            "--faults",
+            "pause_us=18446744073709551615",
+        ],
+        &["faults pause_us=18446744073709551615 is out of range"],
+    );
+    // The timestamp clock holds 2^44 ns (about 4.9 h).
+    bad(
+        &["bench", "--duration", "20000"],
+        &[
+            "duration=20000 is out of range",
+            "warm-up plus duration at most",
+        ],
+    );
+    bad(
+        &["bench", "--duration", "16900", "--warmup", "100"],
+        &["duration=16900 is out of range"],
+    );
+    bad(
+        &[
+            "bench",
+            "--workload",
+            "cycle",
+            "-p",
+            "ranges=1000000",
+            "-p",
+            "range_keys=4096",
+        ],
+        &[
+            "cycle table dyn needs",
+            "(4096000000 records of 1 payload words)",
+        ],
+    );
+}
+
+#[test]
+fn every_bench_prints_the_memory_its_configuration_needs_and_reports_it_in_json() {
+    let dir = std::env::temp_dir().join(format!("atoll-cli-mem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("out.json");
+    let out = runs(&["-p", "accounts=1000", "--json", json.to_str().unwrap()]);
+    assert!(
+        out.lines()
+            .next()
+            .is_some_and(|l| l.starts_with("memory: ") && l.contains("across 2 nodes")),
+        "{out}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(v["config"]["memory_bytes"].as_u64().unwrap() > 0);
+    assert!(v["config"]["log_ring_words"].as_u64().unwrap() > 0);
+}

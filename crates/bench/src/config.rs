@@ -7,10 +7,24 @@ use atoll_txn::Plan;
 use atoll_workloads::{Params, WorkloadKind};
 use serde::Serialize;
 
-/// Largest cluster shape accepted (timestamps carry 20 bits of co-routine id).
+/// Largest cluster shape accepted per dimension; the product is bounded further by the
+/// co-routine ids a timestamp holds ([`atoll_txn::ts::MAX_COROUTINES`]).
 pub const NODES_MAX: u16 = 1024;
 pub const THREADS_MAX: u16 = 64;
 pub const COROUTINES_MAX: u16 = 256;
+/// Longest warm-up accepted, in seconds.
+pub const WARMUP_S_MAX: f64 = 3_600.0;
+/// Seconds a run's clock may pass its end: the last transactions finish, retries back off
+/// and clocks adjusted to later timestamps run ahead, all far less than this.
+pub const CLOCK_MARGIN_S: f64 = 600.0;
+/// Nanoseconds per second.
+const NS_PER_S: f64 = 1e9;
+
+/// Longest warm-up plus measured seconds: a timestamp's clock part holds
+/// `64 - TS_ID_BITS` bits of nanoseconds (about 4.9 hours), less [`CLOCK_MARGIN_S`].
+pub fn run_s_max() -> f64 {
+    (1u64 << (64 - atoll_txn::ts::TS_ID_BITS)) as f64 / NS_PER_S - CLOCK_MARGIN_S
+}
 
 /// Which fabric carries the run.
 #[derive(Clone, Debug, PartialEq)]
@@ -125,16 +139,34 @@ impl RunConfig {
         range("nodes", self.nodes, 1, NODES_MAX)?;
         range("threads", self.threads, 1, THREADS_MAX)?;
         range("coroutines", self.coroutines, 1, COROUTINES_MAX)?;
-        if !self.duration_s.is_finite() || self.duration_s <= 0.0 || self.duration_s > 86_400.0 {
+        let ids = self.coordinators_total() as u64;
+        if ids >= atoll_txn::ts::MAX_COROUTINES {
             return Err(ConfigError(format!(
-                "duration={} is out of range: expected seconds in (0, 86400]",
-                self.duration_s
+                "nodes × threads × coroutines = {} × {} × {} = {ids} co-routines is out of range: a timestamp's {} id bits name fewer than {} (expected fewer nodes, threads or coroutines)",
+                self.nodes,
+                self.threads,
+                self.coroutines,
+                atoll_txn::ts::TS_ID_BITS,
+                atoll_txn::ts::MAX_COROUTINES
             )));
         }
-        if !self.warmup_s.is_finite() || !(0.0..=3_600.0).contains(&self.warmup_s) {
+        if !self.warmup_s.is_finite() || !(0.0..=WARMUP_S_MAX).contains(&self.warmup_s) {
             return Err(ConfigError(format!(
-                "warmup={} is out of range: expected seconds in 0..=3600",
+                "warmup={} is out of range: expected seconds in 0..={WARMUP_S_MAX}",
                 self.warmup_s
+            )));
+        }
+        let run_max = run_s_max();
+        if !self.duration_s.is_finite()
+            || self.duration_s <= 0.0
+            || self.duration_s + self.warmup_s > run_max
+        {
+            return Err(ConfigError(format!(
+                "duration={} is out of range: expected seconds in (0, {:.0}] with warmup={} (warm-up plus duration at most {run_max:.0} s: a timestamp's clock holds {:.0} s of nanoseconds, less {CLOCK_MARGIN_S} s for the last transactions)",
+                self.duration_s,
+                run_max - self.warmup_s,
+                self.warmup_s,
+                run_max + CLOCK_MARGIN_S
             )));
         }
         for (k, us) in VerbKind::ALL.iter().zip(self.net_latency_us) {
@@ -181,6 +213,10 @@ impl RunConfig {
     pub fn coordinators_total(&self) -> u32 {
         self.nodes as u32 * self.threads as u32 * self.coroutines as u32
     }
+
+    pub fn coordinators_per_node(&self) -> u32 {
+        self.threads as u32 * self.coroutines as u32
+    }
 }
 
 /// The resolved configuration as reports show it.
@@ -209,6 +245,10 @@ pub struct ConfigReport {
     pub attempts_max: u32,
     pub waitdie_counter: bool,
     pub mvcc_slots: u32,
+    /// Words of each coordinator's log ring (from the workload's largest write set).
+    pub log_ring_words: u32,
+    /// Bytes of every node's regions and ordered indexes, as computed before allocating.
+    pub memory_bytes: u64,
 }
 
 /// Parses `--net-latency-us`: one number for every verb class, or per class

@@ -9,9 +9,10 @@ pub mod interrupt;
 pub mod repeat;
 pub mod report;
 pub mod run;
+pub mod sizing;
 pub mod stats;
 pub mod testkit;
 
 pub use config::{ConfigError, RunConfig};
 pub use report::{ProgressLine, Report};
-pub use run::{run, run_protocol};
+pub use run::{run, run_protocol, RunError};

@@ -93,7 +93,7 @@ pub fn run(
     n: u32,
     progress: &(dyn Fn(&ProgressLine) + Sync),
     done: &mut dyn FnMut(usize, &Report),
-) -> Result<Repeated, ConfigError> {
+) -> Result<Repeated, crate::RunError> {
     let mut repeats = Vec::new();
     for i in 0..n as usize {
         if i > 0 && crate::interrupt::requested() {

@@ -10,8 +10,8 @@ use atoll_fabric::inproc::{self, InprocConfig};
 use atoll_fabric::rng::Rng;
 use atoll_fabric::sim::{self, SimConfig};
 use atoll_fabric::{
-    ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RpcHandler, TaskId, VerbCounters,
-    VerbKind,
+    panic_message, ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RpcHandler, TaskId,
+    VerbCounters, VerbKind, WorkerPanic,
 };
 use atoll_protocols::{Mvcc, NoWait, Occ, ProtocolKind, Sundial, WaitDie};
 use atoll_storage::{Catalog, Store};
@@ -23,6 +23,7 @@ use atoll_workloads::ycsb::Ycsb;
 use atoll_workloads::{Workload, WorkloadKind};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -32,16 +33,37 @@ use std::time::Instant;
 
 /// Location-cache entries per coordinator before it is cleared.
 const LOC_CACHE_ENTRIES_MAX: usize = 1 << 16;
-/// Words of each coordinator's log ring on each backup (8 KiB).
-const LOG_RING_WORDS: u32 = 1024;
 /// Longest randomised back-off after an abort, in nanoseconds, reached after a few aborts.
 const BACKOFF_NS_MAX: u64 = 64_000;
 
+/// Why a run produced no report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunError {
+    /// The configuration was refused before anything started.
+    Config(ConfigError),
+    /// A worker (or a node's loader) panicked; every other worker was stopped.
+    Panicked(WorkerPanic),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Config(e) => write!(f, "{e}"),
+            RunError::Panicked(p) => write!(f, "the run failed: {p}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<ConfigError> for RunError {
+    fn from(e: ConfigError) -> Self {
+        RunError::Config(e)
+    }
+}
+
 /// Runs a benchmark as `cfg` says; `progress` sees one line per interval.
-pub fn run(
-    cfg: &RunConfig,
-    progress: &(dyn Fn(&ProgressLine) + Sync),
-) -> Result<Report, ConfigError> {
+pub fn run(cfg: &RunConfig, progress: &(dyn Fn(&ProgressLine) + Sync)) -> Result<Report, RunError> {
     match cfg.protocol {
         ProtocolKind::NoWait => run_protocol::<NoWait>(cfg, progress),
         ProtocolKind::WaitDie => run_protocol::<WaitDie>(cfg, progress),
@@ -56,32 +78,24 @@ pub fn run(
 pub fn run_protocol<P: Protocol>(
     cfg: &RunConfig,
     progress: &(dyn Fn(&ProgressLine) + Sync),
-) -> Result<Report, ConfigError> {
+) -> Result<Report, RunError> {
     cfg.validate()?;
     P::check_plan(&cfg.plan).map_err(|e| ConfigError(format!("plan {}: {e}", cfg.plan)))?;
     let perr = |e: atoll_workloads::ParamError| ConfigError(e.0);
-    // The history file is created only once everything else was accepted, so a refused
-    // configuration leaves an existing file as it was.
-    let open_history = || match (&cfg.history_file, cfg.record_history) {
-        (Some(path), true) => crate::history::HistoryWriter::create(path)
-            .map(Some)
-            .map_err(ConfigError),
-        _ => Ok(None),
-    };
-    Ok(match cfg.workload {
+    match cfg.workload {
         WorkloadKind::SmallBank => {
             let w = SmallBank::from_params(&cfg.params).map_err(perr)?;
-            run_with::<SmallBank, P>(cfg, w, progress, open_history()?)
+            run_with::<SmallBank, P>(cfg, w, progress)
         }
         WorkloadKind::Ycsb => {
             let w = Ycsb::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
-            run_with::<Ycsb, P>(cfg, w, progress, open_history()?)
+            run_with::<Ycsb, P>(cfg, w, progress)
         }
         WorkloadKind::Cycle => {
             let w = Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
-            run_with::<Cycle, P>(cfg, w, progress, open_history()?)
+            run_with::<Cycle, P>(cfg, w, progress)
         }
-    })
+    }
 }
 
 /// What the co-routines of one worker share.
@@ -141,25 +155,44 @@ fn run_with<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: W,
     progress: &(dyn Fn(&ProgressLine) + Sync),
-    history_out: Option<crate::history::HistoryWriter>,
-) -> Report {
+) -> Result<Report, RunError> {
     let wall = Instant::now();
+    let version_slots = if P::MULTI_VERSION { cfg.mvcc_slots } else { 1 };
+    // Everything below allocates: first refuse what cannot fit.
+    let sizing = crate::sizing::size(cfg, &w, version_slots)?;
     let probe = crate::env::Probe::start();
+    // The history file is created only once everything else was accepted, so a refused
+    // configuration leaves an existing file as it was.
+    let history_out = match (&cfg.history_file, cfg.record_history) {
+        (Some(path), true) => {
+            Some(crate::history::HistoryWriter::create(path).map_err(ConfigError)?)
+        }
+        _ => None,
+    };
     let txn_cfg = Arc::new(TxnConfig {
         plan: cfg.plan,
         log_replicas: cfg.log_replicas,
-        log_ring_words: LOG_RING_WORDS,
+        log_ring_words: sizing.log_ring_words,
         coordinators_total: cfg.coordinators_total(),
+        coordinators_per_node: cfg.coordinators_per_node(),
         loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
         waitdie_counter: cfg.waitdie_counter,
     });
-    let version_slots = if P::MULTI_VERSION { cfg.mvcc_slots } else { 1 };
     let catalog = Arc::new(Catalog::with_versions(
         cfg.nodes,
         w.tables(cfg.nodes),
         vec![txn_cfg.log_region_words()],
         version_slots,
     ));
+    debug_assert_eq!(
+        catalog
+            .region_words()
+            .iter()
+            .map(|&w| w as u64)
+            .collect::<Vec<_>>(),
+        sizing.node_region_words(),
+        "the sizing and the catalog disagree"
+    );
 
     // Register and load every node's memory in parallel, one loader thread per node.
     let region_words = catalog.region_words();
@@ -177,9 +210,17 @@ fn run_with<W: Workload, P: Protocol>(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("loader thread panicked"))
-            .collect()
-    });
+            .enumerate()
+            .map(|(n, h)| {
+                h.join().map_err(|payload| {
+                    RunError::Panicked(WorkerPanic {
+                        worker: None,
+                        message: format!("loading node {n}: {}", panic_message(payload.as_ref())),
+                    })
+                })
+            })
+            .collect::<Result<_, _>>()
+    })?;
     let load_s = wall.elapsed().as_secs_f64();
     let memory: ClusterMemory = stores
         .iter()
@@ -229,6 +270,7 @@ fn run_with<W: Workload, P: Protocol>(
     let mut sim_wall_s = 0.0;
     // Co-routines the simulator found waiting with nothing left to happen (a hang).
     let mut stuck = 0;
+    let mut failure = None;
     std::thread::scope(|s| {
         let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
         let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
@@ -256,7 +298,7 @@ fn run_with<W: Workload, P: Protocol>(
         };
         sim = match &cfg.fabric {
             Fabric::InProc => {
-                inproc::run(&icfg, memory, &handlers, &spawn);
+                failure = inproc::run(&icfg, memory, &handlers, &spawn).err();
                 None
             }
             Fabric::Sim { net, faults } => {
@@ -268,19 +310,35 @@ fn run_with<W: Workload, P: Protocol>(
                     faults: sim::faults::plan(faults, cfg.nodes, shared.end_ns, cfg.seed),
                 };
                 let t0 = Instant::now();
-                let r = sim::run(&scfg, memory, &handlers, &spawn);
-                sim_wall_s = t0.elapsed().as_secs_f64();
-                stuck = r.unfinished;
-                Some(SimInfo {
-                    virtual_s: r.virtual_ns as f64 / 1e9,
-                    events: r.events,
-                    committed_total: 0,
-                })
+                // The simulator runs every worker on this thread: a panic ends them all.
+                match std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    sim::run(&scfg, memory, &handlers, &spawn)
+                })) {
+                    Ok(r) => {
+                        sim_wall_s = t0.elapsed().as_secs_f64();
+                        stuck = r.unfinished;
+                        Some(SimInfo {
+                            virtual_s: r.virtual_ns as f64 / 1e9,
+                            events: r.events,
+                            committed_total: 0,
+                        })
+                    }
+                    Err(payload) => {
+                        failure = Some(WorkerPanic {
+                            worker: None,
+                            message: panic_message(payload.as_ref()),
+                        });
+                        None
+                    }
+                }
             }
         };
         drop(tx_iv);
         lines = printer.join().expect("progress thread panicked");
     });
+    if let Some(p) = failure {
+        return Err(RunError::Panicked(p));
+    }
     let (stats, mut history, ledgers) =
         std::mem::take(&mut *finished.lock().expect("no poisoned stats"));
     history.sort_by_key(|r| (r.end_ns, r.id));
@@ -289,7 +347,7 @@ fn run_with<W: Workload, P: Protocol>(
         shared.w.merge(&mut ledger, l);
     }
     let mut report = assemble::<W, P>(
-        cfg, &shared, &stores, stats, &ledger, lines, load_s, wall, os_threads, sim,
+        cfg, &shared, &stores, stats, &ledger, lines, load_s, wall, os_threads, sim, &sizing,
     );
     report.sim_wall_s = sim_wall_s;
     if stuck > 0 {
@@ -313,7 +371,7 @@ fn run_with<W: Workload, P: Protocol>(
             detail,
         });
     }
-    report
+    Ok(report)
 }
 
 fn collect_progress(
@@ -535,6 +593,7 @@ fn assemble<W: Workload, P: Protocol>(
     wall: Instant,
     os_threads: usize,
     sim: Option<SimInfo>,
+    sizing: &crate::sizing::Sizing,
 ) -> Report {
     let types = run.w.txn_types();
     let mut all = WorkerStats::new(types.len());
@@ -700,6 +759,8 @@ fn assemble<W: Workload, P: Protocol>(
             attempts_max: cfg.attempts_max,
             waitdie_counter: cfg.waitdie_counter,
             mvcc_slots: cfg.mvcc_slots,
+            log_ring_words: sizing.log_ring_words,
+            memory_bytes: sizing.total_bytes(),
         },
         summary,
         txn_types,

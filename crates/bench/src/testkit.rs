@@ -42,6 +42,7 @@ impl TestCluster {
             log_replicas: if nodes > 1 { 1 } else { 0 },
             log_ring_words: 1024,
             coordinators_total: nodes as u32 * coroutines,
+            coordinators_per_node: coroutines,
             loc_cache_entries_max: 1024,
             waitdie_counter: false,
         });
@@ -94,7 +95,10 @@ impl TestCluster {
                 .map(|i| script(core, i).unwrap_or_else(|| Box::pin(async {})))
                 .collect()
         };
-        inproc::run(&cfg, memory, &handlers, &spawn);
+        // A scenario's failed assertion panics its worker: fail the test with its message.
+        if let Err(p) = inproc::run(&cfg, memory, &handlers, &spawn) {
+            panic!("{p}");
+        }
     }
 
     /// A coordinator for co-routine `k` of `core`.

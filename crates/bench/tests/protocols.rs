@@ -5,7 +5,7 @@ use atoll_bench::testkit::{Steps, TestCluster};
 use atoll_fabric::{Coroutine, NodeId};
 use atoll_protocols::{Mvcc, NoWait, Occ, Sundial, WaitDie};
 use atoll_storage::{Partition, TableId, TableSpec};
-use atoll_txn::{Abort, Plan, Primitive, Protocol, Txn};
+use atoll_txn::{Plan, Primitive, Protocol, Txn};
 use std::sync::{Arc, Mutex};
 
 const T: TableId = TableId(0);

@@ -580,6 +580,43 @@ pub struct WorkerReport {
     pub counters: crate::verbs::VerbCounters,
 }
 
+/// A worker that panicked: which one, and the panic's message. A backend that catches one
+/// stops every other worker and returns this instead of its reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerPanic {
+    /// The worker whose event loop or co-routine panicked; `None` if it panicked before any
+    /// worker ran (while building them).
+    pub worker: Option<crate::ids::WorkerId>,
+    pub message: String,
+}
+
+impl std::fmt::Display for WorkerPanic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.worker {
+            Some(w) => write!(
+                f,
+                "worker (node {}, thread {}) panicked: {}",
+                w.node.0, w.thread, self.message
+            ),
+            None => write!(f, "a worker thread panicked: {}", self.message),
+        }
+    }
+}
+
+impl std::error::Error for WorkerPanic {}
+
+/// The message a panic carried (`panic!` with a literal or with a format), or a note that it
+/// carried something else.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a panic whose payload is not a message)".to_string()
+    }
+}
+
 /// What every backend checks before it starts: one memory and one RPC handler per node.
 pub(crate) fn assert_cluster_shape(
     nodes: u16,
@@ -697,6 +734,7 @@ mod tests {
         inproc::run(&cfg, memory, &handlers, &|core| {
             vec![body(Endpoint::new(core.clone(), TaskId(0)))]
         })
+        .unwrap_or_else(|p| panic!("{p}"))
     }
 
     #[test]
@@ -763,5 +801,56 @@ mod tests {
                 assert!(rpc_ns >= LATENCY_NS, "rpc took {rpc_ns} ns");
             })
         });
+    }
+
+    #[test]
+    fn fabric_a_panicking_worker_stops_the_others_and_the_run_returns_its_message() {
+        // Node 1's co-routine waits for node 0's, which panics instead: without stopping,
+        // node 1 would wait (and the run spin) forever.
+        const RUN_S_MAX: u64 = 60;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let memory: crate::ClusterMemory = (0..2)
+                .map(|n| Arc::new(NodeMemory::new(NodeId(n), &[64])))
+                .collect::<Vec<_>>()
+                .into();
+            let handlers: Vec<Arc<dyn RpcHandler>> = (0..2)
+                .map(|_| Arc::new(Echo) as Arc<dyn RpcHandler>)
+                .collect();
+            let cfg = InprocConfig {
+                nodes: 2,
+                threads_per_node: 1,
+                os_threads: 2,
+                pin_threads: false,
+                net_latency_ns: [0; crate::VerbKind::COUNT],
+            };
+            let r = inproc::run(&cfg, memory, &handlers, &|core| {
+                let ep = Endpoint::new(core.clone(), TaskId(0));
+                vec![Box::pin(async move {
+                    let flag = RemotePtr::new(NodeId(0), RegionId(0), 0);
+                    if ep.node() == NodeId(0) {
+                        ep.rpc(NodeId(1), vec![1]).await;
+                        panic!("injected failure after {} RPC", 1);
+                    }
+                    while ep.read(flag, 1).await.as_slice() != [1] {
+                        ep.yield_now().await;
+                    }
+                })]
+            });
+            let _ = tx.send(r.map(|_| ()));
+        });
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(RUN_S_MAX))
+            .unwrap_or_else(|_| panic!("the run did not end within {RUN_S_MAX} s"));
+        let p = r.expect_err("a worker panicked, yet the run succeeded");
+        assert_eq!(
+            p.worker,
+            Some(crate::ids::WorkerId {
+                node: NodeId(0),
+                thread: 0
+            })
+        );
+        assert_eq!(p.message, "injected failure after 1 RPC");
+        assert!(p.to_string().contains("node 0, thread 0"), "{p}");
     }
 }

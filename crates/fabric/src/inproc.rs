@@ -6,14 +6,17 @@
 //! work. Logical workers (node, thread) are spread over at most `os_threads` OS threads, so
 //! more nodes than cores work.
 
-use crate::core::{Delivery, Executor, ReplyTo, SlotId, Transport, WorkerCore};
+use crate::core::{
+    panic_message, Delivery, Executor, ReplyTo, SlotId, Transport, WorkerCore, WorkerPanic,
+};
 pub use crate::core::{Spawner, WorkerReport};
 use crate::ids::{NodeId, WorkerId};
 use crate::memory::ClusterMemory;
 use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbKind};
 use parking_lot::Mutex;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BinaryHeap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -248,12 +251,16 @@ impl Transport for InprocTransport {
 }
 
 /// Runs a cluster until every co-routine has finished. `handlers[n]` serves node `n`'s RPCs.
+///
+/// A panic in any worker (its event loop, RPC handler or a co-routine) stops every worker:
+/// the others would otherwise wait forever for the failed one's progress or replies. The run
+/// then returns the first panic's worker and message.
 pub fn run(
     cfg: &InprocConfig,
     memory: ClusterMemory,
     handlers: &[Arc<dyn RpcHandler>],
     spawn: &Spawner<'_>,
-) -> Vec<WorkerReport> {
+) -> Result<Vec<WorkerReport>, WorkerPanic> {
     crate::core::assert_cluster_shape(cfg.nodes, &memory, handlers);
     let workers = cfg.workers();
     let os_threads = cfg.os_threads.clamp(1, workers.max(1));
@@ -271,7 +278,10 @@ pub fn run(
     });
     // Counts workers whose co-routines are all done; a thread keeps serving RPCs until every
     // worker in the cluster is done, since others may still send it requests.
-    let finished = Arc::new(AtomicUsize::new(0));
+    let finished = AtomicUsize::new(0);
+    // The first panic of any worker; set, it stops every thread.
+    let failed = AtomicBool::new(false);
+    let failure: Mutex<Option<WorkerPanic>> = Mutex::new(None);
     let core_ids = if cfg.pin_threads {
         core_affinity::get_core_ids().unwrap_or_default()
     } else {
@@ -281,8 +291,7 @@ pub fn run(
     std::thread::scope(|s| {
         for t in 0..os_threads {
             let shared = shared.clone();
-            let finished = finished.clone();
-            let reports = &reports;
+            let (finished, failed, failure, reports) = (&finished, &failed, &failure, &reports);
             let core_id = if core_ids.is_empty() {
                 None
             } else {
@@ -291,61 +300,82 @@ pub fn run(
             std::thread::Builder::new()
                 .name(format!("atoll-worker-{t}"))
                 .spawn_scoped(s, move || {
-                    if let Some(c) = core_id {
-                        core_affinity::set_for_current(c);
-                    }
-                    let mine: Vec<usize> = (t..workers).step_by(os_threads).collect();
-                    let mut execs: Vec<Executor> = mine
-                        .iter()
-                        .map(|&w| {
-                            let id = WorkerId {
-                                node: NodeId((w / cfg.threads_per_node as usize) as u16),
-                                thread: (w % cfg.threads_per_node as usize) as u16,
-                            };
-                            let transport = InprocTransport {
-                                shared: shared.clone(),
-                                me: w as u32,
-                                thread: id.thread,
-                                delayed: RefCell::new(BinaryHeap::new()),
-                                batch: RefCell::new(Vec::new()),
-                            };
-                            let core = WorkerCore::new(
-                                id,
-                                w as u32,
-                                shared.memory[id.node.0 as usize].clone(),
-                                handlers[id.node.0 as usize].clone(),
-                                Box::new(transport),
-                            );
-                            let tasks = spawn(&core);
-                            Executor::new(core, tasks)
-                        })
-                        .collect();
-                    let mut done = vec![false; execs.len()];
-                    loop {
-                        for (i, e) in execs.iter_mut().enumerate() {
-                            e.run_ready();
-                            e.core().progress();
-                            if !done[i] && e.live_tasks() == 0 {
-                                done[i] = true;
-                                finished.fetch_add(1, Ordering::AcqRel);
+                    // The worker this thread is running, for naming a panic.
+                    let current: Cell<Option<WorkerId>> = Cell::new(None);
+                    let body = || {
+                        if let Some(c) = core_id {
+                            core_affinity::set_for_current(c);
+                        }
+                        let mine: Vec<usize> = (t..workers).step_by(os_threads).collect();
+                        let mut execs: Vec<Executor> = mine
+                            .iter()
+                            .map(|&w| {
+                                let id = WorkerId {
+                                    node: NodeId((w / cfg.threads_per_node as usize) as u16),
+                                    thread: (w % cfg.threads_per_node as usize) as u16,
+                                };
+                                current.set(Some(id));
+                                let transport = InprocTransport {
+                                    shared: shared.clone(),
+                                    me: w as u32,
+                                    thread: id.thread,
+                                    delayed: RefCell::new(BinaryHeap::new()),
+                                    batch: RefCell::new(Vec::new()),
+                                };
+                                let core = WorkerCore::new(
+                                    id,
+                                    w as u32,
+                                    shared.memory[id.node.0 as usize].clone(),
+                                    handlers[id.node.0 as usize].clone(),
+                                    Box::new(transport),
+                                );
+                                let tasks = spawn(&core);
+                                Executor::new(core, tasks)
+                            })
+                            .collect();
+                        let mut done = vec![false; execs.len()];
+                        loop {
+                            for (i, e) in execs.iter_mut().enumerate() {
+                                current.set(Some(e.core().id));
+                                e.run_ready();
+                                e.core().progress();
+                                if !done[i] && e.live_tasks() == 0 {
+                                    done[i] = true;
+                                    finished.fetch_add(1, Ordering::AcqRel);
+                                }
+                            }
+                            if finished.load(Ordering::Acquire) == workers
+                                || failed.load(Ordering::Acquire)
+                            {
+                                break;
                             }
                         }
-                        if finished.load(Ordering::Acquire) == workers {
-                            break;
+                        let mut r = reports.lock();
+                        for e in &execs {
+                            r.push(WorkerReport {
+                                id: e.core().id,
+                                counters: e.core().counters(),
+                            });
                         }
-                    }
-                    let mut r = reports.lock();
-                    for e in &execs {
-                        r.push(WorkerReport {
-                            id: e.core().id,
-                            counters: e.core().counters(),
-                        });
+                    };
+                    if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(body)) {
+                        let mut f = failure.lock();
+                        if f.is_none() {
+                            *f = Some(WorkerPanic {
+                                worker: current.get(),
+                                message: panic_message(payload.as_ref()),
+                            });
+                        }
+                        failed.store(true, Ordering::Release);
                     }
                 })
                 .expect("spawning a worker thread");
         }
     });
+    if let Some(p) = failure.into_inner() {
+        return Err(p);
+    }
     let mut reports = reports.into_inner();
     reports.sort_by_key(|r| (r.id.node, r.id.thread));
-    reports
+    Ok(reports)
 }

@@ -16,7 +16,8 @@ pub mod verbs;
 
 pub use crate::core::ReplyTo;
 pub use crate::core::{
-    Completions, Coroutine, Doorbell, Endpoint, Executor, TaskId, Transport, WorkerCore,
+    panic_message, Completions, Coroutine, Doorbell, Endpoint, Executor, TaskId, Transport,
+    WorkerCore, WorkerPanic,
 };
 pub use crate::ids::{NodeId, RegionId, RemotePtr, WorkerId};
 pub use crate::memory::{ClusterMemory, NodeMemory, Region};

@@ -67,6 +67,10 @@ const _: () = {
 
 /// Payload words the engine owns in every record (counted in the record's size).
 pub const ENGINE_PAYLOAD_WORDS: u32 = 2;
+
+/// Most words a region may hold: remote pointers address words with 32-bit offsets (as an
+/// RDMA memory key with a 32-bit offset would), so the last word's offset must fit a u32.
+pub const REGION_WORDS_MAX: u64 = u32::MAX as u64;
 pub const P_TAG: u32 = 0;
 pub const P_CHECK: u32 = 1;
 /// The tag of records written by a workload's loader (the initial state).
@@ -189,6 +193,30 @@ impl TableLayout {
         Self::with_versions(spec, 1)
     }
 
+    /// Words of the hash index of a table with `capacity` records per node.
+    fn index_words(capacity: u64) -> u64 {
+        // At most half the index slots are ever used, keeping probe chains short.
+        let slots = (capacity * 2).max(GROUP_SLOTS as u64).next_power_of_two();
+        slots / GROUP_SLOTS as u64 * GROUP_WORDS as u64
+    }
+
+    /// Words of one record slot (tuple and older versions) of a table.
+    fn slot_words(spec: &TableSpec, version_slots: u32) -> u64 {
+        let payload_words = spec.payload_words as u64 + ENGINE_PAYLOAD_WORDS as u64;
+        HEADER_WORDS as u64
+            + payload_words
+            + (version_slots as u64).saturating_sub(1)
+                * (OLD_SLOT_HEADER_WORDS as u64 + payload_words)
+    }
+
+    /// Words of the region a table of `spec` with `version_slots` versions per record needs
+    /// on each node (hash index and record slots), computed without building the layout, so
+    /// a run can refuse one whose word offsets would not fit [`REGION_WORDS_MAX`].
+    pub fn region_words_needed(spec: &TableSpec, version_slots: u32) -> u64 {
+        Self::index_words(spec.capacity_per_node as u64)
+            + spec.capacity_per_node as u64 * Self::slot_words(spec, version_slots)
+    }
+
     /// A layout keeping `version_slots` versions per record (MVCC), at least 1.
     pub fn with_versions(spec: &TableSpec, version_slots: u32) -> Self {
         assert!(
@@ -196,22 +224,18 @@ impl TableLayout {
             "table {}: at least one version slot",
             spec.name
         );
-        // At most half the index slots are ever used, keeping probe chains short.
-        let slots = (spec.capacity_per_node as u64 * 2)
-            .max(GROUP_SLOTS as u64)
-            .next_power_of_two();
-        let index_groups = (slots / GROUP_SLOTS as u64) as u32;
-        let records_base = index_groups * GROUP_WORDS;
-        let payload_words = spec.payload_words + ENGINE_PAYLOAD_WORDS;
-        let tuple_words = HEADER_WORDS + payload_words;
-        let record_words =
-            tuple_words + (version_slots - 1) * (OLD_SLOT_HEADER_WORDS + payload_words);
-        let total = records_base as u64 + spec.capacity_per_node as u64 * record_words as u64;
+        let total = Self::region_words_needed(spec, version_slots);
         assert!(
-            total < u32::MAX as u64,
+            total <= REGION_WORDS_MAX,
             "table {} needs {total} words per node, over the 2^32-word region limit",
             spec.name
         );
+        // Every figure below is at most `total`, which fits a u32.
+        let records_base = Self::index_words(spec.capacity_per_node as u64) as u32;
+        let index_groups = records_base / GROUP_WORDS;
+        let payload_words = spec.payload_words + ENGINE_PAYLOAD_WORDS;
+        let tuple_words = HEADER_WORDS + payload_words;
+        let record_words = Self::slot_words(spec, version_slots) as u32;
         TableLayout {
             index_groups,
             records_base,

@@ -66,6 +66,14 @@ const NODE_CAPACITY: usize = 32;
 /// yields at most `2 * MIN_FILL - 1 <= NODE_CAPACITY`.
 const MIN_FILL: usize = NODE_CAPACITY / 2;
 
+/// Most heap bytes the index spends per key, for sizing a run before it loads: a leaf holds
+/// at least [`MIN_FILL`] keys in two vectors of `NODE_CAPACITY + 1` words plus its node
+/// (the root leaf may hold fewer, a constant), and internal nodes add at most one node per
+/// `MIN_FILL` leaves, which the doubling covers.
+pub const BYTES_PER_KEY_MAX: u64 = 2
+    * ((2 * (NODE_CAPACITY as u64 + 1) * 8 + std::mem::size_of::<Node>() as u64) / MIN_FILL as u64
+        + 1);
+
 /// Sentinel index meaning "no node" (empty tree root, ends of the leaf chain).
 const NIL: u32 = u32::MAX;
 

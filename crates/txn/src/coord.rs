@@ -21,8 +21,11 @@ pub struct TxnConfig {
     pub log_replicas: u16,
     /// Words of each coordinator's log ring on each backup.
     pub log_ring_words: u32,
-    /// Co-routines in the cluster, which is the number of log rings per node.
+    /// Co-routines in the cluster.
     pub coordinators_total: u32,
+    /// Co-routines on each node: a node holds one log ring per co-routine of each of the
+    /// `log_replicas` nodes before it (whose backup it is).
+    pub coordinators_per_node: u32,
     /// Remote record locations a coordinator caches before it starts over.
     pub loc_cache_entries_max: usize,
     /// WAITDIE's starvation fix: waiters raise a counter that makes others die.
@@ -32,7 +35,16 @@ pub struct TxnConfig {
 impl TxnConfig {
     /// Words of the log region each node registers.
     pub fn log_region_words(&self) -> usize {
-        self.log_ring_words as usize * self.coordinators_total as usize
+        self.log_ring_words as usize
+            * self.log_replicas as usize
+            * self.coordinators_per_node as usize
+    }
+
+    /// Where, in its `backup`-th backup's log region (0 = the next node), the ring of
+    /// coordinator `id` starts: backups hold their predecessors' rings, nearest first.
+    pub fn log_ring_offset(&self, id: u32, backup: u32) -> u32 {
+        (backup * self.coordinators_per_node + id % self.coordinators_per_node)
+            * self.log_ring_words
     }
 }
 
@@ -398,5 +410,47 @@ impl TxnCore<'_> {
             .iter()
             .filter(|e| e.observed.is_some_and(|o| !o.intact))
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Primitive;
+
+    #[test]
+    fn log_rings_of_every_coordinator_logging_to_a_node_are_disjoint_and_inside_its_region() {
+        let (nodes, per_node, replicas) = (5u32, 6u32, 3u16);
+        let cfg = TxnConfig {
+            plan: Plan::uniform(Primitive::OneSided),
+            log_replicas: replicas,
+            log_ring_words: 10,
+            coordinators_total: nodes * per_node,
+            coordinators_per_node: per_node,
+            loc_cache_entries_max: 1,
+            waitdie_counter: false,
+        };
+        for backup_node in 0..nodes {
+            let mut rings = Vec::new();
+            for id in 0..nodes * per_node {
+                let home = id / per_node;
+                for b in 0..replicas as u32 {
+                    if (home + 1 + b) % nodes == backup_node {
+                        rings.push(cfg.log_ring_offset(id, b));
+                    }
+                }
+            }
+            assert_eq!(rings.len() as u32, replicas as u32 * per_node);
+            rings.sort();
+            for (i, r) in rings.iter().enumerate() {
+                assert_eq!(
+                    *r,
+                    i as u32 * cfg.log_ring_words,
+                    "rings overlap or leave gaps"
+                );
+            }
+            let end = rings.last().unwrap() + cfg.log_ring_words;
+            assert_eq!(end as usize, cfg.log_region_words());
+        }
     }
 }

@@ -383,6 +383,24 @@ pub async fn validate(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> 
     Ok(())
 }
 
+/// Words of a log record before its entries: timestamp, entry count, record length.
+pub const LOG_RECORD_HEAD_WORDS: u64 = 3;
+/// Words of a log record after its entries: the checksum.
+pub const LOG_RECORD_TAIL_WORDS: u64 = 1;
+/// Words of each log entry before its payload: table, key, new version, payload length.
+pub const LOG_ENTRY_HEAD_WORDS: u64 = 4;
+
+/// Words of the log record of a write set whose entries hold payloads of these lengths
+/// (stored payload words, engine words included): what [`log`] writes.
+pub fn log_record_words(payload_words: impl IntoIterator<Item = u64>) -> u64 {
+    LOG_RECORD_HEAD_WORDS
+        + payload_words
+            .into_iter()
+            .map(|p| LOG_ENTRY_HEAD_WORDS + p)
+            .sum::<u64>()
+        + LOG_RECORD_TAIL_WORDS
+}
+
 /// Logs the write set to `log_replicas` backups (RCC's coordinator log, before write-back):
 /// the record `[ts, entries, words, (table, key, new version, payload...)..., checksum]` goes
 /// to this coordinator's ring on each backup, which wraps when full (lazy reclamation).
@@ -398,20 +416,26 @@ pub async fn log(tx: &mut TxnCore<'_>, prim: Primitive) -> Result<(), Abort> {
         rec.extend_from_slice(&[e.table.0 as u64, e.key, e.version + 1, e.data.len() as u64]);
         rec.extend_from_slice(&e.data);
     }
-    rec[2] = rec.len() as u64 + 1;
+    rec[2] = rec.len() as u64 + LOG_RECORD_TAIL_WORDS;
     let sum = rec.iter().fold(0u64, |a, w| a.rotate_left(7) ^ w);
     rec.push(sum);
+    debug_assert_eq!(
+        rec.len() as u64,
+        log_record_words(ws.iter().map(|&i| tx.entries[i].data.len() as u64))
+    );
     let ring = tx.c.cfg.log_ring_words;
+    // The driver sizes the ring from the workload's largest write set; a bigger one is a
+    // workload that misdeclared it.
     assert!(
         rec.len() as u32 <= ring,
-        "a {}-word log record does not fit a {ring}-word log ring",
+        "a {}-word log record does not fit a {ring}-word log ring (the workload wrote more than its largest write set declares)",
         rec.len()
     );
     let nodes = tx.c.catalog.nodes;
     let region = tx.c.catalog.extra_region(0);
-    let base = tx.c.id * ring;
     let mut d = tx.c.ep.doorbell();
     for b in 0..replicas {
+        let base = tx.c.cfg.log_ring_offset(tx.c.id, b as u32);
         let backup = NodeId(((tx.c.node().0 as usize + 1 + b) % nodes as usize) as u16);
         let mut pos = tx.c.log_pos[b];
         if pos + rec.len() as u32 > ring {

@@ -47,6 +47,12 @@ pub trait Workload: Send + Sync + 'static {
     /// Loads the records that live on `store.node`.
     fn load(&self, store: &Store);
 
+    /// The tables of the records in the largest write set (in stored words) one transaction
+    /// can have, one entry per record: every record it writes, inserts, deletes or reads for
+    /// update goes into its log record, and the driver sizes each coordinator's log ring
+    /// from this before anything runs.
+    fn largest_write_set(&self) -> Vec<TableId>;
+
     /// Draws a transaction for a coordinator on `home`.
     fn generate(&self, rng: &mut Rng, nodes: u16, home: NodeId) -> (usize, Self::Input);
 

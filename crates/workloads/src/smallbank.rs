@@ -148,6 +148,11 @@ impl Workload for SmallBank {
     type Ledger = Ledger;
     const NAME: &'static str = "smallbank";
 
+    fn largest_write_set(&self) -> Vec<TableId> {
+        // Amalgamate: a's savings and checking, b's checking (both tables hold one word).
+        vec![SAVINGS, CHECKING, CHECKING]
+    }
+
     fn txn_types(&self) -> &'static [&'static str] {
         &TYPES
     }

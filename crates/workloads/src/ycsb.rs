@@ -238,6 +238,16 @@ impl Workload for Ycsb {
     type Ledger = Ledger;
     const NAME: &'static str = "ycsb";
 
+    fn largest_write_set(&self) -> Vec<TableId> {
+        // Every operation may be a write (read for update) unless none ever is.
+        let writes = if self.write_fraction > 0.0 {
+            self.ops_per_txn
+        } else {
+            0
+        };
+        vec![USERTABLE; writes as usize]
+    }
+
     fn txn_types(&self) -> &'static [&'static str] {
         &["ycsb"]
     }

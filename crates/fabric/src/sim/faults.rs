@@ -8,6 +8,15 @@ use crate::rng::Rng;
 
 /// Stalls are drawn per thousand messages.
 const PERMILLE: u64 = 1000;
+/// Most spikes, and most pauses, a run may ask for: the simulator scans every spike for each
+/// message sent and every pause of a node for each step, so far larger counts make each
+/// message slow (100,000,000 spikes never got a run going).
+pub const FAULT_COUNT_MAX: u64 = 1_000;
+/// Longest spike, spike delay, pause or tear stall, in microseconds (an hour): beyond any
+/// simulated run, and far from overflowing the simulator's u64 nanosecond clock.
+pub const FAULT_DURATION_US_MAX: u64 = 3_600_000_000;
+/// Nanoseconds per microsecond.
+const NS_PER_US: u64 = 1_000;
 
 /// How many faults of each kind a run gets, and how bad they are.
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -73,21 +82,31 @@ impl FaultConfig {
                 .trim()
                 .parse()
                 .map_err(|_| format!("faults {}={} is not a whole number", k.trim(), v.trim()))?;
-            match k.trim() {
-                "spikes" => f.spikes = v.min(u32::MAX as u64) as u32,
-                "spike_us" => f.spike_extra_ns = v * 1000,
-                "spike_len_us" => f.spike_len_ns = v * 1000,
-                "pauses" => f.pauses = v.min(u32::MAX as u64) as u32,
-                "pause_us" => f.pause_len_ns = v * 1000,
-                "tear_words" => f.tear_words = v.min(u32::MAX as u64) as u32,
-                "tear_ns" => f.tear_stall_ns = v,
-                "stall_permille" if v <= PERMILLE => f.stall_permille = v as u32,
-                "stall_permille" => {
-                    return Err(format!(
-                        "faults stall_permille={v} is out of range: expected 0..={PERMILLE}"
+            let key = k.trim();
+            let at_most = |max: u64, unit: &str| -> Result<u64, String> {
+                if v > max {
+                    Err(format!(
+                        "faults {key}={v} is out of range: expected 0..={max}{unit}"
                     ))
+                } else {
+                    Ok(v)
                 }
-                "stall_us" => f.stall_ns = v.saturating_mul(1000),
+            };
+            let count = || at_most(FAULT_COUNT_MAX, "").map(|v| v as u32);
+            let us = || at_most(FAULT_DURATION_US_MAX, " microseconds").map(|v| v * NS_PER_US);
+            match key {
+                "spikes" => f.spikes = count()?,
+                "spike_us" => f.spike_extra_ns = us()?,
+                "spike_len_us" => f.spike_len_ns = us()?,
+                "pauses" => f.pauses = count()?,
+                "pause_us" => f.pause_len_ns = us()?,
+                "tear_words" => f.tear_words = v.min(u32::MAX as u64) as u32,
+                "tear_ns" => {
+                    f.tear_stall_ns =
+                        at_most(FAULT_DURATION_US_MAX * NS_PER_US, " nanoseconds")?
+                }
+                "stall_permille" => f.stall_permille = at_most(PERMILLE, " per mille")? as u32,
+                "stall_us" => f.stall_ns = at_most(FAULT_DURATION_US_MAX, " microseconds")? * NS_PER_US,
                 other => {
                     return Err(format!(
                         "unknown faults key '{other}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us, tear_words, tear_ns, stall_permille, stall_us"

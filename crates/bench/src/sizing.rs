@@ -1,0 +1,306 @@
+//! What a configuration needs before anything is allocated: each coordinator's log ring
+//! (from the workload's largest write set), the words of every region and the bytes of every
+//! node. A run whose needs exceed a limit is refused with the figures, before it allocates.
+
+use crate::config::{ConfigError, RunConfig};
+use atoll_protocols::ProtocolKind;
+use atoll_storage::layout::REGION_WORDS_MAX;
+use atoll_storage::ordered;
+use atoll_storage::{TableLayout, TableSpec};
+use atoll_txn::stages::log_record_words;
+use atoll_workloads::cycle::Cycle;
+use atoll_workloads::smallbank::SmallBank;
+use atoll_workloads::ycsb::Ycsb;
+use atoll_workloads::{Workload, WorkloadKind};
+
+/// Largest log records a coordinator's ring holds before it wraps: a few, so the ring is
+/// not the record's size exactly and consecutive commits land at different offsets.
+pub const LOG_RING_RECORDS: u64 = 8;
+
+/// Bytes of a memory word.
+const WORD_BYTES: u64 = 8;
+/// Bytes of a kibibyte, /proc/meminfo's unit.
+const KIB_BYTES: u64 = 1024;
+/// Share of physical memory, in percent, a run's regions and indexes may take: the rest is
+/// for the operating system, the process's other heaps (caches, histories in flight) and
+/// other programs.
+pub const MEMORY_PERCENT_MAX: u64 = 75;
+/// The cap when physical memory cannot be read (16 GiB: a common workstation's memory).
+pub const MEMORY_BYTES_FALLBACK: u64 = 16 << 30;
+
+/// What one run needs, computed from its configuration alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sizing {
+    pub nodes: u16,
+    /// The largest log record one transaction of the workload can write.
+    pub log_record_words_max: u64,
+    /// Each coordinator's log ring on each of its backups.
+    pub log_ring_words: u32,
+    /// Words of the log region each node registers.
+    pub log_region_words: u64,
+    /// Words of each table's region on each node, by table name.
+    pub table_region_words: Vec<(String, u64)>,
+    /// Heap bytes, at most, of each node's ordered indexes (full tables).
+    pub ordered_index_bytes: u64,
+}
+
+impl Sizing {
+    /// Words of every region of one node.
+    pub fn node_region_words(&self) -> Vec<u64> {
+        self.table_region_words
+            .iter()
+            .map(|(_, w)| *w)
+            .chain(std::iter::once(self.log_region_words))
+            .collect()
+    }
+
+    /// Bytes of every region of every node.
+    pub fn region_bytes(&self) -> u64 {
+        self.node_region_words().iter().sum::<u64>() * WORD_BYTES * self.nodes as u64
+    }
+
+    /// Bytes of every region and ordered index of every node: what the limit applies to.
+    pub fn total_bytes(&self) -> u64 {
+        self.region_bytes() + self.ordered_index_bytes * self.nodes as u64
+    }
+
+    /// The one line a run prints at start-up.
+    pub fn line(&self) -> String {
+        let indexes = if self.ordered_index_bytes > 0 {
+            format!(
+                " and up to {} of ordered indexes",
+                human_bytes(self.ordered_index_bytes * self.nodes as u64)
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "memory: {} of regions{indexes} across {} node{} (per node: log {}, tables {})",
+            human_bytes(self.region_bytes()),
+            self.nodes,
+            if self.nodes == 1 { "" } else { "s" },
+            human_bytes(self.log_region_words * WORD_BYTES),
+            human_bytes(self.table_region_words.iter().map(|(_, w)| w).sum::<u64>() * WORD_BYTES),
+        )
+    }
+}
+
+/// `bytes` in the largest binary unit that keeps it at least 1.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// What `cfg` needs, for the workload and protocol it names.
+pub fn sizing(cfg: &RunConfig) -> Result<Sizing, ConfigError> {
+    let perr = |e: atoll_workloads::ParamError| ConfigError(e.0);
+    let version_slots = if cfg.protocol == ProtocolKind::Mvcc {
+        cfg.mvcc_slots
+    } else {
+        1
+    };
+    match cfg.workload {
+        WorkloadKind::SmallBank => size(
+            cfg,
+            &SmallBank::from_params(&cfg.params).map_err(perr)?,
+            version_slots,
+        ),
+        WorkloadKind::Ycsb => size(
+            cfg,
+            &Ycsb::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            version_slots,
+        ),
+        WorkloadKind::Cycle => size(
+            cfg,
+            &Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            version_slots,
+        ),
+    }
+}
+
+/// What `cfg` needs with workload `w` and `version_slots` versions per record; refuses a
+/// region whose word offsets would not fit.
+pub fn size<W: Workload>(
+    cfg: &RunConfig,
+    w: &W,
+    version_slots: u32,
+) -> Result<Sizing, ConfigError> {
+    let specs: Vec<TableSpec> = w.tables(cfg.nodes);
+    let mut table_region_words = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        let words = TableLayout::region_words_needed(spec, version_slots);
+        if words > REGION_WORDS_MAX {
+            return Err(ConfigError(format!(
+                "{} table {} needs {words} words per node ({} records of {} payload words{}), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer or smaller records ({})",
+                W::NAME,
+                spec.name,
+                spec.capacity_per_node,
+                spec.payload_words,
+                if version_slots > 1 {
+                    format!(", {version_slots} versions each")
+                } else {
+                    String::new()
+                },
+                knobs(w)
+            )));
+        }
+        table_region_words.push((spec.name.clone(), words));
+    }
+    let payload_words = |t: atoll_storage::TableId| {
+        specs[t.0 as usize].payload_words as u64
+            + atoll_storage::layout::ENGINE_PAYLOAD_WORDS as u64
+    };
+    let write_set = w.largest_write_set();
+    let log_record_words_max = log_record_words(write_set.iter().map(|&t| payload_words(t)));
+    let ring = LOG_RING_RECORDS * log_record_words_max;
+    let rings = cfg.log_replicas as u64 * cfg.coordinators_per_node() as u64;
+    let log_region_words = ring * rings;
+    if log_region_words > REGION_WORDS_MAX {
+        return Err(ConfigError(format!(
+            "the log region needs {log_region_words} words per node ({rings} rings (log_replicas × threads × coroutines = {} × {} × {}) of {ring} words: {LOG_RING_RECORDS} records of up to {log_record_words_max} words, as {} writes up to {} records), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer threads, coroutines or log replicas, or a smaller write set ({})",
+            cfg.log_replicas,
+            cfg.threads,
+            cfg.coroutines,
+            W::NAME,
+            write_set.len(),
+            knobs(w)
+        )));
+    }
+    let ordered_index_bytes = specs
+        .iter()
+        .filter(|s| s.ordered)
+        .map(|s| s.capacity_per_node as u64 * ordered::BYTES_PER_KEY_MAX)
+        .sum();
+    let sizing = Sizing {
+        nodes: cfg.nodes,
+        log_record_words_max,
+        log_ring_words: ring as u32,
+        log_region_words,
+        table_region_words,
+        ordered_index_bytes,
+    };
+    let (limit, source) = memory_limit_bytes();
+    let need = sizing.total_bytes();
+    if need > limit {
+        return Err(ConfigError(format!(
+            "the configuration needs {} of memory ({} per node: tables {}, log {}, ordered indexes {}; × {} nodes), over the limit of {} ({source}): expected fewer nodes, records or co-routines ({})",
+            human_bytes(need),
+            human_bytes(need / cfg.nodes as u64),
+            human_bytes(sizing.table_region_words.iter().map(|(_, w)| w).sum::<u64>() * WORD_BYTES),
+            human_bytes(sizing.log_region_words * WORD_BYTES),
+            human_bytes(sizing.ordered_index_bytes),
+            cfg.nodes,
+            human_bytes(limit),
+            knobs(w)
+        )));
+    }
+    Ok(sizing)
+}
+
+/// The memory a run may use: a share of this machine's physical memory, or a fixed cap
+/// where that cannot be read; with where the figure comes from.
+pub fn memory_limit_bytes() -> (u64, String) {
+    match mem_total_bytes() {
+        Some(total) => (
+            total / 100 * MEMORY_PERCENT_MAX,
+            format!(
+                "{MEMORY_PERCENT_MAX}% of this machine's {} of physical memory",
+                human_bytes(total)
+            ),
+        ),
+        None => (
+            MEMORY_BYTES_FALLBACK,
+            "a fixed cap: /proc/meminfo MemTotal could not be read".to_string(),
+        ),
+    }
+}
+
+/// `MemTotal` of `/proc/meminfo`, in bytes.
+fn mem_total_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_total(&text)
+}
+
+fn parse_mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let mut parts = line["MemTotal:".len()..].split_whitespace();
+    let kib: u64 = parts.next()?.parse().ok()?;
+    (parts.next() == Some("kB")).then_some(kib * KIB_BYTES)
+}
+
+/// The workload's knobs as a report shows them.
+fn knobs<W: Workload>(w: &W) -> String {
+    w.knobs()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizing_rings_hold_a_few_of_the_workloads_largest_log_records() {
+        let ycsb = RunConfig {
+            workload: WorkloadKind::Ycsb,
+            params: [("record_bytes", "4096"), ("ops_per_txn", "2")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..RunConfig::default()
+        };
+        let s = sizing(&ycsb).unwrap();
+        // Two entries of 512 stored words each, plus their heads, the record's head and tail.
+        assert_eq!(s.log_record_words_max, 3 + 2 * (4 + 512) + 1);
+        assert_eq!(s.log_ring_words as u64, LOG_RING_RECORDS * 1036);
+        let smallbank = sizing(&RunConfig::default()).unwrap();
+        // Amalgamate's three one-word balances (three stored words each).
+        assert_eq!(smallbank.log_record_words_max, 3 + 3 * (4 + 3) + 1);
+    }
+
+    #[test]
+    fn sizing_reads_mem_total_in_kib_and_refuses_other_units() {
+        let meminfo = "MemTotal:        8000000 kB\nMemFree:  100 kB\n";
+        assert_eq!(parse_mem_total(meminfo), Some(8_000_000 * 1024));
+        assert_eq!(parse_mem_total("MemTotal: 8 MB\n"), None);
+        assert_eq!(parse_mem_total("MemFree: 8 kB\n"), None);
+        let (limit, source) = memory_limit_bytes();
+        assert!(limit > 0 && !source.is_empty());
+    }
+
+    #[test]
+    fn sizing_log_regions_hold_rings_of_the_nodes_logging_to_them_only() {
+        let cfg = RunConfig {
+            nodes: 8,
+            threads: 2,
+            coroutines: 4,
+            log_replicas: 2,
+            ..RunConfig::default()
+        };
+        let s = sizing(&cfg).unwrap();
+        assert_eq!(
+            s.log_region_words,
+            2 * 2 * 4 * s.log_ring_words as u64,
+            "log_replicas × threads × coroutines rings, whatever the node count"
+        );
+    }
+
+    #[test]
+    fn sizing_human_bytes_picks_the_largest_unit() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+    }
+}
