@@ -693,3 +693,48 @@ fn every_bench_prints_the_memory_its_configuration_needs_and_reports_it_in_json(
     assert!(v["config"]["memory_bytes"].as_u64().unwrap() > 0);
     assert!(v["config"]["log_ring_words"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn bench_history_is_written_while_the_run_goes_and_check_history_reads_it() {
+    let dir = std::env::temp_dir().join(format!("atoll-cli-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let h = dir.join("h.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_atoll"))
+        .args([
+            "bench",
+            "--duration",
+            "4",
+            "--warmup",
+            "0",
+            "--quiet",
+            "-p",
+            "accounts=1000",
+            "--history",
+            h.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Halfway through, the file already holds the header and attempts: a history is not
+    // kept in memory until the run ends.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let midway = std::fs::read_to_string(&h).unwrap_or_default();
+    let still_running = child.try_wait().unwrap().is_none();
+    assert!(child.wait().unwrap().success());
+    assert!(still_running, "the run ended before the file was looked at");
+    assert!(
+        midway.starts_with("{\"format\":\"atoll-history\",\"version\":2}\n"),
+        "{:?}",
+        &midway[..midway.len().min(200)]
+    );
+    assert!(
+        midway.lines().count() > 1000,
+        "only {} lines midway",
+        midway.lines().count()
+    );
+    let (code, out, err) = atoll(&["check-history", h.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.starts_with("check-history: "), "{out}");
+    assert!(out.contains("of memory to check it"), "{out}");
+    assert!(out.contains("serializable"), "{out}");
+}
