@@ -448,6 +448,20 @@ fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
         out.contains("NOT serializable") && out.contains("-rw->"),
         "{out}"
     );
+    // A committed update claiming the loaded version: only a load or an insert installs it.
+    let initial = dir.join("initial.jsonl");
+    std::fs::write(
+        &initial,
+        format!("{header}\
+         {{\"id\":1,\"tag\":11,\"coord\":0,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":5,\"ops\":[[\"w\",0,1,1,\"u\"]]}}\n"),
+    )
+    .unwrap();
+    let (code, out, _) = atoll(&["check-history", initial.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("at version 1, which only a load or an insert installs"),
+        "{out}"
+    );
 }
 
 #[test]
