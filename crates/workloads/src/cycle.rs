@@ -7,7 +7,9 @@
 //!   modulo the node count, so with two or more nodes a pair always spans two nodes. Each
 //!   record holds `record_words` words. Invariant: all words of both records are one value.
 //! - `dyn`: per node `ranges` ranges of `range_keys` keys (ordered index, scanned); at load,
-//!   every other key of a range is present.
+//!   every other key of a range is present. It has `dyn_slots` record slots per node (by
+//!   default one per key); with fewer, inserts reuse the slots of deleted keys, and an
+//!   insert into a full table aborts (`TableFull`).
 //! - `guards`: one record per range holding the number of live keys in it. Every
 //!   transaction that scans a range, inserts into it or deletes from it first reads the
 //!   guard for update (the enclosing row that orders every change to the range, as TPC-C's
@@ -58,6 +60,8 @@ pub struct Cycle {
     pub record_words: u64,
     pub ranges: u64,
     pub range_keys: u64,
+    /// Record slots of `dyn` per node.
+    pub dyn_slots: u64,
     nodes: u16,
 }
 
@@ -85,15 +89,24 @@ pub struct Ledger {
 }
 
 impl Cycle {
-    pub const KNOBS: &'static [&'static str] = &["pairs", "record_words", "ranges", "range_keys"];
+    pub const KNOBS: &'static [&'static str] =
+        &["pairs", "record_words", "ranges", "range_keys", "dyn_slots"];
 
     pub fn from_params(p: &Params, nodes: u16) -> Result<Self, ParamError> {
         let k = Knobs::new("cycle", p, Self::KNOBS)?;
+        let pairs = k.u64("pairs", 32, 1, 10_000_000)?;
+        let record_words = k.u64("record_words", 4, 1, 512)?;
+        let ranges = k.u64("ranges", 4, 1, 1_000_000)?;
+        let range_keys = k.u64("range_keys", 16, 2, 4096)?;
+        // At least the keys loaded (every other key of each range), at most one per key.
+        let keys = ranges * range_keys;
+        let dyn_slots = k.u64("dyn_slots", keys, ranges * range_keys.div_ceil(2), keys)?;
         Ok(Cycle {
-            pairs: k.u64("pairs", 32, 1, 10_000_000)?,
-            record_words: k.u64("record_words", 4, 1, 512)?,
-            ranges: k.u64("ranges", 4, 1, 1_000_000)?,
-            range_keys: k.u64("range_keys", 16, 2, 4096)?,
+            pairs,
+            record_words,
+            ranges,
+            range_keys,
+            dyn_slots,
             nodes,
         })
     }
@@ -195,7 +208,7 @@ impl Workload for Cycle {
             TableSpec {
                 name: "dyn".into(),
                 payload_words: 1,
-                capacity_per_node: self.keys_per_node() as u32,
+                capacity_per_node: self.dyn_slots as u32,
                 partition: Partition::Range {
                     keys_per_node: self.keys_per_node(),
                 },
@@ -381,7 +394,13 @@ impl Workload for Cycle {
             for r in s.node.0 as u64 * self.ranges..(s.node.0 as u64 + 1) * self.ranges {
                 let (lo, hi) = self.range_keys_of(r);
                 let mut live = Vec::new();
-                s.scan(DYN, lo, hi, usize::MAX, false, &mut live);
+                if let Err(e) = s.scan(DYN, lo, hi, usize::MAX, false, &mut live) {
+                    bad_ranges += 1;
+                    if range_examples.len() < crate::EXAMPLES_MAX {
+                        range_examples.push(format!("range {r}: {e}"));
+                    }
+                    continue;
+                }
                 let by_lookup = (lo..=hi).filter(|&k| s.lookup(DYN, k).is_some()).count();
                 let guard = read(r, GUARDS).map(|g| g[0]);
                 if guard != Some(live.len() as u64) || by_lookup != live.len() {
@@ -445,6 +464,7 @@ impl Workload for Cycle {
             ("record_words".into(), self.record_words.to_string()),
             ("ranges".into(), self.ranges.to_string()),
             ("range_keys".into(), self.range_keys.to_string()),
+            ("dyn_slots".into(), self.dyn_slots.to_string()),
         ])
     }
 }
