@@ -26,7 +26,7 @@
 //! check, printed with the keys and values it saw.
 
 use crate::params::{Knobs, ParamError, Params};
-use crate::{CheckResult, Workload};
+use crate::{AccessMode, AccessSet, CheckResult, InputDecodeError, TxnInput, Workload};
 use atoll_fabric::rng::Rng;
 use atoll_fabric::NodeId;
 use atoll_storage::layout::ENGINE_PAYLOAD_WORDS;
@@ -66,7 +66,7 @@ pub struct Cycle {
 }
 
 /// One transaction's inputs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Input {
     PairUpdate { p: u64, value: u64 },
     PairRead { p: u64 },
@@ -78,8 +78,62 @@ pub enum Input {
     RangeDelete { r: u64, pick: u64 },
 }
 
-/// What a committed transaction saw that breaks an invariant, if anything.
-pub type Effect = Option<String>;
+/// Encoded as the transaction type's index in `TYPES`, then its fields in order.
+impl TxnInput for Input {
+    fn encode(&self, out: &mut Vec<u64>) {
+        match *self {
+            Input::PairUpdate { p, value } => out.extend([0, p, value]),
+            Input::PairRead { p } => out.extend([1, p]),
+            Input::PairBlind { p, value } => out.extend([2, p, value]),
+            Input::PairUpgrade { p, value } => out.extend([3, p, value]),
+            Input::PairsRead { p, q } => out.extend([4, p, q]),
+            Input::RangeScan { r } => out.extend([5, r]),
+            Input::RangeInsert { r, pick } => out.extend([6, r, pick]),
+            Input::RangeDelete { r, pick } => out.extend([7, r, pick]),
+        }
+    }
+
+    fn decode(words: &[u64]) -> Result<Self, InputDecodeError> {
+        let mut w = crate::Words::new(Cycle::NAME, words);
+        let kind = w.next()?;
+        let a = w.next()?;
+        let input = match kind {
+            0 => Input::PairUpdate {
+                p: a,
+                value: w.next()?,
+            },
+            1 => Input::PairRead { p: a },
+            2 => Input::PairBlind {
+                p: a,
+                value: w.next()?,
+            },
+            3 => Input::PairUpgrade {
+                p: a,
+                value: w.next()?,
+            },
+            4 => Input::PairsRead { p: a, q: w.next()? },
+            5 => Input::RangeScan { r: a },
+            6 => Input::RangeInsert {
+                r: a,
+                pick: w.next()?,
+            },
+            7 => Input::RangeDelete {
+                r: a,
+                pick: w.next()?,
+            },
+            kind => return Err(w.error(format!("unknown transaction type {kind}"))),
+        };
+        w.end()?;
+        Ok(input)
+    }
+}
+
+/// What a committed transaction saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Effect {
+    /// The invariant it saw broken, with the keys and values, if any.
+    pub broken_invariant: Option<String>,
+}
 
 /// Committed transactions that saw a broken invariant.
 #[derive(Default)]
@@ -292,7 +346,7 @@ impl Workload for Cycle {
         tx: &mut Txn<'_, P>,
         input: &Input,
     ) -> Result<Effect, Abort> {
-        Ok(match *input {
+        let broken_invariant = match *input {
             Input::PairUpdate { p, value } => {
                 let broken = self.pair_fetch(tx, &[p], true).await?;
                 self.write_pair(tx, p, value);
@@ -342,11 +396,28 @@ impl Workload for Cycle {
                 }
                 broken
             }
-        })
+        };
+        Ok(Effect { broken_invariant })
+    }
+
+    fn access_set(&self, input: &Input) -> Option<AccessSet> {
+        use AccessMode::{Read, Write};
+        let pair = |p: u64, mode| Self::pair_keys(p).map(|k| (PAIRS, k, mode));
+        Some(AccessSet::new(match *input {
+            Input::PairUpdate { p, .. }
+            | Input::PairBlind { p, .. }
+            | Input::PairUpgrade { p, .. } => pair(p, Write).to_vec(),
+            Input::PairRead { p } => pair(p, Read).to_vec(),
+            Input::PairsRead { p, q } => [pair(p, Read), pair(q, Read)].concat(),
+            // A range's keys come from its scan.
+            Input::RangeScan { .. } | Input::RangeInsert { .. } | Input::RangeDelete { .. } => {
+                return None
+            }
+        }))
     }
 
     fn record(&self, ledger: &mut Ledger, effect: Effect) {
-        if let Some(b) = effect {
+        if let Some(b) = effect.broken_invariant {
             ledger.broken += 1;
             if ledger.examples.len() < crate::EXAMPLES_MAX {
                 ledger.examples.push(b);
@@ -466,5 +537,33 @@ impl Workload for Cycle {
             ("range_keys".into(), self.range_keys.to_string()),
             ("dyn_slots".into(), self.dyn_slots.to_string()),
         ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cycle_inputs_encode_and_decode_back_and_bad_words_are_refused() {
+        let c = Cycle::from_params(&Params::new(), 3).unwrap();
+        let mut rng = Rng::new(4);
+        let mut words = Vec::new();
+        let mut kinds = std::collections::BTreeSet::new();
+        for _ in 0..5_000 {
+            let (ty, input) = c.generate(&mut rng, 3, NodeId(0));
+            kinds.insert(ty);
+            words.clear();
+            input.encode(&mut words);
+            assert_eq!(words[0], ty as u64, "the type's index leads");
+            assert_eq!(Input::decode(&words), Ok(input));
+        }
+        assert_eq!(kinds.len(), TYPES.len(), "every type drawn");
+        assert!(Input::decode(&[8, 1]).is_err(), "unknown type");
+        assert!(
+            Input::decode(&[0, 1]).is_err(),
+            "pair_update without its value"
+        );
+        assert!(Input::decode(&[5, 1, 1]).is_err(), "a word left over");
     }
 }
