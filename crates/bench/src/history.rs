@@ -24,8 +24,12 @@
 //! The history is conflict-serializable iff there is no anomaly and the graph is acyclic.
 //! The loaded state is version 1 of every loaded record, written by a virtual initial
 //! transaction with tag `LOADER_TAG`. [`Mode`] leaves room for snapshot isolation.
+//!
+//! Versions are key versions (`atoll_storage::layout::key_version`): a version word's bits
+//! above them count the incarnations of the record slot, which a reused slot raises, so a
+//! key's versions run on consecutively across the slots it lives in.
 
-use atoll_storage::layout::{INITIAL_VERSION, LOADER_TAG, VERSION_ABSENT};
+use atoll_storage::layout::{key_version, INITIAL_VERSION, LOADER_TAG, VERSION_ABSENT};
 use atoll_storage::TableId;
 use atoll_txn::{HistOp, ScanObs, WriteKind};
 use serde_json::{json, Value};
@@ -475,6 +479,7 @@ fn build(h: &[TxnRecord], anomalies: &mut Anomalies) -> Graph {
             else {
                 continue;
             };
+            let version = key_version(version);
             if kind != WriteKind::Insert && version <= INITIAL_VERSION {
                 anomalies.push(|| {
                     format!(
@@ -594,6 +599,7 @@ fn build(h: &[TxnRecord], anomalies: &mut Anomalies) -> Graph {
                     tag,
                     intact,
                 } => {
+                    let version = &key_version(*version);
                     let k = (*table, *key);
                     let (who, r) = (name_of(h, t), format!("t{}:{key}", table.0));
                     if !intact {
@@ -646,7 +652,7 @@ fn build(h: &[TxnRecord], anomalies: &mut Anomalies) -> Graph {
                 HistOp::Scan(s) => {
                     // Every key the scan met, live or deleted, is a read of that version.
                     for &(key, word) in &s.seen {
-                        let (k, v) = ((s.table, key), word & !VERSION_ABSENT);
+                        let (k, v) = ((s.table, key), key_version(word));
                         let absent = word & VERSION_ABSENT != 0;
                         match writers.get(&k).and_then(|vs| vs.get(&v)) {
                             Some(&(w, kind)) if absent == (kind == WriteKind::Delete) => {

@@ -445,7 +445,7 @@ async fn coroutine<W: Workload, P: Protocol>(
                 None => Txn::<P>::begin(&mut c),
                 Some(ts) => Txn::<P>::retry(&mut c, ts),
             };
-            first_ts.get_or_insert(tx.core.ts);
+            first_ts.get_or_insert(tx.ts());
             let r = match run.w.execute(&mut tx, &input).await {
                 Ok(effect) => tx.commit().await.map(|stages| (effect, stages)),
                 Err(a) => {
@@ -453,19 +453,19 @@ async fn coroutine<W: Workload, P: Protocol>(
                     Err(a)
                 }
             };
-            if r.is_ok() && tx.core.torn_reads() > 0 {
+            if r.is_ok() && tx.torn_reads() > 0 {
                 ws.stats.borrow_mut().committed_torn_reads += 1;
             }
             if run.cfg.record_history {
                 let rec = TxnRecord {
-                    id: tx.core.ts.0,
-                    tag: tx.core.tag,
+                    id: tx.ts().0,
+                    tag: tx.tag(),
                     coord: id,
                     attempt: attempts,
                     aborted: r.as_ref().err().map(|a| a.name().to_string()),
                     start_ns: attempt_start_ns,
-                    end_ns: tx.core.now_ns(),
-                    ops: tx.core.history_ops(),
+                    end_ns: tx.now_ns(),
+                    ops: tx.history_ops(),
                 };
                 let mut h = ws.history.borrow_mut();
                 h.push(rec);

@@ -28,6 +28,8 @@ fn params(w: WorkloadKind) -> Params {
             ("record_words", "4"),
             ("ranges", "2"),
             ("range_keys", "8"),
+            // 10 slots for 16 keys (8 loaded): inserts reuse deleted keys' slots.
+            ("dyn_slots", "10"),
         ],
     };
     kv.iter()

@@ -727,6 +727,85 @@ fn insert_into_a_full_table_aborts_with_table_full_under_every_protocol() {
     }
 }
 
+/// Slot reuse (issue 8): a coordinator caches a remote record's location; the record is
+/// deleted and, the table being full, its slot goes to another key. Reading or locking the
+/// old key through the stale location finds it gone (never the new key's payload), the new
+/// key reads as itself, and nothing is left locked.
+fn stale_location_after_reuse<P: Protocol>(plan: Plan) {
+    let c = cluster(plan, false);
+    let mut k = 2 * KEYS_PER_NODE;
+    while c.stores[1].insert(T, k, &[1]).is_ok() {
+        k += 1;
+    }
+    let new_key = k + 1;
+    let s1 = c.stores[1].clone();
+    let notes = two(
+        &c,
+        move |mut co, _steps, log| {
+            let s1 = s1.clone();
+            Box::pin(async move {
+                let mut tx = Txn::<P>::begin(&mut co);
+                let v = tx.read(T, REMOTE_KEY).await.map(|v| v[0]);
+                note(
+                    &log,
+                    format!("read {v:?} {:?}", tx.commit().await.map(|_| ())),
+                );
+                let (old, _) = s1.delete(T, REMOTE_KEY).unwrap();
+                let reused = s1.insert(T, new_key, &[777]).unwrap();
+                note(&log, format!("reused {}", old == reused));
+                let mut tx = Txn::<P>::begin(&mut co);
+                note(
+                    &log,
+                    format!("stale read {:?}", tx.read(T, REMOTE_KEY).await),
+                );
+                tx.rollback().await;
+                let mut tx = Txn::<P>::begin(&mut co);
+                note(
+                    &log,
+                    format!("stale lock {:?}", tx.read_for_update(T, REMOTE_KEY).await),
+                );
+                tx.rollback().await;
+                let mut tx = Txn::<P>::begin(&mut co);
+                let v = tx.read_for_update(T, new_key).await.map(|v| v[0]);
+                tx.write(T, new_key, &[778]);
+                note(
+                    &log,
+                    format!("new {v:?} {:?}", tx.commit().await.map(|_| ())),
+                );
+            })
+        },
+        |_co, _steps, _log| Box::pin(async {}),
+    );
+    assert_eq!(
+        notes,
+        vec![
+            "read Ok(100) Ok(())",
+            "reused true",
+            "stale read Err(NotFound)",
+            "stale lock Err(NotFound)",
+            "new Ok(777) Ok(())",
+        ],
+        "{} plan {plan}",
+        P::NAME
+    );
+    assert_eq!(c.payload(T, new_key)[0], 778);
+    assert_eq!(
+        c.header(T, new_key)[atoll_storage::layout::H_LOCK as usize],
+        0
+    );
+}
+
+#[test]
+fn a_stale_cached_location_of_a_reused_slot_is_rejected_under_every_protocol_and_plan() {
+    for plan in plans() {
+        stale_location_after_reuse::<NoWait>(plan);
+        stale_location_after_reuse::<WaitDie>(plan);
+        stale_location_after_reuse::<Occ>(plan);
+        stale_location_after_reuse::<Mvcc>(plan);
+        stale_location_after_reuse::<Sundial>(plan);
+    }
+}
+
 /// Issue 7, defects 2 and 3: a blind write of a remote and a local record, then a read
 /// followed by a write of the same record, each alone in the cluster: both commit and
 /// leave exactly the values written (MVCC once lost the blind write while advancing the

@@ -53,6 +53,8 @@ fn knobs(w: WorkloadKind) -> &'static [(&'static str, &'static str)] {
             ("record_words", "3"),
             ("ranges", "2"),
             ("range_keys", "8"),
+            // 10 slots for 16 keys (8 loaded): inserts reuse deleted keys' slots.
+            ("dyn_slots", "10"),
         ],
     }
 }

@@ -12,7 +12,8 @@
 //! | word | name      | meaning                                                            |
 //! |------|-----------|--------------------------------------------------------------------|
 //! | 0    | `LOCK`    | 0 when free, else the owner transaction's timestamp                 |
-//! | 1    | `VERSION` | bit 63 `ABSENT` (deleted / never inserted); low bits: commit count  |
+//! | 1    | `VERSION` | bit 63 `ABSENT` (deleted / never inserted); bits 40..63 the slot's |
+//! |      |           | incarnation; bits 0..40 the key's version (its commit count)        |
 //! | 2    | `RTS`     | read timestamp / lease end (SUNDIAL, MVCC); bit 63 `FROZEN` while a |
 //! |      |           | writer holds the record, so no lease or read can extend it          |
 //! | 3    | `WTS`     | write timestamp of the current version (SUNDIAL, MVCC)              |
@@ -37,6 +38,11 @@
 //!
 //! Index slot (2 words): `key`, then `meta` = 0 empty, 1 tombstone, `2 + record index` used.
 //! Writers publish `key` before `meta`, so a reader that sees a used `meta` sees its key.
+//! A probe runs over slots in order from the key's home group and stops at an empty one;
+//! a tombstone (a key whose record slot went to another key) is skipped, reused by a later
+//! insert, and turned empty again once the slot after it is empty (no probe passes it then).
+//! A reader that takes a slot's `meta` with a stale `key` word lands on a record whose
+//! `KEY` word differs: every record access checks it.
 
 use atoll_fabric::{NodeId, RegionId, RemotePtr};
 use std::sync::Arc;
@@ -120,6 +126,44 @@ pub const INITIAL_VERSION: u64 = 1;
 
 /// Set in the version word of a record slot that holds no live record.
 pub const VERSION_ABSENT: u64 = 1 << 63;
+
+/// Low bits of a version word holding the key's version (its commit count); the bits
+/// above, up to [`VERSION_ABSENT`], hold the slot's incarnation: how often the slot was
+/// reclaimed for another key. A key's version continues across the slots it lives in, so
+/// histories compare key versions; a slot's whole word only ever grows across its keys, so
+/// a coordinator comparing a word it read with the slot's current one (validation) never
+/// takes another key's record, or another incarnation of its own, for the one it read.
+/// 2^40 commits of one key need over 64 million a second for the longest run allowed.
+pub const VERSION_KEY_BITS: u32 = 40;
+pub const VERSION_KEY_MASK: u64 = (1 << VERSION_KEY_BITS) - 1;
+/// Most incarnations of one record slot; a slot at this incarnation is not reclaimed again.
+pub const INCARNATION_MAX: u64 = (VERSION_ABSENT >> VERSION_KEY_BITS) - 1;
+
+/// The version word of a slot at `incarnation` holding its key's version `key_version`
+/// (live; or `ABSENT` for a deleted record).
+#[inline]
+pub fn make_version(incarnation: u64, key_version: u64) -> u64 {
+    debug_assert!(incarnation <= INCARNATION_MAX && key_version <= VERSION_KEY_MASK);
+    (incarnation << VERSION_KEY_BITS) | key_version
+}
+
+/// The key's version in a version word (what histories record), without incarnation or
+/// `ABSENT`.
+#[inline]
+pub fn key_version(word: u64) -> u64 {
+    word & VERSION_KEY_MASK
+}
+
+/// The slot's incarnation in a version word.
+#[inline]
+pub fn incarnation(word: u64) -> u64 {
+    (word & !VERSION_ABSENT) >> VERSION_KEY_BITS
+}
+
+/// The lock word the owning node's CPU holds a slot with while it reassigns it to another
+/// key for an unlocked insert (a loader's): no transaction has this timestamp, so others
+/// see the record locked by a writer.
+pub const LOCK_RECLAIM: u64 = u64::MAX - 1;
 
 /// Slots per hash-index group: one READ of `GROUP_SLOTS * 2` words (128 bytes, two cache
 /// lines) fetches a whole group, so a one-sided lookup usually costs one round trip.

@@ -6,7 +6,7 @@ use atoll_fabric::{Bytes, Handled, NodeId, ReplyTo, RpcHandler, Words};
 use atoll_storage::layout::{
     HEADER_WORDS, H_AUX, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
 };
-use atoll_storage::{Store, TableId};
+use atoll_storage::{Store, StoreError, TableId};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -45,16 +45,38 @@ impl StoreHandler {
             if it.loc >= layout.capacity {
                 return None;
             }
-            // A cached location must still hold this key and be live.
-            let r = self.store.region(it.table);
-            let off = layout.record_offset(it.loc) as usize;
-            if r.load(off + H_KEY as usize) == it.key
-                && r.load(off + H_VERSION as usize) & VERSION_ABSENT == 0
-            {
+            // A cached location must still hold this key and be live (its slot may have
+            // gone to another key).
+            if self.store.live_key_at(it.table, it.loc, it.key) {
                 return Some(it.loc);
             }
         }
         self.store.lookup(it.table, it.key)
+    }
+
+    /// A consistent read of `it`'s record at `loc` (from [`Self::loc_of`]), if the slot
+    /// still holds `it.key` live: a reclaim changes the version word before the key word,
+    /// so the same version word before the key check and in the read means the key's tuple.
+    fn read_item(&self, it: &Item, loc: u32) -> Option<Tuple> {
+        let off = self.store.catalog.layout(it.table).record_offset(loc) as usize;
+        let r = self.store.region(it.table);
+        let mut t = None;
+        for _ in 0..CONSISTENT_READ_ATTEMPTS_MAX {
+            let v0 = r.load(off + H_VERSION as usize);
+            if v0 & VERSION_ABSENT != 0 || r.load(off + H_KEY as usize) != it.key {
+                return None;
+            }
+            let read = self.consistent_read(it.table, loc);
+            if read.version == v0 {
+                return Some(read);
+            }
+            t = Some(read);
+        }
+        // Kept changing: reported held by a writer, so the data is not used.
+        t.map(|t| Tuple {
+            lock: LOCK_UNSTABLE,
+            ..t
+        })
     }
 
     fn valid_table(&self, t: TableId) -> bool {
@@ -120,8 +142,8 @@ impl StoreHandler {
     /// reader: a consistent snapshot of the record, Cond R2 (no writer ordered before the
     /// reader holds it), Cond R1 (a kept version older than `ctts`), then `RTS` raised to
     /// `ctts` by CAS unless a later writer froze it. `Err(true)` is a slot overflow,
-    /// `Err(false)` a conflict.
-    fn mvcc_read(&self, t: TableId, loc: u32, ctts: u64) -> Result<Tuple, bool> {
+    /// `Err(false)` a conflict (also when the slot no longer holds `key` live).
+    fn mvcc_read(&self, t: TableId, loc: u32, key: u64, ctts: u64) -> Result<Tuple, bool> {
         let layout = self.store.catalog.layout(t);
         let r = self.store.region(t);
         let off = layout.record_offset(loc) as usize;
@@ -136,6 +158,10 @@ impl StoreHandler {
                 .any(|(k, (x, y))| k != H_RTS as usize && x != y)
             {
                 continue;
+            }
+            if a[H_KEY as usize] != key || a[H_VERSION as usize] & VERSION_ABSENT != 0 {
+                // Deleted, or its slot went to another key, since it was located.
+                return Err(false);
             }
             let lock = a[H_LOCK as usize];
             if lock != 0 && lock < ctts {
@@ -226,10 +252,7 @@ impl StoreHandler {
                 Reply::Tuples(
                     items
                         .iter()
-                        .map(|it| {
-                            self.loc_of(it)
-                                .map(|loc| self.consistent_read(it.table, loc))
-                        })
+                        .map(|it| self.loc_of(it).and_then(|loc| self.read_item(it, loc)))
                         .collect(),
                 )
             }
@@ -265,6 +288,12 @@ impl StoreHandler {
                             index: i as u32,
                             holder,
                         };
+                    }
+                    // Held now, so it stays what it is: check it is still the key's, live.
+                    if !store.live_key_at(it.table, loc, it.key) {
+                        Self::unlock(r, off, ts);
+                        undo(&out);
+                        return Reply::NotFound { index: i as u32 };
                     }
                     let frozen_rts = freeze.then(|| Self::freeze(r, off));
                     let mut t = if want_data {
@@ -317,7 +346,7 @@ impl StoreHandler {
                     let Some(loc) = self.loc_of(it) else {
                         return Reply::NotFound { index: i as u32 };
                     };
-                    match self.mvcc_read(it.table, loc, ctts) {
+                    match self.mvcc_read(it.table, loc, it.key, ctts) {
                         Ok(t) => out.push(Some(t)),
                         Err(overflow) => {
                             return Reply::MvccRefused {
@@ -414,16 +443,18 @@ impl StoreHandler {
                 }
                 match store.insert_locked(table, key, &payload, ts) {
                     Ok((loc, version)) => Reply::Inserted { loc, version },
-                    Err(atoll_storage::StoreError::Duplicate { .. }) => Reply::Duplicate,
-                    Err(atoll_storage::StoreError::Busy { .. }) => Reply::LockFailed {
+                    Err(StoreError::Duplicate { .. }) => Reply::Duplicate,
+                    Err(StoreError::Busy { .. }) => Reply::LockFailed {
                         index: 0,
                         holder: LOCK_UNSTABLE,
                     },
+                    Err(StoreError::Full { .. } | StoreError::IndexFull { .. }) => Reply::Full,
                     Err(
-                        atoll_storage::StoreError::Full { .. }
-                        | atoll_storage::StoreError::IndexFull { .. },
-                    ) => Reply::Full,
-                    Err(_) => Reply::BadRequest,
+                        StoreError::NotHere { .. }
+                        | StoreError::PayloadWords { .. }
+                        | StoreError::NotFound { .. }
+                        | StoreError::NoOrderedIndex { .. },
+                    ) => Reply::BadRequest,
                 }
             }
             Request::Delete { table, key } => {
@@ -431,18 +462,19 @@ impl StoreHandler {
                     return Reply::BadRequest;
                 }
                 match store.delete(table, key) {
-                    Some((_, version)) => Reply::Deleted { version },
-                    None => Reply::NotFound { index: 0 },
+                    Ok((_, version)) => Reply::Deleted { version },
+                    Err(StoreError::NotFound { .. }) => Reply::NotFound { index: 0 },
+                    Err(_) => Reply::BadRequest,
                 }
             }
             Request::UndoInsert { ts, table, key } => {
                 if !self.valid_table(table) {
                     return Reply::BadRequest;
                 }
-                if store.undo_insert(table, key, ts) {
-                    Reply::Ok
-                } else {
-                    Reply::NotFound { index: 0 }
+                match store.undo_insert(table, key, ts) {
+                    Ok(()) => Reply::Ok,
+                    Err(StoreError::NotFound { .. }) => Reply::NotFound { index: 0 },
+                    Err(_) => Reply::BadRequest,
                 }
             }
             Request::Scan {
@@ -456,8 +488,10 @@ impl StoreHandler {
                     return Reply::BadRequest;
                 }
                 let mut out = Vec::new();
-                store.scan_versions(table, lo, hi, limit as usize, reverse, &mut out);
-                Reply::Keys(out)
+                match store.scan_versions(table, lo, hi, limit as usize, reverse, &mut out) {
+                    Ok(()) => Reply::Keys(out),
+                    Err(_) => Reply::BadRequest,
+                }
             }
         }
     }
@@ -580,6 +614,12 @@ impl StoreHandler {
             } else {
                 r.cas(off + H_LOCK as usize, 0, w.ts)
             };
+            if holder == 0 && !self.store.live_key_at(it.table, w.locs[i], it.key) {
+                // Deleted, or its slot went to another key, while this request waited.
+                Self::unlock(r, off, w.ts);
+                self.undo_waiter(w);
+                return Some(Reply::NotFound { index: i as u32 });
+            }
             if holder == 0 {
                 if w.raised == Some(i) {
                     r.fetch_add(off + H_AUX as usize, u64::MAX);

@@ -41,9 +41,10 @@ pub trait Protocol: 'static {
     async fn rollback(tx: &mut TxnCore<'_>);
 }
 
-/// One attempt of a transaction, as workload code sees it.
+/// One attempt of a transaction, as workload code sees it. Its [`TxnCore`] stays inside:
+/// a workload reaches the engine only through these methods.
 pub struct Txn<'c, P: Protocol> {
-    pub core: TxnCore<'c>,
+    core: TxnCore<'c>,
     _p: PhantomData<P>,
 }
 
@@ -66,6 +67,47 @@ impl<'c, P: Protocol> Txn<'c, P> {
             core,
             _p: PhantomData,
         }
+    }
+
+    /// The attempt's timestamp.
+    pub fn ts(&self) -> crate::Timestamp {
+        self.core.ts
+    }
+
+    /// The attempt's tag, written into every payload it installs.
+    pub fn tag(&self) -> u64 {
+        self.core.tag
+    }
+
+    /// The coordinator's clock, in ns.
+    pub fn now_ns(&self) -> u64 {
+        self.core.now_ns()
+    }
+
+    /// Reads of payloads that failed their check word (torn, or another record's).
+    pub fn torn_reads(&self) -> usize {
+        self.core.torn_reads()
+    }
+
+    /// What this attempt read and installed, for the history.
+    pub fn history_ops(&self) -> Vec<crate::HistOp> {
+        self.core.history_ops()
+    }
+
+    /// The records this attempt has touched so far, each with how (read, update, insert,
+    /// delete), in first-touch order.
+    pub fn accesses(&self) -> Vec<(TableId, u64, Access)> {
+        self.core
+            .entries
+            .iter()
+            .map(|e| (e.table, e.key, e.access))
+            .collect()
+    }
+
+    /// Spends `ns` of the coordinator's CPU (think time, RCC's execution phase); other
+    /// co-routines run meanwhile.
+    pub async fn compute(&mut self, ns: u64) {
+        self.core.c.ep.compute(ns).await
     }
 
     fn entry(&mut self, t: TableId, key: u64, access: Access) -> usize {

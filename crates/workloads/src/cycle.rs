@@ -7,7 +7,9 @@
 //!   modulo the node count, so with two or more nodes a pair always spans two nodes. Each
 //!   record holds `record_words` words. Invariant: all words of both records are one value.
 //! - `dyn`: per node `ranges` ranges of `range_keys` keys (ordered index, scanned); at load,
-//!   every other key of a range is present.
+//!   every other key of a range is present. It has `dyn_slots` record slots per node (by
+//!   default one per key); with fewer, inserts reuse the slots of deleted keys, and an
+//!   insert into a full table aborts (`TableFull`).
 //! - `guards`: one record per range holding the number of live keys in it. Every
 //!   transaction that scans a range, inserts into it or deletes from it first reads the
 //!   guard for update (the enclosing row that orders every change to the range, as TPC-C's
@@ -24,7 +26,7 @@
 //! check, printed with the keys and values it saw.
 
 use crate::params::{Knobs, ParamError, Params};
-use crate::{CheckResult, Workload};
+use crate::{AccessMode, AccessSet, CheckResult, InputDecodeError, TxnInput, Workload};
 use atoll_fabric::rng::Rng;
 use atoll_fabric::NodeId;
 use atoll_storage::layout::ENGINE_PAYLOAD_WORDS;
@@ -58,11 +60,13 @@ pub struct Cycle {
     pub record_words: u64,
     pub ranges: u64,
     pub range_keys: u64,
+    /// Record slots of `dyn` per node.
+    pub dyn_slots: u64,
     nodes: u16,
 }
 
 /// One transaction's inputs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Input {
     PairUpdate { p: u64, value: u64 },
     PairRead { p: u64 },
@@ -74,8 +78,62 @@ pub enum Input {
     RangeDelete { r: u64, pick: u64 },
 }
 
-/// What a committed transaction saw that breaks an invariant, if anything.
-pub type Effect = Option<String>;
+/// Encoded as the transaction type's index in `TYPES`, then its fields in order.
+impl TxnInput for Input {
+    fn encode(&self, out: &mut Vec<u64>) {
+        match *self {
+            Input::PairUpdate { p, value } => out.extend([0, p, value]),
+            Input::PairRead { p } => out.extend([1, p]),
+            Input::PairBlind { p, value } => out.extend([2, p, value]),
+            Input::PairUpgrade { p, value } => out.extend([3, p, value]),
+            Input::PairsRead { p, q } => out.extend([4, p, q]),
+            Input::RangeScan { r } => out.extend([5, r]),
+            Input::RangeInsert { r, pick } => out.extend([6, r, pick]),
+            Input::RangeDelete { r, pick } => out.extend([7, r, pick]),
+        }
+    }
+
+    fn decode(words: &[u64]) -> Result<Self, InputDecodeError> {
+        let mut w = crate::Words::new(Cycle::NAME, words);
+        let kind = w.next()?;
+        let a = w.next()?;
+        let input = match kind {
+            0 => Input::PairUpdate {
+                p: a,
+                value: w.next()?,
+            },
+            1 => Input::PairRead { p: a },
+            2 => Input::PairBlind {
+                p: a,
+                value: w.next()?,
+            },
+            3 => Input::PairUpgrade {
+                p: a,
+                value: w.next()?,
+            },
+            4 => Input::PairsRead { p: a, q: w.next()? },
+            5 => Input::RangeScan { r: a },
+            6 => Input::RangeInsert {
+                r: a,
+                pick: w.next()?,
+            },
+            7 => Input::RangeDelete {
+                r: a,
+                pick: w.next()?,
+            },
+            kind => return Err(w.error(format!("unknown transaction type {kind}"))),
+        };
+        w.end()?;
+        Ok(input)
+    }
+}
+
+/// What a committed transaction saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Effect {
+    /// The invariant it saw broken, with the keys and values, if any.
+    pub broken_invariant: Option<String>,
+}
 
 /// Committed transactions that saw a broken invariant.
 #[derive(Default)]
@@ -85,15 +143,24 @@ pub struct Ledger {
 }
 
 impl Cycle {
-    pub const KNOBS: &'static [&'static str] = &["pairs", "record_words", "ranges", "range_keys"];
+    pub const KNOBS: &'static [&'static str] =
+        &["pairs", "record_words", "ranges", "range_keys", "dyn_slots"];
 
     pub fn from_params(p: &Params, nodes: u16) -> Result<Self, ParamError> {
         let k = Knobs::new("cycle", p, Self::KNOBS)?;
+        let pairs = k.u64("pairs", 32, 1, 10_000_000)?;
+        let record_words = k.u64("record_words", 4, 1, 512)?;
+        let ranges = k.u64("ranges", 4, 1, 1_000_000)?;
+        let range_keys = k.u64("range_keys", 16, 2, 4096)?;
+        // At least the keys loaded (every other key of each range), at most one per key.
+        let keys = ranges * range_keys;
+        let dyn_slots = k.u64("dyn_slots", keys, ranges * range_keys.div_ceil(2), keys)?;
         Ok(Cycle {
-            pairs: k.u64("pairs", 32, 1, 10_000_000)?,
-            record_words: k.u64("record_words", 4, 1, 512)?,
-            ranges: k.u64("ranges", 4, 1, 1_000_000)?,
-            range_keys: k.u64("range_keys", 16, 2, 4096)?,
+            pairs,
+            record_words,
+            ranges,
+            range_keys,
+            dyn_slots,
             nodes,
         })
     }
@@ -195,7 +262,7 @@ impl Workload for Cycle {
             TableSpec {
                 name: "dyn".into(),
                 payload_words: 1,
-                capacity_per_node: self.keys_per_node() as u32,
+                capacity_per_node: self.dyn_slots as u32,
                 partition: Partition::Range {
                     keys_per_node: self.keys_per_node(),
                 },
@@ -279,7 +346,7 @@ impl Workload for Cycle {
         tx: &mut Txn<'_, P>,
         input: &Input,
     ) -> Result<Effect, Abort> {
-        Ok(match *input {
+        let broken_invariant = match *input {
             Input::PairUpdate { p, value } => {
                 let broken = self.pair_fetch(tx, &[p], true).await?;
                 self.write_pair(tx, p, value);
@@ -329,11 +396,28 @@ impl Workload for Cycle {
                 }
                 broken
             }
-        })
+        };
+        Ok(Effect { broken_invariant })
+    }
+
+    fn access_set(&self, input: &Input) -> Option<AccessSet> {
+        use AccessMode::{Read, Write};
+        let pair = |p: u64, mode| Self::pair_keys(p).map(|k| (PAIRS, k, mode));
+        Some(AccessSet::new(match *input {
+            Input::PairUpdate { p, .. }
+            | Input::PairBlind { p, .. }
+            | Input::PairUpgrade { p, .. } => pair(p, Write).to_vec(),
+            Input::PairRead { p } => pair(p, Read).to_vec(),
+            Input::PairsRead { p, q } => [pair(p, Read), pair(q, Read)].concat(),
+            // A range's keys come from its scan.
+            Input::RangeScan { .. } | Input::RangeInsert { .. } | Input::RangeDelete { .. } => {
+                return None
+            }
+        }))
     }
 
     fn record(&self, ledger: &mut Ledger, effect: Effect) {
-        if let Some(b) = effect {
+        if let Some(b) = effect.broken_invariant {
             ledger.broken += 1;
             if ledger.examples.len() < crate::EXAMPLES_MAX {
                 ledger.examples.push(b);
@@ -381,7 +465,13 @@ impl Workload for Cycle {
             for r in s.node.0 as u64 * self.ranges..(s.node.0 as u64 + 1) * self.ranges {
                 let (lo, hi) = self.range_keys_of(r);
                 let mut live = Vec::new();
-                s.scan(DYN, lo, hi, usize::MAX, false, &mut live);
+                if let Err(e) = s.scan(DYN, lo, hi, usize::MAX, false, &mut live) {
+                    bad_ranges += 1;
+                    if range_examples.len() < crate::EXAMPLES_MAX {
+                        range_examples.push(format!("range {r}: {e}"));
+                    }
+                    continue;
+                }
                 let by_lookup = (lo..=hi).filter(|&k| s.lookup(DYN, k).is_some()).count();
                 let guard = read(r, GUARDS).map(|g| g[0]);
                 if guard != Some(live.len() as u64) || by_lookup != live.len() {
@@ -445,6 +535,35 @@ impl Workload for Cycle {
             ("record_words".into(), self.record_words.to_string()),
             ("ranges".into(), self.ranges.to_string()),
             ("range_keys".into(), self.range_keys.to_string()),
+            ("dyn_slots".into(), self.dyn_slots.to_string()),
         ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cycle_inputs_encode_and_decode_back_and_bad_words_are_refused() {
+        let c = Cycle::from_params(&Params::new(), 3).unwrap();
+        let mut rng = Rng::new(4);
+        let mut words = Vec::new();
+        let mut kinds = std::collections::BTreeSet::new();
+        for _ in 0..5_000 {
+            let (ty, input) = c.generate(&mut rng, 3, NodeId(0));
+            kinds.insert(ty);
+            words.clear();
+            input.encode(&mut words);
+            assert_eq!(words[0], ty as u64, "the type's index leads");
+            assert_eq!(Input::decode(&words), Ok(input));
+        }
+        assert_eq!(kinds.len(), TYPES.len(), "every type drawn");
+        assert!(Input::decode(&[8, 1]).is_err(), "unknown type");
+        assert!(
+            Input::decode(&[0, 1]).is_err(),
+            "pair_update without its value"
+        );
+        assert!(Input::decode(&[5, 1, 1]).is_err(), "a word left over");
     }
 }

@@ -3,6 +3,11 @@
 //! partition, generates transaction inputs, runs the transaction logic against the [`Txn`]
 //! API under any protocol, and checks its invariants after a run from the final state and
 //! the effects its committed transactions report (values they read and wrote).
+//!
+//! The contract a scheduler that runs transactions elsewhere needs (CALVIN ships inputs to
+//! other nodes and locks in advance): an input encodes to words and back ([`TxnInput`]),
+//! and a workload declares a transaction's access set when it is known before it runs
+//! ([`Workload::access_set`]).
 
 pub mod cycle;
 pub mod params;
@@ -30,11 +35,120 @@ pub struct CheckResult {
     pub detail: String,
 }
 
+/// Why words did not decode into a workload's input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputDecodeError {
+    pub workload: &'static str,
+    pub reason: String,
+}
+
+impl std::fmt::Display for InputDecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} input: {}", self.workload, self.reason)
+    }
+}
+
+impl std::error::Error for InputDecodeError {}
+
+/// A transaction's input as words, so it can be logged or shipped to another node.
+pub trait TxnInput: Clone + std::fmt::Debug + Sized {
+    /// Appends the input's words to `out`.
+    fn encode(&self, out: &mut Vec<u64>);
+
+    /// The input `encode` wrote as `words` (all of them).
+    fn decode(words: &[u64]) -> Result<Self, InputDecodeError>;
+}
+
+/// How a transaction accesses a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AccessMode {
+    Read,
+    /// Written, inserted, deleted, or read for update.
+    Write,
+}
+
+/// The records a transaction touches, each once, with the strongest mode it uses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccessSet {
+    /// `(table, key, mode)`, sorted.
+    accesses: Vec<(TableId, u64, AccessMode)>,
+}
+
+impl AccessSet {
+    /// The set of `accesses`; a record named twice keeps its strongest mode.
+    pub fn new(accesses: impl IntoIterator<Item = (TableId, u64, AccessMode)>) -> Self {
+        let mut v: Vec<_> = accesses.into_iter().collect();
+        // Write sorts after Read: keep the last of each record.
+        v.sort();
+        v.reverse();
+        v.dedup_by_key(|a| (a.0, a.1));
+        v.reverse();
+        AccessSet { accesses: v }
+    }
+
+    pub fn accesses(&self) -> &[(TableId, u64, AccessMode)] {
+        &self.accesses
+    }
+
+    pub fn reads(&self) -> impl Iterator<Item = (TableId, u64)> + '_ {
+        self.of(AccessMode::Read)
+    }
+
+    pub fn writes(&self) -> impl Iterator<Item = (TableId, u64)> + '_ {
+        self.of(AccessMode::Write)
+    }
+
+    fn of(&self, mode: AccessMode) -> impl Iterator<Item = (TableId, u64)> + '_ {
+        self.accesses
+            .iter()
+            .filter(move |a| a.2 == mode)
+            .map(|a| (a.0, a.1))
+    }
+}
+
+/// Decodes the words of an input with a leading kind word: a reader that refuses words
+/// left over or missing.
+pub(crate) struct Words<'a> {
+    workload: &'static str,
+    words: &'a [u64],
+}
+
+impl<'a> Words<'a> {
+    pub(crate) fn new(workload: &'static str, words: &'a [u64]) -> Self {
+        Words { workload, words }
+    }
+
+    pub(crate) fn error(&self, reason: impl Into<String>) -> InputDecodeError {
+        InputDecodeError {
+            workload: self.workload,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn next(&mut self) -> Result<u64, InputDecodeError> {
+        let (&w, rest) = self
+            .words
+            .split_first()
+            .ok_or_else(|| self.error("ends early"))?;
+        self.words = rest;
+        Ok(w)
+    }
+
+    /// Fails if words are left.
+    pub(crate) fn end(&self) -> Result<(), InputDecodeError> {
+        if self.words.is_empty() {
+            Ok(())
+        } else {
+            Err(self.error(format!("{} words left over", self.words.len())))
+        }
+    }
+}
+
 /// A benchmark workload.
 #[allow(async_fn_in_trait)]
 pub trait Workload: Send + Sync + 'static {
     /// The inputs of one transaction, drawn before it runs and reused by its retries.
-    type Input;
+    type Input: TxnInput;
 
     const NAME: &'static str;
 
@@ -55,6 +169,10 @@ pub trait Workload: Send + Sync + 'static {
 
     /// Draws a transaction for a coordinator on `home`.
     fn generate(&self, rng: &mut Rng, nodes: u16, home: NodeId) -> (usize, Self::Input);
+
+    /// The records `input`'s transaction reads and writes, when they follow from the input
+    /// alone (not from what it reads: a scan's keys do not), else `None`.
+    fn access_set(&self, input: &Self::Input) -> Option<AccessSet>;
 
     /// What one committed transaction did, as the checks need it (built from the values it
     /// read and wrote, not from what it meant to do).

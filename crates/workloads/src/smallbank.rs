@@ -29,7 +29,7 @@
 //! up to those changes.
 
 use crate::params::{Knobs, ParamError, Params};
-use crate::{CheckResult, Workload};
+use crate::{AccessMode, AccessSet, CheckResult, InputDecodeError, TxnInput, Workload};
 use atoll_fabric::rng::Rng;
 use atoll_fabric::NodeId;
 use atoll_storage::layout::ENGINE_PAYLOAD_WORDS;
@@ -68,7 +68,7 @@ pub struct SmallBank {
 }
 
 /// One SmallBank transaction's inputs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Input {
     Amalgamate { a: u64, b: u64 },
     Balance { a: u64 },
@@ -76,6 +76,41 @@ pub enum Input {
     SendPayment { a: u64, b: u64 },
     TransactSavings { a: u64 },
     WriteCheck { a: u64 },
+}
+
+/// Encoded as the transaction type's index in `TYPES`, then its accounts.
+impl TxnInput for Input {
+    fn encode(&self, out: &mut Vec<u64>) {
+        match *self {
+            Input::Amalgamate { a, b } => out.extend([0, a, b]),
+            Input::Balance { a } => out.extend([1, a]),
+            Input::DepositChecking { a } => out.extend([2, a]),
+            Input::SendPayment { a, b } => out.extend([3, a, b]),
+            Input::TransactSavings { a } => out.extend([4, a]),
+            Input::WriteCheck { a } => out.extend([5, a]),
+        }
+    }
+
+    fn decode(words: &[u64]) -> Result<Self, InputDecodeError> {
+        let mut w = crate::Words::new(SmallBank::NAME, words);
+        let input = match w.next()? {
+            0 => Input::Amalgamate {
+                a: w.next()?,
+                b: w.next()?,
+            },
+            1 => Input::Balance { a: w.next()? },
+            2 => Input::DepositChecking { a: w.next()? },
+            3 => Input::SendPayment {
+                a: w.next()?,
+                b: w.next()?,
+            },
+            4 => Input::TransactSavings { a: w.next()? },
+            5 => Input::WriteCheck { a: w.next()? },
+            kind => return Err(w.error(format!("unknown transaction type {kind}"))),
+        };
+        w.end()?;
+        Ok(input)
+    }
 }
 
 impl SmallBank {
@@ -133,8 +168,17 @@ fn bal(w: &[u64]) -> i64 {
     w[0] as i64
 }
 
-/// Balance changes of one committed transaction: `(table, account, written - read)`.
-pub type Effect = smallvec::SmallVec<[(TableId, u64, i64); 3]>;
+/// One balance a committed transaction changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BalanceChange {
+    pub table: TableId,
+    pub account: u64,
+    /// The balance written minus the balance read.
+    pub delta_cents: i64,
+}
+
+/// Balance changes of one committed transaction.
+pub type Effect = smallvec::SmallVec<[BalanceChange; 3]>;
 
 /// Committed balance changes per account.
 #[derive(Default)]
@@ -223,7 +267,11 @@ impl Workload for SmallBank {
         // Writes `new` over `old` and notes the change.
         let mut put = |tx: &mut Txn<'_, P>, t: TableId, k: u64, old: i64, new: i64| {
             tx.write(t, k, &[new as u64]);
-            effect.push((t, k, new - old));
+            effect.push(BalanceChange {
+                table: t,
+                account: k,
+                delta_cents: new - old,
+            });
         };
         match *input {
             Input::Amalgamate { a, b } => {
@@ -279,9 +327,27 @@ impl Workload for SmallBank {
         Ok(effect)
     }
 
+    fn access_set(&self, input: &Input) -> Option<AccessSet> {
+        use AccessMode::{Read, Write};
+        Some(AccessSet::new(match *input {
+            Input::Amalgamate { a, b } => {
+                vec![
+                    (SAVINGS, a, Write),
+                    (CHECKING, a, Write),
+                    (CHECKING, b, Write),
+                ]
+            }
+            Input::Balance { a } => vec![(SAVINGS, a, Read), (CHECKING, a, Read)],
+            Input::DepositChecking { a } => vec![(CHECKING, a, Write)],
+            Input::SendPayment { a, b } => vec![(CHECKING, a, Write), (CHECKING, b, Write)],
+            Input::TransactSavings { a } => vec![(SAVINGS, a, Write)],
+            Input::WriteCheck { a } => vec![(SAVINGS, a, Read), (CHECKING, a, Write)],
+        }))
+    }
+
     fn record(&self, ledger: &mut Ledger, effect: Effect) {
-        for (t, k, d) in effect {
-            *ledger.deltas.entry((t, k)).or_insert(0) += d;
+        for c in effect {
+            *ledger.deltas.entry((c.table, c.account)).or_insert(0) += c.delta_cents;
         }
     }
 
@@ -369,6 +435,35 @@ mod tests {
     use atoll_storage::layout::HEADER_WORDS;
     use atoll_storage::Catalog;
 
+    fn change(table: TableId, account: u64, delta_cents: i64) -> BalanceChange {
+        BalanceChange {
+            table,
+            account,
+            delta_cents,
+        }
+    }
+
+    #[test]
+    fn smallbank_inputs_encode_and_decode_back_and_bad_words_are_refused() {
+        let sb = SmallBank::from_params(&Params::new()).unwrap();
+        let mut rng = Rng::new(5);
+        let mut words = Vec::new();
+        for _ in 0..10_000 {
+            let (_, input) = sb.generate(&mut rng, 4, NodeId(1));
+            words.clear();
+            input.encode(&mut words);
+            assert_eq!(Input::decode(&words), Ok(input));
+        }
+        assert!(Input::decode(&[]).is_err());
+        assert!(Input::decode(&[6, 1]).is_err(), "unknown type");
+        assert!(
+            Input::decode(&[0, 1]).is_err(),
+            "amalgamate needs two accounts"
+        );
+        let e = Input::decode(&[1, 1, 2]).unwrap_err();
+        assert_eq!(e.to_string(), "smallbank input: 1 words left over");
+    }
+
     fn loaded(sb: &SmallBank, nodes: u16) -> Vec<Arc<Store>> {
         let catalog = Arc::new(Catalog::new(nodes, sb.tables(nodes), vec![]));
         (0..nodes)
@@ -395,7 +490,7 @@ mod tests {
         stores[1]
             .region(CHECKING)
             .store(off as usize, (INITIAL_BALANCE + 12) as u64);
-        sb.record(&mut ledger, smallvec::smallvec![(CHECKING, 60, 7)]);
+        sb.record(&mut ledger, smallvec::smallvec![change(CHECKING, 60, 7)]);
         let checks = sb.check(&stores, &ledger);
         assert!(checks.iter().all(|c| !c.passed));
         assert!(
@@ -419,7 +514,7 @@ mod tests {
             .store(off as usize, (INITIAL_BALANCE - 5) as u64);
         sb.record(
             &mut ledger,
-            smallvec::smallvec![(CHECKING, 61, -5), (CHECKING, 62, 5)],
+            smallvec::smallvec![change(CHECKING, 61, -5), change(CHECKING, 62, 5)],
         );
         let checks = sb.check(&stores, &ledger);
         assert!(checks[1].passed && !checks[0].passed, "{checks:?}");

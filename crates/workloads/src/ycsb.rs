@@ -20,7 +20,7 @@
 //! the one its count implies.
 
 use crate::params::{Knobs, ParamError, Params};
-use crate::{CheckResult, Workload};
+use crate::{AccessMode, AccessSet, CheckResult, InputDecodeError, TxnInput, Workload};
 use atoll_fabric::rng::Rng;
 use atoll_fabric::NodeId;
 use atoll_storage::layout::{hash_key, ENGINE_PAYLOAD_WORDS};
@@ -39,8 +39,12 @@ fn filler(key: u64, i: usize, count: u64) -> u64 {
     hash_key(key ^ (i as u64).rotate_left(32) ^ count.wrapping_mul(0x2545_F491_4F6C_DD1D))
 }
 
-/// Keys a committed transaction wrote.
-pub type Effect = smallvec::SmallVec<[u64; 16]>;
+/// What a committed transaction did that the check counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Effect {
+    /// The keys it wrote (each write increments the key's counter by one).
+    pub written_keys: smallvec::SmallVec<[u64; 16]>,
+}
 
 /// Committed writes per key.
 #[derive(Default)]
@@ -120,7 +124,41 @@ impl Zipf {
 }
 
 /// One transaction: keys with a write flag each.
-pub type Input = Keys;
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Input {
+    pub ops: Keys,
+}
+
+/// Encoded as the operation count, then per operation its key and 1 for a write, 0 for a
+/// read.
+impl TxnInput for Input {
+    fn encode(&self, out: &mut Vec<u64>) {
+        out.push(self.ops.len() as u64);
+        for &(k, w) in &self.ops {
+            out.extend([k, w as u64]);
+        }
+    }
+
+    fn decode(words: &[u64]) -> Result<Self, InputDecodeError> {
+        let mut w = crate::Words::new(Ycsb::NAME, words);
+        let n = w.next()?;
+        if n > OPS_PER_TXN_MAX {
+            return Err(w.error(format!("{n} operations, at most {OPS_PER_TXN_MAX} allowed")));
+        }
+        let mut ops = Keys::with_capacity(n as usize);
+        for _ in 0..n {
+            let key = w.next()?;
+            let write = match w.next()? {
+                0 => false,
+                1 => true,
+                f => return Err(w.error(format!("write flag {f} of key {key}, expected 0 or 1"))),
+            };
+            ops.push((key, write));
+        }
+        w.end()?;
+        Ok(Input { ops })
+    }
+}
 
 impl Ycsb {
     pub const KNOBS: &'static [&'static str] = &[
@@ -298,7 +336,18 @@ impl Workload for Ycsb {
             }
             k = (k + 1) % total;
         }
-        (0, keys)
+        (0, Input { ops: keys })
+    }
+
+    fn access_set(&self, input: &Input) -> Option<AccessSet> {
+        Some(AccessSet::new(input.ops.iter().map(|&(k, w)| {
+            let mode = if w {
+                AccessMode::Write
+            } else {
+                AccessMode::Read
+            };
+            (USERTABLE, k, mode)
+        })))
     }
 
     async fn execute<P: Protocol>(
@@ -306,17 +355,13 @@ impl Workload for Ycsb {
         tx: &mut Txn<'_, P>,
         input: &Input,
     ) -> Result<Effect, Abort> {
-        let accesses: Vec<_> = input.iter().map(|&(k, w)| (USERTABLE, k, w)).collect();
+        let accesses: Vec<_> = input.ops.iter().map(|&(k, w)| (USERTABLE, k, w)).collect();
         tx.fetch(&accesses).await?;
         if self.compute_us > 0.0 {
-            tx.core
-                .c
-                .ep
-                .compute((self.compute_us * 1000.0) as u64)
-                .await;
+            tx.compute((self.compute_us * 1000.0) as u64).await;
         }
-        let mut written = Effect::new();
-        for &(k, w) in input {
+        let mut written = Effect::default();
+        for &(k, w) in &input.ops {
             if !w {
                 continue;
             }
@@ -324,13 +369,13 @@ impl Workload for Ycsb {
             let count = p[0] + 1;
             self.payload(k, count, &mut p);
             tx.write(USERTABLE, k, &p);
-            written.push(k);
+            written.written_keys.push(k);
         }
         Ok(written)
     }
 
     fn record(&self, ledger: &mut Ledger, effect: Effect) {
-        for k in effect {
+        for k in effect.written_keys {
             *ledger.writes.entry(k).or_insert(0) += 1;
         }
     }
@@ -422,6 +467,25 @@ impl Workload for Ycsb {
 mod tests {
     use super::*;
 
+    #[test]
+    fn ycsb_inputs_encode_and_decode_back_and_bad_words_are_refused() {
+        let y = ycsb(&[("distribution", "zipfian"), ("write_fraction", "0.5")], 3);
+        let mut rng = Rng::new(8);
+        let mut words = Vec::new();
+        for _ in 0..2_000 {
+            let (_, input) = y.generate(&mut rng, 3, NodeId(2));
+            words.clear();
+            input.encode(&mut words);
+            assert_eq!(words.len(), 1 + 2 * input.ops.len());
+            assert_eq!(Input::decode(&words), Ok(input));
+        }
+        assert_eq!(Input::decode(&[0]), Ok(Input::default()));
+        assert!(Input::decode(&[1, 5]).is_err(), "a key without its flag");
+        assert!(Input::decode(&[1, 5, 2]).is_err(), "flag 2");
+        assert!(Input::decode(&[OPS_PER_TXN_MAX + 1]).is_err());
+        assert!(Input::decode(&[1, 5, 1, 0]).is_err(), "a word left over");
+    }
+
     fn ycsb(kv: &[(&str, &str)], nodes: u16) -> Ycsb {
         Ycsb::from_params(
             &kv.iter()
@@ -445,7 +509,7 @@ mod tests {
         let mut rng = Rng::new(9);
         let (mut hot, mut all) = (0, 0);
         for _ in 0..20_000 {
-            for (k, _) in y.generate(&mut rng, 2, NodeId(0)).1 {
+            for (k, _) in y.generate(&mut rng, 2, NodeId(0)).1.ops {
                 all += 1;
                 hot += ((k % y.records) < 100) as u64;
             }
@@ -470,7 +534,7 @@ mod tests {
         let mut freq = std::collections::HashMap::new();
         let (mut writes, mut ops) = (0, 0);
         for _ in 0..20_000 {
-            let (_, keys) = y.generate(&mut rng, 2, NodeId(0));
+            let keys = y.generate(&mut rng, 2, NodeId(0)).1.ops;
             assert_eq!(keys.len(), 10);
             for (k, w) in keys {
                 *freq.entry(k).or_insert(0u64) += 1;
@@ -558,7 +622,7 @@ mod tests {
             let y = ycsb(&kv, 2);
             let mut rng = Rng::new(3);
             for _ in 0..200 {
-                let (_, keys) = y.generate(&mut rng, 2, NodeId(0));
+                let keys = y.generate(&mut rng, 2, NodeId(0)).1.ops;
                 let mut ks: Vec<u64> = keys.iter().map(|(k, _)| *k).collect();
                 ks.sort_unstable();
                 ks.dedup();
