@@ -1,11 +1,11 @@
 //! Test support: a small in-process cluster on one OS thread (so co-routine interleaving is
 //! deterministic) that runs scripted co-routines, for protocol scenario tests.
 
-use atoll_fabric::inproc::{self, InprocConfig};
 use atoll_fabric::{
     ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RemotePtr, RpcHandler, TaskId,
     WorkerCore,
 };
+use atoll_fabric_inproc::{self as inproc, InprocConfig};
 use atoll_storage::{Catalog, Store, TableId, TableSpec};
 use atoll_txn::handler::StoreHandler;
 use atoll_txn::{Coordinator, Plan, TxnConfig};

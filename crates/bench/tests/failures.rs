@@ -2,8 +2,8 @@
 //! message, on either fabric, instead of leaving the other workers waiting for it.
 
 use atoll_bench::config::Fabric;
+use atoll_bench::config::FaultConfig;
 use atoll_bench::{run_protocol, RunConfig, RunError};
-use atoll_fabric::sim::faults::FaultConfig;
 use atoll_protocols::Occ;
 use atoll_txn::{Abort, Plan, PlanError, Protocol, Stage, TxnCore};
 use std::cell::Cell;

@@ -6,9 +6,9 @@
 //! seed and the command that replays it. `ATOLL_SIM_SEEDS` sets seeds per combination.
 
 use atoll_bench::config::Fabric;
+use atoll_bench::config::FaultConfig;
 use atoll_bench::history::{self, Mode};
 use atoll_bench::{run, Report, RunConfig};
-use atoll_fabric::sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
 use atoll_txn::Plan;
 use atoll_workloads::{Params, WorkloadKind};

@@ -200,7 +200,8 @@ impl<'c, P: Protocol> Txn<'c, P> {
                 }
                 .to_bytes(),
             )
-            .await;
+            .await
+            .map_err(|e| self.core.op_failed(e))?;
         match Reply::decode(&reply) {
             Ok(Reply::Keys(ks)) => {
                 let live = |v: u64| v & VERSION_ABSENT == 0;
