@@ -8,7 +8,7 @@ use crate::report::*;
 use crate::stats::{Interval, WorkerStats};
 use atoll_fabric::rng::Rng;
 use atoll_fabric::{
-    panic_message, ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RpcHandler, TaskId,
+    panic_message, Coroutine, Endpoint, NodeDirectory, NodeId, NodeMemory, NodeSetup, TaskId,
     VerbCounters, VerbKind, WorkerPanic,
 };
 use atoll_fabric_inproc::{self as inproc, InprocConfig};
@@ -234,15 +234,15 @@ fn run_with<W: Workload, P: Protocol>(
             .collect::<Result<_, _>>()
     })?;
     let load_s = wall.elapsed().as_secs_f64();
-    let memory: ClusterMemory = stores
+    // Each node's backend is built from its own memory and handler and the directory of the
+    // region keys every node's registration returned, exchanged here at start-up.
+    let memory: Vec<Arc<NodeMemory>> = stores.iter().map(|s| s.memory().clone()).collect();
+    let directory = NodeDirectory::of(&memory);
+    let setups: Vec<NodeSetup> = stores
         .iter()
-        .map(|s| s.memory().clone())
-        .collect::<Vec<_>>()
-        .into();
-    let handlers: Vec<Arc<dyn RpcHandler>> = stores
-        .iter()
-        .map(|s| {
-            Arc::new(StoreHandler::new(s.clone(), catalog.extra_region(0))) as Arc<dyn RpcHandler>
+        .map(|s| NodeSetup {
+            memory: s.memory().clone(),
+            handler: Arc::new(StoreHandler::new(s.clone(), catalog.extra_region(0))),
         })
         .collect();
 
@@ -312,7 +312,7 @@ fn run_with<W: Workload, P: Protocol>(
         };
         sim = match &cfg.fabric {
             Fabric::InProc => {
-                failure = inproc::run(&icfg, memory, &handlers, &spawn).err();
+                failure = inproc::run(&icfg, &setups, &directory, &spawn).err();
                 None
             }
             Fabric::Sim { net, faults } => {
@@ -327,7 +327,7 @@ fn run_with<W: Workload, P: Protocol>(
                 let t0 = Instant::now();
                 // The simulator runs every worker on this thread: a panic ends them all.
                 match std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    sim::run(&scfg, memory, &handlers, &spawn)
+                    sim::run(&scfg, &setups, &directory, &spawn)
                 })) {
                     Ok(r) => {
                         sim_wall_s = t0.elapsed().as_secs_f64();

@@ -7,12 +7,12 @@
 //! more nodes than cores work.
 
 use atoll_fabric::core::{
-    execute_local, panic_message, Delivery, Executor, Posted, ReplyTo, SlotId, Transport,
-    WorkerCore, WorkerPanic,
+    execute_local, panic_message, Delivery, Executor, NodeSetup, Posted, ReplyTo, SlotId,
+    Transport, WorkerCore, WorkerPanic,
 };
 pub use atoll_fabric::core::{Spawner, WorkerReport};
 use atoll_fabric::ids::{NodeId, WorkerId};
-use atoll_fabric::memory::{ClusterMemory, NodeMemory};
+use atoll_fabric::memory::{ClusterMemory, NodeDirectory, NodeMemory};
 use atoll_fabric::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbKind};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
@@ -276,11 +276,18 @@ impl Transport for InprocTransport {
 /// then returns the first panic's worker and message.
 pub fn run(
     cfg: &InprocConfig,
-    memory: ClusterMemory,
-    handlers: &[Arc<dyn RpcHandler>],
+    setups: &[NodeSetup],
+    directory: &NodeDirectory,
     spawn: &Spawner<'_>,
 ) -> Result<Vec<WorkerReport>, WorkerPanic> {
-    atoll_fabric::core::assert_cluster_shape(cfg.nodes, &memory, handlers);
+    atoll_fabric::core::assert_cluster_shape(cfg.nodes, setups, directory);
+    // Peers' memory, reached in this process as a NIC reaches it by the directory's keys
+    // (which the in-process and simulated NICs need not check: they are the same memory).
+    let memory: ClusterMemory = setups
+        .iter()
+        .map(|s| s.memory.clone())
+        .collect::<Vec<_>>()
+        .into();
     let workers = cfg.workers();
     let os_threads = cfg.os_threads.clamp(1, workers.max(1));
     let shared = Arc::new(Shared {
@@ -335,7 +342,7 @@ pub fn run(
                                 };
                                 current.set(Some(id));
                                 let memory = shared.memory[id.node.0 as usize].clone();
-                                let handler = handlers[id.node.0 as usize].clone();
+                                let handler = setups[id.node.0 as usize].handler.clone();
                                 let transport = InprocTransport {
                                     shared: shared.clone(),
                                     me: w as u32,
@@ -441,9 +448,12 @@ mod tests {
             pin_threads: false,
             net_latency_ns: latency_ns,
         };
-        run(&cfg, memory, &handlers, &|core| {
-            vec![body(Endpoint::new(core.clone(), TaskId(0)))]
-        })
+        run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &|core| vec![body(Endpoint::new(core.clone(), TaskId(0)))],
+        )
         .unwrap_or_else(|p| panic!("{p}"))
     }
 
@@ -540,27 +550,32 @@ mod tests {
                 pin_threads: false,
                 net_latency_ns: [0; atoll_fabric::VerbKind::COUNT],
             };
-            let r = run(&cfg, memory, &handlers, &|core| {
-                let ep = Endpoint::new(core.clone(), TaskId(0));
-                vec![Box::pin(async move {
-                    let flag = RemotePtr::new(NodeId(0), RegionId(0), 0);
-                    if ep.node() == NodeId(0) {
-                        ep.rpc(NodeId(1), vec![1])
+            let r = run(
+                &cfg,
+                &NodeSetup::zip(&memory, &handlers),
+                &NodeDirectory::of(&memory),
+                &|core| {
+                    let ep = Endpoint::new(core.clone(), TaskId(0));
+                    vec![Box::pin(async move {
+                        let flag = RemotePtr::new(NodeId(0), RegionId(0), 0);
+                        if ep.node() == NodeId(0) {
+                            ep.rpc(NodeId(1), vec![1])
+                                .await
+                                .expect("no node fails in process");
+                            panic!("injected failure after {} RPC", 1);
+                        }
+                        while ep
+                            .read(flag, 1)
                             .await
-                            .expect("no node fails in process");
-                        panic!("injected failure after {} RPC", 1);
-                    }
-                    while ep
-                        .read(flag, 1)
-                        .await
-                        .expect("no node fails in process")
-                        .as_slice()
-                        != [1]
-                    {
-                        ep.yield_now().await;
-                    }
-                })]
-            });
+                            .expect("no node fails in process")
+                            .as_slice()
+                            != [1]
+                        {
+                            ep.yield_now().await;
+                        }
+                    })]
+                },
+            );
             let _ = tx.send(r.map(|_| ()));
         });
         let r = rx

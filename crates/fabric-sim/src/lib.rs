@@ -12,11 +12,11 @@ pub mod faults;
 pub mod net;
 
 use atoll_fabric::core::{
-    execute_local, Delivery, Executor, Posted, ReplyTo, SlotId, Spawner, Transport, WorkerCore,
-    WorkerReport,
+    execute_local, Delivery, Executor, NodeSetup, Posted, ReplyTo, SlotId, Spawner, Transport,
+    WorkerCore, WorkerReport,
 };
 use atoll_fabric::ids::{NodeId, WorkerId};
-use atoll_fabric::memory::{ClusterMemory, NodeMemory};
+use atoll_fabric::memory::{ClusterMemory, NodeDirectory, NodeMemory};
 use atoll_fabric::verbs::{
     execute_one_sided, Completion, FailureKind, Op, OpError, RpcHandler, VerbKind, Words,
 };
@@ -540,11 +540,18 @@ impl Transport for SimTransport {
 /// happen). `handlers[n]` serves node `n`'s RPCs.
 pub fn run(
     cfg: &SimConfig,
-    memory: ClusterMemory,
-    handlers: &[Arc<dyn RpcHandler>],
+    setups: &[NodeSetup],
+    directory: &NodeDirectory,
     spawn: &Spawner<'_>,
 ) -> SimReport {
-    atoll_fabric::core::assert_cluster_shape(cfg.nodes, &memory, handlers);
+    atoll_fabric::core::assert_cluster_shape(cfg.nodes, setups, directory);
+    // Peers' memory, reached in this process as a NIC reaches it by the directory's keys
+    // (which the in-process and simulated NICs need not check: they are the same memory).
+    let memory: ClusterMemory = setups
+        .iter()
+        .map(|s| s.memory.clone())
+        .collect::<Vec<_>>()
+        .into();
     let workers = cfg.nodes as usize * cfg.threads_per_node as usize;
     let peers = (cfg.nodes as u32 - 1) * cfg.threads_per_node as u32;
     let mut nodes: Vec<NodeState> = (0..cfg.nodes).map(|_| NodeState::default()).collect();
@@ -614,7 +621,7 @@ pub fn run(
                 thread: (w % cfg.threads_per_node as usize) as u16,
             };
             let own = memory[id.node.0 as usize].clone();
-            let handler = handlers[id.node.0 as usize].clone();
+            let handler = setups[id.node.0 as usize].handler.clone();
             let transport = SimTransport {
                 world: world.clone(),
                 w: w as u32,
@@ -916,13 +923,18 @@ mod tests {
         };
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();
-        let report = run(&cfg, memory, &handlers, &move |core| {
-            if core.id.node == NodeId(0) {
-                vec![body(Endpoint::new(core.clone(), TaskId(0)), o.clone())]
-            } else {
-                Vec::new()
-            }
-        });
+        let report = run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &move |core| {
+                if core.id.node == NodeId(0) {
+                    vec![body(Endpoint::new(core.clone(), TaskId(0)), o.clone())]
+                } else {
+                    Vec::new()
+                }
+            },
+        );
         let v = out.lock().unwrap().clone();
         (v, report)
     }
@@ -953,27 +965,32 @@ mod tests {
         };
         let mixed = Arc::new(Mutex::new(0usize));
         let m = mixed.clone();
-        run(&cfg, memory.clone(), &handlers, &move |core| {
-            let ep = Endpoint::new(core.clone(), TaskId(0));
-            let m = m.clone();
-            let task: Coroutine = match core.id.node.0 {
-                0 => Box::pin(async move {
-                    let mut d = ep.doorbell();
-                    d.write(REMOTE, Words::from_elem(7, WORDS as usize));
-                    d.submit().await.expect("no node crashed");
-                }),
-                2 => Box::pin(async move {
-                    for _ in 0..200 {
-                        let w = ep.read(REMOTE, WORDS).await.expect("no node crashed");
-                        if w.iter().any(|x| *x == 0) && w.iter().any(|x| *x == 7) {
-                            *m.lock().unwrap() += 1;
+        run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &move |core| {
+                let ep = Endpoint::new(core.clone(), TaskId(0));
+                let m = m.clone();
+                let task: Coroutine = match core.id.node.0 {
+                    0 => Box::pin(async move {
+                        let mut d = ep.doorbell();
+                        d.write(REMOTE, Words::from_elem(7, WORDS as usize));
+                        d.submit().await.expect("no node crashed");
+                    }),
+                    2 => Box::pin(async move {
+                        for _ in 0..200 {
+                            let w = ep.read(REMOTE, WORDS).await.expect("no node crashed");
+                            if w.iter().any(|x| *x == 0) && w.iter().any(|x| *x == 7) {
+                                *m.lock().unwrap() += 1;
+                            }
                         }
-                    }
-                }),
-                _ => return Vec::new(),
-            };
-            vec![task]
-        });
+                    }),
+                    _ => return Vec::new(),
+                };
+                vec![task]
+            },
+        );
         let mut end = vec![0; WORDS as usize];
         memory[1].region(RegionId(0)).read_into(0, &mut end);
         let n = *mixed.lock().unwrap();
@@ -1060,31 +1077,36 @@ mod tests {
         };
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();
-        run(&cfg, memory, &handlers, &move |core| {
-            if core.id.node != NodeId(0) {
-                return Vec::new();
-            }
-            (0..TASKS)
-                .map(|k| {
-                    let ep = Endpoint::new(core.clone(), TaskId(k));
-                    let o = o.clone();
-                    let at = REMOTE.add(k * 16);
-                    Box::pin(async move {
-                        for v in 0..ROUNDS {
-                            let mut d = ep.doorbell();
-                            // Torn, 1 word, torn, 1 word (an MVCC install's shape).
-                            d.write(at, Words::from_elem(2 * v + 1, 8));
-                            d.write(at, Words::from_elem(2 * v + 1, 1));
-                            d.write(at.add(8), Words::from_elem(2 * v + 1, 8));
-                            d.write(at, Words::from_elem(2 * v + 2, 1));
-                            d.submit().await.expect("no node crashed");
-                            let w = ep.read(at, 1).await.expect("no node crashed");
-                            o.lock().unwrap().push((2 * v + 2, w[0]));
-                        }
-                    }) as Coroutine
-                })
-                .collect()
-        });
+        run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &move |core| {
+                if core.id.node != NodeId(0) {
+                    return Vec::new();
+                }
+                (0..TASKS)
+                    .map(|k| {
+                        let ep = Endpoint::new(core.clone(), TaskId(k));
+                        let o = o.clone();
+                        let at = REMOTE.add(k * 16);
+                        Box::pin(async move {
+                            for v in 0..ROUNDS {
+                                let mut d = ep.doorbell();
+                                // Torn, 1 word, torn, 1 word (an MVCC install's shape).
+                                d.write(at, Words::from_elem(2 * v + 1, 8));
+                                d.write(at, Words::from_elem(2 * v + 1, 1));
+                                d.write(at.add(8), Words::from_elem(2 * v + 1, 8));
+                                d.write(at, Words::from_elem(2 * v + 2, 1));
+                                d.submit().await.expect("no node crashed");
+                                let w = ep.read(at, 1).await.expect("no node crashed");
+                                o.lock().unwrap().push((2 * v + 2, w[0]));
+                            }
+                        }) as Coroutine
+                    })
+                    .collect()
+            },
+        );
         let v = out.lock().unwrap().clone();
         v
     }

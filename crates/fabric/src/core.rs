@@ -7,7 +7,7 @@
 //! the same code runs under real threads and under the single-threaded simulator.
 
 use crate::ids::{NodeId, WorkerId};
-use crate::memory::NodeMemory;
+use crate::memory::{NodeDirectory, NodeMemory};
 use crate::verbs::{
     execute_one_sided, Completion, Handled, Op, OpError, RpcHandler, VerbCounters, Words,
 };
@@ -653,24 +653,61 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// What every backend checks before it starts: one memory and one RPC handler per node.
-pub fn assert_cluster_shape(
-    nodes: u16,
-    memory: &crate::ClusterMemory,
-    handlers: &[Arc<dyn RpcHandler>],
-) {
+/// What a backend serves for one node: the node's registered memory and its RPC handler. A
+/// node's backend is built from this and the [`NodeDirectory`] of its peers.
+#[derive(Clone)]
+pub struct NodeSetup {
+    pub memory: Arc<NodeMemory>,
+    pub handler: Arc<dyn RpcHandler>,
+}
+
+impl NodeSetup {
+    /// One setup per node from memories and handlers given in node order.
+    pub fn zip(memory: &[Arc<NodeMemory>], handlers: &[Arc<dyn RpcHandler>]) -> Vec<NodeSetup> {
+        assert_eq!(
+            memory.len(),
+            handlers.len(),
+            "{} memories and {} RPC handlers: one of each per node",
+            memory.len(),
+            handlers.len()
+        );
+        memory
+            .iter()
+            .zip(handlers)
+            .map(|(m, h)| NodeSetup {
+                memory: m.clone(),
+                handler: h.clone(),
+            })
+            .collect()
+    }
+}
+
+/// What every backend checks before it starts: one setup per node, in node order, each
+/// registered as the directory its peers address it by says.
+pub fn assert_cluster_shape(nodes: u16, setups: &[NodeSetup], directory: &NodeDirectory) {
     assert_eq!(
-        memory.len(),
+        setups.len(),
         nodes as usize,
-        "memory for {} nodes, config says {nodes}",
-        memory.len()
+        "setups for {} nodes, config says {nodes}",
+        setups.len()
     );
     assert_eq!(
-        handlers.len(),
-        nodes as usize,
-        "{} RPC handlers for {nodes} nodes: one per node",
-        handlers.len()
+        directory.nodes(),
+        nodes,
+        "a directory of {} nodes, config says {nodes}",
+        directory.nodes()
     );
+    for (n, s) in setups.iter().enumerate() {
+        assert_eq!(
+            s.memory.node.0 as usize, n,
+            "setup {n} holds node {}'s memory",
+            s.memory.node.0
+        );
+        assert!(
+            directory.lists(&s.memory),
+            "node {n}'s registration differs from the directory's keys for it"
+        );
+    }
 }
 
 /// Builds the co-routines of one worker, on that worker's OS thread.
