@@ -2,9 +2,9 @@
 //! benchmarks, prints progress and summaries, writes JSON. The only place that knows clap.
 
 use atoll_bench::config::Fabric;
+use atoll_bench::config::FaultConfig;
 use atoll_bench::interrupt::{self, EXIT_INTERRUPTED};
 use atoll_bench::{ProgressLine, RunConfig};
-use atoll_fabric::sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
 use atoll_txn::{Plan, Primitive};
 use atoll_workloads::{Params, WorkloadKind};
@@ -22,7 +22,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Exit code for bad input (flags, config, values): the usual usage-error code.
 const EXIT_BAD_INPUT: u8 = 2;
-/// Exit code when a run's invariant checks fail, or the run itself failed (a worker panicked).
+/// Exit code when a run's invariant checks fail, or the run itself failed (a worker panicked,
+/// or a node failed while a transaction was committing).
 const EXIT_CHECK_FAILED: u8 = 1;
 
 /// Prints why a run produced no report; returns the exit code: bad input, or a failed run.
@@ -30,7 +31,9 @@ fn run_failed(e: &atoll_bench::RunError, context: &str) -> ExitCode {
     eprintln!("error: {context}{e}");
     match e {
         atoll_bench::RunError::Config(_) => ExitCode::from(EXIT_BAD_INPUT),
-        atoll_bench::RunError::Panicked(_) => ExitCode::from(EXIT_CHECK_FAILED),
+        atoll_bench::RunError::Panicked(_) | atoll_bench::RunError::NodeFailed { .. } => {
+            ExitCode::from(EXIT_CHECK_FAILED)
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The resolved configuration of one run, validated before anything starts.
 
-use atoll_fabric::sim::faults::FaultConfig;
 use atoll_fabric::VerbKind;
+pub use atoll_fabric_sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
 use atoll_txn::Plan;
 use atoll_workloads::{Params, WorkloadKind};
@@ -195,8 +195,16 @@ impl RunConfig {
             )));
         }
         range("mvcc_slots", self.mvcc_slots, 1, 64)?;
-        if let Fabric::Sim { net, .. } = &self.fabric {
-            atoll_fabric::sim::net::profile(net).map_err(ConfigError)?;
+        if let Fabric::Sim { net, faults } = &self.fabric {
+            atoll_fabric_sim::net::profile(net).map_err(ConfigError)?;
+            if let Some((node, _)) = faults.crash {
+                if node.0 >= self.nodes {
+                    return Err(ConfigError(format!(
+                        "faults crash_node={} names no node: expected 0..{}",
+                        node.0, self.nodes
+                    )));
+                }
+            }
         }
         self.protocol
             .check_plan(&self.plan)
@@ -296,7 +304,7 @@ pub struct NetReport {
 }
 
 impl NetReport {
-    pub fn of(p: &atoll_fabric::sim::net::NetProfile) -> Self {
+    pub fn of(p: &atoll_fabric_sim::net::NetProfile) -> Self {
         NetReport {
             name: p.name,
             source: p.source,

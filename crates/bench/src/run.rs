@@ -6,13 +6,13 @@ use crate::config::{ConfigError, ConfigReport, Fabric, RunConfig};
 use crate::history::TxnRecord;
 use crate::report::*;
 use crate::stats::{Interval, WorkerStats};
-use atoll_fabric::inproc::{self, InprocConfig};
 use atoll_fabric::rng::Rng;
-use atoll_fabric::sim::{self, SimConfig};
 use atoll_fabric::{
-    panic_message, ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RpcHandler, TaskId,
+    panic_message, Coroutine, Endpoint, NodeDirectory, NodeId, NodeMemory, NodeSetup, TaskId,
     VerbCounters, VerbKind, WorkerPanic,
 };
+use atoll_fabric_inproc::{self as inproc, InprocConfig};
+use atoll_fabric_sim::{self as sim, SimConfig};
 use atoll_protocols::{Mvcc, NoWait, Occ, ProtocolKind, Sundial, WaitDie};
 use atoll_storage::{Catalog, Store};
 use atoll_txn::handler::StoreHandler;
@@ -43,6 +43,9 @@ pub enum RunError {
     Config(ConfigError),
     /// A worker (or a node's loader) panicked; every other worker was stopped.
     Panicked(WorkerPanic),
+    /// An op to `node` failed after transaction `txn`'s log was written: its outcome is for
+    /// recovery to decide, which is not built yet, so the run stopped.
+    NodeFailed { node: NodeId, txn: u64 },
 }
 
 impl std::fmt::Display for RunError {
@@ -50,6 +53,11 @@ impl std::fmt::Display for RunError {
         match self {
             RunError::Config(e) => write!(f, "{e}"),
             RunError::Panicked(p) => write!(f, "the run failed: {p}"),
+            RunError::NodeFailed { node, txn } => write!(
+                f,
+                "node {} failed while transaction {txn:#x} was committing: its outcome needs recovery (not built yet)",
+                node.0
+            ),
         }
     }
 }
@@ -126,6 +134,10 @@ struct RunShared<W> {
     interval_ns: u64,
     /// Earliest worker time at which a worker saw a stop request (`u64::MAX`: none).
     stopped_ns: AtomicU64,
+    /// The first transaction whose op failed after its log was written, and the node: the
+    /// run stops and returns [`RunError::NodeFailed`].
+    node_failed: Mutex<Option<(NodeId, u64)>>,
+    node_failed_any: std::sync::atomic::AtomicBool,
     cpu: crate::env::CpuWindow,
     probe: crate::env::Probe,
     /// Where the history streams to (`cfg.history_file`), if it does not stay in memory.
@@ -140,7 +152,7 @@ impl<W> RunShared<W> {
     /// Whether the run is over at worker time `now`: its end reached, or a stop (Ctrl-C)
     /// requested, which is then dated `now` at the latest.
     fn over(&self, now: u64) -> bool {
-        if now >= self.end_ns {
+        if now >= self.end_ns || self.node_failed_any.load(Ordering::Relaxed) {
             return true;
         }
         if crate::interrupt::requested() {
@@ -222,15 +234,15 @@ fn run_with<W: Workload, P: Protocol>(
             .collect::<Result<_, _>>()
     })?;
     let load_s = wall.elapsed().as_secs_f64();
-    let memory: ClusterMemory = stores
+    // Each node's backend is built from its own memory and handler and the directory of the
+    // region keys every node's registration returned, exchanged here at start-up.
+    let memory: Vec<Arc<NodeMemory>> = stores.iter().map(|s| s.memory().clone()).collect();
+    let directory = NodeDirectory::of(&memory);
+    let setups: Vec<NodeSetup> = stores
         .iter()
-        .map(|s| s.memory().clone())
-        .collect::<Vec<_>>()
-        .into();
-    let handlers: Vec<Arc<dyn RpcHandler>> = stores
-        .iter()
-        .map(|s| {
-            Arc::new(StoreHandler::new(s.clone(), catalog.extra_region(0))) as Arc<dyn RpcHandler>
+        .map(|s| NodeSetup {
+            memory: s.memory().clone(),
+            handler: Arc::new(StoreHandler::new(s.clone(), catalog.extra_region(0))),
         })
         .collect();
 
@@ -258,6 +270,8 @@ fn run_with<W: Workload, P: Protocol>(
         end_ns: ((cfg.warmup_s + cfg.duration_s) * 1e9) as u64,
         interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
         stopped_ns: AtomicU64::new(u64::MAX),
+        node_failed: Mutex::new(None),
+        node_failed_any: Default::default(),
         cpu: Default::default(),
         probe,
         history_out,
@@ -298,7 +312,7 @@ fn run_with<W: Workload, P: Protocol>(
         };
         sim = match &cfg.fabric {
             Fabric::InProc => {
-                failure = inproc::run(&icfg, memory, &handlers, &spawn).err();
+                failure = inproc::run(&icfg, &setups, &directory, &spawn).err();
                 None
             }
             Fabric::Sim { net, faults } => {
@@ -308,11 +322,12 @@ fn run_with<W: Workload, P: Protocol>(
                     net: sim::net::profile(net).expect("validated profile"),
                     cpu: sim::net::CpuProfile::xeon(),
                     faults: sim::faults::plan(faults, cfg.nodes, shared.end_ns, cfg.seed),
+                    op_timeout_ns: faults.op_timeout_ns(),
                 };
                 let t0 = Instant::now();
                 // The simulator runs every worker on this thread: a panic ends them all.
                 match std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    sim::run(&scfg, memory, &handlers, &spawn)
+                    sim::run(&scfg, &setups, &directory, &spawn)
                 })) {
                     Ok(r) => {
                         sim_wall_s = t0.elapsed().as_secs_f64();
@@ -338,6 +353,9 @@ fn run_with<W: Workload, P: Protocol>(
     });
     if let Some(p) = failure {
         return Err(RunError::Panicked(p));
+    }
+    if let Some((node, txn)) = *shared.node_failed.lock().expect("no poisoned flag") {
+        return Err(RunError::NodeFailed { node, txn });
     }
     let (stats, mut history, ledgers) =
         std::mem::take(&mut *finished.lock().expect("no poisoned stats"));
@@ -453,6 +471,13 @@ async fn coroutine<W: Workload, P: Protocol>(
                     Err(a)
                 }
             };
+            if let Some(e) = tx.failed_after_log() {
+                run.node_failed
+                    .lock()
+                    .expect("no poisoned flag")
+                    .get_or_insert((e.node, tx.ts().0));
+                run.node_failed_any.store(true, Ordering::Relaxed);
+            }
             if r.is_ok() && tx.torn_reads() > 0 {
                 ws.stats.borrow_mut().committed_torn_reads += 1;
             }

@@ -1,11 +1,11 @@
 //! Test support: a small in-process cluster on one OS thread (so co-routine interleaving is
 //! deterministic) that runs scripted co-routines, for protocol scenario tests.
 
-use atoll_fabric::inproc::{self, InprocConfig};
 use atoll_fabric::{
-    ClusterMemory, Coroutine, Endpoint, NodeId, NodeMemory, RemotePtr, RpcHandler, TaskId,
+    Coroutine, Endpoint, NodeDirectory, NodeId, NodeMemory, NodeSetup, RemotePtr, TaskId,
     WorkerCore,
 };
+use atoll_fabric_inproc::{self as inproc, InprocConfig};
 use atoll_storage::{Catalog, Store, TableId, TableSpec};
 use atoll_txn::handler::StoreHandler;
 use atoll_txn::{Coordinator, Plan, TxnConfig};
@@ -68,18 +68,13 @@ impl TestCluster {
 
     /// Runs `script(core, k)` as co-routine `k` of every worker until all finish.
     pub fn run(&self, script: &(dyn Fn(&Rc<WorkerCore>, u32) -> Option<Coroutine> + Sync)) {
-        let memory: ClusterMemory = self
+        let memory: Vec<Arc<NodeMemory>> = self.stores.iter().map(|s| s.memory().clone()).collect();
+        let setups: Vec<NodeSetup> = self
             .stores
             .iter()
-            .map(|s| s.memory().clone())
-            .collect::<Vec<_>>()
-            .into();
-        let handlers: Vec<Arc<dyn RpcHandler>> = self
-            .stores
-            .iter()
-            .map(|s| {
-                Arc::new(StoreHandler::new(s.clone(), self.catalog.extra_region(0)))
-                    as Arc<dyn RpcHandler>
+            .map(|s| NodeSetup {
+                memory: s.memory().clone(),
+                handler: Arc::new(StoreHandler::new(s.clone(), self.catalog.extra_region(0))),
             })
             .collect();
         let cfg = InprocConfig {
@@ -96,7 +91,7 @@ impl TestCluster {
                 .collect()
         };
         // A scenario's failed assertion panics its worker: fail the test with its message.
-        if let Err(p) = inproc::run(&cfg, memory, &handlers, &spawn) {
+        if let Err(p) = inproc::run(&cfg, &setups, &NodeDirectory::of(&memory), &spawn) {
             panic!("{p}");
         }
     }

@@ -6,9 +6,9 @@
 //! `ATOLL_SEED` replays a base seed; `ATOLL_BROKEN_SEEDS` sets the seeds per variant.
 
 use atoll_bench::config::Fabric;
+use atoll_bench::config::FaultConfig;
 use atoll_bench::history::{self, Mode};
 use atoll_bench::{run_protocol, Report, RunConfig};
-use atoll_fabric::sim::faults::FaultConfig;
 use atoll_fabric::Words;
 use atoll_protocols::{Mvcc, ProtocolKind};
 use atoll_storage::layout::{
@@ -296,7 +296,7 @@ impl Protocol for MvccOldWriteBack {
             d.write(ptr.add(at), Words::from_slice(&old));
             d.write(ptr.add(HEADER_WORDS), e.data.clone());
         }
-        d.submit().await;
+        tx.unabortable(d.submit().await);
         // A writer descheduled between its WRITEs (on real threads, preemption).
         tx.c.ep.sleep(WRITER_STALL_NS).await;
         let mut d = tx.c.ep.doorbell();
@@ -307,7 +307,7 @@ impl Protocol for MvccOldWriteBack {
             d.write(ptr.add(H_VERSION), Words::from_slice(&[e.version + 1]));
             d.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
         }
-        d.submit().await;
+        tx.unabortable(d.submit().await);
         for &i in &ws {
             let e = &mut tx.entries[i];
             e.installed = Some(e.version + 1);
@@ -347,7 +347,7 @@ async fn read_under_later_writers(tx: &mut TxnCore<'_>, i: usize) -> Result<(), 
         let mut d = ep.doorbell();
         d.read(ptr, layout.record_words);
         d.read(ptr, layout.record_words);
-        let res = d.submit().await;
+        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
         let (a, b) = (res.read(0), res.read(1));
         if a[H_KEY as usize] != key || a[H_VERSION as usize] & VERSION_ABSENT != 0 {
             return Err(Abort::NotFound);
@@ -374,7 +374,7 @@ async fn read_under_later_writers(tx: &mut TxnCore<'_>, i: usize) -> Result<(), 
                 let mut d = ep.doorbell();
                 d.cas(ptr.add(H_RTS), rts, ctts);
                 d.read(ptr, HEADER_WORDS);
-                let r = d.submit().await;
+                let r = d.submit().await.map_err(|e| tx.op_failed(e))?;
                 let h = r.read(1);
                 r.cas(0) == rts
                     && h[H_VERSION as usize] == a[H_VERSION as usize]

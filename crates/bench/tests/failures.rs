@@ -2,8 +2,8 @@
 //! message, on either fabric, instead of leaving the other workers waiting for it.
 
 use atoll_bench::config::Fabric;
+use atoll_bench::config::FaultConfig;
 use atoll_bench::{run_protocol, RunConfig, RunError};
-use atoll_fabric::sim::faults::FaultConfig;
 use atoll_protocols::Occ;
 use atoll_txn::{Abort, Plan, PlanError, Protocol, Stage, TxnCore};
 use std::cell::Cell;
@@ -108,4 +108,42 @@ fn sim_a_worker_panic_ends_the_run_with_its_message() {
         ..RunConfig::default()
     };
     assert_ended_by_the_panic(run_bounded(cfg));
+}
+
+#[test]
+fn sim_a_node_crashing_while_a_logged_transaction_commits_stops_the_run_naming_the_node() {
+    // Node 1 of 2 holds node 0's log backups and half the accounts: crashing mid-run, it
+    // leaves some transaction logged on it with its write-back to it still to come.
+    let cfg = RunConfig {
+        fabric: Fabric::Sim {
+            net: "edr-ib".into(),
+            faults: FaultConfig::parse(
+                "spikes=0,pauses=0,tear_words=0,stall_permille=0,crash_node=1,crash_us=3000",
+            )
+            .unwrap(),
+        },
+        nodes: 2,
+        threads: 2,
+        coroutines: 8,
+        duration_s: 0.01,
+        warmup_s: 0.002,
+        ..RunConfig::default()
+    };
+    match atoll_bench::run(&cfg, &|_| {}) {
+        Err(e @ RunError::NodeFailed { node, .. }) => {
+            assert_eq!(node.0, 1);
+            let shown = e.to_string();
+            assert!(
+                shown.starts_with("node 1 failed while transaction")
+                    && shown
+                        .ends_with("was committing: its outcome needs recovery (not built yet)"),
+                "{shown}"
+            );
+        }
+        Err(e) => panic!("expected the crash to stop the run, got {e}"),
+        Ok(r) => panic!(
+            "expected the crash to stop the run, got a report: {:?}",
+            r.summary.aborts_by_reason
+        ),
+    }
 }

@@ -231,7 +231,7 @@ fn occ_locked_record(plan: Plan) {
         |mut co, steps, log| {
             Box::pin(async move {
                 let ep = co.ep.clone();
-                assert_eq!(ep.cas(ptr.add(0), 0, FOREIGN_TS).await, 0);
+                assert_eq!(ep.cas(ptr.add(0), 0, FOREIGN_TS).await, Ok(0));
                 steps.reach(1);
                 steps.wait(&ep, 2).await;
                 let mut tx = Txn::<Occ>::begin(&mut co);
@@ -240,7 +240,7 @@ fn occ_locked_record(plan: Plan) {
                 tx.rollback().await;
                 assert_eq!(
                     ep.cas(ptr.add(0), FOREIGN_TS, 0).await,
-                    FOREIGN_TS,
+                    Ok(FOREIGN_TS),
                     "the foreign lock was kept"
                 );
             })

@@ -6,9 +6,9 @@
 //! seed and the command that replays it. `ATOLL_SIM_SEEDS` sets seeds per combination.
 
 use atoll_bench::config::Fabric;
+use atoll_bench::config::FaultConfig;
 use atoll_bench::history::{self, Mode};
 use atoll_bench::{run, Report, RunConfig};
-use atoll_fabric::sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
 use atoll_txn::Plan;
 use atoll_workloads::{Params, WorkloadKind};
@@ -256,4 +256,44 @@ fn sim_every_protocol_plan_and_workload_is_serializable_under_faults() {
         failures.len(),
         failures.join("\n\n")
     );
+}
+
+/// Faults of the crash tests: nothing but the crash, so every abort is its doing.
+fn crash_only(node: u16, at_us: u64) -> FaultConfig {
+    FaultConfig::parse(&format!(
+        "spikes=0,pauses=0,tear_words=0,stall_permille=0,crash_node={node},crash_us={at_us},op_timeout_us=100"
+    ))
+    .unwrap()
+}
+
+#[test]
+fn sim_an_op_to_a_crashed_node_completes_with_a_typed_failure_within_its_timeout_and_the_transaction_aborts_with_node_failed(
+) {
+    // Node 2 of 3 crashes at once: transactions that touch it or log to it (node 1's backup)
+    // fail there, before anything is logged, and abort; the others keep committing, so no
+    // co-routine of the live nodes waits on the dead one for longer than its timeout.
+    let cfg = RunConfig {
+        fabric: Fabric::Sim {
+            net: "edr-ib".into(),
+            faults: crash_only(2, 0),
+        },
+        record_history: false,
+        ..config(WorkloadKind::SmallBank, ProtocolKind::Occ, "one-sided", 1)
+    };
+    let r = run(&cfg, &|_| {}).expect("no failure after a log: the crash came first");
+    assert!(
+        r.summary.aborts_by_reason["node_failed"] > 0,
+        "{:?}",
+        r.summary.aborts_by_reason
+    );
+    assert!(r.summary.committed > 0, "the live nodes went on committing");
+    let stuck: Vec<_> = r.checks.iter().filter(|c| !c.passed).collect();
+    assert_eq!(
+        stuck.len(),
+        1,
+        "only the crashed node's own co-routines are left: {stuck:?}"
+    );
+    assert_eq!(stuck[0].name, "fabric.every_coroutine_finished");
+    // Every other check holds on the survivors' state and the crashed node's frozen one.
+    assert!(!r.passed);
 }

@@ -7,8 +7,10 @@
 //! the same code runs under real threads and under the single-threaded simulator.
 
 use crate::ids::{NodeId, WorkerId};
-use crate::memory::NodeMemory;
-use crate::verbs::{execute_one_sided, Completion, Handled, Op, RpcHandler, VerbCounters, Words};
+use crate::memory::{NodeDirectory, NodeMemory};
+use crate::verbs::{
+    execute_one_sided, Completion, Handled, Op, OpError, RpcHandler, VerbCounters, Words,
+};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -53,15 +55,34 @@ pub enum Delivery {
     },
 }
 
-/// The backend-specific half of a worker: moves ops to other nodes and brings back
-/// completions and incoming requests. Only the in-process backend may read the wall clock or
-/// spawn threads.
+/// What became of a posted op.
+pub enum Posted {
+    /// It completed at once (an own-node access on this CPU, or a backend that completes
+    /// synchronously).
+    Done(Completion),
+    /// Its completion comes later through [`Transport::poll`].
+    Pending,
+    /// A request to this node's own RPC handler, which holds it (a lock waiting list): its
+    /// reply comes through [`Transport::reply`] and then [`Transport::poll`], and the worker
+    /// keeps polling the handler meanwhile.
+    Held,
+}
+
+/// The backend-specific half of a worker: moves ops to their node, this one included, and
+/// brings back completions and incoming requests. Only the in-process backend may read the
+/// wall clock or spawn threads.
+///
+/// Local access is the backend's decision: every op goes through [`Transport::post`]. A
+/// backend whose NIC atomics are coherent with the CPU's (the in-process one, the simulator)
+/// runs own-node ops on the CPU at once with [`execute_local`]; one whose NIC atomics are
+/// not coherent with CPU atomics (RDMA atomics on most NICs) must send its own node's CAS
+/// and FETCH_ADD through its NIC too, or a CPU CAS could race a peer's NIC CAS on one word.
 pub trait Transport {
     /// This backend's clock: wall time since the cluster started, or virtual time.
     fn now_ns(&self) -> u64;
-    /// Posts remote op `index` of doorbell `slot`. Returns its completion if it finished at
-    /// once; otherwise it must later come back through [`Transport::poll`].
-    fn post(&self, slot: SlotId, index: u32, op: Op) -> Option<Completion>;
+    /// Posts op `index` of doorbell `slot` to the node it names. A failed op completes with
+    /// [`Completion::Failed`], never by waiting forever.
+    fn post(&self, slot: SlotId, index: u32, op: Op) -> Posted;
     /// Delivers a `Completion::Timer` for `slot` after `delay_ns`.
     fn post_timer(&self, slot: SlotId, delay_ns: u64);
     /// Models `ns` of CPU work by the calling co-routine. Returns true when the work was done
@@ -69,13 +90,32 @@ pub trait Transport {
     fn compute(&self, ns: u64) -> bool;
     /// Charges a switch to a co-routine (the simulator's CPU model; free elsewhere).
     fn on_switch(&self) {}
-    /// Charges one access to the node's own memory or handler (simulator only; elsewhere
-    /// the access itself takes the time).
-    fn on_local_op(&self) {}
     /// Hands over everything that arrived since the last call.
     fn poll(&self, sink: &mut dyn FnMut(Delivery));
     /// Sends the reply of a served request.
     fn reply(&self, to: ReplyTo, reply: Vec<u8>);
+}
+
+/// Runs an op on this node's CPU at once: a one-sided op on `memory`, an RPC by `handler`
+/// (which may hold it). What a backend whose NIC is coherent with the CPU does with ops on
+/// its own node; as cheap as a direct access (no allocation beyond an RPC's reply).
+#[inline]
+pub fn execute_local(
+    memory: &NodeMemory,
+    handler: &dyn RpcHandler,
+    from: ReplyTo,
+    op: Op,
+) -> Posted {
+    match op {
+        Op::Rpc { node, req } => {
+            let mut reply = Vec::new();
+            match handler.handle(node, from, &req, &mut reply) {
+                Handled::Replied => Posted::Done(Completion::Rpc(reply)),
+                Handled::Deferred => Posted::Held,
+            }
+        }
+        op => Posted::Done(execute_one_sided(memory, op)),
+    }
 }
 
 struct Slot {
@@ -206,51 +246,34 @@ impl WorkerCore {
         Some((results, s.remote))
     }
 
-    /// Posts a doorbell: own-node ops run now, remote ones go to the transport.
+    /// Posts a doorbell: every op goes to the transport, which runs own-node ops at once or
+    /// not as its backend decides; the counters tell own-node ops from remote ones.
     fn post(&self, task: TaskId, ops: Vec<Op>) -> SlotId {
         let slot = self.alloc_slot(task, ops.len());
         let mut any_remote = false;
         for (i, op) in ops.into_iter().enumerate() {
             let kind = op.kind() as usize;
-            if op.node() == self.id.node {
-                self.counters.borrow_mut().local_ops[kind] += 1;
-                self.transport.on_local_op();
-                let c = match op {
-                    Op::Rpc { node, req } => {
-                        // A local request held by the handler completes through `reply`,
-                        // like a remote one; posted_ns 0 means it is never delayed.
-                        let from = ReplyTo {
-                            worker: self.index,
-                            slot,
-                            index: i as u32,
-                            posted_ns: 0,
-                        };
-                        let mut reply = Vec::new();
-                        match self.handler.handle(node, from, &req, &mut reply) {
-                            Handled::Replied => Some(Completion::Rpc(reply)),
-                            Handled::Deferred => {
-                                // Keep polling the held request even if no event comes.
-                                self.deferred_waiting.set(true);
-                                None
-                            }
-                        }
-                    }
-                    op => Some(execute_one_sided(&self.local, op)),
-                };
-                if let Some(c) = c {
-                    self.complete(slot, i as u32, c);
-                }
-            } else {
-                any_remote = true;
-                {
-                    let mut ctr = self.counters.borrow_mut();
+            let local = op.node() == self.id.node;
+            {
+                let mut ctr = self.counters.borrow_mut();
+                if local {
+                    ctr.local_ops[kind] += 1;
+                } else {
+                    any_remote = true;
                     ctr.remote_ops[kind] += 1;
                     ctr.remote_bytes[kind] += op.request_bytes();
                 }
-                if let Some(c) = self.transport.post(slot, i as u32, op) {
-                    self.counters.borrow_mut().remote_bytes[kind] += c.reply_bytes();
+            }
+            match self.transport.post(slot, i as u32, op) {
+                Posted::Done(c) => {
+                    if !local {
+                        self.counters.borrow_mut().remote_bytes[kind] += c.reply_bytes();
+                    }
                     self.complete(slot, i as u32, c);
                 }
+                Posted::Pending => {}
+                // Keep polling the held request even if no event comes.
+                Posted::Held => self.deferred_waiting.set(true),
             }
         }
         if any_remote {
@@ -432,22 +455,27 @@ impl Endpoint {
         .await
     }
 
-    pub async fn read(&self, ptr: crate::ids::RemotePtr, len_words: u32) -> Words {
+    pub async fn read(&self, ptr: crate::ids::RemotePtr, len_words: u32) -> Result<Words, OpError> {
         let mut d = self.doorbell();
         d.read(ptr, len_words);
-        d.submit().await.into_read(0)
+        Ok(d.submit().await?.into_read(0))
     }
 
-    pub async fn cas(&self, ptr: crate::ids::RemotePtr, expect: u64, new: u64) -> u64 {
+    pub async fn cas(
+        &self,
+        ptr: crate::ids::RemotePtr,
+        expect: u64,
+        new: u64,
+    ) -> Result<u64, OpError> {
         let mut d = self.doorbell();
         d.cas(ptr, expect, new);
-        d.submit().await.cas(0)
+        Ok(d.submit().await?.cas(0))
     }
 
-    pub async fn rpc(&self, node: NodeId, req: Vec<u8>) -> Vec<u8> {
+    pub async fn rpc(&self, node: NodeId, req: Vec<u8>) -> Result<Vec<u8>, OpError> {
         let mut d = self.doorbell();
         d.rpc(node, req);
-        d.submit().await.into_rpc(0)
+        Ok(d.submit().await?.into_rpc(0))
     }
 }
 
@@ -492,9 +520,11 @@ impl Doorbell<'_> {
     }
 
     /// Rings the doorbell and waits for every op; results are indexed as the ops were added.
-    pub async fn submit(self) -> Completions {
+    /// If any op failed, the first failure (in posting order) instead: the doorbell waits for
+    /// every op either way, so no completion arrives for a slot after it was freed.
+    pub async fn submit(self) -> Result<Completions, OpError> {
         if self.ops.is_empty() {
-            return Completions(Vec::new());
+            return Ok(Completions(Vec::new()));
         }
         let core = &self.ep.core;
         let slot = core.post(self.ep.task, self.ops);
@@ -505,7 +535,13 @@ impl Doorbell<'_> {
         if remote {
             core.counters.borrow_mut().round_trips += 1;
         }
-        Completions(results)
+        if let Some(e) = results.iter().find_map(|c| match c {
+            Completion::Failed(e) => Some(*e),
+            _ => None,
+        }) {
+            return Err(e);
+        }
+        Ok(Completions(results))
     }
 }
 
@@ -617,24 +653,61 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// What every backend checks before it starts: one memory and one RPC handler per node.
-pub(crate) fn assert_cluster_shape(
-    nodes: u16,
-    memory: &crate::ClusterMemory,
-    handlers: &[Arc<dyn RpcHandler>],
-) {
+/// What a backend serves for one node: the node's registered memory and its RPC handler. A
+/// node's backend is built from this and the [`NodeDirectory`] of its peers.
+#[derive(Clone)]
+pub struct NodeSetup {
+    pub memory: Arc<NodeMemory>,
+    pub handler: Arc<dyn RpcHandler>,
+}
+
+impl NodeSetup {
+    /// One setup per node from memories and handlers given in node order.
+    pub fn zip(memory: &[Arc<NodeMemory>], handlers: &[Arc<dyn RpcHandler>]) -> Vec<NodeSetup> {
+        assert_eq!(
+            memory.len(),
+            handlers.len(),
+            "{} memories and {} RPC handlers: one of each per node",
+            memory.len(),
+            handlers.len()
+        );
+        memory
+            .iter()
+            .zip(handlers)
+            .map(|(m, h)| NodeSetup {
+                memory: m.clone(),
+                handler: h.clone(),
+            })
+            .collect()
+    }
+}
+
+/// What every backend checks before it starts: one setup per node, in node order, each
+/// registered as the directory its peers address it by says.
+pub fn assert_cluster_shape(nodes: u16, setups: &[NodeSetup], directory: &NodeDirectory) {
     assert_eq!(
-        memory.len(),
+        setups.len(),
         nodes as usize,
-        "memory for {} nodes, config says {nodes}",
-        memory.len()
+        "setups for {} nodes, config says {nodes}",
+        setups.len()
     );
     assert_eq!(
-        handlers.len(),
-        nodes as usize,
-        "{} RPC handlers for {nodes} nodes: one per node",
-        handlers.len()
+        directory.nodes(),
+        nodes,
+        "a directory of {} nodes, config says {nodes}",
+        directory.nodes()
     );
+    for (n, s) in setups.iter().enumerate() {
+        assert_eq!(
+            s.memory.node.0 as usize, n,
+            "setup {n} holds node {}'s memory",
+            s.memory.node.0
+        );
+        assert!(
+            directory.lists(&s.memory),
+            "node {n}'s registration differs from the directory's keys for it"
+        );
+    }
 }
 
 /// Builds the co-routines of one worker, on that worker's OS thread.
@@ -691,166 +764,5 @@ impl Executor {
 
     pub fn live_tasks(&self) -> usize {
         self.core.live_tasks()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ids::{RegionId, RemotePtr};
-    use crate::inproc::{self, InprocConfig};
-    use crate::memory::NodeMemory;
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    /// Echoes the request back with its first byte incremented.
-    struct Echo;
-    impl RpcHandler for Echo {
-        fn handle(&self, node: NodeId, _from: ReplyTo, req: &[u8], reply: &mut Vec<u8>) -> Handled {
-            reply.extend_from_slice(req);
-            reply[0] = reply[0].wrapping_add(1 + node.0 as u8);
-            Handled::Replied
-        }
-    }
-
-    fn cluster(
-        nodes: u16,
-        latency_ns: [u64; crate::VerbKind::COUNT],
-        body: &(dyn Fn(Endpoint) -> Coroutine + Sync),
-    ) -> Vec<crate::inproc::WorkerReport> {
-        let memory: crate::ClusterMemory = (0..nodes)
-            .map(|n| Arc::new(NodeMemory::new(NodeId(n), &[64])))
-            .collect::<Vec<_>>()
-            .into();
-        let handlers: Vec<Arc<dyn RpcHandler>> = (0..nodes)
-            .map(|_| Arc::new(Echo) as Arc<dyn RpcHandler>)
-            .collect();
-        let cfg = InprocConfig {
-            nodes,
-            threads_per_node: 1,
-            os_threads: 2,
-            pin_threads: false,
-            net_latency_ns: latency_ns,
-        };
-        inproc::run(&cfg, memory, &handlers, &|core| {
-            vec![body(Endpoint::new(core.clone(), TaskId(0)))]
-        })
-        .unwrap_or_else(|p| panic!("{p}"))
-    }
-
-    #[test]
-    fn fabric_verbs_reach_remote_memory_and_rpcs_run_on_the_target_2_nodes() {
-        let cas_wins = Arc::new(AtomicU64::new(0));
-        let wins = cas_wins.clone();
-        let reports = cluster(2, [0; crate::VerbKind::COUNT], &move |ep| {
-            let wins = wins.clone();
-            Box::pin(async move {
-                let me = ep.node().0;
-                let peer = NodeId(1 - me);
-                let p = RemotePtr::new(peer, RegionId(0), 8);
-                // One doorbell: WRITE, READ back, FETCH_ADD, RPC; results in posting order.
-                let mut d = ep.doorbell();
-                d.write(p.add(me as u32 * 2), Words::from_slice(&[7, 8]));
-                d.read(p.add(me as u32 * 2), 2);
-                d.fetch_add(p.add(10), 1);
-                d.rpc(peer, vec![10, 20]);
-                let r = d.submit().await;
-                assert_eq!(r.read(1).as_slice(), &[7, 8]);
-                assert!(r.fetch_add(2) <= 1);
-                assert_eq!(r.rpc(3), &[10 + 1 + peer.0 as u8, 20]);
-                // Both nodes race for one word of node 0: exactly one CAS wins.
-                let target = RemotePtr::new(NodeId(0), RegionId(0), 0);
-                if ep.cas(target, 0, me as u64 + 1).await == 0 {
-                    wins.fetch_add(1, Ordering::SeqCst);
-                }
-            })
-        });
-        assert_eq!(cas_wins.load(Ordering::SeqCst), 1);
-        let n0 = &reports[0].counters;
-        // Node 0's CAS on its own memory is local; node 1's crosses the fabric.
-        assert_eq!(n0.local_ops[crate::VerbKind::Cas as usize], 1);
-        assert_eq!(
-            reports[1].counters.remote_ops[crate::VerbKind::Cas as usize],
-            1
-        );
-        assert_eq!(n0.remote_ops[crate::VerbKind::Rpc as usize], 1);
-        assert_eq!(n0.rpcs_served, 1);
-        assert_eq!(n0.remote_ops[crate::VerbKind::Write as usize], 1);
-        assert_eq!(n0.remote_bytes[crate::VerbKind::Write as usize], 16);
-        assert_eq!(n0.doorbells, 1);
-        assert_eq!(n0.round_trips, 1, "the local CAS is not a round trip");
-    }
-
-    #[test]
-    fn fabric_injected_latency_delays_remote_completions_but_not_local_ones() {
-        // Large enough that a preempted local read on a busy machine stays below it.
-        const LATENCY_NS: u64 = 5_000_000;
-        cluster(2, [LATENCY_NS; crate::VerbKind::COUNT], &|ep| {
-            Box::pin(async move {
-                let peer = NodeId(1 - ep.node().0);
-                let t0 = ep.now_ns();
-                ep.read(RemotePtr::new(ep.node(), RegionId(0), 0), 1).await;
-                let local_ns = ep.now_ns() - t0;
-                let t1 = ep.now_ns();
-                ep.read(RemotePtr::new(peer, RegionId(0), 0), 1).await;
-                let remote_ns = ep.now_ns() - t1;
-                let t2 = ep.now_ns();
-                ep.rpc(peer, vec![1]).await;
-                let rpc_ns = ep.now_ns() - t2;
-                assert!(local_ns < LATENCY_NS, "local read took {local_ns} ns");
-                assert!(remote_ns >= LATENCY_NS, "remote read took {remote_ns} ns");
-                assert!(rpc_ns >= LATENCY_NS, "rpc took {rpc_ns} ns");
-            })
-        });
-    }
-
-    #[test]
-    fn fabric_a_panicking_worker_stops_the_others_and_the_run_returns_its_message() {
-        // Node 1's co-routine waits for node 0's, which panics instead: without stopping,
-        // node 1 would wait (and the run spin) forever.
-        const RUN_S_MAX: u64 = 60;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let memory: crate::ClusterMemory = (0..2)
-                .map(|n| Arc::new(NodeMemory::new(NodeId(n), &[64])))
-                .collect::<Vec<_>>()
-                .into();
-            let handlers: Vec<Arc<dyn RpcHandler>> = (0..2)
-                .map(|_| Arc::new(Echo) as Arc<dyn RpcHandler>)
-                .collect();
-            let cfg = InprocConfig {
-                nodes: 2,
-                threads_per_node: 1,
-                os_threads: 2,
-                pin_threads: false,
-                net_latency_ns: [0; crate::VerbKind::COUNT],
-            };
-            let r = inproc::run(&cfg, memory, &handlers, &|core| {
-                let ep = Endpoint::new(core.clone(), TaskId(0));
-                vec![Box::pin(async move {
-                    let flag = RemotePtr::new(NodeId(0), RegionId(0), 0);
-                    if ep.node() == NodeId(0) {
-                        ep.rpc(NodeId(1), vec![1]).await;
-                        panic!("injected failure after {} RPC", 1);
-                    }
-                    while ep.read(flag, 1).await.as_slice() != [1] {
-                        ep.yield_now().await;
-                    }
-                })]
-            });
-            let _ = tx.send(r.map(|_| ()));
-        });
-        let r = rx
-            .recv_timeout(std::time::Duration::from_secs(RUN_S_MAX))
-            .unwrap_or_else(|_| panic!("the run did not end within {RUN_S_MAX} s"));
-        let p = r.expect_err("a worker panicked, yet the run succeeded");
-        assert_eq!(
-            p.worker,
-            Some(crate::ids::WorkerId {
-                node: NodeId(0),
-                thread: 0
-            })
-        );
-        assert_eq!(p.message, "injected failure after 1 RPC");
-        assert!(p.to_string().contains("node 0, thread 0"), "{p}");
     }
 }

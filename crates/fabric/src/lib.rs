@@ -2,23 +2,23 @@
 //!
 //! Registered, word-addressed memory per node ([`memory`]); one-sided verbs and typed-RPC
 //! transport ([`verbs`]); doorbell batching, outstanding requests and co-routine scheduling
-//! ([`core`]); and backends: the in-process threaded cluster ([`inproc`]) and the
-//! deterministic simulator in virtual time ([`sim`]).
-//! Nothing above this crate names a backend except the bench driver that picks one.
+//! ([`core`]), with the [`Transport`] seam a backend implements. The backends live in their
+//! own crates (`atoll-fabric-inproc`: threads in one process; `atoll-fabric-sim`: the
+//! deterministic simulator in virtual time); only the bench driver depends on them.
 
 pub mod core;
 pub mod ids;
-pub mod inproc;
 pub mod memory;
 pub mod rng;
-pub mod sim;
 pub mod verbs;
 
 pub use crate::core::ReplyTo;
 pub use crate::core::{
-    panic_message, Completions, Coroutine, Doorbell, Endpoint, Executor, TaskId, Transport,
-    WorkerCore, WorkerPanic,
+    execute_local, panic_message, Completions, Coroutine, Doorbell, Endpoint, Executor, NodeSetup,
+    Posted, TaskId, Transport, WorkerCore, WorkerPanic,
 };
 pub use crate::ids::{NodeId, RegionId, RemotePtr, WorkerId};
-pub use crate::memory::{ClusterMemory, NodeMemory, Region};
-pub use crate::verbs::{Bytes, Completion, Handled, Op, RpcHandler, VerbCounters, VerbKind, Words};
+pub use crate::memory::{ClusterMemory, NodeDirectory, NodeMemory, Region, RegionKey};
+pub use crate::verbs::{
+    Bytes, Completion, FailureKind, Handled, Op, OpError, RpcHandler, VerbCounters, VerbKind, Words,
+};

@@ -94,19 +94,43 @@ impl Region {
     }
 }
 
+/// What a peer needs to address a registered region (an RDMA rkey): returned by
+/// registration, exchanged at start-up through the [`NodeDirectory`]. Backends that reach
+/// peers' memory in-process ignore it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RegionKey(pub u64);
+
+impl RegionKey {
+    /// The key this process's registration hands out: node and region, as a NIC that
+    /// numbers its registrations would (a real NIC chooses its own).
+    fn local(node: NodeId, region: RegionId) -> Self {
+        RegionKey((node.0 as u64) << 16 | region.0 as u64)
+    }
+}
+
 /// The registered regions of one node, fixed after start-up.
 pub struct NodeMemory {
     pub node: NodeId,
     regions: Vec<Region>,
+    keys: Vec<RegionKey>,
 }
 
 impl NodeMemory {
-    /// Registers regions of the given sizes (in words), numbered from 0.
+    /// Registers regions of the given sizes (in words), numbered from 0; their keys are in
+    /// [`NodeMemory::keys`].
     pub fn new(node: NodeId, region_words: &[usize]) -> Self {
         NodeMemory {
             node,
             regions: region_words.iter().map(|&n| Region::new(n)).collect(),
+            keys: (0..region_words.len())
+                .map(|r| RegionKey::local(node, RegionId(r as u16)))
+                .collect(),
         }
+    }
+
+    /// The keys of this node's regions, by region id: what its peers need to address them.
+    pub fn keys(&self) -> &[RegionKey] {
+        &self.keys
     }
 
     #[inline]
@@ -125,3 +149,45 @@ impl NodeMemory {
 /// Every node's memory, as the in-process and simulated fabrics hold it. A process-per-node
 /// backend holds only its own node's [`NodeMemory`].
 pub type ClusterMemory = Arc<[Arc<NodeMemory>]>;
+
+/// The address book each node's backend is built with: every node's region keys, gathered
+/// by the driver at start-up from what each node's registration returned (a process-per-node
+/// backend would add each node's network address).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeDirectory {
+    /// By node id: the keys of that node's regions, by region id.
+    region_keys: Vec<Vec<RegionKey>>,
+}
+
+impl NodeDirectory {
+    /// The directory of nodes `0..memories.len()`, from their registrations.
+    pub fn of(memories: &[Arc<NodeMemory>]) -> Self {
+        for (n, m) in memories.iter().enumerate() {
+            assert_eq!(
+                m.node.0 as usize, n,
+                "node {n} given the memory of node {}",
+                m.node.0
+            );
+        }
+        NodeDirectory {
+            region_keys: memories.iter().map(|m| m.keys().to_vec()).collect(),
+        }
+    }
+
+    pub fn nodes(&self) -> u16 {
+        self.region_keys.len() as u16
+    }
+
+    /// The key a peer uses to address `region` of `node`.
+    pub fn key(&self, node: NodeId, region: RegionId) -> RegionKey {
+        self.region_keys[node.0 as usize][region.0 as usize]
+    }
+
+    /// Whether `memory` is registered as the directory says (its node's keys).
+    pub fn lists(&self, memory: &NodeMemory) -> bool {
+        self.region_keys
+            .get(memory.node.0 as usize)
+            .map(|k| k.as_slice())
+            == Some(memory.keys())
+    }
+}

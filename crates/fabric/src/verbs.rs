@@ -83,10 +83,46 @@ pub enum Completion {
     Rpc(Bytes),
     /// A timer (simulated compute or a timed yield) expired.
     Timer,
+    /// The op did not complete: its target failed or could not be reached. Whether it took
+    /// effect at the target is unknown (a WRITE or CAS may have landed before the failure).
+    Failed(OpError),
 }
 
+/// How an op failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The backend knows the target is gone (its connection broke).
+    Unreachable,
+    /// No completion came within the backend's op timeout.
+    TimedOut,
+}
+
+impl FailureKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::Unreachable => "unreachable",
+            FailureKind::TimedOut => "timed out",
+        }
+    }
+}
+
+/// A failed op: the node it targeted and how it failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpError {
+    pub node: NodeId,
+    pub kind: FailureKind,
+}
+
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "an op to node {} {}", self.node.0, self.kind.name())
+    }
+}
+
+impl std::error::Error for OpError {}
+
 impl Completion {
-    /// The verb this completes; `None` for a timer.
+    /// The verb this completes; `None` for a timer or a failure (which moved no reply).
     pub fn kind(&self) -> Option<VerbKind> {
         match self {
             Completion::Read(_) => Some(VerbKind::Read),
@@ -94,7 +130,7 @@ impl Completion {
             Completion::Cas(_) => Some(VerbKind::Cas),
             Completion::FetchAdd(_) => Some(VerbKind::FetchAdd),
             Completion::Rpc(_) => Some(VerbKind::Rpc),
-            Completion::Timer => None,
+            Completion::Timer | Completion::Failed(_) => None,
         }
     }
 
@@ -104,7 +140,7 @@ impl Completion {
             Completion::Read(w) => w.len() as u64 * 8,
             Completion::Cas(_) | Completion::FetchAdd(_) => 8,
             Completion::Rpc(b) => b.len() as u64,
-            Completion::Write | Completion::Timer => 0,
+            Completion::Write | Completion::Timer | Completion::Failed(_) => 0,
         }
     }
 }

@@ -19,10 +19,12 @@ pub enum Abort {
     SlotOverflow,
     /// An insert found every record slot of its table on the owning node used.
     TableFull,
+    /// An op to a node failed (unreachable, timed out) before the attempt's log was written.
+    NodeFailed,
 }
 
 impl Abort {
-    pub const ALL: [Abort; 8] = [
+    pub const ALL: [Abort; 9] = [
         Abort::LockBusy,
         Abort::ValidationFailed,
         Abort::Conflict,
@@ -31,6 +33,7 @@ impl Abort {
         Abort::Duplicate,
         Abort::SlotOverflow,
         Abort::TableFull,
+        Abort::NodeFailed,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -48,14 +51,19 @@ impl Abort {
             Abort::Duplicate => "duplicate",
             Abort::SlotOverflow => "slot_overflow",
             Abort::TableFull => "table_full",
+            Abort::NodeFailed => "node_failed",
         }
     }
 
     /// Whether re-running the same transaction logic can succeed. A user abort is the
     /// transaction's own decision, so it is final; slots of a full table are never freed
-    /// (deleted slots are not reused), so it stays full.
+    /// (deleted slots are not reused), so it stays full; a failed node stays failed until
+    /// recovery (a later issue) brings it back.
     pub fn is_retryable(self) -> bool {
-        !matches!(self, Abort::UserAbort | Abort::NotFound | Abort::TableFull)
+        !matches!(
+            self,
+            Abort::UserAbort | Abort::NotFound | Abort::TableFull | Abort::NodeFailed
+        )
     }
 }
 

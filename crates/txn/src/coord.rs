@@ -4,7 +4,7 @@
 use crate::msg::NO_LOC;
 use crate::plan::{Plan, Stage};
 use crate::ts::{Timestamp, TsGen};
-use atoll_fabric::{Endpoint, NodeId, Words};
+use atoll_fabric::{Completions, Endpoint, NodeId, OpError, Words};
 use atoll_storage::layout::{
     payload_intact, ENGINE_PAYLOAD_WORDS, LOADER_TAG, P_TAG, VERSION_ABSENT,
 };
@@ -266,6 +266,12 @@ pub struct TxnCore<'c> {
     pub entries: Vec<Entry>,
     /// Nanoseconds spent per [`Stage`] in this attempt.
     pub stage_ns: [u64; Stage::COUNT],
+    /// Its log record was written (or, without backups, it passed the point where it would
+    /// have been): from here its outcome is decided, and an op that fails cannot abort it.
+    pub logged: bool,
+    /// The first op that failed after [`TxnCore::logged`]: the attempt's outcome needs
+    /// recovery (not built yet), so the driver stops the run naming the node.
+    pub failed_after_log: Option<OpError>,
 }
 
 impl<'c> TxnCore<'c> {
@@ -279,6 +285,32 @@ impl<'c> TxnCore<'c> {
             scans: Vec::new(),
             entries: Vec::with_capacity(ENTRIES_TYPICAL),
             stage_ns: [0; Stage::COUNT],
+            logged: false,
+            failed_after_log: None,
+        }
+    }
+
+    /// The abort of an attempt whose op failed at a wait. Before the log is written the
+    /// attempt simply aborts; after, its outcome is undecided, which is recorded for the
+    /// driver to stop the run.
+    pub fn op_failed(&mut self, e: OpError) -> crate::Abort {
+        if self.logged {
+            self.failed_after_log.get_or_insert(e);
+        }
+        crate::Abort::NodeFailed
+    }
+
+    /// The results of a stage that cannot abort (write back, release), or `None` if an op
+    /// failed. After the log that failure is recorded (the run stops). Before it (a release
+    /// while aborting) it is ignored: the failed node's locks went with it, the other ops
+    /// of the doorbell completed, and nothing of the attempt was installed.
+    pub fn unabortable(&mut self, r: Result<Completions, OpError>) -> Option<Completions> {
+        match r {
+            Ok(c) => Some(c),
+            Err(e) => {
+                let _ = self.op_failed(e);
+                None
+            }
         }
     }
 

@@ -85,6 +85,12 @@ impl<'c, P: Protocol> Txn<'c, P> {
     }
 
     /// Reads of payloads that failed their check word (torn, or another record's).
+    /// The first op that failed after this attempt's log was written: its outcome needs
+    /// recovery, so the driver stops the run naming the node.
+    pub fn failed_after_log(&self) -> Option<atoll_fabric::OpError> {
+        self.core.failed_after_log
+    }
+
     pub fn torn_reads(&self) -> usize {
         self.core.torn_reads()
     }
@@ -242,7 +248,8 @@ impl<'c, P: Protocol> Txn<'c, P> {
                 }
                 .to_bytes(),
             )
-            .await;
+            .await
+            .map_err(|e| self.core.op_failed(e))?;
         match Reply::decode(&reply) {
             Ok(Reply::Keys(ks)) => {
                 let live = |v: u64| v & VERSION_ABSENT == 0;

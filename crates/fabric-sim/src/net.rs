@@ -13,7 +13,7 @@
 //! same trip back. An RPC request is handed to B's worker, whose simulated core serves it
 //! between co-routines at `rpc_handler_ns` (+ per byte) of CPU time.
 
-use crate::verbs::VerbKind;
+use atoll_fabric::verbs::VerbKind;
 
 /// Parameters of the network, per node's NIC.
 #[derive(Clone, Debug, PartialEq)]

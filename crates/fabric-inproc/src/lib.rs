@@ -6,13 +6,14 @@
 //! work. Logical workers (node, thread) are spread over at most `os_threads` OS threads, so
 //! more nodes than cores work.
 
-use crate::core::{
-    panic_message, Delivery, Executor, ReplyTo, SlotId, Transport, WorkerCore, WorkerPanic,
+use atoll_fabric::core::{
+    execute_local, panic_message, Delivery, Executor, NodeSetup, Posted, ReplyTo, SlotId,
+    Transport, WorkerCore, WorkerPanic,
 };
-pub use crate::core::{Spawner, WorkerReport};
-use crate::ids::{NodeId, WorkerId};
-use crate::memory::ClusterMemory;
-use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbKind};
+pub use atoll_fabric::core::{Spawner, WorkerReport};
+use atoll_fabric::ids::{NodeId, WorkerId};
+use atoll_fabric::memory::{ClusterMemory, NodeDirectory, NodeMemory};
+use atoll_fabric::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbKind};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::collections::BinaryHeap;
@@ -114,7 +115,11 @@ impl Ord for Delayed {
 struct InprocTransport {
     shared: Arc<Shared>,
     me: u32,
+    node: NodeId,
     thread: u16,
+    /// This node's own memory and handler: own-node ops run on this CPU at once.
+    memory: Arc<NodeMemory>,
+    handler: Arc<dyn RpcHandler>,
     delayed: RefCell<BinaryHeap<Delayed>>,
     batch: RefCell<Vec<Msg>>,
 }
@@ -150,7 +155,18 @@ impl Transport for InprocTransport {
         self.shared.start.elapsed().as_nanos() as u64
     }
 
-    fn post(&self, slot: SlotId, index: u32, op: Op) -> Option<Completion> {
+    fn post(&self, slot: SlotId, index: u32, op: Op) -> Posted {
+        if op.node() == self.node {
+            // Threads of one process share coherent atomics: the CPU does it directly, as
+            // before any network. A held request's reply is never delayed (posted_ns 0).
+            let from = ReplyTo {
+                worker: self.me,
+                slot,
+                index,
+                posted_ns: 0,
+            };
+            return execute_local(&self.memory, self.handler.as_ref(), from, op);
+        }
         let now = if self.shared.latency_ns[op.kind() as usize] == 0 {
             0
         } else {
@@ -167,12 +183,15 @@ impl Transport for InprocTransport {
                     posted_ns: now,
                 };
                 self.shared.send(target, Msg::Request { from, node, req });
-                None
+                Posted::Pending
             }
             op => {
                 let node = op.node();
                 let c = execute_one_sided(&self.shared.memory[node.0 as usize], op);
-                self.delay(now, slot, index, c)
+                match self.delay(now, slot, index, c) {
+                    Some(c) => Posted::Done(c),
+                    None => Posted::Pending,
+                }
             }
         }
     }
@@ -257,11 +276,18 @@ impl Transport for InprocTransport {
 /// then returns the first panic's worker and message.
 pub fn run(
     cfg: &InprocConfig,
-    memory: ClusterMemory,
-    handlers: &[Arc<dyn RpcHandler>],
+    setups: &[NodeSetup],
+    directory: &NodeDirectory,
     spawn: &Spawner<'_>,
 ) -> Result<Vec<WorkerReport>, WorkerPanic> {
-    crate::core::assert_cluster_shape(cfg.nodes, &memory, handlers);
+    atoll_fabric::core::assert_cluster_shape(cfg.nodes, setups, directory);
+    // Peers' memory, reached in this process as a NIC reaches it by the directory's keys
+    // (which the in-process and simulated NICs need not check: they are the same memory).
+    let memory: ClusterMemory = setups
+        .iter()
+        .map(|s| s.memory.clone())
+        .collect::<Vec<_>>()
+        .into();
     let workers = cfg.workers();
     let os_threads = cfg.os_threads.clamp(1, workers.max(1));
     let shared = Arc::new(Shared {
@@ -315,18 +341,23 @@ pub fn run(
                                     thread: (w % cfg.threads_per_node as usize) as u16,
                                 };
                                 current.set(Some(id));
+                                let memory = shared.memory[id.node.0 as usize].clone();
+                                let handler = setups[id.node.0 as usize].handler.clone();
                                 let transport = InprocTransport {
                                     shared: shared.clone(),
                                     me: w as u32,
+                                    node: id.node,
                                     thread: id.thread,
+                                    memory: memory.clone(),
+                                    handler: handler.clone(),
                                     delayed: RefCell::new(BinaryHeap::new()),
                                     batch: RefCell::new(Vec::new()),
                                 };
                                 let core = WorkerCore::new(
                                     id,
                                     w as u32,
-                                    shared.memory[id.node.0 as usize].clone(),
-                                    handlers[id.node.0 as usize].clone(),
+                                    memory,
+                                    handler,
                                     Box::new(transport),
                                 );
                                 let tasks = spawn(&core);
@@ -378,4 +409,187 @@ pub fn run(
     let mut reports = reports.into_inner();
     reports.sort_by_key(|r| (r.id.node, r.id.thread));
     Ok(reports)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_fabric::ids::{RegionId, RemotePtr};
+    use atoll_fabric::memory::NodeMemory;
+    use atoll_fabric::{Coroutine, Endpoint, Handled, TaskId, Words};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Echoes the request back with its first byte incremented.
+    struct Echo;
+    impl RpcHandler for Echo {
+        fn handle(&self, node: NodeId, _from: ReplyTo, req: &[u8], reply: &mut Vec<u8>) -> Handled {
+            reply.extend_from_slice(req);
+            reply[0] = reply[0].wrapping_add(1 + node.0 as u8);
+            Handled::Replied
+        }
+    }
+
+    fn cluster(
+        nodes: u16,
+        latency_ns: [u64; atoll_fabric::VerbKind::COUNT],
+        body: &(dyn Fn(Endpoint) -> Coroutine + Sync),
+    ) -> Vec<WorkerReport> {
+        let memory: atoll_fabric::ClusterMemory = (0..nodes)
+            .map(|n| Arc::new(NodeMemory::new(NodeId(n), &[64])))
+            .collect::<Vec<_>>()
+            .into();
+        let handlers: Vec<Arc<dyn RpcHandler>> = (0..nodes)
+            .map(|_| Arc::new(Echo) as Arc<dyn RpcHandler>)
+            .collect();
+        let cfg = InprocConfig {
+            nodes,
+            threads_per_node: 1,
+            os_threads: 2,
+            pin_threads: false,
+            net_latency_ns: latency_ns,
+        };
+        run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &|core| vec![body(Endpoint::new(core.clone(), TaskId(0)))],
+        )
+        .unwrap_or_else(|p| panic!("{p}"))
+    }
+
+    #[test]
+    fn fabric_verbs_reach_remote_memory_and_rpcs_run_on_the_target_2_nodes() {
+        let cas_wins = Arc::new(AtomicU64::new(0));
+        let wins = cas_wins.clone();
+        let reports = cluster(2, [0; atoll_fabric::VerbKind::COUNT], &move |ep| {
+            let wins = wins.clone();
+            Box::pin(async move {
+                let me = ep.node().0;
+                let peer = NodeId(1 - me);
+                let p = RemotePtr::new(peer, RegionId(0), 8);
+                // One doorbell: WRITE, READ back, FETCH_ADD, RPC; results in posting order.
+                let mut d = ep.doorbell();
+                d.write(p.add(me as u32 * 2), Words::from_slice(&[7, 8]));
+                d.read(p.add(me as u32 * 2), 2);
+                d.fetch_add(p.add(10), 1);
+                d.rpc(peer, vec![10, 20]);
+                let r = d.submit().await.expect("no node fails in process");
+                assert_eq!(r.read(1).as_slice(), &[7, 8]);
+                assert!(r.fetch_add(2) <= 1);
+                assert_eq!(r.rpc(3), &[10 + 1 + peer.0 as u8, 20]);
+                // Both nodes race for one word of node 0: exactly one CAS wins.
+                let target = RemotePtr::new(NodeId(0), RegionId(0), 0);
+                if ep.cas(target, 0, me as u64 + 1).await == Ok(0) {
+                    wins.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        });
+        assert_eq!(cas_wins.load(Ordering::SeqCst), 1);
+        let n0 = &reports[0].counters;
+        // Node 0's CAS on its own memory is local; node 1's crosses the fabric.
+        assert_eq!(n0.local_ops[atoll_fabric::VerbKind::Cas as usize], 1);
+        assert_eq!(
+            reports[1].counters.remote_ops[atoll_fabric::VerbKind::Cas as usize],
+            1
+        );
+        assert_eq!(n0.remote_ops[atoll_fabric::VerbKind::Rpc as usize], 1);
+        assert_eq!(n0.rpcs_served, 1);
+        assert_eq!(n0.remote_ops[atoll_fabric::VerbKind::Write as usize], 1);
+        assert_eq!(n0.remote_bytes[atoll_fabric::VerbKind::Write as usize], 16);
+        assert_eq!(n0.doorbells, 1);
+        assert_eq!(n0.round_trips, 1, "the local CAS is not a round trip");
+    }
+
+    #[test]
+    fn fabric_injected_latency_delays_remote_completions_but_not_local_ones() {
+        // Large enough that a preempted local read on a busy machine stays below it.
+        const LATENCY_NS: u64 = 5_000_000;
+        cluster(2, [LATENCY_NS; atoll_fabric::VerbKind::COUNT], &|ep| {
+            Box::pin(async move {
+                let peer = NodeId(1 - ep.node().0);
+                let t0 = ep.now_ns();
+                ep.read(RemotePtr::new(ep.node(), RegionId(0), 0), 1)
+                    .await
+                    .expect("no node fails in process");
+                let local_ns = ep.now_ns() - t0;
+                let t1 = ep.now_ns();
+                ep.read(RemotePtr::new(peer, RegionId(0), 0), 1)
+                    .await
+                    .expect("no node fails in process");
+                let remote_ns = ep.now_ns() - t1;
+                let t2 = ep.now_ns();
+                ep.rpc(peer, vec![1])
+                    .await
+                    .expect("no node fails in process");
+                let rpc_ns = ep.now_ns() - t2;
+                assert!(local_ns < LATENCY_NS, "local read took {local_ns} ns");
+                assert!(remote_ns >= LATENCY_NS, "remote read took {remote_ns} ns");
+                assert!(rpc_ns >= LATENCY_NS, "rpc took {rpc_ns} ns");
+            })
+        });
+    }
+
+    #[test]
+    fn fabric_a_panicking_worker_stops_the_others_and_the_run_returns_its_message() {
+        // Node 1's co-routine waits for node 0's, which panics instead: without stopping,
+        // node 1 would wait (and the run spin) forever.
+        const RUN_S_MAX: u64 = 60;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let memory: atoll_fabric::ClusterMemory = (0..2)
+                .map(|n| Arc::new(NodeMemory::new(NodeId(n), &[64])))
+                .collect::<Vec<_>>()
+                .into();
+            let handlers: Vec<Arc<dyn RpcHandler>> = (0..2)
+                .map(|_| Arc::new(Echo) as Arc<dyn RpcHandler>)
+                .collect();
+            let cfg = InprocConfig {
+                nodes: 2,
+                threads_per_node: 1,
+                os_threads: 2,
+                pin_threads: false,
+                net_latency_ns: [0; atoll_fabric::VerbKind::COUNT],
+            };
+            let r = run(
+                &cfg,
+                &NodeSetup::zip(&memory, &handlers),
+                &NodeDirectory::of(&memory),
+                &|core| {
+                    let ep = Endpoint::new(core.clone(), TaskId(0));
+                    vec![Box::pin(async move {
+                        let flag = RemotePtr::new(NodeId(0), RegionId(0), 0);
+                        if ep.node() == NodeId(0) {
+                            ep.rpc(NodeId(1), vec![1])
+                                .await
+                                .expect("no node fails in process");
+                            panic!("injected failure after {} RPC", 1);
+                        }
+                        while ep
+                            .read(flag, 1)
+                            .await
+                            .expect("no node fails in process")
+                            .as_slice()
+                            != [1]
+                        {
+                            ep.yield_now().await;
+                        }
+                    })]
+                },
+            );
+            let _ = tx.send(r.map(|_| ()));
+        });
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(RUN_S_MAX))
+            .unwrap_or_else(|_| panic!("the run did not end within {RUN_S_MAX} s"));
+        let p = r.expect_err("a worker panicked, yet the run succeeded");
+        assert_eq!(
+            p.worker,
+            Some(atoll_fabric::ids::WorkerId {
+                node: NodeId(0),
+                thread: 0
+            })
+        );
+        assert_eq!(p.message, "injected failure after 1 RPC");
+        assert!(p.to_string().contains("node 0, thread 0"), "{p}");
+    }
 }

@@ -3,8 +3,8 @@
 //! for good), and torn verbs (a multi-word READ or WRITE done in steps that other verbs and
 //! CPU accesses interleave with, as RDMA promises no atomicity beyond a word).
 
-use crate::ids::NodeId;
-use crate::rng::Rng;
+use atoll_fabric::ids::NodeId;
+use atoll_fabric::rng::Rng;
 
 /// Stalls are drawn per thousand messages.
 const PERMILLE: u64 = 1000;
@@ -35,6 +35,11 @@ pub struct FaultConfig {
     pub stall_permille: u32,
     /// Longest such stall (seeded, uniform).
     pub stall_ns: u64,
+    /// A node that crashes for good, and when (virtual nanoseconds from the start).
+    pub crash: Option<(NodeId, u64)>,
+    /// How long an op to a crashed node waits before it fails as timed out; `None`:
+    /// [`crate::OP_TIMEOUT_NS_DEFAULT`].
+    pub op_timeout_ns: Option<u64>,
 }
 
 impl FaultConfig {
@@ -56,17 +61,30 @@ impl FaultConfig {
             // other co-routines to see a doorbell half done.
             stall_permille: 5,
             stall_ns: 20_000,
+            // Crashes end a run's figures: only asked for by name.
+            crash: None,
+            op_timeout_ns: None,
         }
     }
 
+    /// The op timeout of a run with these faults.
+    pub fn op_timeout_ns(&self) -> u64 {
+        self.op_timeout_ns.unwrap_or(crate::OP_TIMEOUT_NS_DEFAULT)
+    }
+
     pub fn is_none(&self) -> bool {
-        self.spikes == 0 && self.pauses == 0 && self.tear_words == 0 && self.stall_permille == 0
+        self.spikes == 0
+            && self.pauses == 0
+            && self.tear_words == 0
+            && self.stall_permille == 0
+            && self.crash.is_none()
     }
 
     /// Parses `none`, `some`, or
     /// `spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,
-    /// stall_permille=P,stall_us=T` (unnamed values as in `some`; `tear_words=0` turns
-    /// tearing off, `stall_permille=0` stalls).
+    /// stall_permille=P,stall_us=T,crash_node=C,crash_us=U,op_timeout_us=O` (unnamed values
+    /// as in `some`; `tear_words=0` turns tearing off, `stall_permille=0` stalls; a crash
+    /// needs `crash_node`, at `crash_us` or 0).
     pub fn parse(s: &str) -> Result<Self, String> {
         match s.trim() {
             "none" | "" => return Ok(FaultConfig::default()),
@@ -74,9 +92,11 @@ impl FaultConfig {
             _ => {}
         }
         let mut f = FaultConfig::some();
+        // `crash_us` may come before `crash_node`.
+        let mut crash_at_ns = None;
         for part in s.split(',') {
             let (k, v) = part.split_once('=').ok_or_else(|| {
-                format!("faults entry '{part}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,stall_permille=P,stall_us=T")
+                format!("faults entry '{part}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,stall_permille=P,stall_us=T,crash_node=C,crash_us=U,op_timeout_us=O")
             })?;
             let v: u64 = v
                 .trim()
@@ -107,12 +127,28 @@ impl FaultConfig {
                 }
                 "stall_permille" => f.stall_permille = at_most(PERMILLE, " per mille")? as u32,
                 "stall_us" => f.stall_ns = at_most(FAULT_DURATION_US_MAX, " microseconds")? * NS_PER_US,
+                "crash_node" => {
+                    let node = NodeId(at_most(u16::MAX as u64, "")? as u16);
+                    f.crash = Some((node, f.crash.map_or(0, |c| c.1)));
+                }
+                "crash_us" => {
+                    let at_ns = us()?;
+                    crash_at_ns = Some(at_ns);
+                }
+                "op_timeout_us" => f.op_timeout_ns = Some(us()?.max(1)),
                 other => {
                     return Err(format!(
-                        "unknown faults key '{other}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us, tear_words, tear_ns, stall_permille, stall_us"
+                        "unknown faults key '{other}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us, tear_words, tear_ns, stall_permille, stall_us, crash_node, crash_us, op_timeout_us"
                     ))
                 }
             }
+        }
+        match (&mut f.crash, crash_at_ns) {
+            (Some(c), Some(at_ns)) => c.1 = at_ns,
+            (None, Some(_)) => {
+                return Err("faults crash_us needs crash_node (the node that crashes)".into())
+            }
+            _ => {}
         }
         Ok(f)
     }
@@ -171,6 +207,9 @@ pub fn plan(cfg: &FaultConfig, nodes: u16, horizon_ns: u64, seed: u64) -> Vec<Fa
             stall_ns_max: cfg.stall_ns,
             seed: rng.next_u64(),
         });
+    }
+    if let Some((node, at_ns)) = cfg.crash {
+        out.push(Fault::Crash { node, at_ns });
     }
     if nodes < 2 || horizon_ns == 0 {
         return out;

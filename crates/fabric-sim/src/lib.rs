@@ -11,17 +11,20 @@
 pub mod faults;
 pub mod net;
 
-use crate::core::{
-    Delivery, Executor, ReplyTo, SlotId, Spawner, Transport, WorkerCore, WorkerReport,
+use atoll_fabric::core::{
+    execute_local, Delivery, Executor, NodeSetup, Posted, ReplyTo, SlotId, Spawner, Transport,
+    WorkerCore, WorkerReport,
 };
-use crate::ids::{NodeId, WorkerId};
-use crate::memory::ClusterMemory;
-use crate::verbs::{execute_one_sided, Completion, Op, RpcHandler, VerbKind, Words};
+use atoll_fabric::ids::{NodeId, WorkerId};
+use atoll_fabric::memory::{ClusterMemory, NodeDirectory, NodeMemory};
+use atoll_fabric::verbs::{
+    execute_one_sided, Completion, FailureKind, Op, OpError, RpcHandler, VerbKind, Words,
+};
 use faults::Fault;
 use net::{CpuProfile, NetProfile};
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -36,7 +39,14 @@ pub struct SimConfig {
     pub net: NetProfile,
     pub cpu: CpuProfile,
     pub faults: Vec<Fault>,
+    /// How long an op to a crashed node waits before it completes with
+    /// [`FailureKind::TimedOut`] (a NIC's retransmission timeout), from when it was posted.
+    pub op_timeout_ns: u64,
 }
+
+/// The op timeout when none is configured: 1 ms of virtual time, a few hundred round trips
+/// of the InfiniBand profiles yet short next to any measured run.
+pub const OP_TIMEOUT_NS_DEFAULT: u64 = 1_000_000;
 
 /// What a simulated run returns.
 pub struct SimReport {
@@ -44,7 +54,7 @@ pub struct SimReport {
     /// Virtual time when the last co-routine finished.
     pub virtual_ns: u64,
     pub events: u64,
-    /// Co-routines that never finished (waiting on a crashed node).
+    /// Co-routines that never finished (those of a crashed node).
     pub unfinished: usize,
     /// Nodes that crashed, and when.
     pub crashed: Vec<(NodeId, u64)>,
@@ -66,6 +76,8 @@ enum Ev {
         slot: SlotId,
         index: u32,
         op: Op,
+        /// When the source posted it, in its clock: its timeout counts from here.
+        posted_ns: u64,
         cpu_reserved: bool,
     },
     Crash {
@@ -77,6 +89,7 @@ enum Ev {
         slot: SlotId,
         index: u32,
         op: Op,
+        posted_ns: u64,
         at_word: u32,
         /// What a READ has gathered so far.
         buf: Words,
@@ -100,7 +113,7 @@ const PERMILLE: u64 = 1000;
 struct Tear {
     chunk_words: u32,
     stall_ns_max: u64,
-    rng: crate::rng::Rng,
+    rng: atoll_fabric::rng::Rng,
 }
 
 /// A one-sided verb at its target: who posted it and where its completion goes.
@@ -109,6 +122,7 @@ struct Verb {
     slot: SlotId,
     index: u32,
     op: Op,
+    posted_ns: u64,
 }
 
 struct Queued {
@@ -149,6 +163,10 @@ struct NodeState {
     rx_free_ns: u64,
     pauses: Vec<(u64, u64)>,
     crashed_at: Option<u64>,
+    /// Requests from other nodes this node received and has not answered yet, by
+    /// (requesting worker, slot, op index), with when they were posted: if it crashes,
+    /// each fails at its requester after the op timeout. Ordered, so a crash replays.
+    serving: BTreeMap<(u32, u32, u32), u64>,
 }
 
 struct World {
@@ -166,7 +184,7 @@ struct World {
     qp_penalty_ns: u64,
     tear: Option<Tear>,
     /// Link stalls: (per mille, longest, draws).
-    stall: Option<(u32, u64, crate::rng::Rng)>,
+    stall: Option<(u32, u64, atoll_fabric::rng::Rng)>,
     /// Per (from, to) link: a torn verb is under way, and the verbs that arrived behind it
     /// (a link executes its verbs in order, as an RC queue pair).
     link_busy: Vec<bool>,
@@ -188,6 +206,7 @@ impl World {
             slot,
             index,
             op,
+            posted_ns,
         } = verb;
         let target = op.node();
         let src_node = self.node_of(src);
@@ -211,6 +230,7 @@ impl World {
                     slot,
                     index,
                     op,
+                    posted_ns,
                     at_word: 0,
                     buf,
                 },
@@ -232,6 +252,65 @@ impl World {
             },
         );
         false
+    }
+
+    /// Completes op `index` of `src`'s doorbell `slot` with a timeout: `node` failed before
+    /// answering it. It fails `op_timeout_ns` after it was posted, or now if that has passed.
+    fn fail_later(&mut self, src: u32, slot: SlotId, index: u32, node: NodeId, posted_ns: u64) {
+        let at = (posted_ns + self.cfg.op_timeout_ns).max(self.now_ns);
+        let completion = Completion::Failed(OpError {
+            node,
+            kind: FailureKind::TimedOut,
+        });
+        self.push(
+            at,
+            Ev::Arrive {
+                w: src,
+                delivery: Delivery::Completion {
+                    slot,
+                    index,
+                    completion,
+                },
+            },
+        );
+    }
+
+    /// An event reached a crashed node: it never happens, and an op it carried fails at its
+    /// source after the timeout (with the verbs queued behind it on its link, if it tore).
+    fn drop_at_crashed(&mut self, ev: Ev) {
+        match ev {
+            Ev::Arrive {
+                delivery: Delivery::Request { from, node, .. },
+                ..
+            } => self.fail_later(from.worker, from.slot, from.index, node, from.posted_ns),
+            Ev::Exec {
+                src,
+                slot,
+                index,
+                op,
+                posted_ns,
+                ..
+            } => self.fail_later(src, slot, index, op.node(), posted_ns),
+            Ev::Step {
+                src,
+                slot,
+                index,
+                op,
+                posted_ns,
+                ..
+            } => {
+                let target = op.node();
+                self.fail_later(src, slot, index, target, posted_ns);
+                let link = self.link(self.node_of(src), target);
+                self.link_busy[link] = false;
+                while let Some(v) = self.link_waiting[link].pop_front() {
+                    let node = v.op.node();
+                    self.fail_later(v.src, v.slot, v.index, node, v.posted_ns);
+                }
+            }
+            // Its own workers stop; completions for them are moot.
+            Ev::Run { .. } | Ev::Arrive { .. } | Ev::Crash { .. } => {}
+        }
     }
 
     fn push(&mut self, at_ns: u64, ev: Ev) {
@@ -318,6 +397,9 @@ struct SimTransport {
     w: u32,
     node: NodeId,
     thread: u16,
+    /// This node's own memory and handler: own-node ops run on its CPU at once.
+    memory: Arc<NodeMemory>,
+    handler: Arc<dyn RpcHandler>,
 }
 
 impl Transport for SimTransport {
@@ -325,7 +407,23 @@ impl Transport for SimTransport {
         self.world.borrow().workers[self.w as usize].clock_ns
     }
 
-    fn post(&self, slot: SlotId, index: u32, op: Op) -> Option<Completion> {
+    fn post(&self, slot: SlotId, index: u32, op: Op) -> Posted {
+        if op.node() == self.node {
+            // A simulated node's NIC is coherent with its CPU: the CPU accesses its own
+            // memory (or calls its own handler) at once, at the cost of a local access. A
+            // held request's reply is never delayed (posted_ns 0).
+            {
+                let mut wd = self.world.borrow_mut();
+                wd.workers[self.w as usize].clock_ns += wd.cfg.cpu.local_op_ns;
+            }
+            let from = ReplyTo {
+                worker: self.w,
+                slot,
+                index,
+                posted_ns: 0,
+            };
+            return execute_local(&self.memory, self.handler.as_ref(), from, op);
+        }
         let mut wd = self.world.borrow_mut();
         wd.workers[self.w as usize].clock_ns += wd.cfg.cpu.post_ns;
         let t = wd.workers[self.w as usize].clock_ns;
@@ -356,11 +454,12 @@ impl Transport for SimTransport {
                     slot,
                     index,
                     op,
+                    posted_ns: t,
                     cpu_reserved: false,
                 },
             ),
         }
-        None
+        Posted::Pending
     }
 
     fn post_timer(&self, slot: SlotId, delay_ns: u64) {
@@ -386,11 +485,6 @@ impl Transport for SimTransport {
         true
     }
 
-    fn on_local_op(&self) {
-        let mut wd = self.world.borrow_mut();
-        wd.workers[self.w as usize].clock_ns += wd.cfg.cpu.local_op_ns;
-    }
-
     fn on_switch(&self) {
         let mut wd = self.world.borrow_mut();
         wd.workers[self.w as usize].clock_ns += wd.cfg.cpu.switch_ns;
@@ -411,6 +505,10 @@ impl Transport for SimTransport {
 
     fn reply(&self, to: ReplyTo, reply: Vec<u8>) {
         let mut wd = self.world.borrow_mut();
+        let node = self.node.0 as usize;
+        wd.nodes[node]
+            .serving
+            .remove(&(to.worker, to.slot.0, to.index));
         let cpu = wd.cfg.cpu.clone();
         let handler_ns =
             cpu.rpc_handler_ns + (reply.len() as f64 * cpu.rpc_handler_ns_per_byte) as u64;
@@ -442,11 +540,18 @@ impl Transport for SimTransport {
 /// happen). `handlers[n]` serves node `n`'s RPCs.
 pub fn run(
     cfg: &SimConfig,
-    memory: ClusterMemory,
-    handlers: &[Arc<dyn RpcHandler>],
+    setups: &[NodeSetup],
+    directory: &NodeDirectory,
     spawn: &Spawner<'_>,
 ) -> SimReport {
-    crate::core::assert_cluster_shape(cfg.nodes, &memory, handlers);
+    atoll_fabric::core::assert_cluster_shape(cfg.nodes, setups, directory);
+    // Peers' memory, reached in this process as a NIC reaches it by the directory's keys
+    // (which the in-process and simulated NICs need not check: they are the same memory).
+    let memory: ClusterMemory = setups
+        .iter()
+        .map(|s| s.memory.clone())
+        .collect::<Vec<_>>()
+        .into();
     let workers = cfg.nodes as usize * cfg.threads_per_node as usize;
     let peers = (cfg.nodes as u32 - 1) * cfg.threads_per_node as u32;
     let mut nodes: Vec<NodeState> = (0..cfg.nodes).map(|_| NodeState::default()).collect();
@@ -477,14 +582,14 @@ pub fn run(
                 tear = Some(Tear {
                     chunk_words: chunk_words.max(1),
                     stall_ns_max,
-                    rng: crate::rng::Rng::new(seed),
+                    rng: atoll_fabric::rng::Rng::new(seed),
                 })
             }
             Fault::Stall {
                 permille,
                 stall_ns_max,
                 seed,
-            } => stall = Some((permille, stall_ns_max, crate::rng::Rng::new(seed))),
+            } => stall = Some((permille, stall_ns_max, atoll_fabric::rng::Rng::new(seed))),
         }
     }
     let world = Rc::new(RefCell::new(World {
@@ -515,19 +620,17 @@ pub fn run(
                 node: NodeId((w / cfg.threads_per_node as usize) as u16),
                 thread: (w % cfg.threads_per_node as usize) as u16,
             };
+            let own = memory[id.node.0 as usize].clone();
+            let handler = setups[id.node.0 as usize].handler.clone();
             let transport = SimTransport {
                 world: world.clone(),
                 w: w as u32,
                 node: id.node,
                 thread: id.thread,
+                memory: own.clone(),
+                handler: handler.clone(),
             };
-            let core = WorkerCore::new(
-                id,
-                w as u32,
-                memory[id.node.0 as usize].clone(),
-                handlers[id.node.0 as usize].clone(),
-                Box::new(transport),
-            );
+            let core = WorkerCore::new(id, w as u32, own, handler, Box::new(transport));
             let tasks = spawn(&core);
             Executor::new(core, tasks)
         })
@@ -549,6 +652,7 @@ pub fn run(
         wd.events += 1;
         if let Some(node) = q.ev.node(cfg.threads_per_node) {
             if wd.nodes[node.0 as usize].crashed_at.is_some() {
+                wd.drop_at_crashed(q.ev);
                 continue;
             }
             if let Some(resume) = wd.paused_until(node, q.at_ns) {
@@ -566,8 +670,24 @@ pub fn run(
             Ev::Crash { node } => {
                 wd.nodes[node.0 as usize].crashed_at = Some(q.at_ns);
                 crashed.push((node, q.at_ns));
+                // Requests it received and never answered (queued, or held by its handler)
+                // fail at their requesters; its own co-routines stop where they are.
+                let serving = std::mem::take(&mut wd.nodes[node.0 as usize].serving);
+                for ((w, slot, index), posted_ns) in serving {
+                    wd.fail_later(w, SlotId(slot), index, node, posted_ns);
+                }
+                let t = cfg.threads_per_node as usize;
+                for w in node.0 as usize * t..(node.0 as usize + 1) * t {
+                    wd.workers[w].inbox.clear();
+                }
             }
             Ev::Arrive { w, delivery } => {
+                if let Delivery::Request { from, .. } = &delivery {
+                    let node = wd.node_of(w).0 as usize;
+                    wd.nodes[node]
+                        .serving
+                        .insert((from.worker, from.slot.0, from.index), from.posted_ns);
+                }
                 wd.workers[w as usize].inbox.push_back(delivery);
                 let now = wd.now_ns;
                 wd.schedule_run(w, now);
@@ -577,6 +697,7 @@ pub fn run(
                 slot,
                 index,
                 op,
+                posted_ns,
                 cpu_reserved,
             } => {
                 let target = op.node();
@@ -593,6 +714,7 @@ pub fn run(
                             slot,
                             index,
                             op,
+                            posted_ns,
                             cpu_reserved: true,
                         },
                     );
@@ -604,6 +726,7 @@ pub fn run(
                     slot,
                     index,
                     op,
+                    posted_ns,
                 };
                 if wd.link_busy[link] {
                     // Behind a torn verb on the same link: runs when it is done.
@@ -617,6 +740,7 @@ pub fn run(
                 slot,
                 index,
                 op,
+                posted_ns,
                 at_word,
                 mut buf,
             } => {
@@ -654,6 +778,7 @@ pub fn run(
                             slot,
                             index,
                             op,
+                            posted_ns,
                             at_word: end,
                             buf,
                         },
@@ -733,9 +858,9 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{Coroutine, Endpoint, TaskId};
-    use crate::ids::{RegionId, RemotePtr};
-    use crate::memory::NodeMemory;
+    use atoll_fabric::core::{Coroutine, Endpoint, TaskId};
+    use atoll_fabric::ids::{RegionId, RemotePtr};
+    use atoll_fabric::memory::NodeMemory;
     use std::sync::Mutex;
 
     struct Echo;
@@ -746,9 +871,9 @@ mod tests {
             _from: ReplyTo,
             req: &[u8],
             reply: &mut Vec<u8>,
-        ) -> crate::Handled {
+        ) -> atoll_fabric::Handled {
             reply.extend_from_slice(req);
-            crate::Handled::Replied
+            atoll_fabric::Handled::Replied
         }
     }
 
@@ -794,16 +919,22 @@ mod tests {
             net: profile(),
             cpu: cpu(),
             faults,
+            op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
         };
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();
-        let report = run(&cfg, memory, &handlers, &move |core| {
-            if core.id.node == NodeId(0) {
-                vec![body(Endpoint::new(core.clone(), TaskId(0)), o.clone())]
-            } else {
-                Vec::new()
-            }
-        });
+        let report = run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &move |core| {
+                if core.id.node == NodeId(0) {
+                    vec![body(Endpoint::new(core.clone(), TaskId(0)), o.clone())]
+                } else {
+                    Vec::new()
+                }
+            },
+        );
         let v = out.lock().unwrap().clone();
         (v, report)
     }
@@ -830,30 +961,36 @@ mod tests {
             },
             cpu: cpu(),
             faults,
+            op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
         };
         let mixed = Arc::new(Mutex::new(0usize));
         let m = mixed.clone();
-        run(&cfg, memory.clone(), &handlers, &move |core| {
-            let ep = Endpoint::new(core.clone(), TaskId(0));
-            let m = m.clone();
-            let task: Coroutine = match core.id.node.0 {
-                0 => Box::pin(async move {
-                    let mut d = ep.doorbell();
-                    d.write(REMOTE, Words::from_elem(7, WORDS as usize));
-                    d.submit().await;
-                }),
-                2 => Box::pin(async move {
-                    for _ in 0..200 {
-                        let w = ep.read(REMOTE, WORDS).await;
-                        if w.iter().any(|x| *x == 0) && w.iter().any(|x| *x == 7) {
-                            *m.lock().unwrap() += 1;
+        run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &move |core| {
+                let ep = Endpoint::new(core.clone(), TaskId(0));
+                let m = m.clone();
+                let task: Coroutine = match core.id.node.0 {
+                    0 => Box::pin(async move {
+                        let mut d = ep.doorbell();
+                        d.write(REMOTE, Words::from_elem(7, WORDS as usize));
+                        d.submit().await.expect("no node crashed");
+                    }),
+                    2 => Box::pin(async move {
+                        for _ in 0..200 {
+                            let w = ep.read(REMOTE, WORDS).await.expect("no node crashed");
+                            if w.iter().any(|x| *x == 0) && w.iter().any(|x| *x == 7) {
+                                *m.lock().unwrap() += 1;
+                            }
                         }
-                    }
-                }),
-                _ => return Vec::new(),
-            };
-            vec![task]
-        });
+                    }),
+                    _ => return Vec::new(),
+                };
+                vec![task]
+            },
+        );
         let mut end = vec![0; WORDS as usize];
         memory[1].region(RegionId(0)).read_into(0, &mut end);
         let n = *mixed.lock().unwrap();
@@ -894,8 +1031,8 @@ mod tests {
                 let mut d = ep.doorbell();
                 d.write(REMOTE, Words::from_elem(3, 8));
                 d.write(REMOTE, Words::from_elem(4, 1));
-                d.submit().await;
-                let w = ep.read(REMOTE, 8).await;
+                d.submit().await.expect("no node crashed");
+                let w = ep.read(REMOTE, 8).await.expect("no node crashed");
                 out.lock().unwrap().extend(w.iter().copied());
             })
         });
@@ -936,34 +1073,40 @@ mod tests {
             },
             cpu: cpu(),
             faults,
+            op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
         };
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();
-        run(&cfg, memory, &handlers, &move |core| {
-            if core.id.node != NodeId(0) {
-                return Vec::new();
-            }
-            (0..TASKS)
-                .map(|k| {
-                    let ep = Endpoint::new(core.clone(), TaskId(k));
-                    let o = o.clone();
-                    let at = REMOTE.add(k * 16);
-                    Box::pin(async move {
-                        for v in 0..ROUNDS {
-                            let mut d = ep.doorbell();
-                            // Torn, 1 word, torn, 1 word (an MVCC install's shape).
-                            d.write(at, Words::from_elem(2 * v + 1, 8));
-                            d.write(at, Words::from_elem(2 * v + 1, 1));
-                            d.write(at.add(8), Words::from_elem(2 * v + 1, 8));
-                            d.write(at, Words::from_elem(2 * v + 2, 1));
-                            d.submit().await;
-                            let w = ep.read(at, 1).await;
-                            o.lock().unwrap().push((2 * v + 2, w[0]));
-                        }
-                    }) as Coroutine
-                })
-                .collect()
-        });
+        run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &move |core| {
+                if core.id.node != NodeId(0) {
+                    return Vec::new();
+                }
+                (0..TASKS)
+                    .map(|k| {
+                        let ep = Endpoint::new(core.clone(), TaskId(k));
+                        let o = o.clone();
+                        let at = REMOTE.add(k * 16);
+                        Box::pin(async move {
+                            for v in 0..ROUNDS {
+                                let mut d = ep.doorbell();
+                                // Torn, 1 word, torn, 1 word (an MVCC install's shape).
+                                d.write(at, Words::from_elem(2 * v + 1, 8));
+                                d.write(at, Words::from_elem(2 * v + 1, 1));
+                                d.write(at.add(8), Words::from_elem(2 * v + 1, 8));
+                                d.write(at, Words::from_elem(2 * v + 2, 1));
+                                d.submit().await.expect("no node crashed");
+                                let w = ep.read(at, 1).await.expect("no node crashed");
+                                o.lock().unwrap().push((2 * v + 2, w[0]));
+                            }
+                        }) as Coroutine
+                    })
+                    .collect()
+            },
+        );
         let v = out.lock().unwrap().clone();
         v
     }
@@ -986,9 +1129,11 @@ mod tests {
         let (t, _) = sim(Vec::new(), |ep, out| {
             Box::pin(async move {
                 let t0 = ep.now_ns();
-                ep.read(REMOTE, 1).await;
+                ep.read(REMOTE, 1).await.expect("no node crashed");
                 let t1 = ep.now_ns();
-                ep.rpc(NodeId(1), vec![0; 8]).await;
+                ep.rpc(NodeId(1), vec![0; 8])
+                    .await
+                    .expect("no node crashed");
                 let t2 = ep.now_ns();
                 out.lock().unwrap().extend([t1 - t0, t2 - t1]);
             })
@@ -1008,7 +1153,7 @@ mod tests {
                 for i in 0..10 {
                     d.read(REMOTE.add(i), 1);
                 }
-                d.submit().await;
+                d.submit().await.expect("no node crashed");
                 out.lock().unwrap().push(ep.now_ns() - t0);
             })
         });
@@ -1027,7 +1172,7 @@ mod tests {
         };
         let (t, _) = sim(vec![spike], |ep, out| {
             Box::pin(async move {
-                ep.read(REMOTE, 1).await;
+                ep.read(REMOTE, 1).await.expect("no node crashed");
                 out.lock().unwrap().push(ep.now_ns());
             })
         });
@@ -1039,7 +1184,7 @@ mod tests {
         };
         let (t, _) = sim(vec![pause], |ep, out| {
             Box::pin(async move {
-                ep.read(REMOTE, 1).await;
+                ep.read(REMOTE, 1).await.expect("no node crashed");
                 out.lock().unwrap().push(ep.now_ns());
             })
         });
@@ -1061,10 +1206,10 @@ mod tests {
                 // Each WRITE stores its sequence number; a READ after all sees the last.
                 let mut d = ep.doorbell();
                 for i in 1..=8u64 {
-                    d.write(REMOTE, crate::Words::from_slice(&[i]));
+                    d.write(REMOTE, atoll_fabric::Words::from_slice(&[i]));
                 }
                 d.read(REMOTE, 1);
-                let r = d.submit().await;
+                let r = d.submit().await.expect("no node crashed");
                 out.lock().unwrap().extend([r.read(8)[0], ep.now_ns()]);
             })
         };
@@ -1076,21 +1221,64 @@ mod tests {
     }
 
     #[test]
-    fn sim_a_crashed_node_stops_and_the_run_reports_it() {
+    fn sim_an_op_to_a_crashed_node_completes_with_a_typed_failure_within_its_timeout() {
         let crash = Fault::Crash {
             node: NodeId(1),
             at_ns: 0,
         };
-        let (_, r) = sim(vec![crash], |ep, out| {
+        let (t, r) = sim(vec![crash], |ep, out| {
             Box::pin(async move {
-                ep.read(REMOTE, 1).await;
-                out.lock().unwrap().push(1);
+                let t0 = ep.now_ns();
+                let read = ep.read(REMOTE, 1).await;
+                let t1 = ep.now_ns();
+                let rpc = ep.rpc(NodeId(1), vec![0; 8]).await;
+                let t2 = ep.now_ns();
+                let failed = OpError {
+                    node: NodeId(1),
+                    kind: FailureKind::TimedOut,
+                };
+                assert_eq!(read.err(), Some(failed));
+                assert_eq!(rpc.err(), Some(failed));
+                out.lock().unwrap().extend([t1 - t0, t2 - t1]);
             })
         });
         assert_eq!(r.crashed, vec![(NodeId(1), 0)]);
         assert_eq!(
-            r.unfinished, 1,
-            "the read of a crashed node never completes"
+            r.unfinished, 0,
+            "node 0's co-routine got its failures and finished"
         );
+        for waited_ns in t {
+            assert!(
+                waited_ns <= OP_TIMEOUT_NS_DEFAULT + 1_000,
+                "failed after {waited_ns} ns, past the {OP_TIMEOUT_NS_DEFAULT} ns timeout"
+            );
+            assert!(
+                waited_ns >= OP_TIMEOUT_NS_DEFAULT,
+                "failed before the timeout"
+            );
+        }
+    }
+
+    #[test]
+    fn sim_a_request_held_or_queued_at_a_node_that_crashes_fails_at_its_requester() {
+        // Node 1 crashes while node 0's RPC is on its way: the request reaches node 1 (and is
+        // tracked as served) or is dropped on arrival; either way it fails, once.
+        let crash = Fault::Crash {
+            node: NodeId(1),
+            at_ns: 2_000,
+        };
+        let (t, r) = sim(vec![crash], |ep, out| {
+            Box::pin(async move {
+                let mut d = ep.doorbell();
+                for i in 0..4 {
+                    d.read(REMOTE.add(i), 1);
+                    d.rpc(NodeId(1), vec![i as u8]);
+                }
+                let failed = d.submit().await.is_err();
+                out.lock().unwrap().push(failed as u64);
+            })
+        });
+        assert_eq!(t, vec![1]);
+        assert_eq!(r.unfinished, 0);
     }
 }
