@@ -163,6 +163,104 @@ pub enum Reply {
     },
 }
 
+/// Declares a message tag enum: `#[repr(u8)]`, the list of every tag, their names, and a
+/// `TryFrom<u64>` whose error names every accepted tag. The encoder writes `tag as u64` and
+/// the decoder matches on `try_from`, so a tag's number is written once. Families use it for
+/// their own messages.
+#[macro_export]
+macro_rules! wire_tags {
+    ($(#[$m:meta])* $vis:vis enum $name:ident ($what:literal) {
+        $($(#[$vm:meta])* $v:ident = $n:literal,)+
+    }) => {
+        $(#[$m])*
+        #[repr(u8)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        $vis enum $name {
+            $($(#[$vm])* $v = $n,)+
+        }
+
+        impl $name {
+            /// Every tag, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$v,)+];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$v => stringify!($v),)+
+                }
+            }
+
+            /// The accepted tags as `number Name` pairs, for error messages.
+            pub fn accepted() -> String {
+                Self::ALL
+                    .iter()
+                    .map(|t| format!("{} {}", *t as u8, t.name()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        }
+
+        impl From<$name> for u8 {
+            fn from(t: $name) -> u8 {
+                t as u8
+            }
+        }
+
+        impl TryFrom<u64> for $name {
+            type Error = $crate::msg::DecodeError;
+            fn try_from(v: u64) -> Result<Self, Self::Error> {
+                Self::ALL
+                    .iter()
+                    .copied()
+                    .find(|t| *t as u64 == v)
+                    .ok_or_else(|| {
+                        $crate::msg::DecodeError(format!(
+                            "unknown {} tag {v} (accepted: {})",
+                            $what,
+                            Self::accepted()
+                        ))
+                    })
+            }
+        }
+    };
+}
+
+wire_tags! {
+    /// The first word of every encoded [`Request`].
+    pub enum RequestTag ("request") {
+        Read = 1,
+        Lock = 2,
+        Validate = 3,
+        Log = 4,
+        WriteBack = 5,
+        Release = 6,
+        Insert = 7,
+        Delete = 8,
+        Scan = 9,
+        LockWaitDie = 10,
+        Renew = 11,
+        MvccRead = 12,
+        UndoInsert = 13,
+    }
+}
+
+wire_tags! {
+    /// The first word of every encoded [`Reply`].
+    pub enum ReplyTag ("reply") {
+        Tuples = 1,
+        LockFailed = 2,
+        NotFound = 3,
+        Invalid = 4,
+        Ok = 5,
+        Inserted = 6,
+        Duplicate = 7,
+        Keys = 8,
+        BadRequest = 9,
+        MvccRefused = 10,
+        Deleted = 11,
+        Full = 12,
+    }
+}
+
 /// A malformed message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DecodeError(pub String);
@@ -181,6 +279,10 @@ impl Enc<'_> {
     #[inline]
     fn w(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    #[inline]
+    fn tag<T: Into<u8>>(&mut self, t: T) {
+        self.w(t.into() as u64);
     }
     fn words(&mut self, ws: &[u64]) {
         self.w(ws.len() as u64);
@@ -289,7 +391,7 @@ impl Request {
         let mut e = Enc(out);
         match self {
             Request::Read { items } => {
-                e.w(1);
+                e.tag(RequestTag::Read);
                 e.items(items);
             }
             Request::Lock {
@@ -298,14 +400,14 @@ impl Request {
                 freeze,
                 items,
             } => {
-                e.w(2);
+                e.tag(RequestTag::Lock);
                 e.w(*ts);
                 e.w(*want_data as u64);
                 e.w(*freeze as u64);
                 e.items(items);
             }
             Request::Validate { ts, items } => {
-                e.w(3);
+                e.tag(RequestTag::Validate);
                 e.w(*ts);
                 e.w(items.len() as u64);
                 for (t, loc, v) in items {
@@ -315,7 +417,7 @@ impl Request {
                 }
             }
             Request::Log { offset, words } => {
-                e.w(4);
+                e.tag(RequestTag::Log);
                 e.w(*offset as u64);
                 e.words(words);
             }
@@ -326,7 +428,7 @@ impl Request {
                 keep_old,
                 items,
             } => {
-                e.w(5);
+                e.tag(RequestTag::WriteBack);
                 e.w(*ts);
                 e.w(*release as u64);
                 e.w(*set_ts);
@@ -339,7 +441,7 @@ impl Request {
                 }
             }
             Request::Release { ts, items } => {
-                e.w(6);
+                e.tag(RequestTag::Release);
                 e.w(*ts);
                 e.w(items.len() as u64);
                 for (t, loc) in items {
@@ -348,12 +450,12 @@ impl Request {
                 }
             }
             Request::MvccRead { ctts, items } => {
-                e.w(12);
+                e.tag(RequestTag::MvccRead);
                 e.w(*ctts);
                 e.items(items);
             }
             Request::Renew { commit_ts, items } => {
-                e.w(11);
+                e.tag(RequestTag::Renew);
                 e.w(*commit_ts);
                 e.w(items.len() as u64);
                 for (t, loc, wts) in items {
@@ -368,7 +470,7 @@ impl Request {
                 counter,
                 items,
             } => {
-                e.w(10);
+                e.tag(RequestTag::LockWaitDie);
                 e.w(*ts);
                 e.w(*want_data as u64);
                 e.w(*counter as u64);
@@ -380,19 +482,19 @@ impl Request {
                 key,
                 payload,
             } => {
-                e.w(7);
+                e.tag(RequestTag::Insert);
                 e.w(*ts);
                 e.w(table.0 as u64);
                 e.w(*key);
                 e.words(payload);
             }
             Request::Delete { table, key } => {
-                e.w(8);
+                e.tag(RequestTag::Delete);
                 e.w(table.0 as u64);
                 e.w(*key);
             }
             Request::UndoInsert { ts, table, key } => {
-                e.w(13);
+                e.tag(RequestTag::UndoInsert);
                 e.w(*ts);
                 e.w(table.0 as u64);
                 e.w(*key);
@@ -404,7 +506,7 @@ impl Request {
                 limit,
                 reverse,
             } => {
-                e.w(9);
+                e.tag(RequestTag::Scan);
                 e.w(table.0 as u64);
                 e.w(*lo);
                 e.w(*hi);
@@ -422,9 +524,9 @@ impl Request {
 
     pub fn decode(b: &[u8]) -> Result<Request, DecodeError> {
         let mut d = Dec { b, what: "request" };
-        let r = match d.w()? {
-            1 => Request::Read { items: d.items()? },
-            2 => {
+        let r = match RequestTag::try_from(d.w()?)? {
+            RequestTag::Read => Request::Read { items: d.items()? },
+            RequestTag::Lock => {
                 let ts = d.w()?;
                 let want_data = d.bool()?;
                 let freeze = d.bool()?;
@@ -435,7 +537,7 @@ impl Request {
                     items: d.items()?,
                 }
             }
-            3 => {
+            RequestTag::Validate => {
                 let ts = d.w()?;
                 let n = d.len()?;
                 let items = (0..n)
@@ -443,11 +545,11 @@ impl Request {
                     .collect::<Result<_, DecodeError>>()?;
                 Request::Validate { ts, items }
             }
-            4 => Request::Log {
+            RequestTag::Log => Request::Log {
                 offset: d.u32()?,
                 words: d.words()?.to_vec(),
             },
-            5 => {
+            RequestTag::WriteBack => {
                 let ts = d.w()?;
                 let release = d.bool()?;
                 let set_ts = d.w()?;
@@ -464,14 +566,14 @@ impl Request {
                     items,
                 }
             }
-            12 => {
+            RequestTag::MvccRead => {
                 let ctts = d.w()?;
                 Request::MvccRead {
                     ctts,
                     items: d.items()?,
                 }
             }
-            11 => {
+            RequestTag::Renew => {
                 let commit_ts = d.w()?;
                 let n = d.len()?;
                 let items = (0..n)
@@ -479,7 +581,7 @@ impl Request {
                     .collect::<Result<_, DecodeError>>()?;
                 Request::Renew { commit_ts, items }
             }
-            6 => {
+            RequestTag::Release => {
                 let ts = d.w()?;
                 let n = d.len()?;
                 let items = (0..n)
@@ -487,7 +589,7 @@ impl Request {
                     .collect::<Result<_, DecodeError>>()?;
                 Request::Release { ts, items }
             }
-            10 => {
+            RequestTag::LockWaitDie => {
                 let ts = d.w()?;
                 let want_data = d.bool()?;
                 let counter = d.bool()?;
@@ -498,33 +600,28 @@ impl Request {
                     items: d.items()?,
                 }
             }
-            7 => Request::Insert {
+            RequestTag::Insert => Request::Insert {
                 ts: d.w()?,
                 table: d.table()?,
                 key: d.w()?,
                 payload: d.words()?,
             },
-            8 => Request::Delete {
+            RequestTag::Delete => Request::Delete {
                 table: d.table()?,
                 key: d.w()?,
             },
-            13 => Request::UndoInsert {
+            RequestTag::UndoInsert => Request::UndoInsert {
                 ts: d.w()?,
                 table: d.table()?,
                 key: d.w()?,
             },
-            9 => Request::Scan {
+            RequestTag::Scan => Request::Scan {
                 table: d.table()?,
                 lo: d.w()?,
                 hi: d.w()?,
                 limit: d.u32()?,
                 reverse: d.bool()?,
             },
-            t => {
-                return Err(DecodeError(format!(
-                    "unknown request tag {t} (accepted: 1-13)"
-                )))
-            }
         };
         d.done()?;
         Ok(r)
@@ -536,7 +633,7 @@ impl Reply {
         let mut e = Enc(out);
         match self {
             Reply::Tuples(ts) => {
-                e.w(1);
+                e.tag(ReplyTag::Tuples);
                 e.w(ts.len() as u64);
                 for t in ts {
                     match t {
@@ -554,38 +651,38 @@ impl Reply {
                 }
             }
             Reply::LockFailed { index, holder } => {
-                e.w(2);
+                e.tag(ReplyTag::LockFailed);
                 e.w(*index as u64);
                 e.w(*holder);
             }
             Reply::NotFound { index } => {
-                e.w(3);
+                e.tag(ReplyTag::NotFound);
                 e.w(*index as u64);
             }
             Reply::Invalid { index } => {
-                e.w(4);
+                e.tag(ReplyTag::Invalid);
                 e.w(*index as u64);
             }
-            Reply::Ok => e.w(5),
+            Reply::Ok => e.tag(ReplyTag::Ok),
             Reply::Inserted { loc, version } => {
-                e.w(6);
+                e.tag(ReplyTag::Inserted);
                 e.w(*loc as u64);
                 e.w(*version);
             }
             Reply::Deleted { version } => {
-                e.w(11);
+                e.tag(ReplyTag::Deleted);
                 e.w(*version);
             }
-            Reply::Duplicate => e.w(7),
-            Reply::BadRequest => e.w(9),
+            Reply::Duplicate => e.tag(ReplyTag::Duplicate),
+            Reply::BadRequest => e.tag(ReplyTag::BadRequest),
             Reply::MvccRefused { index, overflow } => {
-                e.w(10);
+                e.tag(ReplyTag::MvccRefused);
                 e.w(*index as u64);
                 e.w(*overflow as u64);
             }
-            Reply::Full => e.w(12),
+            Reply::Full => e.tag(ReplyTag::Full),
             Reply::Keys(ks) => {
-                e.w(8);
+                e.tag(ReplyTag::Keys);
                 e.w(ks.len() as u64);
                 for (k, loc, version) in ks {
                     e.w(*k);
@@ -598,8 +695,8 @@ impl Reply {
 
     pub fn decode(b: &[u8]) -> Result<Reply, DecodeError> {
         let mut d = Dec { b, what: "reply" };
-        let r = match d.w()? {
-            1 => {
+        let r = match ReplyTag::try_from(d.w()?)? {
+            ReplyTag::Tuples => {
                 let n = d.len()?;
                 let mut ts = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -617,19 +714,19 @@ impl Reply {
                 }
                 Reply::Tuples(ts)
             }
-            2 => Reply::LockFailed {
+            ReplyTag::LockFailed => Reply::LockFailed {
                 index: d.u32()?,
                 holder: d.w()?,
             },
-            3 => Reply::NotFound { index: d.u32()? },
-            4 => Reply::Invalid { index: d.u32()? },
-            5 => Reply::Ok,
-            6 => Reply::Inserted {
+            ReplyTag::NotFound => Reply::NotFound { index: d.u32()? },
+            ReplyTag::Invalid => Reply::Invalid { index: d.u32()? },
+            ReplyTag::Ok => Reply::Ok,
+            ReplyTag::Inserted => Reply::Inserted {
                 loc: d.u32()?,
                 version: d.w()?,
             },
-            7 => Reply::Duplicate,
-            8 => {
+            ReplyTag::Duplicate => Reply::Duplicate,
+            ReplyTag::Keys => {
                 let n = d.len()?;
                 Reply::Keys(
                     (0..n)
@@ -637,18 +734,13 @@ impl Reply {
                         .collect::<Result<_, DecodeError>>()?,
                 )
             }
-            9 => Reply::BadRequest,
-            10 => Reply::MvccRefused {
+            ReplyTag::BadRequest => Reply::BadRequest,
+            ReplyTag::MvccRefused => Reply::MvccRefused {
                 index: d.u32()?,
                 overflow: d.bool()?,
             },
-            11 => Reply::Deleted { version: d.w()? },
-            12 => Reply::Full,
-            t => {
-                return Err(DecodeError(format!(
-                    "unknown reply tag {t} (accepted: 1-12)"
-                )))
-            }
+            ReplyTag::Deleted => Reply::Deleted { version: d.w()? },
+            ReplyTag::Full => Reply::Full,
         };
         d.done()?;
         Ok(r)
@@ -768,7 +860,26 @@ mod tests {
         assert!(Reply::decode(&13u64.to_le_bytes())
             .unwrap_err()
             .0
-            .contains("unknown reply tag 13 (accepted: 1-12)"));
+            .contains("unknown reply tag 13 (accepted: 1 Tuples, 2 LockFailed, 3 NotFound,"));
+    }
+
+    #[test]
+    fn every_tag_decodes_to_itself_and_unknown_ones_name_the_accepted() {
+        for &t in RequestTag::ALL {
+            assert_eq!(RequestTag::try_from(t as u64), Ok(t));
+        }
+        for &t in ReplyTag::ALL {
+            assert_eq!(ReplyTag::try_from(t as u64), Ok(t));
+        }
+        let e = RequestTag::try_from(0).unwrap_err();
+        assert!(
+            e.0.contains("unknown request tag 0 (accepted: 1 Read, 2 Lock,"),
+            "{e}"
+        );
+        assert!(
+            e.0.ends_with(&format!("{})", RequestTag::accepted())),
+            "{e}"
+        );
     }
 
     #[test]
