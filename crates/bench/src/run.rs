@@ -230,7 +230,11 @@ fn run_with<W: Workload, P: Protocol>(
     let handlers: Vec<Arc<dyn RpcHandler>> = stores
         .iter()
         .map(|s| {
-            Arc::new(StoreHandler::new(s.clone(), catalog.extra_region(0))) as Arc<dyn RpcHandler>
+            Arc::new(StoreHandler::new(
+                s.clone(),
+                catalog.extra_region(0),
+                atoll_protocols::participants(),
+            )) as Arc<dyn RpcHandler>
         })
         .collect();
 

@@ -78,8 +78,11 @@ impl TestCluster {
             .stores
             .iter()
             .map(|s| {
-                Arc::new(StoreHandler::new(s.clone(), self.catalog.extra_region(0)))
-                    as Arc<dyn RpcHandler>
+                Arc::new(StoreHandler::new(
+                    s.clone(),
+                    self.catalog.extra_region(0),
+                    atoll_protocols::participants(),
+                )) as Arc<dyn RpcHandler>
             })
             .collect();
         let cfg = InprocConfig {

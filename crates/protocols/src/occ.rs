@@ -5,7 +5,7 @@
 //! Pipeline: fetch = read → lock (write set) → validate (read set) → log → write back
 //! (+ release) → release.
 
-use atoll_txn::stages;
+use atoll_txn::stages::{self, CommitOpts};
 use atoll_txn::{Abort, Access, Plan, PlanError, Protocol, Stage, TxnCore};
 
 pub struct Occ;
@@ -20,6 +20,7 @@ impl Protocol for Occ {
         Stage::Commit,
         Stage::Release,
     ];
+    type EntryState = ();
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
         // The lock stage always learns each record's location (RPC replies carry it), so a
@@ -55,7 +56,7 @@ impl Protocol for Occ {
         // Serialisation point passed: log, then make the writes visible.
         stages::log_and_apply(tx).await?;
         // Write back (+ release), then release what is left.
-        stages::commit_and_release(tx, 0, false).await;
+        stages::commit_and_release(tx, CommitOpts::plain()).await;
         Ok(())
     }
 

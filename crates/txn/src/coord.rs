@@ -10,6 +10,7 @@ use atoll_storage::layout::{
 };
 use atoll_storage::{Catalog, TableId};
 use std::collections::HashMap;
+use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
@@ -185,9 +186,28 @@ pub enum Access {
     Delete,
 }
 
-/// One record of the read or write set.
+/// A protocol family's per-record coordinator state, kept in each [`Entry`] beside the
+/// shared fields (SUNDIAL's lease, MVCC's version and record read at lock time). The shared
+/// stages tell it what they saw of the record's timestamps; the family's own stages set it
+/// directly. Families with none use `()`.
+pub trait EntryState: Default + Clone + fmt::Debug + 'static {
+    /// A lock or a participant's tuple showed the record's `WTS` and `RTS` (without
+    /// `RTS_FROZEN`); for a multi-version record locked one-sided, `record` is the whole
+    /// record as read.
+    fn saw(&mut self, _wts: u64, _rts: u64, _record: Option<&[u64]>) {}
+
+    /// This attempt froze the record's `RTS`, found at `rts` (without the flag).
+    fn froze(&mut self, _rts: u64) {}
+
+    /// This attempt's write-back set the record's `WTS` and `RTS` to `ts`.
+    fn installed(&mut self, _ts: u64) {}
+}
+
+impl EntryState for () {}
+
+/// One record of the read or write set, with its family's state `S`.
 #[derive(Clone, Debug)]
-pub struct Entry {
+pub struct Entry<S = ()> {
     pub table: TableId,
     pub key: u64,
     pub node: NodeId,
@@ -202,20 +222,17 @@ pub struct Entry {
     pub locked: bool,
     /// `write` was called: the payload is to be installed.
     pub dirty: bool,
-    /// Write and read timestamps seen (SUNDIAL's lease `[wts, rts]`; MVCC's versions).
-    pub wts: u64,
-    pub rts: u64,
     /// This transaction froze the record's `RTS` when it locked it.
     pub frozen: bool,
-    /// MVCC: the whole record (all kept versions) as read when it was locked one-sided.
-    pub before: Vec<u64>,
+    /// The protocol family's own state of this record.
+    pub state: S,
     /// What this transaction read: the version and the payload's own tag and check.
     pub observed: Option<Observed>,
     /// The version this transaction's write installed.
     pub installed: Option<u64>,
 }
 
-impl Entry {
+impl<S> Entry<S> {
     pub fn is_write(&self) -> bool {
         self.access != Access::Read
     }
@@ -255,20 +272,21 @@ pub struct Observed {
     pub intact: bool,
 }
 
-/// One attempt of a transaction: its timestamp, read and write sets and stage timings.
-pub struct TxnCore<'c> {
+/// One attempt of a transaction: its timestamp, read and write sets (each entry with its
+/// family's state `S`) and stage timings.
+pub struct TxnCore<'c, S = ()> {
     pub c: &'c mut Coordinator,
     pub ts: Timestamp,
     /// This attempt's tag, written into every payload it installs.
     pub tag: u64,
     /// Range scans done, with the keys and versions they returned.
     pub scans: Vec<ScanObs>,
-    pub entries: Vec<Entry>,
+    pub entries: Vec<Entry<S>>,
     /// Nanoseconds spent per [`Stage`] in this attempt.
     pub stage_ns: [u64; Stage::COUNT],
 }
 
-impl<'c> TxnCore<'c> {
+impl<'c, S: EntryState> TxnCore<'c, S> {
     pub fn begin(c: &'c mut Coordinator) -> Self {
         let ts = c.next_ts();
         let tag = c.next_tag();
@@ -305,10 +323,8 @@ impl<'c> TxnCore<'c> {
             dirty: false,
             observed: None,
             installed: None,
-            wts: 0,
-            rts: 0,
             frozen: false,
-            before: Vec::new(),
+            state: S::default(),
         });
         self.entries.len() - 1
     }
@@ -323,7 +339,7 @@ impl<'c> TxnCore<'c> {
     }
 
     /// Entry indices matching `f`.
-    pub fn select(&self, f: impl Fn(&Entry) -> bool) -> crate::Idxs {
+    pub fn select(&self, f: impl Fn(&Entry<S>) -> bool) -> crate::Idxs {
         (0..self.entries.len())
             .filter(|&i| f(&self.entries[i]))
             .collect()
@@ -372,7 +388,7 @@ pub enum HistOp {
     Scan(ScanObs),
 }
 
-impl TxnCore<'_> {
+impl<S> TxnCore<'_, S> {
     /// What this attempt read and installed, in entry order (reads before writes per key),
     /// then its scans.
     pub fn history_ops(&self) -> Vec<HistOp> {

@@ -9,7 +9,6 @@ pub mod abort;
 pub mod coord;
 pub mod handler;
 pub mod msg;
-pub mod mvcc;
 pub mod plan;
 pub mod stages;
 pub mod ts;
@@ -17,7 +16,8 @@ mod txn;
 
 pub use abort::Abort;
 pub use coord::{
-    Access, Coordinator, Entry, HistOp, Observed, ScanObs, TxnConfig, TxnCore, WriteKind,
+    Access, Coordinator, Entry, EntryState, HistOp, Observed, ScanObs, TxnConfig, TxnCore,
+    WriteKind,
 };
 pub use plan::{Plan, PlanError, Primitive, Stage};
 pub use ts::Timestamp;

@@ -4,6 +4,11 @@
 //! sequence of little-endian 64-bit words: a tag, then fields; variable parts carry their
 //! length first. Decoding checks every length and tag and returns [`DecodeError`] on
 //! anything malformed: a message from the network is untrusted input.
+//!
+//! The messages here are the shared runtime's. A protocol family's own requests and replies
+//! travel as [`Request::Family`] / [`Reply::Family`]: the family's id, then the family's
+//! own encoding (written and read with [`WordWriter`] / [`WordReader`]), which the
+//! participant hands to the family's registered [`crate::handler::Participant`].
 
 use atoll_fabric::Words;
 use atoll_storage::TableId;
@@ -58,40 +63,11 @@ pub enum Request {
         words: Vec<u64>,
     },
     /// Install payloads, bump versions, and (if `release`) unlock records held by `ts`.
-    WriteBack {
-        ts: u64,
-        release: bool,
-        /// When not 0, also set each record's `WTS` and `RTS` to it (SUNDIAL's commit_ts).
-        set_ts: u64,
-        /// MVCC: first move the current version into the record's oldest slot.
-        keep_old: bool,
-        items: Vec<(TableId, u32, Words)>,
-    },
+    WriteBack(WriteBack),
     /// Unlock records held by `ts`.
     Release {
         ts: u64,
         items: Vec<(TableId, u32)>,
-    },
-    /// SUNDIAL lease renewal: raise each record's `RTS` to `commit_ts` unless its `WTS`
-    /// is no longer the one read or a writer froze it.
-    Renew {
-        commit_ts: u64,
-        items: Vec<(TableId, u32, u64)>,
-    },
-    /// MVCC reads at timestamp `ctts`: each item's newest version older than `ctts`, with
-    /// the record's `RTS` raised to `ctts` (Conds R1, R2).
-    MvccRead {
-        ctts: u64,
-        items: Vec<Item>,
-    },
-    /// WAITDIE locking: an older requester waits (the reply is held) for a younger
-    /// holder; a younger one dies. With `counter`, a waiter raises the record's AUX word
-    /// and requesters that see it raised die (the starvation fix).
-    LockWaitDie {
-        ts: u64,
-        want_data: bool,
-        counter: bool,
-        items: Vec<Item>,
     },
     /// Insert a record locked by `ts` (freed by the transaction's release).
     Insert {
@@ -118,6 +94,59 @@ pub enum Request {
         limit: u32,
         reverse: bool,
     },
+    /// A protocol family's own request: served by the participant registered for `family`,
+    /// which decodes `body` (whole words).
+    Family {
+        family: FamilyId,
+        body: Vec<u8>,
+    },
+}
+
+/// A protocol family, as its messages name it. Each family picks its own; the participant
+/// refuses to register two families with one id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FamilyId(pub u8);
+
+/// A write-back batch for one node: install each payload, bump its version, set `WTS` and
+/// `RTS` to `set_ts` when it is not 0 (a lease or version timestamp), and with `release`
+/// unlock records held by `ts`. Families that install differently (MVCC keeps the old
+/// version) send the same batch in their own request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteBack {
+    pub ts: u64,
+    pub release: bool,
+    pub set_ts: u64,
+    pub items: Vec<(TableId, u32, Words)>,
+}
+
+impl WriteBack {
+    pub fn encode(&self, e: &mut WordWriter<'_>) {
+        e.w(self.ts);
+        e.w(self.release as u64);
+        e.w(self.set_ts);
+        e.w(self.items.len() as u64);
+        for (t, loc, p) in &self.items {
+            e.w(t.0 as u64);
+            e.w(*loc as u64);
+            e.words(p);
+        }
+    }
+
+    pub fn decode(d: &mut WordReader<'_>) -> Result<WriteBack, DecodeError> {
+        let ts = d.w()?;
+        let release = d.bool()?;
+        let set_ts = d.w()?;
+        let n = d.len()?;
+        let items = (0..n)
+            .map(|_| Ok((d.table()?, d.u32()?, d.words()?)))
+            .collect::<Result<_, DecodeError>>()?;
+        Ok(WriteBack {
+            ts,
+            release,
+            set_ts,
+            items,
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,11 +184,10 @@ pub enum Reply {
     Full,
     /// The request could not be decoded or named memory it may not touch.
     BadRequest,
-    /// MVCC read of item `index` refused: no kept version is old enough (`overflow`), or a
-    /// writer ordered before the reader holds the record.
-    MvccRefused {
-        index: u32,
-        overflow: bool,
+    /// A protocol family's own reply (see [`Request::Family`]).
+    Family {
+        family: FamilyId,
+        body: Vec<u8>,
     },
 }
 
@@ -236,10 +264,8 @@ wire_tags! {
         Insert = 7,
         Delete = 8,
         Scan = 9,
-        LockWaitDie = 10,
-        Renew = 11,
-        MvccRead = 12,
-        UndoInsert = 13,
+        UndoInsert = 10,
+        Family = 11,
     }
 }
 
@@ -255,9 +281,9 @@ wire_tags! {
         Duplicate = 7,
         Keys = 8,
         BadRequest = 9,
-        MvccRefused = 10,
-        Deleted = 11,
-        Full = 12,
+        Deleted = 10,
+        Full = 11,
+        Family = 12,
     }
 }
 
@@ -273,44 +299,57 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-struct Enc<'a>(&'a mut Vec<u8>);
+/// Writes a message as little-endian words (families encode their messages with it).
+pub struct WordWriter<'a>(pub &'a mut Vec<u8>);
 
-impl Enc<'_> {
+impl WordWriter<'_> {
     #[inline]
-    fn w(&mut self, v: u64) {
+    pub fn w(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
     #[inline]
-    fn tag<T: Into<u8>>(&mut self, t: T) {
+    pub fn tag<T: Into<u8>>(&mut self, t: T) {
         self.w(t.into() as u64);
     }
-    fn words(&mut self, ws: &[u64]) {
+    /// A length, then the words.
+    pub fn words(&mut self, ws: &[u64]) {
         self.w(ws.len() as u64);
         for &v in ws {
             self.w(v);
         }
     }
-    fn item(&mut self, i: &Item) {
+    pub fn item(&mut self, i: &Item) {
         self.w(i.table.0 as u64);
         self.w(i.key);
         self.w(i.loc as u64);
     }
-    fn items(&mut self, items: &[Item]) {
+    pub fn items(&mut self, items: &[Item]) {
         self.w(items.len() as u64);
         items.iter().for_each(|i| self.item(i));
     }
 }
 
-struct Dec<'a> {
+/// Reads a message written by [`WordWriter`], checking every length and value; `what`
+/// names the message in errors.
+pub struct WordReader<'a> {
     b: &'a [u8],
     what: &'static str,
 }
 
 /// Longest variable part accepted, bounding what a malformed length can make us allocate.
-const MAX_LEN: u64 = 1 << 20;
+const LEN_MAX: u64 = 1 << 20;
 
-impl Dec<'_> {
-    fn w(&mut self) -> Result<u64, DecodeError> {
+impl<'a> WordReader<'a> {
+    pub fn new(b: &'a [u8], what: &'static str) -> Self {
+        WordReader { b, what }
+    }
+
+    /// An error naming this message.
+    pub fn error(&self, why: impl fmt::Display) -> DecodeError {
+        DecodeError(format!("{}: {why}", self.what))
+    }
+
+    pub fn w(&mut self) -> Result<u64, DecodeError> {
         if self.b.len() < 8 {
             return Err(DecodeError(format!("{} truncated", self.what)));
         }
@@ -318,11 +357,11 @@ impl Dec<'_> {
         self.b = t;
         Ok(u64::from_le_bytes(h.try_into().expect("8 bytes")))
     }
-    fn len(&mut self) -> Result<usize, DecodeError> {
+    pub fn len(&mut self) -> Result<usize, DecodeError> {
         let n = self.w()?;
-        if n > MAX_LEN {
+        if n > LEN_MAX {
             return Err(DecodeError(format!(
-                "{}: length {n} over the limit {MAX_LEN}",
+                "{}: length {n} over the limit {LEN_MAX}",
                 self.what
             )));
         }
@@ -336,25 +375,25 @@ impl Dec<'_> {
         }
         Ok(n as usize)
     }
-    fn u32(&mut self) -> Result<u32, DecodeError> {
+    pub fn u32(&mut self) -> Result<u32, DecodeError> {
         let v = self.w()?;
         u32::try_from(v)
             .map_err(|_| DecodeError(format!("{}: {v} does not fit 32 bits", self.what)))
     }
-    fn table(&mut self) -> Result<TableId, DecodeError> {
+    pub fn table(&mut self) -> Result<TableId, DecodeError> {
         let v = self.w()?;
         u16::try_from(v)
             .map(TableId)
             .map_err(|_| DecodeError(format!("{}: table id {v} out of range", self.what)))
     }
-    fn bool(&mut self) -> Result<bool, DecodeError> {
+    pub fn bool(&mut self) -> Result<bool, DecodeError> {
         match self.w()? {
             0 => Ok(false),
             1 => Ok(true),
             v => Err(DecodeError(format!("{}: {v} is not a boolean", self.what))),
         }
     }
-    fn words(&mut self) -> Result<Words, DecodeError> {
+    pub fn words(&mut self) -> Result<Words, DecodeError> {
         let n = self.len()?;
         let mut out = Words::with_capacity(n);
         for _ in 0..n {
@@ -362,18 +401,30 @@ impl Dec<'_> {
         }
         Ok(out)
     }
-    fn items(&mut self) -> Result<Vec<Item>, DecodeError> {
+    pub fn items(&mut self) -> Result<Vec<Item>, DecodeError> {
         let n = self.len()?;
         (0..n).map(|_| self.item()).collect()
     }
-    fn item(&mut self) -> Result<Item, DecodeError> {
+    pub fn item(&mut self) -> Result<Item, DecodeError> {
         Ok(Item {
             table: self.table()?,
             key: self.w()?,
             loc: self.u32()?,
         })
     }
-    fn done(&self) -> Result<(), DecodeError> {
+    /// A family id, then the family's body: the rest of the message, in whole words.
+    pub fn family(&mut self) -> Result<(FamilyId, &'a [u8]), DecodeError> {
+        let v = self.w()?;
+        let family = u8::try_from(v)
+            .map(FamilyId)
+            .map_err(|_| self.error(format!("family id {v} out of range")))?;
+        if self.b.len() % 8 != 0 {
+            return Err(self.error(format!("family body of {} bytes", self.b.len())));
+        }
+        Ok((family, std::mem::take(&mut self.b)))
+    }
+
+    pub fn done(&self) -> Result<(), DecodeError> {
         if self.b.is_empty() {
             Ok(())
         } else {
@@ -386,9 +437,36 @@ impl Dec<'_> {
     }
 }
 
+/// The bytes of a request of `family` whose body `body` writes: what [`Request::Family`]
+/// encodes to, without building the body separately.
+pub fn family_request(family: FamilyId, body: impl FnOnce(&mut WordWriter<'_>)) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64);
+    let mut e = WordWriter(&mut v);
+    e.tag(RequestTag::Family);
+    e.w(family.0 as u64);
+    body(&mut e);
+    v
+}
+
+/// As [`family_request`], for a reply.
+pub fn family_reply(family: FamilyId, body: impl FnOnce(&mut WordWriter<'_>)) -> Reply {
+    let mut v = Vec::with_capacity(32);
+    body(&mut WordWriter(&mut v));
+    Reply::Family { family, body: v }
+}
+
+/// A request of a family, without copying its body: `Some((family, body))` when `b` is one.
+pub fn split_family(b: &[u8]) -> Result<Option<(FamilyId, &[u8])>, DecodeError> {
+    let mut d = WordReader::new(b, "request");
+    match RequestTag::try_from(d.w()?)? {
+        RequestTag::Family => d.family().map(Some),
+        _ => Ok(None),
+    }
+}
+
 impl Request {
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut e = Enc(out);
+        let mut e = WordWriter(out);
         match self {
             Request::Read { items } => {
                 e.tag(RequestTag::Read);
@@ -421,24 +499,9 @@ impl Request {
                 e.w(*offset as u64);
                 e.words(words);
             }
-            Request::WriteBack {
-                ts,
-                release,
-                set_ts,
-                keep_old,
-                items,
-            } => {
+            Request::WriteBack(wb) => {
                 e.tag(RequestTag::WriteBack);
-                e.w(*ts);
-                e.w(*release as u64);
-                e.w(*set_ts);
-                e.w(*keep_old as u64);
-                e.w(items.len() as u64);
-                for (t, loc, p) in items {
-                    e.w(t.0 as u64);
-                    e.w(*loc as u64);
-                    e.words(p);
-                }
+                wb.encode(&mut e);
             }
             Request::Release { ts, items } => {
                 e.tag(RequestTag::Release);
@@ -448,33 +511,6 @@ impl Request {
                     e.w(t.0 as u64);
                     e.w(*loc as u64);
                 }
-            }
-            Request::MvccRead { ctts, items } => {
-                e.tag(RequestTag::MvccRead);
-                e.w(*ctts);
-                e.items(items);
-            }
-            Request::Renew { commit_ts, items } => {
-                e.tag(RequestTag::Renew);
-                e.w(*commit_ts);
-                e.w(items.len() as u64);
-                for (t, loc, wts) in items {
-                    e.w(t.0 as u64);
-                    e.w(*loc as u64);
-                    e.w(*wts);
-                }
-            }
-            Request::LockWaitDie {
-                ts,
-                want_data,
-                counter,
-                items,
-            } => {
-                e.tag(RequestTag::LockWaitDie);
-                e.w(*ts);
-                e.w(*want_data as u64);
-                e.w(*counter as u64);
-                e.items(items);
             }
             Request::Insert {
                 ts,
@@ -513,6 +549,11 @@ impl Request {
                 e.w(*limit as u64);
                 e.w(*reverse as u64);
             }
+            Request::Family { family, body } => {
+                e.tag(RequestTag::Family);
+                e.w(family.0 as u64);
+                e.0.extend_from_slice(body);
+            }
         }
     }
 
@@ -523,7 +564,7 @@ impl Request {
     }
 
     pub fn decode(b: &[u8]) -> Result<Request, DecodeError> {
-        let mut d = Dec { b, what: "request" };
+        let mut d = WordReader::new(b, "request");
         let r = match RequestTag::try_from(d.w()?)? {
             RequestTag::Read => Request::Read { items: d.items()? },
             RequestTag::Lock => {
@@ -549,38 +590,7 @@ impl Request {
                 offset: d.u32()?,
                 words: d.words()?.to_vec(),
             },
-            RequestTag::WriteBack => {
-                let ts = d.w()?;
-                let release = d.bool()?;
-                let set_ts = d.w()?;
-                let keep_old = d.bool()?;
-                let n = d.len()?;
-                let items = (0..n)
-                    .map(|_| Ok((d.table()?, d.u32()?, d.words()?)))
-                    .collect::<Result<_, DecodeError>>()?;
-                Request::WriteBack {
-                    ts,
-                    release,
-                    set_ts,
-                    keep_old,
-                    items,
-                }
-            }
-            RequestTag::MvccRead => {
-                let ctts = d.w()?;
-                Request::MvccRead {
-                    ctts,
-                    items: d.items()?,
-                }
-            }
-            RequestTag::Renew => {
-                let commit_ts = d.w()?;
-                let n = d.len()?;
-                let items = (0..n)
-                    .map(|_| Ok((d.table()?, d.u32()?, d.w()?)))
-                    .collect::<Result<_, DecodeError>>()?;
-                Request::Renew { commit_ts, items }
-            }
+            RequestTag::WriteBack => Request::WriteBack(WriteBack::decode(&mut d)?),
             RequestTag::Release => {
                 let ts = d.w()?;
                 let n = d.len()?;
@@ -588,17 +598,6 @@ impl Request {
                     .map(|_| Ok((d.table()?, d.u32()?)))
                     .collect::<Result<_, DecodeError>>()?;
                 Request::Release { ts, items }
-            }
-            RequestTag::LockWaitDie => {
-                let ts = d.w()?;
-                let want_data = d.bool()?;
-                let counter = d.bool()?;
-                Request::LockWaitDie {
-                    ts,
-                    want_data,
-                    counter,
-                    items: d.items()?,
-                }
             }
             RequestTag::Insert => Request::Insert {
                 ts: d.w()?,
@@ -622,6 +621,13 @@ impl Request {
                 limit: d.u32()?,
                 reverse: d.bool()?,
             },
+            RequestTag::Family => {
+                let (family, body) = d.family()?;
+                Request::Family {
+                    family,
+                    body: body.to_vec(),
+                }
+            }
         };
         d.done()?;
         Ok(r)
@@ -630,7 +636,7 @@ impl Request {
 
 impl Reply {
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut e = Enc(out);
+        let mut e = WordWriter(out);
         match self {
             Reply::Tuples(ts) => {
                 e.tag(ReplyTag::Tuples);
@@ -675,11 +681,6 @@ impl Reply {
             }
             Reply::Duplicate => e.tag(ReplyTag::Duplicate),
             Reply::BadRequest => e.tag(ReplyTag::BadRequest),
-            Reply::MvccRefused { index, overflow } => {
-                e.tag(ReplyTag::MvccRefused);
-                e.w(*index as u64);
-                e.w(*overflow as u64);
-            }
             Reply::Full => e.tag(ReplyTag::Full),
             Reply::Keys(ks) => {
                 e.tag(ReplyTag::Keys);
@@ -690,11 +691,16 @@ impl Reply {
                     e.w(*version);
                 }
             }
+            Reply::Family { family, body } => {
+                e.tag(ReplyTag::Family);
+                e.w(family.0 as u64);
+                e.0.extend_from_slice(body);
+            }
         }
     }
 
     pub fn decode(b: &[u8]) -> Result<Reply, DecodeError> {
-        let mut d = Dec { b, what: "reply" };
+        let mut d = WordReader::new(b, "reply");
         let r = match ReplyTag::try_from(d.w()?)? {
             ReplyTag::Tuples => {
                 let n = d.len()?;
@@ -735,11 +741,14 @@ impl Reply {
                 )
             }
             ReplyTag::BadRequest => Reply::BadRequest,
-            ReplyTag::MvccRefused => Reply::MvccRefused {
-                index: d.u32()?,
-                overflow: d.bool()?,
-            },
             ReplyTag::Deleted => Reply::Deleted { version: d.w()? },
+            ReplyTag::Family => {
+                let (family, body) = d.family()?;
+                Reply::Family {
+                    family,
+                    body: body.to_vec(),
+                }
+            }
             ReplyTag::Full => Reply::Full,
         };
         d.done()?;
@@ -779,16 +788,18 @@ mod tests {
             freeze: true,
             items: vec![it],
         });
-        round_trip(Request::Renew {
-            commit_ts: 77,
-            items: vec![(TableId(1), 2, 3)],
-        });
-        round_trip(Request::LockWaitDie {
-            ts: 9,
-            want_data: false,
-            counter: true,
-            items: vec![it],
-        });
+        // A family's body runs to the end of the message: the family's own decoder (which
+        // reads it with `WordReader` and ends with `done`) rejects its truncations.
+        let fam = Request::Family {
+            family: FamilyId(3),
+            body: 77u64.to_le_bytes().repeat(3),
+        };
+        assert_eq!(Request::decode(&fam.to_bytes()), Ok(fam.clone()));
+        assert_eq!(
+            split_family(&fam.to_bytes()),
+            Ok(Some((FamilyId(3), &77u64.to_le_bytes().repeat(3)[..])))
+        );
+        assert!(Request::decode(&fam.to_bytes()[..20]).is_err());
         round_trip(Request::Validate {
             ts: 5,
             items: vec![(TableId(1), 2, 3)],
@@ -797,13 +808,12 @@ mod tests {
             offset: 10,
             words: vec![1, 2, 3],
         });
-        round_trip(Request::WriteBack {
+        round_trip(Request::WriteBack(WriteBack {
             ts: 1,
             release: false,
             set_ts: 12,
-            keep_old: true,
             items: vec![(TableId(0), 1, Words::from_slice(&[9, 8]))],
-        });
+        }));
         round_trip(Request::Release {
             ts: 1,
             items: vec![(TableId(0), 1)],
@@ -852,6 +862,10 @@ mod tests {
             Reply::Full,
             Reply::BadRequest,
             Reply::Ok,
+            Reply::Family {
+                family: FamilyId(1),
+                body: 5u64.to_le_bytes().to_vec(),
+            },
         ] {
             let mut b = Vec::new();
             reply.encode(&mut b);
@@ -894,8 +908,8 @@ mod tests {
         b.extend_from_slice(&[0; 8]);
         assert!(Request::decode(&b).unwrap_err().0.contains("trailing"));
         let mut huge = Vec::new();
-        Enc(&mut huge).w(1);
-        Enc(&mut huge).w(u64::MAX);
+        WordWriter(&mut huge).w(1);
+        WordWriter(&mut huge).w(u64::MAX);
         assert!(Request::decode(&huge)
             .unwrap_err()
             .0
