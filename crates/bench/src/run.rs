@@ -462,7 +462,7 @@ async fn coroutine<W: Workload, P: Protocol>(
             }
             if run.cfg.record_history {
                 let rec = TxnRecord {
-                    id: tx.core.ts.0,
+                    id: tx.core.ts.word(),
                     tag: tx.core.tag,
                     coord: id,
                     attempt: attempts,

@@ -297,7 +297,7 @@ impl Protocol for MvccOldWriteBack {
             return Err(a);
         }
         stages::log_and_apply(tx).await?;
-        let ts = tx.ts.0;
+        let ts = tx.ts.word();
         let ws = tx.select(|e| e.locked && e.dirty);
         let mut d = tx.c.ep.doorbell();
         for &i in &ws {
@@ -357,7 +357,7 @@ const READ_RETRY_NS: u64 = 1_000;
 /// writer ordered after the reader is read at once, whatever its (frozen) `RTS`.
 async fn read_under_later_writers(tx: &mut TxnCore<'_, Versions>, i: usize) -> Result<(), Abort> {
     stages::locate(tx, &[i]).await?;
-    let ctts = tx.ts.0;
+    let ctts = tx.ts.word();
     let ep = tx.c.ep.clone();
     let (table, node, loc, key) = {
         let e = &tx.entries[i];

@@ -3,7 +3,7 @@
 
 use crate::msg::NO_LOC;
 use crate::plan::{Plan, Stage};
-use crate::ts::{Timestamp, TsGen};
+use crate::ts::{Timestamp, TsGen, TsSource, TxnTimestamps};
 use atoll_fabric::{Endpoint, NodeId, Words};
 use atoll_storage::layout::{
     payload_intact, ENGINE_PAYLOAD_WORDS, LOADER_TAG, P_TAG, VERSION_ABSENT,
@@ -77,7 +77,8 @@ pub struct Coordinator {
     pub cfg: Arc<TxnConfig>,
     /// Cluster-wide index of this co-routine (its log ring and timestamp id).
     pub id: u32,
-    ts: TsGen,
+    /// Where attempts take their timestamps from.
+    ts: Box<dyn TsSource>,
     loc_cache: HashMap<(TableId, NodeId, u64), u32, BuildHasherDefault<LocHasher>>,
     /// Next write offset within this coordinator's ring, per backup (1st, 2nd, ...).
     pub(crate) log_pos: Vec<u32>,
@@ -106,7 +107,20 @@ pub fn tag_coord(tag: u64) -> Option<u32> {
 }
 
 impl Coordinator {
+    /// A coordinator whose timestamps come from the local clock ([`TsGen`]).
     pub fn new(ep: Endpoint, catalog: Arc<Catalog>, cfg: Arc<TxnConfig>, id: u32) -> Self {
+        let ts = Box::new(TsGen::new(id as u64));
+        Self::with_ts_source(ep, catalog, cfg, id, ts)
+    }
+
+    /// A coordinator whose timestamps come from `ts`.
+    pub fn with_ts_source(
+        ep: Endpoint,
+        catalog: Arc<Catalog>,
+        cfg: Arc<TxnConfig>,
+        id: u32,
+        ts: Box<dyn TsSource>,
+    ) -> Self {
         assert!(
             id < cfg.coordinators_total,
             "coordinator {id} of {}",
@@ -116,7 +130,7 @@ impl Coordinator {
         Coordinator {
             ep,
             catalog,
-            ts: TsGen::new(id as u64),
+            ts,
             loc_cache: HashMap::default(),
             log_pos: vec![0; replicas],
             cfg,
@@ -143,15 +157,18 @@ impl Coordinator {
         make_tag(self.id, self.attempts_begun)
     }
 
-    pub fn next_ts(&mut self) -> Timestamp {
+    /// The timestamps of a new attempt, from this coordinator's source.
+    pub fn begin_ts(&mut self) -> TxnTimestamps {
         let now = self.ep.now_ns();
-        self.ts.next(now)
+        self.ts.begin(now)
     }
 
-    /// Adjusts the local clock past a timestamp found in a tuple.
+    /// Adjusts the timestamp source past a timestamp word found in a tuple (`RTS_FROZEN`
+    /// is ignored; 0, no timestamp, changes nothing).
     pub fn observe_ts(&mut self, seen: u64) {
-        self.ts
-            .observe(Timestamp(seen & !atoll_storage::layout::RTS_FROZEN));
+        if let Some(t) = Timestamp::from_word(seen & !atoll_storage::layout::RTS_FROZEN) {
+            self.ts.observe(t);
+        }
     }
 
     pub(crate) fn cached_loc(&self, t: TableId, node: NodeId, key: u64) -> u32 {
@@ -272,11 +289,14 @@ pub struct Observed {
     pub intact: bool,
 }
 
-/// One attempt of a transaction: its timestamp, read and write sets (each entry with its
+/// One attempt of a transaction: its timestamps, read and write sets (each entry with its
 /// family's state `S`) and stage timings.
 pub struct TxnCore<'c, S = ()> {
     pub c: &'c mut Coordinator,
+    /// The attempt's timestamp: it reads at it and locks with it.
     pub ts: Timestamp,
+    /// A commit timestamp its source gave at begin, if any (see [`TxnTimestamps`]).
+    pub commit_ts: Option<Timestamp>,
     /// This attempt's tag, written into every payload it installs.
     pub tag: u64,
     /// Range scans done, with the keys and versions they returned.
@@ -288,11 +308,12 @@ pub struct TxnCore<'c, S = ()> {
 
 impl<'c, S: EntryState> TxnCore<'c, S> {
     pub fn begin(c: &'c mut Coordinator) -> Self {
-        let ts = c.next_ts();
+        let ts = c.begin_ts();
         let tag = c.next_tag();
         TxnCore {
             c,
-            ts,
+            ts: ts.read,
+            commit_ts: ts.commit,
             tag,
             scans: Vec::new(),
             entries: Vec::with_capacity(ENTRIES_TYPICAL),

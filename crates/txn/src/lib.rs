@@ -20,7 +20,7 @@ pub use coord::{
     WriteKind,
 };
 pub use plan::{Plan, PlanError, Primitive, Stage};
-pub use ts::Timestamp;
+pub use ts::{Timestamp, TsSource, TxnTimestamps};
 pub use txn::{Protocol, Txn};
 
 /// A small set of entry indices (read and write sets are usually small).

@@ -10,6 +10,7 @@ use crate::abort::Abort;
 use crate::coord::{Access, Entry, EntryState, TxnCore};
 use crate::msg::{Item, Reply, Request, Tuple, WriteBack, NO_LOC};
 use crate::plan::{Primitive, Stage};
+use crate::ts::Timestamp;
 use crate::Idxs;
 use atoll_fabric::{NodeId, Words};
 use atoll_storage::layout::{
@@ -146,7 +147,7 @@ pub async fn read<S: EntryState>(
     if idxs.is_empty() {
         return Ok(());
     }
-    let ts = tx.ts.0;
+    let ts = tx.ts;
     match prim {
         Primitive::OneSided => {
             locate(tx, idxs).await?;
@@ -161,7 +162,7 @@ pub async fn read<S: EntryState>(
                 let w = res.read(j);
                 check_tuple(tx, i, w)?;
                 let lock = w[H_LOCK as usize];
-                if lock != 0 && lock != ts {
+                if ts.held_by_other(lock) {
                     return Err(Abort::Conflict);
                 }
                 let e = &mut tx.entries[i];
@@ -192,7 +193,7 @@ pub async fn read<S: EntryState>(
                     .collect();
                 for (i, t) in mine.into_iter().zip(tuples) {
                     let t = t.ok_or(Abort::NotFound)?;
-                    if t.lock != 0 && t.lock != ts {
+                    if ts.held_by_other(t.lock) {
                         return Err(Abort::Conflict);
                     }
                     apply_tuple(tx, i, t);
@@ -229,7 +230,8 @@ pub async fn lock<S: EntryState>(
         with_data: want_data,
         freeze_rts: freeze,
     } = opts;
-    let ts = tx.ts.0;
+    // The lock word holds the owner's timestamp.
+    let ts = tx.ts.word();
     match prim {
         Primitive::OneSided => {
             locate(tx, idxs).await?;
@@ -395,7 +397,7 @@ pub async fn validate<S: EntryState>(
     if idxs.is_empty() {
         return Ok(());
     }
-    let ts = tx.ts.0;
+    let ts = tx.ts;
     match prim {
         Primitive::OneSided => {
             let mut d = tx.c.ep.doorbell();
@@ -407,13 +409,19 @@ pub async fn validate<S: EntryState>(
             for (j, &i) in idxs.iter().enumerate() {
                 let w = res.read(j);
                 let (lock, version) = (w[H_LOCK as usize], w[H_VERSION as usize]);
-                if version != tx.entries[i].version || (lock != 0 && lock != ts) {
+                if version != tx.entries[i].version || ts.held_by_other(lock) {
                     return Err(Abort::ValidationFailed);
                 }
             }
         }
         Primitive::Rpc => {
-            let build = |items| Request::Validate { ts, items }.to_bytes();
+            let build = |items| {
+                Request::Validate {
+                    ts: ts.word(),
+                    items,
+                }
+                .to_bytes()
+            };
             check_by_rpc(tx, idxs, |e| (e.table, e.loc, e.version), build).await?;
         }
     }
@@ -447,7 +455,7 @@ pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Res
     if replicas == 0 || ws.is_empty() {
         return Ok(());
     }
-    let mut rec: Vec<u64> = vec![tx.ts.0, ws.len() as u64, 0];
+    let mut rec: Vec<u64> = vec![tx.ts.word(), ws.len() as u64, 0];
     for &i in &ws {
         let e = &tx.entries[i];
         rec.extend_from_slice(&[e.table.0 as u64, e.key, e.version + 1, e.data.len() as u64]);
@@ -536,7 +544,7 @@ pub struct WriteBackOpts<S> {
     pub release: bool,
     /// Set `WTS` and `RTS` of each record written to this timestamp (SUNDIAL's commit
     /// timestamp, MVCC's version), which also thaws `RTS`.
-    pub set_ts: Option<u64>,
+    pub set_ts: Option<Timestamp>,
     /// The family's own install, if it has one.
     pub install: Option<Installer<S>>,
 }
@@ -544,7 +552,7 @@ pub struct WriteBackOpts<S> {
 /// How [`commit_and_release`] installs (its primitives come from the plan).
 pub struct CommitOpts<S> {
     /// As [`WriteBackOpts::set_ts`].
-    pub set_ts: Option<u64>,
+    pub set_ts: Option<Timestamp>,
     /// As [`WriteBackOpts::install`].
     pub install: Option<Installer<S>>,
 }
@@ -576,9 +584,9 @@ pub async fn write_back<S: EntryState>(
         set_ts,
         install,
     } = opts;
-    // 0 is no timestamp: a timestamp is never 0.
-    let set_ts = set_ts.unwrap_or(0);
-    let ts = tx.ts.0;
+    // On the wire and in the header 0 is no timestamp: a timestamp is never 0.
+    let set_ts = set_ts.map_or(0, Timestamp::word);
+    let ts = tx.ts.word();
     for &i in idxs {
         let e = &tx.entries[i];
         assert!(
@@ -697,7 +705,7 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
     if held.is_empty() {
         return;
     }
-    let ts = tx.ts.0;
+    let ts = tx.ts.word();
     match prim {
         Primitive::OneSided => {
             let mut d = tx.c.ep.doorbell();
@@ -746,7 +754,7 @@ pub async fn apply_inserts_deletes<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Re
     if ins.is_empty() && del.is_empty() {
         return Ok(());
     }
-    let ts = tx.ts.0;
+    let ts = tx.ts.word();
     let mut d = tx.c.ep.doorbell();
     for &i in &ins {
         let e = &tx.entries[i];

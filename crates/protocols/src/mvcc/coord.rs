@@ -10,7 +10,7 @@ use atoll_storage::layout::{
 use atoll_txn::msg::Reply;
 use atoll_txn::stages::{self, apply_tuple, check_tuple, decode, item, locate, nodes_of};
 use atoll_txn::stages::{Installer, LockOpts};
-use atoll_txn::{Abort, Entry, EntryState, Idxs, Primitive, Stage, TxnCore};
+use atoll_txn::{Abort, Entry, EntryState, Idxs, Primitive, Stage, Timestamp, TxnCore};
 
 /// What an attempt knows of a record: the write and read timestamps of the version it read
 /// or locked (`rts` without `RTS_FROZEN`), and the whole record (all kept versions) as read
@@ -61,7 +61,9 @@ pub async fn read(
     if idxs.is_empty() {
         return Ok(());
     }
-    let ctts = tx.ts.0;
+    let ts = tx.ts;
+    // Compared with header words (versions' `WTS`, `RTS`) and sent as a word.
+    let ctts = ts.word();
     if prim == Primitive::Rpc {
         let nodes = nodes_of(tx, idxs);
         let mut d = tx.c.ep.doorbell();
@@ -131,8 +133,9 @@ pub async fn read(
                 retry.push(i);
                 continue;
             }
+            // Cond R2: a writer ordered before the reader holds the record.
             let lock = a[H_LOCK as usize];
-            if lock != 0 && lock < ctts {
+            if Timestamp::from_word(lock).is_some_and(|l| l < ts) {
                 return Err(Abort::Conflict);
             }
             let layout = *tx.c.catalog.layout(tx.entries[i].table);
@@ -203,7 +206,7 @@ pub async fn lock_for_write(tx: &mut TxnCore<'_, Versions>, idxs: &[usize]) -> R
     };
     let t0 = tx.now_ns();
     let mut r = stages::lock(tx, idxs, opts).await;
-    let ctts = tx.ts.0;
+    let ctts = tx.ts.word();
     for &i in idxs {
         let e = &tx.entries[i];
         if e.locked {

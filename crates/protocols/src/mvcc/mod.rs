@@ -91,7 +91,7 @@ impl Protocol for Mvcc {
         stages::log_and_apply(tx).await?;
         // Write back (+ release), then release what is left.
         let opts = CommitOpts {
-            set_ts: Some(tx.ts.0),
+            set_ts: Some(tx.ts),
             install: Some(INSTALLER),
         };
         stages::commit_and_release(tx, opts).await;

@@ -4,7 +4,7 @@
 use super::msg::SundialRequest;
 use atoll_storage::layout::{HEADER_WORDS, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN};
 use atoll_txn::stages::{check_by_rpc, check_tuple, locate, read};
-use atoll_txn::{Abort, Access, EntryState, Idxs, Primitive, TxnCore};
+use atoll_txn::{Abort, Access, EntryState, Idxs, Primitive, Timestamp, TxnCore};
 
 /// A record's lease `[wts, rts]` as this attempt last saw or set it (`rts` without
 /// `RTS_FROZEN`).
@@ -47,7 +47,7 @@ pub async fn read_atomic(
         // which `read` turns into `Conflict`.
         return read(tx, idxs, prim).await;
     }
-    let ts = tx.ts.0;
+    let ts = tx.ts;
     locate(tx, idxs).await?;
     let mut d = tx.c.ep.doorbell();
     for &i in idxs {
@@ -67,8 +67,8 @@ pub async fn read_atomic(
             .enumerate()
             .all(|(k, (x, y))| k == H_RTS as usize || x == y);
         let lock = a[H_LOCK as usize];
-        if !same || (lock != 0 && lock != ts) || (b[H_RTS as usize] & RTS_FROZEN != 0 && lock != ts)
-        {
+        let frozen_by_other = b[H_RTS as usize] & RTS_FROZEN != 0 && lock != ts.word();
+        if !same || ts.held_by_other(lock) || frozen_by_other {
             return Err(Abort::Conflict);
         }
         let e = &mut tx.entries[i];
@@ -83,9 +83,10 @@ pub async fn read_atomic(
 }
 
 /// The commit timestamp: after every version read (`WTS`) and every lease of a record
-/// written (`RTS` + 1); never 0.
-pub fn commit_ts(tx: &TxnCore<'_, Lease>) -> u64 {
-    tx.entries
+/// written (`RTS` + 1).
+pub fn commit_ts(tx: &TxnCore<'_, Lease>) -> Timestamp {
+    let w = tx
+        .entries
         .iter()
         .filter(|e| e.access != Access::Insert)
         .map(|e| {
@@ -97,7 +98,8 @@ pub fn commit_ts(tx: &TxnCore<'_, Lease>) -> u64 {
         })
         .max()
         .unwrap_or(0)
-        .max(1)
+        .max(1);
+    Timestamp::from_word(w).expect("at least 1")
 }
 
 /// Rounds of a one-sided lease renewal before it gives up (each failed CAS saw another
@@ -112,8 +114,10 @@ pub async fn renew(
     tx: &mut TxnCore<'_, Lease>,
     idxs: &[usize],
     prim: Primitive,
-    commit_ts: u64,
+    commit_ts: Timestamp,
 ) -> Result<(), Abort> {
+    // Leases are header words: compare and store the timestamp's word.
+    let commit_ts = commit_ts.word();
     let todo: Idxs = idxs
         .iter()
         .copied()

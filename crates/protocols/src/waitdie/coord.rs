@@ -5,7 +5,7 @@ use super::msg::WaitDieRequest;
 use atoll_fabric::Words;
 use atoll_storage::layout::{HEADER_WORDS, H_AUX, H_LOCK, H_VERSION};
 use atoll_txn::stages::{check_tuple, locate, lock_by_rpc};
-use atoll_txn::{Abort, Idxs, Primitive, TxnCore};
+use atoll_txn::{Abort, Idxs, Primitive, Timestamp, TxnCore};
 
 /// Attempts of a one-sided WAITDIE lock before the waiting transaction dies anyway.
 const WAIT_RETRIES_MAX: u32 = 100_000;
@@ -41,11 +41,11 @@ pub async fn lock_wait_die(
         with_data: want_data,
         counter,
     } = opts;
-    let ts = tx.ts.0;
+    let ts = tx.ts;
     if prim == Primitive::Rpc {
         let build = |items| {
             WaitDieRequest::Lock {
-                ts,
+                ts: ts.word(),
                 want_data,
                 counter,
                 items,
@@ -65,7 +65,7 @@ pub async fn lock_wait_die(
         for &i in &pending {
             let e = &tx.entries[i];
             let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
-            d.cas(ptr.add(H_LOCK), 0, ts);
+            d.cas(ptr.add(H_LOCK), 0, ts.word());
             let words = if want_data {
                 tx.c.catalog.layout(e.table).tuple_words
             } else {
@@ -106,7 +106,9 @@ pub async fn lock_wait_die(
                 if want_data {
                     e.fill(e.version, &w[HEADER_WORDS as usize..]);
                 }
-            } else if ts < holder && attempt + 1 < WAIT_RETRIES_MAX {
+            } else if Timestamp::from_word(holder).is_some_and(|h| ts < h)
+                && attempt + 1 < WAIT_RETRIES_MAX
+            {
                 if counter && !mine {
                     fixes.fetch_add(ptr.add(H_AUX), 1);
                     raised.push(i);
