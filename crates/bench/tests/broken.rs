@@ -303,7 +303,7 @@ impl Protocol for MvccOldWriteBack {
         for &i in &ws {
             let e = &tx.entries[i];
             let layout = tx.c.catalog.layout(e.table);
-            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
             let at = layout.old_slot_offset(atoll_protocols::mvcc::version::oldest_slot(
                 layout,
                 &e.state.before,
@@ -324,7 +324,7 @@ impl Protocol for MvccOldWriteBack {
         let mut d = tx.c.ep.doorbell();
         for &i in &ws {
             let e = &tx.entries[i];
-            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
             d.write(ptr.add(H_RTS), Words::from_slice(&[ts, ts]));
             d.write(ptr.add(H_VERSION), Words::from_slice(&[e.version + 1]));
             d.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
@@ -361,7 +361,7 @@ async fn read_under_later_writers(tx: &mut TxnCore<'_, Versions>, i: usize) -> R
     let ep = tx.c.ep.clone();
     let (table, node, loc, key) = {
         let e = &tx.entries[i];
-        (e.table, e.node, e.loc, e.key)
+        (e.table, e.node, e.slot(), e.key)
     };
     let layout = *tx.c.catalog.layout(table);
     let ptr = tx.c.catalog.record_ptr(table, node, loc);

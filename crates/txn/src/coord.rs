@@ -1,7 +1,7 @@
 //! The coordinator side of a transaction: a co-routine's long-lived context
 //! ([`Coordinator`]) and one attempt's read and write sets ([`TxnCore`]).
 
-use crate::msg::NO_LOC;
+use crate::msg::Loc;
 use crate::plan::{Plan, Stage};
 use crate::ts::{Timestamp, TsGen, TsSource, TxnTimestamps};
 use atoll_fabric::{Endpoint, NodeId, Words};
@@ -79,7 +79,7 @@ pub struct Coordinator {
     pub id: u32,
     /// Where attempts take their timestamps from.
     ts: Box<dyn TsSource>,
-    loc_cache: HashMap<(TableId, NodeId, u64), u32, BuildHasherDefault<LocHasher>>,
+    loc_cache: HashMap<(TableId, NodeId, u64), Loc, BuildHasherDefault<LocHasher>>,
     /// Next write offset within this coordinator's ring, per backup (1st, 2nd, ...).
     pub(crate) log_pos: Vec<u32>,
     /// Attempts begun so far: the low bits of the next attempt's tag.
@@ -171,14 +171,11 @@ impl Coordinator {
         }
     }
 
-    pub(crate) fn cached_loc(&self, t: TableId, node: NodeId, key: u64) -> u32 {
-        self.loc_cache
-            .get(&(t, node, key))
-            .copied()
-            .unwrap_or(NO_LOC)
+    pub(crate) fn cached_loc(&self, t: TableId, node: NodeId, key: u64) -> Option<Loc> {
+        self.loc_cache.get(&(t, node, key)).copied()
     }
 
-    pub(crate) fn cache_loc(&mut self, t: TableId, node: NodeId, key: u64, loc: u32) {
+    pub(crate) fn cache_loc(&mut self, t: TableId, node: NodeId, key: u64, loc: Loc) {
         if self.loc_cache.len() >= self.cfg.loc_cache_entries_max {
             self.loc_cache.clear();
         }
@@ -228,8 +225,8 @@ pub struct Entry<S = ()> {
     pub table: TableId,
     pub key: u64,
     pub node: NodeId,
-    /// Record slot on `node`, or [`NO_LOC`] until located.
-    pub loc: u32,
+    /// Record slot on `node`, once located.
+    pub loc: Option<Loc>,
     pub access: Access,
     /// The version word observed when the record was read or locked.
     pub version: u64,
@@ -250,6 +247,17 @@ pub struct Entry<S = ()> {
 }
 
 impl<S> Entry<S> {
+    /// The record's slot: the stages that address a record run after it is located.
+    pub fn slot(&self) -> u32 {
+        match self.loc {
+            Some(l) => l.0,
+            None => panic!(
+                "{:?} key {} used before it was located",
+                self.table, self.key
+            ),
+        }
+    }
+
     pub fn is_write(&self) -> bool {
         self.access != Access::Read
     }

@@ -5,7 +5,7 @@
 //! ([`Request::Family`]) to the [`Participant`] registered for that family. [`Local`] holds
 //! the building blocks both use: locating records, consistent reads, freezing and unlocking.
 
-use crate::msg::{self, FamilyId, Item, Reply, Request, Tuple, WriteBack, NO_LOC};
+use crate::msg::{self, FamilyId, Item, Reply, Request, Tuple, WriteBack};
 use atoll_fabric::{Bytes, Handled, NodeId, Region, ReplyTo, RpcHandler, Words};
 use atoll_storage::layout::{
     HEADER_WORDS, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
@@ -61,17 +61,17 @@ impl Local {
     /// index lookup; `None` if the key does not exist.
     pub fn loc_of(&self, it: &Item) -> Option<u32> {
         let layout = self.store.catalog.layout(it.table);
-        if it.loc != NO_LOC {
-            if it.loc >= layout.capacity {
+        if let Some(crate::msg::Loc(loc)) = it.loc {
+            if loc >= layout.capacity {
                 return None;
             }
             // A cached location must still hold this key and be live.
             let r = self.store.region(it.table);
-            let off = layout.record_offset(it.loc) as usize;
+            let off = layout.record_offset(loc) as usize;
             if r.load(off + H_KEY as usize) == it.key
                 && r.load(off + H_VERSION as usize) & VERSION_ABSENT == 0
             {
-                return Some(it.loc);
+                return Some(loc);
             }
         }
         self.store.lookup(it.table, it.key)

@@ -14,16 +14,20 @@ use atoll_fabric::Words;
 use atoll_storage::TableId;
 use std::fmt;
 
-/// No cached location: the participant looks the key up in its index.
-pub const NO_LOC: u32 = u32::MAX;
+/// A record's slot in its table on its node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Loc(pub u32);
+
+/// The word an unknown location travels as: above every `u32`, so no slot reads as it.
+const NO_LOC_WORD: u64 = 1 << 32;
 
 /// A record named by a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Item {
     pub table: TableId,
     pub key: u64,
-    /// Record slot if the coordinator knows it, else [`NO_LOC`].
-    pub loc: u32,
+    /// Record slot if the coordinator knows it; else the participant looks the key up.
+    pub loc: Option<Loc>,
 }
 
 /// A tuple as a participant returns it.
@@ -321,7 +325,11 @@ impl WordWriter<'_> {
     pub fn item(&mut self, i: &Item) {
         self.w(i.table.0 as u64);
         self.w(i.key);
-        self.w(i.loc as u64);
+        self.opt_loc(i.loc);
+    }
+    /// A location that may be unknown, in one word.
+    pub fn opt_loc(&mut self, loc: Option<Loc>) {
+        self.w(loc.map_or(NO_LOC_WORD, |l| l.0 as u64));
     }
     pub fn items(&mut self, items: &[Item]) {
         self.w(items.len() as u64);
@@ -409,7 +417,7 @@ impl<'a> WordReader<'a> {
         Ok(Item {
             table: self.table()?,
             key: self.w()?,
-            loc: self.u32()?,
+            loc: self.opt_loc()?,
         })
     }
     /// A family id, then the family's body: the rest of the message, in whole words.
@@ -422,6 +430,16 @@ impl<'a> WordReader<'a> {
             return Err(self.error(format!("family body of {} bytes", self.b.len())));
         }
         Ok((family, std::mem::take(&mut self.b)))
+    }
+
+    /// A location written by [`WordWriter::opt_loc`].
+    pub fn opt_loc(&mut self) -> Result<Option<Loc>, DecodeError> {
+        match self.w()? {
+            NO_LOC_WORD => Ok(None),
+            v => u32::try_from(v)
+                .map(|l| Some(Loc(l)))
+                .map_err(|_| self.error(format!("location {v} is neither a slot nor unknown"))),
+        }
     }
 
     pub fn done(&self) -> Result<(), DecodeError> {
@@ -777,10 +795,16 @@ mod tests {
         let it = Item {
             table: TableId(3),
             key: 42,
-            loc: NO_LOC,
+            loc: None,
         };
         round_trip(Request::Read {
-            items: vec![it, Item { loc: 7, ..it }],
+            items: vec![
+                it,
+                Item {
+                    loc: Some(Loc(7)),
+                    ..it
+                },
+            ],
         });
         round_trip(Request::Lock {
             ts: 99,

@@ -8,7 +8,7 @@
 
 use crate::abort::Abort;
 use crate::coord::{Access, Entry, EntryState, TxnCore};
-use crate::msg::{Item, Reply, Request, Tuple, WriteBack, NO_LOC};
+use crate::msg::{Item, Loc, Reply, Request, Tuple, WriteBack};
 use crate::plan::{Primitive, Stage};
 use crate::ts::Timestamp;
 use crate::Idxs;
@@ -57,7 +57,7 @@ pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> R
     let mut todo: Idxs = idxs
         .iter()
         .copied()
-        .filter(|&i| tx.entries[i].loc == NO_LOC)
+        .filter(|&i| tx.entries[i].loc.is_none())
         .collect();
     let mut groups: smallvec::SmallVec<[u32; 16]> = todo
         .iter()
@@ -85,8 +85,8 @@ pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> R
             match probe_group(res.read(j), e.key) {
                 GroupProbe::Found(loc) => {
                     let (t, n, k) = (e.table, e.node, e.key);
-                    tx.entries[i].loc = loc;
-                    tx.c.cache_loc(t, n, k, loc);
+                    tx.entries[i].loc = Some(Loc(loc));
+                    tx.c.cache_loc(t, n, k, Loc(loc));
                 }
                 GroupProbe::Absent => return Err(Abort::NotFound),
                 GroupProbe::Continue => {
@@ -117,7 +117,7 @@ pub fn check_tuple<S: EntryState>(
     if w[H_KEY as usize] != e.key || w[H_VERSION as usize] & VERSION_ABSENT != 0 {
         let (t, n, k) = (e.table, e.node, e.key);
         tx.c.forget_loc(t, n, k);
-        tx.entries[i].loc = NO_LOC;
+        tx.entries[i].loc = None;
         return Err(Abort::NotFound);
     }
     Ok(())
@@ -127,13 +127,13 @@ pub fn check_tuple<S: EntryState>(
 /// view of its timestamps, and its payload if it carries one.
 pub fn apply_tuple<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize, t: Tuple) {
     let e = &mut tx.entries[i];
-    e.loc = t.loc;
+    e.loc = Some(Loc(t.loc));
     e.version = t.version;
     e.state.saw(t.wts, t.rts & !RTS_FROZEN, None);
     if !t.data.is_empty() {
         e.fill(t.version, &t.data);
     }
-    let (tb, n, k, l) = (e.table, e.node, e.key, e.loc);
+    let (tb, n, k, l) = (e.table, e.node, e.key, Loc(t.loc));
     tx.c.cache_loc(tb, n, k, l);
 }
 
@@ -155,7 +155,7 @@ pub async fn read<S: EntryState>(
             for &i in idxs {
                 let e = &tx.entries[i];
                 let words = tx.c.catalog.layout(e.table).tuple_words;
-                d.read(tx.c.catalog.record_ptr(e.table, e.node, e.loc), words);
+                d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
             }
             let res = d.submit().await;
             for (j, &i) in idxs.iter().enumerate() {
@@ -240,7 +240,7 @@ pub async fn lock<S: EntryState>(
             let mut d = tx.c.ep.doorbell();
             for &i in idxs {
                 let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
                 d.cas(ptr.add(H_LOCK), 0, ts);
                 // A multi-version record is read whole: an MVCC write-back moves the
                 // current version into the oldest of the slots this READ returns.
@@ -263,7 +263,7 @@ pub async fn lock<S: EntryState>(
                 }
                 let w = res.read(2 * j + 1);
                 let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
                 if let Err(a) = check_tuple(tx, i, w) {
                     // Locked a slot that no longer holds the key (a stale cached location):
                     // give it back, since the entry has forgotten that location.
@@ -403,7 +403,7 @@ pub async fn validate<S: EntryState>(
             let mut d = tx.c.ep.doorbell();
             for &i in idxs {
                 let e = &tx.entries[i];
-                d.read(tx.c.catalog.record_ptr(e.table, e.node, e.loc), 2);
+                d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), 2);
             }
             let res = d.submit().await;
             for (j, &i) in idxs.iter().enumerate() {
@@ -422,7 +422,7 @@ pub async fn validate<S: EntryState>(
                 }
                 .to_bytes()
             };
-            check_by_rpc(tx, idxs, |e| (e.table, e.loc, e.version), build).await?;
+            check_by_rpc(tx, idxs, |e| (e.table, e.slot(), e.version), build).await?;
         }
     }
     Ok(())
@@ -601,7 +601,7 @@ pub async fn write_back<S: EntryState>(
             let mut steps = Vec::new();
             for &i in idxs {
                 let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
                 if e.dirty {
                     if let Some(inst) = install {
                         // Ops of one doorbell to one node execute in order, each in
@@ -637,12 +637,12 @@ pub async fn write_back<S: EntryState>(
                 let items: Vec<_> = mine
                     .clone()
                     .filter(|e| e.dirty)
-                    .map(|e| (e.table, e.loc, e.data.clone()))
+                    .map(|e| (e.table, e.slot(), e.data.clone()))
                     .collect();
                 if release {
                     let clean: Vec<_> = mine
                         .filter(|e| !e.dirty)
-                        .map(|e| (e.table, e.loc))
+                        .map(|e| (e.table, e.slot()))
                         .collect();
                     if !clean.is_empty() {
                         plain_release.push((n, clean));
@@ -711,7 +711,7 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
             let mut d = tx.c.ep.doorbell();
             for &i in &held {
                 let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
                 if e.frozen {
                     // Thaw before unlocking, keeping any raise an earlier-ordered MVCC
                     // reader made meanwhile.
@@ -729,7 +729,7 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
                     .iter()
                     .map(|&i| &tx.entries[i])
                     .filter(|e| e.node == n)
-                    .map(|e| (e.table, e.loc))
+                    .map(|e| (e.table, e.slot()))
                     .collect();
                 d.rpc(n, Request::Release { ts, items }.to_bytes());
             }
@@ -778,7 +778,7 @@ pub async fn apply_inserts_deletes<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Re
                 // Installed locked by this transaction, payload in place: the release
                 // stage frees it together with the other writes.
                 let e = &mut tx.entries[i];
-                e.loc = loc;
+                e.loc = Some(Loc(loc));
                 e.version = version;
                 e.installed = Some(version);
                 e.locked = true;
@@ -840,7 +840,7 @@ pub async fn apply_inserts_deletes<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Re
             e.node,
             Request::Release {
                 ts,
-                items: vec![(e.table, e.loc)],
+                items: vec![(e.table, e.slot())],
             }
             .to_bytes(),
         );
@@ -881,7 +881,9 @@ async fn freeze_one_sided<S: EntryState>(
         for &(i, seen) in &todo {
             let e = &tx.entries[i];
             d.cas(
-                tx.c.catalog.record_ptr(e.table, e.node, e.loc).add(H_RTS),
+                tx.c.catalog
+                    .record_ptr(e.table, e.node, e.slot())
+                    .add(H_RTS),
                 seen,
                 seen | RTS_FROZEN,
             );

@@ -113,7 +113,7 @@ pub async fn read(
         for &i in &pending {
             let e = &tx.entries[i];
             let words = tx.c.catalog.layout(e.table).record_words;
-            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
             d.read(ptr, words);
             d.read(ptr, words);
         }
@@ -166,7 +166,7 @@ pub async fn read(
             let mut d = ep.doorbell();
             for &(i, rts, _, _) in &raise {
                 let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
                 d.cas(ptr.add(H_RTS), rts, ctts);
                 d.read(ptr, HEADER_WORDS);
             }

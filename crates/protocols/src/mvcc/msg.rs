@@ -116,7 +116,7 @@ mod tests {
         let it = Item {
             table: TableId(3),
             key: 42,
-            loc: 7,
+            loc: Some(atoll_txn::msg::Loc(7)),
         };
         for r in [
             MvccRequest::Read {

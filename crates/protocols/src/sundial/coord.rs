@@ -53,7 +53,7 @@ pub async fn read_atomic(
     for &i in idxs {
         let e = &tx.entries[i];
         let words = tx.c.catalog.layout(e.table).tuple_words;
-        let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+        let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
         d.read(ptr, words);
         d.read(ptr, words);
     }
@@ -128,7 +128,7 @@ pub async fn renew(
     }
     if prim == Primitive::Rpc {
         let build = |items| SundialRequest::Renew { commit_ts, items }.to_bytes();
-        check_by_rpc(tx, &todo, |e| (e.table, e.loc, e.state.wts), build).await?;
+        check_by_rpc(tx, &todo, |e| (e.table, e.slot(), e.state.wts), build).await?;
         for &i in &todo {
             tx.entries[i].state.rts = commit_ts;
         }
@@ -141,7 +141,7 @@ pub async fn renew(
         let mut d = ep.doorbell();
         for &(i, seen) in &pending {
             let e = &tx.entries[i];
-            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
             d.cas(ptr.add(H_RTS), seen, commit_ts);
             d.read(ptr, HEADER_WORDS);
         }

@@ -64,7 +64,7 @@ pub async fn lock_wait_die(
         let mut d = tx.c.ep.doorbell();
         for &i in &pending {
             let e = &tx.entries[i];
-            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
             d.cas(ptr.add(H_LOCK), 0, ts.word());
             let words = if want_data {
                 tx.c.catalog.layout(e.table).tuple_words
@@ -81,7 +81,7 @@ pub async fn lock_wait_die(
             let w = res.read(2 * j + 1);
             let ptr = {
                 let e = &tx.entries[i];
-                tx.c.catalog.record_ptr(e.table, e.node, e.loc)
+                tx.c.catalog.record_ptr(e.table, e.node, e.slot())
             };
             let mine = raised.contains(&i);
             if holder == 0 {
@@ -123,7 +123,9 @@ pub async fn lock_wait_die(
             for &i in &raised {
                 let e = &tx.entries[i];
                 fixes.fetch_add(
-                    tx.c.catalog.record_ptr(e.table, e.node, e.loc).add(H_AUX),
+                    tx.c.catalog
+                        .record_ptr(e.table, e.node, e.slot())
+                        .add(H_AUX),
                     u64::MAX,
                 );
             }

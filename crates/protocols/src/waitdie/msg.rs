@@ -79,7 +79,7 @@ mod tests {
             items: vec![Item {
                 table: TableId(3),
                 key: 42,
-                loc: 7,
+                loc: Some(atoll_txn::msg::Loc(7)),
             }],
         };
         let b = r.to_bytes();
