@@ -17,7 +17,7 @@ use atoll_storage::layout::{
     seal, ENGINE_PAYLOAD_WORDS, HEADER_WORDS, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN,
     VERSION_ABSENT,
 };
-use atoll_txn::stages::{self, CommitOpts, LockOpts};
+use atoll_txn::stages::{self, CommitOpts, LockOpts, UnchangedOpts};
 use atoll_txn::{Abort, Access, Plan, PlanError, Protocol, Stage, TxnCore};
 use atoll_workloads::{Params, WorkloadKind};
 
@@ -57,7 +57,15 @@ impl Protocol for OccWithoutValidation {
 
     async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
         let ws = tx.select(|e| e.is_write() && e.access != Access::Insert);
-        stages::lock_unchanged(tx, &ws, false, |e| e.version).await?;
+        stages::lock_unchanged(
+            tx,
+            &ws,
+            UnchangedOpts {
+                freeze_rts: false,
+                seen: |e| e.version,
+            },
+        )
+        .await?;
         // The bug: the read set is never validated.
         stages::log_and_apply(tx).await?;
         stages::commit_and_release(tx, CommitOpts::plain()).await;
@@ -89,7 +97,15 @@ impl Protocol for OccSwappingPayloads {
     async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
         let ws = tx.select(|e| e.is_write() && e.access != Access::Insert);
         let rs = tx.select(|e| !e.is_write());
-        stages::lock_unchanged(tx, &ws, false, |e| e.version).await?;
+        stages::lock_unchanged(
+            tx,
+            &ws,
+            UnchangedOpts {
+                freeze_rts: false,
+                seen: |e| e.version,
+            },
+        )
+        .await?;
         let prim = tx.c.plan().get(Stage::Validate);
         if let Err(a) = stages::validate(tx, &rs, prim).await {
             stages::release_all(tx).await;
@@ -193,7 +209,15 @@ impl Protocol for SundialWithoutRenewal {
 
     async fn commit(tx: &mut TxnCore<'_, Lease>) -> Result<(), Abort> {
         let unlocked = tx.select(|e| e.is_write() && !e.locked && e.access != Access::Insert);
-        stages::lock_unchanged(tx, &unlocked, true, |e| e.state.wts).await?;
+        stages::lock_unchanged(
+            tx,
+            &unlocked,
+            UnchangedOpts {
+                freeze_rts: true,
+                seen: |e| e.state.wts,
+            },
+        )
+        .await?;
         let commit_ts = atoll_protocols::sundial::coord::commit_ts(tx);
         // The bug: the read leases are not renewed up to `commit_ts`.
         stages::log_and_apply(tx).await?;

@@ -5,7 +5,7 @@
 //! Pipeline: fetch = read → lock (write set) → validate (read set) → log → write back
 //! (+ release) → release.
 
-use atoll_txn::stages::{self, CommitOpts};
+use atoll_txn::stages::{self, CommitOpts, UnchangedOpts};
 use atoll_txn::{Abort, Access, Plan, PlanError, Protocol, Stage, TxnCore};
 
 pub struct Occ;
@@ -42,7 +42,15 @@ impl Protocol for Occ {
         let rs = tx.select(|e| !e.is_write());
 
         // Lock the write set; a record read earlier must still be at the version read.
-        stages::lock_unchanged(tx, &ws, false, |e| e.version).await?;
+        stages::lock_unchanged(
+            tx,
+            &ws,
+            UnchangedOpts {
+                freeze_rts: false,
+                seen: |e| e.version,
+            },
+        )
+        .await?;
 
         // Validate the read set.
         let t0 = tx.now_ns();

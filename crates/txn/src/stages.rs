@@ -958,15 +958,27 @@ pub async fn log_and_apply<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Result<(),
     r
 }
 
+/// How [`lock_unchanged`] locks and what it checks.
+pub struct UnchangedOpts<S> {
+    /// Also freeze each record's `RTS` (SUNDIAL), thawed at release.
+    pub freeze_rts: bool,
+    /// What must not have changed since the entry was fetched (OCC: the version; SUNDIAL:
+    /// `WTS`).
+    pub seen: fn(&Entry<S>) -> u64,
+}
+
 /// Locks write entries with the plan's lock primitive and checks that each one fetched
-/// earlier still carries what `seen` read from it then (OCC: the version; SUNDIAL: `WTS`),
-/// else `ValidationFailed`. On failure every lock the attempt holds is released.
+/// earlier still carries what `opts.seen` read from it then, else `ValidationFailed`. On
+/// failure every lock the attempt holds is released.
 pub async fn lock_unchanged<S: EntryState>(
     tx: &mut TxnCore<'_, S>,
     idxs: &[usize],
-    freeze: bool,
-    seen: fn(&Entry<S>) -> u64,
+    opts: UnchangedOpts<S>,
 ) -> Result<(), Abort> {
+    let UnchangedOpts {
+        freeze_rts: freeze,
+        seen,
+    } = opts;
     let prim = tx.c.plan().get(Stage::Lock);
     let before: smallvec::SmallVec<[(usize, u64); 8]> = idxs
         .iter()

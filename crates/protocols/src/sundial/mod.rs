@@ -21,7 +21,7 @@ pub mod coord;
 pub mod msg;
 pub mod participant;
 
-use atoll_txn::stages::{self, CommitOpts, LockOpts};
+use atoll_txn::stages::{self, CommitOpts, LockOpts, UnchangedOpts};
 use atoll_txn::{Abort, Access, Plan, PlanError, Protocol, Stage, TxnCore};
 pub use coord::Lease;
 use coord::{commit_ts, read_atomic, renew};
@@ -80,7 +80,15 @@ impl Protocol for Sundial {
         // Writes not locked yet: blind writes and reads upgraded to writes.
         let unlocked = tx.select(|e| e.is_write() && !e.locked && e.access != Access::Insert);
         // An upgraded read must still see the WTS it read.
-        stages::lock_unchanged(tx, &unlocked, true, |e| e.state.wts).await?;
+        stages::lock_unchanged(
+            tx,
+            &unlocked,
+            UnchangedOpts {
+                freeze_rts: true,
+                seen: |e| e.state.wts,
+            },
+        )
+        .await?;
 
         let commit_ts = commit_ts(tx);
 
