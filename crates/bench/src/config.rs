@@ -8,7 +8,7 @@ use atoll_workloads::{Params, WorkloadKind};
 use serde::Serialize;
 
 /// Largest cluster shape accepted per dimension; the product is bounded further by the
-/// co-routine ids a timestamp holds ([`atoll_txn::ts::MAX_COROUTINES`]).
+/// co-routine ids a timestamp holds ([`atoll_txn::ts::COROUTINES_MAX`]).
 pub const NODES_MAX: u16 = 1024;
 pub const THREADS_MAX: u16 = 64;
 pub const COROUTINES_MAX: u16 = 256;
@@ -140,14 +140,14 @@ impl RunConfig {
         range("threads", self.threads, 1, THREADS_MAX)?;
         range("coroutines", self.coroutines, 1, COROUTINES_MAX)?;
         let ids = self.coordinators_total() as u64;
-        if ids >= atoll_txn::ts::MAX_COROUTINES {
+        if ids >= atoll_txn::ts::COROUTINES_MAX {
             return Err(ConfigError(format!(
                 "nodes × threads × coroutines = {} × {} × {} = {ids} co-routines is out of range: a timestamp's {} id bits name fewer than {} (expected fewer nodes, threads or coroutines)",
                 self.nodes,
                 self.threads,
                 self.coroutines,
                 atoll_txn::ts::TS_ID_BITS,
-                atoll_txn::ts::MAX_COROUTINES
+                atoll_txn::ts::COROUTINES_MAX
             )));
         }
         if !self.warmup_s.is_finite() || !(0.0..=WARMUP_S_MAX).contains(&self.warmup_s) {

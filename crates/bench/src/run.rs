@@ -242,7 +242,11 @@ fn run_with<W: Workload, P: Protocol>(
         .iter()
         .map(|s| NodeSetup {
             memory: s.memory().clone(),
-            handler: Arc::new(StoreHandler::new(s.clone(), catalog.extra_region(0))),
+            handler: Arc::new(StoreHandler::new(
+                s.clone(),
+                catalog.extra_region(0),
+                atoll_protocols::participants(),
+            )),
         })
         .collect();
 
@@ -475,7 +479,7 @@ async fn coroutine<W: Workload, P: Protocol>(
                 run.node_failed
                     .lock()
                     .expect("no poisoned flag")
-                    .get_or_insert((e.node, tx.ts().0));
+                    .get_or_insert((e.node, tx.ts().word()));
                 run.node_failed_any.store(true, Ordering::Relaxed);
             }
             if r.is_ok() && tx.torn_reads() > 0 {
@@ -483,7 +487,7 @@ async fn coroutine<W: Workload, P: Protocol>(
             }
             if run.cfg.record_history {
                 let rec = TxnRecord {
-                    id: tx.ts().0,
+                    id: tx.ts().word(),
                     tag: tx.tag(),
                     coord: id,
                     attempt: attempts,

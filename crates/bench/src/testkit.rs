@@ -74,7 +74,11 @@ impl TestCluster {
             .iter()
             .map(|s| NodeSetup {
                 memory: s.memory().clone(),
-                handler: Arc::new(StoreHandler::new(s.clone(), self.catalog.extra_region(0))),
+                handler: Arc::new(StoreHandler::new(
+                    s.clone(),
+                    self.catalog.extra_region(0),
+                    atoll_protocols::participants(),
+                )),
             })
             .collect();
         let cfg = InprocConfig {

@@ -10,12 +10,15 @@ use atoll_bench::config::FaultConfig;
 use atoll_bench::history::{self, Mode};
 use atoll_bench::{run_protocol, Report, RunConfig};
 use atoll_fabric::Words;
+use atoll_protocols::mvcc::Versions;
+use atoll_protocols::sundial::Lease;
 use atoll_protocols::{Mvcc, ProtocolKind};
 use atoll_storage::layout::{
     seal, ENGINE_PAYLOAD_WORDS, HEADER_WORDS, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN,
     VERSION_ABSENT,
 };
-use atoll_txn::{stages, Abort, Access, Plan, PlanError, Protocol, Stage, TxnCore};
+use atoll_txn::stages::{self, CommitOpts, LockOpts, UnchangedOpts};
+use atoll_txn::{Abort, Access, Plan, PlanError, Protocol, Stage, TxnCore};
 use atoll_workloads::{Params, WorkloadKind};
 
 /// Seeds per variant (each seed runs all three workloads under both plans).
@@ -41,6 +44,7 @@ struct OccWithoutValidation;
 impl Protocol for OccWithoutValidation {
     const NAME: &'static str = "occ-without-validation";
     const STAGES: &'static [Stage] = &[Stage::Read, Stage::Lock, Stage::Commit, Stage::Release];
+    type EntryState = ();
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
         Ok(())
@@ -53,10 +57,18 @@ impl Protocol for OccWithoutValidation {
 
     async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
         let ws = tx.select(|e| e.is_write() && e.access != Access::Insert);
-        stages::lock_unchanged(tx, &ws, false, |e| e.version).await?;
+        stages::lock_unchanged(
+            tx,
+            &ws,
+            UnchangedOpts {
+                freeze_rts: false,
+                seen: |e| e.version,
+            },
+        )
+        .await?;
         // The bug: the read set is never validated.
         stages::log_and_apply(tx).await?;
-        stages::commit_and_release(tx, 0, false).await;
+        stages::commit_and_release(tx, CommitOpts::plain()).await;
         Ok(())
     }
 
@@ -72,6 +84,7 @@ struct OccSwappingPayloads;
 impl Protocol for OccSwappingPayloads {
     const NAME: &'static str = "occ-swapping-payloads";
     const STAGES: &'static [Stage] = atoll_protocols::Occ::STAGES;
+    type EntryState = ();
 
     fn check_plan(plan: &Plan) -> Result<(), PlanError> {
         atoll_protocols::Occ::check_plan(plan)
@@ -84,7 +97,15 @@ impl Protocol for OccSwappingPayloads {
     async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
         let ws = tx.select(|e| e.is_write() && e.access != Access::Insert);
         let rs = tx.select(|e| !e.is_write());
-        stages::lock_unchanged(tx, &ws, false, |e| e.version).await?;
+        stages::lock_unchanged(
+            tx,
+            &ws,
+            UnchangedOpts {
+                freeze_rts: false,
+                seen: |e| e.version,
+            },
+        )
+        .await?;
         let prim = tx.c.plan().get(Stage::Validate);
         if let Err(a) = stages::validate(tx, &rs, prim).await {
             stages::release_all(tx).await;
@@ -105,7 +126,7 @@ impl Protocol for OccSwappingPayloads {
                 }
             }
         }
-        stages::commit_and_release(tx, 0, false).await;
+        stages::commit_and_release(tx, CommitOpts::plain()).await;
         Ok(())
     }
 
@@ -120,6 +141,7 @@ struct NoWaitWithoutReadLocks;
 impl Protocol for NoWaitWithoutReadLocks {
     const NAME: &'static str = "nowait-without-read-locks";
     const STAGES: &'static [Stage] = atoll_protocols::NoWait::STAGES;
+    type EntryState = ();
 
     fn check_plan(plan: &Plan) -> Result<(), PlanError> {
         atoll_protocols::NoWait::check_plan(plan)
@@ -139,20 +161,28 @@ impl Protocol for NoWaitWithoutReadLocks {
             .collect();
         // The bug: reads take no lock.
         stages::read(tx, &reads, plan.get(Stage::Read)).await?;
-        let combined = plan.get(Stage::Read) == plan.get(Stage::Lock);
-        stages::lock(tx, &writes, plan.get(Stage::Lock), combined, false).await?;
+        let opts = LockOpts {
+            primitive: plan.get(Stage::Lock),
+            with_data: plan.get(Stage::Read) == plan.get(Stage::Lock),
+            freeze_rts: false,
+        };
+        stages::lock(tx, &writes, opts).await?;
         stages::read_after_lock(tx, &writes).await
     }
 
     async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
         let unlocked = tx.select(|e| e.is_write() && !e.locked && e.access != Access::Insert);
-        let prim = tx.c.plan().get(Stage::Lock);
-        if let Err(a) = stages::lock(tx, &unlocked, prim, false, false).await {
+        let opts = LockOpts {
+            primitive: tx.c.plan().get(Stage::Lock),
+            with_data: false,
+            freeze_rts: false,
+        };
+        if let Err(a) = stages::lock(tx, &unlocked, opts).await {
             stages::release_all(tx).await;
             return Err(a);
         }
         stages::log_and_apply(tx).await?;
-        stages::commit_and_release(tx, 0, false).await;
+        stages::commit_and_release(tx, CommitOpts::plain()).await;
         Ok(())
     }
 
@@ -167,33 +197,39 @@ struct SundialWithoutRenewal;
 impl Protocol for SundialWithoutRenewal {
     const NAME: &'static str = "sundial-without-renewal";
     const STAGES: &'static [Stage] = atoll_protocols::Sundial::STAGES;
+    type EntryState = Lease;
 
     fn check_plan(plan: &Plan) -> Result<(), PlanError> {
         atoll_protocols::Sundial::check_plan(plan)
     }
 
-    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+    async fn fetch(tx: &mut TxnCore<'_, Lease>, idxs: &[usize]) -> Result<(), Abort> {
         atoll_protocols::Sundial::fetch(tx, idxs).await
     }
 
-    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+    async fn commit(tx: &mut TxnCore<'_, Lease>) -> Result<(), Abort> {
         let unlocked = tx.select(|e| e.is_write() && !e.locked && e.access != Access::Insert);
-        stages::lock_unchanged(tx, &unlocked, true, |e| e.wts).await?;
-        let commit_ts = tx
-            .entries
-            .iter()
-            .filter(|e| e.access != Access::Insert)
-            .map(|e| if e.is_write() { e.rts + 1 } else { e.wts })
-            .max()
-            .unwrap_or(0)
-            .max(1);
+        stages::lock_unchanged(
+            tx,
+            &unlocked,
+            UnchangedOpts {
+                freeze_rts: true,
+                seen: |e| e.state.wts,
+            },
+        )
+        .await?;
+        let commit_ts = atoll_protocols::sundial::coord::commit_ts(tx);
         // The bug: the read leases are not renewed up to `commit_ts`.
         stages::log_and_apply(tx).await?;
-        stages::commit_and_release(tx, commit_ts, false).await;
+        let opts = CommitOpts {
+            set_ts: Some(commit_ts),
+            install: None,
+        };
+        stages::commit_and_release(tx, opts).await;
         Ok(())
     }
 
-    async fn rollback(tx: &mut TxnCore<'_>) {
+    async fn rollback(tx: &mut TxnCore<'_, Lease>) {
         stages::release_all(tx).await
     }
 }
@@ -208,6 +244,7 @@ const LEAKY_ATTEMPT_EVERY: u64 = 4;
 impl Protocol for OccLeavingAbortedWrites {
     const NAME: &'static str = "occ-leaving-aborted-writes";
     const STAGES: &'static [Stage] = atoll_protocols::Occ::STAGES;
+    type EntryState = ();
 
     fn check_plan(plan: &Plan) -> Result<(), PlanError> {
         atoll_protocols::Occ::check_plan(plan)
@@ -246,6 +283,7 @@ impl Protocol for MvccOldWriteBack {
     const NAME: &'static str = "mvcc-old-write-back";
     const STAGES: &'static [Stage] = Mvcc::STAGES;
     const MULTI_VERSION: bool = true;
+    type EntryState = Versions;
 
     fn check_plan(plan: &Plan) -> Result<(), PlanError> {
         if plan.get(Stage::Lock) != atoll_txn::Primitive::OneSided
@@ -259,7 +297,7 @@ impl Protocol for MvccOldWriteBack {
         Mvcc::check_plan(plan)
     }
 
-    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+    async fn fetch(tx: &mut TxnCore<'_, Versions>, idxs: &[usize]) -> Result<(), Abort> {
         let reads: atoll_txn::Idxs = idxs
             .iter()
             .copied()
@@ -276,23 +314,31 @@ impl Protocol for MvccOldWriteBack {
         Mvcc::fetch(tx, &writes).await
     }
 
-    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+    async fn commit(tx: &mut TxnCore<'_, Versions>) -> Result<(), Abort> {
         let unlocked = tx.select(|e| e.is_write() && !e.locked && e.access != Access::Insert);
         if let Err(a) = Mvcc::fetch(tx, &unlocked).await {
             Mvcc::rollback(tx).await;
             return Err(a);
         }
         stages::log_and_apply(tx).await?;
-        let ts = tx.ts.0;
+        let ts = tx.ts.word();
         let ws = tx.select(|e| e.locked && e.dirty);
         let mut d = tx.c.ep.doorbell();
         for &i in &ws {
             let e = &tx.entries[i];
             let layout = tx.c.catalog.layout(e.table);
-            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
-            let at = layout.old_slot_offset(atoll_txn::mvcc::oldest_slot(layout, &e.before));
-            let mut old = vec![e.before[H_WTS as usize], e.before[H_VERSION as usize]];
-            old.extend_from_slice(&e.before[HEADER_WORDS as usize..layout.tuple_words as usize]);
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+            let at = layout.old_slot_offset(atoll_protocols::mvcc::version::oldest_slot(
+                layout,
+                &e.state.before,
+            ));
+            let mut old = vec![
+                e.state.before[H_WTS as usize],
+                e.state.before[H_VERSION as usize],
+            ];
+            old.extend_from_slice(
+                &e.state.before[HEADER_WORDS as usize..layout.tuple_words as usize],
+            );
             d.write(ptr.add(at), Words::from_slice(&old));
             d.write(ptr.add(HEADER_WORDS), e.data.clone());
         }
@@ -302,7 +348,7 @@ impl Protocol for MvccOldWriteBack {
         let mut d = tx.c.ep.doorbell();
         for &i in &ws {
             let e = &tx.entries[i];
-            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
             d.write(ptr.add(H_RTS), Words::from_slice(&[ts, ts]));
             d.write(ptr.add(H_VERSION), Words::from_slice(&[e.version + 1]));
             d.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
@@ -312,8 +358,8 @@ impl Protocol for MvccOldWriteBack {
             let e = &mut tx.entries[i];
             e.installed = Some(e.version + 1);
             e.version += 1;
-            e.wts = ts;
-            e.rts = ts;
+            e.state.wts = ts;
+            e.state.rts = ts;
             e.frozen = false;
             e.locked = false;
         }
@@ -321,7 +367,7 @@ impl Protocol for MvccOldWriteBack {
         Ok(())
     }
 
-    async fn rollback(tx: &mut TxnCore<'_>) {
+    async fn rollback(tx: &mut TxnCore<'_, Versions>) {
         Mvcc::rollback(tx).await
     }
 }
@@ -333,13 +379,13 @@ const READ_RETRY_NS: u64 = 1_000;
 
 /// MVCC's one-sided read (double READ, Cond R1 by `WTS`), except that a record held by a
 /// writer ordered after the reader is read at once, whatever its (frozen) `RTS`.
-async fn read_under_later_writers(tx: &mut TxnCore<'_>, i: usize) -> Result<(), Abort> {
+async fn read_under_later_writers(tx: &mut TxnCore<'_, Versions>, i: usize) -> Result<(), Abort> {
     stages::locate(tx, &[i]).await?;
-    let ctts = tx.ts.0;
+    let ctts = tx.ts.word();
     let ep = tx.c.ep.clone();
     let (table, node, loc, key) = {
         let e = &tx.entries[i];
-        (e.table, e.node, e.loc, e.key)
+        (e.table, e.node, e.slot(), e.key)
     };
     let layout = *tx.c.catalog.layout(table);
     let ptr = tx.c.catalog.record_ptr(table, node, loc);
@@ -361,7 +407,7 @@ async fn read_under_later_writers(tx: &mut TxnCore<'_>, i: usize) -> Result<(), 
         if lock != 0 && lock < ctts {
             return Err(Abort::Conflict);
         }
-        let Some(c) = atoll_txn::mvcc::choose(&layout, a, ctts) else {
+        let Some(c) = atoll_protocols::mvcc::version::choose(&layout, a, ctts) else {
             return Err(Abort::SlotOverflow);
         };
         let rts = b[H_RTS as usize];
@@ -384,8 +430,8 @@ async fn read_under_later_writers(tx: &mut TxnCore<'_>, i: usize) -> Result<(), 
                 tx.c.observe_ts(c.wts.max(rts));
                 let e = &mut tx.entries[i];
                 e.version = c.version;
-                e.wts = c.wts;
-                e.rts = (rts & !RTS_FROZEN).max(if take { 0 } else { ctts });
+                e.state.wts = c.wts;
+                e.state.rts = (rts & !RTS_FROZEN).max(if take { 0 } else { ctts });
                 e.fill(c.version, payload);
                 return Ok(());
             }

@@ -33,6 +33,7 @@ struct OccPanickingAfterSomeCommits;
 impl Protocol for OccPanickingAfterSomeCommits {
     const NAME: &'static str = "occ-panicking";
     const STAGES: &'static [Stage] = Occ::STAGES;
+    type EntryState = ();
 
     fn check_plan(plan: &Plan) -> Result<(), PlanError> {
         Occ::check_plan(plan)

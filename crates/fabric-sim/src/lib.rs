@@ -361,9 +361,9 @@ impl World {
             .map(|s| s.4)
             .sum();
         let stall = match &mut self.stall {
-            Some((permille, max_ns, rng)) => {
+            Some((permille, ns_max, rng)) => {
                 if rng.below(PERMILLE) < *permille as u64 {
-                    rng.below(*max_ns + 1)
+                    rng.below(*ns_max + 1)
                 } else {
                     0
                 }

@@ -1,5 +1,11 @@
-//! Atoll's concurrency-control protocols, one per file, each composing the stage building
-//! blocks of `atoll_txn::stages` with the primitive its run-time plan names.
+//! Atoll's concurrency-control protocols, one module per family, each composing the shared
+//! stage building blocks of `atoll_txn::stages` with its own, with the primitive its
+//! run-time plan names. A family with requests of its own (WAITDIE, SUNDIAL, MVCC) has a
+//! coordinator side, a participant side and its messages in its module, and registers its
+//! participant in [`participants`].
+
+use atoll_txn::handler::Participant;
+use std::sync::Arc;
 
 pub mod mvcc;
 pub mod nowait;
@@ -12,6 +18,15 @@ pub use nowait::NoWait;
 pub use occ::Occ;
 pub use sundial::Sundial;
 pub use waitdie::WaitDie;
+
+/// Every family's participant side, one per node: the registration list.
+pub fn participants() -> Vec<Arc<dyn Participant>> {
+    vec![
+        Arc::new(waitdie::WaitDieParticipant::default()),
+        Arc::new(sundial::SundialParticipant),
+        Arc::new(mvcc::MvccParticipant),
+    ]
+}
 
 /// The protocols a run can select, by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

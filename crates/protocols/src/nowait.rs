@@ -5,7 +5,7 @@
 //! Stages used: `lock` (and `read` when it names a different primitive than `lock`, which
 //! then costs a second round trip to fetch the data), `log`, `commit`, `release`.
 
-use atoll_txn::stages;
+use atoll_txn::stages::{self, CommitOpts, LockOpts};
 use atoll_txn::{Abort, Plan, PlanError, Protocol, Stage, TxnCore};
 
 pub struct NoWait;
@@ -19,6 +19,7 @@ impl Protocol for NoWait {
         Stage::Commit,
         Stage::Release,
     ];
+    type EntryState = ();
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
         // Every stage works with either primitive: locks are taken with the transaction's
@@ -29,8 +30,12 @@ impl Protocol for NoWait {
     async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
         let plan = *tx.c.plan();
         let t0 = tx.now_ns();
-        let combined = plan.get(Stage::Read) == plan.get(Stage::Lock);
-        let r = stages::lock(tx, idxs, plan.get(Stage::Lock), combined, false).await;
+        let opts = LockOpts {
+            primitive: plan.get(Stage::Lock),
+            with_data: plan.get(Stage::Read) == plan.get(Stage::Lock),
+            freeze_rts: false,
+        };
+        let r = stages::lock(tx, idxs, opts).await;
         tx.charge(Stage::Lock, t0);
         r?;
         stages::read_after_lock(tx, idxs).await
@@ -54,7 +59,12 @@ pub(crate) async fn commit_locked(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
         tx.select(|e| e.is_write() && !e.locked && e.access != atoll_txn::Access::Insert);
     if !unlocked.is_empty() {
         let t0 = tx.now_ns();
-        let r = stages::lock(tx, &unlocked, plan.get(Stage::Lock), false, false).await;
+        let opts = LockOpts {
+            primitive: plan.get(Stage::Lock),
+            with_data: false,
+            freeze_rts: false,
+        };
+        let r = stages::lock(tx, &unlocked, opts).await;
         tx.charge(Stage::Lock, t0);
         if let Err(a) = r {
             release_all(tx).await;
@@ -63,7 +73,7 @@ pub(crate) async fn commit_locked(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
     }
     stages::log_and_apply(tx).await?;
     // Write back (+ release), then release the read locks.
-    stages::commit_and_release(tx, 0, false).await;
+    stages::commit_and_release(tx, CommitOpts::plain()).await;
     Ok(())
 }
 

@@ -5,7 +5,7 @@
 //! Pipeline: fetch = read → lock (write set) → validate (read set) → log → write back
 //! (+ release) → release.
 
-use atoll_txn::stages;
+use atoll_txn::stages::{self, CommitOpts, UnchangedOpts};
 use atoll_txn::{Abort, Access, Plan, PlanError, Protocol, Stage, TxnCore};
 
 pub struct Occ;
@@ -20,6 +20,7 @@ impl Protocol for Occ {
         Stage::Commit,
         Stage::Release,
     ];
+    type EntryState = ();
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
         // The lock stage always learns each record's location (RPC replies carry it), so a
@@ -41,7 +42,15 @@ impl Protocol for Occ {
         let rs = tx.select(|e| !e.is_write());
 
         // Lock the write set; a record read earlier must still be at the version read.
-        stages::lock_unchanged(tx, &ws, false, |e| e.version).await?;
+        stages::lock_unchanged(
+            tx,
+            &ws,
+            UnchangedOpts {
+                freeze_rts: false,
+                seen: |e| e.version,
+            },
+        )
+        .await?;
 
         // Validate the read set.
         let t0 = tx.now_ns();
@@ -55,7 +64,7 @@ impl Protocol for Occ {
         // Serialisation point passed: log, then make the writes visible.
         stages::log_and_apply(tx).await?;
         // Write back (+ release), then release what is left.
-        stages::commit_and_release(tx, 0, false).await;
+        stages::commit_and_release(tx, CommitOpts::plain()).await;
         Ok(())
     }
 

@@ -820,11 +820,11 @@ mod tests {
             2 => (0, u64::MAX),
             _ => {
                 let lo = draw_key(rng, space);
-                let max_width = match space {
+                let width_max = match space {
                     KeySpace::Small => 64,
                     KeySpace::Large => 1 << 14,
                 };
-                (lo, lo.saturating_add(rng.below(max_width)))
+                (lo, lo.saturating_add(rng.below(width_max)))
             }
         }
     }
@@ -870,7 +870,7 @@ mod tests {
         let mut rng = SplitMix64(seed);
         let mut index = OrderedIndex::new();
         let mut model = BTreeMap::new();
-        let mut max_height = 0;
+        let mut height_max = 0;
         // Alternate growth and shrink phases so the tree gets deep, then
         // drains through merges and root collapses, then grows again.
         let phase_len = steps / 4;
@@ -958,10 +958,10 @@ mod tests {
             if step % 500 == 0 || step + 1 == steps {
                 index.check_invariants();
                 assert_same_contents(&index, &model, &ctx);
-                max_height = max_height.max(index.height());
+                height_max = height_max.max(index.height());
             }
         }
-        max_height
+        height_max
     }
 
     const MODEL_SEEDS: [u64; 8] = [

@@ -1,15 +1,16 @@
 //! The coordinator side of a transaction: a co-routine's long-lived context
 //! ([`Coordinator`]) and one attempt's read and write sets ([`TxnCore`]).
 
-use crate::msg::NO_LOC;
+use crate::msg::Loc;
 use crate::plan::{Plan, Stage};
-use crate::ts::{Timestamp, TsGen};
+use crate::ts::{Timestamp, TsGen, TsSource, TxnTimestamps};
 use atoll_fabric::{Completions, Endpoint, NodeId, OpError, Words};
 use atoll_storage::layout::{
     payload_intact, ENGINE_PAYLOAD_WORDS, LOADER_TAG, P_TAG, VERSION_ABSENT,
 };
 use atoll_storage::{Catalog, TableId};
 use std::collections::HashMap;
+use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
@@ -76,8 +77,9 @@ pub struct Coordinator {
     pub cfg: Arc<TxnConfig>,
     /// Cluster-wide index of this co-routine (its log ring and timestamp id).
     pub id: u32,
-    ts: TsGen,
-    loc_cache: HashMap<(TableId, NodeId, u64), u32, BuildHasherDefault<LocHasher>>,
+    /// Where attempts take their timestamps from.
+    ts: Box<dyn TsSource>,
+    loc_cache: HashMap<(TableId, NodeId, u64), Loc, BuildHasherDefault<LocHasher>>,
     /// Next write offset within this coordinator's ring, per backup (1st, 2nd, ...).
     pub(crate) log_pos: Vec<u32>,
     /// Attempts begun so far: the low bits of the next attempt's tag.
@@ -105,7 +107,20 @@ pub fn tag_coord(tag: u64) -> Option<u32> {
 }
 
 impl Coordinator {
+    /// A coordinator whose timestamps come from the local clock ([`TsGen`]).
     pub fn new(ep: Endpoint, catalog: Arc<Catalog>, cfg: Arc<TxnConfig>, id: u32) -> Self {
+        let ts = Box::new(TsGen::new(id as u64));
+        Self::with_ts_source(ep, catalog, cfg, id, ts)
+    }
+
+    /// A coordinator whose timestamps come from `ts`.
+    pub fn with_ts_source(
+        ep: Endpoint,
+        catalog: Arc<Catalog>,
+        cfg: Arc<TxnConfig>,
+        id: u32,
+        ts: Box<dyn TsSource>,
+    ) -> Self {
         assert!(
             id < cfg.coordinators_total,
             "coordinator {id} of {}",
@@ -115,7 +130,7 @@ impl Coordinator {
         Coordinator {
             ep,
             catalog,
-            ts: TsGen::new(id as u64),
+            ts,
             loc_cache: HashMap::default(),
             log_pos: vec![0; replicas],
             cfg,
@@ -142,25 +157,25 @@ impl Coordinator {
         make_tag(self.id, self.attempts_begun)
     }
 
-    pub fn next_ts(&mut self) -> Timestamp {
+    /// The timestamps of a new attempt, from this coordinator's source.
+    pub fn begin_ts(&mut self) -> TxnTimestamps {
         let now = self.ep.now_ns();
-        self.ts.next(now)
+        self.ts.begin(now)
     }
 
-    /// Adjusts the local clock past a timestamp found in a tuple.
+    /// Adjusts the timestamp source past a timestamp word found in a tuple (`RTS_FROZEN`
+    /// is ignored; 0, no timestamp, changes nothing).
     pub fn observe_ts(&mut self, seen: u64) {
-        self.ts
-            .observe(Timestamp(seen & !atoll_storage::layout::RTS_FROZEN));
+        if let Some(t) = Timestamp::from_word(seen & !atoll_storage::layout::RTS_FROZEN) {
+            self.ts.observe(t);
+        }
     }
 
-    pub(crate) fn cached_loc(&self, t: TableId, node: NodeId, key: u64) -> u32 {
-        self.loc_cache
-            .get(&(t, node, key))
-            .copied()
-            .unwrap_or(NO_LOC)
+    pub(crate) fn cached_loc(&self, t: TableId, node: NodeId, key: u64) -> Option<Loc> {
+        self.loc_cache.get(&(t, node, key)).copied()
     }
 
-    pub(crate) fn cache_loc(&mut self, t: TableId, node: NodeId, key: u64, loc: u32) {
+    pub(crate) fn cache_loc(&mut self, t: TableId, node: NodeId, key: u64, loc: Loc) {
         if self.loc_cache.len() >= self.cfg.loc_cache_entries_max {
             self.loc_cache.clear();
         }
@@ -185,14 +200,33 @@ pub enum Access {
     Delete,
 }
 
-/// One record of the read or write set.
+/// A protocol family's per-record coordinator state, kept in each [`Entry`] beside the
+/// shared fields (SUNDIAL's lease, MVCC's version and record read at lock time). The shared
+/// stages tell it what they saw of the record's timestamps; the family's own stages set it
+/// directly. Families with none use `()`.
+pub trait EntryState: Default + Clone + fmt::Debug + 'static {
+    /// A lock or a participant's tuple showed the record's `WTS` and `RTS` (without
+    /// `RTS_FROZEN`); for a multi-version record locked one-sided, `record` is the whole
+    /// record as read.
+    fn saw(&mut self, _wts: u64, _rts: u64, _record: Option<&[u64]>) {}
+
+    /// This attempt froze the record's `RTS`, found at `rts` (without the flag).
+    fn froze(&mut self, _rts: u64) {}
+
+    /// This attempt's write-back set the record's `WTS` and `RTS` to `ts`.
+    fn installed(&mut self, _ts: u64) {}
+}
+
+impl EntryState for () {}
+
+/// One record of the read or write set, with its family's state `S`.
 #[derive(Clone, Debug)]
-pub struct Entry {
+pub struct Entry<S = ()> {
     pub table: TableId,
     pub key: u64,
     pub node: NodeId,
-    /// Record slot on `node`, or [`NO_LOC`] until located.
-    pub loc: u32,
+    /// Record slot on `node`, once located.
+    pub loc: Option<Loc>,
     pub access: Access,
     /// The version word observed when the record was read or locked.
     pub version: u64,
@@ -202,20 +236,28 @@ pub struct Entry {
     pub locked: bool,
     /// `write` was called: the payload is to be installed.
     pub dirty: bool,
-    /// Write and read timestamps seen (SUNDIAL's lease `[wts, rts]`; MVCC's versions).
-    pub wts: u64,
-    pub rts: u64,
     /// This transaction froze the record's `RTS` when it locked it.
     pub frozen: bool,
-    /// MVCC: the whole record (all kept versions) as read when it was locked one-sided.
-    pub before: Vec<u64>,
+    /// The protocol family's own state of this record.
+    pub state: S,
     /// What this transaction read: the version and the payload's own tag and check.
     pub observed: Option<Observed>,
     /// The version this transaction's write installed.
     pub installed: Option<u64>,
 }
 
-impl Entry {
+impl<S> Entry<S> {
+    /// The record's slot: the stages that address a record run after it is located.
+    pub fn slot(&self) -> u32 {
+        match self.loc {
+            Some(l) => l.0,
+            None => panic!(
+                "{:?} key {} used before it was located",
+                self.table, self.key
+            ),
+        }
+    }
+
     pub fn is_write(&self) -> bool {
         self.access != Access::Read
     }
@@ -255,15 +297,19 @@ pub struct Observed {
     pub intact: bool,
 }
 
-/// One attempt of a transaction: its timestamp, read and write sets and stage timings.
-pub struct TxnCore<'c> {
+/// One attempt of a transaction: its timestamps, read and write sets (each entry with its
+/// family's state `S`) and stage timings.
+pub struct TxnCore<'c, S = ()> {
     pub c: &'c mut Coordinator,
+    /// The attempt's timestamp: it reads at it and locks with it.
     pub ts: Timestamp,
+    /// A commit timestamp its source gave at begin, if any (see [`TxnTimestamps`]).
+    pub commit_ts: Option<Timestamp>,
     /// This attempt's tag, written into every payload it installs.
     pub tag: u64,
     /// Range scans done, with the keys and versions they returned.
     pub scans: Vec<ScanObs>,
-    pub entries: Vec<Entry>,
+    pub entries: Vec<Entry<S>>,
     /// Nanoseconds spent per [`Stage`] in this attempt.
     pub stage_ns: [u64; Stage::COUNT],
     /// Its log record was written (or, without backups, it passed the point where it would
@@ -274,13 +320,14 @@ pub struct TxnCore<'c> {
     pub failed_after_log: Option<OpError>,
 }
 
-impl<'c> TxnCore<'c> {
+impl<'c, S: EntryState> TxnCore<'c, S> {
     pub fn begin(c: &'c mut Coordinator) -> Self {
-        let ts = c.next_ts();
+        let ts = c.begin_ts();
         let tag = c.next_tag();
         TxnCore {
             c,
-            ts,
+            ts: ts.read,
+            commit_ts: ts.commit,
             tag,
             scans: Vec::new(),
             entries: Vec::with_capacity(ENTRIES_TYPICAL),
@@ -337,10 +384,8 @@ impl<'c> TxnCore<'c> {
             dirty: false,
             observed: None,
             installed: None,
-            wts: 0,
-            rts: 0,
             frozen: false,
-            before: Vec::new(),
+            state: S::default(),
         });
         self.entries.len() - 1
     }
@@ -355,7 +400,7 @@ impl<'c> TxnCore<'c> {
     }
 
     /// Entry indices matching `f`.
-    pub fn select(&self, f: impl Fn(&Entry) -> bool) -> crate::Idxs {
+    pub fn select(&self, f: impl Fn(&Entry<S>) -> bool) -> crate::Idxs {
         (0..self.entries.len())
             .filter(|&i| f(&self.entries[i]))
             .collect()
@@ -404,7 +449,7 @@ pub enum HistOp {
     Scan(ScanObs),
 }
 
-impl TxnCore<'_> {
+impl<S> TxnCore<'_, S> {
     /// What this attempt read and installed, in entry order (reads before writes per key),
     /// then its scans.
     pub fn history_ops(&self) -> Vec<HistOp> {

@@ -9,7 +9,6 @@ pub mod abort;
 pub mod coord;
 pub mod handler;
 pub mod msg;
-pub mod mvcc;
 pub mod plan;
 pub mod stages;
 pub mod ts;
@@ -17,10 +16,11 @@ mod txn;
 
 pub use abort::Abort;
 pub use coord::{
-    Access, Coordinator, Entry, HistOp, Observed, ScanObs, TxnConfig, TxnCore, WriteKind,
+    Access, Coordinator, Entry, EntryState, HistOp, Observed, ScanObs, TxnConfig, TxnCore,
+    WriteKind,
 };
 pub use plan::{Plan, PlanError, Primitive, Stage};
-pub use ts::Timestamp;
+pub use ts::{Timestamp, TsSource, TxnTimestamps};
 pub use txn::{Protocol, Txn};
 
 /// A small set of entry indices (read and write sets are usually small).

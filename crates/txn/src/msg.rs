@@ -4,21 +4,30 @@
 //! sequence of little-endian 64-bit words: a tag, then fields; variable parts carry their
 //! length first. Decoding checks every length and tag and returns [`DecodeError`] on
 //! anything malformed: a message from the network is untrusted input.
+//!
+//! The messages here are the shared runtime's. A protocol family's own requests and replies
+//! travel as [`Request::Family`] / [`Reply::Family`]: the family's id, then the family's
+//! own encoding (written and read with [`WordWriter`] / [`WordReader`]), which the
+//! participant hands to the family's registered [`crate::handler::Participant`].
 
 use atoll_fabric::Words;
 use atoll_storage::TableId;
 use std::fmt;
 
-/// No cached location: the participant looks the key up in its index.
-pub const NO_LOC: u32 = u32::MAX;
+/// A record's slot in its table on its node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Loc(pub u32);
+
+/// The word an unknown location travels as: above every `u32`, so no slot reads as it.
+const NO_LOC_WORD: u64 = 1 << 32;
 
 /// A record named by a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Item {
     pub table: TableId,
     pub key: u64,
-    /// Record slot if the coordinator knows it, else [`NO_LOC`].
-    pub loc: u32,
+    /// Record slot if the coordinator knows it; else the participant looks the key up.
+    pub loc: Option<Loc>,
 }
 
 /// A tuple as a participant returns it.
@@ -58,40 +67,11 @@ pub enum Request {
         words: Vec<u64>,
     },
     /// Install payloads, bump versions, and (if `release`) unlock records held by `ts`.
-    WriteBack {
-        ts: u64,
-        release: bool,
-        /// When not 0, also set each record's `WTS` and `RTS` to it (SUNDIAL's commit_ts).
-        set_ts: u64,
-        /// MVCC: first move the current version into the record's oldest slot.
-        keep_old: bool,
-        items: Vec<(TableId, u32, Words)>,
-    },
+    WriteBack(WriteBack),
     /// Unlock records held by `ts`.
     Release {
         ts: u64,
         items: Vec<(TableId, u32)>,
-    },
-    /// SUNDIAL lease renewal: raise each record's `RTS` to `commit_ts` unless its `WTS`
-    /// is no longer the one read or a writer froze it.
-    Renew {
-        commit_ts: u64,
-        items: Vec<(TableId, u32, u64)>,
-    },
-    /// MVCC reads at timestamp `ctts`: each item's newest version older than `ctts`, with
-    /// the record's `RTS` raised to `ctts` (Conds R1, R2).
-    MvccRead {
-        ctts: u64,
-        items: Vec<Item>,
-    },
-    /// WAITDIE locking: an older requester waits (the reply is held) for a younger
-    /// holder; a younger one dies. With `counter`, a waiter raises the record's AUX word
-    /// and requesters that see it raised die (the starvation fix).
-    LockWaitDie {
-        ts: u64,
-        want_data: bool,
-        counter: bool,
-        items: Vec<Item>,
     },
     /// Insert a record locked by `ts` (freed by the transaction's release).
     Insert {
@@ -118,6 +98,59 @@ pub enum Request {
         limit: u32,
         reverse: bool,
     },
+    /// A protocol family's own request: served by the participant registered for `family`,
+    /// which decodes `body` (whole words).
+    Family {
+        family: FamilyId,
+        body: Vec<u8>,
+    },
+}
+
+/// A protocol family, as its messages name it. Each family picks its own; the participant
+/// refuses to register two families with one id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FamilyId(pub u8);
+
+/// A write-back batch for one node: install each payload, bump its version, set `WTS` and
+/// `RTS` to `set_ts` when it is not 0 (a lease or version timestamp), and with `release`
+/// unlock records held by `ts`. Families that install differently (MVCC keeps the old
+/// version) send the same batch in their own request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteBack {
+    pub ts: u64,
+    pub release: bool,
+    pub set_ts: u64,
+    pub items: Vec<(TableId, u32, Words)>,
+}
+
+impl WriteBack {
+    pub fn encode(&self, e: &mut WordWriter<'_>) {
+        e.w(self.ts);
+        e.w(self.release as u64);
+        e.w(self.set_ts);
+        e.w(self.items.len() as u64);
+        for (t, loc, p) in &self.items {
+            e.w(t.0 as u64);
+            e.w(*loc as u64);
+            e.words(p);
+        }
+    }
+
+    pub fn decode(d: &mut WordReader<'_>) -> Result<WriteBack, DecodeError> {
+        let ts = d.w()?;
+        let release = d.bool()?;
+        let set_ts = d.w()?;
+        let n = d.len()?;
+        let items = (0..n)
+            .map(|_| Ok((d.table()?, d.u32()?, d.words()?)))
+            .collect::<Result<_, DecodeError>>()?;
+        Ok(WriteBack {
+            ts,
+            release,
+            set_ts,
+            items,
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,12 +188,107 @@ pub enum Reply {
     Full,
     /// The request could not be decoded or named memory it may not touch.
     BadRequest,
-    /// MVCC read of item `index` refused: no kept version is old enough (`overflow`), or a
-    /// writer ordered before the reader holds the record.
-    MvccRefused {
-        index: u32,
-        overflow: bool,
+    /// A protocol family's own reply (see [`Request::Family`]).
+    Family {
+        family: FamilyId,
+        body: Vec<u8>,
     },
+}
+
+/// Declares a message tag enum: `#[repr(u8)]`, the list of every tag, their names, and a
+/// `TryFrom<u64>` whose error names every accepted tag. The encoder writes `tag as u64` and
+/// the decoder matches on `try_from`, so a tag's number is written once. Families use it for
+/// their own messages.
+#[macro_export]
+macro_rules! wire_tags {
+    ($(#[$m:meta])* $vis:vis enum $name:ident ($what:literal) {
+        $($(#[$vm:meta])* $v:ident = $n:literal,)+
+    }) => {
+        $(#[$m])*
+        #[repr(u8)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        $vis enum $name {
+            $($(#[$vm])* $v = $n,)+
+        }
+
+        impl $name {
+            /// Every tag, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$v,)+];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$v => stringify!($v),)+
+                }
+            }
+
+            /// The accepted tags as `number Name` pairs, for error messages.
+            pub fn accepted() -> String {
+                Self::ALL
+                    .iter()
+                    .map(|t| format!("{} {}", *t as u8, t.name()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        }
+
+        impl From<$name> for u8 {
+            fn from(t: $name) -> u8 {
+                t as u8
+            }
+        }
+
+        impl TryFrom<u64> for $name {
+            type Error = $crate::msg::DecodeError;
+            fn try_from(v: u64) -> Result<Self, Self::Error> {
+                Self::ALL
+                    .iter()
+                    .copied()
+                    .find(|t| *t as u64 == v)
+                    .ok_or_else(|| {
+                        $crate::msg::DecodeError(format!(
+                            "unknown {} tag {v} (accepted: {})",
+                            $what,
+                            Self::accepted()
+                        ))
+                    })
+            }
+        }
+    };
+}
+
+wire_tags! {
+    /// The first word of every encoded [`Request`].
+    pub enum RequestTag ("request") {
+        Read = 1,
+        Lock = 2,
+        Validate = 3,
+        Log = 4,
+        WriteBack = 5,
+        Release = 6,
+        Insert = 7,
+        Delete = 8,
+        Scan = 9,
+        UndoInsert = 10,
+        Family = 11,
+    }
+}
+
+wire_tags! {
+    /// The first word of every encoded [`Reply`].
+    pub enum ReplyTag ("reply") {
+        Tuples = 1,
+        LockFailed = 2,
+        NotFound = 3,
+        Invalid = 4,
+        Ok = 5,
+        Inserted = 6,
+        Duplicate = 7,
+        Keys = 8,
+        BadRequest = 9,
+        Deleted = 10,
+        Full = 11,
+        Family = 12,
+    }
 }
 
 /// A malformed message.
@@ -175,40 +303,61 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-struct Enc<'a>(&'a mut Vec<u8>);
+/// Writes a message as little-endian words (families encode their messages with it).
+pub struct WordWriter<'a>(pub &'a mut Vec<u8>);
 
-impl Enc<'_> {
+impl WordWriter<'_> {
     #[inline]
-    fn w(&mut self, v: u64) {
+    pub fn w(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn words(&mut self, ws: &[u64]) {
+    #[inline]
+    pub fn tag<T: Into<u8>>(&mut self, t: T) {
+        self.w(t.into() as u64);
+    }
+    /// A length, then the words.
+    pub fn words(&mut self, ws: &[u64]) {
         self.w(ws.len() as u64);
         for &v in ws {
             self.w(v);
         }
     }
-    fn item(&mut self, i: &Item) {
+    pub fn item(&mut self, i: &Item) {
         self.w(i.table.0 as u64);
         self.w(i.key);
-        self.w(i.loc as u64);
+        self.opt_loc(i.loc);
     }
-    fn items(&mut self, items: &[Item]) {
+    /// A location that may be unknown, in one word.
+    pub fn opt_loc(&mut self, loc: Option<Loc>) {
+        self.w(loc.map_or(NO_LOC_WORD, |l| l.0 as u64));
+    }
+    pub fn items(&mut self, items: &[Item]) {
         self.w(items.len() as u64);
         items.iter().for_each(|i| self.item(i));
     }
 }
 
-struct Dec<'a> {
+/// Reads a message written by [`WordWriter`], checking every length and value; `what`
+/// names the message in errors.
+pub struct WordReader<'a> {
     b: &'a [u8],
     what: &'static str,
 }
 
 /// Longest variable part accepted, bounding what a malformed length can make us allocate.
-const MAX_LEN: u64 = 1 << 20;
+const LEN_MAX: u64 = 1 << 20;
 
-impl Dec<'_> {
-    fn w(&mut self) -> Result<u64, DecodeError> {
+impl<'a> WordReader<'a> {
+    pub fn new(b: &'a [u8], what: &'static str) -> Self {
+        WordReader { b, what }
+    }
+
+    /// An error naming this message.
+    pub fn error(&self, why: impl fmt::Display) -> DecodeError {
+        DecodeError(format!("{}: {why}", self.what))
+    }
+
+    pub fn w(&mut self) -> Result<u64, DecodeError> {
         if self.b.len() < 8 {
             return Err(DecodeError(format!("{} truncated", self.what)));
         }
@@ -216,11 +365,11 @@ impl Dec<'_> {
         self.b = t;
         Ok(u64::from_le_bytes(h.try_into().expect("8 bytes")))
     }
-    fn len(&mut self) -> Result<usize, DecodeError> {
+    pub fn len(&mut self) -> Result<usize, DecodeError> {
         let n = self.w()?;
-        if n > MAX_LEN {
+        if n > LEN_MAX {
             return Err(DecodeError(format!(
-                "{}: length {n} over the limit {MAX_LEN}",
+                "{}: length {n} over the limit {LEN_MAX}",
                 self.what
             )));
         }
@@ -234,25 +383,25 @@ impl Dec<'_> {
         }
         Ok(n as usize)
     }
-    fn u32(&mut self) -> Result<u32, DecodeError> {
+    pub fn u32(&mut self) -> Result<u32, DecodeError> {
         let v = self.w()?;
         u32::try_from(v)
             .map_err(|_| DecodeError(format!("{}: {v} does not fit 32 bits", self.what)))
     }
-    fn table(&mut self) -> Result<TableId, DecodeError> {
+    pub fn table(&mut self) -> Result<TableId, DecodeError> {
         let v = self.w()?;
         u16::try_from(v)
             .map(TableId)
             .map_err(|_| DecodeError(format!("{}: table id {v} out of range", self.what)))
     }
-    fn bool(&mut self) -> Result<bool, DecodeError> {
+    pub fn bool(&mut self) -> Result<bool, DecodeError> {
         match self.w()? {
             0 => Ok(false),
             1 => Ok(true),
             v => Err(DecodeError(format!("{}: {v} is not a boolean", self.what))),
         }
     }
-    fn words(&mut self) -> Result<Words, DecodeError> {
+    pub fn words(&mut self) -> Result<Words, DecodeError> {
         let n = self.len()?;
         let mut out = Words::with_capacity(n);
         for _ in 0..n {
@@ -260,18 +409,40 @@ impl Dec<'_> {
         }
         Ok(out)
     }
-    fn items(&mut self) -> Result<Vec<Item>, DecodeError> {
+    pub fn items(&mut self) -> Result<Vec<Item>, DecodeError> {
         let n = self.len()?;
         (0..n).map(|_| self.item()).collect()
     }
-    fn item(&mut self) -> Result<Item, DecodeError> {
+    pub fn item(&mut self) -> Result<Item, DecodeError> {
         Ok(Item {
             table: self.table()?,
             key: self.w()?,
-            loc: self.u32()?,
+            loc: self.opt_loc()?,
         })
     }
-    fn done(&self) -> Result<(), DecodeError> {
+    /// A family id, then the family's body: the rest of the message, in whole words.
+    pub fn family(&mut self) -> Result<(FamilyId, &'a [u8]), DecodeError> {
+        let v = self.w()?;
+        let family = u8::try_from(v)
+            .map(FamilyId)
+            .map_err(|_| self.error(format!("family id {v} out of range")))?;
+        if self.b.len() % 8 != 0 {
+            return Err(self.error(format!("family body of {} bytes", self.b.len())));
+        }
+        Ok((family, std::mem::take(&mut self.b)))
+    }
+
+    /// A location written by [`WordWriter::opt_loc`].
+    pub fn opt_loc(&mut self) -> Result<Option<Loc>, DecodeError> {
+        match self.w()? {
+            NO_LOC_WORD => Ok(None),
+            v => u32::try_from(v)
+                .map(|l| Some(Loc(l)))
+                .map_err(|_| self.error(format!("location {v} is neither a slot nor unknown"))),
+        }
+    }
+
+    pub fn done(&self) -> Result<(), DecodeError> {
         if self.b.is_empty() {
             Ok(())
         } else {
@@ -284,12 +455,39 @@ impl Dec<'_> {
     }
 }
 
+/// The bytes of a request of `family` whose body `body` writes: what [`Request::Family`]
+/// encodes to, without building the body separately.
+pub fn family_request(family: FamilyId, body: impl FnOnce(&mut WordWriter<'_>)) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64);
+    let mut e = WordWriter(&mut v);
+    e.tag(RequestTag::Family);
+    e.w(family.0 as u64);
+    body(&mut e);
+    v
+}
+
+/// As [`family_request`], for a reply.
+pub fn family_reply(family: FamilyId, body: impl FnOnce(&mut WordWriter<'_>)) -> Reply {
+    let mut v = Vec::with_capacity(32);
+    body(&mut WordWriter(&mut v));
+    Reply::Family { family, body: v }
+}
+
+/// A request of a family, without copying its body: `Some((family, body))` when `b` is one.
+pub fn split_family(b: &[u8]) -> Result<Option<(FamilyId, &[u8])>, DecodeError> {
+    let mut d = WordReader::new(b, "request");
+    match RequestTag::try_from(d.w()?)? {
+        RequestTag::Family => d.family().map(Some),
+        _ => Ok(None),
+    }
+}
+
 impl Request {
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut e = Enc(out);
+        let mut e = WordWriter(out);
         match self {
             Request::Read { items } => {
-                e.w(1);
+                e.tag(RequestTag::Read);
                 e.items(items);
             }
             Request::Lock {
@@ -298,14 +496,14 @@ impl Request {
                 freeze,
                 items,
             } => {
-                e.w(2);
+                e.tag(RequestTag::Lock);
                 e.w(*ts);
                 e.w(*want_data as u64);
                 e.w(*freeze as u64);
                 e.items(items);
             }
             Request::Validate { ts, items } => {
-                e.w(3);
+                e.tag(RequestTag::Validate);
                 e.w(*ts);
                 e.w(items.len() as u64);
                 for (t, loc, v) in items {
@@ -315,31 +513,16 @@ impl Request {
                 }
             }
             Request::Log { offset, words } => {
-                e.w(4);
+                e.tag(RequestTag::Log);
                 e.w(*offset as u64);
                 e.words(words);
             }
-            Request::WriteBack {
-                ts,
-                release,
-                set_ts,
-                keep_old,
-                items,
-            } => {
-                e.w(5);
-                e.w(*ts);
-                e.w(*release as u64);
-                e.w(*set_ts);
-                e.w(*keep_old as u64);
-                e.w(items.len() as u64);
-                for (t, loc, p) in items {
-                    e.w(t.0 as u64);
-                    e.w(*loc as u64);
-                    e.words(p);
-                }
+            Request::WriteBack(wb) => {
+                e.tag(RequestTag::WriteBack);
+                wb.encode(&mut e);
             }
             Request::Release { ts, items } => {
-                e.w(6);
+                e.tag(RequestTag::Release);
                 e.w(*ts);
                 e.w(items.len() as u64);
                 for (t, loc) in items {
@@ -347,52 +530,25 @@ impl Request {
                     e.w(*loc as u64);
                 }
             }
-            Request::MvccRead { ctts, items } => {
-                e.w(12);
-                e.w(*ctts);
-                e.items(items);
-            }
-            Request::Renew { commit_ts, items } => {
-                e.w(11);
-                e.w(*commit_ts);
-                e.w(items.len() as u64);
-                for (t, loc, wts) in items {
-                    e.w(t.0 as u64);
-                    e.w(*loc as u64);
-                    e.w(*wts);
-                }
-            }
-            Request::LockWaitDie {
-                ts,
-                want_data,
-                counter,
-                items,
-            } => {
-                e.w(10);
-                e.w(*ts);
-                e.w(*want_data as u64);
-                e.w(*counter as u64);
-                e.items(items);
-            }
             Request::Insert {
                 ts,
                 table,
                 key,
                 payload,
             } => {
-                e.w(7);
+                e.tag(RequestTag::Insert);
                 e.w(*ts);
                 e.w(table.0 as u64);
                 e.w(*key);
                 e.words(payload);
             }
             Request::Delete { table, key } => {
-                e.w(8);
+                e.tag(RequestTag::Delete);
                 e.w(table.0 as u64);
                 e.w(*key);
             }
             Request::UndoInsert { ts, table, key } => {
-                e.w(13);
+                e.tag(RequestTag::UndoInsert);
                 e.w(*ts);
                 e.w(table.0 as u64);
                 e.w(*key);
@@ -404,12 +560,17 @@ impl Request {
                 limit,
                 reverse,
             } => {
-                e.w(9);
+                e.tag(RequestTag::Scan);
                 e.w(table.0 as u64);
                 e.w(*lo);
                 e.w(*hi);
                 e.w(*limit as u64);
                 e.w(*reverse as u64);
+            }
+            Request::Family { family, body } => {
+                e.tag(RequestTag::Family);
+                e.w(family.0 as u64);
+                e.0.extend_from_slice(body);
             }
         }
     }
@@ -421,10 +582,10 @@ impl Request {
     }
 
     pub fn decode(b: &[u8]) -> Result<Request, DecodeError> {
-        let mut d = Dec { b, what: "request" };
-        let r = match d.w()? {
-            1 => Request::Read { items: d.items()? },
-            2 => {
+        let mut d = WordReader::new(b, "request");
+        let r = match RequestTag::try_from(d.w()?)? {
+            RequestTag::Read => Request::Read { items: d.items()? },
+            RequestTag::Lock => {
                 let ts = d.w()?;
                 let want_data = d.bool()?;
                 let freeze = d.bool()?;
@@ -435,7 +596,7 @@ impl Request {
                     items: d.items()?,
                 }
             }
-            3 => {
+            RequestTag::Validate => {
                 let ts = d.w()?;
                 let n = d.len()?;
                 let items = (0..n)
@@ -443,43 +604,12 @@ impl Request {
                     .collect::<Result<_, DecodeError>>()?;
                 Request::Validate { ts, items }
             }
-            4 => Request::Log {
+            RequestTag::Log => Request::Log {
                 offset: d.u32()?,
                 words: d.words()?.to_vec(),
             },
-            5 => {
-                let ts = d.w()?;
-                let release = d.bool()?;
-                let set_ts = d.w()?;
-                let keep_old = d.bool()?;
-                let n = d.len()?;
-                let items = (0..n)
-                    .map(|_| Ok((d.table()?, d.u32()?, d.words()?)))
-                    .collect::<Result<_, DecodeError>>()?;
-                Request::WriteBack {
-                    ts,
-                    release,
-                    set_ts,
-                    keep_old,
-                    items,
-                }
-            }
-            12 => {
-                let ctts = d.w()?;
-                Request::MvccRead {
-                    ctts,
-                    items: d.items()?,
-                }
-            }
-            11 => {
-                let commit_ts = d.w()?;
-                let n = d.len()?;
-                let items = (0..n)
-                    .map(|_| Ok((d.table()?, d.u32()?, d.w()?)))
-                    .collect::<Result<_, DecodeError>>()?;
-                Request::Renew { commit_ts, items }
-            }
-            6 => {
+            RequestTag::WriteBack => Request::WriteBack(WriteBack::decode(&mut d)?),
+            RequestTag::Release => {
                 let ts = d.w()?;
                 let n = d.len()?;
                 let items = (0..n)
@@ -487,43 +617,34 @@ impl Request {
                     .collect::<Result<_, DecodeError>>()?;
                 Request::Release { ts, items }
             }
-            10 => {
-                let ts = d.w()?;
-                let want_data = d.bool()?;
-                let counter = d.bool()?;
-                Request::LockWaitDie {
-                    ts,
-                    want_data,
-                    counter,
-                    items: d.items()?,
-                }
-            }
-            7 => Request::Insert {
+            RequestTag::Insert => Request::Insert {
                 ts: d.w()?,
                 table: d.table()?,
                 key: d.w()?,
                 payload: d.words()?,
             },
-            8 => Request::Delete {
+            RequestTag::Delete => Request::Delete {
                 table: d.table()?,
                 key: d.w()?,
             },
-            13 => Request::UndoInsert {
+            RequestTag::UndoInsert => Request::UndoInsert {
                 ts: d.w()?,
                 table: d.table()?,
                 key: d.w()?,
             },
-            9 => Request::Scan {
+            RequestTag::Scan => Request::Scan {
                 table: d.table()?,
                 lo: d.w()?,
                 hi: d.w()?,
                 limit: d.u32()?,
                 reverse: d.bool()?,
             },
-            t => {
-                return Err(DecodeError(format!(
-                    "unknown request tag {t} (accepted: 1-13)"
-                )))
+            RequestTag::Family => {
+                let (family, body) = d.family()?;
+                Request::Family {
+                    family,
+                    body: body.to_vec(),
+                }
             }
         };
         d.done()?;
@@ -533,10 +654,10 @@ impl Request {
 
 impl Reply {
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut e = Enc(out);
+        let mut e = WordWriter(out);
         match self {
             Reply::Tuples(ts) => {
-                e.w(1);
+                e.tag(ReplyTag::Tuples);
                 e.w(ts.len() as u64);
                 for t in ts {
                     match t {
@@ -554,38 +675,33 @@ impl Reply {
                 }
             }
             Reply::LockFailed { index, holder } => {
-                e.w(2);
+                e.tag(ReplyTag::LockFailed);
                 e.w(*index as u64);
                 e.w(*holder);
             }
             Reply::NotFound { index } => {
-                e.w(3);
+                e.tag(ReplyTag::NotFound);
                 e.w(*index as u64);
             }
             Reply::Invalid { index } => {
-                e.w(4);
+                e.tag(ReplyTag::Invalid);
                 e.w(*index as u64);
             }
-            Reply::Ok => e.w(5),
+            Reply::Ok => e.tag(ReplyTag::Ok),
             Reply::Inserted { loc, version } => {
-                e.w(6);
+                e.tag(ReplyTag::Inserted);
                 e.w(*loc as u64);
                 e.w(*version);
             }
             Reply::Deleted { version } => {
-                e.w(11);
+                e.tag(ReplyTag::Deleted);
                 e.w(*version);
             }
-            Reply::Duplicate => e.w(7),
-            Reply::BadRequest => e.w(9),
-            Reply::MvccRefused { index, overflow } => {
-                e.w(10);
-                e.w(*index as u64);
-                e.w(*overflow as u64);
-            }
-            Reply::Full => e.w(12),
+            Reply::Duplicate => e.tag(ReplyTag::Duplicate),
+            Reply::BadRequest => e.tag(ReplyTag::BadRequest),
+            Reply::Full => e.tag(ReplyTag::Full),
             Reply::Keys(ks) => {
-                e.w(8);
+                e.tag(ReplyTag::Keys);
                 e.w(ks.len() as u64);
                 for (k, loc, version) in ks {
                     e.w(*k);
@@ -593,13 +709,18 @@ impl Reply {
                     e.w(*version);
                 }
             }
+            Reply::Family { family, body } => {
+                e.tag(ReplyTag::Family);
+                e.w(family.0 as u64);
+                e.0.extend_from_slice(body);
+            }
         }
     }
 
     pub fn decode(b: &[u8]) -> Result<Reply, DecodeError> {
-        let mut d = Dec { b, what: "reply" };
-        let r = match d.w()? {
-            1 => {
+        let mut d = WordReader::new(b, "reply");
+        let r = match ReplyTag::try_from(d.w()?)? {
+            ReplyTag::Tuples => {
                 let n = d.len()?;
                 let mut ts = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -617,19 +738,19 @@ impl Reply {
                 }
                 Reply::Tuples(ts)
             }
-            2 => Reply::LockFailed {
+            ReplyTag::LockFailed => Reply::LockFailed {
                 index: d.u32()?,
                 holder: d.w()?,
             },
-            3 => Reply::NotFound { index: d.u32()? },
-            4 => Reply::Invalid { index: d.u32()? },
-            5 => Reply::Ok,
-            6 => Reply::Inserted {
+            ReplyTag::NotFound => Reply::NotFound { index: d.u32()? },
+            ReplyTag::Invalid => Reply::Invalid { index: d.u32()? },
+            ReplyTag::Ok => Reply::Ok,
+            ReplyTag::Inserted => Reply::Inserted {
                 loc: d.u32()?,
                 version: d.w()?,
             },
-            7 => Reply::Duplicate,
-            8 => {
+            ReplyTag::Duplicate => Reply::Duplicate,
+            ReplyTag::Keys => {
                 let n = d.len()?;
                 Reply::Keys(
                     (0..n)
@@ -637,18 +758,16 @@ impl Reply {
                         .collect::<Result<_, DecodeError>>()?,
                 )
             }
-            9 => Reply::BadRequest,
-            10 => Reply::MvccRefused {
-                index: d.u32()?,
-                overflow: d.bool()?,
-            },
-            11 => Reply::Deleted { version: d.w()? },
-            12 => Reply::Full,
-            t => {
-                return Err(DecodeError(format!(
-                    "unknown reply tag {t} (accepted: 1-12)"
-                )))
+            ReplyTag::BadRequest => Reply::BadRequest,
+            ReplyTag::Deleted => Reply::Deleted { version: d.w()? },
+            ReplyTag::Family => {
+                let (family, body) = d.family()?;
+                Reply::Family {
+                    family,
+                    body: body.to_vec(),
+                }
             }
+            ReplyTag::Full => Reply::Full,
         };
         d.done()?;
         Ok(r)
@@ -676,10 +795,16 @@ mod tests {
         let it = Item {
             table: TableId(3),
             key: 42,
-            loc: NO_LOC,
+            loc: None,
         };
         round_trip(Request::Read {
-            items: vec![it, Item { loc: 7, ..it }],
+            items: vec![
+                it,
+                Item {
+                    loc: Some(Loc(7)),
+                    ..it
+                },
+            ],
         });
         round_trip(Request::Lock {
             ts: 99,
@@ -687,16 +812,18 @@ mod tests {
             freeze: true,
             items: vec![it],
         });
-        round_trip(Request::Renew {
-            commit_ts: 77,
-            items: vec![(TableId(1), 2, 3)],
-        });
-        round_trip(Request::LockWaitDie {
-            ts: 9,
-            want_data: false,
-            counter: true,
-            items: vec![it],
-        });
+        // A family's body runs to the end of the message: the family's own decoder (which
+        // reads it with `WordReader` and ends with `done`) rejects its truncations.
+        let fam = Request::Family {
+            family: FamilyId(3),
+            body: 77u64.to_le_bytes().repeat(3),
+        };
+        assert_eq!(Request::decode(&fam.to_bytes()), Ok(fam.clone()));
+        assert_eq!(
+            split_family(&fam.to_bytes()),
+            Ok(Some((FamilyId(3), &77u64.to_le_bytes().repeat(3)[..])))
+        );
+        assert!(Request::decode(&fam.to_bytes()[..20]).is_err());
         round_trip(Request::Validate {
             ts: 5,
             items: vec![(TableId(1), 2, 3)],
@@ -705,13 +832,12 @@ mod tests {
             offset: 10,
             words: vec![1, 2, 3],
         });
-        round_trip(Request::WriteBack {
+        round_trip(Request::WriteBack(WriteBack {
             ts: 1,
             release: false,
             set_ts: 12,
-            keep_old: true,
             items: vec![(TableId(0), 1, Words::from_slice(&[9, 8]))],
-        });
+        }));
         round_trip(Request::Release {
             ts: 1,
             items: vec![(TableId(0), 1)],
@@ -760,6 +886,10 @@ mod tests {
             Reply::Full,
             Reply::BadRequest,
             Reply::Ok,
+            Reply::Family {
+                family: FamilyId(1),
+                body: 5u64.to_le_bytes().to_vec(),
+            },
         ] {
             let mut b = Vec::new();
             reply.encode(&mut b);
@@ -768,7 +898,26 @@ mod tests {
         assert!(Reply::decode(&13u64.to_le_bytes())
             .unwrap_err()
             .0
-            .contains("unknown reply tag 13 (accepted: 1-12)"));
+            .contains("unknown reply tag 13 (accepted: 1 Tuples, 2 LockFailed, 3 NotFound,"));
+    }
+
+    #[test]
+    fn every_tag_decodes_to_itself_and_unknown_ones_name_the_accepted() {
+        for &t in RequestTag::ALL {
+            assert_eq!(RequestTag::try_from(t as u64), Ok(t));
+        }
+        for &t in ReplyTag::ALL {
+            assert_eq!(ReplyTag::try_from(t as u64), Ok(t));
+        }
+        let e = RequestTag::try_from(0).unwrap_err();
+        assert!(
+            e.0.contains("unknown request tag 0 (accepted: 1 Read, 2 Lock,"),
+            "{e}"
+        );
+        assert!(
+            e.0.ends_with(&format!("{})", RequestTag::accepted())),
+            "{e}"
+        );
     }
 
     #[test]
@@ -783,8 +932,8 @@ mod tests {
         b.extend_from_slice(&[0; 8]);
         assert!(Request::decode(&b).unwrap_err().0.contains("trailing"));
         let mut huge = Vec::new();
-        Enc(&mut huge).w(1);
-        Enc(&mut huge).w(u64::MAX);
+        WordWriter(&mut huge).w(1);
+        WordWriter(&mut huge).w(u64::MAX);
         assert!(Request::decode(&huge)
             .unwrap_err()
             .0

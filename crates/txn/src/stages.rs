@@ -1,22 +1,25 @@
-//! The building blocks of every protocol's pipeline, each in a one-sided and an RPC form:
-//! locate, read, lock, validate, log, write back, release, insert/delete. A protocol file
-//! composes them in its order and passes the primitive its plan names for the stage.
+//! The building blocks shared by several protocol families, each in a one-sided and an RPC
+//! form: locate, read, lock, validate, log, write back, release, insert/delete. A protocol
+//! composes them in its order with its own stages (in its family's module) and passes the
+//! primitive its plan names for the stage.
 //!
 //! Every function works on a set of entry indices and posts one doorbell for the whole set
 //! (several nodes at once), so a stage costs one round trip where the protocol allows.
 
 use crate::abort::Abort;
-use crate::coord::{Access, TxnCore};
-use crate::msg::{Item, Reply, Request, Tuple, NO_LOC};
+use crate::coord::{Access, Entry, EntryState, TxnCore};
+use crate::msg::{Item, Loc, Reply, Request, Tuple, WriteBack};
 use crate::plan::{Primitive, Stage};
+use crate::ts::Timestamp;
 use crate::Idxs;
 use atoll_fabric::{NodeId, Words};
 use atoll_storage::layout::{
-    probe_group, GroupProbe, GROUP_WORDS, HEADER_WORDS, H_AUX, H_KEY, H_LOCK, H_RTS, H_VERSION,
-    H_WTS, RTS_FROZEN, VERSION_ABSENT,
+    probe_group, GroupProbe, TableLayout, GROUP_WORDS, HEADER_WORDS, H_KEY, H_LOCK, H_RTS,
+    H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
 };
 
-fn decode(b: &[u8]) -> Reply {
+/// Decodes a participant's reply; a reply that does not decode is a bug on our own side.
+pub fn decode(b: &[u8]) -> Reply {
     match Reply::decode(b) {
         Ok(r) => r,
         Err(e) => panic!("participant sent an undecodable reply: {e}"),
@@ -24,7 +27,10 @@ fn decode(b: &[u8]) -> Reply {
 }
 
 /// Nodes touched by `idxs`, each once, in first-seen order.
-fn nodes_of(tx: &TxnCore<'_>, idxs: &[usize]) -> smallvec::SmallVec<[NodeId; 8]> {
+pub fn nodes_of<S: EntryState>(
+    tx: &TxnCore<'_, S>,
+    idxs: &[usize],
+) -> smallvec::SmallVec<[NodeId; 8]> {
     let mut ns = smallvec::SmallVec::new();
     for &i in idxs {
         let n = tx.entries[i].node;
@@ -35,7 +41,8 @@ fn nodes_of(tx: &TxnCore<'_>, idxs: &[usize]) -> smallvec::SmallVec<[NodeId; 8]>
     ns
 }
 
-fn item(tx: &TxnCore<'_>, i: usize) -> Item {
+/// Entry `i` as a request names it.
+pub fn item<S: EntryState>(tx: &TxnCore<'_, S>, i: usize) -> Item {
     let e = &tx.entries[i];
     Item {
         table: e.table,
@@ -46,11 +53,11 @@ fn item(tx: &TxnCore<'_>, i: usize) -> Item {
 
 /// Finds the record slots of entries not yet located, with one-sided READs of hash-index
 /// groups (the location cache is consulted when an entry is added).
-pub async fn locate(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> Result<(), Abort> {
     let mut todo: Idxs = idxs
         .iter()
         .copied()
-        .filter(|&i| tx.entries[i].loc == NO_LOC)
+        .filter(|&i| tx.entries[i].loc.is_none())
         .collect();
     let mut groups: smallvec::SmallVec<[u32; 16]> = todo
         .iter()
@@ -78,8 +85,8 @@ pub async fn locate(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
             match probe_group(res.read(j), e.key) {
                 GroupProbe::Found(loc) => {
                     let (t, n, k) = (e.table, e.node, e.key);
-                    tx.entries[i].loc = loc;
-                    tx.c.cache_loc(t, n, k, loc);
+                    tx.entries[i].loc = Some(Loc(loc));
+                    tx.c.cache_loc(t, n, k, Loc(loc));
                 }
                 GroupProbe::Absent => return Err(Abort::NotFound),
                 GroupProbe::Continue => {
@@ -101,37 +108,46 @@ pub async fn locate(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
 
 /// Checks a one-sided tuple READ against the entry: right key and live. On a stale cached
 /// location, forgets it so the retry looks the key up again.
-fn check_tuple(tx: &mut TxnCore<'_>, i: usize, w: &[u64]) -> Result<(), Abort> {
+pub fn check_tuple<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    i: usize,
+    w: &[u64],
+) -> Result<(), Abort> {
     let e = &tx.entries[i];
     if w[H_KEY as usize] != e.key || w[H_VERSION as usize] & VERSION_ABSENT != 0 {
         let (t, n, k) = (e.table, e.node, e.key);
         tx.c.forget_loc(t, n, k);
-        tx.entries[i].loc = NO_LOC;
+        tx.entries[i].loc = None;
         return Err(Abort::NotFound);
     }
     Ok(())
 }
 
-fn apply_tuple(tx: &mut TxnCore<'_>, i: usize, t: Tuple) {
+/// Takes a tuple a participant returned for entry `i`: location, version, the family's
+/// view of its timestamps, and its payload if it carries one.
+pub fn apply_tuple<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize, t: Tuple) {
     let e = &mut tx.entries[i];
-    e.loc = t.loc;
+    e.loc = Some(Loc(t.loc));
     e.version = t.version;
-    e.wts = t.wts;
-    e.rts = t.rts & !RTS_FROZEN;
+    e.state.saw(t.wts, t.rts & !RTS_FROZEN, None);
     if !t.data.is_empty() {
         e.fill(t.version, &t.data);
     }
-    let (tb, n, k, l) = (e.table, e.node, e.key, e.loc);
+    let (tb, n, k, l) = (e.table, e.node, e.key, Loc(t.loc));
     tx.c.cache_loc(tb, n, k, l);
 }
 
 /// Reads records without locking (OCC's fetch). Aborts with `Conflict` if a record is
 /// locked by another transaction (a writer is committing it).
-pub async fn read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Result<(), Abort> {
+pub async fn read<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    idxs: &[usize],
+    prim: Primitive,
+) -> Result<(), Abort> {
     if idxs.is_empty() {
         return Ok(());
     }
-    let ts = tx.ts.0;
+    let ts = tx.ts;
     match prim {
         Primitive::OneSided => {
             locate(tx, idxs).await?;
@@ -139,14 +155,14 @@ pub async fn read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Resu
             for &i in idxs {
                 let e = &tx.entries[i];
                 let words = tx.c.catalog.layout(e.table).tuple_words;
-                d.read(tx.c.catalog.record_ptr(e.table, e.node, e.loc), words);
+                d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
             }
             let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
             for (j, &i) in idxs.iter().enumerate() {
                 let w = res.read(j);
                 check_tuple(tx, i, w)?;
                 let lock = w[H_LOCK as usize];
-                if lock != 0 && lock != ts {
+                if ts.held_by_other(lock) {
                     return Err(Abort::Conflict);
                 }
                 let e = &mut tx.entries[i];
@@ -177,7 +193,7 @@ pub async fn read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Resu
                     .collect();
                 for (i, t) in mine.into_iter().zip(tuples) {
                     let t = t.ok_or(Abort::NotFound)?;
-                    if t.lock != 0 && t.lock != ts {
+                    if ts.held_by_other(t.lock) {
                         return Err(Abort::Conflict);
                     }
                     apply_tuple(tx, i, t);
@@ -188,20 +204,34 @@ pub async fn read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Resu
     Ok(())
 }
 
+/// How [`lock`] locks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockOpts {
+    pub primitive: Primitive,
+    /// Also fetch each record's payload (a multi-version record whole).
+    pub with_data: bool,
+    /// Also freeze each record's `RTS` (SUNDIAL, MVCC writers), thawed at release.
+    pub freeze_rts: bool,
+}
+
 /// Locks records for this transaction (exclusive), optionally fetching them. Every entry
 /// locked is marked, so a failure part-way leaves `rollback` able to release exactly those.
 /// The version word is always refreshed, so callers can compare it with what they read.
-pub async fn lock(
-    tx: &mut TxnCore<'_>,
+pub async fn lock<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
     idxs: &[usize],
-    prim: Primitive,
-    want_data: bool,
-    freeze: bool,
+    opts: LockOpts,
 ) -> Result<(), Abort> {
     if idxs.is_empty() {
         return Ok(());
     }
-    let ts = tx.ts.0;
+    let LockOpts {
+        primitive: prim,
+        with_data: want_data,
+        freeze_rts: freeze,
+    } = opts;
+    // The lock word holds the owner's timestamp.
+    let ts = tx.ts.word();
     match prim {
         Primitive::OneSided => {
             locate(tx, idxs).await?;
@@ -210,7 +240,7 @@ pub async fn lock(
             let mut d = tx.c.ep.doorbell();
             for &i in idxs {
                 let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
                 d.cas(ptr.add(H_LOCK), 0, ts);
                 // A multi-version record is read whole: an MVCC write-back moves the
                 // current version into the oldest of the slots this READ returns.
@@ -233,7 +263,7 @@ pub async fn lock(
                 }
                 let w = res.read(2 * j + 1);
                 let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
                 if let Err(a) = check_tuple(tx, i, w) {
                     // Locked a slot that no longer holds the key (a stale cached location):
                     // give it back, since the entry has forgotten that location.
@@ -244,15 +274,16 @@ pub async fn lock(
                 let e = &mut tx.entries[i];
                 e.locked = true;
                 e.version = w[H_VERSION as usize];
-                e.wts = w[H_WTS as usize];
-                e.rts = w[H_RTS as usize] & !RTS_FROZEN;
+                let mut whole = None;
                 if want_data {
                     let tuple = tx.c.catalog.layout(e.table).tuple_words as usize;
                     e.fill(e.version, &w[HEADER_WORDS as usize..tuple]);
                     if w.len() > tuple {
-                        e.before = w.to_vec();
+                        whole = Some(&w[..]);
                     }
                 }
+                e.state
+                    .saw(w[H_WTS as usize], w[H_RTS as usize] & !RTS_FROZEN, whole);
                 if freeze {
                     to_freeze.push((i, w[H_RTS as usize]));
                 }
@@ -268,24 +299,27 @@ pub async fn lock(
             outcome.and(frozen)
         }
         Primitive::Rpc => {
-            let build = |items| Request::Lock {
-                ts,
-                want_data,
-                freeze,
-                items,
+            let build = |items| {
+                Request::Lock {
+                    ts,
+                    want_data,
+                    freeze,
+                    items,
+                }
+                .to_bytes()
             };
             lock_by_rpc(tx, idxs, build, freeze).await
         }
     }
 }
 
-/// Sends one lock request per node (built from its items by `build`) in one doorbell and
-/// applies the replies: every tuple granted is marked locked (and frozen when `frozen`); a
-/// participant that refused holds nothing of its request.
-async fn lock_by_rpc(
-    tx: &mut TxnCore<'_>,
+/// Sends one lock request per node (its bytes built from its items by `build`) in one
+/// doorbell and applies the replies: every tuple granted is marked locked (and frozen when
+/// `frozen`); a participant that refused holds nothing of its request.
+pub async fn lock_by_rpc<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
     idxs: &[usize],
-    build: impl Fn(Vec<Item>) -> Request,
+    build: impl Fn(Vec<Item>) -> Vec<u8>,
     frozen: bool,
 ) -> Result<(), Abort> {
     let nodes = nodes_of(tx, idxs);
@@ -296,7 +330,7 @@ async fn lock_by_rpc(
             .filter(|&&i| tx.entries[i].node == n)
             .map(|&i| item(tx, i))
             .collect();
-        d.rpc(n, build(items).to_bytes());
+        d.rpc(n, build(items));
     }
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
     let mut outcome = Ok(());
@@ -323,13 +357,14 @@ async fn lock_by_rpc(
     outcome
 }
 
-/// Sends one check per node (its entries' `(table, slot, word)` built into a request) in
-/// one doorbell; any participant answering `Invalid` fails it with `ValidationFailed`.
-async fn check_by_rpc(
-    tx: &mut TxnCore<'_>,
+/// Sends one check per node (its entries' `(table, slot, word)` built into a request's
+/// bytes) in one doorbell; any participant answering `Invalid` fails it with
+/// `ValidationFailed`.
+pub async fn check_by_rpc<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
     idxs: &[usize],
-    word: impl Fn(&crate::coord::Entry) -> (atoll_storage::TableId, u32, u64),
-    build: impl Fn(Vec<(atoll_storage::TableId, u32, u64)>) -> Request,
+    word: impl Fn(&Entry<S>) -> (atoll_storage::TableId, u32, u64),
+    build: impl Fn(Vec<(atoll_storage::TableId, u32, u64)>) -> Vec<u8>,
 ) -> Result<(), Abort> {
     let nodes = nodes_of(tx, idxs);
     let mut d = tx.c.ep.doorbell();
@@ -340,7 +375,7 @@ async fn check_by_rpc(
             .filter(|e| e.node == n)
             .map(&word)
             .collect();
-        d.rpc(n, build(items).to_bytes());
+        d.rpc(n, build(items));
     }
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
     for j in 0..nodes.len() {
@@ -354,30 +389,40 @@ async fn check_by_rpc(
 }
 
 /// Checks that read-only entries still hold the version read and are not locked by others.
-pub async fn validate(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Result<(), Abort> {
+pub async fn validate<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    idxs: &[usize],
+    prim: Primitive,
+) -> Result<(), Abort> {
     if idxs.is_empty() {
         return Ok(());
     }
-    let ts = tx.ts.0;
+    let ts = tx.ts;
     match prim {
         Primitive::OneSided => {
             let mut d = tx.c.ep.doorbell();
             for &i in idxs {
                 let e = &tx.entries[i];
-                d.read(tx.c.catalog.record_ptr(e.table, e.node, e.loc), 2);
+                d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), 2);
             }
             let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
             for (j, &i) in idxs.iter().enumerate() {
                 let w = res.read(j);
                 let (lock, version) = (w[H_LOCK as usize], w[H_VERSION as usize]);
-                if version != tx.entries[i].version || (lock != 0 && lock != ts) {
+                if version != tx.entries[i].version || ts.held_by_other(lock) {
                     return Err(Abort::ValidationFailed);
                 }
             }
         }
         Primitive::Rpc => {
-            let build = |items| Request::Validate { ts, items };
-            check_by_rpc(tx, idxs, |e| (e.table, e.loc, e.version), build).await?;
+            let build = |items| {
+                Request::Validate {
+                    ts: ts.word(),
+                    items,
+                }
+                .to_bytes()
+            };
+            check_by_rpc(tx, idxs, |e| (e.table, e.slot(), e.version), build).await?;
         }
     }
     Ok(())
@@ -404,7 +449,7 @@ pub fn log_record_words(payload_words: impl IntoIterator<Item = u64>) -> u64 {
 /// Logs the write set to `log_replicas` backups (RCC's coordinator log, before write-back):
 /// the record `[ts, entries, words, (table, key, new version, payload...)..., checksum]` goes
 /// to this coordinator's ring on each backup, which wraps when full (lazy reclamation).
-pub async fn log(tx: &mut TxnCore<'_>, prim: Primitive) -> Result<(), Abort> {
+pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Result<(), Abort> {
     let replicas = tx.c.cfg.log_replicas as usize;
     let ws = tx.select(|e| e.is_write());
     if replicas == 0 || ws.is_empty() {
@@ -412,7 +457,7 @@ pub async fn log(tx: &mut TxnCore<'_>, prim: Primitive) -> Result<(), Abort> {
         tx.logged = !ws.is_empty();
         return Ok(());
     }
-    let mut rec: Vec<u64> = vec![tx.ts.0, ws.len() as u64, 0];
+    let mut rec: Vec<u64> = vec![tx.ts.word(), ws.len() as u64, 0];
     for &i in &ws {
         let e = &tx.entries[i];
         rec.extend_from_slice(&[e.table.0 as u64, e.key, e.version + 1, e.data.len() as u64]);
@@ -479,22 +524,75 @@ pub async fn log(tx: &mut TxnCore<'_>, prim: Primitive) -> Result<(), Abort> {
     Ok(())
 }
 
-/// Installs dirty payloads of locked entries and bumps their versions; with `set_ts` not 0
-/// also sets `WTS` and `RTS` to it (SUNDIAL's commit timestamp, which thaws `RTS`); with
-/// `release`, also unlocks (payload, then timestamps and version, then lock: a reader that
-/// sees the lock free sees them all).
-pub async fn write_back(
-    tx: &mut TxnCore<'_>,
+/// A family's own way to install a new version in place of the plain write-back (MVCC
+/// first keeps the current version in an old slot).
+pub struct Installer<S> {
+    /// One-sided: the `(word offset in the record, words)` writes that go before the new
+    /// payload, in the same doorbell (a link executes them in order, each in ascending
+    /// words).
+    pub steps: fn(&Entry<S>, &TableLayout, &mut Vec<(u32, Words)>),
+    /// RPC: the bytes of the family's request that installs one node's batch.
+    pub request: fn(&WriteBack) -> Vec<u8>,
+}
+
+impl<S> Clone for Installer<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for Installer<S> {}
+
+/// How [`write_back`] installs.
+pub struct WriteBackOpts<S> {
+    pub primitive: Primitive,
+    /// Also unlock each record (and thaw a frozen `RTS`) in the same round trip.
+    pub release: bool,
+    /// Set `WTS` and `RTS` of each record written to this timestamp (SUNDIAL's commit
+    /// timestamp, MVCC's version), which also thaws `RTS`.
+    pub set_ts: Option<Timestamp>,
+    /// The family's own install, if it has one.
+    pub install: Option<Installer<S>>,
+}
+
+/// How [`commit_and_release`] installs (its primitives come from the plan).
+pub struct CommitOpts<S> {
+    /// As [`WriteBackOpts::set_ts`].
+    pub set_ts: Option<Timestamp>,
+    /// As [`WriteBackOpts::install`].
+    pub install: Option<Installer<S>>,
+}
+
+impl<S> CommitOpts<S> {
+    /// The plain write-back: payload and version only.
+    pub fn plain() -> Self {
+        CommitOpts {
+            set_ts: None,
+            install: None,
+        }
+    }
+}
+
+/// Installs dirty payloads of locked entries and bumps their versions; with `set_ts` also
+/// sets `WTS` and `RTS` to it (which thaws `RTS`); with `release`, also unlocks (payload,
+/// then timestamps and version, then lock: a reader that sees the lock free sees them all).
+pub async fn write_back<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
     idxs: &[usize],
-    prim: Primitive,
-    release: bool,
-    set_ts: u64,
-    keep_old: bool,
+    opts: WriteBackOpts<S>,
 ) {
     if idxs.is_empty() {
         return;
     }
-    let ts = tx.ts.0;
+    let WriteBackOpts {
+        primitive: prim,
+        release,
+        set_ts,
+        install,
+    } = opts;
+    // On the wire and in the header 0 is no timestamp: a timestamp is never 0.
+    let set_ts = set_ts.map_or(0, Timestamp::word);
+    let ts = tx.ts.word();
     for &i in idxs {
         let e = &tx.entries[i];
         assert!(
@@ -506,19 +604,16 @@ pub async fn write_back(
     match prim {
         Primitive::OneSided => {
             let mut d = tx.c.ep.doorbell();
+            let mut steps = Vec::new();
             for &i in idxs {
                 let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
                 if e.dirty {
-                    let layout = tx.c.catalog.layout(e.table);
-                    if keep_old && layout.version_slots > 1 {
-                        assert!(
-                            !e.before.is_empty(),
-                            "one-sided MVCC write-back without the record read at lock time"
-                        );
+                    if let Some(inst) = install {
                         // Ops of one doorbell to one node execute in order, each in
                         // ascending words: the steps' order is what keeps readers safe.
-                        for (at, words) in crate::mvcc::install_steps(layout, &e.before) {
+                        (inst.steps)(e, tx.c.catalog.layout(e.table), &mut steps);
+                        for (at, words) in steps.drain(..) {
                             d.write(ptr.add(at), words);
                         }
                     }
@@ -548,29 +643,29 @@ pub async fn write_back(
                 let items: Vec<_> = mine
                     .clone()
                     .filter(|e| e.dirty)
-                    .map(|e| (e.table, e.loc, e.data.clone()))
+                    .map(|e| (e.table, e.slot(), e.data.clone()))
                     .collect();
                 if release {
                     let clean: Vec<_> = mine
                         .filter(|e| !e.dirty)
-                        .map(|e| (e.table, e.loc))
+                        .map(|e| (e.table, e.slot()))
                         .collect();
                     if !clean.is_empty() {
                         plain_release.push((n, clean));
                     }
                 }
                 if !items.is_empty() {
-                    d.rpc(
-                        n,
-                        Request::WriteBack {
-                            ts,
-                            release,
-                            set_ts,
-                            keep_old,
-                            items,
-                        }
-                        .to_bytes(),
-                    );
+                    let wb = WriteBack {
+                        ts,
+                        release,
+                        set_ts,
+                        items,
+                    };
+                    let bytes = match install {
+                        Some(inst) => (inst.request)(&wb),
+                        None => Request::WriteBack(wb).to_bytes(),
+                    };
+                    d.rpc(n, bytes);
                 }
             }
             for (n, items) in plain_release {
@@ -597,9 +692,8 @@ pub async fn write_back(
             e.installed = Some(e.version + 1);
             e.version += 1;
             if set_ts != 0 {
-                // The new lease replaced the frozen RTS: nothing is left to thaw.
-                e.wts = set_ts;
-                e.rts = set_ts;
+                // The new timestamps replaced the frozen RTS: nothing is left to thaw.
+                e.state.installed(set_ts);
                 e.frozen = false;
             }
         }
@@ -611,7 +705,7 @@ pub async fn write_back(
 }
 
 /// Unlocks every locked entry among `idxs`.
-pub async fn release(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) {
+pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], prim: Primitive) {
     let held: Idxs = idxs
         .iter()
         .copied()
@@ -620,13 +714,13 @@ pub async fn release(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) {
     if held.is_empty() {
         return;
     }
-    let ts = tx.ts.0;
+    let ts = tx.ts.word();
     match prim {
         Primitive::OneSided => {
             let mut d = tx.c.ep.doorbell();
             for &i in &held {
                 let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
                 if e.frozen {
                     // Thaw before unlocking, keeping any raise an earlier-ordered MVCC
                     // reader made meanwhile.
@@ -644,7 +738,7 @@ pub async fn release(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) {
                     .iter()
                     .map(|&i| &tx.entries[i])
                     .filter(|e| e.node == n)
-                    .map(|e| (e.table, e.loc))
+                    .map(|e| (e.table, e.slot()))
                     .collect();
                 d.rpc(n, Request::Release { ts, items }.to_bytes());
             }
@@ -663,13 +757,13 @@ pub async fn release(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) {
 /// be locked and are unlocked here. If an insert finds its key taken or its table full, the
 /// inserts already made are deleted again and the transaction aborts with `Duplicate` or
 /// `TableFull`.
-pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+pub async fn apply_inserts_deletes<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Result<(), Abort> {
     let ins = tx.select(|e| e.access == Access::Insert);
     let del = tx.select(|e| e.access == Access::Delete);
     if ins.is_empty() && del.is_empty() {
         return Ok(());
     }
-    let ts = tx.ts.0;
+    let ts = tx.ts.word();
     let mut d = tx.c.ep.doorbell();
     for &i in &ins {
         let e = &tx.entries[i];
@@ -693,7 +787,7 @@ pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
                 // Installed locked by this transaction, payload in place: the release
                 // stage frees it together with the other writes.
                 let e = &mut tx.entries[i];
-                e.loc = loc;
+                e.loc = Some(Loc(loc));
                 e.version = version;
                 e.installed = Some(version);
                 e.locked = true;
@@ -755,7 +849,7 @@ pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
             e.node,
             Request::Release {
                 ts,
-                items: vec![(e.table, e.loc)],
+                items: vec![(e.table, e.slot())],
             }
             .to_bytes(),
         );
@@ -774,122 +868,6 @@ pub async fn apply_inserts_deletes(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
     Ok(())
 }
 
-/// Attempts of a one-sided WAITDIE lock before the waiting transaction dies anyway.
-const WAIT_RETRIES_MAX: u32 = 100_000;
-/// Pause between one-sided lock attempts of a waiting transaction.
-const WAIT_BACKOFF_NS: u64 = 1_000;
-
-/// WAITDIE locking (RCC §4.3): a transaction older than a lock's holder waits, a younger one
-/// dies (`LockBusy`). One-sided: CAS + READ in one doorbell, the failed CAS returns the
-/// holder's timestamp, and a waiter retries after a pause. RPC: the participant holds the
-/// request on its waiting list. With `counter` (the starvation fix RCC sketches), a waiter
-/// raises the record's AUX word by FETCH_ADD; lockers that see it raised die, and the
-/// waiter lowers it once it holds the lock (or dies).
-pub async fn lock_wait_die(
-    tx: &mut TxnCore<'_>,
-    idxs: &[usize],
-    prim: Primitive,
-    want_data: bool,
-    counter: bool,
-) -> Result<(), Abort> {
-    if idxs.is_empty() {
-        return Ok(());
-    }
-    let ts = tx.ts.0;
-    if prim == Primitive::Rpc {
-        let build = |items| Request::LockWaitDie {
-            ts,
-            want_data,
-            counter,
-            items,
-        };
-        return lock_by_rpc(tx, idxs, build, false).await;
-    }
-    locate(tx, idxs).await?;
-    let ep = tx.c.ep.clone();
-    let mut pending: Idxs = idxs.iter().copied().collect();
-    // Entries whose AUX counter this transaction raised while waiting.
-    let mut raised: Idxs = Idxs::new();
-    let mut outcome = Ok(());
-    for attempt in 0..WAIT_RETRIES_MAX {
-        let mut d = tx.c.ep.doorbell();
-        for &i in &pending {
-            let e = &tx.entries[i];
-            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
-            d.cas(ptr.add(H_LOCK), 0, ts);
-            let words = if want_data {
-                tx.c.catalog.layout(e.table).tuple_words
-            } else {
-                HEADER_WORDS
-            };
-            d.read(ptr, words);
-        }
-        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-        let mut still: Idxs = Idxs::new();
-        let mut fixes = ep.doorbell();
-        for (j, &i) in pending.iter().enumerate() {
-            let holder = res.cas(2 * j);
-            let w = res.read(2 * j + 1);
-            let ptr = {
-                let e = &tx.entries[i];
-                tx.c.catalog.record_ptr(e.table, e.node, e.loc)
-            };
-            let mine = raised.contains(&i);
-            if holder == 0 {
-                if let Err(a) = check_tuple(tx, i, w) {
-                    fixes.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
-                    outcome = outcome.and(Err(a));
-                    continue;
-                }
-                if counter && !mine && w[H_AUX as usize] > 0 {
-                    // An older transaction waits for this record: younger ones give way.
-                    fixes.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
-                    outcome = outcome.and(Err(Abort::LockBusy));
-                    continue;
-                }
-                if mine {
-                    fixes.fetch_add(ptr.add(H_AUX), u64::MAX);
-                    raised.retain(|x| *x != i);
-                }
-                let e = &mut tx.entries[i];
-                e.locked = true;
-                e.version = w[H_VERSION as usize];
-                if want_data {
-                    e.fill(e.version, &w[HEADER_WORDS as usize..]);
-                }
-            } else if ts < holder && attempt + 1 < WAIT_RETRIES_MAX {
-                if counter && !mine {
-                    fixes.fetch_add(ptr.add(H_AUX), 1);
-                    raised.push(i);
-                }
-                still.push(i);
-            } else {
-                outcome = outcome.and(Err(Abort::LockBusy));
-            }
-        }
-        if outcome.is_err() {
-            // Dying: lower every counter still raised.
-            for &i in &raised {
-                let e = &tx.entries[i];
-                fixes.fetch_add(
-                    tx.c.catalog.record_ptr(e.table, e.node, e.loc).add(H_AUX),
-                    u64::MAX,
-                );
-            }
-            // Dying anyway: a failed node took its counters with it.
-            let _ = fixes.submit().await;
-            return outcome;
-        }
-        fixes.submit().await.map_err(|e| tx.op_failed(e))?;
-        if still.is_empty() {
-            return Ok(());
-        }
-        pending = still;
-        ep.sleep(WAIT_BACKOFF_NS).await;
-    }
-    unreachable!("the last attempt dies instead of waiting")
-}
-
 /// Added to a frozen `RTS` to clear `RTS_FROZEN` (bit 63) in one atomic op: the holder
 /// knows the bit is set, so the add carries out of the word and leaves the rest as it is.
 const THAW: u64 = RTS_FROZEN;
@@ -899,8 +877,8 @@ const FREEZE_ROUNDS_MAX: u32 = 1024;
 
 /// Freezes `RTS` of records this transaction just locked, given the `RTS` each READ saw:
 /// CAS(seen → seen | FROZEN), retried with the value found while renewals race.
-async fn freeze_one_sided(
-    tx: &mut TxnCore<'_>,
+async fn freeze_one_sided<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
     mut todo: smallvec::SmallVec<[(usize, u64); 8]>,
 ) -> Result<(), Abort> {
     let ep = tx.c.ep.clone();
@@ -912,7 +890,9 @@ async fn freeze_one_sided(
         for &(i, seen) in &todo {
             let e = &tx.entries[i];
             d.cas(
-                tx.c.catalog.record_ptr(e.table, e.node, e.loc).add(H_RTS),
+                tx.c.catalog
+                    .record_ptr(e.table, e.node, e.slot())
+                    .add(H_RTS),
                 seen,
                 seen | RTS_FROZEN,
             );
@@ -924,7 +904,7 @@ async fn freeze_one_sided(
             if found == seen {
                 let e = &mut tx.entries[i];
                 e.frozen = true;
-                e.rts = seen & !RTS_FROZEN;
+                e.state.froze(seen & !RTS_FROZEN);
             } else {
                 again.push((i, found));
             }
@@ -934,273 +914,10 @@ async fn freeze_one_sided(
     panic!("could not freeze RTS in {FREEZE_ROUNDS_MAX} rounds: renewals never stop");
 }
 
-/// SUNDIAL's atomic read of records it will not write (RCC §4.5): one-sided, two READs of
-/// each tuple in one doorbell, which must agree on everything but `RTS`; RPC, the
-/// participant's consistent read. A record a writer holds (locked, `RTS` frozen) aborts
-/// with `Conflict`: its payload may be half written.
-pub async fn read_atomic(
-    tx: &mut TxnCore<'_>,
-    idxs: &[usize],
-    prim: Primitive,
-) -> Result<(), Abort> {
-    if idxs.is_empty() {
-        return Ok(());
-    }
-    if prim == Primitive::Rpc {
-        // The participant's read is consistent, and a frozen RTS implies a held lock,
-        // which `read` turns into `Conflict`.
-        return read(tx, idxs, prim).await;
-    }
-    let ts = tx.ts.0;
-    locate(tx, idxs).await?;
-    let mut d = tx.c.ep.doorbell();
-    for &i in idxs {
-        let e = &tx.entries[i];
-        let words = tx.c.catalog.layout(e.table).tuple_words;
-        let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
-        d.read(ptr, words);
-        d.read(ptr, words);
-    }
-    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-    for (j, &i) in idxs.iter().enumerate() {
-        let (a, b) = (res.read(2 * j), res.read(2 * j + 1));
-        check_tuple(tx, i, a)?;
-        let same = a
-            .iter()
-            .zip(b.iter())
-            .enumerate()
-            .all(|(k, (x, y))| k == H_RTS as usize || x == y);
-        let lock = a[H_LOCK as usize];
-        if !same || (lock != 0 && lock != ts) || (b[H_RTS as usize] & RTS_FROZEN != 0 && lock != ts)
-        {
-            return Err(Abort::Conflict);
-        }
-        let e = &mut tx.entries[i];
-        e.version = b[H_VERSION as usize];
-        e.wts = b[H_WTS as usize];
-        e.rts = b[H_RTS as usize] & !RTS_FROZEN;
-        e.fill(e.version, &b[HEADER_WORDS as usize..]);
-    }
-    Ok(())
-}
-
-/// Rounds of a one-sided lease renewal before it gives up (each failed CAS saw another
-/// renewal raise `RTS`).
-const RENEW_ROUNDS_MAX: u32 = 64;
-
-/// SUNDIAL's lease renewal (RCC §4.5): make each record's lease reach `commit_ts`. One-sided:
-/// CAS(`RTS` read → `commit_ts`); if it fails, READ the header: abort if `WTS` moved on or
-/// a writer froze `RTS`, else retry with the new value. RPC: the participant does the same
-/// with local atomics. Fails with `ValidationFailed`.
-pub async fn renew(
-    tx: &mut TxnCore<'_>,
-    idxs: &[usize],
-    prim: Primitive,
-    commit_ts: u64,
-) -> Result<(), Abort> {
-    let todo: Idxs = idxs
-        .iter()
-        .copied()
-        .filter(|&i| tx.entries[i].rts < commit_ts)
-        .collect();
-    if todo.is_empty() {
-        return Ok(());
-    }
-    if prim == Primitive::Rpc {
-        let build = |items| Request::Renew { commit_ts, items };
-        check_by_rpc(tx, &todo, |e| (e.table, e.loc, e.wts), build).await?;
-        for &i in &todo {
-            tx.entries[i].rts = commit_ts;
-        }
-        return Ok(());
-    }
-    let ep = tx.c.ep.clone();
-    let mut pending: smallvec::SmallVec<[(usize, u64); 8]> =
-        todo.iter().map(|&i| (i, tx.entries[i].rts)).collect();
-    for _ in 0..RENEW_ROUNDS_MAX {
-        let mut d = ep.doorbell();
-        for &(i, seen) in &pending {
-            let e = &tx.entries[i];
-            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
-            d.cas(ptr.add(H_RTS), seen, commit_ts);
-            d.read(ptr, HEADER_WORDS);
-        }
-        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-        let mut again = smallvec::SmallVec::new();
-        for (j, &(i, seen)) in pending.iter().enumerate() {
-            let found = res.cas(2 * j);
-            // The READ ran after the CAS: it shows why the CAS failed, and whether a write
-            // that set `RTS` back to the value seen came in between (ABA).
-            let h = res.read(2 * j + 1);
-            if found == seen && h[H_WTS as usize] == tx.entries[i].wts {
-                tx.entries[i].rts = commit_ts;
-                continue;
-            }
-            if h[H_WTS as usize] != tx.entries[i].wts || found & RTS_FROZEN != 0 {
-                return Err(Abort::ValidationFailed);
-            }
-            if found >= commit_ts {
-                tx.entries[i].rts = found;
-            } else {
-                again.push((i, found));
-            }
-        }
-        if again.is_empty() {
-            return Ok(());
-        }
-        pending = again;
-    }
-    Err(Abort::ValidationFailed)
-}
-
-/// Snapshot reads before an MVCC reader gives up with `Conflict` (each retry means the
-/// record changed under its two READs or its `RTS` CAS).
-const MVCC_READ_ATTEMPTS_MAX: u32 = 16;
-/// Pause before an MVCC reader reads a record again (a writer holds it, or it changed).
-const MVCC_RETRY_NS: u64 = 1_000;
-
-/// MVCC reads at the transaction's timestamp (RCC §4.4): for each record, the newest kept
-/// version older than the timestamp, after raising the record's `RTS` to it. One-sided:
-/// two READs of the whole record in one doorbell (the double read; they must agree but for
-/// `RTS`), Cond R2 and R1 checked locally, then CAS on `RTS` (retried from the READs if it
-/// races). RPC: the participant does the same. Aborts with `SlotOverflow` when the version
-/// needed was overwritten, `Conflict` when a writer ordered before the reader holds it.
-pub async fn mvcc_read(tx: &mut TxnCore<'_>, idxs: &[usize], prim: Primitive) -> Result<(), Abort> {
-    if idxs.is_empty() {
-        return Ok(());
-    }
-    let ctts = tx.ts.0;
-    if prim == Primitive::Rpc {
-        let nodes = nodes_of(tx, idxs);
-        let mut d = tx.c.ep.doorbell();
-        for &n in &nodes {
-            let items = idxs
-                .iter()
-                .filter(|&&i| tx.entries[i].node == n)
-                .map(|&i| item(tx, i))
-                .collect();
-            d.rpc(n, Request::MvccRead { ctts, items }.to_bytes());
-        }
-        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-        for (j, &n) in nodes.iter().enumerate() {
-            let mine: Idxs = idxs
-                .iter()
-                .copied()
-                .filter(|&i| tx.entries[i].node == n)
-                .collect();
-            match decode(res.rpc(j)) {
-                Reply::Tuples(tuples) => {
-                    for (i, t) in mine.into_iter().zip(tuples) {
-                        let t = t.expect("an MVCC read returns every tuple");
-                        tx.c.observe_ts(t.wts.max(t.rts));
-                        apply_tuple(tx, i, t);
-                    }
-                }
-                Reply::MvccRefused { overflow: true, .. } => return Err(Abort::SlotOverflow),
-                Reply::MvccRefused {
-                    overflow: false, ..
-                } => return Err(Abort::Conflict),
-                Reply::NotFound { .. } => return Err(Abort::NotFound),
-                r => panic!("mvcc read: unexpected reply {r:?} from node {}", n.0),
-            }
-        }
-        return Ok(());
-    }
-    locate(tx, idxs).await?;
-    let ep = tx.c.ep.clone();
-    let mut pending: Idxs = idxs.iter().copied().collect();
-    for _ in 0..MVCC_READ_ATTEMPTS_MAX {
-        let mut d = ep.doorbell();
-        for &i in &pending {
-            let e = &tx.entries[i];
-            let words = tx.c.catalog.layout(e.table).record_words;
-            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
-            d.read(ptr, words);
-            d.read(ptr, words);
-        }
-        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-        let mut retry: Idxs = Idxs::new();
-        // Entries whose RTS must be raised: (entry, RTS seen, READ index, payload offset).
-        let mut raise: smallvec::SmallVec<[(usize, u64, usize, usize); 8]> =
-            smallvec::SmallVec::new();
-        for (j, &i) in pending.iter().enumerate() {
-            let (a, b) = (res.read(2 * j), res.read(2 * j + 1));
-            check_tuple(tx, i, a)?;
-            if a.iter()
-                .zip(b.iter())
-                .enumerate()
-                .any(|(k, (x, y))| k != H_RTS as usize && x != y)
-            {
-                retry.push(i);
-                continue;
-            }
-            let lock = a[H_LOCK as usize];
-            if lock != 0 && lock < ctts {
-                return Err(Abort::Conflict);
-            }
-            let layout = *tx.c.catalog.layout(tx.entries[i].table);
-            let c = crate::mvcc::choose(&layout, a, ctts).ok_or(Abort::SlotOverflow)?;
-            let rts = b[H_RTS as usize];
-            tx.c.observe_ts(c.wts.max(rts));
-            let payload = &a[c.payload_at..c.payload_at + layout.payload_words as usize];
-            let e = &mut tx.entries[i];
-            e.version = c.version;
-            e.wts = c.wts;
-            e.rts = rts & !RTS_FROZEN;
-            if rts & !RTS_FROZEN >= ctts {
-                e.fill(c.version, payload);
-            } else if rts & RTS_FROZEN != 0 {
-                // A writer holds the record (ordered after us, or R2 would have failed, or
-                // the snapshot predates its lock). A frozen RTS cannot be raised safely:
-                // the same frozen value can come back under another writer (ABA), so
-                // wait for this one to finish and read again.
-                retry.push(i);
-            } else {
-                raise.push((i, rts, 2 * j, c.payload_at));
-            }
-        }
-        if !raise.is_empty() {
-            // CAS on RTS, then a READ of the header that runs after it at the target: a
-            // successful CAS only counts if no version was installed since the snapshot
-            // (a writer's install can put back the very RTS the snapshot saw: ABA).
-            let mut d = ep.doorbell();
-            for &(i, rts, _, _) in &raise {
-                let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.loc);
-                d.cas(ptr.add(H_RTS), rts, ctts);
-                d.read(ptr, HEADER_WORDS);
-            }
-            let raised = d.submit().await.map_err(|e| tx.op_failed(e))?;
-            for (j, &(i, rts, read, at)) in raise.iter().enumerate() {
-                let (before, after) = (res.read(read), raised.read(2 * j + 1));
-                let unchanged = before[H_VERSION as usize] == after[H_VERSION as usize]
-                    && before[H_WTS as usize] == after[H_WTS as usize];
-                if raised.cas(2 * j) == rts && unchanged {
-                    let words = tx.c.catalog.layout(tx.entries[i].table).payload_words as usize;
-                    let e = &mut tx.entries[i];
-                    e.fill(e.version, &res.read(read)[at..at + words]);
-                    e.rts = ctts;
-                } else {
-                    // RTS moved (another reader, or a writer came and went), or a version
-                    // was installed: read again. A raise that did land only keeps writers
-                    // below this reader out, which is safe.
-                    retry.push(i);
-                }
-            }
-        }
-        if retry.is_empty() {
-            return Ok(());
-        }
-        pending = retry;
-        ep.sleep(MVCC_RETRY_NS).await;
-    }
-    Err(Abort::Conflict)
-}
-
-/// The end of every pipeline once the transaction may commit: write back (installing
-/// `set_ts` as the new lease and keeping the old version where asked) and release, in one
-/// round trip when both stages use the same primitive; each stage's time is charged.
-pub async fn commit_and_release(tx: &mut TxnCore<'_>, set_ts: u64, keep_old: bool) {
+/// The end of every pipeline once the transaction may commit: write back (as `opts` say)
+/// and release, in one round trip when both stages use the same primitive; each stage's
+/// time is charged.
+pub async fn commit_and_release<S: EntryState>(tx: &mut TxnCore<'_, S>, opts: CommitOpts<S>) {
     let plan = *tx.c.plan();
     let held = tx.select(|e| e.locked);
     let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
@@ -1210,7 +927,13 @@ pub async fn commit_and_release(tx: &mut TxnCore<'_>, set_ts: u64, keep_old: boo
         .copied()
         .filter(|&i| tx.entries[i].is_write())
         .collect();
-    write_back(tx, &ws, plan.get(Stage::Commit), same, set_ts, keep_old).await;
+    let wb = WriteBackOpts {
+        primitive: plan.get(Stage::Commit),
+        release: same,
+        set_ts: opts.set_ts,
+        install: opts.install,
+    };
+    write_back(tx, &ws, wb).await;
     tx.charge(Stage::Commit, t0);
     let t0 = tx.now_ns();
     let rest = tx.select(|e| e.locked);
@@ -1219,7 +942,7 @@ pub async fn commit_and_release(tx: &mut TxnCore<'_>, set_ts: u64, keep_old: boo
 }
 
 /// Releases every lock the attempt holds (the rollback of every protocol).
-pub async fn release_all(tx: &mut TxnCore<'_>) {
+pub async fn release_all<S: EntryState>(tx: &mut TxnCore<'_, S>) {
     let t0 = tx.now_ns();
     let held = tx.select(|e| e.locked);
     let prim = tx.c.plan().get(Stage::Release);
@@ -1229,7 +952,7 @@ pub async fn release_all(tx: &mut TxnCore<'_>) {
 
 /// The steps between a protocol's serialisation point and its write-back: log, then apply
 /// inserts and deletes. On failure every lock the attempt holds is released.
-pub async fn log_and_apply(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+pub async fn log_and_apply<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Result<(), Abort> {
     let prim = tx.c.plan().get(Stage::Log);
     let t0 = tx.now_ns();
     let r = log(tx, prim).await;
@@ -1244,15 +967,27 @@ pub async fn log_and_apply(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
     r
 }
 
+/// How [`lock_unchanged`] locks and what it checks.
+pub struct UnchangedOpts<S> {
+    /// Also freeze each record's `RTS` (SUNDIAL), thawed at release.
+    pub freeze_rts: bool,
+    /// What must not have changed since the entry was fetched (OCC: the version; SUNDIAL:
+    /// `WTS`).
+    pub seen: fn(&Entry<S>) -> u64,
+}
+
 /// Locks write entries with the plan's lock primitive and checks that each one fetched
-/// earlier still carries what `seen` read from it then (OCC: the version; SUNDIAL: `WTS`),
-/// else `ValidationFailed`. On failure every lock the attempt holds is released.
-pub async fn lock_unchanged(
-    tx: &mut TxnCore<'_>,
+/// earlier still carries what `opts.seen` read from it then, else `ValidationFailed`. On
+/// failure every lock the attempt holds is released.
+pub async fn lock_unchanged<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
     idxs: &[usize],
-    freeze: bool,
-    seen: fn(&crate::coord::Entry) -> u64,
+    opts: UnchangedOpts<S>,
 ) -> Result<(), Abort> {
+    let UnchangedOpts {
+        freeze_rts: freeze,
+        seen,
+    } = opts;
     let prim = tx.c.plan().get(Stage::Lock);
     let before: smallvec::SmallVec<[(usize, u64); 8]> = idxs
         .iter()
@@ -1260,7 +995,12 @@ pub async fn lock_unchanged(
         .map(|&i| (i, seen(&tx.entries[i])))
         .collect();
     let t0 = tx.now_ns();
-    let mut r = lock(tx, idxs, prim, false, freeze).await;
+    let opts = LockOpts {
+        primitive: prim,
+        with_data: false,
+        freeze_rts: freeze,
+    };
+    let mut r = lock(tx, idxs, opts).await;
     if r.is_ok() && before.iter().any(|&(i, v)| seen(&tx.entries[i]) != v) {
         r = Err(Abort::ValidationFailed);
     }
@@ -1273,7 +1013,10 @@ pub async fn lock_unchanged(
 
 /// After locking `idxs` without their data (the plan's read primitive differs from its lock
 /// primitive), fetches the data with the read primitive: a second round trip.
-pub async fn read_after_lock(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+pub async fn read_after_lock<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    idxs: &[usize],
+) -> Result<(), Abort> {
     let plan = *tx.c.plan();
     if plan.get(Stage::Read) == plan.get(Stage::Lock) {
         return Ok(());

@@ -1,7 +1,7 @@
 //! The transaction API for workload code, generic over the protocol chosen at start-up.
 
 use crate::abort::Abort;
-use crate::coord::{Access, Coordinator, TxnCore};
+use crate::coord::{Access, Coordinator, EntryState, TxnCore};
 use crate::msg::{Reply, Request};
 use crate::plan::{Plan, PlanError, Stage};
 use atoll_fabric::Words;
@@ -24,6 +24,9 @@ pub trait Protocol: 'static {
     /// Whether records keep several versions (the catalog then lays out version slots).
     const MULTI_VERSION: bool = false;
 
+    /// The family's per-record coordinator state, kept in each entry (`()` for none).
+    type EntryState: EntryState;
+
     /// The stages whose primitive changes what this protocol does (the others are ignored),
     /// so plan enumeration varies only these.
     const STAGES: &'static [Stage];
@@ -32,19 +35,19 @@ pub trait Protocol: 'static {
     fn check_plan(plan: &Plan) -> Result<(), PlanError>;
 
     /// Fetches entries `idxs` (not yet fetched) for their access mode.
-    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort>;
+    async fn fetch(tx: &mut TxnCore<'_, Self::EntryState>, idxs: &[usize]) -> Result<(), Abort>;
 
     /// Runs the commit pipeline. On `Err` every lock the attempt held has been released.
-    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort>;
+    async fn commit(tx: &mut TxnCore<'_, Self::EntryState>) -> Result<(), Abort>;
 
     /// Releases whatever the attempt holds, after an abort during execution.
-    async fn rollback(tx: &mut TxnCore<'_>);
+    async fn rollback(tx: &mut TxnCore<'_, Self::EntryState>);
 }
 
 /// One attempt of a transaction, as workload code sees it. Its [`TxnCore`] stays inside:
 /// a workload reaches the engine only through these methods.
 pub struct Txn<'c, P: Protocol> {
-    core: TxnCore<'c>,
+    core: TxnCore<'c, P::EntryState>,
     _p: PhantomData<P>,
 }
 

@@ -9,10 +9,19 @@
 //! timestamp and the coordinator retries after a pause or dies. With the starvation fix
 //! (`TxnConfig::waitdie_counter`), a waiter raises a FETCH_ADD counter in the tuple header
 //! that makes other lockers die until it has the lock.
+//!
+//! The family's files: `coord.rs` (the wait-or-die lock), `participant.rs` (the waiting
+//! list), `msg.rs` (its lock request). Commit is NOWAIT's (`nowait::commit_locked`).
+
+pub mod coord;
+pub mod msg;
+pub mod participant;
 
 use crate::nowait::{commit_locked, release_all};
 use atoll_txn::stages;
 use atoll_txn::{Abort, Plan, PlanError, Protocol, Stage, TxnCore};
+use coord::{lock_wait_die, WaitDieOpts};
+pub use participant::WaitDieParticipant;
 
 pub struct WaitDie;
 
@@ -26,6 +35,7 @@ impl Protocol for WaitDie {
         Stage::Release,
     ];
     const KEEP_TS_ON_RETRY: bool = true;
+    type EntryState = ();
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
         // As NOWAIT: the lock word holds the owner's timestamp, so any release works.
@@ -36,8 +46,12 @@ impl Protocol for WaitDie {
         let plan = *tx.c.plan();
         let counter = tx.c.cfg.waitdie_counter;
         let t0 = tx.now_ns();
-        let combined = plan.get(Stage::Read) == plan.get(Stage::Lock);
-        let r = stages::lock_wait_die(tx, idxs, plan.get(Stage::Lock), combined, counter).await;
+        let opts = WaitDieOpts {
+            primitive: plan.get(Stage::Lock),
+            with_data: plan.get(Stage::Read) == plan.get(Stage::Lock),
+            counter,
+        };
+        let r = lock_wait_die(tx, idxs, opts).await;
         tx.charge(Stage::Lock, t0);
         r?;
         stages::read_after_lock(tx, idxs).await

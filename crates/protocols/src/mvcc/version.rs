@@ -1,5 +1,6 @@
 //! MVCC's version choice over a record's kept versions (RCC §4.4), shared by the
-//! coordinator (one-sided reads) and the participant (RPC reads), so both pick alike.
+//! coordinator (one-sided reads) and the participant (RPC reads), so both pick alike; and
+//! the steps of installing a new version while keeping the old one.
 
 use atoll_fabric::Words;
 use atoll_storage::layout::{

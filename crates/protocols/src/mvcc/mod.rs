@@ -13,38 +13,30 @@
 //!   reader or writer can change them meanwhile; a failure aborts (`ValidationFailed`);
 //! - commit: lock blind writes and upgrades (same checks) → log → write back: the current
 //!   version is copied into the oldest slot and the new one written in place, each slot
-//!   marked `WTS_WRITING` while its payload changes (`atoll_txn::mvcc::install_steps`), the
+//!   marked `WTS_WRITING` while its payload changes (`version::install_steps`), the
 //!   new one with `wts = ctts` (+ release) → release. There is no validation stage: the timestamp order is the serial order.
 //!
 //! Every co-routine's clock moves past the timestamps it sees in tuples (RCC's clock
 //! adjustment), so versions stay within reach of the slots.
 
-use atoll_txn::stages;
+//!
+//! The family's files: `coord.rs` (each record's [`Versions`], the snapshot read, the
+//! writer's lock with Cond W1, the install), `version.rs` (the version choice and install
+//! steps, shared with the participant), `participant.rs` (read and install on the owner's
+//! CPU), `msg.rs` (its requests and the read's refusal).
+
+pub mod coord;
+pub mod msg;
+pub mod participant;
+pub mod version;
+
+use atoll_txn::stages::{self, CommitOpts};
 use atoll_txn::{Abort, Access, Idxs, Plan, PlanError, Primitive, Protocol, Stage, TxnCore};
+pub use coord::Versions;
+use coord::{lock_for_write, INSTALLER};
+pub use participant::MvccParticipant;
 
 pub struct Mvcc;
-
-/// Locks `idxs` with their whole records and checks Cond W1 against the frozen `RTS`.
-async fn lock_for_write(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
-    let prim = tx.c.plan().get(Stage::Lock);
-    let t0 = tx.now_ns();
-    let mut r = stages::lock(tx, idxs, prim, true, true).await;
-    let ctts = tx.ts.0;
-    for &i in idxs {
-        let e = &tx.entries[i];
-        if e.locked {
-            let seen = e.wts.max(e.rts);
-            tx.c.observe_ts(seen);
-            // `RTS == ctts` is this transaction's own read (timestamps are unique): a
-            // read-then-write of one record may go on.
-            if r.is_ok() && !(ctts > tx.entries[i].wts && ctts >= tx.entries[i].rts) {
-                r = Err(Abort::ValidationFailed);
-            }
-        }
-    }
-    tx.charge(Stage::Lock, t0);
-    r
-}
 
 impl Protocol for Mvcc {
     const NAME: &'static str = "mvcc";
@@ -56,6 +48,7 @@ impl Protocol for Mvcc {
         Stage::Release,
     ];
     const MULTI_VERSION: bool = true;
+    type EntryState = Versions;
 
     fn check_plan(plan: &Plan) -> Result<(), PlanError> {
         if plan.get(Stage::Lock) == Primitive::Rpc && plan.get(Stage::Commit) == Primitive::OneSided
@@ -70,7 +63,7 @@ impl Protocol for Mvcc {
         Ok(())
     }
 
-    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+    async fn fetch(tx: &mut TxnCore<'_, Versions>, idxs: &[usize]) -> Result<(), Abort> {
         let reads: Idxs = idxs
             .iter()
             .copied()
@@ -83,13 +76,13 @@ impl Protocol for Mvcc {
             .collect();
         let prim = tx.c.plan().get(Stage::Read);
         let t0 = tx.now_ns();
-        let r = stages::mvcc_read(tx, &reads, prim).await;
+        let r = coord::read(tx, &reads, prim).await;
         tx.charge(Stage::Read, t0);
         r?;
         lock_for_write(tx, &writes).await
     }
 
-    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+    async fn commit(tx: &mut TxnCore<'_, Versions>) -> Result<(), Abort> {
         let unlocked = tx.select(|e| e.is_write() && !e.locked && e.access != Access::Insert);
         if let Err(a) = lock_for_write(tx, &unlocked).await {
             Self::rollback(tx).await;
@@ -97,11 +90,15 @@ impl Protocol for Mvcc {
         }
         stages::log_and_apply(tx).await?;
         // Write back (+ release), then release what is left.
-        stages::commit_and_release(tx, tx.ts.0, true).await;
+        let opts = CommitOpts {
+            set_ts: Some(tx.ts),
+            install: Some(INSTALLER),
+        };
+        stages::commit_and_release(tx, opts).await;
         Ok(())
     }
 
-    async fn rollback(tx: &mut TxnCore<'_>) {
+    async fn rollback(tx: &mut TxnCore<'_, Versions>) {
         stages::release_all(tx).await
     }
 }

@@ -12,9 +12,20 @@
 //!   the participant; it fails if a later write committed (`WTS` moved) or a writer froze
 //!   `RTS` — the transaction then aborts (`ValidationFailed`);
 //! - log → write back with `WTS` = `RTS` = commit_ts (+ release) → release.
+//!
+//! The family's files: `coord.rs` (each record's [`Lease`], the atomic read, the commit
+//! timestamp, renewal), `participant.rs` (renewal on the owner's CPU), `msg.rs` (the renew
+//! request). Locking, logging and write-back are the shared stages'.
 
-use atoll_txn::stages;
+pub mod coord;
+pub mod msg;
+pub mod participant;
+
+use atoll_txn::stages::{self, CommitOpts, LockOpts, UnchangedOpts};
 use atoll_txn::{Abort, Access, Plan, PlanError, Protocol, Stage, TxnCore};
+pub use coord::Lease;
+use coord::{commit_ts, read_atomic, renew};
+pub use participant::SundialParticipant;
 
 pub struct Sundial;
 
@@ -28,6 +39,7 @@ impl Protocol for Sundial {
         Stage::Commit,
         Stage::Release,
     ];
+    type EntryState = Lease;
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
         // Every stage works with either primitive: an RPC lock freezes `RTS` as a one-sided
@@ -35,7 +47,7 @@ impl Protocol for Sundial {
         Ok(())
     }
 
-    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+    async fn fetch(tx: &mut TxnCore<'_, Lease>, idxs: &[usize]) -> Result<(), Abort> {
         let plan = *tx.c.plan();
         let reads: atoll_txn::Idxs = idxs
             .iter()
@@ -48,36 +60,41 @@ impl Protocol for Sundial {
             .filter(|&i| tx.entries[i].access != Access::Read)
             .collect();
         let t0 = tx.now_ns();
-        let r = stages::read_atomic(tx, &reads, plan.get(Stage::Read)).await;
+        let r = read_atomic(tx, &reads, plan.get(Stage::Read)).await;
         tx.charge(Stage::Read, t0);
         r?;
-        let combined = plan.get(Stage::Read) == plan.get(Stage::Lock);
+        let opts = LockOpts {
+            primitive: plan.get(Stage::Lock),
+            with_data: plan.get(Stage::Read) == plan.get(Stage::Lock),
+            freeze_rts: true,
+        };
         let t0 = tx.now_ns();
-        let r = stages::lock(tx, &writes, plan.get(Stage::Lock), combined, true).await;
+        let r = stages::lock(tx, &writes, opts).await;
         tx.charge(Stage::Lock, t0);
         r?;
         stages::read_after_lock(tx, &writes).await
     }
 
-    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+    async fn commit(tx: &mut TxnCore<'_, Lease>) -> Result<(), Abort> {
         let plan = *tx.c.plan();
         // Writes not locked yet: blind writes and reads upgraded to writes.
         let unlocked = tx.select(|e| e.is_write() && !e.locked && e.access != Access::Insert);
         // An upgraded read must still see the WTS it read.
-        stages::lock_unchanged(tx, &unlocked, true, |e| e.wts).await?;
+        stages::lock_unchanged(
+            tx,
+            &unlocked,
+            UnchangedOpts {
+                freeze_rts: true,
+                seen: |e| e.state.wts,
+            },
+        )
+        .await?;
 
-        let commit_ts = tx
-            .entries
-            .iter()
-            .filter(|e| e.access != Access::Insert)
-            .map(|e| if e.is_write() { e.rts + 1 } else { e.wts })
-            .max()
-            .unwrap_or(0)
-            .max(1);
+        let commit_ts = commit_ts(tx);
 
         let reads = tx.select(|e| !e.is_write());
         let t0 = tx.now_ns();
-        let r = stages::renew(tx, &reads, plan.get(Stage::Renew), commit_ts).await;
+        let r = renew(tx, &reads, plan.get(Stage::Renew), commit_ts).await;
         tx.charge(Stage::Renew, t0);
         if let Err(a) = r {
             Self::rollback(tx).await;
@@ -86,11 +103,15 @@ impl Protocol for Sundial {
 
         stages::log_and_apply(tx).await?;
         // Write back (+ release), then release what is left.
-        stages::commit_and_release(tx, commit_ts, false).await;
+        let opts = CommitOpts {
+            set_ts: Some(commit_ts),
+            install: None,
+        };
+        stages::commit_and_release(tx, opts).await;
         Ok(())
     }
 
-    async fn rollback(tx: &mut TxnCore<'_>) {
+    async fn rollback(tx: &mut TxnCore<'_, Lease>) {
         stages::release_all(tx).await
     }
 }

@@ -1,0 +1,243 @@
+//! MVCC's coordinator side: each record's state as the attempt knows it, the snapshot read,
+//! the writer's lock with Cond W1, and the install that keeps the old version.
+
+use super::msg::{MvccReply, MvccRequest};
+use super::version::{choose, install_steps};
+use atoll_fabric::Words;
+use atoll_storage::layout::{
+    TableLayout, HEADER_WORDS, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN,
+};
+use atoll_txn::msg::Reply;
+use atoll_txn::stages::{self, apply_tuple, check_tuple, decode, item, locate, nodes_of};
+use atoll_txn::stages::{Installer, LockOpts};
+use atoll_txn::{Abort, Entry, EntryState, Idxs, Primitive, Stage, Timestamp, TxnCore};
+
+/// What an attempt knows of a record: the write and read timestamps of the version it read
+/// or locked (`rts` without `RTS_FROZEN`), and the whole record (all kept versions) as read
+/// when it was locked one-sided, which the one-sided install copies from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Versions {
+    pub wts: u64,
+    pub rts: u64,
+    pub before: Vec<u64>,
+}
+
+impl EntryState for Versions {
+    fn saw(&mut self, wts: u64, rts: u64, record: Option<&[u64]>) {
+        self.wts = wts;
+        self.rts = rts;
+        if let Some(r) = record {
+            self.before = r.to_vec();
+        }
+    }
+
+    fn froze(&mut self, rts: u64) {
+        self.rts = rts;
+    }
+
+    fn installed(&mut self, ts: u64) {
+        self.wts = ts;
+        self.rts = ts;
+    }
+}
+
+/// Snapshot reads before an MVCC reader gives up with `Conflict` (each retry means the
+/// record changed under its two READs or its `RTS` CAS).
+const READ_ATTEMPTS_MAX: u32 = 16;
+/// Pause before an MVCC reader reads a record again (a writer holds it, or it changed).
+const RETRY_NS: u64 = 1_000;
+
+/// MVCC reads at the transaction's timestamp (RCC §4.4): for each record, the newest kept
+/// version older than the timestamp, after raising the record's `RTS` to it. One-sided:
+/// two READs of the whole record in one doorbell (the double read; they must agree but for
+/// `RTS`), Cond R2 and R1 checked locally, then CAS on `RTS` (retried from the READs if it
+/// races). RPC: the participant does the same. Aborts with `SlotOverflow` when the version
+/// needed was overwritten, `Conflict` when a writer ordered before the reader holds it.
+pub async fn read(
+    tx: &mut TxnCore<'_, Versions>,
+    idxs: &[usize],
+    prim: Primitive,
+) -> Result<(), Abort> {
+    if idxs.is_empty() {
+        return Ok(());
+    }
+    let ts = tx.ts;
+    // Compared with header words (versions' `WTS`, `RTS`) and sent as a word.
+    let ctts = ts.word();
+    if prim == Primitive::Rpc {
+        let nodes = nodes_of(tx, idxs);
+        let mut d = tx.c.ep.doorbell();
+        for &n in &nodes {
+            let items = idxs
+                .iter()
+                .filter(|&&i| tx.entries[i].node == n)
+                .map(|&i| item(tx, i))
+                .collect();
+            d.rpc(n, MvccRequest::Read { ctts, items }.to_bytes());
+        }
+        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+        for (j, &n) in nodes.iter().enumerate() {
+            let mine: Idxs = idxs
+                .iter()
+                .copied()
+                .filter(|&i| tx.entries[i].node == n)
+                .collect();
+            match decode(res.rpc(j)) {
+                Reply::Tuples(tuples) => {
+                    for (i, t) in mine.into_iter().zip(tuples) {
+                        let t = t.expect("an MVCC read returns every tuple");
+                        tx.c.observe_ts(t.wts.max(t.rts));
+                        apply_tuple(tx, i, t);
+                    }
+                }
+                Reply::Family { body, .. } => match MvccReply::decode(&body) {
+                    Ok(MvccReply::Refused { overflow: true, .. }) => {
+                        return Err(Abort::SlotOverflow)
+                    }
+                    Ok(MvccReply::Refused {
+                        overflow: false, ..
+                    }) => return Err(Abort::Conflict),
+                    Err(e) => panic!("mvcc read: undecodable reply from node {}: {e}", n.0),
+                },
+                Reply::NotFound { .. } => return Err(Abort::NotFound),
+                r => panic!("mvcc read: unexpected reply {r:?} from node {}", n.0),
+            }
+        }
+        return Ok(());
+    }
+    locate(tx, idxs).await?;
+    let ep = tx.c.ep.clone();
+    let mut pending: Idxs = idxs.iter().copied().collect();
+    for _ in 0..READ_ATTEMPTS_MAX {
+        let mut d = ep.doorbell();
+        for &i in &pending {
+            let e = &tx.entries[i];
+            let words = tx.c.catalog.layout(e.table).record_words;
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+            d.read(ptr, words);
+            d.read(ptr, words);
+        }
+        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+        let mut retry: Idxs = Idxs::new();
+        // Entries whose RTS must be raised: (entry, RTS seen, READ index, payload offset).
+        let mut raise: smallvec::SmallVec<[(usize, u64, usize, usize); 8]> =
+            smallvec::SmallVec::new();
+        for (j, &i) in pending.iter().enumerate() {
+            let (a, b) = (res.read(2 * j), res.read(2 * j + 1));
+            check_tuple(tx, i, a)?;
+            if a.iter()
+                .zip(b.iter())
+                .enumerate()
+                .any(|(k, (x, y))| k != H_RTS as usize && x != y)
+            {
+                retry.push(i);
+                continue;
+            }
+            // Cond R2: a writer ordered before the reader holds the record.
+            let lock = a[H_LOCK as usize];
+            if Timestamp::from_word(lock).is_some_and(|l| l < ts) {
+                return Err(Abort::Conflict);
+            }
+            let layout = *tx.c.catalog.layout(tx.entries[i].table);
+            let c = choose(&layout, a, ctts).ok_or(Abort::SlotOverflow)?;
+            let rts = b[H_RTS as usize];
+            tx.c.observe_ts(c.wts.max(rts));
+            let payload = &a[c.payload_at..c.payload_at + layout.payload_words as usize];
+            let e = &mut tx.entries[i];
+            e.version = c.version;
+            e.state.wts = c.wts;
+            e.state.rts = rts & !RTS_FROZEN;
+            if rts & !RTS_FROZEN >= ctts {
+                e.fill(c.version, payload);
+            } else if rts & RTS_FROZEN != 0 {
+                // A writer holds the record (ordered after us, or R2 would have failed, or
+                // the snapshot predates its lock). A frozen RTS cannot be raised safely:
+                // the same frozen value can come back under another writer (ABA), so
+                // wait for this one to finish and read again.
+                retry.push(i);
+            } else {
+                raise.push((i, rts, 2 * j, c.payload_at));
+            }
+        }
+        if !raise.is_empty() {
+            // CAS on RTS, then a READ of the header that runs after it at the target: a
+            // successful CAS only counts if no version was installed since the snapshot
+            // (a writer's install can put back the very RTS the snapshot saw: ABA).
+            let mut d = ep.doorbell();
+            for &(i, rts, _, _) in &raise {
+                let e = &tx.entries[i];
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+                d.cas(ptr.add(H_RTS), rts, ctts);
+                d.read(ptr, HEADER_WORDS);
+            }
+            let raised = d.submit().await.map_err(|e| tx.op_failed(e))?;
+            for (j, &(i, rts, read, at)) in raise.iter().enumerate() {
+                let (before, after) = (res.read(read), raised.read(2 * j + 1));
+                let unchanged = before[H_VERSION as usize] == after[H_VERSION as usize]
+                    && before[H_WTS as usize] == after[H_WTS as usize];
+                if raised.cas(2 * j) == rts && unchanged {
+                    let words = tx.c.catalog.layout(tx.entries[i].table).payload_words as usize;
+                    let e = &mut tx.entries[i];
+                    e.fill(e.version, &res.read(read)[at..at + words]);
+                    e.state.rts = ctts;
+                } else {
+                    // RTS moved (another reader, or a writer came and went), or a version
+                    // was installed: read again. A raise that did land only keeps writers
+                    // below this reader out, which is safe.
+                    retry.push(i);
+                }
+            }
+        }
+        if retry.is_empty() {
+            return Ok(());
+        }
+        pending = retry;
+        ep.sleep(RETRY_NS).await;
+    }
+    Err(Abort::Conflict)
+}
+
+/// Locks `idxs` with their whole records and checks Cond W1 against the frozen `RTS`.
+pub async fn lock_for_write(tx: &mut TxnCore<'_, Versions>, idxs: &[usize]) -> Result<(), Abort> {
+    let opts = LockOpts {
+        primitive: tx.c.plan().get(Stage::Lock),
+        with_data: true,
+        freeze_rts: true,
+    };
+    let t0 = tx.now_ns();
+    let mut r = stages::lock(tx, idxs, opts).await;
+    let ctts = tx.ts.word();
+    for &i in idxs {
+        let e = &tx.entries[i];
+        if e.locked {
+            let seen = e.state.wts.max(e.state.rts);
+            tx.c.observe_ts(seen);
+            // `RTS == ctts` is this transaction's own read (timestamps are unique): a
+            // read-then-write of one record may go on.
+            let v = &tx.entries[i].state;
+            if r.is_ok() && !(ctts > v.wts && ctts >= v.rts) {
+                r = Err(Abort::ValidationFailed);
+            }
+        }
+    }
+    tx.charge(Stage::Lock, t0);
+    r
+}
+
+/// One-sided install steps of entry `e`: keep its current version (as read at lock time)
+/// in the oldest slot first.
+fn steps(e: &Entry<Versions>, layout: &TableLayout, out: &mut Vec<(u32, Words)>) {
+    if layout.version_slots > 1 {
+        assert!(
+            !e.state.before.is_empty(),
+            "one-sided MVCC write-back without the record read at lock time"
+        );
+        out.extend(install_steps(layout, &e.state.before));
+    }
+}
+
+/// MVCC's write-back: the new version goes in place, the current one into the oldest slot.
+pub const INSTALLER: Installer<Versions> = Installer {
+    steps,
+    request: super::msg::install_request,
+};
