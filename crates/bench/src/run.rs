@@ -46,6 +46,8 @@ pub enum RunError {
     /// An op to `node` failed after transaction `txn`'s log was written: its outcome is for
     /// recovery to decide, which is not built yet, so the run stopped.
     NodeFailed { node: NodeId, txn: u64 },
+    /// Loading a node's partition failed although the configuration was sized for it.
+    Load { node: NodeId, message: String },
 }
 
 impl std::fmt::Display for RunError {
@@ -58,6 +60,9 @@ impl std::fmt::Display for RunError {
                 "node {} failed while transaction {txn:#x} was committing: its outcome needs recovery (not built yet)",
                 node.0
             ),
+            RunError::Load { node, message } => {
+                write!(f, "loading node {} failed: {message}", node.0)
+            }
         }
     }
 }
@@ -215,8 +220,11 @@ fn run_with<W: Workload, P: Protocol>(
                 s.spawn(move || {
                     let mem = Arc::new(NodeMemory::new(NodeId(n), region_words));
                     let store = Store::new(catalog, mem);
-                    w.load(&store);
-                    Arc::new(store)
+                    w.load(&store).map_err(|e| RunError::Load {
+                        node: NodeId(n),
+                        message: e.to_string(),
+                    })?;
+                    Ok::<_, RunError>(Arc::new(store))
                 })
             })
             .collect();
@@ -229,7 +237,7 @@ fn run_with<W: Workload, P: Protocol>(
                         worker: None,
                         message: format!("loading node {n}: {}", panic_message(payload.as_ref())),
                     })
-                })
+                })?
             })
             .collect::<Result<_, _>>()
     })?;

@@ -41,7 +41,7 @@ fn run_drawn<W: Workload, P: Protocol>(w: Arc<W>, seed: u64) -> Vec<Seen> {
         if P::MULTI_VERSION { 4 } else { 1 },
     );
     for s in &c.stores {
-        w.load(s);
+        w.load(s).expect("the test tables are sized for the load");
     }
     let out: Arc<Mutex<Vec<Seen>>> = Arc::default();
     c.run(&|core, k| {

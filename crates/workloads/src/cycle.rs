@@ -280,25 +280,24 @@ impl Workload for Cycle {
         ]
     }
 
-    fn load(&self, store: &Store) {
+    fn load(&self, store: &Store) -> Result<(), atoll_storage::StoreError> {
         let node = store.node.0 as u64;
         let words = vec![LOADED_VALUE; self.record_words as usize];
-        let fail =
-            |e: atoll_storage::StoreError| -> ! { panic!("loading cycle on node {node}: {e}") };
         for k in 0..2 * self.pairs_total() {
             if k % self.nodes as u64 == node {
-                store.insert(PAIRS, k, &words).unwrap_or_else(|e| fail(e));
+                store.insert(PAIRS, k, &words)?;
             }
         }
         for r in node * self.ranges..(node + 1) * self.ranges {
             let (lo, hi) = self.range_keys_of(r);
             let mut live = 0;
             for k in (lo..=hi).step_by(2) {
-                store.insert(DYN, k, &[k]).unwrap_or_else(|e| fail(e));
+                store.insert(DYN, k, &[k])?;
                 live += 1;
             }
-            store.insert(GUARDS, r, &[live]).unwrap_or_else(|e| fail(e));
+            store.insert(GUARDS, r, &[live])?;
         }
+        Ok(())
     }
 
     fn generate(&self, rng: &mut Rng, nodes: u16, _home: NodeId) -> (usize, Input) {

@@ -158,8 +158,10 @@ pub trait Workload: Send + Sync + 'static {
     /// The tables, for a cluster of `nodes`.
     fn tables(&self, nodes: u16) -> Vec<TableSpec>;
 
-    /// Loads the records that live on `store.node`.
-    fn load(&self, store: &Store);
+    /// Loads the records that live on `store.node`. The driver sized every table for the
+    /// load before allocating, so an error here is the engine's (a sizing bug), reported
+    /// with the node, not a panic.
+    fn load(&self, store: &Store) -> Result<(), atoll_storage::StoreError>;
 
     /// The tables of the records in the largest write set (in stored words) one transaction
     /// can have, one entry per record: every record it writes, inserts, deletes or reads for

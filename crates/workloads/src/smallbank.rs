@@ -215,15 +215,14 @@ impl Workload for SmallBank {
         vec![spec("savings"), spec("checking")]
     }
 
-    fn load(&self, store: &Store) {
+    fn load(&self, store: &Store) -> Result<(), atoll_storage::StoreError> {
         let base = store.node.0 as u64 * self.accounts;
         for k in base..base + self.accounts {
             for t in [SAVINGS, CHECKING] {
-                if let Err(e) = store.insert(t, k, &[INITIAL_BALANCE as u64]) {
-                    panic!("loading smallbank on node {}: {e}", store.node.0);
-                }
+                store.insert(t, k, &[INITIAL_BALANCE as u64])?;
             }
         }
+        Ok(())
     }
 
     fn generate(&self, rng: &mut Rng, nodes: u16, _home: NodeId) -> (usize, Input) {
@@ -470,7 +469,7 @@ mod tests {
             .map(|n| {
                 let mem = Arc::new(NodeMemory::new(NodeId(n), &catalog.region_words()));
                 let s = Store::new(catalog.clone(), mem);
-                sb.load(&s);
+                sb.load(&s).unwrap();
                 Arc::new(s)
             })
             .collect()

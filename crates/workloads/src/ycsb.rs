@@ -302,15 +302,14 @@ impl Workload for Ycsb {
         }]
     }
 
-    fn load(&self, store: &Store) {
+    fn load(&self, store: &Store) -> Result<(), atoll_storage::StoreError> {
         let base = store.node.0 as u64 * self.records;
         let mut payload = vec![0u64; self.payload_words()];
         for k in base..base + self.records {
             self.payload(k, 0, &mut payload);
-            if let Err(e) = store.insert(USERTABLE, k, &payload) {
-                panic!("loading ycsb on node {}: {e}", store.node.0);
-            }
+            store.insert(USERTABLE, k, &payload)?;
         }
+        Ok(())
     }
 
     fn generate(&self, rng: &mut Rng, nodes: u16, _home: NodeId) -> (usize, Input) {
