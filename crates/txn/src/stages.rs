@@ -41,6 +41,43 @@ pub fn nodes_of<S: EntryState>(
     ns
 }
 
+/// Per node a request went to: the node, its entries among the stage's (in their order),
+/// and its decoded reply.
+pub type NodeReplies = smallvec::SmallVec<[(NodeId, Idxs, Reply); 8]>;
+
+/// The RPC form of a stage over records: one request per node holding some of `idxs`
+/// (`build` from that node's items, in `idxs` order), all in one doorbell, each reply
+/// returned with the entries it answers for.
+pub async fn rpc_per_node<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    idxs: &[usize],
+    build: impl Fn(Vec<Item>) -> Vec<u8>,
+) -> Result<NodeReplies, Abort> {
+    let nodes = nodes_of(tx, idxs);
+    let mut d = tx.c.ep.doorbell();
+    for &n in &nodes {
+        let items = idxs
+            .iter()
+            .filter(|&&i| tx.entries[i].node == n)
+            .map(|&i| item(tx, i))
+            .collect();
+        d.rpc(n, build(items));
+    }
+    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    Ok(nodes
+        .iter()
+        .enumerate()
+        .map(|(j, &n)| {
+            let mine: Idxs = idxs
+                .iter()
+                .copied()
+                .filter(|&i| tx.entries[i].node == n)
+                .collect();
+            (n, mine, decode(res.rpc(j)))
+        })
+        .collect())
+}
+
 /// Entry `i` as a request names it.
 pub fn item<S: EntryState>(tx: &TxnCore<'_, S>, i: usize) -> Item {
     let e = &tx.entries[i];
@@ -171,26 +208,12 @@ pub async fn read<S: EntryState>(
             }
         }
         Primitive::Rpc => {
-            let nodes = nodes_of(tx, idxs);
-            let mut d = tx.c.ep.doorbell();
-            for &n in &nodes {
-                let items = idxs
-                    .iter()
-                    .filter(|&&i| tx.entries[i].node == n)
-                    .map(|&i| item(tx, i))
-                    .collect();
-                d.rpc(n, Request::Read { items }.to_bytes());
-            }
-            let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-            for (j, &n) in nodes.iter().enumerate() {
-                let Reply::Tuples(tuples) = decode(res.rpc(j)) else {
+            let replies =
+                rpc_per_node(tx, idxs, |items| Request::Read { items }.to_bytes()).await?;
+            for (n, mine, reply) in replies {
+                let Reply::Tuples(tuples) = reply else {
                     panic!("read: unexpected reply from node {}", n.0)
                 };
-                let mine: Idxs = idxs
-                    .iter()
-                    .copied()
-                    .filter(|&i| tx.entries[i].node == n)
-                    .collect();
                 for (i, t) in mine.into_iter().zip(tuples) {
                     let t = t.ok_or(Abort::NotFound)?;
                     if ts.held_by_other(t.lock) {
@@ -322,25 +345,9 @@ pub async fn lock_by_rpc<S: EntryState>(
     build: impl Fn(Vec<Item>) -> Vec<u8>,
     frozen: bool,
 ) -> Result<(), Abort> {
-    let nodes = nodes_of(tx, idxs);
-    let mut d = tx.c.ep.doorbell();
-    for &n in &nodes {
-        let items = idxs
-            .iter()
-            .filter(|&&i| tx.entries[i].node == n)
-            .map(|&i| item(tx, i))
-            .collect();
-        d.rpc(n, build(items));
-    }
-    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
     let mut outcome = Ok(());
-    for (j, &n) in nodes.iter().enumerate() {
-        let mine: Idxs = idxs
-            .iter()
-            .copied()
-            .filter(|&i| tx.entries[i].node == n)
-            .collect();
-        match decode(res.rpc(j)) {
+    for (n, mine, reply) in rpc_per_node(tx, idxs, build).await? {
+        match reply {
             Reply::Tuples(tuples) => {
                 for (i, t) in mine.into_iter().zip(tuples) {
                     let t = t.expect("a granted lock returns every tuple");

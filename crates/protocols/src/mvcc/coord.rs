@@ -8,7 +8,7 @@ use atoll_storage::layout::{
     TableLayout, HEADER_WORDS, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN,
 };
 use atoll_txn::msg::Reply;
-use atoll_txn::stages::{self, apply_tuple, check_tuple, decode, item, locate, nodes_of};
+use atoll_txn::stages::{self, apply_tuple, check_tuple, locate};
 use atoll_txn::stages::{Installer, LockOpts};
 use atoll_txn::{Abort, Entry, EntryState, Idxs, Primitive, Stage, Timestamp, TxnCore};
 
@@ -65,24 +65,12 @@ pub async fn read(
     // Compared with header words (versions' `WTS`, `RTS`) and sent as a word.
     let ctts = ts.word();
     if prim == Primitive::Rpc {
-        let nodes = nodes_of(tx, idxs);
-        let mut d = tx.c.ep.doorbell();
-        for &n in &nodes {
-            let items = idxs
-                .iter()
-                .filter(|&&i| tx.entries[i].node == n)
-                .map(|&i| item(tx, i))
-                .collect();
-            d.rpc(n, MvccRequest::Read { ctts, items }.to_bytes());
-        }
-        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-        for (j, &n) in nodes.iter().enumerate() {
-            let mine: Idxs = idxs
-                .iter()
-                .copied()
-                .filter(|&i| tx.entries[i].node == n)
-                .collect();
-            match decode(res.rpc(j)) {
+        let replies = stages::rpc_per_node(tx, idxs, |items| {
+            MvccRequest::Read { ctts, items }.to_bytes()
+        })
+        .await?;
+        for (n, mine, reply) in replies {
+            match reply {
                 Reply::Tuples(tuples) => {
                     for (i, t) in mine.into_iter().zip(tuples) {
                         let t = t.expect("an MVCC read returns every tuple");
