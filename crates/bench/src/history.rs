@@ -158,6 +158,10 @@ pub fn header_line() -> String {
 
 impl TxnRecord {
     pub fn to_json_line(&self) -> String {
+        self.to_json_value().to_string()
+    }
+
+    fn to_json_value(&self) -> Value {
         let ops: Vec<Value> = self.ops.iter().map(op_json).collect();
         let mut v = json!({
             "id": self.id,
@@ -172,7 +176,7 @@ impl TxnRecord {
         if let Some(r) = &self.aborted {
             v["reason"] = json!(r);
         }
-        v.to_string()
+        v
     }
 
     fn from_json(line_no: usize, v: &Value) -> Result<TxnRecord, String> {
@@ -294,6 +298,26 @@ impl TxnRecord {
             end_ns: u("end_ns")?,
             ops,
         })
+    }
+}
+
+/// Records as the objects of history lines, for a node's summary: the same form and the
+/// same validation as a history file's.
+pub mod records {
+    use super::TxnRecord;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use serde_json::Value;
+
+    pub fn serialize<S: Serializer>(h: &[TxnRecord], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(h.iter().map(TxnRecord::to_json_value))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<TxnRecord>, D::Error> {
+        Vec::<Value>::deserialize(d)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| TxnRecord::from_json(i + 1, v).map_err(serde::de::Error::custom))
+            .collect()
     }
 }
 

@@ -3,9 +3,11 @@
 //! Knows no command line: the `atoll` binary builds a [`RunConfig`] and prints the [`Report`].
 
 pub mod config;
+pub mod driver;
 pub mod env;
 pub mod history;
 pub mod interrupt;
+pub mod node;
 pub mod repeat;
 pub mod report;
 pub mod run;
@@ -14,5 +16,6 @@ pub mod stats;
 pub mod testkit;
 
 pub use config::{ConfigError, RunConfig};
+pub use driver::SummaryWire;
 pub use report::{ProgressLine, Report};
-pub use run::{run, run_protocol, RunError};
+pub use run::{run, run_protocol, run_protocol_via, run_via, RunError};

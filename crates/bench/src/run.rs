@@ -1,21 +1,23 @@
-//! Runs one benchmark: builds the catalog and memory, loads every node in parallel, runs
-//! the coordinator co-routines on the in-process fabric, then merges statistics and runs
-//! the workload's checks.
+//! Runs one benchmark: sizes and lays out the cluster, starts a [`NodeRuntime`] per node
+//! (each loads its own partition, in parallel), runs every node's coordinator co-routines
+//! on the chosen fabric (in-process threads or the simulator), then has the driver
+//! ([`crate::driver`]) merge the nodes' summaries and check parts into the report.
 
-use crate::config::{ConfigError, ConfigReport, Fabric, RunConfig};
+use crate::config::{ConfigError, Fabric, RunConfig};
+use crate::driver::{RunFacts, SummaryWire};
 use crate::history::TxnRecord;
+use crate::node::NodeRuntime;
 use crate::report::*;
 use crate::stats::{Interval, WorkerStats};
 use atoll_fabric::rng::Rng;
 use atoll_fabric::{
     panic_message, Coroutine, Endpoint, NodeDirectory, NodeId, NodeMemory, NodeSetup, TaskId,
-    VerbCounters, VerbKind, WorkerPanic,
+    VerbCounters, WorkerPanic,
 };
 use atoll_fabric_inproc::{self as inproc, InprocConfig};
 use atoll_fabric_sim::{self as sim, SimConfig};
 use atoll_protocols::{Mvcc, NoWait, Occ, ProtocolKind, Sundial, WaitDie};
-use atoll_storage::{Catalog, Store};
-use atoll_txn::handler::StoreHandler;
+use atoll_storage::Catalog;
 use atoll_txn::{Abort, Coordinator, Protocol, Stage, Txn, TxnConfig};
 use atoll_workloads::cycle::Cycle;
 use atoll_workloads::smallbank::SmallBank;
@@ -25,10 +27,9 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Instant;
 
 /// Location-cache entries per coordinator before it is cleared.
@@ -77,12 +78,21 @@ impl From<ConfigError> for RunError {
 
 /// Runs a benchmark as `cfg` says; `progress` sees one line per interval.
 pub fn run(cfg: &RunConfig, progress: &(dyn Fn(&ProgressLine) + Sync)) -> Result<Report, RunError> {
+    run_via(cfg, SummaryWire::InMemory, progress)
+}
+
+/// [`run`], with the nodes' summaries handed to the driver over `wire`.
+pub fn run_via(
+    cfg: &RunConfig,
+    wire: SummaryWire,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Result<Report, RunError> {
     match cfg.protocol {
-        ProtocolKind::NoWait => run_protocol::<NoWait>(cfg, progress),
-        ProtocolKind::WaitDie => run_protocol::<WaitDie>(cfg, progress),
-        ProtocolKind::Sundial => run_protocol::<Sundial>(cfg, progress),
-        ProtocolKind::Mvcc => run_protocol::<Mvcc>(cfg, progress),
-        ProtocolKind::Occ => run_protocol::<Occ>(cfg, progress),
+        ProtocolKind::NoWait => run_protocol_via::<NoWait>(cfg, wire, progress),
+        ProtocolKind::WaitDie => run_protocol_via::<WaitDie>(cfg, wire, progress),
+        ProtocolKind::Sundial => run_protocol_via::<Sundial>(cfg, wire, progress),
+        ProtocolKind::Mvcc => run_protocol_via::<Mvcc>(cfg, wire, progress),
+        ProtocolKind::Occ => run_protocol_via::<Occ>(cfg, wire, progress),
     }
 }
 
@@ -92,21 +102,30 @@ pub fn run_protocol<P: Protocol>(
     cfg: &RunConfig,
     progress: &(dyn Fn(&ProgressLine) + Sync),
 ) -> Result<Report, RunError> {
+    run_protocol_via::<P>(cfg, SummaryWire::InMemory, progress)
+}
+
+/// [`run_protocol`], with the nodes' summaries handed to the driver over `wire`.
+pub fn run_protocol_via<P: Protocol>(
+    cfg: &RunConfig,
+    wire: SummaryWire,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Result<Report, RunError> {
     cfg.validate()?;
     P::check_plan(&cfg.plan).map_err(|e| ConfigError(format!("plan {}: {e}", cfg.plan)))?;
     let perr = |e: atoll_workloads::ParamError| ConfigError(e.0);
     match cfg.workload {
         WorkloadKind::SmallBank => {
             let w = SmallBank::from_params(&cfg.params).map_err(perr)?;
-            run_with::<SmallBank, P>(cfg, w, progress)
+            run_with::<SmallBank, P>(cfg, w, wire, progress)
         }
         WorkloadKind::Ycsb => {
             let w = Ycsb::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
-            run_with::<Ycsb, P>(cfg, w, progress)
+            run_with::<Ycsb, P>(cfg, w, wire, progress)
         }
         WorkloadKind::Cycle => {
             let w = Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
-            run_with::<Cycle, P>(cfg, w, progress)
+            run_with::<Cycle, P>(cfg, w, wire, progress)
         }
     }
 }
@@ -119,15 +138,6 @@ struct WorkerShared<W: Workload> {
     ledger: RefCell<W::Ledger>,
 }
 
-/// What every worker hands over when its last co-routine ends.
-type Finished<W> = Arc<
-    Mutex<(
-        Vec<WorkerStats>,
-        Vec<TxnRecord>,
-        Vec<<W as Workload>::Ledger>,
-    )>,
->;
-
 /// What every co-routine of the run shares.
 struct RunShared<W> {
     w: W,
@@ -137,14 +147,10 @@ struct RunShared<W> {
     warmup_end_ns: u64,
     end_ns: u64,
     interval_ns: u64,
-    /// Earliest worker time at which a worker saw a stop request (`u64::MAX`: none).
-    stopped_ns: AtomicU64,
-    /// The first transaction whose op failed after its log was written, and the node: the
-    /// run stops and returns [`RunError::NodeFailed`].
-    node_failed: Mutex<Option<(NodeId, u64)>>,
-    node_failed_any: std::sync::atomic::AtomicBool,
+    /// Set when a transaction's op failed after its log was written (its node's summary
+    /// says which): every worker stops, and the run returns [`RunError::NodeFailed`].
+    failed_after_log: std::sync::atomic::AtomicBool,
     cpu: crate::env::CpuWindow,
-    probe: crate::env::Probe,
     /// Where the history streams to (`cfg.history_file`), if it does not stay in memory.
     history_out: Option<crate::history::HistoryWriter>,
 }
@@ -153,15 +159,15 @@ struct RunShared<W> {
 /// per batch, and a bounded buffer per worker.
 const HISTORY_BATCH_RECORDS: usize = 1024;
 
-impl<W> RunShared<W> {
-    /// Whether the run is over at worker time `now`: its end reached, or a stop (Ctrl-C)
-    /// requested, which is then dated `now` at the latest.
-    fn over(&self, now: u64) -> bool {
-        if now >= self.end_ns || self.node_failed_any.load(Ordering::Relaxed) {
+impl<W: Workload> RunShared<W> {
+    /// Whether the run is over at worker time `now` for a worker of `node`: its end
+    /// reached, or a stop (Ctrl-C) requested, which is then dated `now` at the latest.
+    fn over(&self, node: &NodeRuntime<W>, now: u64) -> bool {
+        if now >= self.end_ns || self.failed_after_log.load(Ordering::Relaxed) {
             return true;
         }
         if crate::interrupt::requested() {
-            self.stopped_ns.fetch_min(now, Ordering::Relaxed);
+            node.stopped_at(now);
             return true;
         }
         false
@@ -171,6 +177,7 @@ impl<W> RunShared<W> {
 fn run_with<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: W,
+    wire: SummaryWire,
     progress: &(dyn Fn(&ProgressLine) + Sync),
 ) -> Result<Report, RunError> {
     let wall = Instant::now();
@@ -211,21 +218,13 @@ fn run_with<W: Workload, P: Protocol>(
         "the sizing and the catalog disagree"
     );
 
-    // Register and load every node's memory in parallel, one loader thread per node.
-    let region_words = catalog.region_words();
-    let stores: Vec<Arc<Store>> = std::thread::scope(|s| {
+    // Start every node's runtime in parallel: each registers its memory and loads its own
+    // partition.
+    let nodes: Vec<Arc<NodeRuntime<W>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.nodes)
             .map(|n| {
-                let (catalog, region_words, w) = (catalog.clone(), &region_words, &w);
-                s.spawn(move || {
-                    let mem = Arc::new(NodeMemory::new(NodeId(n), region_words));
-                    let store = Store::new(catalog, mem);
-                    w.load(&store).map_err(|e| RunError::Load {
-                        node: NodeId(n),
-                        message: e.to_string(),
-                    })?;
-                    Ok::<_, RunError>(Arc::new(store))
-                })
+                let (catalog, w) = (catalog.clone(), &w);
+                s.spawn(move || NodeRuntime::load(NodeId(n), catalog, w).map(Arc::new))
             })
             .collect();
         handles
@@ -244,19 +243,9 @@ fn run_with<W: Workload, P: Protocol>(
     let load_s = wall.elapsed().as_secs_f64();
     // Each node's backend is built from its own memory and handler and the directory of the
     // region keys every node's registration returned, exchanged here at start-up.
-    let memory: Vec<Arc<NodeMemory>> = stores.iter().map(|s| s.memory().clone()).collect();
+    let memory: Vec<Arc<NodeMemory>> = nodes.iter().map(|n| n.store().memory().clone()).collect();
     let directory = NodeDirectory::of(&memory);
-    let setups: Vec<NodeSetup> = stores
-        .iter()
-        .map(|s| NodeSetup {
-            memory: s.memory().clone(),
-            handler: Arc::new(StoreHandler::new(
-                s.clone(),
-                catalog.extra_region(0),
-                atoll_protocols::participants(),
-            )),
-        })
-        .collect();
+    let setups: Vec<NodeSetup> = nodes.iter().map(|n| n.setup()).collect();
 
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -281,25 +270,24 @@ fn run_with<W: Workload, P: Protocol>(
         warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
         end_ns: ((cfg.warmup_s + cfg.duration_s) * 1e9) as u64,
         interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
-        stopped_ns: AtomicU64::new(u64::MAX),
-        node_failed: Mutex::new(None),
-        node_failed_any: Default::default(),
+        failed_after_log: Default::default(),
         cpu: Default::default(),
-        probe,
         history_out,
     });
     let types = shared.w.txn_types().len();
-    let finished: Finished<W> = Arc::new(Mutex::new((Vec::new(), Vec::new(), Vec::new())));
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     let mut lines = Vec::new();
     let mut sim = None;
     let mut sim_wall_s = 0.0;
-    // Co-routines the simulator found waiting with nothing left to happen (a hang).
-    let mut stuck = 0;
+    // Co-routines of live nodes the simulator found waiting with nothing left to happen (a
+    // hang), and the nodes it crashed.
+    let (mut hung, mut crashed) = (0, Vec::new());
     let mut failure = None;
     std::thread::scope(|s| {
         let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
+        // A worker's co-routines belong to its node's runtime.
         let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
+            let node = nodes[core.node().0 as usize].clone();
             let ws = Rc::new(WorkerShared::<W> {
                 stats: RefCell::new(WorkerStats::new(types)),
                 live: (cfg.coroutines as usize).into(),
@@ -312,11 +300,11 @@ fn run_with<W: Workload, P: Protocol>(
                     let id = core.index * cfg.coroutines as u32 + k;
                     let fut = coroutine::<W, P>(
                         shared.clone(),
+                        node.clone(),
                         ws.clone(),
                         ep,
                         id,
                         tx_iv.clone(),
-                        finished.clone(),
                     );
                     Box::pin(fut) as Coroutine
                 })
@@ -343,7 +331,8 @@ fn run_with<W: Workload, P: Protocol>(
                 })) {
                     Ok(r) => {
                         sim_wall_s = t0.elapsed().as_secs_f64();
-                        stuck = r.unfinished;
+                        hung = r.unfinished;
+                        crashed = r.crashed;
                         Some(SimInfo {
                             virtual_s: r.virtual_ns as f64 / 1e9,
                             events: r.events,
@@ -366,29 +355,45 @@ fn run_with<W: Workload, P: Protocol>(
     if let Some(p) = failure {
         return Err(RunError::Panicked(p));
     }
-    if let Some((node, txn)) = *shared.node_failed.lock().expect("no poisoned flag") {
+    // The driver's part: every node's summary, the merged ledger handed back, every node's
+    // check of its own records, then the report from merged data only.
+    let summaries: Vec<_> = nodes
+        .iter()
+        .map(|n| wire.carry("a node summary", n.summary(&shared.w)))
+        .collect();
+    if let Some((node, txn)) = crate::driver::failed_after_log(&summaries) {
         return Err(RunError::NodeFailed { node, txn });
     }
-    let (stats, mut history, ledgers) =
-        std::mem::take(&mut *finished.lock().expect("no poisoned stats"));
-    history.sort_by_key(|r| (r.end_ns, r.id));
-    let mut ledger = W::Ledger::default();
-    for l in ledgers {
-        shared.w.merge(&mut ledger, l);
-    }
-    let mut report = assemble::<W, P>(
-        cfg, &shared, &stores, stats, &ledger, lines, load_s, wall, os_threads, sim, &sizing,
+    let ledger = crate::driver::merge_ledgers(&shared.w, &summaries);
+    let checks: Vec<_> = nodes
+        .iter()
+        .map(|n| {
+            let ledger = wire.carry("the merged ledger", ledger.clone());
+            wire.carry("a node's checks", n.check(&shared.w, &ledger))
+        })
+        .collect();
+    let facts = RunFacts {
+        warmup_end_ns: shared.warmup_end_ns,
+        progress: lines,
+        load_s,
+        wall_s: wall.elapsed().as_secs_f64(),
+        os_threads,
+        sim,
+        log_ring_words: sizing.log_ring_words,
+        memory_bytes: sizing.total_bytes(),
+        coroutines_hung: hung,
+        crashed,
+    };
+    let mut report = crate::driver::report::<W, P>(
+        cfg,
+        &shared.w,
+        facts,
+        summaries,
+        &ledger,
+        checks,
+        |committed| probe.finish(&shared.cpu, committed),
     );
     report.sim_wall_s = sim_wall_s;
-    if stuck > 0 {
-        report.checks.push(CheckReport {
-            name: "fabric.every_coroutine_finished".into(),
-            passed: false,
-            detail: format!("{stuck} co-routines still waited when the simulation had nothing left to do (a hang)"),
-        });
-        report.passed = false;
-    }
-    report.history = history;
     if let Some(out) = &shared.history_out {
         let (passed, detail) = match out.finish() {
             Ok(n) => (true, format!("{n} attempts written as the run went")),
@@ -447,11 +452,11 @@ fn collect_progress(
 
 async fn coroutine<W: Workload, P: Protocol>(
     run: Arc<RunShared<W>>,
+    node: Arc<NodeRuntime<W>>,
     ws: Rc<WorkerShared<W>>,
     ep: Endpoint,
     id: u32,
     progress: mpsc::Sender<Interval>,
-    finished: Finished<W>,
 ) {
     let nodes = run.cfg.nodes;
     let home = ep.node();
@@ -461,7 +466,7 @@ async fn coroutine<W: Workload, P: Protocol>(
     loop {
         let start_ns = c.now_ns();
         tick(&run, &ws, &ep, start_ns, &progress);
-        if run.over(start_ns) {
+        if run.over(&node, start_ns) {
             run.cpu.mark_end();
             break;
         }
@@ -484,11 +489,8 @@ async fn coroutine<W: Workload, P: Protocol>(
                 }
             };
             if let Some(e) = tx.failed_after_log() {
-                run.node_failed
-                    .lock()
-                    .expect("no poisoned flag")
-                    .get_or_insert((e.node, tx.ts().word()));
-                run.node_failed_any.store(true, Ordering::Relaxed);
+                node.failed_after_log(e.node, tx.ts().word());
+                run.failed_after_log.store(true, Ordering::Relaxed);
             }
             if r.is_ok() && tx.torn_reads() > 0 {
                 ws.stats.borrow_mut().committed_torn_reads += 1;
@@ -522,7 +524,8 @@ async fn coroutine<W: Workload, P: Protocol>(
                         st.aborts[ty][a.index()] += 1;
                         st.interval.aborted += 1;
                     }
-                    if !a.is_retryable() || attempts >= run.cfg.attempts_max || run.over(now) {
+                    if !a.is_retryable() || attempts >= run.cfg.attempts_max || run.over(&node, now)
+                    {
                         break Err(a);
                     }
                     // Randomised exponential back-off, so conflicting retries spread out.
@@ -553,7 +556,7 @@ async fn coroutine<W: Workload, P: Protocol>(
                     if measured {
                         if a == Abort::UserAbort {
                             st.user_aborted[ty] += 1;
-                        } else if !run.over(end_ns) {
+                        } else if !run.over(&node, end_ns) {
                             // Retries stop at the end of the run; those are cut off, not
                             // given up.
                             st.gave_up += 1;
@@ -576,13 +579,15 @@ async fn coroutine<W: Workload, P: Protocol>(
         if st.verbs_at_start.is_none() {
             st.verbs_at_start = Some(VerbCounters::default());
         }
-        let mut f = finished.lock().expect("stats lock");
-        f.0.push(st.clone());
-        match &run.history_out {
-            Some(out) => out.append(&mut ws.history.borrow_mut()),
-            None => f.1.append(&mut ws.history.borrow_mut()),
+        let mut history = ws.history.borrow_mut();
+        if let Some(out) = &run.history_out {
+            out.append(&mut history);
         }
-        f.2.push(std::mem::take(&mut *ws.ledger.borrow_mut()));
+        node.hand_over(
+            st.clone(),
+            &mut history,
+            std::mem::take(&mut *ws.ledger.borrow_mut()),
+        );
     }
 }
 
@@ -615,204 +620,5 @@ fn tick<W: Workload>(
         let done = std::mem::replace(&mut st.interval, next);
         // The receiver outlives every co-routine; a send error cannot happen.
         let _ = progress.send(done);
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn assemble<W: Workload, P: Protocol>(
-    cfg: &RunConfig,
-    run: &RunShared<W>,
-    stores: &[Arc<Store>],
-    stats: Vec<WorkerStats>,
-    ledger: &W::Ledger,
-    progress: Vec<ProgressLine>,
-    load_s: f64,
-    wall: Instant,
-    os_threads: usize,
-    sim: Option<SimInfo>,
-    sizing: &crate::sizing::Sizing,
-) -> Report {
-    let types = run.w.txn_types();
-    let mut all = WorkerStats::new(types.len());
-    let mut verbs = VerbCounters::default();
-    for s in &stats {
-        all.merge(s);
-        verbs.merge(&s.window_verbs());
-    }
-    // Seconds measured: the whole duration, or up to the first worker that saw a stop.
-    let stopped_ns = run.stopped_ns.load(Ordering::Relaxed);
-    let partial = stopped_ns != u64::MAX;
-    let measured_s = if partial {
-        (stopped_ns.saturating_sub(run.warmup_end_ns) as f64 / 1e9).min(cfg.duration_s)
-    } else {
-        cfg.duration_s
-    };
-    // A run stopped in warm-up measured nothing: no rate rather than a division by zero.
-    let secs = if measured_s > 0.0 {
-        measured_s
-    } else {
-        f64::INFINITY
-    };
-    let committed: u64 = all.committed.iter().sum();
-    let reason_map = |counts: &dyn Fn(Abort) -> u64| -> BTreeMap<String, u64> {
-        Abort::ALL
-            .iter()
-            .map(|a| (a.name().to_string(), counts(*a)))
-            .collect()
-    };
-    let aborted: u64 = all.aborts.iter().flat_map(|r| r.iter()).sum();
-    let mut lat_all = crate::stats::new_histogram();
-    for h in &all.latency_ns {
-        lat_all.add(h).expect("same bounds");
-    }
-    let per_txn = |x: u64| {
-        if committed == 0 {
-            0.0
-        } else {
-            x as f64 / committed as f64
-        }
-    };
-    let summary = Summary {
-        committed,
-        committed_per_s: committed as f64 / secs,
-        aborted,
-        abort_rate: if committed + aborted == 0 {
-            0.0
-        } else {
-            aborted as f64 / (committed + aborted) as f64
-        },
-        user_aborted: all.user_aborted.iter().sum(),
-        aborts_by_reason: reason_map(&|a| {
-            if a == Abort::UserAbort {
-                all.user_aborted.iter().sum()
-            } else {
-                all.aborts.iter().map(|r| r[a.index()]).sum()
-            }
-        }),
-        gave_up: all.gave_up,
-        latency_us: Latency::of(&lat_all),
-    };
-    let txn_types = types
-        .iter()
-        .enumerate()
-        .map(|(t, name)| TypeReport {
-            name: name.to_string(),
-            committed: all.committed[t],
-            committed_per_s: all.committed[t] as f64 / secs,
-            aborts_by_reason: reason_map(&|a| {
-                if a == Abort::UserAbort {
-                    all.user_aborted[t]
-                } else {
-                    all.aborts[t][a.index()]
-                }
-            }),
-            latency_us: Latency::of(&all.latency_ns[t]),
-        })
-        .collect();
-    let stage_us_mean = Stage::ALL
-        .iter()
-        .map(|s| {
-            (
-                s.name().to_string(),
-                per_txn(all.stage_ns[*s as usize]) / 1000.0,
-            )
-        })
-        .collect();
-    let by_kind = VerbKind::ALL
-        .iter()
-        .map(|k| {
-            let i = *k as usize;
-            (
-                k.name().to_string(),
-                VerbReport {
-                    remote_ops: verbs.remote_ops[i],
-                    remote_bytes: verbs.remote_bytes[i],
-                    local_ops: verbs.local_ops[i],
-                    remote_ops_per_txn: per_txn(verbs.remote_ops[i]),
-                },
-            )
-        })
-        .collect();
-    let verbs_report = VerbsReport {
-        by_kind,
-        remote_ops_per_txn: per_txn(verbs.total_remote_ops()),
-        doorbells_per_txn: per_txn(verbs.doorbells),
-        round_trips_per_txn: per_txn(verbs.round_trips),
-        rpcs_served: verbs.rpcs_served,
-    };
-    let torn = atoll_workloads::CheckResult {
-        name: "txn.no_torn_read_committed".into(),
-        passed: all.committed_torn_reads == 0,
-        detail: format!(
-            "{} committed transactions had read a payload that failed its check word (torn, or another record's)",
-            all.committed_torn_reads
-        ),
-    };
-    let checks: Vec<CheckReport> = std::iter::once(torn)
-        .chain(atoll_workloads::storage_checks(stores))
-        .chain(run.w.check(stores, ledger))
-        .map(|c| CheckReport {
-            name: c.name,
-            passed: c.passed,
-            detail: c.detail,
-        })
-        .collect();
-    let passed = checks.iter().all(|c| c.passed);
-    Report {
-        format: FORMAT,
-        format_version: FORMAT_VERSION,
-        partial,
-        measured_s,
-        env: run.probe.finish(&run.cpu, committed),
-        config: ConfigReport {
-            fabric: cfg.fabric.name(),
-            net_profile: match &cfg.fabric {
-                Fabric::Sim { net, .. } => sim::net::profile(net)
-                    .ok()
-                    .map(|p| crate::config::NetReport::of(&p)),
-                Fabric::InProc => None,
-            },
-            faults: match &cfg.fabric {
-                Fabric::Sim { faults, .. } => Some(format!("{faults:?}")),
-                Fabric::InProc => None,
-            },
-            workload: W::NAME,
-            workload_knobs: run.w.knobs(),
-            protocol: P::NAME,
-            plan: cfg.plan.to_string(),
-            nodes: cfg.nodes,
-            threads: cfg.threads,
-            coroutines: cfg.coroutines,
-            duration_s: cfg.duration_s,
-            warmup_s: cfg.warmup_s,
-            seed: cfg.seed,
-            net_latency_us: VerbKind::ALL
-                .iter()
-                .map(|k| (k.name().to_string(), cfg.net_latency_us[*k as usize]))
-                .collect(),
-            pin_threads: cfg.pin_threads,
-            os_threads,
-            log_replicas: cfg.log_replicas,
-            attempts_max: cfg.attempts_max,
-            waitdie_counter: cfg.waitdie_counter,
-            mvcc_slots: cfg.mvcc_slots,
-            log_ring_words: sizing.log_ring_words,
-            memory_bytes: sizing.total_bytes(),
-        },
-        summary,
-        txn_types,
-        stage_us_mean,
-        verbs: verbs_report,
-        progress,
-        checks,
-        passed,
-        load_s: sim.is_none().then_some(load_s),
-        wall_s: sim.is_none().then(|| wall.elapsed().as_secs_f64()),
-        sim_wall_s: 0.0,
-        history: Vec::new(),
-        sim: sim.map(|s| SimInfo {
-            committed_total: all.committed_all,
-            ..s
-        }),
     }
 }

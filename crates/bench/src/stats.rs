@@ -93,8 +93,64 @@ impl WorkerStats {
         d.rpcs_served -= a.rpcs_served;
         d
     }
+}
 
-    pub fn merge(&mut self, o: &WorkerStats) {
+/// The statistics of a node's workers, or of several nodes, merged: what a node's summary
+/// carries to the driver. Sums and histograms, so merging is exact and in any order.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NodeStats {
+    /// Per transaction type, in the measured window.
+    pub committed: Vec<u64>,
+    #[serde(with = "histogram_vec")]
+    pub latency_ns: Vec<Histogram<u64>>,
+    pub aborts: Vec<[u64; Abort::COUNT]>,
+    pub user_aborted: Vec<u64>,
+    pub gave_up: u64,
+    pub stage_ns: [u64; Stage::COUNT],
+    pub committed_torn_reads: u64,
+    pub committed_all: u64,
+    /// Verb counters of the measured window.
+    pub verbs: VerbCounters,
+}
+
+impl NodeStats {
+    pub fn new(types: usize) -> Self {
+        let w = WorkerStats::new(types);
+        NodeStats {
+            committed: w.committed,
+            latency_ns: w.latency_ns,
+            aborts: w.aborts,
+            user_aborted: w.user_aborted,
+            gave_up: 0,
+            stage_ns: [0; Stage::COUNT],
+            committed_torn_reads: 0,
+            committed_all: 0,
+            verbs: VerbCounters::default(),
+        }
+    }
+
+    /// Adds one worker's statistics (its measured-window verbs among them).
+    pub fn add_worker(&mut self, w: &WorkerStats) {
+        self.merge(&NodeStats {
+            committed: w.committed.clone(),
+            latency_ns: w.latency_ns.clone(),
+            aborts: w.aborts.clone(),
+            user_aborted: w.user_aborted.clone(),
+            gave_up: w.gave_up,
+            stage_ns: w.stage_ns,
+            committed_torn_reads: w.committed_torn_reads,
+            committed_all: w.committed_all,
+            verbs: w.window_verbs(),
+        });
+    }
+
+    /// Adds another node's (or nodes') statistics.
+    pub fn merge(&mut self, o: &NodeStats) {
+        assert_eq!(
+            o.committed.len(),
+            self.committed.len(),
+            "statistics of workloads with different transaction types merged"
+        );
         for t in 0..self.committed.len() {
             self.committed[t] += o.committed[t];
             self.latency_ns[t]
@@ -103,21 +159,40 @@ impl WorkerStats {
             for r in 0..Abort::COUNT {
                 self.aborts[t][r] += o.aborts[t][r];
             }
-        }
-        for t in 0..self.user_aborted.len() {
             self.user_aborted[t] += o.user_aborted[t];
         }
         self.gave_up += o.gave_up;
-        for s in 0..Stage::COUNT {
-            self.stage_ns[s] += o.stage_ns[s];
-        }
         self.committed_torn_reads += o.committed_torn_reads;
         self.committed_all += o.committed_all;
+        for (acc, ns) in self.stage_ns.iter_mut().zip(o.stage_ns) {
+            *acc += ns;
+        }
+        self.verbs.merge(&o.verbs);
+    }
+}
+
+/// A list of histograms, each as [`histogram_buckets`].
+pub mod histogram_vec {
+    use super::Histogram;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    struct One(#[serde(with = "super::histogram_buckets")] Histogram<u64>);
+
+    pub fn serialize<S: Serializer>(hs: &[Histogram<u64>], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(hs.iter().map(|h| One(h.clone())))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Histogram<u64>>, D::Error> {
+        Ok(Vec::<One>::deserialize(d)?
+            .into_iter()
+            .map(|o| o.0)
+            .collect())
     }
 }
 
 /// A histogram as its recorded buckets, for per-node summaries that cross process
-/// boundaries (issue 8's node runtime, TODO(#8): the summaries themselves). Lossless for
+/// boundaries. Lossless for
 /// every query a report makes: each bucket's count is recorded again at the bucket's highest
 /// equivalent value, which falls in the same bucket, so counts, quantiles, min, max and mean
 /// of the rebuilt histogram, and of any merge of rebuilt ones, equal the original's.

@@ -8,7 +8,7 @@
 use atoll_bench::config::Fabric;
 use atoll_bench::config::FaultConfig;
 use atoll_bench::history::{self, Mode};
-use atoll_bench::{run_protocol, Report, RunConfig};
+use atoll_bench::{run_protocol, run_protocol_via, Report, RunConfig, SummaryWire};
 use atoll_fabric::Words;
 use atoll_protocols::mvcc::Versions;
 use atoll_protocols::sundial::Lease;
@@ -682,4 +682,39 @@ fn mvcc_cycle_on_real_threads_fixed_is_clean_and_old_write_back_is_caught() {
         !old.passed || !history::check(&old.history, Mode::Serializable).ok(),
         "old write-back not caught in {secs} s"
     );
+}
+
+/// Seeds tried for a run whose checks fail, before the test gives up.
+const FAILING_SEEDS_MAX: u64 = 40;
+
+#[test]
+fn driver_failed_verdicts_of_a_broken_variant_are_the_same_through_json_summaries() {
+    // OCC without validation commits what it read stale: some workload's checks fail.
+    // Through the JSON wire the same checks fail with the same details (3 nodes).
+    let runs = (1..=FAILING_SEEDS_MAX).flat_map(|s| WorkloadKind::ALL.map(|w| (s, w)));
+    for (seed, workload) in runs {
+        let cfg = config(workload, ProtocolKind::Occ, "one-sided", seed);
+        let memory =
+            run_protocol_via::<OccWithoutValidation>(&cfg, SummaryWire::InMemory, &|_| {}).unwrap();
+        if memory.passed {
+            continue;
+        }
+        let json =
+            run_protocol_via::<OccWithoutValidation>(&cfg, SummaryWire::Json, &|_| {}).unwrap();
+        let verdicts = |r: &Report| {
+            r.checks
+                .iter()
+                .map(|c| (c.name.clone(), c.passed, c.detail.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            verdicts(&memory),
+            verdicts(&json),
+            "{} seed {seed}",
+            workload.name()
+        );
+        assert!(!json.passed);
+        return;
+    }
+    panic!("no seed of {FAILING_SEEDS_MAX} made OCC without validation fail a check");
 }

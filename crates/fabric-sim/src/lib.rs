@@ -54,10 +54,11 @@ pub struct SimReport {
     /// Virtual time when the last co-routine finished.
     pub virtual_ns: u64,
     pub events: u64,
-    /// Co-routines that never finished (those of a crashed node).
+    /// Co-routines of live nodes that never finished: waiting with nothing left to happen
+    /// (a hang).
     pub unfinished: usize,
-    /// Nodes that crashed, and when.
-    pub crashed: Vec<(NodeId, u64)>,
+    /// Nodes that crashed: when, and how many co-routines stopped with them.
+    pub crashed: Vec<(NodeId, u64, usize)>,
 }
 
 enum Ev {
@@ -840,6 +841,19 @@ pub fn run(
         }
     }
     let wd = world.borrow();
+    // A crashed node's co-routines stop where they were: count them apart from a hang.
+    let stopped = |node: NodeId| -> usize {
+        execs
+            .iter()
+            .filter(|e| e.core().id.node == node)
+            .map(|e| e.live_tasks())
+            .sum()
+    };
+    let crashed: Vec<(NodeId, u64, usize)> = crashed
+        .into_iter()
+        .map(|(node, at_ns)| (node, at_ns, stopped(node)))
+        .collect();
+    let unfinished = live - crashed.iter().map(|c| c.2).sum::<usize>();
     SimReport {
         workers: execs
             .iter()
@@ -850,7 +864,7 @@ pub fn run(
             .collect(),
         virtual_ns: end_ns,
         events: wd.events,
-        unfinished: live,
+        unfinished,
         crashed,
     }
 }
@@ -1242,7 +1256,7 @@ mod tests {
                 out.lock().unwrap().extend([t1 - t0, t2 - t1]);
             })
         });
-        assert_eq!(r.crashed, vec![(NodeId(1), 0)]);
+        assert_eq!(r.crashed, vec![(NodeId(1), 0, 0)]);
         assert_eq!(
             r.unfinished, 0,
             "node 0's co-routine got its failures and finished"

@@ -209,8 +209,9 @@ impl VerbKind {
 }
 
 /// Per-worker verb counters. Remote ops cross the fabric; local ops are a node touching its
-/// own memory directly (or calling its own handler), as the papers do.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// own memory directly (or calling its own handler), as the papers do. They serialize: a
+/// node's summary carries them to the driver.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VerbCounters {
     pub remote_ops: [u64; VerbKind::COUNT],
     pub remote_bytes: [u64; VerbKind::COUNT],

@@ -32,8 +32,8 @@ use atoll_fabric::NodeId;
 use atoll_storage::layout::ENGINE_PAYLOAD_WORDS;
 use atoll_storage::{Partition, Store, TableId, TableSpec};
 use atoll_txn::{Abort, Protocol, Txn};
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
 
 pub const PAIRS: TableId = TableId(0);
 pub const DYN: TableId = TableId(1);
@@ -136,10 +136,25 @@ pub struct Effect {
 }
 
 /// Committed transactions that saw a broken invariant.
-#[derive(Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ledger {
     pub broken: u64,
     pub examples: Vec<String>,
+}
+
+/// What a node found in one record of a pair: its first word, and whether every word
+/// equals it (`None`: the record is missing).
+pub type PairWord = Option<(u64, bool)>;
+
+/// One node's part of the checks: the pair records it holds (pairs span nodes, so the
+/// driver compares them), and its ranges against their guards.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCheck {
+    /// `(key, what it holds)` for every pair key on this node, in key order.
+    pub pair_words: Vec<(u64, PairWord)>,
+    pub ranges: u64,
+    pub bad_ranges: u64,
+    pub range_examples: Vec<String>,
 }
 
 impl Cycle {
@@ -237,6 +252,7 @@ impl Workload for Cycle {
     type Input = Input;
     type Effect = Effect;
     type Ledger = Ledger;
+    type NodeCheck = NodeCheck;
     const NAME: &'static str = "cycle";
 
     fn largest_write_set(&self) -> Vec<TableId> {
@@ -433,55 +449,66 @@ impl Workload for Cycle {
         }
     }
 
-    fn check(&self, stores: &[Arc<Store>], ledger: &Ledger) -> Vec<CheckResult> {
+    fn check_node(&self, s: &Store, _ledger: &Ledger) -> NodeCheck {
+        let mut c = NodeCheck::default();
         let mut payload = Vec::new();
         let mut read = |k: u64, t: TableId| -> Option<Vec<u64>> {
-            let s = &stores[stores
-                .iter()
-                .position(|s| s.catalog.holds(t, k, s.node))
-                .expect("every key has a home")];
             let idx = s.lookup(t, k)?;
             s.read_payload(t, idx, &mut payload);
             Some(payload[ENGINE_PAYLOAD_WORDS as usize..].to_vec())
         };
+        for k in (0..2 * self.pairs_total()).filter(|&k| s.catalog.holds(PAIRS, k, s.node)) {
+            let word = read(k, PAIRS).map(|w| (w[0], w.iter().all(|v| *v == w[0])));
+            c.pair_words.push((k, word));
+        }
+        for r in s.node.0 as u64 * self.ranges..(s.node.0 as u64 + 1) * self.ranges {
+            c.ranges += 1;
+            let (lo, hi) = self.range_keys_of(r);
+            let mut live = Vec::new();
+            if let Err(e) = s.scan(DYN, lo, hi, usize::MAX, false, &mut live) {
+                c.bad_ranges += 1;
+                crate::push_example(&mut c.range_examples, || format!("range {r}: {e}"));
+                continue;
+            }
+            let by_lookup = (lo..=hi).filter(|&k| s.lookup(DYN, k).is_some()).count();
+            let guard = read(r, GUARDS).map(|g| g[0]);
+            if guard != Some(live.len() as u64) || by_lookup != live.len() {
+                c.bad_ranges += 1;
+                crate::push_example(&mut c.range_examples, || {
+                    format!(
+                        "range {r}: guard {guard:?}, ordered index {} keys, hash index {by_lookup}",
+                        live.len()
+                    )
+                });
+            }
+        }
+        c
+    }
+
+    fn check_cluster(&self, parts: Vec<NodeCheck>, ledger: &Ledger) -> Vec<CheckResult> {
+        let (mut ranges, mut bad_ranges, mut range_examples) = (0u64, 0u64, Vec::new());
+        let mut words: HashMap<u64, PairWord> = HashMap::new();
+        for p in parts {
+            ranges += p.ranges;
+            bad_ranges += p.bad_ranges;
+            for e in p.range_examples {
+                crate::push_example(&mut range_examples, || e);
+            }
+            words.extend(p.pair_words);
+        }
         let (mut bad_pairs, mut examples) = (0u64, Vec::new());
         for p in 0..self.pairs_total() {
             let [x, y] = Self::pair_keys(p);
-            let (a, b) = (read(x, PAIRS), read(y, PAIRS));
-            let ok = match (&a, &b) {
-                (Some(a), Some(b)) => a.iter().chain(b.iter()).all(|v| *v == a[0]),
-                _ => false,
-            };
+            let (a, b) = (
+                words.get(&x).copied().flatten(),
+                words.get(&y).copied().flatten(),
+            );
+            let ok = matches!((a, b), (Some((va, true)), Some((vb, true))) if va == vb);
             if !ok {
                 bad_pairs += 1;
-                if examples.len() < crate::EXAMPLES_MAX {
-                    examples.push(format!("pair {p}: {x} = {a:?}, {y} = {b:?}"));
-                }
-            }
-        }
-        let (mut bad_ranges, mut range_examples) = (0u64, Vec::new());
-        for s in stores {
-            for r in s.node.0 as u64 * self.ranges..(s.node.0 as u64 + 1) * self.ranges {
-                let (lo, hi) = self.range_keys_of(r);
-                let mut live = Vec::new();
-                if let Err(e) = s.scan(DYN, lo, hi, usize::MAX, false, &mut live) {
-                    bad_ranges += 1;
-                    if range_examples.len() < crate::EXAMPLES_MAX {
-                        range_examples.push(format!("range {r}: {e}"));
-                    }
-                    continue;
-                }
-                let by_lookup = (lo..=hi).filter(|&k| s.lookup(DYN, k).is_some()).count();
-                let guard = read(r, GUARDS).map(|g| g[0]);
-                if guard != Some(live.len() as u64) || by_lookup != live.len() {
-                    bad_ranges += 1;
-                    if range_examples.len() < crate::EXAMPLES_MAX {
-                        range_examples.push(format!(
-                            "range {r}: guard {guard:?}, ordered index {} keys, hash index {by_lookup}",
-                            live.len()
-                        ));
-                    }
-                }
+                crate::push_example(&mut examples, || {
+                    format!("pair {p}: {x} = {a:?}, {y} = {b:?} (first word, all words equal)")
+                });
             }
         }
         vec![
@@ -514,10 +541,7 @@ impl Workload for Cycle {
                 name: "cycle.guards_count_live_keys".into(),
                 passed: bad_ranges == 0,
                 detail: if bad_ranges == 0 {
-                    format!(
-                        "every range's guard equals its live keys in both indexes ({} ranges)",
-                        self.ranges * stores.len() as u64
-                    )
+                    format!("every range's guard equals its live keys in both indexes ({ranges} ranges)")
                 } else {
                     format!(
                         "{bad_ranges} ranges disagree: {}",

@@ -8,6 +8,11 @@
 //! other nodes and locks in advance): an input encodes to words and back ([`TxnInput`]),
 //! and a workload declares a transaction's access set when it is known before it runs
 //! ([`Workload::access_set`]).
+//!
+//! Checks run where the records are: each node checks its own records against the merged
+//! ledger ([`Workload::check_node`], [`storage_check_node`]) and reports a serializable part,
+//! and the driver turns the parts into verdicts ([`Workload::check_cluster`],
+//! [`storage_check_cluster`]); a run whose nodes are separate processes checks the same way.
 
 pub mod cycle;
 pub mod params;
@@ -21,6 +26,8 @@ use atoll_storage::layout::{
 };
 use atoll_storage::{Store, TableId, TableSpec};
 use atoll_txn::{Abort, Protocol, Txn};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -180,8 +187,13 @@ pub trait Workload: Send + Sync + 'static {
     /// read and wrote, not from what it meant to do).
     type Effect: Send + 'static;
 
-    /// The effects of committed transactions, accumulated per worker and merged.
-    type Ledger: Default + Send + 'static;
+    /// The effects of committed transactions, accumulated per worker, merged per node and
+    /// then by the driver, and handed back to every node for its checks: it crosses process
+    /// boundaries, so it serializes.
+    type Ledger: Default + Clone + Send + Serialize + DeserializeOwned + 'static;
+
+    /// What one node's check of its own records reports to the driver.
+    type NodeCheck: Send + Serialize + DeserializeOwned + 'static;
 
     /// Runs the transaction logic. Its effect is recorded only if it commits.
     async fn execute<P: Protocol>(
@@ -193,11 +205,22 @@ pub trait Workload: Send + Sync + 'static {
     /// Adds a committed transaction's effect to a ledger.
     fn record(&self, ledger: &mut Self::Ledger, effect: Self::Effect);
 
-    /// Adds another worker's ledger.
+    /// Adds another worker's (or node's) ledger.
     fn merge(&self, into: &mut Self::Ledger, from: Self::Ledger);
 
-    /// Checks the invariants on the final state against the committed effects.
-    fn check(&self, stores: &[Arc<Store>], ledger: &Self::Ledger) -> Vec<CheckResult>;
+    /// Checks the records on `store.node` after a run against the whole cluster's committed
+    /// effects; what needs other nodes' records too is reported for the driver to finish.
+    fn check_node(&self, store: &Store, ledger: &Self::Ledger) -> Self::NodeCheck;
+
+    /// The verdicts, from every node's part (in node order) and the merged ledger.
+    fn check_cluster(&self, parts: Vec<Self::NodeCheck>, ledger: &Self::Ledger)
+        -> Vec<CheckResult>;
+
+    /// Both halves at once, over stores in one process (tests).
+    fn check(&self, stores: &[Arc<Store>], ledger: &Self::Ledger) -> Vec<CheckResult> {
+        let parts = stores.iter().map(|s| self.check_node(s, ledger)).collect();
+        self.check_cluster(parts, ledger)
+    }
 
     /// The resolved knobs, for reports.
     fn knobs(&self) -> BTreeMap<String, String>;
@@ -244,62 +267,103 @@ impl WorkloadKind {
 /// Mismatches a check lists by name before it only counts the rest.
 pub const EXAMPLES_MAX: usize = 5;
 
-/// Checks every workload shares, from the final state of every table: each live record's
-/// payload passes its check word (one write's, for this record: no torn or misplaced
-/// payload survived), and no lock is left held.
-pub fn storage_checks(stores: &[Arc<Store>]) -> Vec<CheckResult> {
-    let (mut records, mut torn, mut locked) = (0u64, Vec::new(), Vec::new());
-    let (mut torn_n, mut locked_n) = (0u64, 0u64);
+/// Examples kept in a list of them: up to [`EXAMPLES_MAX`].
+pub fn push_example(examples: &mut Vec<String>, example: impl FnOnce() -> String) {
+    if examples.len() < EXAMPLES_MAX {
+        examples.push(example());
+    }
+}
+
+/// One node's part of the checks every workload shares, from the final state of its
+/// tables.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageCheck {
+    pub records: u64,
+    /// Live records whose payload fails its check word, with the first few named.
+    pub torn: u64,
+    pub torn_examples: Vec<String>,
+    /// Live records still locked, with the first few named.
+    pub locked: u64,
+    pub locked_examples: Vec<String>,
+}
+
+/// Checks `store`'s live records: each payload passes its check word (one write's, for this
+/// record: no torn or misplaced payload survived), and no lock is left held.
+pub fn storage_check_node(s: &Store) -> StorageCheck {
+    let mut c = StorageCheck::default();
     let mut tuple = Vec::new();
-    for s in stores {
-        for t in (0..s.catalog.table_count()).map(|t| TableId(t as u16)) {
-            let layout = *s.catalog.layout(t);
-            tuple.resize(layout.tuple_words as usize, 0);
-            for idx in 0..s.used_slots(t) {
-                s.read_tuple(t, idx, &mut tuple);
-                if tuple[H_VERSION as usize] & VERSION_ABSENT != 0 {
-                    continue;
-                }
-                records += 1;
-                let key = tuple[H_KEY as usize];
-                let name = || format!("{}:{key} on node {}", s.catalog.spec(t).name, s.node.0);
-                if !payload_intact(t, key, &tuple[HEADER_WORDS as usize..]) {
-                    torn_n += 1;
-                    if torn.len() < EXAMPLES_MAX {
-                        torn.push(name());
-                    }
-                }
-                if tuple[H_LOCK as usize] != 0 {
-                    locked_n += 1;
-                    if locked.len() < EXAMPLES_MAX {
-                        locked.push(name());
-                    }
-                }
+    for t in (0..s.catalog.table_count()).map(|t| TableId(t as u16)) {
+        let layout = *s.catalog.layout(t);
+        tuple.resize(layout.tuple_words as usize, 0);
+        for idx in 0..s.used_slots(t) {
+            s.read_tuple(t, idx, &mut tuple);
+            if tuple[H_VERSION as usize] & VERSION_ABSENT != 0 {
+                continue;
+            }
+            c.records += 1;
+            let key = tuple[H_KEY as usize];
+            let name = || format!("{}:{key} on node {}", s.catalog.spec(t).name, s.node.0);
+            if !payload_intact(t, key, &tuple[HEADER_WORDS as usize..]) {
+                c.torn += 1;
+                push_example(&mut c.torn_examples, name);
+            }
+            if tuple[H_LOCK as usize] != 0 {
+                c.locked += 1;
+                push_example(&mut c.locked_examples, name);
             }
         }
     }
+    c
+}
+
+/// The shared checks' verdicts from every node's part.
+pub fn storage_check_cluster(parts: &[StorageCheck]) -> Vec<CheckResult> {
+    let mut all = StorageCheck::default();
+    for p in parts {
+        all.records += p.records;
+        all.torn += p.torn;
+        all.locked += p.locked;
+        for e in &p.torn_examples {
+            push_example(&mut all.torn_examples, || e.clone());
+        }
+        for e in &p.locked_examples {
+            push_example(&mut all.locked_examples, || e.clone());
+        }
+    }
+    let records = all.records;
     vec![
         CheckResult {
             name: "storage.payloads_intact".into(),
-            passed: torn_n == 0,
-            detail: if torn_n == 0 {
+            passed: all.torn == 0,
+            detail: if all.torn == 0 {
                 format!("all {records} live records hold one write's payload for their own key")
             } else {
                 format!(
-                    "{torn_n} of {records} live records hold a payload that fails its check word \
+                    "{} of {records} live records hold a payload that fails its check word \
                      (torn, or another record's): {}",
-                    torn.join(", ")
+                    all.torn,
+                    all.torn_examples.join(", ")
                 )
             },
         },
         CheckResult {
             name: "storage.no_lock_left_held".into(),
-            passed: locked_n == 0,
-            detail: if locked_n == 0 {
+            passed: all.locked == 0,
+            detail: if all.locked == 0 {
                 format!("none of {records} live records is locked")
             } else {
-                format!("{locked_n} records are still locked: {}", locked.join(", "))
+                format!(
+                    "{} records are still locked: {}",
+                    all.locked,
+                    all.locked_examples.join(", ")
+                )
             },
         },
     ]
+}
+
+/// [`storage_check_node`] and [`storage_check_cluster`] over stores in one process (tests).
+pub fn storage_checks(stores: &[Arc<Store>]) -> Vec<CheckResult> {
+    let parts: Vec<_> = stores.iter().map(|s| storage_check_node(s)).collect();
+    storage_check_cluster(&parts)
 }

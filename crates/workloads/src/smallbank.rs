@@ -35,8 +35,8 @@ use atoll_fabric::NodeId;
 use atoll_storage::layout::ENGINE_PAYLOAD_WORDS;
 use atoll_storage::{Partition, Store, TableId, TableSpec};
 use atoll_txn::{Abort, Protocol, Txn};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 pub const SAVINGS: TableId = TableId(0);
 pub const CHECKING: TableId = TableId(1);
@@ -181,15 +181,56 @@ pub struct BalanceChange {
 pub type Effect = smallvec::SmallVec<[BalanceChange; 3]>;
 
 /// Committed balance changes per account.
-#[derive(Default)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Ledger {
+    #[serde(with = "deltas_as_entries")]
     pub deltas: HashMap<(TableId, u64), i64>,
+}
+
+/// The deltas as a list of `(table, account, cents)` sorted by table and account: a map
+/// keyed by a pair has no JSON form, and a sorted list serializes the same every time.
+mod deltas_as_entries {
+    use super::TableId;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::HashMap;
+
+    pub fn serialize<S: Serializer>(
+        d: &HashMap<(TableId, u64), i64>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut entries: Vec<(u16, u64, i64)> = d.iter().map(|(&(t, a), &c)| (t.0, a, c)).collect();
+        entries.sort_unstable();
+        entries.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<HashMap<(TableId, u64), i64>, D::Error> {
+        let entries: Vec<(u16, u64, i64)> = Vec::deserialize(d)?;
+        Ok(entries
+            .into_iter()
+            .map(|(t, a, c)| ((TableId(t), a), c))
+            .collect())
+    }
+}
+
+/// One node's part of the balance checks: its accounts against the ledger, and its sum.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCheck {
+    /// Balances checked (two per account).
+    pub balances: u64,
+    pub missing: u64,
+    pub wrong: u64,
+    pub examples: Vec<String>,
+    /// The sum of this node's balances, in cents.
+    pub total_cents: i128,
 }
 
 impl Workload for SmallBank {
     type Input = Input;
     type Effect = Effect;
     type Ledger = Ledger;
+    type NodeCheck = NodeCheck;
     const NAME: &'static str = "smallbank";
 
     fn largest_write_set(&self) -> Vec<TableId> {
@@ -356,40 +397,50 @@ impl Workload for SmallBank {
         }
     }
 
-    fn check(&self, stores: &[Arc<Store>], ledger: &Ledger) -> Vec<CheckResult> {
-        let mut total: i128 = 0;
-        let (mut missing, mut wrong) = (0u64, 0u64);
-        let mut examples = Vec::new();
+    fn check_node(&self, s: &Store, ledger: &Ledger) -> NodeCheck {
+        let mut c = NodeCheck::default();
         let mut payload = Vec::new();
-        for s in stores {
-            for t in [SAVINGS, CHECKING] {
-                let base = s.node.0 as u64 * self.accounts;
-                for k in base..base + self.accounts {
-                    let Some(idx) = s.lookup(t, k) else {
-                        missing += 1;
-                        continue;
-                    };
-                    s.read_payload(t, idx, &mut payload);
-                    let b = payload[ENGINE_PAYLOAD_WORDS as usize] as i64;
-                    total += b as i128;
-                    let expected =
-                        INITIAL_BALANCE + ledger.deltas.get(&(t, k)).copied().unwrap_or(0);
-                    if b != expected {
-                        wrong += 1;
-                        if examples.len() < crate::EXAMPLES_MAX {
-                            examples.push(format!(
-                                "{}[{k}] = {b}, expected {expected} (off by {})",
-                                s.catalog.spec(t).name,
-                                b - expected
-                            ));
-                        }
-                    }
+        for t in [SAVINGS, CHECKING] {
+            let base = s.node.0 as u64 * self.accounts;
+            for k in base..base + self.accounts {
+                c.balances += 1;
+                let Some(idx) = s.lookup(t, k) else {
+                    c.missing += 1;
+                    continue;
+                };
+                s.read_payload(t, idx, &mut payload);
+                let b = payload[ENGINE_PAYLOAD_WORDS as usize] as i64;
+                c.total_cents += b as i128;
+                let expected = INITIAL_BALANCE + ledger.deltas.get(&(t, k)).copied().unwrap_or(0);
+                if b != expected {
+                    c.wrong += 1;
+                    crate::push_example(&mut c.examples, || {
+                        format!(
+                            "{}[{k}] = {b}, expected {expected} (off by {})",
+                            s.catalog.spec(t).name,
+                            b - expected
+                        )
+                    });
                 }
             }
         }
-        let accounts = self.accounts as i128 * stores.len() as i128;
+        c
+    }
+
+    fn check_cluster(&self, parts: Vec<NodeCheck>, ledger: &Ledger) -> Vec<CheckResult> {
+        let mut all = NodeCheck::default();
+        for p in parts {
+            all.balances += p.balances;
+            all.missing += p.missing;
+            all.wrong += p.wrong;
+            all.total_cents += p.total_cents;
+            for e in p.examples {
+                crate::push_example(&mut all.examples, || e);
+            }
+        }
+        let (total, wrong, missing) = (all.total_cents, all.wrong, all.missing);
         let net: i128 = ledger.deltas.values().map(|&d| d as i128).sum();
-        let expected = accounts * 2 * INITIAL_BALANCE as i128 + net;
+        let expected = all.balances as i128 * INITIAL_BALANCE as i128 + net;
         vec![
             CheckResult {
                 name: "smallbank.balances_match_committed_changes".into(),
@@ -397,13 +448,13 @@ impl Workload for SmallBank {
                 detail: if wrong == 0 && missing == 0 {
                     format!(
                         "all {} balances equal their initial balance plus the committed changes ({} accounts changed)",
-                        accounts * 2,
+                        all.balances,
                         ledger.deltas.len()
                     )
                 } else {
                     format!(
                         "{wrong} balances differ from their initial balance plus the committed changes, {missing} accounts missing: {}",
-                        examples.join("; ")
+                        all.examples.join("; ")
                     )
                 },
             },
@@ -433,6 +484,7 @@ mod tests {
     use atoll_fabric::NodeMemory;
     use atoll_storage::layout::HEADER_WORDS;
     use atoll_storage::Catalog;
+    use std::sync::Arc;
 
     fn change(table: TableId, account: u64, delta_cents: i64) -> BalanceChange {
         BalanceChange {

@@ -26,8 +26,8 @@ use atoll_fabric::NodeId;
 use atoll_storage::layout::{hash_key, ENGINE_PAYLOAD_WORDS};
 use atoll_storage::{Partition, Store, TableId, TableSpec};
 use atoll_txn::{Abort, Protocol, Txn};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 pub const USERTABLE: TableId = TableId(0);
 const OPS_PER_TXN_MAX: u64 = 64;
@@ -47,9 +47,22 @@ pub struct Effect {
 }
 
 /// Committed writes per key.
-#[derive(Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ledger {
     pub writes: HashMap<u64, u64>,
+}
+
+/// One node's part of the record check.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCheck {
+    pub missing: u64,
+    /// Records whose count differs from their committed writes.
+    pub wrong_count: u64,
+    /// Records whose other words are not their last write's.
+    pub wrong_filler: u64,
+    pub examples: Vec<String>,
+    /// The sum of this node's records' counts.
+    pub counted: u64,
 }
 /// Draws per operation before a transaction's remaining keys are taken in order: enough for
 /// any key space with several times more keys than operations, short for tiny ones.
@@ -274,6 +287,7 @@ impl Workload for Ycsb {
     type Input = Input;
     type Effect = Effect;
     type Ledger = Ledger;
+    type NodeCheck = NodeCheck;
     const NAME: &'static str = "ycsb";
 
     fn largest_write_set(&self) -> Vec<TableId> {
@@ -385,47 +399,48 @@ impl Workload for Ycsb {
         }
     }
 
-    fn check(&self, stores: &[Arc<Store>], ledger: &Ledger) -> Vec<CheckResult> {
-        let (mut missing, mut wrong_count, mut wrong_filler) = (0u64, 0u64, 0u64);
-        let mut examples = Vec::new();
+    fn check_node(&self, s: &Store, ledger: &Ledger) -> NodeCheck {
+        let mut c = NodeCheck::default();
         let (mut payload, mut want) = (Vec::new(), vec![0u64; self.payload_words()]);
-        let mut counted: u64 = 0;
-        for s in stores {
-            let base = s.node.0 as u64 * self.records;
-            for k in base..base + self.records {
-                let Some(idx) = s.lookup(USERTABLE, k) else {
-                    missing += 1;
-                    continue;
-                };
-                s.read_payload(USERTABLE, idx, &mut payload);
-                let user = &payload[ENGINE_PAYLOAD_WORDS as usize..];
-                let committed = ledger.writes.get(&k).copied().unwrap_or(0);
-                counted += user[0];
-                self.payload(k, user[0], &mut want);
-                let bad = if user[0] != committed {
-                    wrong_count += 1;
-                    Some(format!(
-                        "key {k}: count {}, committed writes {committed}",
-                        user[0]
-                    ))
-                } else if user != want.as_slice() {
-                    wrong_filler += 1;
-                    Some(format!(
-                        "key {k}: filler words differ from write {}'s",
-                        user[0]
-                    ))
-                } else {
-                    None
-                };
-                if let Some(b) = bad {
-                    if examples.len() < crate::EXAMPLES_MAX {
-                        examples.push(b);
-                    }
-                }
+        let base = s.node.0 as u64 * self.records;
+        for k in base..base + self.records {
+            let Some(idx) = s.lookup(USERTABLE, k) else {
+                c.missing += 1;
+                continue;
+            };
+            s.read_payload(USERTABLE, idx, &mut payload);
+            let user = &payload[ENGINE_PAYLOAD_WORDS as usize..];
+            let committed = ledger.writes.get(&k).copied().unwrap_or(0);
+            c.counted += user[0];
+            self.payload(k, user[0], &mut want);
+            if user[0] != committed {
+                c.wrong_count += 1;
+                crate::push_example(&mut c.examples, || {
+                    format!("key {k}: count {}, committed writes {committed}", user[0])
+                });
+            } else if user != want.as_slice() {
+                c.wrong_filler += 1;
+                crate::push_example(&mut c.examples, || {
+                    format!("key {k}: filler words differ from write {}'s", user[0])
+                });
+            }
+        }
+        c
+    }
+
+    fn check_cluster(&self, parts: Vec<NodeCheck>, ledger: &Ledger) -> Vec<CheckResult> {
+        let mut all = NodeCheck::default();
+        for p in parts {
+            all.missing += p.missing;
+            all.wrong_count += p.wrong_count;
+            all.wrong_filler += p.wrong_filler;
+            all.counted += p.counted;
+            for e in p.examples {
+                crate::push_example(&mut all.examples, || e);
             }
         }
         let committed: u64 = ledger.writes.values().sum();
-        let passed = missing == 0 && wrong_count == 0 && wrong_filler == 0;
+        let passed = all.missing == 0 && all.wrong_count == 0 && all.wrong_filler == 0;
         vec![CheckResult {
             name: "ycsb.records_match_committed_writes".into(),
             passed,
@@ -435,8 +450,12 @@ impl Workload for Ycsb {
                 )
             } else {
                 format!(
-                    "{wrong_count} records' counts differ from their committed writes, {wrong_filler} have foreign words, {missing} missing (counts sum to {counted}, committed writes {committed}): {}",
-                    examples.join("; ")
+                    "{} records' counts differ from their committed writes, {} have foreign words, {} missing (counts sum to {}, committed writes {committed}): {}",
+                    all.wrong_count,
+                    all.wrong_filler,
+                    all.missing,
+                    all.counted,
+                    all.examples.join("; ")
                 )
             },
         }]
