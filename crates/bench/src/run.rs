@@ -16,7 +16,7 @@ use atoll_fabric::{
 };
 use atoll_fabric_inproc::{self as inproc, InprocConfig};
 use atoll_fabric_sim::{self as sim, SimConfig};
-use atoll_protocols::{Mvcc, NoWait, Occ, ProtocolKind, Sundial, WaitDie};
+use atoll_protocols::ProtocolVisitor;
 use atoll_storage::Catalog;
 use atoll_txn::{Abort, Coordinator, Protocol, Stage, Txn, TxnConfig};
 use atoll_workloads::cycle::Cycle;
@@ -87,13 +87,22 @@ pub fn run_via(
     wire: SummaryWire,
     progress: &(dyn Fn(&ProgressLine) + Sync),
 ) -> Result<Report, RunError> {
-    match cfg.protocol {
-        ProtocolKind::NoWait => run_protocol_via::<NoWait>(cfg, wire, progress),
-        ProtocolKind::WaitDie => run_protocol_via::<WaitDie>(cfg, wire, progress),
-        ProtocolKind::Sundial => run_protocol_via::<Sundial>(cfg, wire, progress),
-        ProtocolKind::Mvcc => run_protocol_via::<Mvcc>(cfg, wire, progress),
-        ProtocolKind::Occ => run_protocol_via::<Occ>(cfg, wire, progress),
+    struct Run<'a> {
+        cfg: &'a RunConfig,
+        wire: SummaryWire,
+        progress: &'a (dyn Fn(&ProgressLine) + Sync),
     }
+    impl ProtocolVisitor for Run<'_> {
+        type Out = Result<Report, RunError>;
+        fn visit<P: Protocol>(self) -> Self::Out {
+            run_protocol_via::<P>(self.cfg, self.wire, self.progress)
+        }
+    }
+    cfg.protocol.dispatch(Run {
+        cfg,
+        wire,
+        progress,
+    })
 }
 
 /// Runs with the protocol given as a type, whatever `cfg.protocol` says: tests use it for

@@ -5,6 +5,7 @@
 //! participant in [`participants`].
 
 use atoll_txn::handler::Participant;
+use atoll_txn::Protocol;
 use std::sync::Arc;
 
 pub mod mvcc;
@@ -47,15 +48,27 @@ impl ProtocolKind {
         ProtocolKind::Sundial,
     ];
 
-    pub fn name(self) -> &'static str {
-        use atoll_txn::Protocol;
+    /// Calls `v` with the protocol as a type: the one place that maps a selected protocol
+    /// to its code (a run, a name, a plan check all go through it).
+    pub fn dispatch<V: ProtocolVisitor>(self, v: V) -> V::Out {
         match self {
-            ProtocolKind::NoWait => NoWait::NAME,
-            ProtocolKind::WaitDie => WaitDie::NAME,
-            ProtocolKind::Sundial => Sundial::NAME,
-            ProtocolKind::Mvcc => Mvcc::NAME,
-            ProtocolKind::Occ => Occ::NAME,
+            ProtocolKind::NoWait => v.visit::<NoWait>(),
+            ProtocolKind::WaitDie => v.visit::<WaitDie>(),
+            ProtocolKind::Occ => v.visit::<Occ>(),
+            ProtocolKind::Mvcc => v.visit::<Mvcc>(),
+            ProtocolKind::Sundial => v.visit::<Sundial>(),
         }
+    }
+
+    pub fn name(self) -> &'static str {
+        struct Name;
+        impl ProtocolVisitor for Name {
+            type Out = &'static str;
+            fn visit<P: Protocol>(self) -> &'static str {
+                P::NAME
+            }
+        }
+        self.dispatch(Name)
     }
 
     pub fn parse(s: &str) -> Option<ProtocolKind> {
@@ -74,14 +87,14 @@ impl ProtocolKind {
 
     /// The stages whose primitive matters to the protocol.
     pub fn stages(self) -> &'static [atoll_txn::Stage] {
-        use atoll_txn::Protocol;
-        match self {
-            ProtocolKind::NoWait => NoWait::STAGES,
-            ProtocolKind::WaitDie => WaitDie::STAGES,
-            ProtocolKind::Occ => Occ::STAGES,
-            ProtocolKind::Mvcc => Mvcc::STAGES,
-            ProtocolKind::Sundial => Sundial::STAGES,
+        struct Stages;
+        impl ProtocolVisitor for Stages {
+            type Out = &'static [atoll_txn::Stage];
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::STAGES
+            }
         }
+        self.dispatch(Stages)
     }
 
     /// Every valid plan of the protocol: each combination of primitives over the stages it
@@ -112,13 +125,19 @@ impl ProtocolKind {
 
     /// Rejects a plan the protocol cannot run.
     pub fn check_plan(self, plan: &atoll_txn::Plan) -> Result<(), atoll_txn::PlanError> {
-        use atoll_txn::Protocol;
-        match self {
-            ProtocolKind::NoWait => NoWait::check_plan(plan),
-            ProtocolKind::WaitDie => WaitDie::check_plan(plan),
-            ProtocolKind::Sundial => Sundial::check_plan(plan),
-            ProtocolKind::Mvcc => Mvcc::check_plan(plan),
-            ProtocolKind::Occ => Occ::check_plan(plan),
+        struct Check<'a>(&'a atoll_txn::Plan);
+        impl ProtocolVisitor for Check<'_> {
+            type Out = Result<(), atoll_txn::PlanError>;
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::check_plan(self.0)
+            }
         }
+        self.dispatch(Check(plan))
     }
+}
+
+/// Work done with a protocol's type, chosen at run time ([`ProtocolKind::dispatch`]).
+pub trait ProtocolVisitor {
+    type Out;
+    fn visit<P: Protocol>(self) -> Self::Out;
 }

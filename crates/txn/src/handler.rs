@@ -124,7 +124,7 @@ impl Local {
             let rts = r.load(off + H_RTS as usize);
             if v1 == r.load(off + H_VERSION as usize) {
                 return Tuple {
-                    loc,
+                    loc: msg::Loc(loc),
                     lock,
                     version: v1,
                     wts,
@@ -136,7 +136,7 @@ impl Local {
         let version = r.load(off + H_VERSION as usize);
         let (wts, rts) = (r.load(off + H_WTS as usize), r.load(off + H_RTS as usize));
         Tuple {
-            loc,
+            loc: msg::Loc(loc),
             lock: LOCK_UNSTABLE,
             version,
             wts,
@@ -162,7 +162,7 @@ impl Local {
     pub fn header_tuple(&self, t: TableId, loc: u32, ts: u64) -> Tuple {
         let (r, off) = self.record(t, loc);
         Tuple {
-            loc,
+            loc: msg::Loc(loc),
             lock: ts,
             version: r.load(off + H_VERSION as usize),
             wts: r.load(off + H_WTS as usize),
@@ -245,8 +245,8 @@ impl Local {
                     let undo = |out: &Vec<Option<Tuple>>| {
                         for (j, t) in out.iter().enumerate() {
                             let t = t.as_ref().expect("locked tuples are Some");
-                            let off =
-                                store.catalog.layout(items[j].table).record_offset(t.loc) as usize;
+                            let off = store.catalog.layout(items[j].table).record_offset(t.loc.0)
+                                as usize;
                             Self::unlock(store.region(items[j].table), off, ts);
                         }
                     };
@@ -338,7 +338,10 @@ impl Local {
                     return Reply::BadRequest;
                 }
                 match store.insert_locked(table, key, &payload, ts) {
-                    Ok((loc, version)) => Reply::Inserted { loc, version },
+                    Ok((loc, version)) => Reply::Inserted {
+                        loc: msg::Loc(loc),
+                        version,
+                    },
                     Err(StoreError::Duplicate { .. }) => Reply::Duplicate,
                     Err(StoreError::Busy { .. }) => Reply::LockFailed {
                         index: 0,

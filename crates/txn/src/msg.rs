@@ -33,7 +33,7 @@ pub struct Item {
 /// A tuple as a participant returns it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tuple {
-    pub loc: u32,
+    pub loc: Loc,
     pub lock: u64,
     pub version: u64,
     /// Write timestamp and read timestamp (lease end; may carry `RTS_FROZEN`).
@@ -173,7 +173,7 @@ pub enum Reply {
     Ok,
     /// The record was inserted at slot `loc` with `version` (a revived key's next one).
     Inserted {
-        loc: u32,
+        loc: Loc,
         version: u64,
     },
     /// The record was deleted; `version` is the deletion's (absent) version.
@@ -664,7 +664,7 @@ impl Reply {
                         None => e.w(0),
                         Some(t) => {
                             e.w(1);
-                            e.w(t.loc as u64);
+                            e.w(t.loc.0 as u64);
                             e.w(t.lock);
                             e.w(t.version);
                             e.w(t.wts);
@@ -690,7 +690,7 @@ impl Reply {
             Reply::Ok => e.tag(ReplyTag::Ok),
             Reply::Inserted { loc, version } => {
                 e.tag(ReplyTag::Inserted);
-                e.w(*loc as u64);
+                e.w(loc.0 as u64);
                 e.w(*version);
             }
             Reply::Deleted { version } => {
@@ -727,7 +727,7 @@ impl Reply {
                     ts.push(match d.bool()? {
                         false => None,
                         true => Some(Tuple {
-                            loc: d.u32()?,
+                            loc: Loc(d.u32()?),
                             lock: d.w()?,
                             version: d.w()?,
                             wts: d.w()?,
@@ -746,7 +746,7 @@ impl Reply {
             ReplyTag::Invalid => Reply::Invalid { index: d.u32()? },
             ReplyTag::Ok => Reply::Ok,
             ReplyTag::Inserted => Reply::Inserted {
-                loc: d.u32()?,
+                loc: Loc(d.u32()?),
                 version: d.w()?,
             },
             ReplyTag::Duplicate => Reply::Duplicate,
@@ -867,7 +867,7 @@ mod tests {
         let reply = Reply::Tuples(vec![
             None,
             Some(Tuple {
-                loc: 1,
+                loc: Loc(1),
                 lock: 0,
                 version: 4,
                 wts: 6,
@@ -879,7 +879,10 @@ mod tests {
         reply.encode(&mut b);
         assert_eq!(Reply::decode(&b), Ok(reply));
         for reply in [
-            Reply::Inserted { loc: 3, version: 9 },
+            Reply::Inserted {
+                loc: Loc(3),
+                version: 9,
+            },
             Reply::Deleted { version: 8 },
             Reply::Keys(vec![(1, 2, 3), (4, 5, 6)]),
             Reply::Duplicate,

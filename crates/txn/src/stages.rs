@@ -164,13 +164,13 @@ pub fn check_tuple<S: EntryState>(
 /// view of its timestamps, and its payload if it carries one.
 pub fn apply_tuple<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize, t: Tuple) {
     let e = &mut tx.entries[i];
-    e.loc = Some(Loc(t.loc));
+    e.loc = Some(t.loc);
     e.version = t.version;
     e.state.saw(t.wts, t.rts & !RTS_FROZEN, None);
     if !t.data.is_empty() {
         e.fill(t.version, &t.data);
     }
-    let (tb, n, k, l) = (e.table, e.node, e.key, Loc(t.loc));
+    let (tb, n, k, l) = (e.table, e.node, e.key, t.loc);
     tx.c.cache_loc(tb, n, k, l);
 }
 
@@ -525,8 +525,8 @@ pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Res
         }
     }
     // A failed log write aborted above, though the record may sit on the backups that
-    // answered: recovery (TODO(#8): a later issue) must treat a record without write-back
-    // as undecided.
+    // answered: recovery must treat a record without write-back as undecided (TODO(#11):
+    // its crash handling detects and stops; recovery itself comes after it).
     tx.logged = true;
     Ok(())
 }
@@ -794,7 +794,7 @@ pub async fn apply_inserts_deletes<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Re
                 // Installed locked by this transaction, payload in place: the release
                 // stage frees it together with the other writes.
                 let e = &mut tx.entries[i];
-                e.loc = Some(Loc(loc));
+                e.loc = Some(loc);
                 e.version = version;
                 e.installed = Some(version);
                 e.locked = true;

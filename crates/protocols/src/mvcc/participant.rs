@@ -67,7 +67,7 @@ fn read(local: &Local, t: TableId, loc: u32, key: u64, ctts: u64) -> Result<Tupl
             let data =
                 Words::from_slice(&a[c.payload_at..c.payload_at + layout.payload_words as usize]);
             return Ok(Tuple {
-                loc,
+                loc: atoll_txn::msg::Loc(loc),
                 lock,
                 version: c.version,
                 wts: c.wts,
