@@ -101,7 +101,7 @@ pub fn run_protocol<P: Protocol>(
             run_with::<SmallBank, P>(cfg, w, progress)
         }
         WorkloadKind::Ycsb => {
-            let w = Ycsb::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            let w = Ycsb::from_params(&cfg.params, cfg.nodes, cfg.threads).map_err(perr)?;
             run_with::<Ycsb, P>(cfg, w, progress)
         }
         WorkloadKind::Cycle => {
