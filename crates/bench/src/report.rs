@@ -156,6 +156,10 @@ impl Report {
             "== {} / {} / plan {} | {} nodes x {} threads x {} co-routines | {} fabric, {:.1} s measured",
             c.workload, c.protocol, c.plan, c.nodes, c.threads, c.coroutines, c.fabric, self.measured_s
         );
+        if let Some(n) = c.workload_knobs.get("table_records") {
+            let per_node = c.workload_knobs.get("records").map_or("?", |s| s.as_str());
+            let _ = writeln!(o, "table       {n} records ({per_node} per node)");
+        }
         if self.partial {
             let _ = writeln!(
                 o,

@@ -129,7 +129,7 @@ pub fn run_protocol_via<P: Protocol>(
             run_with::<SmallBank, P>(cfg, w, wire, progress)
         }
         WorkloadKind::Ycsb => {
-            let w = Ycsb::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            let w = Ycsb::from_params(&cfg.params, cfg.nodes, cfg.threads).map_err(perr)?;
             run_with::<Ycsb, P>(cfg, w, wire, progress)
         }
         WorkloadKind::Cycle => {

@@ -117,7 +117,7 @@ pub fn sizing(cfg: &RunConfig) -> Result<Sizing, ConfigError> {
         ),
         WorkloadKind::Ycsb => size(
             cfg,
-            &Ycsb::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            &Ycsb::from_params(&cfg.params, cfg.nodes, cfg.threads).map_err(perr)?,
             version_slots,
         ),
         WorkloadKind::Cycle => size(

@@ -165,6 +165,7 @@ impl Protocol for NoWaitWithoutReadLocks {
             primitive: plan.get(Stage::Lock),
             with_data: plan.get(Stage::Read) == plan.get(Stage::Lock),
             freeze_rts: false,
+            peek_on_retry: false,
         };
         stages::lock(tx, &writes, opts).await?;
         stages::read_after_lock(tx, &writes).await
@@ -176,6 +177,7 @@ impl Protocol for NoWaitWithoutReadLocks {
             primitive: tx.c.plan().get(Stage::Lock),
             with_data: false,
             freeze_rts: false,
+            peek_on_retry: false,
         };
         if let Err(a) = stages::lock(tx, &unlocked, opts).await {
             stages::release_all(tx).await;

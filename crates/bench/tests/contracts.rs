@@ -133,6 +133,7 @@ fn smallbank_and_ycsb_declare_exactly_the_records_their_transactions_touch() {
             ("compute_us", "1"),
         ]),
         2,
+        1,
     )
     .unwrap();
     assert_eq!(every_protocol(ycsb), (5 * TXNS, 0));

@@ -34,6 +34,8 @@ impl Protocol for NoWait {
             primitive: plan.get(Stage::Lock),
             with_data: plan.get(Stage::Read) == plan.get(Stage::Lock),
             freeze_rts: false,
+            // A retry looks before it locks: see `stages::lock` (issue #9).
+            peek_on_retry: true,
         };
         let r = stages::lock(tx, idxs, opts).await;
         tx.charge(Stage::Lock, t0);
@@ -63,6 +65,7 @@ pub(crate) async fn commit_locked(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
             primitive: plan.get(Stage::Lock),
             with_data: false,
             freeze_rts: false,
+            peek_on_retry: false,
         };
         let r = stages::lock(tx, &unlocked, opts).await;
         tx.charge(Stage::Lock, t0);

@@ -318,6 +318,10 @@ pub struct TxnCore<'c, S = ()> {
     /// The first op that failed after [`TxnCore::logged`]: the attempt's outcome needs
     /// recovery (not built yet), so the driver stops the run naming the node.
     pub failed_after_log: Option<OpError>,
+    /// This attempt retries one of the same transaction that aborted: it met contention, so
+    /// a one-sided lock stage looks at the lock words before it takes any (see
+    /// [`crate::stages::lock`]).
+    pub retry: bool,
 }
 
 impl<'c, S: EntryState> TxnCore<'c, S> {
@@ -334,6 +338,7 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
             stage_ns: [0; Stage::COUNT],
             logged: false,
             failed_after_log: None,
+            retry: false,
         }
     }
 

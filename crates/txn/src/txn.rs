@@ -63,6 +63,7 @@ impl<'c, P: Protocol> Txn<'c, P> {
     /// wants (`KEEP_TS_ON_RETRY`), else takes a new one.
     pub fn retry(c: &'c mut Coordinator, first: crate::Timestamp) -> Self {
         let mut core = TxnCore::begin(c);
+        core.retry = true;
         if P::KEEP_TS_ON_RETRY {
             core.ts = first;
         }

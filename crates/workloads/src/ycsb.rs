@@ -1,6 +1,7 @@
 //! YCSB (Cooper et al., SoCC 2010) as transactions, with RCC's knobs.
 //!
-//! One table, `usertable`, of `records` records per node, each `record_bytes` bytes of
+//! One table, `usertable`, of `records` records per node (or `records_per_thread` times the
+//! worker threads per node, as RCC sizes it: §6.1), each `record_bytes` bytes of
 //! payload, of which the engine's tag and check word take 16. The workload's word 0 counts
 //! the writes the record received; the rest is filler that each write rewrites, a function
 //! of the key, the word and the count, so the final state can be verified word by word. A transaction does `ops_per_txn` operations on distinct keys drawn
@@ -31,6 +32,10 @@ use std::collections::{BTreeMap, HashMap};
 
 pub const USERTABLE: TableId = TableId(0);
 const OPS_PER_TXN_MAX: u64 = 64;
+/// Records per node by default (RCC's YCSB table is sized per thread: `records_per_thread`).
+const RECORDS_DEFAULT: u64 = 100_000;
+/// Most records per node, however the table is sized.
+const RECORDS_MAX: u64 = 100_000_000;
 /// The engine's two words and the write counter.
 const RECORD_BYTES_MIN: u64 = 8 * (ENGINE_PAYLOAD_WORDS as u64 + 1);
 
@@ -80,7 +85,12 @@ pub enum Distribution {
 
 #[derive(Clone, Debug)]
 pub struct Ycsb {
+    /// Records per node.
     pub records: u64,
+    /// Set when the table was sized per worker thread (`records` = this × threads).
+    pub records_per_thread: Option<u64>,
+    /// Nodes of the cluster (the table holds `records` on each).
+    pub nodes: u16,
     pub record_bytes: u64,
     pub ops_per_txn: u64,
     pub write_fraction: f64,
@@ -176,6 +186,7 @@ impl TxnInput for Input {
 impl Ycsb {
     pub const KNOBS: &'static [&'static str] = &[
         "records",
+        "records_per_thread",
         "record_bytes",
         "ops_per_txn",
         "write_fraction",
@@ -186,10 +197,32 @@ impl Ycsb {
         "compute_us",
     ];
 
-    /// `nodes` sizes the zipfian generator, whose key space is the whole cluster's.
-    pub fn from_params(p: &Params, nodes: u16) -> Result<Self, ParamError> {
+    /// `nodes` sizes the zipfian generator, whose key space is the whole cluster's;
+    /// `threads` (worker threads per node) sizes the table when `records_per_thread` is set.
+    pub fn from_params(p: &Params, nodes: u16, threads: u16) -> Result<Self, ParamError> {
         let k = Knobs::new("ycsb", p, Self::KNOBS)?;
-        let records = k.u64("records", 100_000, 1, 100_000_000)?;
+        let per_thread = if p.contains_key("records_per_thread") {
+            if p.contains_key("records") {
+                return Err(ParamError(
+                    "ycsb records and records_per_thread are not accepted together: expected one of them (records per node, or per worker thread of each node)".into(),
+                ));
+            }
+            Some(k.u64("records_per_thread", 0, 1, RECORDS_MAX)?)
+        } else {
+            None
+        };
+        let records = match per_thread {
+            Some(n) => {
+                let records = n * threads as u64;
+                if records > RECORDS_MAX {
+                    return Err(ParamError(format!(
+                        "ycsb records_per_thread={n} is out of range with {threads} threads: expected records_per_thread x threads at most {RECORDS_MAX} records per node"
+                    )));
+                }
+                records
+            }
+            None => k.u64("records", RECORDS_DEFAULT, 1, RECORDS_MAX)?,
+        };
         let record_bytes = k.u64("record_bytes", 64, RECORD_BYTES_MIN, 4096)?;
         if record_bytes % 8 != 0 {
             return Err(ParamError(format!("ycsb record_bytes={record_bytes} is not accepted: expected a multiple of 8 in {RECORD_BYTES_MIN}..=4096")));
@@ -219,6 +252,8 @@ impl Ycsb {
             .then(|| Zipf::new(records * nodes as u64, zipf_theta));
         let y = Ycsb {
             records,
+            records_per_thread: per_thread,
+            nodes,
             record_bytes,
             ops_per_txn,
             write_fraction,
@@ -467,8 +502,14 @@ impl Workload for Ycsb {
             Distribution::Zipfian => "zipfian",
             Distribution::Hotspot => "hotspot",
         };
-        BTreeMap::from([
+        let mut knobs = BTreeMap::from([
             ("records".into(), self.records.to_string()),
+            // The table's size apart: RCC's tables grow with nodes and threads, ours per node
+            // unless records_per_thread is set, so figures compare only beside this.
+            (
+                "table_records".into(),
+                (self.records * self.nodes as u64).to_string(),
+            ),
             ("record_bytes".into(), self.record_bytes.to_string()),
             ("ops_per_txn".into(), self.ops_per_txn.to_string()),
             ("write_fraction".into(), self.write_fraction.to_string()),
@@ -477,7 +518,11 @@ impl Workload for Ycsb {
             ("hot_fraction".into(), self.hot_fraction.to_string()),
             ("hot_prob".into(), self.hot_prob.to_string()),
             ("compute_us".into(), self.compute_us.to_string()),
-        ])
+        ]);
+        if let Some(n) = self.records_per_thread {
+            knobs.insert("records_per_thread".into(), n.to_string());
+        }
+        knobs
     }
 }
 
@@ -510,6 +555,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             nodes,
+            1,
         )
         .unwrap()
     }
@@ -576,21 +622,49 @@ mod tests {
 
     #[test]
     fn ycsb_rejects_bad_knobs_naming_them() {
-        let e = Ycsb::from_params(&Params::from([("record_bytes".into(), "28".into())]), 1)
+        let e = Ycsb::from_params(&Params::from([("record_bytes".into(), "28".into())]), 1, 1)
             .unwrap_err();
         assert!(
             e.0.contains("record_bytes=28") && e.0.contains("multiple of 8"),
             "{e}"
         );
-        let e = Ycsb::from_params(&Params::from([("record_bytes".into(), "16".into())]), 1)
+        let e = Ycsb::from_params(&Params::from([("record_bytes".into(), "16".into())]), 1, 1)
             .unwrap_err();
         assert!(
             e.0.contains("record_bytes=16") && e.0.contains("24..=4096"),
             "{e}"
         );
-        let e = Ycsb::from_params(&Params::from([("ops_per_txn".into(), "1000".into())]), 1)
+        let e = Ycsb::from_params(&Params::from([("ops_per_txn".into(), "1000".into())]), 1, 1)
             .unwrap_err();
         assert!(e.0.contains("ops_per_txn=1000 is out of range"), "{e}");
+    }
+
+    #[test]
+    fn ycsb_records_per_thread_sizes_the_table_by_threads_and_the_report_shows_its_size() {
+        let p = |kv: &[(&str, &str)]| -> Params {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let y = Ycsb::from_params(&p(&[("records_per_thread", "1000")]), 4, 10).unwrap();
+        assert_eq!(y.records, 10_000);
+        let k = y.knobs();
+        assert_eq!(k["records"], "10000");
+        assert_eq!(k["records_per_thread"], "1000");
+        assert_eq!(k["table_records"], "40000");
+        // The default stays per node, whatever the threads.
+        let d = Ycsb::from_params(&Params::new(), 4, 10).unwrap();
+        assert_eq!(d.records, RECORDS_DEFAULT);
+        assert_eq!(
+            d.knobs()["table_records"],
+            (4 * RECORDS_DEFAULT).to_string()
+        );
+        assert!(!d.knobs().contains_key("records_per_thread"));
+        let both = Ycsb::from_params(&p(&[("records", "5"), ("records_per_thread", "5")]), 1, 1);
+        assert!(both.unwrap_err().0.contains("not accepted together"));
+        let big = Ycsb::from_params(&p(&[("records_per_thread", "100000000")]), 1, 2);
+        assert!(big.unwrap_err().0.contains("records_per_thread=100000000"));
+        assert!(Ycsb::from_params(&p(&[("records_per_thread", "0")]), 1, 1).is_err());
     }
 
     #[test]
@@ -602,7 +676,7 @@ mod tests {
                 ("ops_per_txn".into(), ops.into()),
             ])
         };
-        let e = Ycsb::from_params(&p("10"), 2).unwrap_err();
+        let e = Ycsb::from_params(&p("10"), 2, 1).unwrap_err();
         assert!(
             e.0.contains("ops_per_txn=10")
                 && e.0.contains("hot_prob=1")
@@ -610,7 +684,7 @@ mod tests {
                 && e.0.contains("2 hot records"),
             "{e}"
         );
-        assert!(Ycsb::from_params(&p("2"), 2).is_ok());
+        assert!(Ycsb::from_params(&p("2"), 2, 1).is_ok());
     }
 
     #[test]

@@ -67,6 +67,7 @@ impl Protocol for Sundial {
             primitive: plan.get(Stage::Lock),
             with_data: plan.get(Stage::Read) == plan.get(Stage::Lock),
             freeze_rts: true,
+            peek_on_retry: false,
         };
         let t0 = tx.now_ns();
         let r = stages::lock(tx, &writes, opts).await;
