@@ -267,6 +267,11 @@ impl Transport for InprocTransport {
         self.shared
             .send(to.worker as usize, Msg::Reply { to, reply });
     }
+
+    /// Threads of one process share coherent atomics, and local work costs only itself.
+    fn runs_local_inline(&self) -> bool {
+        true
+    }
 }
 
 /// Runs a cluster until every co-routine has finished. `handlers[n]` serves node `n`'s RPCs.

@@ -94,6 +94,13 @@ pub trait Transport {
     fn poll(&self, sink: &mut dyn FnMut(Delivery));
     /// Sends the reply of a served request.
     fn reply(&self, to: ReplyTo, reply: Vec<u8>);
+    /// Whether a doorbell of own-node one-sided ops may run inline, in the poster's call,
+    /// with no slot, completion queue or per-op [`Transport::post`]: true only for a backend
+    /// whose NIC is coherent with the CPU and which charges nothing for local work (the
+    /// in-process one; the simulator prices local ops, and a non-coherent NIC posts them).
+    fn runs_local_inline(&self) -> bool {
+        false
+    }
 }
 
 /// Runs an op on this node's CPU at once: a one-sided op on `memory`, an RPC by `handler`
@@ -133,6 +140,8 @@ pub struct WorkerCore {
     local: Arc<NodeMemory>,
     handler: Arc<dyn RpcHandler>,
     transport: Box<dyn Transport>,
+    /// `transport.runs_local_inline()`, asked once.
+    local_inline: bool,
     slots: RefCell<Vec<Option<Slot>>>,
     free_slots: RefCell<Vec<u32>>,
     ready: RefCell<VecDeque<TaskId>>,
@@ -161,6 +170,7 @@ impl WorkerCore {
             index,
             local,
             handler,
+            local_inline: transport.runs_local_inline(),
             transport,
             slots: RefCell::new(Vec::new()),
             free_slots: RefCell::new(Vec::new()),
@@ -244,6 +254,26 @@ impl WorkerCore {
             .map(|r| r.expect("remaining == 0 means all set"))
             .collect();
         Some((results, s.remote))
+    }
+
+    /// Runs a doorbell whose ops are all one-sided on this node at once, when the backend
+    /// allows it (see [`Transport::runs_local_inline`]); else hands the ops back.
+    fn run_inline(&self, ops: Vec<Op>) -> Result<Vec<Completion>, Vec<Op>> {
+        let inline = self.local_inline
+            && ops
+                .iter()
+                .all(|op| op.node() == self.id.node && !matches!(op, Op::Rpc { .. }));
+        if !inline {
+            return Err(ops);
+        }
+        let mut ctr = self.counters.borrow_mut();
+        Ok(ops
+            .into_iter()
+            .map(|op| {
+                ctr.local_ops[op.kind() as usize] += 1;
+                crate::verbs::execute_one_sided(&self.local, op)
+            })
+            .collect())
     }
 
     /// Posts a doorbell: every op goes to the transport, which runs own-node ops at once or
@@ -527,7 +557,13 @@ impl Doorbell<'_> {
             return Ok(Completions(Vec::new()));
         }
         let core = &self.ep.core;
-        let slot = core.post(self.ep.task, self.ops);
+        // Own-node one-sided ops on a coherent backend: done before this returns, as the
+        // posted path would have completed them, minus its slot and queue bookkeeping.
+        let ops = match core.run_inline(self.ops) {
+            Ok(results) => return Ok(Completions(results)),
+            Err(ops) => ops,
+        };
+        let slot = core.post(self.ep.task, ops);
         let (results, remote) = match core.take_if_done(slot) {
             Some(r) => r,
             None => Wait { core, slot }.await,

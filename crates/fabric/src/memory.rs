@@ -78,6 +78,20 @@ impl Region {
         }
     }
 
+    /// The `len` words at `offset`, loaded in ascending order as they are iterated.
+    #[inline]
+    pub fn load_range(&self, offset: usize, len: usize) -> impl ExactSizeIterator<Item = u64> + '_ {
+        let end = offset + len;
+        assert!(
+            end <= self.words.len(),
+            "read of {len} words at {offset} overruns a {}-word region",
+            self.words.len()
+        );
+        self.words[offset..end]
+            .iter()
+            .map(|w| w.load(Ordering::Acquire))
+    }
+
     /// Writes `data` in ascending order.
     #[inline]
     pub fn write_from(&self, offset: usize, data: &[u64]) {

@@ -149,12 +149,12 @@ impl Completion {
 /// RPCs are not one-sided and are rejected here.
 pub fn execute_one_sided(mem: &NodeMemory, op: Op) -> Completion {
     match op {
-        Op::Read { ptr, len_words } => {
-            let mut out = Words::from_elem(0, len_words as usize);
+        // Copied once, straight from the region (no zero-filled buffer first).
+        Op::Read { ptr, len_words } => Completion::Read(
             mem.region(ptr.region)
-                .read_into(ptr.offset_words as usize, &mut out);
-            Completion::Read(out)
-        }
+                .load_range(ptr.offset_words as usize, len_words as usize)
+                .collect(),
+        ),
         Op::Write { ptr, data } => {
             mem.region(ptr.region)
                 .write_from(ptr.offset_words as usize, &data);
