@@ -434,6 +434,12 @@ impl Endpoint {
         &self.core.local
     }
 
+    /// Whether this node's records may be read in place ([`Transport::runs_local_inline`]):
+    /// then a coordinator probes its own node's index directly instead of with READs.
+    pub fn local_inline(&self) -> bool {
+        self.core.local_inline
+    }
+
     pub fn counters(&self) -> VerbCounters {
         self.core.counters()
     }

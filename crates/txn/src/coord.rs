@@ -171,11 +171,23 @@ impl Coordinator {
         }
     }
 
+    /// Whether `node`'s index is probed in place rather than cached: this node's, on a
+    /// backend that runs local ops inline (a probe costs less than a cache insert there).
+    fn probes_in_place(&self, node: NodeId) -> bool {
+        node == self.node() && self.ep.local_inline()
+    }
+
     pub(crate) fn cached_loc(&self, t: TableId, node: NodeId, key: u64) -> Option<Loc> {
+        if self.probes_in_place(node) {
+            return None;
+        }
         self.loc_cache.get(&(t, node, key)).copied()
     }
 
     pub(crate) fn cache_loc(&mut self, t: TableId, node: NodeId, key: u64, loc: Loc) {
+        if self.probes_in_place(node) {
+            return;
+        }
         if self.loc_cache.len() >= self.cfg.loc_cache_entries_max {
             self.loc_cache.clear();
         }

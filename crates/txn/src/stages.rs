@@ -88,14 +88,49 @@ pub fn item<S: EntryState>(tx: &TxnCore<'_, S>, i: usize) -> Item {
     }
 }
 
-/// Finds the record slots of entries not yet located, with one-sided READs of hash-index
-/// groups (the location cache is consulted when an entry is added).
+/// Finds entry `i`'s record slot by probing its own node's index groups in place (the
+/// same probe sequence the READs below take, without copying a group through a verb).
+fn locate_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(), Abort> {
+    let e = &tx.entries[i];
+    let layout = tx.c.catalog.layout(e.table);
+    let mut group = layout.home_group(e.key);
+    let mut words = [0u64; GROUP_WORDS as usize];
+    // Bounded by the table's groups: a full index has been probed through once.
+    for _ in 0..layout.index_groups {
+        let ptr = tx.c.catalog.group_ptr(e.table, e.node, group);
+        tx.c.ep
+            .local_memory()
+            .region(ptr.region)
+            .read_into(ptr.offset_words as usize, &mut words);
+        match probe_group(&words, e.key) {
+            GroupProbe::Found(loc) => {
+                tx.entries[i].loc = Some(Loc(loc));
+                return Ok(());
+            }
+            GroupProbe::Absent => return Err(Abort::NotFound),
+            GroupProbe::Continue => group = (group + 1) & (layout.index_groups - 1),
+        }
+    }
+    Err(Abort::NotFound)
+}
+
+/// Finds the record slots of entries not yet located: its own node's in place where the
+/// backend allows it, others with one-sided READs of hash-index groups (the location cache
+/// is consulted when an entry is added).
 pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> Result<(), Abort> {
-    let mut todo: Idxs = idxs
-        .iter()
-        .copied()
-        .filter(|&i| tx.entries[i].loc.is_none())
-        .collect();
+    let (me, inline) = (tx.c.node(), tx.c.ep.local_inline());
+    let mut todo = Idxs::new();
+    for &i in idxs {
+        let e = &tx.entries[i];
+        if e.loc.is_some() {
+            continue;
+        }
+        if inline && e.node == me {
+            locate_in_place(tx, i)?;
+        } else {
+            todo.push(i);
+        }
+    }
     let mut groups: smallvec::SmallVec<[u32; 16]> = todo
         .iter()
         .map(|&i| {
