@@ -5,6 +5,10 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+/// TPC-C's NewOrder, whose committed rate per minute is the benchmark's metric (tpmC).
+const TPCC_NEW_ORDER: &str = atoll_workloads::tpcc::TYPES[atoll_workloads::tpcc::NEW_ORDER_TYPE];
+const SECONDS_PER_MINUTE: f64 = 60.0;
+
 /// Latency percentiles in microseconds.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Latency {
@@ -177,6 +181,17 @@ impl Report {
             s.user_aborted,
             s.gave_up
         );
+        // TPC-C's metric: committed NewOrders per minute, beside tx/s.
+        if c.workload == atoll_workloads::tpcc::Tpcc::NAME_STR {
+            if let Some(t) = self.txn_types.iter().find(|t| t.name == TPCC_NEW_ORDER) {
+                let share = t.committed as f64 * 100.0 / s.committed.max(1) as f64;
+                let _ = writeln!(
+                    o,
+                    "tpmC        {:>12.0} committed NewOrders per minute ({share:.1}% of committed transactions)",
+                    t.committed_per_s * SECONDS_PER_MINUTE
+                );
+            }
+        }
         let reasons: Vec<String> = s
             .aborts_by_reason
             .iter()

@@ -21,6 +21,7 @@ use atoll_storage::Catalog;
 use atoll_txn::{Abort, Coordinator, Protocol, Stage, Txn, TxnConfig};
 use atoll_workloads::cycle::Cycle;
 use atoll_workloads::smallbank::SmallBank;
+use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
 use atoll_workloads::{Workload, WorkloadKind};
 use std::cell::RefCell;
@@ -135,6 +136,10 @@ pub fn run_protocol_via<P: Protocol>(
         WorkloadKind::Cycle => {
             let w = Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
             run_with::<Cycle, P>(cfg, w, wire, progress)
+        }
+        WorkloadKind::Tpcc => {
+            let w = Tpcc::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            run_with::<Tpcc, P>(cfg, w, wire, progress)
         }
     }
 }

@@ -10,6 +10,7 @@ use atoll_storage::{TableLayout, TableSpec};
 use atoll_txn::stages::log_record_words;
 use atoll_workloads::cycle::Cycle;
 use atoll_workloads::smallbank::SmallBank;
+use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
 use atoll_workloads::{Workload, WorkloadKind};
 
@@ -123,6 +124,11 @@ pub fn sizing(cfg: &RunConfig) -> Result<Sizing, ConfigError> {
         WorkloadKind::Cycle => size(
             cfg,
             &Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            version_slots,
+        ),
+        WorkloadKind::Tpcc => size(
+            cfg,
+            &Tpcc::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
             version_slots,
         ),
     }

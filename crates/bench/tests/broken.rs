@@ -466,6 +466,13 @@ fn knobs(w: WorkloadKind) -> &'static [(&'static str, &'static str)] {
             ("ranges", "2"),
             ("range_keys", "8"),
         ],
+        // A scaled population (the spec's 3000 customers and 100000 items per warehouse
+        // load too slowly for hundreds of short runs); one warehouse per node.
+        WorkloadKind::Tpcc => &[
+            ("customers_per_district", "30"),
+            ("items", "100"),
+            ("new_orders_max", "50"),
+        ],
     }
 }
 

@@ -8,6 +8,7 @@ use atoll_protocols::{Mvcc, NoWait, Occ, Sundial, WaitDie};
 use atoll_txn::{Access, Plan, Primitive, Protocol, Txn};
 use atoll_workloads::cycle::Cycle;
 use atoll_workloads::smallbank::SmallBank;
+use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
 use atoll_workloads::{AccessMode, AccessSet, Params, Workload};
 use std::sync::{Arc, Mutex};
@@ -148,4 +149,20 @@ fn cycle_declares_its_pair_transactions_and_not_its_range_ones() {
         declared > 0 && undeclared > 0,
         "{declared} declared, {undeclared} not"
     );
+}
+
+#[test]
+fn tpcc_declares_no_access_set_as_its_keys_come_from_what_it_reads_and_scans() {
+    let tpcc = Tpcc::from_params(
+        &params(&[
+            ("customers_per_district", "30"),
+            ("items", "100"),
+            ("new_orders_max", "50"),
+            // The test cluster's log ring is smaller than a ten-district Delivery's record.
+            ("delivery", "per_district"),
+        ]),
+        2,
+    )
+    .unwrap();
+    assert_eq!(every_protocol(tpcc), (0, 5 * TXNS));
 }

@@ -1,5 +1,5 @@
-//! Atoll's workloads: SmallBank ([`smallbank`]), YCSB ([`ycsb`]) and the torn-read /
-//! invariant workload Cycle ([`cycle`]). A workload declares its tables, loads a node's
+//! Atoll's workloads: SmallBank ([`smallbank`]), YCSB ([`ycsb`]), the torn-read /
+//! invariant workload Cycle ([`cycle`]) and TPC-C ([`tpcc`]). A workload declares its tables, loads a node's
 //! partition, generates transaction inputs, runs the transaction logic against the [`Txn`]
 //! API under any protocol, and checks its invariants after a run from the final state and
 //! the effects its committed transactions report (values they read and wrote).
@@ -17,6 +17,7 @@
 pub mod cycle;
 pub mod params;
 pub mod smallbank;
+pub mod tpcc;
 pub mod ycsb;
 
 use atoll_fabric::rng::Rng;
@@ -232,13 +233,15 @@ pub enum WorkloadKind {
     SmallBank,
     Ycsb,
     Cycle,
+    Tpcc,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 3] = [
+    pub const ALL: [WorkloadKind; 4] = [
         WorkloadKind::SmallBank,
         WorkloadKind::Ycsb,
         WorkloadKind::Cycle,
+        WorkloadKind::Tpcc,
     ];
 
     pub fn name(self) -> &'static str {
@@ -246,6 +249,7 @@ impl WorkloadKind {
             WorkloadKind::SmallBank => smallbank::SmallBank::NAME,
             WorkloadKind::Ycsb => ycsb::Ycsb::NAME,
             WorkloadKind::Cycle => cycle::Cycle::NAME,
+            WorkloadKind::Tpcc => tpcc::Tpcc::NAME,
         }
     }
 

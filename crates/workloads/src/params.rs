@@ -88,6 +88,34 @@ impl<'a> Knobs<'a> {
         Ok(v)
     }
 
+    /// A comma-separated list of exactly `len` whole numbers, each in `min..=max`.
+    pub fn u64_list(
+        &self,
+        name: &str,
+        len: usize,
+        min: u64,
+        max: u64,
+    ) -> Result<Option<Vec<u64>>, ParamError> {
+        let Some(s) = self.raw(name) else {
+            return Ok(None);
+        };
+        let expected = || {
+            format!(
+                "{} {name}={s} is not accepted: expected {len} comma-separated whole numbers in {min}..={max}",
+                self.workload
+            )
+        };
+        let v: Vec<u64> = s
+            .split(',')
+            .map(|x| x.trim().parse::<u64>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| ParamError(expected()))?;
+        if v.len() != len || v.iter().any(|x| !(min..=max).contains(x)) {
+            return Err(ParamError(expected()));
+        }
+        Ok(Some(v))
+    }
+
     pub fn choice(
         &self,
         name: &str,
