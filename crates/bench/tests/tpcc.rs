@@ -308,3 +308,40 @@ fn tpcc_order_status_and_stock_level_commit_and_change_no_counted_state() {
         assert_eq!(failures(&w, &c, &Ledger::default()), Vec::<String>::new());
     }
 }
+
+#[test]
+fn tpcc_a_run_of_deliveries_only_that_empties_new_order_passes_every_condition() {
+    // Deliveries alone drain every district's NEW-ORDER rows: condition 3 then holds with
+    // none left (it once failed as "nothing was compared").
+    let cfg = atoll_bench::RunConfig {
+        fabric: atoll_bench::config::Fabric::Sim {
+            net: "edr-ib".into(),
+            faults: atoll_bench::config::FaultConfig::parse("none").unwrap(),
+        },
+        workload: atoll_workloads::WorkloadKind::Tpcc,
+        params: [
+            ("customers_per_district", "10"),
+            ("items", "100"),
+            ("delivery", "per_district"),
+            ("weights", "0,0,0,100,0"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        duration_s: 0.002,
+        warmup_s: 0.0005,
+        ..atoll_bench::RunConfig::default()
+    };
+    let r = atoll_bench::run(&cfg, &|_| {}).unwrap();
+    let c3 = r
+        .checks
+        .iter()
+        .find(|c| c.name == "tpcc.3_new_orders_contiguous")
+        .unwrap();
+    assert!(c3.passed, "{c3:?}");
+    assert!(
+        r.passed,
+        "{:?}",
+        r.checks.iter().filter(|c| !c.passed).collect::<Vec<_>>()
+    );
+}
