@@ -382,8 +382,16 @@ fn run_with<W: Workload, P: Protocol>(
     let checks: Vec<_> = nodes
         .iter()
         .map(|n| {
-            let ledger = wire.carry("the merged ledger", ledger.clone());
-            wire.carry("a node's checks", n.check(&shared.w, &ledger))
+            // In memory every node reads the driver's ledger; over a wire each gets a copy.
+            let carried;
+            let ledger = match wire {
+                SummaryWire::InMemory => &ledger,
+                SummaryWire::Json => {
+                    carried = wire.carry("the merged ledger", ledger.clone());
+                    &carried
+                }
+            };
+            wire.carry("a node's checks", n.check(&shared.w, ledger))
         })
         .collect();
     let facts = RunFacts {
