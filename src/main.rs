@@ -54,6 +54,32 @@ enum Cmd {
     Bench(Box<BenchArgs>),
     /// Check a recorded history (from `bench --history`) for serializability.
     CheckHistory(CheckArgs),
+    /// Measure the memory floor of a transaction shape: threads copying random records out
+    /// of a table, no engine (compare `bench` against it as a ratio, in the same session).
+    Floor(FloorArgs),
+}
+
+#[derive(clap::Args)]
+struct FloorArgs {
+    /// Records in the table.
+    #[arg(long, default_value_t = 2_000_000)]
+    records: u64,
+    /// Bytes per record (a multiple of 8, 8..=4096).
+    #[arg(long, default_value_t = 1000)]
+    record_bytes: u64,
+    /// Random records each transaction copies.
+    #[arg(long, default_value_t = 16)]
+    accesses: u32,
+    #[arg(long, default_value_t = 2)]
+    threads: u16,
+    /// Seconds to run (after filling the table).
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the result as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -638,5 +664,47 @@ fn main() -> ExitCode {
     match Cli::parse().cmd {
         Cmd::Bench(a) => bench(*a),
         Cmd::CheckHistory(a) => check_history(a),
+        Cmd::Floor(a) => floor(a),
     }
+}
+
+/// Longest floor run accepted, in seconds.
+const FLOOR_SECONDS_MAX: f64 = 3600.0;
+
+fn floor(a: FloorArgs) -> ExitCode {
+    use atoll_bench::floor;
+    if !(a.duration > 0.0 && a.duration <= FLOOR_SECONDS_MAX) {
+        eprintln!(
+            "error: floor --duration {} is not accepted: expected seconds in (0, {FLOOR_SECONDS_MAX}]",
+            a.duration
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let cfg = floor::FloorConfig {
+        records: a.records,
+        record_bytes: a.record_bytes,
+        accesses_per_txn: a.accesses,
+        threads: a.threads,
+        duration: std::time::Duration::from_secs_f64(a.duration),
+        seed: a.seed,
+    };
+    let r = match floor::run(&cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    println!(
+        "floor: {} threads copying {} random {}-byte records of {} per transaction: {:.0} tx/s ({:.0} ns per transaction per thread, {} transactions in {:.2} s)",
+        r.threads, r.accesses_per_txn, r.record_bytes, r.records, r.tx_per_s, r.ns_per_txn, r.txns, r.seconds
+    );
+    if let Some(path) = a.json {
+        let text = serde_json::to_string_pretty(&r).expect("a floor report serializes");
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    ExitCode::SUCCESS
 }

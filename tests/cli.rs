@@ -752,3 +752,35 @@ fn bench_history_is_written_while_the_run_goes_and_check_history_reads_it() {
     assert!(out.contains("of memory to check it"), "{out}");
     assert!(out.contains("serializable"), "{out}");
 }
+
+#[test]
+fn floor_measures_a_shape_and_refuses_one_it_cannot_run() {
+    let (code, out, err) = atoll(&[
+        "floor",
+        "--records",
+        "1000",
+        "--record-bytes",
+        "104",
+        "--threads",
+        "1",
+        "--duration",
+        "0.05",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("tx/s") && out.contains("16 random 104-byte records"),
+        "{out}"
+    );
+    bad(
+        &["floor", "--record-bytes", "100"],
+        &["record_bytes=100", "multiple of 8"],
+    );
+    bad(
+        &["floor", "--duration", "0"],
+        &["--duration 0", "expected seconds"],
+    );
+    bad(
+        &["floor", "--records", "18446744073709551615"],
+        &["needs more than"],
+    );
+}

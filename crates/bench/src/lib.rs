@@ -5,6 +5,7 @@
 pub mod config;
 pub mod driver;
 pub mod env;
+pub mod floor;
 pub mod history;
 pub mod interrupt;
 pub mod node;

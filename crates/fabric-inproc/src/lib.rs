@@ -20,7 +20,9 @@ use std::collections::BinaryHeap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+
+mod clock;
+use clock::Clock;
 
 /// Shape and knobs of an in-process cluster.
 #[derive(Clone, Debug)]
@@ -63,7 +65,7 @@ struct Shared {
     inboxes: Vec<Inbox>,
     threads_per_node: u16,
     latency_ns: [u64; VerbKind::COUNT],
-    start: Instant,
+    clock: Clock,
 }
 
 impl Inbox {
@@ -152,7 +154,7 @@ impl InprocTransport {
 
 impl Transport for InprocTransport {
     fn now_ns(&self) -> u64 {
-        self.shared.start.elapsed().as_nanos() as u64
+        self.shared.clock.now_ns()
     }
 
     fn post(&self, slot: SlotId, index: u32, op: Op) -> Posted {
@@ -305,7 +307,7 @@ pub fn run(
             .collect(),
         threads_per_node: cfg.threads_per_node,
         latency_ns: cfg.net_latency_ns,
-        start: Instant::now(),
+        clock: Clock::start(),
     });
     // Counts workers whose co-routines are all done; a thread keeps serving RPCs until every
     // worker in the cluster is done, since others may still send it requests.
@@ -479,7 +481,7 @@ mod tests {
                 d.fetch_add(p.add(10), 1);
                 d.rpc(peer, vec![10, 20]);
                 let r = d.submit().await.expect("no node fails in process");
-                assert_eq!(r.read(1).as_slice(), &[7, 8]);
+                assert_eq!(r.read(1), &[7, 8]);
                 assert!(r.fetch_add(2) <= 1);
                 assert_eq!(r.rpc(3), &[10 + 1 + peer.0 as u8, 20]);
                 // Both nodes race for one word of node 0: exactly one CAS wins.

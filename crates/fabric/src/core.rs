@@ -257,23 +257,63 @@ impl WorkerCore {
     }
 
     /// Runs a doorbell whose ops are all one-sided on this node at once, when the backend
-    /// allows it (see [`Transport::runs_local_inline`]); else hands the ops back.
-    fn run_inline(&self, ops: Vec<Op>) -> Result<Vec<Completion>, Vec<Op>> {
+    /// allows it (see [`Transport::runs_local_inline`]); else `None`. The ops are executed
+    /// where they lie and their results are small values plus one arena holding every
+    /// READ's words, each copied once from the region: no `Completion` per op, no buffer
+    /// per READ (issue #9: moving and spilling those was a fifth of a local transaction).
+    fn run_inline(&self, ops: &[Op]) -> Option<Completions> {
         let inline = self.local_inline
             && ops
                 .iter()
                 .all(|op| op.node() == self.id.node && !matches!(op, Op::Rpc { .. }));
         if !inline {
-            return Err(ops);
+            return None;
         }
-        let mut ctr = self.counters.borrow_mut();
-        Ok(ops
-            .into_iter()
-            .map(|op| {
-                ctr.local_ops[op.kind() as usize] += 1;
-                crate::verbs::execute_one_sided(&self.local, op)
+        let read_words: usize = ops
+            .iter()
+            .map(|op| match op {
+                Op::Read { len_words, .. } => *len_words as usize,
+                _ => 0,
             })
-            .collect())
+            .sum();
+        let mut words = Vec::with_capacity(read_words);
+        let mut values = Vec::with_capacity(ops.len());
+        let mut ctr = self.counters.borrow_mut();
+        for op in ops {
+            ctr.local_ops[op.kind() as usize] += 1;
+            values.push(match *op {
+                Op::Read { ptr, len_words } => {
+                    let start = words.len() as u32;
+                    words.extend(
+                        self.local
+                            .region(ptr.region)
+                            .load_range(ptr.offset_words as usize, len_words as usize),
+                    );
+                    InlineResult::Read {
+                        start,
+                        len: len_words,
+                    }
+                }
+                Op::Write { ptr, ref data } => {
+                    self.local
+                        .region(ptr.region)
+                        .write_from(ptr.offset_words as usize, data);
+                    InlineResult::Write
+                }
+                Op::Cas { ptr, expect, new } => InlineResult::Cas(
+                    self.local
+                        .region(ptr.region)
+                        .cas(ptr.offset_words as usize, expect, new),
+                ),
+                Op::FetchAdd { ptr, add } => InlineResult::FetchAdd(
+                    self.local
+                        .region(ptr.region)
+                        .fetch_add(ptr.offset_words as usize, add),
+                ),
+                Op::Rpc { .. } => unreachable!("an RPC is never run inline (checked above)"),
+            });
+        }
+        Some(Completions(Results::Inline { values, words }))
     }
 
     /// Posts a doorbell: every op goes to the transport, which runs own-node ops at once or
@@ -444,10 +484,22 @@ impl Endpoint {
         self.core.counters()
     }
 
+    /// Counts `n` own-node ops of `kind` that a caller ran in place (see
+    /// [`Endpoint::local_inline`]), so the report counts them as verbs like posted ones.
+    pub fn count_local(&self, kind: crate::verbs::VerbKind, n: u64) {
+        self.core.counters.borrow_mut().local_ops[kind as usize] += n;
+    }
+
     pub fn doorbell(&self) -> Doorbell<'_> {
+        self.doorbell_for(DOORBELL_OPS_TYPICAL)
+    }
+
+    /// A doorbell with room for `ops` ops, for a caller that knows how many it posts: an op
+    /// is ~150 bytes, so growing the batch is a copy of all of them.
+    pub fn doorbell_for(&self, ops: usize) -> Doorbell<'_> {
         Doorbell {
             ep: self,
-            ops: Vec::with_capacity(DOORBELL_OPS_TYPICAL),
+            ops: Vec::with_capacity(ops),
         }
     }
 
@@ -560,16 +612,15 @@ impl Doorbell<'_> {
     /// every op either way, so no completion arrives for a slot after it was freed.
     pub async fn submit(self) -> Result<Completions, OpError> {
         if self.ops.is_empty() {
-            return Ok(Completions(Vec::new()));
+            return Ok(Completions(Results::Posted(Vec::new())));
         }
         let core = &self.ep.core;
         // Own-node one-sided ops on a coherent backend: done before this returns, as the
         // posted path would have completed them, minus its slot and queue bookkeeping.
-        let ops = match core.run_inline(self.ops) {
-            Ok(results) => return Ok(Completions(results)),
-            Err(ops) => ops,
-        };
-        let slot = core.post(self.ep.task, ops);
+        if let Some(done) = core.run_inline(&self.ops) {
+            return Ok(done);
+        }
+        let slot = core.post(self.ep.task, self.ops);
         let (results, remote) = match core.take_if_done(slot) {
             Some(r) => r,
             None => Wait { core, slot }.await,
@@ -583,7 +634,7 @@ impl Doorbell<'_> {
         }) {
             return Err(e);
         }
-        Ok(Completions(results))
+        Ok(Completions(Results::Posted(results)))
     }
 }
 
@@ -602,49 +653,115 @@ impl Future for Wait<'_> {
     }
 }
 
-/// The results of a doorbell.
-pub struct Completions(pub Vec<Completion>);
+/// The results of a doorbell, indexed as its ops were added.
+pub struct Completions(Results);
+
+enum Results {
+    /// As the transport delivered them.
+    Posted(Vec<Completion>),
+    /// Run inline ([`WorkerCore::run_inline`]): READs' words in one arena.
+    Inline {
+        values: Vec<InlineResult>,
+        words: Vec<u64>,
+    },
+}
+
+/// The result of one op run inline; a READ's words are `words[start..start + len]`.
+#[derive(Clone, Copy, Debug)]
+enum InlineResult {
+    Read { start: u32, len: u32 },
+    Write,
+    Cas(u64),
+    FetchAdd(u64),
+}
 
 impl Completions {
-    pub fn read(&self, i: usize) -> &Words {
-        match &self.0[i] {
-            Completion::Read(w) => w,
-            other => panic!("op {i} completed as {other:?}, not a READ"),
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Results::Posted(c) => c.len(),
+            Results::Inline { values, .. } => values.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn mismatch(&self, i: usize, want: &str) -> ! {
+        match &self.0 {
+            Results::Posted(c) => panic!("op {i} completed as {:?}, not {want}", c[i]),
+            Results::Inline { values, .. } => {
+                panic!("op {i} completed inline as {:?}, not {want}", values[i])
+            }
+        }
+    }
+
+    pub fn read(&self, i: usize) -> &[u64] {
+        match &self.0 {
+            Results::Posted(c) => match &c[i] {
+                Completion::Read(w) => w,
+                _ => self.mismatch(i, "a READ"),
+            },
+            Results::Inline { values, words } => match values[i] {
+                InlineResult::Read { start, len } => &words[start as usize..(start + len) as usize],
+                _ => self.mismatch(i, "a READ"),
+            },
         }
     }
 
     pub fn into_read(mut self, i: usize) -> Words {
-        match std::mem::replace(&mut self.0[i], Completion::Write) {
-            Completion::Read(w) => w,
-            other => panic!("op {i} completed as {other:?}, not a READ"),
+        match &mut self.0 {
+            Results::Posted(c) => match std::mem::replace(&mut c[i], Completion::Write) {
+                Completion::Read(w) => w,
+                other => panic!("op {i} completed as {other:?}, not a READ"),
+            },
+            Results::Inline { .. } => Words::from_slice(self.read(i)),
         }
     }
 
     pub fn cas(&self, i: usize) -> u64 {
-        match &self.0[i] {
-            Completion::Cas(v) => *v,
-            other => panic!("op {i} completed as {other:?}, not a CAS"),
+        match &self.0 {
+            Results::Posted(c) => match c[i] {
+                Completion::Cas(v) => v,
+                _ => self.mismatch(i, "a CAS"),
+            },
+            Results::Inline { values, .. } => match values[i] {
+                InlineResult::Cas(v) => v,
+                _ => self.mismatch(i, "a CAS"),
+            },
         }
     }
 
     pub fn fetch_add(&self, i: usize) -> u64 {
-        match &self.0[i] {
-            Completion::FetchAdd(v) => *v,
-            other => panic!("op {i} completed as {other:?}, not a FETCH_ADD"),
+        match &self.0 {
+            Results::Posted(c) => match c[i] {
+                Completion::FetchAdd(v) => v,
+                _ => self.mismatch(i, "a FETCH_ADD"),
+            },
+            Results::Inline { values, .. } => match values[i] {
+                InlineResult::FetchAdd(v) => v,
+                _ => self.mismatch(i, "a FETCH_ADD"),
+            },
         }
     }
 
     pub fn rpc(&self, i: usize) -> &[u8] {
-        match &self.0[i] {
-            Completion::Rpc(b) => b,
-            other => panic!("op {i} completed as {other:?}, not an RPC"),
+        match &self.0 {
+            Results::Posted(c) => match &c[i] {
+                Completion::Rpc(b) => b,
+                _ => self.mismatch(i, "an RPC"),
+            },
+            Results::Inline { .. } => self.mismatch(i, "an RPC"),
         }
     }
 
     pub fn into_rpc(mut self, i: usize) -> Vec<u8> {
-        match std::mem::replace(&mut self.0[i], Completion::Write) {
-            Completion::Rpc(b) => b,
-            other => panic!("op {i} completed as {other:?}, not an RPC"),
+        match &mut self.0 {
+            Results::Posted(c) => match std::mem::replace(&mut c[i], Completion::Write) {
+                Completion::Rpc(b) => b,
+                other => panic!("op {i} completed as {other:?}, not an RPC"),
+            },
+            Results::Inline { .. } => self.mismatch(i, "an RPC"),
         }
     }
 }

@@ -84,6 +84,10 @@ pub struct Coordinator {
     pub(crate) log_pos: Vec<u32>,
     /// Attempts begun so far: the low bits of the next attempt's tag.
     attempts_begun: u64,
+    /// The most entries an attempt of this coordinator has held (up to
+    /// [`ENTRIES_RESERVED_MAX`]): the next attempt reserves that many at once instead of
+    /// growing its set by reallocation (issue #9).
+    entries_seen_max: usize,
 }
 
 /// Bits of an attempt's tag that count the coordinator's attempts; the bits above hold the
@@ -136,6 +140,7 @@ impl Coordinator {
             cfg,
             id,
             attempts_begun: 0,
+            entries_seen_max: ENTRIES_TYPICAL,
         }
     }
 
@@ -199,9 +204,13 @@ impl Coordinator {
     }
 }
 
-/// Records a transaction usually touches (SmallBank 1-3); more reallocate. Kept small:
-/// an entry is ~200 bytes, and allocations over 1 KiB make glibc consolidate its bins.
+/// Records a transaction of a coordinator's first attempt reserves (SmallBank touches 1-3);
+/// later attempts reserve what the coordinator's largest so far held.
 const ENTRIES_TYPICAL: usize = 4;
+
+/// Bound of that reservation: a rare huge transaction (a TPC-C Delivery batch, a long scan)
+/// must not make every later one reserve ~200 bytes per record it touched.
+const ENTRIES_RESERVED_MAX: usize = 64;
 
 /// How a transaction uses a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,7 +296,26 @@ impl<S> Entry<S> {
             tag: data.get(P_TAG as usize).copied().unwrap_or(LOADER_TAG),
             intact: payload_intact(self.table, self.key, data),
         });
-        self.data = Words::from_slice(data);
+        // In place: building a new `Words` and moving it in copies it twice.
+        self.data.clear();
+        self.data.extend_from_slice(data);
+        self.fetched = true;
+    }
+
+    /// [`Entry::fill`] with `words` words that `load` writes straight into the entry (one
+    /// copy; the slice is zeroed first, which is cheaper than extending word by word).
+    pub fn fill_with(&mut self, version: u64, words: usize, load: impl FnOnce(&mut [u64])) {
+        if self.dirty {
+            return;
+        }
+        self.data.clear();
+        self.data.resize(words, 0);
+        load(&mut self.data);
+        self.observed = Some(Observed {
+            version: version & !VERSION_ABSENT,
+            tag: self.data.get(P_TAG as usize).copied().unwrap_or(LOADER_TAG),
+            intact: payload_intact(self.table, self.key, &self.data),
+        });
         self.fetched = true;
     }
 
@@ -340,13 +368,14 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
     pub fn begin(c: &'c mut Coordinator) -> Self {
         let ts = c.begin_ts();
         let tag = c.next_tag();
+        let entries_reserved = c.entries_seen_max;
         TxnCore {
             c,
             ts: ts.read,
             commit_ts: ts.commit,
             tag,
             scans: Vec::new(),
-            entries: Vec::with_capacity(ENTRIES_TYPICAL),
+            entries: Vec::with_capacity(entries_reserved),
             stage_ns: [0; Stage::COUNT],
             logged: false,
             failed_after_log: None,
@@ -404,7 +433,11 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
             frozen: false,
             state: S::default(),
         });
-        self.entries.len() - 1
+        let n = self.entries.len();
+        if n > self.c.entries_seen_max && n <= ENTRIES_RESERVED_MAX {
+            self.c.entries_seen_max = n;
+        }
+        n - 1
     }
 
     /// Charges the time since `start_ns` to `stage`.

@@ -12,11 +12,15 @@ use crate::msg::{Item, Loc, Reply, Request, Tuple, WriteBack};
 use crate::plan::{Primitive, Stage};
 use crate::ts::Timestamp;
 use crate::Idxs;
-use atoll_fabric::{NodeId, Words};
+use atoll_fabric::{NodeId, VerbKind, Words};
 use atoll_storage::layout::{
     probe_group, GroupProbe, TableLayout, GROUP_WORDS, HEADER_WORDS, H_KEY, H_LOCK, H_RTS,
     H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
 };
+
+/// Ops a one-sided write-back posts per record in the common case (payload, version,
+/// unlock), for sizing its doorbell; MVCC's version moves and SUNDIAL's leases add some.
+const WRITE_BACK_OPS_PER_RECORD: usize = 3;
 
 /// Decodes a participant's reply; a reply that does not decode is a bug on our own side.
 pub fn decode(b: &[u8]) -> Reply {
@@ -141,7 +145,7 @@ pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> R
         .collect();
     let mut probes = 0u32;
     while !todo.is_empty() {
-        let mut d = tx.c.ep.doorbell();
+        let mut d = tx.c.ep.doorbell_for(todo.len());
         for (j, &i) in todo.iter().enumerate() {
             let e = &tx.entries[i];
             d.read(
@@ -223,14 +227,26 @@ pub async fn read<S: EntryState>(
     match prim {
         Primitive::OneSided => {
             locate(tx, idxs).await?;
-            let mut d = tx.c.ep.doorbell();
+            let (me, inline) = (tx.c.node(), tx.c.ep.local_inline());
+            let mut remote = Idxs::new();
             for &i in idxs {
+                if inline && tx.entries[i].node == me {
+                    read_in_place(tx, i)?;
+                } else {
+                    remote.push(i);
+                }
+            }
+            if remote.is_empty() {
+                return Ok(());
+            }
+            let mut d = tx.c.ep.doorbell_for(remote.len());
+            for &i in &remote {
                 let e = &tx.entries[i];
                 let words = tx.c.catalog.layout(e.table).tuple_words;
                 d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
             }
             let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-            for (j, &i) in idxs.iter().enumerate() {
+            for (j, &i) in remote.iter().enumerate() {
                 let w = res.read(j);
                 check_tuple(tx, i, w)?;
                 let lock = w[H_LOCK as usize];
@@ -259,6 +275,34 @@ pub async fn read<S: EntryState>(
             }
         }
     }
+    Ok(())
+}
+
+/// Reads entry `i`'s record, on this node, in place: what a one-sided READ of the tuple
+/// does (the same word loads in the same ascending order, so the same torn and concurrent
+/// reads are possible and caught the same way), with the payload copied once, straight into
+/// the entry, and no op or completion built (issue #9). Counted as a local READ.
+fn read_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(), Abort> {
+    let e = &tx.entries[i];
+    let payload_words = (tx.c.catalog.layout(e.table).tuple_words - HEADER_WORDS) as usize;
+    let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+    let at = ptr.offset_words as usize;
+    let mut head = [0u64; HEADER_WORDS as usize];
+    tx.c.ep
+        .local_memory()
+        .region(ptr.region)
+        .read_into(at, &mut head);
+    tx.c.ep.count_local(VerbKind::Read, 1);
+    check_tuple(tx, i, &head)?;
+    if tx.ts.held_by_other(head[H_LOCK as usize]) {
+        return Err(Abort::Conflict);
+    }
+    let region = tx.c.ep.local_memory().region(ptr.region);
+    let e = &mut tx.entries[i];
+    e.version = head[H_VERSION as usize];
+    e.fill_with(e.version, payload_words, |out| {
+        region.read_into(at + HEADER_WORDS as usize, out)
+    });
     Ok(())
 }
 
@@ -316,7 +360,7 @@ pub async fn lock<S: EntryState>(
             }
             // CAS then READ in one doorbell (RCC §4.2): the READ executes after the CAS at the
             // target, and its data is ignored when the CAS fails.
-            let mut d = tx.c.ep.doorbell();
+            let mut d = tx.c.ep.doorbell_for(2 * idxs.len());
             for &i in idxs {
                 let e = &tx.entries[i];
                 let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
@@ -398,7 +442,7 @@ pub async fn lock<S: EntryState>(
 /// one-word READ each in one doorbell; takes nothing. What it saw may change before the
 /// CAS, which decides: this only keeps an attempt that would fail from holding locks.
 async fn peek_locks<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> Result<(), Abort> {
-    let mut d = tx.c.ep.doorbell();
+    let mut d = tx.c.ep.doorbell_for(idxs.len());
     for &i in idxs {
         let e = &tx.entries[i];
         let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
@@ -483,7 +527,7 @@ pub async fn validate<S: EntryState>(
     let ts = tx.ts;
     match prim {
         Primitive::OneSided => {
-            let mut d = tx.c.ep.doorbell();
+            let mut d = tx.c.ep.doorbell_for(idxs.len());
             for &i in idxs {
                 let e = &tx.entries[i];
                 d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), 2);
@@ -686,7 +730,7 @@ pub async fn write_back<S: EntryState>(
     }
     match prim {
         Primitive::OneSided => {
-            let mut d = tx.c.ep.doorbell();
+            let mut d = tx.c.ep.doorbell_for(WRITE_BACK_OPS_PER_RECORD * idxs.len());
             let mut steps = Vec::new();
             for &i in idxs {
                 let e = &tx.entries[i];
@@ -757,14 +801,12 @@ pub async fn write_back<S: EntryState>(
             let res = d.submit().await;
             // Without the replies (a participant failed) there is nothing to check; the
             // failure is recorded and the run stops.
-            let replies = tx.unabortable(res).map(|r| r.0).unwrap_or_default();
-            for r in &replies {
-                let atoll_fabric::Completion::Rpc(b) = r else {
-                    unreachable!("only RPCs were posted")
-                };
-                match decode(b) {
-                    Reply::Ok => {}
-                    r => panic!("write-back: participant refused with {r:?} (ts {ts})"),
+            if let Some(replies) = tx.unabortable(res) {
+                for j in 0..replies.len() {
+                    match decode(replies.rpc(j)) {
+                        Reply::Ok => {}
+                        r => panic!("write-back: participant refused with {r:?} (ts {ts})"),
+                    }
                 }
             }
         }
@@ -800,7 +842,7 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
     let ts = tx.ts.word();
     match prim {
         Primitive::OneSided => {
-            let mut d = tx.c.ep.doorbell();
+            let mut d = tx.c.ep.doorbell_for(held.len());
             for &i in &held {
                 let e = &tx.entries[i];
                 let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
