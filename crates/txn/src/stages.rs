@@ -527,13 +527,36 @@ pub async fn validate<S: EntryState>(
     let ts = tx.ts;
     match prim {
         Primitive::OneSided => {
-            let mut d = tx.c.ep.doorbell_for(idxs.len());
+            // Own-node records in place, as `read` does: the same two word loads as the READ.
+            let (me, inline) = (tx.c.node(), tx.c.ep.local_inline());
+            let mut remote = Idxs::new();
             for &i in idxs {
+                let e = &tx.entries[i];
+                if !(inline && e.node == me) {
+                    remote.push(i);
+                    continue;
+                }
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+                let mut w = [0u64; 2];
+                tx.c.ep
+                    .local_memory()
+                    .region(ptr.region)
+                    .read_into(ptr.offset_words as usize, &mut w);
+                tx.c.ep.count_local(VerbKind::Read, 1);
+                if w[H_VERSION as usize] != e.version || ts.held_by_other(w[H_LOCK as usize]) {
+                    return Err(Abort::ValidationFailed);
+                }
+            }
+            if remote.is_empty() {
+                return Ok(());
+            }
+            let mut d = tx.c.ep.doorbell_for(remote.len());
+            for &i in &remote {
                 let e = &tx.entries[i];
                 d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), 2);
             }
             let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-            for (j, &i) in idxs.iter().enumerate() {
+            for (j, &i) in remote.iter().enumerate() {
                 let w = res.read(j);
                 let (lock, version) = (w[H_LOCK as usize], w[H_VERSION as usize]);
                 if version != tx.entries[i].version || ts.held_by_other(lock) {
