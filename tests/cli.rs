@@ -829,7 +829,7 @@ fn cli_calibrate_prints_the_table_and_writes_its_json() {
         "--ops",
         "200",
         "--txn-seconds",
-        "0.02",
+        "0.2",
         "--json",
         json.to_str().unwrap(),
     ]);

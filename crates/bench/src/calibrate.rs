@@ -307,7 +307,11 @@ fn rpc_handler_ns(cl: &TestCluster, ops: u64, rng: &mut Rng) -> f64 {
 
 /// A one-node, one-thread, one-co-routine in-process run (every record local, no other
 /// thread): CPU ns per committed transaction and own-node ops per committed transaction.
-fn txn_run(workload: WorkloadKind, params: &[(&str, String)], txn_s: f64) -> (f64, f64) {
+fn txn_run(
+    workload: WorkloadKind,
+    params: &[(&str, String)],
+    txn_s: f64,
+) -> Result<(f64, f64), ConfigError> {
     let cfg = RunConfig {
         workload,
         params: params
@@ -331,14 +335,15 @@ fn txn_run(workload: WorkloadKind, params: &[(&str, String)], txn_s: f64) -> (f6
         "a calibration run failed its checks: {:?}",
         r.checks
     );
-    let committed = r.summary.committed.max(1) as f64;
-    let cpu_ns = r
-        .env
-        .cpu_us_per_txn
-        .expect("the process's CPU time is readable here")
-        * 1e3;
+    let committed = r.summary.committed;
+    let cpu_ns = r.env.cpu_us_per_txn.filter(|_| committed > 0).ok_or_else(|| {
+        ConfigError(format!(
+            "txn-seconds={txn_s}: the {} run committed {committed} transactions in its measured window (expected some: give it longer)",
+            workload.name()
+        ))
+    })? * 1e3;
     let local: u64 = r.verbs.by_kind.values().map(|v| v.local_ops).sum();
-    (cpu_ns, local as f64 / committed)
+    Ok((cpu_ns, local as f64 / committed as f64))
 }
 
 /// Measures every cost `reps` times; prints nothing.
@@ -384,8 +389,12 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, ConfigError> {
         // records of 64 bytes, ~14 MiB) fit this machine's L3, so their accesses cost the
         // cached READ's path, not a miss to memory.
         let outside = |(cpu, local_ops): (f64, f64)| cpu - local_ops * hot - sw;
-        let few = outside(txn_run(WorkloadKind::Ycsb, &ycsb(YCSB_OPS_FEW), cfg.txn_s));
-        let many = outside(txn_run(WorkloadKind::Ycsb, &ycsb(YCSB_OPS_MANY), cfg.txn_s));
+        let few = outside(txn_run(WorkloadKind::Ycsb, &ycsb(YCSB_OPS_FEW), cfg.txn_s)?);
+        let many = outside(txn_run(
+            WorkloadKind::Ycsb,
+            &ycsb(YCSB_OPS_MANY),
+            cfg.txn_s,
+        )?);
         let per_access = (many - few) / (YCSB_OPS_MANY - YCSB_OPS_FEW) as f64;
         push("ycsb_few", few);
         push("ycsb_many", many);
@@ -393,7 +402,7 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, ConfigError> {
         push("txn", few - per_access * YCSB_OPS_FEW as f64);
         push(
             "smallbank",
-            outside(txn_run(WorkloadKind::SmallBank, &[], cfg.txn_s)),
+            outside(txn_run(WorkloadKind::SmallBank, &[], cfg.txn_s)?),
         );
     }
     let rows_spec: [(&'static str, &'static str, &'static str, &'static str); 13] = [
