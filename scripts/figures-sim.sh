@@ -2,6 +2,8 @@
 # Issue-3 figures: SmallBank and YCSB (RCC defaults) on simulated 4, 16 and 64 nodes with
 # edr-ib, NOWAIT and OCC x {one-sided, rpc}: committed tx/s, abort rate, p99, and how fast the
 # simulation ran. One run per cell: a simulated run is deterministic for its seed.
+# CPU_PROFILE=xeon reproduces the figures of the notes before issue 9's calibration (default:
+# calibrated).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${THREADS:-2}; coroutines=${COROUTINES:-8}; dur=${DURATION:-0.01}; warm=${WARMUP:-0.002}
@@ -14,7 +16,7 @@ for w in smallbank ycsb; do
     for p in nowait occ; do
       for plan in one-sided rpc; do
         f="$out/$w-$n-$p-$plan"
-        ./target/release/atoll bench --fabric sim --net edr-ib --workload $w --protocol $p --plan $plan \
+        ./target/release/atoll bench --fabric sim --net edr-ib --cpu-profile "${CPU_PROFILE:-calibrated}" --workload $w --protocol $p --plan $plan \
           --nodes $n --threads $threads --coroutines $coroutines --duration $dur --warmup $warm --seed 1 \
           --quiet --json "$f.json" > "$f.txt"
         speed=$(grep -o '[0-9]* committed tx per wall second' "$f.txt" | cut -d' ' -f1)

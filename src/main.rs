@@ -57,6 +57,9 @@ enum Cmd {
     /// Measure the memory floor of a transaction shape: threads copying random records out
     /// of a table, no engine (compare `bench` against it as a ratio, in the same session).
     Floor(FloorArgs),
+    /// Measure on this machine (in-process fabric) what the simulator's CPU model charges:
+    /// verbs, switches, RPC handling, local accesses, the coordinator's own CPU.
+    Calibrate(CalibrateArgs),
 }
 
 #[derive(clap::Args)]
@@ -83,6 +86,26 @@ struct FloorArgs {
 }
 
 #[derive(clap::Args)]
+struct CalibrateArgs {
+    /// Repetitions of every measurement (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    reps: u32,
+    /// Operations per repetition of each micro-measurement.
+    #[arg(long, default_value_t = 200_000)]
+    ops: u64,
+    /// Measured seconds of each transaction run.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    txn_seconds: f64,
+    /// ns on the papers' CPU per ns on this machine (default: the ratio of base clocks,
+    /// 2.596 GHz / 2.3 GHz).
+    #[arg(long, allow_negative_numbers = true)]
+    scale: Option<f64>,
+    /// Write the table and the profile as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
 struct CheckArgs {
     /// The history file (JSON lines).
     file: PathBuf,
@@ -99,6 +122,13 @@ struct BenchArgs {
     /// Simulator network profile: edr-ib, fdr-ib, qdr-ib, 10gbe-tcp, ipoib.
     #[arg(long)]
     net: Option<String>,
+    /// Simulator CPU profile: calibrated (measured by `atoll calibrate`, the default) or xeon
+    /// (the first estimate, no coordinator CPU).
+    #[arg(long)]
+    cpu_profile: Option<String>,
+    /// Simulator only: multiply every cost of the CPU profile by this factor (default 1).
+    #[arg(long, allow_negative_numbers = true)]
+    cpu_scale: Option<f64>,
     /// Simulator faults: none, some, or
     /// spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S.
     #[arg(long)]
@@ -178,6 +208,8 @@ struct BenchArgs {
 struct FileConfig {
     fabric: Option<String>,
     net: Option<String>,
+    cpu_profile: Option<String>,
+    cpu_scale: Option<f64>,
     faults: Option<String>,
     workload: Option<String>,
     protocol: Option<String>,
@@ -236,6 +268,8 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
     let mut cfg = RunConfig::default();
     let net = a.net.as_ref().or(file.net.as_ref());
     let faults = a.faults.as_ref().or(file.faults.as_ref());
+    let cpu_profile = a.cpu_profile.as_ref().or(file.cpu_profile.as_ref());
+    let cpu_scale = a.cpu_scale.or(file.cpu_scale);
     match a
         .fabric
         .as_deref()
@@ -250,6 +284,14 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
             }
             if let Some(f) = faults {
                 return Err(format!("--faults {f} needs --fabric sim"));
+            }
+            if let Some(p) = cpu_profile {
+                return Err(format!(
+                    "--cpu-profile {p} needs --fabric sim (the in-process fabric spends real CPU)"
+                ));
+            }
+            if let Some(x) = cpu_scale {
+                return Err(format!("--cpu-scale {x} needs --fabric sim"));
             }
         }
         "sim" => {
@@ -295,6 +337,12 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
                 cfg.$field = v;
             }
         };
+    }
+    if let Some(p) = cpu_profile {
+        cfg.cpu_profile = p.clone();
+    }
+    if let Some(x) = cpu_scale {
+        cfg.cpu_scale = x;
     }
     pick!(nodes, a.nodes, file.nodes);
     pick!(threads, a.threads, file.threads);
@@ -654,6 +702,36 @@ fn check_history(a: CheckArgs) -> ExitCode {
     }
 }
 
+fn calibrate(a: CalibrateArgs) -> ExitCode {
+    use atoll_bench::calibrate::{calibrate, CalibrateConfig};
+    let cfg = CalibrateConfig {
+        reps: a.reps,
+        ops: a.ops,
+        txn_s: a.txn_seconds,
+        scale: a.scale.unwrap_or(CalibrateConfig::default().scale),
+    };
+    if let Err(e) = cfg.validate() {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let c = match calibrate(&cfg) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    print!("{}", c.render());
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&c).expect("calibrations serialise");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     atoll_bench::env::set_build(atoll_bench::env::Build {
         git_commit: env!("ATOLL_GIT_COMMIT").into(),
@@ -665,6 +743,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench(*a),
         Cmd::CheckHistory(a) => check_history(a),
         Cmd::Floor(a) => floor(a),
+        Cmd::Calibrate(a) => calibrate(a),
     }
 }
 

@@ -784,3 +784,109 @@ fn floor_measures_a_shape_and_refuses_one_it_cannot_run() {
         &["needs more than"],
     );
 }
+
+#[test]
+fn cli_bad_cpu_profile_values_are_refused_with_exit_2() {
+    bad(
+        &["bench", "--fabric", "sim", "--cpu-profile", "pentium"],
+        &["unknown CPU profile 'pentium'", "calibrated, xeon"],
+    );
+    bad(
+        &["bench", "--fabric", "sim", "--cpu-scale", "0"],
+        &["cpu-scale=0 is out of range", "(0, 100]"],
+    );
+    bad(
+        &["bench", "--fabric", "sim", "--cpu-scale", "-2"],
+        &["cpu-scale=-2 is out of range"],
+    );
+    bad(
+        &["bench", "--cpu-profile", "xeon"],
+        &["--cpu-profile xeon needs --fabric sim"],
+    );
+    bad(&["calibrate", "--reps", "0"], &["reps=0 is out of range"]);
+    bad(&["calibrate", "--ops", "5"], &["ops=5 is out of range"]);
+    bad(
+        &["calibrate", "--txn-seconds", "-1"],
+        &["txn-seconds=-1 is out of range"],
+    );
+    bad(&["calibrate", "--scale", "0"], &["scale=0 is out of range"]);
+}
+
+#[test]
+fn cli_a_simulated_run_reports_its_cpu_profile_and_xeon_is_selectable() {
+    let dir = std::env::temp_dir().join(format!("atoll-cli-cpu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (profile, txn_ns_zero) in [("calibrated", false), ("xeon", true)] {
+        let json = dir.join(format!("{profile}.json"));
+        let (code, _, err) = atoll(&[
+            "bench",
+            "--fabric",
+            "sim",
+            "--cpu-profile",
+            profile,
+            "--duration",
+            "0.002",
+            "--warmup",
+            "0",
+            "--quiet",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{profile}: {err}");
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let cpu = &r["config"]["cpu_profile"];
+        assert_eq!(cpu["name"], profile, "{cpu}");
+        for k in [
+            "switch_ns",
+            "post_ns",
+            "local_op_ns",
+            "rpc_handler_ns",
+            "txn_ns",
+        ] {
+            assert!(cpu[k].is_u64(), "{profile}: {k} missing in {cpu}");
+        }
+        assert_eq!(cpu["txn_ns"].as_u64() == Some(0), txn_ns_zero, "{cpu}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn cli_calibrate_prints_the_table_and_writes_its_json() {
+    let json = std::env::temp_dir().join(format!("atoll-calibrate-{}.json", std::process::id()));
+    let (code, out, err) = atoll(&[
+        "calibrate",
+        "--reps",
+        "1",
+        "--ops",
+        "200",
+        "--txn-seconds",
+        "0.2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for field in [
+        "post_ns",
+        "switch_ns",
+        "rpc_handler_ns",
+        "local_op_ns",
+        "txn_ns",
+        "txn_ns_per_access",
+        "ns papers'",
+    ] {
+        assert!(out.contains(field), "the table lacks {field}:\n{out}");
+    }
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = c["rows"].as_array().expect("rows");
+    assert!(rows.len() >= 6, "{c}");
+    for r in rows {
+        for k in ["key", "what", "ns", "scaled_ns", "how", "samples_ns"] {
+            assert!(!r[k].is_null(), "a row lacks {k}: {r}");
+        }
+    }
+    assert!(c["profile"]["txn_ns_per_access"].is_u64(), "{c}");
+    assert!(c["scale"].as_f64().is_some_and(|s| s > 0.0));
+    std::fs::remove_file(&json).ok();
+}

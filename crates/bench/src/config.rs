@@ -77,6 +77,10 @@ pub struct RunConfig {
     pub history_file: Option<std::path::PathBuf>,
     /// Print a progress line per interval.
     pub progress_interval_s: f64,
+    /// The simulator's CPU profile by name (`atoll_fabric_sim::net::CPU_PROFILES`), and the
+    /// factor every cost of it is multiplied by.
+    pub cpu_profile: String,
+    pub cpu_scale: f64,
 }
 
 impl Default for RunConfig {
@@ -103,6 +107,8 @@ impl Default for RunConfig {
             history_file: None,
             waitdie_counter: false,
             mvcc_slots: 4,
+            cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
+            cpu_scale: 1.0,
         }
     }
 }
@@ -195,6 +201,8 @@ impl RunConfig {
             )));
         }
         range("mvcc_slots", self.mvcc_slots, 1, 64)?;
+        // Refused on every fabric, so a bad value never waits for `--fabric sim` to show.
+        self.sim_cpu()?;
         if let Fabric::Sim { net, faults } = &self.fabric {
             atoll_fabric_sim::net::profile(net).map_err(ConfigError)?;
             if let Some((node, _)) = faults.crash {
@@ -210,6 +218,11 @@ impl RunConfig {
             .check_plan(&self.plan)
             .map_err(|e| ConfigError(format!("plan {}: {e}", self.plan)))?;
         Ok(())
+    }
+
+    /// The simulator's CPU profile this configuration names, scaled.
+    pub fn sim_cpu(&self) -> Result<atoll_fabric_sim::net::CpuProfile, ConfigError> {
+        atoll_fabric_sim::net::cpu_profile(&self.cpu_profile, self.cpu_scale).map_err(ConfigError)
     }
 
     /// Backups a commit logs to unless told otherwise: one, or none on a single node (which
@@ -234,6 +247,9 @@ pub struct ConfigReport {
     /// The simulator's network profile and where its numbers come from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub net_profile: Option<NetReport>,
+    /// The simulator's CPU profile (costs in ns of the simulated core).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_profile: Option<CpuReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<String>,
     pub workload: &'static str,
@@ -317,6 +333,34 @@ impl NetReport {
             qp_cache_peers: p.qp_cache_peers,
             qp_miss_ns: p.qp_miss_ns,
             one_sided_in_nic: p.one_sided_in_nic,
+        }
+    }
+}
+
+/// The CPU profile a simulated run used.
+#[derive(Clone, Debug, Serialize)]
+pub struct CpuReport {
+    pub name: String,
+    pub switch_ns: u64,
+    pub post_ns: u64,
+    pub local_op_ns: u64,
+    pub rpc_handler_ns: u64,
+    pub rpc_handler_ns_per_byte: f64,
+    pub txn_ns: u64,
+    pub txn_ns_per_access: u64,
+}
+
+impl CpuReport {
+    pub fn of(p: &atoll_fabric_sim::net::CpuProfile) -> Self {
+        CpuReport {
+            name: p.name.clone(),
+            switch_ns: p.switch_ns,
+            post_ns: p.post_ns,
+            local_op_ns: p.local_op_ns,
+            rpc_handler_ns: p.rpc_handler_ns,
+            rpc_handler_ns_per_byte: p.rpc_handler_ns_per_byte,
+            txn_ns: p.txn_ns,
+            txn_ns_per_access: p.txn_ns_per_access,
         }
     }
 }

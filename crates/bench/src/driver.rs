@@ -237,6 +237,10 @@ pub fn report<W: Workload, P: Protocol>(
                     .map(|p| crate::config::NetReport::of(&p)),
                 Fabric::InProc => None,
             },
+            cpu_profile: match &cfg.fabric {
+                Fabric::Sim { .. } => cfg.sim_cpu().ok().map(|p| crate::config::CpuReport::of(&p)),
+                Fabric::InProc => None,
+            },
             faults: match &cfg.fabric {
                 Fabric::Sim { faults, .. } => Some(format!("{faults:?}")),
                 Fabric::InProc => None,

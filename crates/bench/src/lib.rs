@@ -2,6 +2,7 @@
 //! throughput, aborts, latency, verbs and stage breakdowns, and runs the invariant checks.
 //! Knows no command line: the `atoll` binary builds a [`RunConfig`] and prints the [`Report`].
 
+pub mod calibrate;
 pub mod config;
 pub mod driver;
 pub mod env;

@@ -167,6 +167,10 @@ struct RunShared<W> {
     cpu: crate::env::CpuWindow,
     /// Where the history streams to (`cfg.history_file`), if it does not stay in memory.
     history_out: Option<crate::history::HistoryWriter>,
+    /// Under the simulator: the coordinator's own CPU per attempt and per record touched
+    /// (`CpuProfile::txn_ns`, `txn_ns_per_access`), charged to its simulated core; `None`
+    /// on a real fabric, whose CPU spends it for real.
+    txn_cpu_ns: Option<(u64, u64)>,
 }
 
 /// Records a worker keeps before handing them to the history file: one lock and one write
@@ -287,6 +291,13 @@ fn run_with<W: Workload, P: Protocol>(
         failed_after_log: Default::default(),
         cpu: Default::default(),
         history_out,
+        txn_cpu_ns: match cfg.fabric {
+            Fabric::Sim { .. } => {
+                let p = cfg.sim_cpu()?;
+                Some((p.txn_ns, p.txn_ns_per_access))
+            }
+            Fabric::InProc => None,
+        },
     });
     let types = shared.w.txn_types().len();
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
@@ -334,7 +345,7 @@ fn run_with<W: Workload, P: Protocol>(
                     nodes: cfg.nodes,
                     threads_per_node: cfg.threads,
                     net: sim::net::profile(net).expect("validated profile"),
-                    cpu: sim::net::CpuProfile::xeon(),
+                    cpu: cfg.sim_cpu().expect("validated profile"),
                     faults: sim::faults::plan(faults, cfg.nodes, shared.end_ns, cfg.seed),
                     op_timeout_ns: faults.op_timeout_ns(),
                 };
@@ -503,7 +514,16 @@ async fn coroutine<W: Workload, P: Protocol>(
                 Some(ts) => Txn::<P>::retry(&mut c, ts),
             };
             first_ts.get_or_insert(tx.ts());
-            let r = match run.w.execute(&mut tx, &input).await {
+            if let Some((txn_ns, _)) = run.txn_cpu_ns {
+                // The simulated core pays the attempt's own logic and bookkeeping.
+                tx.compute(txn_ns).await;
+            }
+            let executed = run.w.execute(&mut tx, &input).await;
+            if let Some((_, per_access_ns)) = run.txn_cpu_ns {
+                let touched = tx.accesses().len() as u64;
+                tx.compute(per_access_ns * touched).await;
+            }
+            let r = match executed {
                 Ok(effect) => tx.commit().await.map(|stages| (effect, stages)),
                 Err(a) => {
                     tx.rollback().await;

@@ -510,7 +510,7 @@ impl Transport for SimTransport {
         wd.nodes[node]
             .serving
             .remove(&(to.worker, to.slot.0, to.index));
-        let cpu = wd.cfg.cpu.clone();
+        let cpu = &wd.cfg.cpu;
         let handler_ns =
             cpu.rpc_handler_ns + (reply.len() as f64 * cpu.rpc_handler_ns_per_byte) as u64;
         wd.workers[self.w as usize].clock_ns += handler_ns;
@@ -907,11 +907,14 @@ mod tests {
 
     fn cpu() -> CpuProfile {
         CpuProfile {
+            name: "test".into(),
             switch_ns: 0,
             post_ns: 0,
             local_op_ns: 0,
             rpc_handler_ns: 400,
             rpc_handler_ns_per_byte: 0.0,
+            txn_ns: 0,
+            txn_ns_per_access: 0,
         }
     }
 
