@@ -10,6 +10,10 @@
 #   at 0, 25, 50 and 100% multisite, read-only and update, ROWS2 rows per transaction.
 #   On one node every row is home's, so its "multisite" transactions stay local.
 #
+# OS_THREADS=1 carries every worker on one OS thread (--os-threads): an RPC is then served
+#   without waiting for another OS thread to be scheduled, which on a busy machine (load above
+#   the cores) costs a scheduler time slice per round trip and swamps the rpc columns.
+#
 #   PROTOCOL=waitdie DURATION=1 WARMUP=0.3 ROWS="2 10 20 50 100" scripts/figures-micro.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,13 +27,14 @@ target=${CARGO_TARGET_DIR:-target}
 mkdir -p "$out"
 cargo build --release -q
 echo "# $(uptime)"
-echo "# protocol $proto, $coroutines co-routines per thread, ${dur} s (+${warm} s warm-up), rows_per_node $rows_per_node, median of $repeat"
+echo "# os threads ${OS_THREADS:-one per core}, protocol $proto, $coroutines co-routines per thread, ${dur} s (+${warm} s warm-up), rows_per_node $rows_per_node, median of $repeat"
 
 # One run; prints "cpu_us tx/s abort%" of its JSON (the median run's with --repeat).
 cell() {
   local f="$out/$1.json"; shift
   local rep=()
   if [ "$repeat" -gt 1 ]; then rep=(--repeat "$repeat"); fi
+  if [ -n "${OS_THREADS:-}" ]; then rep+=(--os-threads "$OS_THREADS"); fi
   "$target/release/atoll" bench --workload micro --protocol "$proto" --coroutines "$coroutines" \
     --duration "$dur" --warmup "$warm" -p rows_per_node="$rows_per_node" "$@" "${rep[@]}" \
     --quiet --json "$f" > /dev/null
