@@ -133,7 +133,8 @@ struct BenchArgs {
     /// spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S.
     #[arg(long)]
     faults: Option<String>,
-    /// Workload: smallbank, ycsb, cycle (pairs whose invariant every read checks), tpcc.
+    /// Workload: smallbank, ycsb, cycle (pairs whose invariant every read checks), tpcc,
+    /// micro (the hardware-islands local/multisite microbenchmark).
     #[arg(long)]
     workload: Option<String>,
     /// Protocol: nowait, waitdie, occ, mvcc, sundial.

@@ -34,7 +34,35 @@ fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
     );
     bad(
         &["bench", "--workload", "tpcx"],
-        &["unknown workload 'tpcx'", "smallbank, ycsb, cycle"],
+        &[
+            "unknown workload 'tpcx'",
+            "smallbank, ycsb, cycle, tpcc, micro",
+        ],
+    );
+    bad(
+        &["bench", "--workload", "micro", "-p", "rows=101"],
+        &["micro rows=101 is out of range", "2..=100"],
+    );
+    bad(
+        &["bench", "--workload", "micro", "-p", "kind=scan"],
+        &["micro kind=scan is not accepted", "read, update"],
+    );
+    bad(
+        &["bench", "--workload", "micro", "-p", "multisite_fraction=2"],
+        &["micro multisite_fraction=2 is out of range", "0..=1"],
+    );
+    bad(
+        &[
+            "bench",
+            "--workload",
+            "tpcc",
+            "-p",
+            "payment_remote=district",
+        ],
+        &[
+            "tpcc payment_remote=district is not accepted",
+            "customer, warehouse",
+        ],
     );
     bad(
         &["bench", "--plan", "lock=rdma"],

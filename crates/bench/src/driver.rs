@@ -153,6 +153,13 @@ pub fn report<W: Workload, P: Protocol>(
         }),
         gave_up: all.gave_up,
         latency_us: Latency::of(&lat_all),
+        fidelity: {
+            let mut t = crate::stats::Touched::default();
+            for x in &all.touched {
+                t.merge(x);
+            }
+            Fidelity::of(&t, committed, committed)
+        },
     };
     let txn_types = types
         .iter()
@@ -169,6 +176,7 @@ pub fn report<W: Workload, P: Protocol>(
                 }
             }),
             latency_us: Latency::of(&all.latency_ns[t]),
+            fidelity: Fidelity::of(&all.touched[t], all.committed[t], committed),
         })
         .collect();
     let stage_us_mean = Stage::ALL

@@ -52,6 +52,36 @@ pub struct Summary {
     /// Transactions abandoned: a final non-user abort (not found) or `attempts_max` reached.
     pub gave_up: u64,
     pub latency_us: Latency,
+    /// Measured over every committed transaction (`committed_share` is 1).
+    pub fidelity: Fidelity,
+}
+
+/// What committed transactions actually did, measured from their read and write sets (not
+/// from the knobs that drew them): the workload's fidelity.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Fidelity {
+    /// Share of all committed transactions (measured window).
+    pub committed_share: f64,
+    /// Share of these committed transactions that touched a record on another node than
+    /// their coordinator's.
+    pub remote_fraction: f64,
+    /// Distinct records per committed transaction.
+    pub records_per_txn: f64,
+    /// writes / (reads + writes), an update counting as one read and one write, an insert
+    /// or delete as one write.
+    pub write_ratio: f64,
+}
+
+impl Fidelity {
+    pub fn of(t: &crate::stats::Touched, committed: u64, all_committed: u64) -> Self {
+        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        Fidelity {
+            committed_share: ratio(committed, all_committed),
+            remote_fraction: ratio(t.remote_txns, committed),
+            records_per_txn: ratio(t.records, committed),
+            write_ratio: ratio(t.writes, t.reads + t.writes),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -61,6 +91,7 @@ pub struct TypeReport {
     pub committed_per_s: f64,
     pub aborts_by_reason: BTreeMap<String, u64>,
     pub latency_us: Latency,
+    pub fidelity: Fidelity,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -192,6 +223,29 @@ impl Report {
                 );
             }
         }
+        // Measured from what committed transactions touched, per type.
+        let types: Vec<String> = self
+            .txn_types
+            .iter()
+            .filter(|t| t.committed > 0)
+            .map(|t| {
+                format!(
+                    "{} {:.1}% (remote {:.1}%, writes {:.1}%)",
+                    t.name,
+                    t.fidelity.committed_share * 100.0,
+                    t.fidelity.remote_fraction * 100.0,
+                    t.fidelity.write_ratio * 100.0
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "fidelity    write ratio {:.1}%, remote {:.1}% of committed, {:.1} records/txn; {}",
+            s.fidelity.write_ratio * 100.0,
+            s.fidelity.remote_fraction * 100.0,
+            s.fidelity.records_per_txn,
+            types.join(", ")
+        );
         let reasons: Vec<String> = s
             .aborts_by_reason
             .iter()

@@ -20,6 +20,7 @@ use atoll_protocols::ProtocolVisitor;
 use atoll_storage::Catalog;
 use atoll_txn::{Abort, Coordinator, Protocol, Stage, Txn, TxnConfig};
 use atoll_workloads::cycle::Cycle;
+use atoll_workloads::micro::Micro;
 use atoll_workloads::smallbank::SmallBank;
 use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
@@ -140,6 +141,10 @@ pub fn run_protocol_via<P: Protocol>(
         WorkloadKind::Tpcc => {
             let w = Tpcc::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
             run_with::<Tpcc, P>(cfg, w, wire, progress)
+        }
+        WorkloadKind::Micro => {
+            let w = Micro::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            run_with::<Micro, P>(cfg, w, wire, progress)
         }
     }
 }
@@ -506,7 +511,7 @@ async fn coroutine<W: Workload, P: Protocol>(
         let (ty, input) = run.w.generate(&mut rng, nodes, home);
         let mut attempts = 0;
         let mut first_ts = None;
-        let outcome: Result<(W::Effect, [u64; Stage::COUNT]), Abort> = loop {
+        let outcome: Result<(W::Effect, [u64; Stage::COUNT], atoll_txn::Footprint), Abort> = loop {
             attempts += 1;
             let attempt_start_ns = c.now_ns();
             let mut tx = match first_ts {
@@ -524,7 +529,11 @@ async fn coroutine<W: Workload, P: Protocol>(
                 tx.compute(per_access_ns * touched).await;
             }
             let r = match executed {
-                Ok(effect) => tx.commit().await.map(|stages| (effect, stages)),
+                Ok(effect) => match tx.commit().await {
+                    // What the committed attempt touched, for the measured fidelity.
+                    Ok(stages) => Ok((effect, stages, tx.footprint())),
+                    Err(a) => Err(a),
+                },
                 Err(a) => {
                     tx.rollback().await;
                     Err(a)
@@ -581,11 +590,12 @@ async fn coroutine<W: Workload, P: Protocol>(
         {
             let mut st = ws.stats.borrow_mut();
             match outcome {
-                Ok((effect, stages)) => {
+                Ok((effect, stages, footprint)) => {
                     run.w.record(&mut ws.ledger.borrow_mut(), effect);
                     st.committed_all += 1;
                     if measured {
                         st.committed[ty] += 1;
+                        st.touched[ty].add(footprint);
                         WorkerStats::record_latency(&mut st.latency_ns[ty], end_ns - start_ns);
                         st.interval.committed += 1;
                         WorkerStats::record_latency(&mut st.interval.latency_ns, end_ns - start_ns);

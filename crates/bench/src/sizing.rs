@@ -9,6 +9,7 @@ use atoll_storage::ordered;
 use atoll_storage::{TableLayout, TableSpec};
 use atoll_txn::stages::log_record_words;
 use atoll_workloads::cycle::Cycle;
+use atoll_workloads::micro::Micro;
 use atoll_workloads::smallbank::SmallBank;
 use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
@@ -129,6 +130,11 @@ pub fn sizing(cfg: &RunConfig) -> Result<Sizing, ConfigError> {
         WorkloadKind::Tpcc => size(
             cfg,
             &Tpcc::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            version_slots,
+        ),
+        WorkloadKind::Micro => size(
+            cfg,
+            &Micro::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
             version_slots,
         ),
     }

@@ -12,6 +12,37 @@ pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, LATENCY_NS_MAX, LATENCY_SIGFIG).expect("valid histogram bounds")
 }
 
+/// What the committed transactions of one type touched, summed over the measured window
+/// (from each one's [`atoll_txn::Footprint`]): the report's measured workload fidelity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Touched {
+    /// Committed transactions that touched a record on another node than their
+    /// coordinator's.
+    pub remote_txns: u64,
+    pub records: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub remote_records: u64,
+}
+
+impl Touched {
+    pub fn add(&mut self, f: atoll_txn::Footprint) {
+        self.remote_txns += (f.remote_records > 0) as u64;
+        self.records += f.records as u64;
+        self.reads += f.reads as u64;
+        self.writes += f.writes as u64;
+        self.remote_records += f.remote_records as u64;
+    }
+
+    pub fn merge(&mut self, o: &Touched) {
+        self.remote_txns += o.remote_txns;
+        self.records += o.records;
+        self.reads += o.reads;
+        self.writes += o.writes;
+        self.remote_records += o.remote_records;
+    }
+}
+
 /// What one progress interval saw on one worker.
 #[derive(Clone)]
 pub struct Interval {
@@ -45,6 +76,8 @@ pub struct WorkerStats {
     pub user_aborted: Vec<u64>,
     /// Transactions abandoned after `attempts_max` attempts or a final abort.
     pub gave_up: u64,
+    /// What committed transactions touched, per type, in the measured window.
+    pub touched: Vec<Touched>,
     /// Stage time of committed transactions (their final attempt), summed.
     pub stage_ns: [u64; Stage::COUNT],
     /// Committed transactions (warm-up included) that had read a payload failing its check.
@@ -64,6 +97,7 @@ impl WorkerStats {
             aborts: vec![[0; Abort::COUNT]; types],
             user_aborted: vec![0; types],
             gave_up: 0,
+            touched: vec![Touched::default(); types],
             stage_ns: [0; Stage::COUNT],
             committed_torn_reads: 0,
             committed_all: 0,
@@ -106,6 +140,7 @@ pub struct NodeStats {
     pub aborts: Vec<[u64; Abort::COUNT]>,
     pub user_aborted: Vec<u64>,
     pub gave_up: u64,
+    pub touched: Vec<Touched>,
     pub stage_ns: [u64; Stage::COUNT],
     pub committed_torn_reads: u64,
     pub committed_all: u64,
@@ -122,6 +157,7 @@ impl NodeStats {
             aborts: w.aborts,
             user_aborted: w.user_aborted,
             gave_up: 0,
+            touched: w.touched,
             stage_ns: [0; Stage::COUNT],
             committed_torn_reads: 0,
             committed_all: 0,
@@ -137,6 +173,7 @@ impl NodeStats {
             aborts: w.aborts.clone(),
             user_aborted: w.user_aborted.clone(),
             gave_up: w.gave_up,
+            touched: w.touched.clone(),
             stage_ns: w.stage_ns,
             committed_torn_reads: w.committed_torn_reads,
             committed_all: w.committed_all,
@@ -160,6 +197,7 @@ impl NodeStats {
                 self.aborts[t][r] += o.aborts[t][r];
             }
             self.user_aborted[t] += o.user_aborted[t];
+            self.touched[t].merge(&o.touched[t]);
         }
         self.gave_up += o.gave_up;
         self.committed_torn_reads += o.committed_torn_reads;

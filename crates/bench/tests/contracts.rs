@@ -7,6 +7,7 @@ use atoll_fabric::NodeId;
 use atoll_protocols::{Mvcc, NoWait, Occ, Sundial, WaitDie};
 use atoll_txn::{Access, Plan, Primitive, Protocol, Txn};
 use atoll_workloads::cycle::Cycle;
+use atoll_workloads::micro::Micro;
 use atoll_workloads::smallbank::SmallBank;
 use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
@@ -138,6 +139,35 @@ fn smallbank_and_ycsb_declare_exactly_the_records_their_transactions_touch() {
     )
     .unwrap();
     assert_eq!(every_protocol(ycsb), (5 * TXNS, 0));
+}
+
+#[test]
+fn micro_declares_exactly_the_rows_its_local_multisite_and_sensitivity_transactions_touch() {
+    for kv in [
+        [
+            ("kind", "update"),
+            ("multisite_fraction", "0.5"),
+            ("variant", "standard"),
+        ],
+        [
+            ("kind", "read"),
+            ("multisite_fraction", "0.5"),
+            ("variant", "standard"),
+        ],
+        [
+            ("kind", "update"),
+            ("multisite_fraction", "0.5"),
+            ("variant", "sensitivity"),
+        ],
+    ] {
+        let mut p = params(&kv);
+        p.insert("rows_per_node".into(), "30".into());
+        if kv[2].1 == "standard" {
+            p.insert("rows".into(), "6".into());
+        }
+        let micro = Micro::from_params(&p, 2).unwrap();
+        assert_eq!(every_protocol(micro), (5 * TXNS, 0), "{kv:?}");
+    }
 }
 
 #[test]

@@ -28,6 +28,14 @@ fn config(workload: WorkloadKind, protocol: ProtocolKind, plan: &str) -> RunConf
             ("items", "100"),
             ("new_orders_max", "50"),
         ],
+        // The sensitivity variant: one row read (of another node, half the time), one
+        // home row updated.
+        WorkloadKind::Micro => &[
+            ("variant", "sensitivity"),
+            ("kind", "update"),
+            ("rows_per_node", "20"),
+            ("multisite_fraction", "0.5"),
+        ],
     };
     RunConfig {
         fabric: Fabric::Sim {

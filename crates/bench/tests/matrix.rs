@@ -1,5 +1,5 @@
 //! The concurrency matrix: every protocol × {one-sided, rpc, mixed plans} × {SmallBank,
-//! YCSB, Cycle} on 2 nodes × 2 threads × 4 co-routines under high contention, with the invariant
+//! YCSB, Cycle, TPC-C, the hardware-islands microbenchmark} on 2 nodes × 2 threads × 4 co-routines under high contention, with the invariant
 //! checks clean and the expected abort reasons counted.
 
 use atoll_bench::{run, RunConfig};
@@ -38,6 +38,15 @@ fn params(w: WorkloadKind) -> Params {
             ("items", "100"),
             // Room for every NewOrder of a 0.25 s run on real threads.
             ("new_orders_max", "2000"),
+        ],
+        // The sensitivity variant over 40 rows, half of its transactions reading another
+        // node's row: a read and an update each (so validations fail too), constant
+        // conflicts, local and distributed.
+        WorkloadKind::Micro => &[
+            ("variant", "sensitivity"),
+            ("rows_per_node", "20"),
+            ("kind", "update"),
+            ("multisite_fraction", "0.5"),
         ],
     };
     kv.iter()

@@ -216,6 +216,54 @@ fn tpcc_payment_by_last_name_pays_the_middle_customer_by_first_name_of_a_remote_
 }
 
 #[test]
+fn tpcc_payment_remote_warehouse_pays_another_warehouses_district_for_a_home_customer_drtm_rcc_variant(
+) {
+    let p: Params = [
+        ("customers_per_district", CUSTOMERS.to_string()),
+        ("items", ITEMS.to_string()),
+        ("new_orders_max", "50".to_string()),
+        ("weights", "0,100,0,0,0".to_string()),
+        ("payment_remote", "warehouse".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let w = Arc::new(Tpcc::from_params(&p, NODES).unwrap());
+    // The first remote Payment node 0 draws: its warehouse and district are node 1's, its
+    // customer node 0's.
+    let mut rng = atoll_fabric::rng::Rng::new(3);
+    let input = std::iter::repeat_with(|| w.generate(&mut rng, NODES, NodeId(0)).1)
+        .find(|i| matches!(i, Input::Payment { w, .. } if *w != 0))
+        .expect("15% of Payments are remote");
+    let Input::Payment {
+        w: pw,
+        d: pd,
+        c_w,
+        c_d,
+        customer: sel,
+        amount,
+    } = input.clone()
+    else {
+        unreachable!()
+    };
+    assert_eq!((pw, c_w), (1, 0), "{input:?}");
+    let c = cluster::<Occ>(&w, Primitive::OneSided);
+    let w_ytd = c.payload(WAREHOUSE, warehouse(1))[W_YTD];
+    let out = run::<Occ>(&c, &w, vec![input]);
+    assert!(out[0].is_ok(), "{:?}", out[0]);
+    assert_eq!(c.payload(WAREHOUSE, warehouse(1))[W_YTD], w_ytd + amount);
+    assert_eq!(
+        c.payload(DISTRICT, district(1, pd))[D_YTD],
+        CUSTOMERS * 1000 + amount
+    );
+    if let CustomerSel::Id(cid) = sel {
+        let h = c.payload(HISTORY, history(0, c_d, cid, 2));
+        assert_eq!((h[H_W_ID], h[H_D_ID], h[H_AMOUNT]), (1, pd, amount));
+    }
+    assert_eq!(failures(&w, &c, &ledger_of(&w, &out)), Vec::<String>::new());
+}
+
+#[test]
 fn tpcc_a_payment_missing_from_the_ledger_fails_the_conditions_naming_its_district_and_amount() {
     let w = Arc::new(tpcc());
     let c = cluster::<NoWait>(&w, Primitive::OneSided);

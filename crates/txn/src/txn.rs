@@ -44,6 +44,21 @@ pub trait Protocol: 'static {
     async fn rollback(tx: &mut TxnCore<'_, Self::EntryState>);
 }
 
+/// The records one attempt touched, by kind: what a report measures a workload's fidelity
+/// from (share of remote transactions, write ratio), whatever its knobs meant to draw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Distinct records in its read and write sets.
+    pub records: u32,
+    /// Records read (an update counts as one read and one write).
+    pub reads: u32,
+    /// Records updated, inserted or deleted.
+    pub writes: u32,
+    /// Records that live on another node than the coordinator's (a replicated table's
+    /// copy is always local).
+    pub remote_records: u32,
+}
+
 /// One attempt of a transaction, as workload code sees it. Its [`TxnCore`] stays inside:
 /// a workload reaches the engine only through these methods.
 pub struct Txn<'c, P: Protocol> {
@@ -112,6 +127,21 @@ impl<'c, P: Protocol> Txn<'c, P> {
             .iter()
             .map(|e| (e.table, e.key, e.access))
             .collect()
+    }
+
+    /// What this attempt has touched so far, counted (the report's workload fidelity, issue
+    /// 10): read after the commit, it is what a committed transaction actually did.
+    pub fn footprint(&self) -> Footprint {
+        let home = self.core.c.node();
+        let mut f = Footprint::default();
+        for e in &self.core.entries {
+            f.records += 1;
+            // An update is a read and a write; an insert or a delete only a write.
+            f.reads += matches!(e.access, Access::Read | Access::Update) as u32;
+            f.writes += (e.access != Access::Read) as u32;
+            f.remote_records += (e.node != home) as u32;
+        }
+        f
     }
 
     /// Spends `ns` of the coordinator's CPU (think time, RCC's execution phase); other

@@ -1,5 +1,6 @@
 //! Atoll's workloads: SmallBank ([`smallbank`]), YCSB ([`ycsb`]), the torn-read /
-//! invariant workload Cycle ([`cycle`]) and TPC-C ([`tpcc`]). A workload declares its tables, loads a node's
+//! invariant workload Cycle ([`cycle`]), TPC-C ([`tpcc`]) and the hardware-islands
+//! microbenchmark ([`micro`]). A workload declares its tables, loads a node's
 //! partition, generates transaction inputs, runs the transaction logic against the [`Txn`]
 //! API under any protocol, and checks its invariants after a run from the final state and
 //! the effects its committed transactions report (values they read and wrote).
@@ -15,6 +16,7 @@
 //! [`storage_check_cluster`]); a run whose nodes are separate processes checks the same way.
 
 pub mod cycle;
+pub mod micro;
 pub mod params;
 pub mod smallbank;
 pub mod tpcc;
@@ -234,14 +236,16 @@ pub enum WorkloadKind {
     Ycsb,
     Cycle,
     Tpcc,
+    Micro,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 4] = [
+    pub const ALL: [WorkloadKind; 5] = [
         WorkloadKind::SmallBank,
         WorkloadKind::Ycsb,
         WorkloadKind::Cycle,
         WorkloadKind::Tpcc,
+        WorkloadKind::Micro,
     ];
 
     pub fn name(self) -> &'static str {
@@ -250,6 +254,7 @@ impl WorkloadKind {
             WorkloadKind::Ycsb => ycsb::Ycsb::NAME,
             WorkloadKind::Cycle => cycle::Cycle::NAME,
             WorkloadKind::Tpcc => tpcc::Tpcc::NAME,
+            WorkloadKind::Micro => micro::Micro::NAME,
         }
     }
 

@@ -44,6 +44,91 @@ fn filler(key: u64, i: usize, count: u64) -> u64 {
     hash_key(key ^ (i as u64).rotate_left(32) ^ count.wrapping_mul(0x2545_F491_4F6C_DD1D))
 }
 
+/// The payload of `key` after `count` writes: word 0 the count, then filler words that are
+/// a function of the key, the word and the count, so a record's final state can be checked
+/// word by word (YCSB's and the microbenchmark's records).
+pub(crate) fn counted_payload(key: u64, count: u64, out: &mut [u64]) {
+    out[0] = count;
+    for (i, w) in out.iter_mut().enumerate().skip(1) {
+        *w = filler(key, i, count);
+    }
+}
+
+/// Checks the records `keys` of `table` on `s`, each written by [`counted_payload`]: its
+/// count equals its committed writes in `ledger`, and its words are that write's.
+pub(crate) fn check_counted_records(
+    s: &Store,
+    table: TableId,
+    keys: std::ops::Range<u64>,
+    ledger: &Ledger,
+) -> NodeCheck {
+    let mut c = NodeCheck::default();
+    // The table's own words (the engine's two are not among them).
+    let words = s.catalog.spec(table).payload_words as usize;
+    let (mut payload, mut want) = (Vec::new(), vec![0u64; words]);
+    for k in keys {
+        let Some(idx) = s.lookup(table, k) else {
+            c.missing += 1;
+            continue;
+        };
+        s.read_payload(table, idx, &mut payload);
+        let user = &payload[ENGINE_PAYLOAD_WORDS as usize..];
+        let committed = ledger.writes.get(&k).copied().unwrap_or(0);
+        c.counted += user[0];
+        counted_payload(k, user[0], &mut want);
+        if user[0] != committed {
+            c.wrong_count += 1;
+            crate::push_example(&mut c.examples, || {
+                format!("key {k}: count {}, committed writes {committed}", user[0])
+            });
+        } else if user != want.as_slice() {
+            c.wrong_filler += 1;
+            crate::push_example(&mut c.examples, || {
+                format!("key {k}: filler words differ from write {}'s", user[0])
+            });
+        }
+    }
+    c
+}
+
+/// The verdict `name` over every node's [`check_counted_records`] part.
+pub(crate) fn counted_records_verdict(
+    name: &str,
+    parts: Vec<NodeCheck>,
+    ledger: &Ledger,
+) -> Vec<CheckResult> {
+    let mut all = NodeCheck::default();
+    for p in parts {
+        all.missing += p.missing;
+        all.wrong_count += p.wrong_count;
+        all.wrong_filler += p.wrong_filler;
+        all.counted += p.counted;
+        for e in p.examples {
+            crate::push_example(&mut all.examples, || e);
+        }
+    }
+    let committed: u64 = ledger.writes.values().sum();
+    let passed = all.missing == 0 && all.wrong_count == 0 && all.wrong_filler == 0;
+    vec![CheckResult {
+        name: name.into(),
+        passed,
+        detail: if passed {
+            format!(
+                "every record's count equals its committed writes ({committed} in all) and its words are that write's"
+            )
+        } else {
+            format!(
+                "{} records' counts differ from their committed writes, {} have foreign words, {} missing (counts sum to {}, committed writes {committed}): {}",
+                all.wrong_count,
+                all.wrong_filler,
+                all.missing,
+                all.counted,
+                all.examples.join("; ")
+            )
+        },
+    }]
+}
+
 /// What a committed transaction did that the check counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Effect {
@@ -284,10 +369,7 @@ impl Ycsb {
 
     /// The payload of `key` after `count` writes.
     fn payload(&self, key: u64, count: u64, out: &mut [u64]) {
-        out[0] = count;
-        for (i, w) in out.iter_mut().enumerate().skip(1) {
-            *w = filler(key, i, count);
-        }
+        counted_payload(key, count, out)
     }
 
     fn hot_records(&self) -> u64 {
@@ -435,65 +517,12 @@ impl Workload for Ycsb {
     }
 
     fn check_node(&self, s: &Store, ledger: &Ledger) -> NodeCheck {
-        let mut c = NodeCheck::default();
-        let (mut payload, mut want) = (Vec::new(), vec![0u64; self.payload_words()]);
         let base = s.node.0 as u64 * self.records;
-        for k in base..base + self.records {
-            let Some(idx) = s.lookup(USERTABLE, k) else {
-                c.missing += 1;
-                continue;
-            };
-            s.read_payload(USERTABLE, idx, &mut payload);
-            let user = &payload[ENGINE_PAYLOAD_WORDS as usize..];
-            let committed = ledger.writes.get(&k).copied().unwrap_or(0);
-            c.counted += user[0];
-            self.payload(k, user[0], &mut want);
-            if user[0] != committed {
-                c.wrong_count += 1;
-                crate::push_example(&mut c.examples, || {
-                    format!("key {k}: count {}, committed writes {committed}", user[0])
-                });
-            } else if user != want.as_slice() {
-                c.wrong_filler += 1;
-                crate::push_example(&mut c.examples, || {
-                    format!("key {k}: filler words differ from write {}'s", user[0])
-                });
-            }
-        }
-        c
+        check_counted_records(s, USERTABLE, base..base + self.records, ledger)
     }
 
     fn check_cluster(&self, parts: Vec<NodeCheck>, ledger: &Ledger) -> Vec<CheckResult> {
-        let mut all = NodeCheck::default();
-        for p in parts {
-            all.missing += p.missing;
-            all.wrong_count += p.wrong_count;
-            all.wrong_filler += p.wrong_filler;
-            all.counted += p.counted;
-            for e in p.examples {
-                crate::push_example(&mut all.examples, || e);
-            }
-        }
-        let committed: u64 = ledger.writes.values().sum();
-        let passed = all.missing == 0 && all.wrong_count == 0 && all.wrong_filler == 0;
-        vec![CheckResult {
-            name: "ycsb.records_match_committed_writes".into(),
-            passed,
-            detail: if passed {
-                format!(
-                    "every record's count equals its committed writes ({committed} in all) and its words are that write's"
-                )
-            } else {
-                format!(
-                    "{} records' counts differ from their committed writes, {} have foreign words, {} missing (counts sum to {}, committed writes {committed}): {}",
-                    all.wrong_count,
-                    all.wrong_filler,
-                    all.missing,
-                    all.counted,
-                    all.examples.join("; ")
-                )
-            },
-        }]
+        counted_records_verdict("ycsb.records_match_committed_writes", parts, ledger)
     }
 
     fn knobs(&self) -> BTreeMap<String, String> {

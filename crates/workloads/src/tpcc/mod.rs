@@ -23,7 +23,10 @@
 //! ORDER, ORDER-LINE, NEW-ORDER and HISTORY tables are fixed-size, sized for the load plus
 //! this; a NewOrder beyond it aborts `TableFull`), `mix`, `weights` (five percentages in
 //! [`TYPES`] order summing to 100, replacing the mix's), `delivery` (`batch`: one
-//! transaction delivers all ten districts, spec 2.7; `per_district`: one each).
+//! transaction delivers all ten districts, spec 2.7; `per_district`: one each),
+//! `payment_remote` (`customer`: a remote Payment pays its home warehouse for a customer of
+//! another warehouse, spec 2.5.1.2; `warehouse`: the DrTM/RCC variant, where it pays another
+//! warehouse and district for a customer of its home warehouse).
 
 pub mod check;
 pub mod keys;
@@ -66,6 +69,8 @@ const MIX_NAMES: [&str; 5] = [MIXES[0].0, MIXES[1].0, MIXES[2].0, MIXES[3].0, MI
 /// Mix weights are percentages.
 const PERCENT: u64 = 100;
 const DELIVERY_MODES: [&str; 2] = ["batch", "per_district"];
+/// What a remote Payment makes remote: the spec's customer, or DrTM/RCC's warehouse.
+const PAYMENT_REMOTE: [&str; 2] = ["customer", "warehouse"];
 
 /// Spec sizes (1.2.1, 4.3.3.1).
 const CUSTOMERS_PER_DISTRICT_SPEC: u64 = 3000;
@@ -87,6 +92,9 @@ pub struct Tpcc {
     /// Remote customers and supplying warehouses replaced by the home warehouse.
     shardable: bool,
     pub delivery_per_district: bool,
+    /// A remote Payment pays another warehouse and district for a home customer (DrTM/RCC),
+    /// instead of paying home for another warehouse's customer (the spec).
+    pub payment_remote_warehouse: bool,
     nodes: u16,
 }
 
@@ -99,6 +107,7 @@ impl Tpcc {
         "mix",
         "weights",
         "delivery",
+        "payment_remote",
     ];
 
     pub fn from_params(p: &Params, nodes: u16) -> Result<Self, ParamError> {
@@ -135,6 +144,7 @@ impl Tpcc {
             weights.copy_from_slice(&w);
         }
         let delivery = k.choice("delivery", DELIVERY_MODES[0], &DELIVERY_MODES)?;
+        let payment_remote = k.choice("payment_remote", PAYMENT_REMOTE[0], &PAYMENT_REMOTE)?;
         Ok(Tpcc {
             warehouses,
             customers_per_district,
@@ -144,6 +154,7 @@ impl Tpcc {
             weights,
             shardable,
             delivery_per_district: delivery == DELIVERY_MODES[1],
+            payment_remote_warehouse: payment_remote == PAYMENT_REMOTE[1],
             nodes,
         })
     }
@@ -194,6 +205,10 @@ impl Tpcc {
             (
                 "delivery".into(),
                 DELIVERY_MODES[self.delivery_per_district as usize].to_string(),
+            ),
+            (
+                "payment_remote".into(),
+                PAYMENT_REMOTE[self.payment_remote_warehouse as usize].to_string(),
             ),
         ])
     }

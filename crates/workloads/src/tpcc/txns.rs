@@ -363,10 +363,18 @@ impl Tpcc {
                 }
             }
             1 => {
-                let (c_w, c_d) = if remote(rng, REMOTE_CUSTOMER_PERCENT) {
-                    (self.other_warehouse(rng, w), rng.below(DISTRICTS))
+                let (home_w, home_d) = (w, d);
+                let (w, d, c_w, c_d) = if !remote(rng, REMOTE_CUSTOMER_PERCENT) {
+                    (w, d, w, d)
                 } else {
-                    (w, d)
+                    let (other_w, other_d) = (self.other_warehouse(rng, w), rng.below(DISTRICTS));
+                    if self.payment_remote_warehouse {
+                        // DrTM/RCC: the warehouse and district paid are another's; the
+                        // customer is of the home warehouse.
+                        (other_w, other_d, home_w, home_d)
+                    } else {
+                        (w, d, other_w, other_d)
+                    }
                 };
                 Input::Payment {
                     w,
@@ -804,5 +812,41 @@ mod tests {
         assert!(near(share(rollbacks, types[0]), 1.0, 0.3), "{rollbacks}");
         assert!(near(share(remote_payments, payments), 15.0, 0.6));
         assert!(near(share(by_name, payments), 60.0, 0.8));
+    }
+
+    #[test]
+    fn tpcc_payment_remote_warehouse_makes_the_paid_warehouse_remote_and_keeps_the_customer_home() {
+        let p: Params = [("payment_remote", "warehouse"), ("warehouses", "2")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let t = Tpcc::from_params(&p, 3).unwrap();
+        let mut rng = Rng::new(10);
+        let (mut payments, mut remote) = (0, 0);
+        for _ in 0..50_000 {
+            if let (_, Input::Payment { w, d, c_w, c_d, .. }) =
+                t.generate_input(&mut rng, NodeId(1))
+            {
+                payments += 1;
+                assert!((2..4).contains(&c_w), "the customer is node 1's: {c_w}");
+                // Another warehouse (of any node, this one's other included) is paid.
+                if w != c_w {
+                    remote += 1;
+                } else {
+                    assert_eq!(d, c_d);
+                }
+            }
+        }
+        let share = remote as f64 * 100.0 / payments as f64;
+        assert!((share - 15.0).abs() < 0.8, "{share}");
+        let e = Tpcc::from_params(
+            &[("payment_remote".to_string(), "district".to_string())].into(),
+            1,
+        )
+        .unwrap_err();
+        assert!(
+            e.0.contains("payment_remote=district") && e.0.contains("customer, warehouse"),
+            "{e}"
+        );
     }
 }
