@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-target/tmp/histories}
-atoll=target/release/atoll
+atoll=${CARGO_TARGET_DIR:-target}/release/atoll
 n=0; bad=0; broken_seen=0
 shopt -s nullglob
 for h in "$dir"/*.jsonl; do
