@@ -96,8 +96,7 @@ impl CpuProfile {
         }
     }
 
-    /// Measured on Atoll's own code by `atoll calibrate` (2026-11-23, branch `calib` on
-    /// c2a682b, on a 2-core AMD EPYC family 25 model 17 KVM guest, medians of 5
+    /// Measured on Atoll's own code by `atoll calibrate` (2026-11-23 19:08, build 28fcfe3, on a 2-core AMD EPYC family 25 model 17 KVM guest, medians of 5
     /// repetitions; NOTES-issue9-calibration.md has the table), then multiplied by
     /// [`CALIBRATION_SCALE`] to stand for the papers' Xeon E5-2670 v3 (RCC) / E5-2650 v4
     /// (DrTM+H) cores. `rpc_handler_ns_per_byte` was not measured and is `xeon`'s.
@@ -136,25 +135,26 @@ impl CpuProfile {
 }
 
 // What `atoll calibrate --json calib.json` (defaults: 5 repetitions, 200,000 ops, 1 s per
-// transaction run) measured on 2026-11-23 17:09 UTC on this machine, in ns, the medians of
-// its repetitions (the machine was busy: load 5.4 on 2 cores; the micro-measurements count
-// their thread's CPU time, the transaction runs the process's). See
+// transaction run) measured on 2026-11-23 19:08 UTC on this machine, in ns, the medians of
+// its repetitions, on the engine with issue 9's lean local path (build 28fcfe3) and a quiet
+// machine (load 0.9). The first calibration (17:09, pre-lean engine c2a682b, load 5.4) had
+// post 159.7, switch 37.8, local 132.3, handler 485.9, txn 1219.4, per access 269.0. See
 // [`CpuProfile::calibrated`] and NOTES-issue9-calibration.md.
 
 /// Posting and polling one one-sided verb to another node, less the access itself (8 per
 /// doorbell).
-pub const MEASURED_POST_NS: f64 = 159.7;
+pub const MEASURED_POST_NS: f64 = 206.1;
 /// One co-routine switch (an executor turn: event loop, then the co-routine's poll).
-pub const MEASURED_SWITCH_NS: f64 = 37.8;
+pub const MEASURED_SWITCH_NS: f64 = 38.4;
 /// One own-node access (a READ of a random record of a table larger than the caches, 8 per
 /// doorbell).
-pub const MEASURED_LOCAL_OP_NS: f64 = 132.3;
+pub const MEASURED_LOCAL_OP_NS: f64 = 91.1;
 /// Serving one small RPC (a one-record READ request): decoding, dispatch, handler.
-pub const MEASURED_RPC_HANDLER_NS: f64 = 485.9;
+pub const MEASURED_RPC_HANDLER_NS: f64 = 473.5;
 /// The coordinator's CPU per attempt outside verbs (YCSB fit's intercept).
-pub const MEASURED_TXN_NS: f64 = 1219.4;
+pub const MEASURED_TXN_NS: f64 = 729.0;
 /// The coordinator's CPU per record touched outside verbs (YCSB fit's slope).
-pub const MEASURED_TXN_NS_PER_ACCESS: f64 = 269.0;
+pub const MEASURED_TXN_NS_PER_ACCESS: f64 = 209.9;
 
 /// ns on the papers' CPUs per ns on the calibration machine: the ratio of base clocks,
 /// 2.596 GHz here (the KVM guest's TSC, `lscpu` BogoMIPS / 2) over 2.3 GHz (Xeon E5-2670
