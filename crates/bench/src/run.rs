@@ -525,7 +525,7 @@ async fn coroutine<W: Workload, P: Protocol>(
             }
             let executed = run.w.execute(&mut tx, &input).await;
             if let Some((_, per_access_ns)) = run.txn_cpu_ns {
-                let touched = tx.accesses().len() as u64;
+                let touched = u64::from(tx.footprint().records);
                 tx.compute(per_access_ns * touched).await;
             }
             let r = match executed {

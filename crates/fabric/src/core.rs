@@ -484,10 +484,24 @@ impl Endpoint {
         self.core.counters()
     }
 
-    /// Counts `n` own-node ops of `kind` that a caller ran in place (see
-    /// [`Endpoint::local_inline`]), so the report counts them as verbs like posted ones.
-    pub fn count_local(&self, kind: crate::verbs::VerbKind, n: u64) {
-        self.core.counters.borrow_mut().local_ops[kind as usize] += n;
+    /// A READ of this node's own words at `ptr` run in place, on a backend that allows it
+    /// ([`Endpoint::local_inline`]): the same word loads in the same order as the verb,
+    /// counted as a local READ, without an op or a completion. A caller may load the rest
+    /// of the same record from [`Endpoint::local_memory`] as part of this READ.
+    #[inline(always)]
+    pub fn load_in_place(&self, ptr: crate::ids::RemotePtr, out: &mut [u64]) {
+        assert!(
+            self.core.local_inline && ptr.node == self.core.id.node,
+            "an in-place READ of node {} from node {} (inline: {})",
+            ptr.node.0,
+            self.core.id.node.0,
+            self.core.local_inline
+        );
+        self.core
+            .local
+            .region(ptr.region)
+            .read_into(ptr.offset_words as usize, out);
+        self.core.counters.borrow_mut().local_ops[crate::verbs::VerbKind::Read as usize] += 1;
     }
 
     pub fn doorbell(&self) -> Doorbell<'_> {

@@ -288,18 +288,7 @@ impl<S> Entry<S> {
     /// transaction already wrote (`dirty`) is kept: a lock that re-reads the record must not
     /// undo a blind write.
     pub fn fill(&mut self, version: u64, data: &[u64]) {
-        if self.dirty {
-            return;
-        }
-        self.observed = Some(Observed {
-            version: version & !VERSION_ABSENT,
-            tag: data.get(P_TAG as usize).copied().unwrap_or(LOADER_TAG),
-            intact: payload_intact(self.table, self.key, data),
-        });
-        // In place: building a new `Words` and moving it in copies it twice.
-        self.data.clear();
-        self.data.extend_from_slice(data);
-        self.fetched = true;
+        self.fill_with(version, data.len(), |out| out.copy_from_slice(data));
     }
 
     /// [`Entry::fill`] with `words` words that `load` writes straight into the entry (one

@@ -12,7 +12,7 @@ use crate::msg::{Item, Loc, Reply, Request, Tuple, WriteBack};
 use crate::plan::{Primitive, Stage};
 use crate::ts::Timestamp;
 use crate::Idxs;
-use atoll_fabric::{NodeId, VerbKind, Words};
+use atoll_fabric::{NodeId, Words};
 use atoll_storage::layout::{
     probe_group, GroupProbe, TableLayout, GROUP_WORDS, HEADER_WORDS, H_KEY, H_LOCK, H_RTS,
     H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
@@ -288,11 +288,7 @@ fn read_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(),
     let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
     let at = ptr.offset_words as usize;
     let mut head = [0u64; HEADER_WORDS as usize];
-    tx.c.ep
-        .local_memory()
-        .region(ptr.region)
-        .read_into(at, &mut head);
-    tx.c.ep.count_local(VerbKind::Read, 1);
+    tx.c.ep.load_in_place(ptr, &mut head);
     check_tuple(tx, i, &head)?;
     if tx.ts.held_by_other(head[H_LOCK as usize]) {
         return Err(Abort::Conflict);
@@ -538,11 +534,7 @@ pub async fn validate<S: EntryState>(
                 }
                 let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
                 let mut w = [0u64; 2];
-                tx.c.ep
-                    .local_memory()
-                    .region(ptr.region)
-                    .read_into(ptr.offset_words as usize, &mut w);
-                tx.c.ep.count_local(VerbKind::Read, 1);
+                tx.c.ep.load_in_place(ptr, &mut w);
                 if w[H_VERSION as usize] != e.version || ts.held_by_other(w[H_LOCK as usize]) {
                     return Err(Abort::ValidationFailed);
                 }
