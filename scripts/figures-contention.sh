@@ -5,6 +5,7 @@
 # line names the lowest share (issue 9's goal: none below 2%).
 #   THREADS=10 COROUTINES=10 DURATION=0.05 WARMUP=0.01 scripts/figures-contention.sh   # RCC's shape
 #   RECORDS_PER_THREAD=10000 ... sizes the table by threads as RCC does (default: 100,000 per node)
+#   BIN=path/to/atoll uses that binary (default: build this tree)
 #   CPU_PROFILE=xeon ... the simulator's CPU profile (default calibrated; NOTES-issue9-contention.md's
 #   tables were made under xeon, the default before NOTES-issue9-calibration.md)
 set -euo pipefail
@@ -16,7 +17,10 @@ target=${CARGO_TARGET_DIR:-target}
 table=()
 if [ -n "${RECORDS_PER_THREAD:-}" ]; then table=(-p "records_per_thread=$RECORDS_PER_THREAD"); fi
 mkdir -p "$out"
-cargo build --release -q
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -q
+  BIN=$target/release/atoll
+fi
 cpu=${CPU_PROFILE:-calibrated}
 echo "# $nodes nodes x $threads threads x $coroutines co-routines, edr-ib, cpu $cpu, ${dur} s (+${warm} s warm-up), seed 1 ${table[*]:-}"
 printf '%-8s %-10s' proto plan; for h in 10 30 50 70 90; do printf ' %24s' "hot=$h% tx/s(ab%,of10%)"; done; echo
@@ -25,7 +29,7 @@ for p in nowait waitdie occ mvcc sundial; do
     printf '%-8s %-10s' $p $plan
     for h in 0.1 0.3 0.5 0.7 0.9; do
       f="$out/$p-$plan-$h.json"
-      "$target/release/atoll" bench --fabric sim --net edr-ib --cpu-profile "$cpu" --workload ycsb --protocol $p --plan $plan \
+      "$BIN" bench --fabric sim --net edr-ib --cpu-profile "$cpu" --workload ycsb --protocol $p --plan $plan \
         --nodes "$nodes" --threads "$threads" --coroutines "$coroutines" --duration "$dur" --warmup "$warm" --seed 1 \
         -p hot_prob=$h "${table[@]}" --quiet --json "$f" > /dev/null
       python3 - "$f" "$out/$p-$plan-0.1.json" <<'PY'

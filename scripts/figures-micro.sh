@@ -9,6 +9,13 @@
 # Table 2 (Fig 8's shape; scale-up vs scale-out): 1 node x 2 threads vs 2 nodes x 1 thread
 #   at 0, 25, 50 and 100% multisite, read-only and update, ROWS2 rows per transaction.
 #   On one node every row is home's, so its "multisite" transactions stay local.
+# Table 3 (Fig 8, the sensitivity analysis): 2 nodes x 1 thread, SENS_ROWS_PER_NODE rows per
+#   node (the paper's 200,000 rows split between 2 instances), variant=sensitivity:
+#   read-only (2 rows read) and read-write (1 local row updated, 1 row read) transactions,
+#   distributed (the read row on the other node) at 0..100%; tx/s normalised to each
+#   kind's 0% figure, and abort %.
+# TABLES="1 2 3" picks the tables (default all); BIN=path/to/atoll uses that binary (default:
+# build this tree).
 #
 # OS_THREADS=1 carries every worker on one OS thread (--os-threads): an RPC is then served
 #   without waiting for another OS thread to be scheduled, which on a busy machine (load above
@@ -22,10 +29,17 @@ nodes=${NODES:-4}; coroutines=${COROUTINES:-4}
 dur=${DURATION:-1}; warm=${WARMUP:-0.3}; repeat=${REPEAT:-1}
 rows_list=${ROWS:-2 10 20 50 100}; rows2=${ROWS2:-10}
 rows_per_node=${ROWS_PER_NODE:-10000}   # the paper's 10,000 rows per site
+sens_rows_per_node=${SENS_ROWS_PER_NODE:-100000}   # Fig 8: 200,000 rows over 2 instances
+sens_fractions=${SENS_FRACTIONS:-0 0.01 0.05 0.1 0.2 0.5 1}
+tables=${TABLES:-1 2 3}
+want() { case " $tables " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 out=${OUT:-target/figures-micro}
 target=${CARGO_TARGET_DIR:-target}
 mkdir -p "$out"
-cargo build --release -q
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -q
+  BIN=$target/release/atoll
+fi
 echo "# $(uptime)"
 echo "# os threads ${OS_THREADS:-one per core}, protocol $proto, $coroutines co-routines per thread, ${dur} s (+${warm} s warm-up), rows_per_node $rows_per_node, median of $repeat"
 
@@ -35,9 +49,9 @@ cell() {
   local rep=()
   if [ "$repeat" -gt 1 ]; then rep=(--repeat "$repeat"); fi
   if [ -n "${OS_THREADS:-}" ]; then rep+=(--os-threads "$OS_THREADS"); fi
-  "$target/release/atoll" bench --workload micro --protocol "$proto" --coroutines "$coroutines" \
-    --duration "$dur" --warmup "$warm" -p rows_per_node="$rows_per_node" "$@" "${rep[@]}" \
-    --quiet --json "$f" > /dev/null
+  "$BIN" bench --workload micro --protocol "$proto" --coroutines "$coroutines" \
+    --duration "$dur" --warmup "$warm" -p rows_per_node="${CELL_ROWS_PER_NODE:-$rows_per_node}" \
+    "$@" "${rep[@]}" --quiet --json "$f" > /dev/null
   python3 - "$f" <<'PY'
 import json, statistics, sys
 r = json.load(open(sys.argv[1]))
@@ -53,6 +67,7 @@ print('%8.1f %9.0f %5.1f %5.1f' % (cpu, tps, ab, rem), end='')
 PY
 }
 
+if want 1; then
 echo
 echo "## Table 1: $nodes nodes x 1 thread; cells: CPU us/txn, tx/s, abort %, remote % (measured)"
 printf '%-6s %-10s %-9s' kind plan type
@@ -72,6 +87,9 @@ for kind in read update; do
   done
 done
 
+fi
+
+if want 2; then
 echo
 echo "## Table 2: rows=$rows2; cells: CPU us/txn, tx/s, abort %, remote % (measured)"
 printf '%-6s %-10s %-14s' kind plan shape
@@ -90,3 +108,25 @@ for kind in read update; do
     done
   done
 done
+fi
+
+if want 3; then
+echo
+echo "## Table 3 (Fig 8): 2 nodes x 1 thread, variant=sensitivity, $sens_rows_per_node rows per node; cells: tx/s normalised to the kind's 0% figure, abort %, CPU us/txn"
+printf '%-6s %-10s' kind plan
+for ms in $sens_fractions; do printf ' | %22s' "dist=$ms"; done; echo
+for kind in read update; do
+  for plan in one-sided rpc; do
+    printf '%-6s %-10s' $kind $plan
+    base=
+    for ms in $sens_fractions; do
+      v=$(CELL_ROWS_PER_NODE=$sens_rows_per_node cell "t3-$kind-$plan-$ms" --nodes 2 --threads 1 \
+        --plan $plan -p variant=sensitivity -p kind=$kind -p multisite_fraction=$ms)
+      set -- $v   # cpu tx/s abort remote
+      [ -z "$base" ] && base=$2
+      printf ' | %7.3f %5.1f %7.1f' "$(python3 -c "print($2 / max($base, 1e-9))")" "$3" "$1"
+    done
+    echo
+  done
+done
+fi

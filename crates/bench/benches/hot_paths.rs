@@ -36,6 +36,7 @@ fn verb_table() -> Vec<TableSpec> {
             keys_per_node: VERB_RECORDS,
         },
         ordered: false,
+        gone_keys_max_per_node: 0,
     }]
 }
 

@@ -40,6 +40,9 @@ const YCSB_OPS_MANY: u64 = 16;
 const DOORBELL_OPS: usize = 8;
 /// Records the cached-READ measurement cycles over (a few hundred KiB: they stay cached).
 const HOT_RECORDS: u64 = 1024;
+/// Records of the larger READ request whose handler time, against a one-record request's,
+/// gives the handler's cost per reply byte.
+const HANDLER_RECORDS_MANY: u64 = 8;
 /// Seed of the random keys.
 const SEED: u64 = 11;
 /// Bounds of the knobs.
@@ -166,6 +169,7 @@ fn verb_cluster(nodes: u16) -> TestCluster {
             keys_per_node: VERB_RECORDS,
         },
         ordered: false,
+        gone_keys_max_per_node: 0,
     };
     let cl = TestCluster::new(nodes, vec![table], Plan::uniform(Primitive::OneSided), 2);
     for s in &cl.stores {
@@ -268,9 +272,9 @@ fn switch_ns(cl: &TestCluster, ops: u64) -> f64 {
     ns / (ops / 2 * 2) as f64
 }
 
-/// ns per small RPC served: node 1's handler decodes, dispatches and answers a one-record
-/// READ request for a random record, as a worker's event loop calls it.
-fn rpc_handler_ns(cl: &TestCluster, ops: u64, rng: &mut Rng) -> f64 {
+/// ns per RPC served, and its request's and reply's bytes: node 1's handler decodes, dispatches and
+/// answers a READ request for `records` random records, as a worker's event loop calls it.
+fn rpc_handler_ns(cl: &TestCluster, ops: u64, rng: &mut Rng, records: u64) -> (f64, f64) {
     let handler = StoreHandler::new(
         cl.stores[1].clone(),
         cl.catalog.extra_region(0),
@@ -280,11 +284,13 @@ fn rpc_handler_ns(cl: &TestCluster, ops: u64, rng: &mut Rng) -> f64 {
         .map(|_| {
             let mut req = Vec::new();
             Request::Read {
-                items: vec![Item {
-                    table: TableId(0),
-                    key: VERB_RECORDS + rng.below(VERB_RECORDS),
-                    loc: None,
-                }],
+                items: (0..records)
+                    .map(|_| Item {
+                        table: TableId(0),
+                        key: VERB_RECORDS + rng.below(VERB_RECORDS),
+                        loc: None,
+                    })
+                    .collect(),
             }
             .encode(&mut req);
             req
@@ -297,12 +303,15 @@ fn rpc_handler_ns(cl: &TestCluster, ops: u64, rng: &mut Rng) -> f64 {
         posted_ns: 0,
     };
     let mut reply = Vec::new();
+    let mut reply_bytes = 0;
     let t0 = thread_cpu_ns();
     for req in &reqs {
         reply.clear();
         std::hint::black_box(handler.handle(NodeId(1), from, req, &mut reply));
+        reply_bytes += req.len() + reply.len();
     }
-    (thread_cpu_ns() - t0) as f64 / ops as f64
+    let ns = (thread_cpu_ns() - t0) as f64 / ops as f64;
+    (ns, reply_bytes as f64 / ops as f64)
 }
 
 /// A one-node, one-thread, one-co-routine in-process run (every record local, no other
@@ -377,7 +386,14 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, ConfigError> {
         push("post", ((rr - lr) + (rc - lc)) / 2.0);
         let sw = switch_ns(&one, cfg.ops);
         push("switch", sw);
-        push("rpc_handler", rpc_handler_ns(&two, cfg.ops, &mut rng));
+        let (one_ns, one_bytes) = rpc_handler_ns(&two, cfg.ops, &mut rng, 1);
+        let (many_ns, many_bytes) = rpc_handler_ns(&two, cfg.ops, &mut rng, HANDLER_RECORDS_MANY);
+        push("rpc_handler", one_ns);
+        push("rpc_handler_many", many_ns);
+        push(
+            "rpc_handler_per_byte",
+            (many_ns - one_ns) / (many_bytes - one_bytes).max(1.0),
+        );
         let ycsb = |ops: u64| {
             vec![
                 ("compute_us", "0".to_string()),
@@ -405,10 +421,12 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, ConfigError> {
             outside(txn_run(WorkloadKind::SmallBank, &[], cfg.txn_s)?),
         );
     }
-    let rows_spec: [(&'static str, &'static str, &'static str, &'static str); 13] = [
+    let rows_spec: [(&'static str, &'static str, &'static str, &'static str); 15] = [
         ("post_ns", "post", "post + poll a one-sided verb to another node", "(remote READ - local READ + remote CAS - local CAS) / 2, random records of a 2^19-record table, 8 ops per doorbell, 1 OS thread"),
         ("switch_ns", "switch", "co-routine switch (one executor turn)", "two co-routines of one worker yield_now to each other; elapsed / turns"),
         ("rpc_handler_ns", "rpc_handler", "serve one small RPC (dispatch + handler)", "StoreHandler::handle of a one-record READ request for a random record, in a loop"),
+        ("rpc_handler_ns_per_byte", "rpc_handler_per_byte", "serve an RPC: per request + reply byte beyond the small one's (ns per byte)", "StoreHandler::handle of 8-record vs one-record READ requests: (ns 8 - ns 1) / (request + reply bytes 8 - request + reply bytes 1)"),
+        ("-", "rpc_handler_many", "serve an 8-record READ RPC", "as rpc_handler, 8 random records per request"),
         ("local_op_ns", "local_read", "own-node access (READ of a random record)", "doorbells of 8 own-node READs (the inline path), random records of a 2^19-record table; per op"),
         ("txn_ns", "txn", "coordinator CPU per attempt outside verbs", "YCSB fit's intercept (on the medians): CPU per committed txn (1 node x 1 thread x 1 co-routine, OCC, compute_us=0) less local ops x cached local READ and 1 switch, at 4 and 16 ops"),
         ("txn_ns_per_access", "txn_per_access", "coordinator CPU per record touched outside verbs", "YCSB fit's slope (on the medians): (16-op figure - 4-op figure) / 12"),
@@ -456,7 +474,11 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, ConfigError> {
         post_ns: get("post_ns"),
         local_op_ns: get("local_op_ns"),
         rpc_handler_ns: get("rpc_handler_ns"),
-        rpc_handler_ns_per_byte: CpuProfile::calibrated().rpc_handler_ns_per_byte,
+        rpc_handler_ns_per_byte: rows
+            .iter()
+            .find(|r| r.key == "rpc_handler_ns_per_byte")
+            .map(|r| r.scaled_ns.max(0.0))
+            .expect("a row for the per-byte handler cost"),
         txn_ns: get("txn_ns"),
         txn_ns_per_access: get("txn_ns_per_access"),
     };
@@ -496,7 +518,7 @@ impl Calibration {
         let p = &self.profile;
         let _ = writeln!(
             o,
-            "profile             switch_ns {} post_ns {} local_op_ns {} rpc_handler_ns {} txn_ns {} txn_ns_per_access {} (scaled; rpc_handler_ns_per_byte {} not measured)",
+            "profile             switch_ns {} post_ns {} local_op_ns {} rpc_handler_ns {} txn_ns {} txn_ns_per_access {} rpc_handler_ns_per_byte {:.3} (scaled)",
             p.switch_ns, p.post_ns, p.local_op_ns, p.rpc_handler_ns, p.txn_ns, p.txn_ns_per_access, p.rpc_handler_ns_per_byte
         );
         self.env.render(&mut o);

@@ -178,6 +178,11 @@ pub struct SimInfo {
     pub events: u64,
     /// Transactions committed in the whole simulated run, warm-up included.
     pub committed_total: u64,
+    /// Share of the virtual time the simulated cores were busy (the CPU profile's costs),
+    /// mean and highest over workers, whole run: near 1 a stage's time is mostly
+    /// co-routines queueing for their core.
+    pub cores_busy_mean: f64,
+    pub cores_busy_max: f64,
 }
 
 impl Report {
@@ -312,12 +317,14 @@ impl Report {
         if let Some(sim) = &self.sim {
             let _ = writeln!(
                 o,
-                "simulation  {:.4} virtual s in {:.2} wall s: {:.0} committed tx per wall second ({:.1} M per minute), {:.0} events/s",
+                "simulation  {:.4} virtual s in {:.2} wall s: {:.0} committed tx per wall second ({:.1} M per minute), {:.0} events/s; simulated cores busy {:.1}% (mean), {:.1}% (busiest)",
                 sim.virtual_s,
                 self.sim_wall_s,
                 sim.committed_total as f64 / self.sim_wall_s.max(1e-9),
                 sim.committed_total as f64 * 60.0 / self.sim_wall_s.max(1e-9) / 1e6,
-                sim.events as f64 / self.sim_wall_s.max(1e-9)
+                sim.events as f64 / self.sim_wall_s.max(1e-9),
+                sim.cores_busy_mean * 100.0,
+                sim.cores_busy_max * 100.0
             );
         }
         self.env.render(&mut o);

@@ -363,10 +363,19 @@ fn run_with<W: Workload, P: Protocol>(
                         sim_wall_s = t0.elapsed().as_secs_f64();
                         hung = r.unfinished;
                         crashed = r.crashed;
+                        let busy = |ns: u64| ns as f64 / r.virtual_ns.max(1) as f64;
+                        let workers = r.cpu_busy_ns.len().max(1) as f64;
                         Some(SimInfo {
                             virtual_s: r.virtual_ns as f64 / 1e9,
                             events: r.events,
                             committed_total: 0,
+                            cores_busy_mean: r.cpu_busy_ns.iter().map(|&b| busy(b)).sum::<f64>()
+                                / workers,
+                            cores_busy_max: r
+                                .cpu_busy_ns
+                                .iter()
+                                .map(|&b| busy(b))
+                                .fold(0.0, f64::max),
                         })
                     }
                     Err(payload) => {

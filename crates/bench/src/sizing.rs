@@ -42,7 +42,9 @@ pub struct Sizing {
     pub log_region_words: u64,
     /// Words of each table's region on each node, by table name.
     pub table_region_words: Vec<(String, u64)>,
-    /// Heap bytes, at most, of each node's ordered indexes (full tables).
+    /// Heap bytes, at most, of each node's ordered indexes (full tables, and a mark per
+    /// deleted key they keep) and of its deleted keys' versions (`gone_keys_max_per_node`
+    /// of each table).
     pub ordered_index_bytes: u64,
 }
 
@@ -70,7 +72,7 @@ impl Sizing {
     pub fn line(&self) -> String {
         let indexes = if self.ordered_index_bytes > 0 {
             format!(
-                " and up to {} of ordered indexes",
+                " and up to {} of ordered indexes and deleted keys",
                 human_bytes(self.ordered_index_bytes * self.nodes as u64)
             )
         } else {
@@ -190,8 +192,15 @@ pub fn size<W: Workload>(
     }
     let ordered_index_bytes = specs
         .iter()
-        .filter(|s| s.ordered)
-        .map(|s| s.capacity_per_node as u64 * ordered::BYTES_PER_KEY_MAX)
+        .map(|s| {
+            let gone = s.gone_keys_max_per_node as u64;
+            let ordered_keys = if s.ordered {
+                s.capacity_per_node as u64 + gone
+            } else {
+                0
+            };
+            ordered_keys * ordered::BYTES_PER_KEY_MAX + gone * atoll_storage::GONE_BYTES_PER_KEY_MAX
+        })
         .sum();
     let sizing = Sizing {
         nodes: cfg.nodes,

@@ -33,6 +33,8 @@ fn cluster(plan: Plan, ordered: bool) -> TestCluster {
             keys_per_node: KEYS_PER_NODE,
         },
         ordered,
+        // Every key of the node once at most.
+        gone_keys_max_per_node: KEYS_PER_NODE as u32,
     };
     let c = TestCluster::new(2, vec![spec], plan, 2);
     for s in &c.stores {
@@ -354,6 +356,7 @@ fn cluster_versions(plan: Plan, slots: u32) -> TestCluster {
             keys_per_node: KEYS_PER_NODE,
         },
         ordered: false,
+        gone_keys_max_per_node: KEYS_PER_NODE as u32,
     };
     let c = TestCluster::with_versions(2, vec![spec], plan, 2, slots);
     for s in &c.stores {

@@ -54,6 +54,11 @@ pub struct SimReport {
     /// Virtual time when the last co-routine finished.
     pub virtual_ns: u64,
     pub events: u64,
+    /// Per worker (node-major, as `workers`), the virtual CPU time its core spent: the
+    /// costs of the CPU profile it was charged. Over `virtual_ns` it says how saturated the
+    /// simulated cores were, and so how much of a stage's time is a co-routine waiting for
+    /// its core rather than for the network.
+    pub cpu_busy_ns: Vec<u64>,
     /// Co-routines of live nodes that never finished: waiting with nothing left to happen
     /// (a hang).
     pub unfinished: usize,
@@ -84,6 +89,18 @@ enum Ev {
     Crash {
         node: NodeId,
     },
+    /// A message a worker's CPU handed to its NIC at this event's time: it takes its place
+    /// in the NIC's queues now, then `then` happens when the target's NIC has received it.
+    /// A worker runs ahead of the world's clock while it executes co-routines back to back,
+    /// so reserving the NIC when the CPU posts would let a message from later in virtual
+    /// time queue ahead of one from earlier (and hold up every node's queue behind it).
+    Send {
+        from: NodeId,
+        to: NodeId,
+        kind: VerbKind,
+        bytes: u64,
+        then: Box<Ev>,
+    },
     /// One step of a torn READ or WRITE: words `[at_word, at_word + chunk)` move now.
     Step {
         src: u32,
@@ -102,7 +119,9 @@ impl Ev {
         match self {
             Ev::Run { w } | Ev::Arrive { w, .. } => Some(NodeId((*w / threads as u32) as u16)),
             Ev::Exec { op, .. } | Ev::Step { op, .. } => Some(op.node()),
-            Ev::Crash { .. } => None,
+            // A sent message has left its worker's CPU: a crash or pause of either end
+            // acts on the event it carries, when that arrives.
+            Ev::Crash { .. } | Ev::Send { .. } => None,
         }
     }
 }
@@ -156,6 +175,8 @@ struct WorkerState {
     clock_ns: u64,
     cpu_free_ns: u64,
     run_queued: bool,
+    /// CPU time charged so far (the sum of its runs' clock advances).
+    busy_ns: u64,
 }
 
 #[derive(Default)]
@@ -167,7 +188,8 @@ struct NodeState {
     /// Requests from other nodes this node received and has not answered yet, by
     /// (requesting worker, slot, op index), with when they were posted: if it crashes,
     /// each fails at its requester after the op timeout. Ordered, so a crash replays.
-    serving: BTreeMap<(u32, u32, u32), u64>,
+    /// The request's bytes ride along for the handler's CPU charge.
+    serving: BTreeMap<(u32, u32, u32), (u64, u64)>,
 }
 
 struct World {
@@ -310,7 +332,7 @@ impl World {
                 }
             }
             // Its own workers stop; completions for them are moot.
-            Ev::Run { .. } | Ev::Arrive { .. } | Ev::Crash { .. } => {}
+            Ev::Run { .. } | Ev::Arrive { .. } | Ev::Crash { .. } | Ev::Send { .. } => {}
         }
     }
 
@@ -411,27 +433,41 @@ impl Transport for SimTransport {
     fn post(&self, slot: SlotId, index: u32, op: Op) -> Posted {
         if op.node() == self.node {
             // A simulated node's NIC is coherent with its CPU: the CPU accesses its own
-            // memory (or calls its own handler) at once, at the cost of a local access. A
-            // held request's reply is never delayed (posted_ns 0).
-            {
-                let mut wd = self.world.borrow_mut();
-                wd.workers[self.w as usize].clock_ns += wd.cfg.cpu.local_op_ns;
-            }
+            // memory (or calls its own handler) at once, at the cost of a local access, or
+            // of serving the request (an own-node RPC runs the same handler as a remote
+            // one; charging it one local access would make a batch of many records nearly
+            // free next to the same records accessed one-sided). A held request's reply is
+            // never delayed (posted_ns 0); its handler is charged when it answers.
             let from = ReplyTo {
                 worker: self.w,
                 slot,
                 index,
                 posted_ns: 0,
             };
-            return execute_local(&self.memory, self.handler.as_ref(), from, op);
+            let req_bytes = match &op {
+                Op::Rpc { req, .. } => req.len() as u64,
+                _ => 0,
+            };
+            let posted = execute_local(&self.memory, self.handler.as_ref(), from, op);
+            let mut wd = self.world.borrow_mut();
+            let cpu = &wd.cfg.cpu;
+            let ns = match &posted {
+                Posted::Done(Completion::Rpc(reply)) => {
+                    cpu.handler_ns(req_bytes + reply.len() as u64)
+                }
+                Posted::Held => cpu.handler_ns(req_bytes),
+                _ => cpu.local_op_ns,
+            };
+            wd.workers[self.w as usize].clock_ns += ns;
+            return posted;
         }
         let mut wd = self.world.borrow_mut();
         wd.workers[self.w as usize].clock_ns += wd.cfg.cpu.post_ns;
         let t = wd.workers[self.w as usize].clock_ns;
         let to = op.node();
         let kind = op.kind();
-        let at = wd.transmit(self.node, to, kind, op.request_bytes(), t);
-        match op {
+        let bytes = op.request_bytes();
+        let then = match op {
             Op::Rpc { node, req } => {
                 let tw = wd.serving_worker(node, self.thread);
                 let from = ReplyTo {
@@ -440,26 +476,30 @@ impl Transport for SimTransport {
                     index,
                     posted_ns: t,
                 };
-                wd.push(
-                    at,
-                    Ev::Arrive {
-                        w: tw,
-                        delivery: Delivery::Request { from, node, req },
-                    },
-                );
+                Ev::Arrive {
+                    w: tw,
+                    delivery: Delivery::Request { from, node, req },
+                }
             }
-            op => wd.push(
-                at,
-                Ev::Exec {
-                    src: self.w,
-                    slot,
-                    index,
-                    op,
-                    posted_ns: t,
-                    cpu_reserved: false,
-                },
-            ),
-        }
+            op => Ev::Exec {
+                src: self.w,
+                slot,
+                index,
+                op,
+                posted_ns: t,
+                cpu_reserved: false,
+            },
+        };
+        wd.push(
+            t,
+            Ev::Send {
+                from: self.node,
+                to,
+                kind,
+                bytes,
+                then: Box::new(then),
+            },
+        );
         Posted::Pending
     }
 
@@ -507,33 +547,38 @@ impl Transport for SimTransport {
     fn reply(&self, to: ReplyTo, reply: Vec<u8>) {
         let mut wd = self.world.borrow_mut();
         let node = self.node.0 as usize;
-        wd.nodes[node]
+        // A held request of this node's own co-routine was never in `serving`: its request
+        // bytes were charged when the handler first saw it.
+        let req_bytes = wd.nodes[node]
             .serving
-            .remove(&(to.worker, to.slot.0, to.index));
-        let cpu = &wd.cfg.cpu;
-        let handler_ns =
-            cpu.rpc_handler_ns + (reply.len() as f64 * cpu.rpc_handler_ns_per_byte) as u64;
+            .remove(&(to.worker, to.slot.0, to.index))
+            .map_or(0, |(_, bytes)| bytes);
+        let handler_ns = wd.cfg.cpu.handler_ns(req_bytes + reply.len() as u64);
         wd.workers[self.w as usize].clock_ns += handler_ns;
         let t = wd.workers[self.w as usize].clock_ns;
         let dst = wd.node_of(to.worker);
-        // A held local request is answered without the network.
-        let at = if dst == self.node {
-            t
-        } else {
-            wd.transmit(self.node, dst, VerbKind::Rpc, reply.len() as u64, t)
-        };
-        let delivery = Delivery::Completion {
-            slot: to.slot,
-            index: to.index,
-            completion: Completion::Rpc(reply),
-        };
-        wd.push(
-            at,
-            Ev::Arrive {
-                w: to.worker,
-                delivery,
+        let bytes = reply.len() as u64;
+        let arrive = Ev::Arrive {
+            w: to.worker,
+            delivery: Delivery::Completion {
+                slot: to.slot,
+                index: to.index,
+                completion: Completion::Rpc(reply),
             },
-        );
+        };
+        // A held local request is answered without the network.
+        let ev = if dst == self.node {
+            arrive
+        } else {
+            Ev::Send {
+                from: self.node,
+                to: dst,
+                kind: VerbKind::Rpc,
+                bytes,
+                then: Box::new(arrive),
+            }
+        };
+        wd.push(t, ev);
     }
 }
 
@@ -674,7 +719,7 @@ pub fn run(
                 // Requests it received and never answered (queued, or held by its handler)
                 // fail at their requesters; its own co-routines stop where they are.
                 let serving = std::mem::take(&mut wd.nodes[node.0 as usize].serving);
-                for ((w, slot, index), posted_ns) in serving {
+                for ((w, slot, index), (posted_ns, _)) in serving {
                     wd.fail_later(w, SlotId(slot), index, node, posted_ns);
                 }
                 let t = cfg.threads_per_node as usize;
@@ -682,12 +727,24 @@ pub fn run(
                     wd.workers[w].inbox.clear();
                 }
             }
+            Ev::Send {
+                from,
+                to,
+                kind,
+                bytes,
+                then,
+            } => {
+                let now = wd.now_ns;
+                let at = wd.transmit(from, to, kind, bytes, now);
+                wd.push(at, *then);
+            }
             Ev::Arrive { w, delivery } => {
-                if let Delivery::Request { from, .. } = &delivery {
+                if let Delivery::Request { from, req, .. } = &delivery {
                     let node = wd.node_of(w).0 as usize;
-                    wd.nodes[node]
-                        .serving
-                        .insert((from.worker, from.slot.0, from.index), from.posted_ns);
+                    wd.nodes[node].serving.insert(
+                        (from.worker, from.slot.0, from.index),
+                        (from.posted_ns, req.len() as u64),
+                    );
                 }
                 wd.workers[w as usize].inbox.push_back(delivery);
                 let now = wd.now_ns;
@@ -818,6 +875,7 @@ pub fn run(
                 let ws = &mut wd.workers[w as usize];
                 ws.run_queued = false;
                 ws.clock_ns = q.at_ns.max(ws.cpu_free_ns);
+                let run_start_ns = ws.clock_ns;
                 drop(wd);
                 let e = &mut execs[w as usize];
                 let before = e.live_tasks();
@@ -829,6 +887,7 @@ pub fn run(
                 let holding = e.core().deferred_waiting();
                 let mut wd = world.borrow_mut();
                 let clock = wd.workers[w as usize].clock_ns;
+                wd.workers[w as usize].busy_ns += clock - run_start_ns;
                 wd.workers[w as usize].cpu_free_ns = clock;
                 end_ns = end_ns.max(clock);
                 if more || !wd.workers[w as usize].inbox.is_empty() {
@@ -864,6 +923,7 @@ pub fn run(
             .collect(),
         virtual_ns: end_ns,
         events: wd.events,
+        cpu_busy_ns: wd.workers.iter().map(|w| w.busy_ns).collect(),
         unfinished,
         crashed,
     }
@@ -1159,6 +1219,61 @@ mod tests {
         assert_eq!(t[0], 1_000 + 4 * 1_000);
         // RPC: 3 us round trip, 4 NIC services, 400 ns of handler CPU.
         assert_eq!(t[1], 3_000 + 4 * 1_000 + 400);
+    }
+
+    #[test]
+    fn sim_a_nic_serves_messages_in_virtual_time_order_not_in_the_order_workers_ran() {
+        // Node 0 has two workers whose runs both start at time 0. Thread 0 runs first and
+        // computes 50 us before its READ; thread 1 posts its READ at once. Thread 1's READ
+        // must not queue behind a message its NIC will only see 50 us later.
+        let memory: ClusterMemory = (0..2)
+            .map(|n| Arc::new(NodeMemory::new(NodeId(n), &[64])))
+            .collect::<Vec<_>>()
+            .into();
+        let handlers: Vec<Arc<dyn RpcHandler>> = (0..2)
+            .map(|_| Arc::new(Echo) as Arc<dyn RpcHandler>)
+            .collect();
+        let cfg = SimConfig {
+            nodes: 2,
+            threads_per_node: 2,
+            net: profile(),
+            cpu: cpu(),
+            faults: Vec::new(),
+            op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
+        };
+        const AHEAD_NS: u64 = 50_000;
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let o = out.clone();
+        let report = run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &move |core| {
+                if core.id.node != NodeId(0) {
+                    return Vec::new();
+                }
+                let ep = Endpoint::new(core.clone(), TaskId(0));
+                let o = o.clone();
+                let ahead = core.id.thread == 0;
+                vec![Box::pin(async move {
+                    if ahead {
+                        ep.compute(AHEAD_NS).await;
+                    }
+                    let t0 = ep.now_ns();
+                    ep.read(REMOTE, 1).await.expect("no node crashed");
+                    o.lock().unwrap().push((ahead, t0, ep.now_ns() - t0));
+                }) as Coroutine]
+            },
+        );
+        let mut t = out.lock().unwrap().clone();
+        t.sort();
+        // Thread 1 (not ahead): its READ alone on the wire, 1 us round trip + 4 services.
+        assert_eq!(t[0], (false, 0, 1_000 + 4 * 1_000), "{t:?}");
+        // Thread 0's READ leaves 50 us later, behind nothing.
+        assert_eq!(t[1], (true, AHEAD_NS, 1_000 + 4 * 1_000), "{t:?}");
+        // Thread 0's core was busy for its 50 us, thread 1's for nothing (free CPU profile).
+        assert_eq!(report.cpu_busy_ns[0], AHEAD_NS, "{:?}", report.cpu_busy_ns);
+        assert_eq!(report.cpu_busy_ns[1], 0, "{:?}", report.cpu_busy_ns);
     }
 
     #[test]

@@ -55,10 +55,10 @@ pub struct CpuProfile {
     /// Posting one work request and polling its completion (building it, a share of the
     /// doorbell MMIO, the completion's bookkeeping).
     pub post_ns: u64,
-    /// One direct access to the node's own memory (a cache miss or two), or one call of
-    /// its own RPC handler without the network.
+    /// One direct access to the node's own memory (a cache miss or two).
     pub local_op_ns: u64,
-    /// Serving one RPC request (dispatch and handler), plus per request byte.
+    /// Serving one RPC request (dispatch and handler), plus per request and reply byte; a
+    /// node's own requests pay it too ([`CpuProfile::handler_ns`]).
     pub rpc_handler_ns: u64,
     pub rpc_handler_ns_per_byte: f64,
     /// The coordinator's CPU per transaction attempt outside verbs: generating and running
@@ -99,7 +99,7 @@ impl CpuProfile {
     /// Measured on Atoll's own code by `atoll calibrate` (2026-11-23 19:08, build 28fcfe3, on a 2-core AMD EPYC family 25 model 17 KVM guest, medians of 5
     /// repetitions; NOTES-issue9-calibration.md has the table), then multiplied by
     /// [`CALIBRATION_SCALE`] to stand for the papers' Xeon E5-2670 v3 (RCC) / E5-2650 v4
-    /// (DrTM+H) cores. `rpc_handler_ns_per_byte` was not measured and is `xeon`'s.
+    /// (DrTM+H) cores.
     pub fn calibrated() -> Self {
         let s = |ns: f64| (ns * CALIBRATION_SCALE).round() as u64;
         CpuProfile {
@@ -108,10 +108,19 @@ impl CpuProfile {
             post_ns: s(MEASURED_POST_NS),
             local_op_ns: s(MEASURED_LOCAL_OP_NS),
             rpc_handler_ns: s(MEASURED_RPC_HANDLER_NS),
-            rpc_handler_ns_per_byte: 0.05,
+            rpc_handler_ns_per_byte: MEASURED_RPC_HANDLER_NS_PER_BYTE * CALIBRATION_SCALE,
             txn_ns: s(MEASURED_TXN_NS),
             txn_ns_per_access: s(MEASURED_TXN_NS_PER_ACCESS),
         }
+    }
+
+    /// CPU time of serving one RPC of `bytes` (request and reply together): the same
+    /// whether the request came over the network or from a co-routine of the node itself
+    /// (the same handler decodes, dispatches and runs it). Bytes stand for the records a
+    /// request carries, which the fabric cannot see: every record adds an item to the
+    /// request and, for a READ, its data to the reply.
+    pub fn handler_ns(&self, bytes: u64) -> u64 {
+        self.rpc_handler_ns + (bytes as f64 * self.rpc_handler_ns_per_byte) as u64
     }
 
     /// Every cost multiplied by `factor` (a slower or faster CPU than the profile's).
@@ -151,6 +160,11 @@ pub const MEASURED_SWITCH_NS: f64 = 38.4;
 pub const MEASURED_LOCAL_OP_NS: f64 = 91.1;
 /// Serving one small RPC (a one-record READ request): decoding, dispatch, handler.
 pub const MEASURED_RPC_HANDLER_NS: f64 = 473.5;
+/// Serving an RPC, per byte of request and reply beyond the one-record READ's: 8-record
+/// against one-record READ requests of 64-byte records (~410 ns per further record).
+/// Measured on 2026-11-24 00:10 UTC (build caeaf76-dirty, load ~5: thread CPU time, the
+/// medians of 5 repetitions; 2.6 and 3.0 in two runs with reply bytes only).
+pub const MEASURED_RPC_HANDLER_NS_PER_BYTE: f64 = 2.6;
 /// The coordinator's CPU per attempt outside verbs (YCSB fit's intercept).
 pub const MEASURED_TXN_NS: f64 = 729.0;
 /// The coordinator's CPU per record touched outside verbs (YCSB fit's slope).

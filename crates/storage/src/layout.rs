@@ -213,6 +213,11 @@ pub struct TableSpec {
     pub partition: Partition,
     /// Keep an ordered index for range scans on each node.
     pub ordered: bool,
+    /// Most deleted keys a node files for this table at once: keys whose slot another key
+    /// took and that were not inserted again (see `Store`'s `gone`). The workload declares
+    /// it from its key space (0 for a table it never deletes from); the store holds it to
+    /// it, and a run's sizing counts it before it allocates.
+    pub gone_keys_max_per_node: u32,
 }
 
 /// Word offsets of one table inside its region; identical on every node, so a coordinator
@@ -493,6 +498,7 @@ mod tests {
             capacity_per_node: 100,
             partition,
             ordered: false,
+            gone_keys_max_per_node: 0,
         }
     }
 

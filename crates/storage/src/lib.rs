@@ -9,4 +9,4 @@ pub mod ordered;
 pub mod store;
 
 pub use layout::{Catalog, Partition, TableId, TableLayout, TableSpec};
-pub use store::{Store, StoreError};
+pub use store::{Store, StoreError, GONE_BYTES_PER_KEY_MAX};

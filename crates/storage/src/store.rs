@@ -119,6 +119,11 @@ impl std::error::Error for StoreError {}
 /// hold the key's deletion version, which scans report.
 const ORDERED_GONE: u64 = 1 << 63;
 
+/// Most heap bytes a deleted key's entry in a table's `gone` map takes, for sizing: a
+/// hash-map bucket of key and version (16 bytes and a control byte), at most 2 × 8/7
+/// buckets per entry (power-of-two growth at a 7/8 load factor).
+pub const GONE_BYTES_PER_KEY_MAX: u64 = 40;
+
 /// The record slot a scan reports for a deleted key whose slot was reclaimed.
 pub const NO_SLOT: u32 = u32::MAX;
 
@@ -133,10 +138,13 @@ struct Alloc {
     /// queued once, so the queue holds at most `capacity` slots).
     queued: Vec<u64>,
     /// Keys whose slot went to another key, with their deletion version, so a re-insert
-    /// continues the key's versions.
-    // TODO(#10): prune `gone` and the ordered index's gone keys at a safe point (no running
-    // transaction started before the deletion), with the history checker told the rule:
-    // TPC-C's NEW-ORDER churn (keys never reused) is where they grow without bound.
+    /// continues the key's versions (and the ordered index keeps a gone mark for each, so a
+    /// scan reports the deletion). Never pruned: a transaction that saw such a key may still
+    /// be running, and a key's versions must never repeat. Bounded instead by the table's
+    /// declared `gone_keys_max_per_node`, from the workload's key space, which the run's
+    /// sizing counts (TPC-C's NEW-ORDER, whose keys are never reused, files one per
+    /// delivered order: at most its capacity, since its fixed ORDER table bounds the orders
+    /// a run adds).
     gone: HashMap<u64, u64>,
 }
 
@@ -354,6 +362,13 @@ impl Store {
             let old_version = key_version(v);
             // An undone insert of a key that never existed leaves nothing to remember.
             if old_version >= INITIAL_VERSION {
+                // What the sizing counted; more is a workload that misdeclared its keys.
+                let max = self.catalog.spec(t).gone_keys_max_per_node;
+                assert!(
+                    a.gone.len() < max as usize || a.gone.contains_key(&old_key),
+                    "table {}: deleting key {old_key} files more than the {max} deleted keys the workload declared (gone_keys_max_per_node)",
+                    self.name(t)
+                );
                 a.gone.insert(old_key, old_version);
                 if let Some(o) = &self.shards[t.0 as usize].ordered {
                     // Before the slot changes: a scan reads slot versions under this lock.
@@ -659,6 +674,9 @@ mod tests {
     use super::*;
     use crate::layout::{Partition, TableSpec};
 
+    /// The churn tests' key spaces are a few thousand keys at most.
+    const GONE_KEYS_TESTS: u32 = 10_000;
+
     fn store(capacity: u32) -> Store {
         let spec = TableSpec {
             name: "t".into(),
@@ -666,6 +684,7 @@ mod tests {
             capacity_per_node: capacity,
             partition: Partition::Modulo,
             ordered: true,
+            gone_keys_max_per_node: GONE_KEYS_TESTS,
         };
         let catalog = Arc::new(Catalog::new(1, vec![spec], vec![]));
         let mem = Arc::new(NodeMemory::new(NodeId(0), &catalog.region_words()));
@@ -723,6 +742,27 @@ mod tests {
         let mut out = Vec::new();
         s.scan(t, 0, u64::MAX, usize::MAX, false, &mut out).unwrap();
         assert_eq!(out, model.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    #[should_panic(expected = "table t: deleting key 1 files more than the 0 deleted keys")]
+    fn store_refuses_to_file_more_deleted_keys_than_its_table_declared() {
+        let spec = TableSpec {
+            name: "t".into(),
+            payload_words: 2,
+            capacity_per_node: 1,
+            partition: Partition::Modulo,
+            ordered: true,
+            gone_keys_max_per_node: 0,
+        };
+        let catalog = Arc::new(Catalog::new(1, vec![spec], vec![]));
+        let mem = Arc::new(NodeMemory::new(NodeId(0), &catalog.region_words()));
+        let s = Store::new(catalog, mem);
+        let t = TableId(0);
+        s.insert(t, 1, &[1, 0]).unwrap();
+        s.delete(t, 1).unwrap();
+        // Key 2 takes key 1's slot: 1 would be a deleted key the sizing did not count.
+        let _ = s.insert(t, 2, &[2, 0]);
     }
 
     #[test]
@@ -928,6 +968,7 @@ mod tests {
             capacity_per_node: 4,
             partition: Partition::Modulo,
             ordered: false,
+            gone_keys_max_per_node: 0,
         };
         let catalog = Arc::new(Catalog::new(2, vec![spec], vec![]));
         let mem = Arc::new(NodeMemory::new(NodeId(0), &catalog.region_words()));

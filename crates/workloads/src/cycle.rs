@@ -274,6 +274,7 @@ impl Workload for Cycle {
                 capacity_per_node: (2 * self.pairs) as u32,
                 partition: Partition::Modulo,
                 ordered: false,
+                gone_keys_max_per_node: 0,
             },
             TableSpec {
                 name: "dyn".into(),
@@ -283,6 +284,8 @@ impl Workload for Cycle {
                     keys_per_node: self.keys_per_node(),
                 },
                 ordered: true,
+                // At most every key of the node's ranges (each one once).
+                gone_keys_max_per_node: self.keys_per_node() as u32,
             },
             TableSpec {
                 name: "guards".into(),
@@ -292,6 +295,7 @@ impl Workload for Cycle {
                     keys_per_node: self.ranges,
                 },
                 ordered: false,
+                gone_keys_max_per_node: 0,
             },
         ]
     }

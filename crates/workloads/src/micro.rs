@@ -223,6 +223,8 @@ impl Workload for Micro {
 
     fn tables(&self, _nodes: u16) -> Vec<TableSpec> {
         vec![TableSpec {
+            // Rows are only read and updated.
+            gone_keys_max_per_node: 0,
             name: "rows".into(),
             payload_words: self.payload_words() as u32,
             capacity_per_node: self.rows_per_node as u32,

@@ -245,6 +245,8 @@ impl Workload for SmallBank {
     fn tables(&self, nodes: u16) -> Vec<TableSpec> {
         let _ = nodes;
         let spec = |name: &str| TableSpec {
+            // Accounts are never deleted.
+            gone_keys_max_per_node: 0,
             name: name.into(),
             payload_words: 1,
             capacity_per_node: self.accounts as u32,

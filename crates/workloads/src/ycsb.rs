@@ -423,6 +423,8 @@ impl Workload for Ycsb {
 
     fn tables(&self, _nodes: u16) -> Vec<TableSpec> {
         vec![TableSpec {
+            // YCSB never deletes.
+            gone_keys_max_per_node: 0,
             name: "usertable".into(),
             payload_words: self.payload_words() as u32,
             capacity_per_node: self.records as u32,

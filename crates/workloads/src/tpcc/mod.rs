@@ -229,6 +229,7 @@ impl Tpcc {
             capacity_per_node: capacity(n),
             partition: self.partition(),
             ordered,
+            gone_keys_max_per_node: 0,
         };
         let tables = vec![
             spec("warehouse", WAREHOUSE_WORDS, w, false),
@@ -242,12 +243,19 @@ impl Tpcc {
                 customers + districts * self.new_orders_max,
                 false,
             ),
-            spec(
-                "new_order",
-                NEW_ORDER_WORDS,
-                districts * (self.undelivered_loaded() + self.new_orders_max),
-                true,
-            ),
+            TableSpec {
+                // Delivery deletes NEW-ORDER rows and their keys (order ids) never come
+                // back: at most every order the table ever held, its capacity.
+                gone_keys_max_per_node: capacity(
+                    districts * (self.undelivered_loaded() + self.new_orders_max),
+                ),
+                ..spec(
+                    "new_order",
+                    NEW_ORDER_WORDS,
+                    districts * (self.undelivered_loaded() + self.new_orders_max),
+                    true,
+                )
+            },
             spec("order", ORDER_WORDS, orders, false),
             spec(
                 "order_line",
@@ -261,6 +269,7 @@ impl Tpcc {
                 capacity_per_node: capacity(self.items),
                 partition: Partition::Replicated,
                 ordered: false,
+                gone_keys_max_per_node: 0,
             },
             spec("stock", STOCK_WORDS, w * self.items, false),
             spec("order_by_customer", INDEX_WORDS, orders, true),
