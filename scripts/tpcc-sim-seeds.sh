@@ -5,6 +5,7 @@
 # (exit 0) and history (atoll check-history, exit 0) must be clean. Prints one count line per
 # mix and protocol, and a FAIL line (with the seed) per failed run, whose output is kept.
 #   SEEDS=200 BASE=5000 MIXES="standard neworder" PROTOCOLS="occ mvcc" scripts/tpcc-sim-seeds.sh
+#   BIN=path/to/atoll uses that binary (default: build this tree)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${SEEDS:-200}; base=${BASE:-5000}
@@ -14,8 +15,11 @@ faults=spikes=3,spike_us=50,spike_len_us=300,pauses=2,pause_us=200,tear_words=2,
 out=${OUT:-target/tpcc-sim-seeds}
 target=${CARGO_TARGET_DIR:-target}
 mkdir -p "$out"
-cargo build --release -q
-bin="$target/release/atoll"
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -q
+  BIN=$target/release/atoll
+fi
+bin=$BIN
 for mix in $mixes; do
   for p in $protocols; do
     ok=0; bad=0

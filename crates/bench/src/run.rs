@@ -579,7 +579,10 @@ async fn coroutine<W: Workload, P: Protocol>(
                 Ok(x) => break Ok(x),
                 Err(a) => {
                     let now = c.now_ns();
-                    if start_ns >= run.warmup_end_ns && a != Abort::UserAbort {
+                    // Each attempt counts by its own start: a transaction begun in the
+                    // warm-up may retry throughout the measured window, and those retries
+                    // are work the window did (a retry storm would otherwise go unseen).
+                    if attempt_start_ns >= run.warmup_end_ns && a != Abort::UserAbort {
                         let mut st = ws.stats.borrow_mut();
                         st.aborts[ty][a.index()] += 1;
                         st.interval.aborted += 1;
