@@ -712,10 +712,13 @@ pub fn log_record_words(payload_words: impl IntoIterator<Item = u64>) -> u64 {
 /// to this coordinator's ring on each backup, which wraps when full (lazy reclamation).
 pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Result<(), Abort> {
     let replicas = tx.c.cfg.log_replicas as usize;
-    let ws = tx.select(|e| e.is_write());
-    if replicas == 0 || ws.is_empty() {
+    if replicas == 0 {
         // Without backups a writer passes the point of no return here all the same.
-        tx.logged = !ws.is_empty();
+        tx.logged = tx.entries.iter().any(|e| e.is_write());
+        return Ok(());
+    }
+    let ws = tx.select(|e| e.is_write());
+    if ws.is_empty() {
         return Ok(());
     }
     let mut rec: Vec<u64> = vec![tx.ts.word(), ws.len() as u64, 0];
@@ -1049,6 +1052,12 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
         .copied()
         .filter(|&i| tx.entries[i].locked)
         .collect();
+    release_held(tx, &held, prim).await
+}
+
+/// Unlocks `held`, entries this attempt has locked (selected as such by the caller, so no
+/// second list is built).
+async fn release_held<S: EntryState>(tx: &mut TxnCore<'_, S>, held: &[usize], prim: Primitive) {
     if held.is_empty() {
         return;
     }
@@ -1057,7 +1066,7 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
         Primitive::OneSided => {
             let c = &*tx.c;
             let mut remote = 0;
-            for &i in &held {
+            for &i in held {
                 let e = &tx.entries[i];
                 if c.ep.in_place_on(e.node) {
                     release_record(&mut InPlace(&c.ep), c, e);
@@ -1067,7 +1076,7 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
             }
             if remote > 0 {
                 let mut d = c.ep.doorbell_for(2 * remote);
-                for &i in &held {
+                for &i in held {
                     let e = &tx.entries[i];
                     if !c.ep.in_place_on(e.node) {
                         release_record(&mut d, c, e);
@@ -1077,7 +1086,7 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
             }
         }
         Primitive::Rpc => {
-            let nodes = nodes_of(tx, &held);
+            let nodes = nodes_of(tx, held);
             let mut d = tx.c.ep.doorbell();
             for &n in &nodes {
                 let items = held
@@ -1091,7 +1100,7 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
             tx.unabortable(d.submit().await);
         }
     }
-    for &i in &held {
+    for &i in held {
         tx.entries[i].locked = false;
         tx.entries[i].frozen = false;
     }
@@ -1104,11 +1113,13 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
 /// inserts already made are deleted again and the transaction aborts with `Duplicate` or
 /// `TableFull`.
 pub async fn apply_inserts_deletes<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Result<(), Abort> {
-    let ins = tx.select(|e| e.access == Access::Insert);
-    let del = tx.select(|e| e.access == Access::Delete);
-    if ins.is_empty() && del.is_empty() {
+    // Most transactions neither insert nor delete: one pass tells, no index lists built.
+    let index_change = |e: &Entry<S>| matches!(e.access, Access::Insert | Access::Delete);
+    if !tx.entries.iter().any(index_change) {
         return Ok(());
     }
+    let ins = tx.select(|e| e.access == Access::Insert);
+    let del = tx.select(|e| e.access == Access::Delete);
     let ts = tx.ts.word();
     let mut d = tx.c.ep.doorbell();
     for &i in &ins {
@@ -1265,14 +1276,9 @@ async fn freeze_one_sided<S: EntryState>(
 /// time is charged.
 pub async fn commit_and_release<S: EntryState>(tx: &mut TxnCore<'_, S>, opts: CommitOpts<S>) {
     let plan = *tx.c.plan();
-    let held = tx.select(|e| e.locked);
     let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
     let t0 = tx.now_ns();
-    let ws: Idxs = held
-        .iter()
-        .copied()
-        .filter(|&i| tx.entries[i].is_write())
-        .collect();
+    let ws = tx.select(|e| e.locked && e.is_write());
     let wb = WriteBackOpts {
         primitive: plan.get(Stage::Commit),
         release: same,
@@ -1283,7 +1289,7 @@ pub async fn commit_and_release<S: EntryState>(tx: &mut TxnCore<'_, S>, opts: Co
     tx.charge(Stage::Commit, t0);
     let t0 = tx.now_ns();
     let rest = tx.select(|e| e.locked);
-    release(tx, &rest, plan.get(Stage::Release)).await;
+    release_held(tx, &rest, plan.get(Stage::Release)).await;
     tx.charge(Stage::Release, t0);
 }
 
@@ -1292,7 +1298,7 @@ pub async fn release_all<S: EntryState>(tx: &mut TxnCore<'_, S>) {
     let t0 = tx.now_ns();
     let held = tx.select(|e| e.locked);
     let prim = tx.c.plan().get(Stage::Release);
-    release(tx, &held, prim).await;
+    release_held(tx, &held, prim).await;
     tx.charge(Stage::Release, t0);
 }
 
