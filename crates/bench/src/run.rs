@@ -574,7 +574,7 @@ async fn coroutine<W: Workload, P: Protocol>(
                     }
                 }
             }
-            drop(tx);
+            tx.end();
             match r {
                 Ok(x) => break Ok(x),
                 Err(a) => {

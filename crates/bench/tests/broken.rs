@@ -2,6 +2,8 @@
 //! tearing and faults) in at least 90% of the seeds run, by the value-based history checker,
 //! the invariant checks computed from state, or the Cycle workload's in-transaction checks.
 //! The test prints a table of which check caught which variant in how many seeds.
+//! The simulator posts own-node ops, so the in-place path of the in-process fabric has its
+//! own broken variant, run on real threads.
 //!
 //! `ATOLL_SEED` replays a base seed; `ATOLL_BROKEN_SEEDS` sets the seeds per variant.
 
@@ -17,7 +19,7 @@ use atoll_storage::layout::{
     seal, ENGINE_PAYLOAD_WORDS, HEADER_WORDS, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN,
     VERSION_ABSENT,
 };
-use atoll_txn::stages::{self, CommitOpts, LockOpts, UnchangedOpts};
+use atoll_txn::stages::{self, CommitOpts, LockOpts, UnchangedOpts, WriteBackOpts};
 use atoll_txn::{Abort, Access, Plan, PlanError, Protocol, Stage, TxnCore};
 use atoll_workloads::{Params, WorkloadKind};
 
@@ -261,6 +263,64 @@ impl Protocol for OccLeavingAbortedWrites {
         // The bug: the attempt is reported aborted after its writes were installed.
         if tx.tag % LEAKY_ATTEMPT_EVERY == 0 && tx.entries.iter().any(|e| e.installed.is_some()) {
             return Err(Abort::ValidationFailed);
+        }
+        Ok(())
+    }
+
+    async fn rollback(tx: &mut TxnCore<'_>) {
+        stages::release_all(tx).await
+    }
+}
+
+/// OCC whose write-back stores a record's payload and version after unlocking it, the
+/// order an in-place write-back must never take; the gap (a yield to the worker's other
+/// co-routines) stands for a descheduled writer. On one in-process node every record is the
+/// coordinator's own, so each of those stores runs in place.
+struct OccStoringAfterUnlock;
+
+impl Protocol for OccStoringAfterUnlock {
+    const NAME: &'static str = "occ-storing-after-unlock";
+    const STAGES: &'static [Stage] = atoll_protocols::Occ::STAGES;
+    type EntryState = ();
+
+    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
+        atoll_protocols::Occ::check_plan(plan)
+    }
+
+    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+        atoll_protocols::Occ::fetch(tx, idxs).await
+    }
+
+    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+        let plan = *tx.c.plan();
+        let ws = tx.select(|e| e.is_write() && e.access != Access::Insert);
+        let rs = tx.select(|e| !e.is_write());
+        let unchanged = UnchangedOpts {
+            freeze_rts: false,
+            seen: |e| e.version,
+        };
+        stages::lock_unchanged(tx, &ws, unchanged).await?;
+        if let Err(a) = stages::validate(tx, &rs, plan.get(Stage::Validate)).await {
+            stages::release_all(tx).await;
+            return Err(a);
+        }
+        stages::log_and_apply(tx).await?;
+        // The bug: unlock first, then store into records no longer held.
+        stages::release(tx, &ws, plan.get(Stage::Release)).await;
+        tx.c.ep.yield_now().await;
+        for &i in &ws {
+            // `write_back` insists on the lock the variant just gave away.
+            tx.entries[i].locked = true;
+        }
+        let opts = WriteBackOpts {
+            primitive: plan.get(Stage::Commit),
+            release: false,
+            set_ts: None,
+            install: None,
+        };
+        stages::write_back(tx, &ws, opts).await;
+        for &i in &ws {
+            tx.entries[i].locked = false;
         }
         Ok(())
     }
@@ -696,6 +756,71 @@ fn mvcc_cycle_on_real_threads_fixed_is_clean_and_old_write_back_is_caught() {
     assert!(
         !old.passed || !history::check(&old.history, Mode::Serializable).ok(),
         "old write-back not caught in {secs} s"
+    );
+}
+
+/// Seconds each in-process run of the in-place test lasts.
+const IN_PLACE_RUN_S: f64 = 0.3;
+
+#[test]
+fn in_place_write_back_storing_after_the_unlock_is_caught_on_real_threads_and_every_protocol_is_clean(
+) {
+    // One node: every record is the coordinator's own, so lock, read, validation,
+    // write-back and release all run in place (2 threads x 4 co-routines, hot records).
+    let cfg = |workload, protocol| RunConfig {
+        fabric: Fabric::InProc,
+        workload,
+        params: knobs(workload)
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Params>(),
+        protocol,
+        plan: Plan::parse("one-sided").unwrap(),
+        nodes: 1,
+        threads: 2,
+        coroutines: 4,
+        duration_s: IN_PLACE_RUN_S,
+        warmup_s: 0.0,
+        // One node has no other to log to.
+        log_replicas: 0,
+        seed: 1,
+        record_history: true,
+        ..RunConfig::default()
+    };
+    let caught = |r: &Report| !r.passed || !history::check(&r.history, Mode::Serializable).ok();
+    let workloads = [WorkloadKind::SmallBank, WorkloadKind::Ycsb];
+    let mut flagged = Vec::new();
+    for w in workloads {
+        for p in ProtocolKind::ALL {
+            let r = atoll_bench::run(&cfg(w, p), &|_| {}).unwrap();
+            assert!(
+                r.summary.committed > 100,
+                "{} / {}: {:?}",
+                w.name(),
+                p.name(),
+                r.summary
+            );
+            if caught(&r) {
+                flagged.push(format!("{} / {}", w.name(), p.name()));
+            }
+        }
+    }
+    assert!(
+        flagged.is_empty(),
+        "correct protocols flagged in place: {flagged:?}"
+    );
+    let missed: Vec<_> = workloads
+        .into_iter()
+        .filter(|&w| {
+            let r =
+                run_protocol::<OccStoringAfterUnlock>(&cfg(w, ProtocolKind::Occ), &|_| {}).unwrap();
+            !caught(&r)
+        })
+        .map(|w| w.name())
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "a write-back storing after the unlock went unnoticed in place on: {missed:?}"
     );
 }
 

@@ -7,7 +7,7 @@
 //! the same code runs under real threads and under the single-threaded simulator.
 
 use crate::ids::{NodeId, WorkerId};
-use crate::memory::{NodeDirectory, NodeMemory};
+use crate::memory::{NodeDirectory, NodeMemory, Region};
 use crate::verbs::{
     execute_one_sided, Completion, Handled, Op, OpError, RpcHandler, VerbCounters, Words,
 };
@@ -484,24 +484,63 @@ impl Endpoint {
         self.core.counters()
     }
 
+    /// The own-node region `ptr` lies in, for an in-place access counted as the local op
+    /// `kind` it replaces (the report's per-verb counters stay those of the doorbell path).
+    /// Only on a backend that allows it ([`Endpoint::local_inline`]): the simulator prices
+    /// own-node ops as it posts them, and a non-coherent NIC must run them itself.
+    #[inline(always)]
+    fn in_place(&self, ptr: crate::ids::RemotePtr, kind: crate::verbs::VerbKind) -> &Region {
+        assert!(
+            self.core.local_inline && ptr.node == self.core.id.node,
+            "an in-place {kind:?} of node {} from node {} (inline: {})",
+            ptr.node.0,
+            self.core.id.node.0,
+            self.core.local_inline
+        );
+        self.core.counters.borrow_mut().local_ops[kind as usize] += 1;
+        self.core.local.region(ptr.region)
+    }
+
     /// A READ of this node's own words at `ptr` run in place, on a backend that allows it
     /// ([`Endpoint::local_inline`]): the same word loads in the same order as the verb,
     /// counted as a local READ, without an op or a completion. A caller may load the rest
     /// of the same record from [`Endpoint::local_memory`] as part of this READ.
     #[inline(always)]
     pub fn load_in_place(&self, ptr: crate::ids::RemotePtr, out: &mut [u64]) {
-        assert!(
-            self.core.local_inline && ptr.node == self.core.id.node,
-            "an in-place READ of node {} from node {} (inline: {})",
-            ptr.node.0,
-            self.core.id.node.0,
-            self.core.local_inline
-        );
-        self.core
-            .local
-            .region(ptr.region)
+        self.in_place(ptr, crate::verbs::VerbKind::Read)
             .read_into(ptr.offset_words as usize, out);
-        self.core.counters.borrow_mut().local_ops[crate::verbs::VerbKind::Read as usize] += 1;
+    }
+
+    /// A WRITE of `data` to this node's own words at `ptr` run in place: the stores of the
+    /// inline doorbell's WRITE (ascending words, each a release store, not atomic as a
+    /// whole), counted as a local WRITE.
+    #[inline(always)]
+    pub fn write_in_place(&self, ptr: crate::ids::RemotePtr, data: &[u64]) {
+        self.in_place(ptr, crate::verbs::VerbKind::Write)
+            .write_from(ptr.offset_words as usize, data);
+    }
+
+    /// A CAS on this node's own word at `ptr` run in place (the inline doorbell's CAS:
+    /// acquire-release); returns the value found, as the verb. Counted as a local CAS.
+    #[inline(always)]
+    pub fn cas_in_place(&self, ptr: crate::ids::RemotePtr, expect: u64, new: u64) -> u64 {
+        self.in_place(ptr, crate::verbs::VerbKind::Cas)
+            .cas(ptr.offset_words as usize, expect, new)
+    }
+
+    /// A FETCH_ADD on this node's own word at `ptr` run in place; returns the previous
+    /// value. Counted as a local FETCH_ADD.
+    #[inline(always)]
+    pub fn fetch_add_in_place(&self, ptr: crate::ids::RemotePtr, add: u64) -> u64 {
+        self.in_place(ptr, crate::verbs::VerbKind::FetchAdd)
+            .fetch_add(ptr.offset_words as usize, add)
+    }
+
+    /// Whether `node`'s records are accessed in place by this endpoint: its own node's, on a
+    /// backend that allows it.
+    #[inline(always)]
+    pub fn in_place_on(&self, node: NodeId) -> bool {
+        self.core.local_inline && node == self.core.id.node
     }
 
     pub fn doorbell(&self) -> Doorbell<'_> {

@@ -9,6 +9,7 @@ use atoll_storage::layout::{
     payload_intact, ENGINE_PAYLOAD_WORDS, LOADER_TAG, P_TAG, VERSION_ABSENT,
 };
 use atoll_storage::{Catalog, TableId};
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -88,6 +89,14 @@ pub struct Coordinator {
     /// [`ENTRIES_RESERVED_MAX`]): the next attempt reserves that many at once instead of
     /// growing its set by reallocation (issue #9).
     entries_seen_max: usize,
+    /// The entry vector of the last attempt, emptied, for the next to reuse (issue #9: no
+    /// allocation per attempt). Its element type is the family's `Entry<S>`, which a
+    /// coordinator does not name, hence `Any`.
+    spare_entries: Option<Box<dyn Any>>,
+    /// Emptied payload buffers of ended attempts' entries that had spilled to the heap
+    /// (records over 16 words), handed to new entries: a 1000-byte record is one
+    /// allocation per read otherwise. At most [`ENTRIES_RESERVED_MAX`].
+    spare_words: Vec<Words>,
 }
 
 /// Bits of an attempt's tag that count the coordinator's attempts; the bits above hold the
@@ -141,6 +150,8 @@ impl Coordinator {
             id,
             attempts_begun: 0,
             entries_seen_max: ENTRIES_TYPICAL,
+            spare_entries: None,
+            spare_words: Vec::new(),
         }
     }
 
@@ -357,14 +368,20 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
     pub fn begin(c: &'c mut Coordinator) -> Self {
         let ts = c.begin_ts();
         let tag = c.next_tag();
-        let entries_reserved = c.entries_seen_max;
+        let mut entries = c
+            .spare_entries
+            .as_mut()
+            .and_then(|b| b.downcast_mut::<Vec<Entry<S>>>())
+            .map(std::mem::take)
+            .unwrap_or_default();
+        entries.reserve(c.entries_seen_max);
         TxnCore {
             c,
             ts: ts.read,
             commit_ts: ts.commit,
             tag,
             scans: Vec::new(),
-            entries: Vec::with_capacity(entries_reserved),
+            entries,
             stage_ns: [0; Stage::COUNT],
             logged: false,
             failed_after_log: None,
@@ -413,7 +430,7 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
             loc,
             access,
             version: 0,
-            data: Words::new(),
+            data: self.c.spare_words.pop().unwrap_or_default(),
             fetched: false,
             locked: false,
             dirty: false,
@@ -427,6 +444,30 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
             self.c.entries_seen_max = n;
         }
         n - 1
+    }
+
+    /// Ends the attempt: its entry vector and spilled payload buffers go back to the
+    /// coordinator, emptied, for its next attempt (an attempt dropped instead only costs the
+    /// next one its allocations).
+    pub fn end(self) {
+        let TxnCore { c, mut entries, .. } = self;
+        for e in entries.drain(..) {
+            if e.data.spilled() && c.spare_words.len() < ENTRIES_RESERVED_MAX {
+                let mut data = e.data;
+                data.clear();
+                c.spare_words.push(data);
+            }
+        }
+        // A rare huge attempt must not make the coordinator hold its vector for good.
+        entries.shrink_to(ENTRIES_RESERVED_MAX);
+        match c
+            .spare_entries
+            .as_mut()
+            .and_then(|b| b.downcast_mut::<Vec<Entry<S>>>())
+        {
+            Some(spare) => *spare = entries,
+            None => c.spare_entries = Some(Box::new(entries)),
+        }
     }
 
     /// Charges the time since `start_ns` to `stage`.

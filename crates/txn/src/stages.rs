@@ -354,65 +354,33 @@ pub async fn lock<S: EntryState>(
             if peek_on_retry && tx.retry {
                 peek_locks(tx, idxs).await?;
             }
-            // CAS then READ in one doorbell (RCC §4.2): the READ executes after the CAS at the
-            // target, and its data is ignored when the CAS fails.
-            let mut d = tx.c.ep.doorbell_for(2 * idxs.len());
+            let mut outcome = Ok(());
+            let mut to_freeze: smallvec::SmallVec<[(usize, u64); 8]> = smallvec::SmallVec::new();
+            // Own-node records first, in place: the CAS, then the READ that follows it in
+            // the doorbell. The first refusal ends the stage before any other lock is taken
+            // (the stage fails either way; its caller releases what it took).
+            let mut remote = 0;
             for &i in idxs {
                 let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
-                d.cas(ptr.add(H_LOCK), 0, ts);
-                // A multi-version record is read whole: an MVCC write-back moves the
-                // current version into the oldest of the slots this READ returns.
-                let layout = tx.c.catalog.layout(e.table);
-                let words = match (want_data, layout.version_slots > 1) {
-                    (true, true) => layout.record_words,
-                    (true, false) => layout.tuple_words,
-                    (false, _) => HEADER_WORDS,
-                };
-                d.read(ptr, words);
-            }
-            let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-            let mut outcome = Ok(());
-            let mut stale = smallvec::SmallVec::<[atoll_fabric::RemotePtr; 4]>::new();
-            let mut to_freeze: smallvec::SmallVec<[(usize, u64); 8]> = smallvec::SmallVec::new();
-            for (j, &i) in idxs.iter().enumerate() {
-                if res.cas(2 * j) != 0 {
-                    outcome = outcome.and(Err(Abort::LockBusy));
+                if !tx.c.ep.in_place_on(e.node) {
+                    remote += 1;
                     continue;
                 }
-                let w = res.read(2 * j + 1);
-                let e = &tx.entries[i];
                 let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
-                if let Err(a) = check_tuple(tx, i, w) {
+                if tx.c.ep.cas_in_place(ptr.add(H_LOCK), 0, ts) != 0 {
+                    outcome = Err(Abort::LockBusy);
+                    break;
+                }
+                if let Err(a) = lock_read_in_place(tx, i, ptr, want_data, freeze, &mut to_freeze) {
                     // Locked a slot that no longer holds the key (a stale cached location):
                     // give it back, since the entry has forgotten that location.
-                    stale.push(ptr);
-                    outcome = outcome.and(Err(a));
-                    continue;
-                }
-                let e = &mut tx.entries[i];
-                e.locked = true;
-                e.version = w[H_VERSION as usize];
-                let mut whole = None;
-                if want_data {
-                    let tuple = tx.c.catalog.layout(e.table).tuple_words as usize;
-                    e.fill(e.version, &w[HEADER_WORDS as usize..tuple]);
-                    if w.len() > tuple {
-                        whole = Some(&w[..]);
-                    }
-                }
-                e.state
-                    .saw(w[H_WTS as usize], w[H_RTS as usize] & !RTS_FROZEN, whole);
-                if freeze {
-                    to_freeze.push((i, w[H_RTS as usize]));
+                    tx.c.ep.write_in_place(ptr.add(H_LOCK), &[0]);
+                    outcome = Err(a);
+                    break;
                 }
             }
-            if !stale.is_empty() {
-                let mut d = tx.c.ep.doorbell();
-                for p in stale {
-                    d.write(p.add(H_LOCK), Words::from_slice(&[0]));
-                }
-                d.submit().await.map_err(|e| tx.op_failed(e))?;
+            if outcome.is_ok() && remote > 0 {
+                outcome = lock_remote(tx, idxs, ts, want_data, freeze, &mut to_freeze).await;
             }
             // A failed lock stage only releases what it took: freezing first would hold
             // those locks another round trip.
@@ -434,19 +402,170 @@ pub async fn lock<S: EntryState>(
     }
 }
 
-/// Aborts with `LockBusy` if another transaction holds any of `idxs`' locks, read with one
-/// one-word READ each in one doorbell; takes nothing. What it saw may change before the
-/// CAS, which decides: this only keeps an attempt that would fail from holding locks.
-async fn peek_locks<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> Result<(), Abort> {
-    let mut d = tx.c.ep.doorbell_for(idxs.len());
+/// Words a one-sided lock READs of a record: a multi-version record whole (an MVCC
+/// write-back moves the current version into the oldest of the slots this READ returns),
+/// else the tuple with its data or only the header.
+fn lock_read_words(layout: &TableLayout, want_data: bool) -> u32 {
+    match (want_data, layout.version_slots > 1) {
+        (true, true) => layout.record_words,
+        (true, false) => layout.tuple_words,
+        (false, _) => HEADER_WORDS,
+    }
+}
+
+/// Takes what a lock's READ `w` of entry `i` (whose CAS succeeded) returned: the entry is
+/// locked at that version, with the payload if `want_data`, its family shown the record's
+/// timestamps, and its `RTS` queued for freezing. A READ showing another key or an absent
+/// record (a stale location) fails with `NotFound` and takes nothing.
+fn take_locked<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    i: usize,
+    w: &[u64],
+    want_data: bool,
+    freeze: bool,
+    to_freeze: &mut smallvec::SmallVec<[(usize, u64); 8]>,
+) -> Result<(), Abort> {
+    check_tuple(tx, i, w)?;
+    let e = &mut tx.entries[i];
+    e.locked = true;
+    e.version = w[H_VERSION as usize];
+    let mut whole = None;
+    if want_data {
+        let tuple = tx.c.catalog.layout(e.table).tuple_words as usize;
+        e.fill(e.version, &w[HEADER_WORDS as usize..tuple]);
+        if w.len() > tuple {
+            whole = Some(w);
+        }
+    }
+    e.state
+        .saw(w[H_WTS as usize], w[H_RTS as usize] & !RTS_FROZEN, whole);
+    if freeze {
+        to_freeze.push((i, w[H_RTS as usize]));
+    }
+    Ok(())
+}
+
+/// The READ that follows a successful lock CAS on an own-node record, in place: the same
+/// words in the same ascending order; a single-version payload goes straight into the
+/// entry (one copy), a multi-version record is read whole as the verb returns it.
+fn lock_read_in_place<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    i: usize,
+    ptr: atoll_fabric::RemotePtr,
+    want_data: bool,
+    freeze: bool,
+    to_freeze: &mut smallvec::SmallVec<[(usize, u64); 8]>,
+) -> Result<(), Abort> {
+    let layout = tx.c.catalog.layout(tx.entries[i].table);
+    let words = lock_read_words(layout, want_data);
+    if words > layout.tuple_words {
+        let mut whole = vec![0u64; words as usize];
+        tx.c.ep.load_in_place(ptr, &mut whole);
+        return take_locked(tx, i, &whole, want_data, freeze, to_freeze);
+    }
+    let payload_words = (words - HEADER_WORDS) as usize;
+    let mut head = [0u64; HEADER_WORDS as usize];
+    tx.c.ep.load_in_place(ptr, &mut head);
+    take_locked(tx, i, &head, false, freeze, to_freeze)?;
+    if payload_words > 0 {
+        let region = tx.c.ep.local_memory().region(ptr.region);
+        let at = ptr.offset_words as usize + HEADER_WORDS as usize;
+        let e = &mut tx.entries[i];
+        e.fill_with(e.version, payload_words, |out| region.read_into(at, out));
+    }
+    Ok(())
+}
+
+/// The lock stage's doorbell for the records of `idxs` not accessed in place: CAS then
+/// READ per record (RCC §4.2: the READ executes after the CAS at the target, and its data
+/// is ignored when the CAS fails).
+async fn lock_remote<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    idxs: &[usize],
+    ts: u64,
+    want_data: bool,
+    freeze: bool,
+    to_freeze: &mut smallvec::SmallVec<[(usize, u64); 8]>,
+) -> Result<(), Abort> {
+    let mut d = tx.c.ep.doorbell_for(2 * idxs.len());
     for &i in idxs {
         let e = &tx.entries[i];
+        if tx.c.ep.in_place_on(e.node) {
+            continue;
+        }
         let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
-        d.read(ptr.add(H_LOCK), 1);
+        d.cas(ptr.add(H_LOCK), 0, ts);
+        d.read(
+            ptr,
+            lock_read_words(tx.c.catalog.layout(e.table), want_data),
+        );
     }
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    let mut outcome = Ok(());
+    let mut stale = smallvec::SmallVec::<[atoll_fabric::RemotePtr; 4]>::new();
+    let mut j = 0;
+    for &i in idxs {
+        if tx.c.ep.in_place_on(tx.entries[i].node) {
+            continue;
+        }
+        let (cas, read) = (2 * j, 2 * j + 1);
+        j += 1;
+        if res.cas(cas) != 0 {
+            outcome = outcome.and(Err(Abort::LockBusy));
+            continue;
+        }
+        let e = &tx.entries[i];
+        let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+        if let Err(a) = take_locked(tx, i, res.read(read), want_data, freeze, to_freeze) {
+            // Locked a slot that no longer holds the key (a stale cached location): give
+            // it back, since the entry has forgotten that location.
+            stale.push(ptr);
+            outcome = outcome.and(Err(a));
+        }
+    }
+    if !stale.is_empty() {
+        let mut d = tx.c.ep.doorbell();
+        for p in stale {
+            d.write(p.add(H_LOCK), Words::from_slice(&[0]));
+        }
+        d.submit().await.map_err(|e| tx.op_failed(e))?;
+    }
+    outcome
+}
+
+/// Aborts with `LockBusy` if another transaction holds any of `idxs`' locks, read with one
+/// one-word READ each (own-node ones in place, the others in one doorbell); takes nothing. What it saw may change before the
+/// CAS, which decides: this only keeps an attempt that would fail from holding locks.
+async fn peek_locks<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> Result<(), Abort> {
     let ts = tx.ts;
-    if (0..idxs.len()).any(|j| ts.held_by_other(res.read(j)[0])) {
+    // Own-node lock words in place (a one-word READ each), the others in one doorbell.
+    let mut remote = 0;
+    for &i in idxs {
+        let e = &tx.entries[i];
+        if !tx.c.ep.in_place_on(e.node) {
+            remote += 1;
+            continue;
+        }
+        let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+        let mut lock = [0u64; 1];
+        tx.c.ep.load_in_place(ptr.add(H_LOCK), &mut lock);
+        if ts.held_by_other(lock[0]) {
+            return Err(Abort::LockBusy);
+        }
+    }
+    if remote == 0 {
+        return Ok(());
+    }
+    let mut d = tx.c.ep.doorbell_for(remote);
+    for &i in idxs {
+        let e = &tx.entries[i];
+        if !tx.c.ep.in_place_on(e.node) {
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+            d.read(ptr.add(H_LOCK), 1);
+        }
+    }
+    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    if (0..remote).any(|j| ts.held_by_other(res.read(j)[0])) {
         return Err(Abort::LockBusy);
     }
     Ok(())
@@ -593,10 +712,13 @@ pub fn log_record_words(payload_words: impl IntoIterator<Item = u64>) -> u64 {
 /// to this coordinator's ring on each backup, which wraps when full (lazy reclamation).
 pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Result<(), Abort> {
     let replicas = tx.c.cfg.log_replicas as usize;
-    let ws = tx.select(|e| e.is_write());
-    if replicas == 0 || ws.is_empty() {
+    if replicas == 0 {
         // Without backups a writer passes the point of no return here all the same.
-        tx.logged = !ws.is_empty();
+        tx.logged = tx.entries.iter().any(|e| e.is_write());
+        return Ok(());
+    }
+    let ws = tx.select(|e| e.is_write());
+    if ws.is_empty() {
         return Ok(());
     }
     let mut rec: Vec<u64> = vec![tx.ts.word(), ws.len() as u64, 0];
@@ -745,35 +867,30 @@ pub async fn write_back<S: EntryState>(
     }
     match prim {
         Primitive::OneSided => {
-            let mut d = tx.c.ep.doorbell_for(WRITE_BACK_OPS_PER_RECORD * idxs.len());
+            // Own-node records in place, the others in one doorbell: the same stores in
+            // the same order either way (`write_back_record`).
             let mut steps = Vec::new();
+            let mut remote = 0;
+            let c = &*tx.c;
             for &i in idxs {
                 let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
-                if e.dirty {
-                    if let Some(inst) = install {
-                        // Ops of one doorbell to one node execute in order, each in
-                        // ascending words: the steps' order is what keeps readers safe.
-                        (inst.steps)(e, tx.c.catalog.layout(e.table), &mut steps);
-                        for (at, words) in steps.drain(..) {
-                            d.write(ptr.add(at), words);
-                        }
-                    }
-                    d.write(ptr.add(HEADER_WORDS), e.data.clone());
-                    if set_ts != 0 {
-                        // RTS and WTS are adjacent: one WRITE sets the new lease.
-                        d.write(ptr.add(H_RTS), Words::from_slice(&[set_ts, set_ts]));
-                    }
-                    d.write(ptr.add(H_VERSION), Words::from_slice(&[e.version + 1]));
+                if !c.ep.in_place_on(e.node) {
+                    remote += 1;
+                    continue;
                 }
-                if release {
-                    if e.frozen && !(e.dirty && set_ts != 0) {
-                        d.fetch_add(ptr.add(H_RTS), THAW);
-                    }
-                    d.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
-                }
+                let mut sink = InPlace(&c.ep);
+                write_back_record(&mut sink, c, e, release, set_ts, install, &mut steps);
             }
-            tx.unabortable(d.submit().await);
+            if remote > 0 {
+                let mut d = c.ep.doorbell_for(WRITE_BACK_OPS_PER_RECORD * remote);
+                for &i in idxs {
+                    let e = &tx.entries[i];
+                    if !c.ep.in_place_on(e.node) {
+                        write_back_record(&mut d, c, e, release, set_ts, install, &mut steps);
+                    }
+                }
+                tx.unabortable(d.submit().await);
+            }
         }
         Primitive::Rpc => {
             let nodes = nodes_of(tx, idxs);
@@ -844,6 +961,90 @@ pub async fn write_back<S: EntryState>(
     }
 }
 
+/// Where a one-sided stage's stores to one record go: in place on the coordinator's own
+/// node, or into the stage's doorbell. One sequence per record drives either
+/// ([`write_back_record`], [`release_record`]), so both run the same ops in the same order,
+/// each WRITE in ascending words with release stores.
+trait RecordOps {
+    fn write(&mut self, ptr: atoll_fabric::RemotePtr, data: &[u64]);
+    fn write_words(&mut self, ptr: atoll_fabric::RemotePtr, data: Words) {
+        self.write(ptr, &data)
+    }
+    fn fetch_add(&mut self, ptr: atoll_fabric::RemotePtr, add: u64);
+}
+
+/// Own-node records, accessed in place ([`atoll_fabric::Endpoint::write_in_place`]).
+struct InPlace<'e>(&'e atoll_fabric::Endpoint);
+
+impl RecordOps for InPlace<'_> {
+    fn write(&mut self, ptr: atoll_fabric::RemotePtr, data: &[u64]) {
+        self.0.write_in_place(ptr, data);
+    }
+    fn fetch_add(&mut self, ptr: atoll_fabric::RemotePtr, add: u64) {
+        self.0.fetch_add_in_place(ptr, add);
+    }
+}
+
+impl RecordOps for atoll_fabric::Doorbell<'_> {
+    fn write(&mut self, ptr: atoll_fabric::RemotePtr, data: &[u64]) {
+        atoll_fabric::Doorbell::write(self, ptr, Words::from_slice(data));
+    }
+    fn write_words(&mut self, ptr: atoll_fabric::RemotePtr, data: Words) {
+        atoll_fabric::Doorbell::write(self, ptr, data);
+    }
+    fn fetch_add(&mut self, ptr: atoll_fabric::RemotePtr, add: u64) {
+        atoll_fabric::Doorbell::fetch_add(self, ptr, add);
+    }
+}
+
+/// The one-sided write-back of one locked record, in the order readers rely on: the
+/// family's install steps, the payload (its tag and check word catch a reader that
+/// overlaps it), the new timestamps, the version, then (with `release`) the thaw and the
+/// unlock. A reader that sees the lock free sees them all.
+fn write_back_record<S: EntryState>(
+    ops: &mut impl RecordOps,
+    c: &crate::Coordinator,
+    e: &Entry<S>,
+    release: bool,
+    set_ts: u64,
+    install: Option<Installer<S>>,
+    steps: &mut Vec<(u32, Words)>,
+) {
+    let ptr = c.catalog.record_ptr(e.table, e.node, e.slot());
+    if e.dirty {
+        if let Some(inst) = install {
+            // Ops of one doorbell to one node execute in order, each in ascending words:
+            // the steps' order is what keeps readers safe.
+            (inst.steps)(e, c.catalog.layout(e.table), steps);
+            for (at, words) in steps.drain(..) {
+                ops.write_words(ptr.add(at), words);
+            }
+        }
+        ops.write(ptr.add(HEADER_WORDS), &e.data);
+        if set_ts != 0 {
+            // RTS and WTS are adjacent: one WRITE sets the new lease.
+            ops.write(ptr.add(H_RTS), &[set_ts, set_ts]);
+        }
+        ops.write(ptr.add(H_VERSION), &[e.version + 1]);
+    }
+    if release {
+        if e.frozen && !(e.dirty && set_ts != 0) {
+            ops.fetch_add(ptr.add(H_RTS), THAW);
+        }
+        ops.write(ptr.add(H_LOCK), &[0]);
+    }
+}
+
+/// The one-sided release of one locked record: thaw a frozen `RTS` (keeping any raise an
+/// earlier-ordered MVCC reader made meanwhile), then unlock.
+fn release_record<S: EntryState>(ops: &mut impl RecordOps, c: &crate::Coordinator, e: &Entry<S>) {
+    let ptr = c.catalog.record_ptr(e.table, e.node, e.slot());
+    if e.frozen {
+        ops.fetch_add(ptr.add(H_RTS), THAW);
+    }
+    ops.write(ptr.add(H_LOCK), &[0]);
+}
+
 /// Unlocks every locked entry among `idxs`.
 pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], prim: Primitive) {
     let held: Idxs = idxs
@@ -851,27 +1052,41 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
         .copied()
         .filter(|&i| tx.entries[i].locked)
         .collect();
+    release_held(tx, &held, prim).await
+}
+
+/// Unlocks `held`, entries this attempt has locked (selected as such by the caller, so no
+/// second list is built).
+async fn release_held<S: EntryState>(tx: &mut TxnCore<'_, S>, held: &[usize], prim: Primitive) {
     if held.is_empty() {
         return;
     }
     let ts = tx.ts.word();
     match prim {
         Primitive::OneSided => {
-            let mut d = tx.c.ep.doorbell_for(held.len());
-            for &i in &held {
+            let c = &*tx.c;
+            let mut remote = 0;
+            for &i in held {
                 let e = &tx.entries[i];
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
-                if e.frozen {
-                    // Thaw before unlocking, keeping any raise an earlier-ordered MVCC
-                    // reader made meanwhile.
-                    d.fetch_add(ptr.add(H_RTS), THAW);
+                if c.ep.in_place_on(e.node) {
+                    release_record(&mut InPlace(&c.ep), c, e);
+                } else {
+                    remote += 1;
                 }
-                d.write(ptr.add(H_LOCK), Words::from_slice(&[0]));
             }
-            tx.unabortable(d.submit().await);
+            if remote > 0 {
+                let mut d = c.ep.doorbell_for(2 * remote);
+                for &i in held {
+                    let e = &tx.entries[i];
+                    if !c.ep.in_place_on(e.node) {
+                        release_record(&mut d, c, e);
+                    }
+                }
+                tx.unabortable(d.submit().await);
+            }
         }
         Primitive::Rpc => {
-            let nodes = nodes_of(tx, &held);
+            let nodes = nodes_of(tx, held);
             let mut d = tx.c.ep.doorbell();
             for &n in &nodes {
                 let items = held
@@ -885,7 +1100,7 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
             tx.unabortable(d.submit().await);
         }
     }
-    for &i in &held {
+    for &i in held {
         tx.entries[i].locked = false;
         tx.entries[i].frozen = false;
     }
@@ -898,11 +1113,13 @@ pub async fn release<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize], pri
 /// inserts already made are deleted again and the transaction aborts with `Duplicate` or
 /// `TableFull`.
 pub async fn apply_inserts_deletes<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Result<(), Abort> {
-    let ins = tx.select(|e| e.access == Access::Insert);
-    let del = tx.select(|e| e.access == Access::Delete);
-    if ins.is_empty() && del.is_empty() {
+    // Most transactions neither insert nor delete: one pass tells, no index lists built.
+    let index_change = |e: &Entry<S>| matches!(e.access, Access::Insert | Access::Delete);
+    if !tx.entries.iter().any(index_change) {
         return Ok(());
     }
+    let ins = tx.select(|e| e.access == Access::Insert);
+    let del = tx.select(|e| e.access == Access::Delete);
     let ts = tx.ts.word();
     let mut d = tx.c.ep.doorbell();
     for &i in &ins {
@@ -1059,14 +1276,9 @@ async fn freeze_one_sided<S: EntryState>(
 /// time is charged.
 pub async fn commit_and_release<S: EntryState>(tx: &mut TxnCore<'_, S>, opts: CommitOpts<S>) {
     let plan = *tx.c.plan();
-    let held = tx.select(|e| e.locked);
     let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
     let t0 = tx.now_ns();
-    let ws: Idxs = held
-        .iter()
-        .copied()
-        .filter(|&i| tx.entries[i].is_write())
-        .collect();
+    let ws = tx.select(|e| e.locked && e.is_write());
     let wb = WriteBackOpts {
         primitive: plan.get(Stage::Commit),
         release: same,
@@ -1077,7 +1289,7 @@ pub async fn commit_and_release<S: EntryState>(tx: &mut TxnCore<'_, S>, opts: Co
     tx.charge(Stage::Commit, t0);
     let t0 = tx.now_ns();
     let rest = tx.select(|e| e.locked);
-    release(tx, &rest, plan.get(Stage::Release)).await;
+    release_held(tx, &rest, plan.get(Stage::Release)).await;
     tx.charge(Stage::Release, t0);
 }
 
@@ -1086,7 +1298,7 @@ pub async fn release_all<S: EntryState>(tx: &mut TxnCore<'_, S>) {
     let t0 = tx.now_ns();
     let held = tx.select(|e| e.locked);
     let prim = tx.c.plan().get(Stage::Release);
-    release(tx, &held, prim).await;
+    release_held(tx, &held, prim).await;
     tx.charge(Stage::Release, t0);
 }
 

@@ -193,8 +193,11 @@ impl<'c, P: Protocol> Txn<'c, P> {
     pub async fn fetch(&mut self, accesses: &[(TableId, u64, bool)]) -> Result<(), Abort> {
         let mut idxs = crate::Idxs::new();
         for &(t, k, upd) in accesses {
+            let known = self.core.entries.len();
             let i = self.entry(t, k, if upd { Access::Update } else { Access::Read });
-            if !self.core.entries[i].fetched && !idxs.contains(&i) {
+            // An entry just added is neither fetched nor listed yet: only a repeated key
+            // needs the search.
+            if i >= known || (!self.core.entries[i].fetched && !idxs.contains(&i)) {
                 idxs.push(i);
             }
         }
@@ -315,6 +318,12 @@ impl<'c, P: Protocol> Txn<'c, P> {
     pub async fn commit(&mut self) -> Result<[u64; crate::Stage::COUNT], Abort> {
         P::commit(&mut self.core).await?;
         Ok(self.core.stage_ns)
+    }
+
+    /// Ends the attempt (after its commit or rollback), handing its buffers back to the
+    /// coordinator for the next one.
+    pub fn end(self) {
+        self.core.end()
     }
 
     /// Gives up the attempt, releasing what it holds.
