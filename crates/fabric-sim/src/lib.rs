@@ -978,11 +978,11 @@ mod tests {
         }
     }
 
-    /// Runs `body` as the only co-routine of node 0's worker; returns what it recorded.
-    fn sim(
+    /// Two nodes of 64 words each, echo handlers, the test profiles, `threads` per node.
+    fn two_nodes(
+        threads: u16,
         faults: Vec<Fault>,
-        body: fn(Endpoint, Arc<Mutex<Vec<u64>>>) -> Coroutine,
-    ) -> (Vec<u64>, SimReport) {
+    ) -> (ClusterMemory, Vec<Arc<dyn RpcHandler>>, SimConfig) {
         let memory: ClusterMemory = (0..2)
             .map(|n| Arc::new(NodeMemory::new(NodeId(n), &[64])))
             .collect::<Vec<_>>()
@@ -992,12 +992,21 @@ mod tests {
             .collect();
         let cfg = SimConfig {
             nodes: 2,
-            threads_per_node: 1,
+            threads_per_node: threads,
             net: profile(),
             cpu: cpu(),
             faults,
             op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
         };
+        (memory, handlers, cfg)
+    }
+
+    /// Runs `body` as the only co-routine of node 0's worker; returns what it recorded.
+    fn sim(
+        faults: Vec<Fault>,
+        body: fn(Endpoint, Arc<Mutex<Vec<u64>>>) -> Coroutine,
+    ) -> (Vec<u64>, SimReport) {
+        let (memory, handlers, cfg) = two_nodes(1, faults);
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();
         let report = run(
@@ -1226,21 +1235,7 @@ mod tests {
         // Node 0 has two workers whose runs both start at time 0. Thread 0 runs first and
         // computes 50 us before its READ; thread 1 posts its READ at once. Thread 1's READ
         // must not queue behind a message its NIC will only see 50 us later.
-        let memory: ClusterMemory = (0..2)
-            .map(|n| Arc::new(NodeMemory::new(NodeId(n), &[64])))
-            .collect::<Vec<_>>()
-            .into();
-        let handlers: Vec<Arc<dyn RpcHandler>> = (0..2)
-            .map(|_| Arc::new(Echo) as Arc<dyn RpcHandler>)
-            .collect();
-        let cfg = SimConfig {
-            nodes: 2,
-            threads_per_node: 2,
-            net: profile(),
-            cpu: cpu(),
-            faults: Vec::new(),
-            op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
-        };
+        let (memory, handlers, cfg) = two_nodes(2, Vec::new());
         const AHEAD_NS: u64 = 50_000;
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();
