@@ -36,8 +36,15 @@ use std::time::Instant;
 
 /// Location-cache entries per coordinator before it is cleared.
 const LOC_CACHE_ENTRIES_MAX: usize = 1 << 16;
-/// Longest randomised back-off after an abort, in nanoseconds, reached after a few aborts.
-const BACKOFF_NS_MAX: u64 = 64_000;
+/// Randomised back-off after an abort: drawn below `BACKOFF_NS_MIN << aborts so far`, which
+/// doubles per abort up to `BACKOFF_NS_MAX` (after ten). A cap of 64 µs let a contended run
+/// collapse into a retry storm: at RCC's shape (simulated, hot_prob 0.9) NOWAIT's rpc plan
+/// committed 1,500 tx/s with every core busy on failing attempts and on serving their lock
+/// and release RPCs, so lock holders waited behind them; growing to 1 ms it committed
+/// 152,700 (NOTES-session7.md).
+const BACKOFF_NS_MIN: u64 = 1_000;
+const BACKOFF_NS_MAX: u64 = 1_000_000;
+const BACKOFF_DOUBLINGS_MAX: u32 = 10;
 
 /// Why a run produced no report.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -592,7 +599,8 @@ async fn coroutine<W: Workload, P: Protocol>(
                         break Err(a);
                     }
                     // Randomised exponential back-off, so conflicting retries spread out.
-                    let cap = (1000u64 << attempts.min(6)).min(BACKOFF_NS_MAX);
+                    let cap =
+                        (BACKOFF_NS_MIN << attempts.min(BACKOFF_DOUBLINGS_MAX)).min(BACKOFF_NS_MAX);
                     c.ep.sleep(rng.below(cap)).await;
                 }
             }

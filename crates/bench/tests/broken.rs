@@ -826,6 +826,8 @@ fn in_place_write_back_storing_after_the_unlock_is_caught_on_real_threads_and_ev
 
 /// Seeds tried for a run whose checks fail, before the test gives up.
 const FAILING_SEEDS_MAX: u64 = 40;
+/// Measured seconds of the driver test's runs: several of the longest back-offs.
+const DRIVER_DURATION_S: f64 = 0.02;
 
 #[test]
 fn driver_failed_verdicts_of_a_broken_variant_are_the_same_through_json_summaries() {
@@ -833,7 +835,11 @@ fn driver_failed_verdicts_of_a_broken_variant_are_the_same_through_json_summarie
     // Through the JSON wire the same checks fail with the same details (3 nodes).
     let runs = (1..=FAILING_SEEDS_MAX).flat_map(|s| WorkloadKind::ALL.map(|w| (s, w)));
     for (seed, workload) in runs {
-        let cfg = config(workload, ProtocolKind::Occ, "one-sided", seed);
+        // Long enough for stale commits to pile up past the retries' back-off (up to 1 ms).
+        let cfg = RunConfig {
+            duration_s: DRIVER_DURATION_S,
+            ..config(workload, ProtocolKind::Occ, "one-sided", seed)
+        };
         let memory =
             run_protocol_via::<OccWithoutValidation>(&cfg, SummaryWire::InMemory, &|_| {}).unwrap();
         if memory.passed {
