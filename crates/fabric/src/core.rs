@@ -491,7 +491,7 @@ impl Endpoint {
     #[inline(always)]
     fn in_place(&self, ptr: crate::ids::RemotePtr, kind: crate::verbs::VerbKind) -> &Region {
         assert!(
-            self.core.local_inline && ptr.node == self.core.id.node,
+            self.in_place_on(ptr.node),
             "an in-place {kind:?} of node {} from node {} (inline: {})",
             ptr.node.0,
             self.core.id.node.0,

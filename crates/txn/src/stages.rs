@@ -445,6 +445,10 @@ fn take_locked<S: EntryState>(
     Ok(())
 }
 
+/// Words of a whole multi-version record a lock reads in place without a heap buffer: four
+/// version slots of records up to ~100 bytes.
+const WHOLE_RECORD_WORDS_INLINE: usize = 96;
+
 /// The READ that follows a successful lock CAS on an own-node record, in place: the same
 /// words in the same ascending order; a single-version payload goes straight into the
 /// entry (one copy), a multi-version record is read whole as the verb returns it.
@@ -459,7 +463,9 @@ fn lock_read_in_place<S: EntryState>(
     let layout = tx.c.catalog.layout(tx.entries[i].table);
     let words = lock_read_words(layout, want_data);
     if words > layout.tuple_words {
-        let mut whole = vec![0u64; words as usize];
+        // On the stack for a typical multi-version record (no allocation per lock).
+        let mut whole =
+            smallvec::SmallVec::<[u64; WHOLE_RECORD_WORDS_INLINE]>::from_elem(0, words as usize);
         tx.c.ep.load_in_place(ptr, &mut whole);
         return take_locked(tx, i, &whole, want_data, freeze, to_freeze);
     }
