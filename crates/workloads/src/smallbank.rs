@@ -36,7 +36,7 @@ use atoll_storage::layout::ENGINE_PAYLOAD_WORDS;
 use atoll_storage::{Partition, Store, TableId, TableSpec};
 use atoll_txn::{Abort, Protocol, Txn};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 pub const SAVINGS: TableId = TableId(0);
 pub const CHECKING: TableId = TableId(1);
@@ -184,18 +184,18 @@ pub type Effect = smallvec::SmallVec<[BalanceChange; 3]>;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Ledger {
     #[serde(with = "deltas_as_entries")]
-    pub deltas: HashMap<(TableId, u64), i64>,
+    pub deltas: crate::KeyMap<(TableId, u64), i64>,
 }
 
 /// The deltas as a list of `(table, account, cents)` sorted by table and account: a map
 /// keyed by a pair has no JSON form, and a sorted list serializes the same every time.
 mod deltas_as_entries {
     use super::TableId;
+    use crate::KeyMap;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
-    use std::collections::HashMap;
 
     pub fn serialize<S: Serializer>(
-        d: &HashMap<(TableId, u64), i64>,
+        d: &KeyMap<(TableId, u64), i64>,
         s: S,
     ) -> Result<S::Ok, S::Error> {
         let mut entries: Vec<(u16, u64, i64)> = d.iter().map(|(&(t, a), &c)| (t.0, a, c)).collect();
@@ -205,7 +205,7 @@ mod deltas_as_entries {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(
         d: D,
-    ) -> Result<HashMap<(TableId, u64), i64>, D::Error> {
+    ) -> Result<KeyMap<(TableId, u64), i64>, D::Error> {
         let entries: Vec<(u16, u64, i64)> = Vec::deserialize(d)?;
         Ok(entries
             .into_iter()

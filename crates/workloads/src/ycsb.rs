@@ -28,8 +28,7 @@ use atoll_storage::layout::{hash_key, ENGINE_PAYLOAD_WORDS};
 use atoll_storage::{Partition, Store, TableId, TableSpec};
 use atoll_txn::{Abort, Protocol, Txn};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
 
 pub const USERTABLE: TableId = TableId(0);
 const OPS_PER_TXN_MAX: u64 = 64;
@@ -140,31 +139,7 @@ pub struct Effect {
 /// Committed writes per key.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ledger {
-    pub writes: HashMap<u64, u64, BuildHasherDefault<KeyHasher>>,
-}
-
-/// Hashes the ledger's keys (integers) with one multiply: each committed transaction
-/// records its written keys, and SipHash cost ~300 instructions per transaction (issue #9).
-/// The map is the benchmark's, never fed keys from outside a run.
-#[derive(Default)]
-pub struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        // Fibonacci hashing: the high bits, which hashbrown uses for its control bytes,
-        // depend on every key bit.
-        self.0 = (self.0 ^ v)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .rotate_left(29);
-    }
+    pub writes: crate::KeyMap<u64, u64>,
 }
 
 /// One node's part of the record check.
