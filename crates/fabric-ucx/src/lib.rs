@@ -47,6 +47,7 @@ mod context;
 mod endpoint;
 mod error;
 mod memory;
+mod wire;
 mod worker;
 
 pub use context::{Context, ContextConfig, Transports};
@@ -55,7 +56,7 @@ pub use error::UcxError;
 pub use memory::{MemRegion, RegionDescriptor, RKEY_BYTES_MAX};
 pub use worker::{
     AmMessage, AmProtocol, AmSendOptions, Completion, Outcome, PeerFailure, ReplyEp, Worker,
-    WorkerAddress, WorkerConfig, AM_INBOX_MESSAGES_DEFAULT,
+    WorkerAddress, WorkerConfig, AM_INBOX_MESSAGES_DEFAULT, WORKER_ADDRESS_BYTES_MAX,
 };
 
 /// Whether this build links UCX.

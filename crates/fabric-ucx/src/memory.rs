@@ -124,7 +124,8 @@ const DESCRIPTOR_MAGIC: u64 = u64::from_le_bytes(*b"atollrgn");
 const DESCRIPTOR_HEADER_BYTES: usize = 8 * 4;
 
 impl RegionDescriptor {
-    /// Little-endian: magic, base address, length in words, key length, key bytes.
+    /// Little-endian: magic, base address, length in words, key length, key bytes, checksum
+    /// of all before it.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(DESCRIPTOR_HEADER_BYTES + self.rkey.len());
         for w in [
@@ -136,23 +137,22 @@ impl RegionDescriptor {
             out.extend_from_slice(&w.to_le_bytes());
         }
         out.extend_from_slice(&self.rkey);
+        crate::wire::seal(&mut out);
         out
     }
 
     /// Decodes [`RegionDescriptor::to_bytes`]'s output, refusing anything else.
     pub fn from_bytes(bytes: &[u8]) -> Result<RegionDescriptor, UcxError> {
         let bad = |reason: String| UcxError::invalid("region descriptor", reason);
+        let bytes =
+            crate::wire::unseal(bytes).ok_or_else(|| bad("checksum missing or wrong".into()))?;
         if bytes.len() < DESCRIPTOR_HEADER_BYTES {
             return Err(bad(format!(
                 "{} bytes, fewer than the {DESCRIPTOR_HEADER_BYTES} of its header",
                 bytes.len()
             )));
         }
-        let word = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
-            u64::from_le_bytes(w)
-        };
+        let word = |i: usize| crate::wire::word(bytes, i);
         if word(0) != DESCRIPTOR_MAGIC {
             return Err(bad(format!(
                 "starts with {:#018x}, not the descriptor magic",

@@ -38,23 +38,42 @@ impl Default for WorkerConfig {
     }
 }
 
-/// The opaque address of a worker, which a peer's [`Worker::connect`] takes. Only bytes a
-/// worker's [`Worker::address`] produced are meaningful: UCX parses them unchecked, so they
-/// must travel over a channel that delivers them intact (the cluster's start-up exchange).
+/// The opaque address of a worker, which a peer's [`Worker::connect`] takes. UCX parses the
+/// address unchecked, so it travels framed ([`WorkerAddress::to_bytes`]: magic, length,
+/// checksum) and only a frame that checks out is accepted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerAddress(pub(crate) Vec<u8>);
 
+/// First word of an encoded worker address (`b"atollwad"`).
+const ADDRESS_MAGIC: u64 = u64::from_le_bytes(*b"atollwad");
+/// Bytes of UCX's worker address we accept: a few hundred per transport in UCX 1.13.
+pub const WORKER_ADDRESS_BYTES_MAX: usize = 64 * 1024;
+
 impl WorkerAddress {
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+    /// Little-endian: magic, length, UCX's address bytes, checksum of all before it.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24 + self.0.len());
+        out.extend_from_slice(&ADDRESS_MAGIC.to_le_bytes());
+        out.extend_from_slice(&(self.0.len() as u64).to_le_bytes());
+        out.extend_from_slice(&self.0);
+        crate::wire::seal(&mut out);
+        out
     }
 
-    /// Takes bytes a peer's [`Worker::address`] produced; refuses empty ones.
+    /// Decodes [`WorkerAddress::to_bytes`]'s output, refusing anything else.
     pub fn from_bytes(bytes: &[u8]) -> Result<WorkerAddress, UcxError> {
-        if bytes.is_empty() {
-            return Err(UcxError::invalid("worker address", "no bytes"));
+        let bad = |reason: &str| UcxError::invalid("worker address", reason);
+        let body = crate::wire::unseal(bytes).ok_or_else(|| bad("checksum missing or wrong"))?;
+        if body.len() < 16 || crate::wire::word(body, 0) != ADDRESS_MAGIC {
+            return Err(bad("not an encoded worker address (magic)"));
         }
-        Ok(WorkerAddress(bytes.to_vec()))
+        let len = crate::wire::word(body, 1);
+        let len_ok = usize::try_from(len)
+            .is_ok_and(|n| (1..=WORKER_ADDRESS_BYTES_MAX).contains(&n) && body.len() == 16 + n);
+        if !len_ok {
+            return Err(bad("announced length disagrees with the bytes"));
+        }
+        Ok(WorkerAddress(body[16..].to_vec()))
     }
 }
 

@@ -5,7 +5,7 @@
 
 use atoll_fabric_ucx::{
     AmProtocol, AmSendOptions, Completion, Context, ContextConfig, Endpoint, MemRegion, Outcome,
-    RegionDescriptor, RemoteRegion, Transports, UcxError, Worker, WorkerConfig,
+    RegionDescriptor, RemoteRegion, Transports, UcxError, Worker, WorkerAddress, WorkerConfig,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -67,9 +67,11 @@ fn pair(transports: Transports) -> Option<Pair> {
         }
         (Err(e), _) | (_, Err(e)) => panic!("setting up two {transports:?} workers: {e}"),
     };
-    let a_to_b = a.worker.connect(&b.worker.address().unwrap()).unwrap();
-    let b_to_a = b.worker.connect(&a.worker.address().unwrap()).unwrap();
-    // The descriptor travels as bytes, as it would between processes.
+    // Addresses and descriptors travel as bytes, as they would between processes.
+    let wire_address =
+        |n: &Node| WorkerAddress::from_bytes(&n.worker.address().unwrap().to_bytes()).unwrap();
+    let a_to_b = a.worker.connect(&wire_address(&b)).unwrap();
+    let b_to_a = b.worker.connect(&wire_address(&a)).unwrap();
     let wire = b.region.descriptor().unwrap().to_bytes();
     let b_region = a_to_b
         .attach(&RegionDescriptor::from_bytes(&wire).unwrap())
@@ -135,6 +137,7 @@ over_tcp_and_shm!(
     ucx_many_outstanding_ops_complete_each_with_its_token,
     ucx_an_access_beyond_the_remote_region_is_refused_before_ucx_sees_it,
     ucx_an_op_to_a_destroyed_peer_fails_within_bounded_time,
+    ucx_a_full_inbox_drops_eager_messages_and_counts_them,
 );
 
 fn ucx_put_then_get_round_trips_a_multi_word_buffer(t: Transports) {
@@ -424,6 +427,67 @@ fn ucx_an_op_to_a_destroyed_peer_fails_within_bounded_time(t: Transports) {
     }
 }
 
+fn ucx_a_full_inbox_drops_eager_messages_and_counts_them(t: Transports) {
+    let Some(p) = pair(t) else { return };
+    // A second worker on a's side with room for two messages.
+    let context = Context::new(&ContextConfig::new(t)).unwrap();
+    let small = Worker::new(
+        &context,
+        &WorkerConfig {
+            am_inbox_messages_max: 2,
+        },
+    )
+    .unwrap();
+    small.receive_am(REQUEST_ID).unwrap();
+    let b_to_small = p.b.worker.connect(&small.address().unwrap()).unwrap();
+    let eager = AmSendOptions {
+        reply_ep: false,
+        protocol: AmProtocol::Eager,
+    };
+    for token in 1..=5 {
+        b_to_small
+            .am_send(REQUEST_ID, Vec::new(), vec![token as u8], eager, token)
+            .unwrap();
+    }
+    b_to_small.flush(9).unwrap();
+    let start = Instant::now();
+    let mut sent = Vec::new();
+    while !sent.contains(&9) {
+        assert!(
+            start.elapsed() < Duration::from_secs(WAIT_S_MAX),
+            "sent only {sent:?}"
+        );
+        p.b.worker.progress();
+        small.progress();
+        p.b.worker.poll_completions(|c| sent.push(ok_token(c)));
+    }
+    sent.sort_unstable();
+    assert_eq!(
+        sent,
+        vec![1, 2, 3, 4, 5, 9],
+        "every send completed, dropped or not"
+    );
+    while small.am_dropped() < 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(WAIT_S_MAX),
+            "dropped {}",
+            small.am_dropped()
+        );
+        small.progress();
+        p.b.worker.progress();
+    }
+    let kept: Vec<u8> = std::iter::from_fn(|| small.take_am())
+        .map(|m| m.data[0])
+        .collect();
+    assert_eq!(kept, vec![1, 2], "the first two stay, in order");
+}
+
+fn ok_token(c: Completion) -> u64 {
+    let token = c.token;
+    ok(c);
+    token
+}
+
 #[test]
 fn ucx_a_region_descriptor_survives_the_wire_and_malformed_ones_are_refused() {
     let d = RegionDescriptor {
@@ -443,12 +507,51 @@ fn ucx_a_region_descriptor_survives_the_wire_and_malformed_ones_are_refused() {
             Err(UcxError::Invalid { .. })
         ));
     }
-    let mut wrong_magic = bytes.clone();
-    wrong_magic[0] ^= 1;
-    assert!(RegionDescriptor::from_bytes(&wrong_magic).is_err());
-    let mut misaligned = bytes.clone();
-    misaligned[8] = 4;
-    assert!(RegionDescriptor::from_bytes(&misaligned).is_err());
+    let mut damaged = bytes.clone();
+    damaged[20] ^= 1;
+    assert!(RegionDescriptor::from_bytes(&damaged).is_err(), "checksum");
+    for odd in [
+        RegionDescriptor {
+            base_addr: 0x7f00_0000_1004,
+            ..d.clone()
+        },
+        RegionDescriptor {
+            len_words: 0,
+            ..d.clone()
+        },
+        RegionDescriptor {
+            rkey: Vec::new(),
+            ..d.clone()
+        },
+    ] {
+        assert!(
+            RegionDescriptor::from_bytes(&odd.to_bytes()).is_err(),
+            "misaligned, empty, keyless: {odd:?}"
+        );
+    }
+}
+
+#[test]
+fn ucx_a_damaged_or_foreign_worker_address_is_refused_before_ucx_parses_it() {
+    assert!(WorkerAddress::from_bytes(&[]).is_err());
+    assert!(WorkerAddress::from_bytes(&[0; 40]).is_err());
+    let Ok(context) = Context::new(&ContextConfig::new(Transports::Tcp)) else {
+        println!("skipped: {}", UcxError::NotBuilt);
+        return;
+    };
+    let worker = Worker::new(&context, &WorkerConfig::default()).unwrap();
+    let bytes = worker.address().unwrap().to_bytes();
+    assert_eq!(
+        WorkerAddress::from_bytes(&bytes).unwrap(),
+        worker.address().unwrap()
+    );
+    let mut damaged = bytes.clone();
+    damaged[bytes.len() / 2] ^= 0x40;
+    assert!(matches!(
+        WorkerAddress::from_bytes(&damaged),
+        Err(UcxError::Invalid { .. })
+    ));
+    assert!(WorkerAddress::from_bytes(&bytes[..bytes.len() - 1]).is_err());
 }
 
 #[test]
