@@ -15,6 +15,9 @@
 //!   FETCH_ADD), [`Endpoint::am_send`] and [`Worker::am_reply`] (RPC), and flushes. Many may
 //!   be outstanding; the caller waits for all by polling until their tokens came back.
 //!
+//! [`run_node`] puts `atoll_fabric::core::Transport` on this layer for one node per process
+//! (see `transport.rs`), and [`describe`] says how each verb travels over a transport.
+//!
 //! Every UCX status becomes a typed [`UcxError`]. Built without UCX (no `ucx` for
 //! pkg-config), the crate still compiles and [`Context::new`] returns
 //! [`UcxError::NotBuilt`].
@@ -47,6 +50,7 @@ mod context;
 mod endpoint;
 mod error;
 mod memory;
+mod transport;
 mod wire;
 mod worker;
 
@@ -54,6 +58,10 @@ pub use context::{Context, ContextConfig, Transports};
 pub use endpoint::{Endpoint, RemoteRegion, CLOSE_WAIT_MS_MAX};
 pub use error::UcxError;
 pub use memory::{MemRegion, RegionDescriptor, RKEY_BYTES_MAX};
+pub use transport::{
+    describe, run_node, Bootstrap, NodeAddresses, NodeRunError, RunWatch, UcxConfig,
+    IDLE_TURNS_BEFORE_YIELD, OP_TIMEOUT_MS_DEFAULT, STARTUP_WAIT_S_MAX,
+};
 pub use worker::{
     AmMessage, AmProtocol, AmSendOptions, Completion, Outcome, PeerFailure, ReplyEp, Worker,
     WorkerAddress, WorkerConfig, AM_INBOX_MESSAGES_DEFAULT, WORKER_ADDRESS_BYTES_MAX,
