@@ -875,10 +875,12 @@ pub fn run_node(
                 match from_threads.recv_timeout(wait) {
                     Ok(ThreadMsg::Connected(r)) => r?,
                     Ok(ThreadMsg::Address(..)) => unreachable!("each thread sends one address"),
-                    Err(_) => return Err(NodeRunError::Bootstrap(format!(
+                    Err(_) => {
+                        return Err(NodeRunError::Bootstrap(format!(
                         "node {}: a worker thread did not connect within {STARTUP_WAIT_S_MAX} s",
                         node.0
-                    ))),
+                    )))
+                    }
                 }
             }
             boot.start().map_err(NodeRunError::Bootstrap)?;
