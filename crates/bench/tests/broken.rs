@@ -124,7 +124,7 @@ impl Protocol for OccSwappingPayloads {
                     let mut sealed = Vec::new();
                     let e = &tx.entries[i];
                     seal(e.table, e.key, tx.tag, &u, &mut sealed);
-                    tx.entries[i].data = Words::from_slice(&sealed);
+                    tx.entries[i].data = sealed;
                 }
             }
         }
@@ -402,7 +402,7 @@ impl Protocol for MvccOldWriteBack {
                 &e.state.before[HEADER_WORDS as usize..layout.tuple_words as usize],
             );
             d.write(ptr.add(at), Words::from_slice(&old));
-            d.write(ptr.add(HEADER_WORDS), e.data.clone());
+            d.write(ptr.add(HEADER_WORDS), Words::from_slice(&e.data));
         }
         tx.unabortable(d.submit().await);
         // A writer descheduled between its WRITEs (on real threads, preemption).

@@ -4,7 +4,8 @@
 use crate::msg::Loc;
 use crate::plan::{Plan, Stage};
 use crate::ts::{Timestamp, TsGen, TsSource, TxnTimestamps};
-use atoll_fabric::{Completions, Endpoint, NodeId, OpError, Words};
+use atoll_fabric::memory::Region;
+use atoll_fabric::{Completions, Endpoint, NodeId, OpError};
 use atoll_storage::layout::{
     payload_intact, ENGINE_PAYLOAD_WORDS, LOADER_TAG, P_TAG, VERSION_ABSENT,
 };
@@ -93,10 +94,10 @@ pub struct Coordinator {
     /// allocation per attempt). Its element type is the family's `Entry<S>`, which a
     /// coordinator does not name, hence `Any`.
     spare_entries: Option<Box<dyn Any>>,
-    /// Emptied payload buffers of ended attempts' entries that had spilled to the heap
-    /// (records over 16 words), handed to new entries: a 1000-byte record is one
-    /// allocation per read otherwise. At most [`ENTRIES_RESERVED_MAX`].
-    spare_words: Vec<Words>,
+    /// Emptied payload buffers of ended attempts' entries, handed to new entries, so a read
+    /// or a write allocates nothing once a coordinator has run a while. At most
+    /// [`ENTRIES_RESERVED_MAX`].
+    spare_words: Vec<Vec<u64>>,
 }
 
 /// Bits of an attempt's tag that count the coordinator's attempts; the bits above hold the
@@ -263,7 +264,7 @@ pub struct Entry<S = ()> {
     /// The version word observed when the record was read or locked.
     pub version: u64,
     /// The stored payload: engine words (tag, check), then the workload's words.
-    pub data: Words,
+    pub data: Vec<u64>,
     pub fetched: bool,
     pub locked: bool,
     /// `write` was called: the payload is to be installed.
@@ -299,18 +300,37 @@ impl<S> Entry<S> {
     /// transaction already wrote (`dirty`) is kept: a lock that re-reads the record must not
     /// undo a blind write.
     pub fn fill(&mut self, version: u64, data: &[u64]) {
-        self.fill_with(version, data.len(), |out| out.copy_from_slice(data));
-    }
-
-    /// [`Entry::fill`] with `words` words that `load` writes straight into the entry (one
-    /// copy; the slice is zeroed first, which is cheaper than extending word by word).
-    pub fn fill_with(&mut self, version: u64, words: usize, load: impl FnOnce(&mut [u64])) {
         if self.dirty {
             return;
         }
         self.data.clear();
-        self.data.resize(words, 0);
-        load(&mut self.data);
+        self.data.extend_from_slice(data);
+        self.observe(version);
+    }
+
+    /// [`Entry::fill`] with the `words` words at `offset` of an own-node `region`, loaded
+    /// straight into the entry (one copy, no zero-fill first; issue #9).
+    pub fn fill_from_region(&mut self, version: u64, region: &Region, offset: usize, words: usize) {
+        if self.dirty {
+            return;
+        }
+        self.data.clear();
+        self.data.reserve(words);
+        // SAFETY: `reserve` made room for `words` words after the (now empty) start;
+        // `MaybeUninit<u64>` has `u64`'s layout.
+        let room = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.data.as_mut_ptr() as *mut std::mem::MaybeUninit<u64>,
+                words,
+            )
+        };
+        region.read_into_uninit(offset, room);
+        // SAFETY: `read_into_uninit` initialised all `words` (or panicked first).
+        unsafe { self.data.set_len(words) };
+        self.observe(version);
+    }
+
+    fn observe(&mut self, version: u64) {
         self.observed = Some(Observed {
             version: version & !VERSION_ABSENT,
             tag: self.data.get(P_TAG as usize).copied().unwrap_or(LOADER_TAG),
@@ -362,6 +382,24 @@ pub struct TxnCore<'c, S = ()> {
     /// a one-sided lock stage looks at the lock words before it takes any (see
     /// [`crate::stages::lock`]).
     pub retry: bool,
+    /// One bit per `(table, key)` hash of every entry added ([`key_bit`]): a key whose bit
+    /// is clear has no entry, so [`TxnCore::find`] skips its linear search (issue #9: a
+    /// 16-record transaction searched ~120 entries adding its keys).
+    key_filter: [u64; KEY_FILTER_WORDS],
+}
+
+/// Words of [`TxnCore`]'s key filter: 256 bits keep false positives of a 16-record
+/// transaction near 6%.
+const KEY_FILTER_WORDS: usize = 4;
+
+/// The filter word and bit of `(t, key)`.
+#[inline]
+fn key_bit(t: TableId, key: u64) -> (usize, u64) {
+    const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+    let h = (key ^ ((t.0 as u64) << 56)).wrapping_mul(MIX);
+    // The top bits of the product depend on every key bit.
+    let bit = (h >> (64 - 8)) as usize;
+    (bit / 64 % KEY_FILTER_WORDS, 1 << (bit % 64))
 }
 
 impl<'c, S: EntryState> TxnCore<'c, S> {
@@ -386,6 +424,7 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
             logged: false,
             failed_after_log: None,
             retry: false,
+            key_filter: [0; KEY_FILTER_WORDS],
         }
     }
 
@@ -414,6 +453,14 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
     }
 
     pub fn find(&self, t: TableId, key: u64) -> Option<usize> {
+        let (w, bit) = key_bit(t, key);
+        if self.key_filter[w] & bit == 0 {
+            debug_assert!(
+                !self.entries.iter().any(|e| e.table == t && e.key == key),
+                "{t:?} key {key} has an entry its filter bit does not show"
+            );
+            return None;
+        }
         self.entries
             .iter()
             .position(|e| e.table == t && e.key == key)
@@ -423,6 +470,8 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
     pub fn add(&mut self, t: TableId, key: u64, access: Access) -> usize {
         let node = self.c.catalog.home(t, key, self.c.node());
         let loc = self.c.cached_loc(t, node, key);
+        let (w, bit) = key_bit(t, key);
+        self.key_filter[w] |= bit;
         self.entries.push(Entry {
             table: t,
             key,
@@ -452,7 +501,7 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
     pub fn end(self) {
         let TxnCore { c, mut entries, .. } = self;
         for e in entries.drain(..) {
-            if e.data.spilled() && c.spare_words.len() < ENTRIES_RESERVED_MAX {
+            if e.data.capacity() > 0 && c.spare_words.len() < ENTRIES_RESERVED_MAX {
                 let mut data = e.data;
                 data.clear();
                 c.spare_words.push(data);

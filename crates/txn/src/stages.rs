@@ -14,8 +14,8 @@ use crate::ts::Timestamp;
 use crate::Idxs;
 use atoll_fabric::{NodeId, Words};
 use atoll_storage::layout::{
-    probe_group, GroupProbe, TableLayout, GROUP_WORDS, HEADER_WORDS, H_KEY, H_LOCK, H_RTS,
-    H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
+    probe_group, probe_group_by, GroupProbe, TableLayout, GROUP_WORDS, HEADER_WORDS, H_KEY, H_LOCK,
+    H_RTS, H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
 };
 
 /// Ops a one-sided write-back posts per record in the common case (payload, version,
@@ -98,15 +98,12 @@ fn locate_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(
     let e = &tx.entries[i];
     let layout = tx.c.catalog.layout(e.table);
     let mut group = layout.home_group(e.key);
-    let mut words = [0u64; GROUP_WORDS as usize];
     // Bounded by the table's groups: a full index has been probed through once.
     for _ in 0..layout.index_groups {
         let ptr = tx.c.catalog.group_ptr(e.table, e.node, group);
-        tx.c.ep
-            .local_memory()
-            .region(ptr.region)
-            .read_into(ptr.offset_words as usize, &mut words);
-        match probe_group(&words, e.key) {
+        let region = tx.c.ep.local_memory().region(ptr.region);
+        let at = ptr.offset_words as usize;
+        match probe_group_by(e.key, |w| region.load(at + w as usize)) {
             GroupProbe::Found(loc) => {
                 tx.entries[i].loc = Some(Loc(loc));
                 return Ok(());
@@ -296,9 +293,7 @@ fn read_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(),
     let region = tx.c.ep.local_memory().region(ptr.region);
     let e = &mut tx.entries[i];
     e.version = head[H_VERSION as usize];
-    e.fill_with(e.version, payload_words, |out| {
-        region.read_into(at + HEADER_WORDS as usize, out)
-    });
+    e.fill_from_region(e.version, region, at + HEADER_WORDS as usize, payload_words);
     Ok(())
 }
 
@@ -385,6 +380,11 @@ pub async fn lock<S: EntryState>(
             // A failed lock stage only releases what it took: freezing first would hold
             // those locks another round trip.
             outcome?;
+            if to_freeze.is_empty() {
+                // Most lock stages freeze nothing: skip building the freezing future (a
+                // move of its state per lock stage).
+                return Ok(());
+            }
             freeze_one_sided(tx, to_freeze).await
         }
         Primitive::Rpc => {
@@ -477,7 +477,7 @@ fn lock_read_in_place<S: EntryState>(
         let region = tx.c.ep.local_memory().region(ptr.region);
         let at = ptr.offset_words as usize + HEADER_WORDS as usize;
         let e = &mut tx.entries[i];
-        e.fill_with(e.version, payload_words, |out| region.read_into(at, out));
+        e.fill_from_region(e.version, region, at, payload_words);
     }
     Ok(())
 }
@@ -908,7 +908,7 @@ pub async fn write_back<S: EntryState>(
                 let items: Vec<_> = mine
                     .clone()
                     .filter(|e| e.dirty)
-                    .map(|e| (e.table, e.slot(), e.data.clone()))
+                    .map(|e| (e.table, e.slot(), Words::from_slice(&e.data)))
                     .collect();
                 if release {
                     let clean: Vec<_> = mine
@@ -1136,7 +1136,7 @@ pub async fn apply_inserts_deletes<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Re
                 ts,
                 table: e.table,
                 key: e.key,
-                payload: e.data.clone(),
+                payload: Words::from_slice(&e.data),
             }
             .to_bytes(),
         );

@@ -215,37 +215,32 @@ impl<'c, P: Protocol> Txn<'c, P> {
             .map(|i| self.core.entries[i].user_words())
     }
 
-    /// The stored payload of `user` words for record `(t, key)`, written by this attempt.
-    fn sealed(&self, t: TableId, key: u64, user: &[u64]) -> Words {
-        let words = self.core.c.catalog.spec(t).payload_words as usize;
+    /// Makes entry `i`'s payload the stored form of `user` words, written by this attempt
+    /// (sealed in the entry's own buffer: no allocation per write).
+    fn seal_into(&mut self, i: usize, user: &[u64]) {
+        let e = &mut self.core.entries[i];
+        let words = self.core.c.catalog.spec(e.table).payload_words as usize;
         assert_eq!(
             user.len(),
             words,
             "table {}: payload of {} words, expected {words}",
-            t.0,
+            e.table.0,
             user.len()
         );
-        let mut v = Vec::new();
-        atoll_storage::layout::seal(t, key, self.core.tag, user, &mut v);
-        Words::from_vec(v)
+        atoll_storage::layout::seal(e.table, e.key, self.core.tag, user, &mut e.data);
+        e.dirty = true;
     }
 
     /// Sets the new payload of a record read for update (or a blind write, locked at commit).
     pub fn write(&mut self, t: TableId, key: u64, payload: &[u64]) {
-        let data = self.sealed(t, key, payload);
         let i = self.entry(t, key, Access::Update);
-        let e = &mut self.core.entries[i];
-        e.data = data;
-        e.dirty = true;
+        self.seal_into(i, payload);
     }
 
     /// Inserts a new record at commit.
     pub fn insert(&mut self, t: TableId, key: u64, payload: &[u64]) {
-        let data = self.sealed(t, key, payload);
         let i = self.core.add(t, key, Access::Insert);
-        let e = &mut self.core.entries[i];
-        e.data = data;
-        e.dirty = true;
+        self.seal_into(i, payload);
     }
 
     /// Deletes a record at commit.
