@@ -60,6 +60,44 @@ enum Cmd {
     /// Measure on this machine (in-process fabric) what the simulator's CPU model charges:
     /// verbs, switches, RPC handling, local accesses, the coordinator's own CPU.
     Calibrate(CalibrateArgs),
+    /// Run a benchmark on a cluster of local node processes over UCX:
+    /// `atoll cluster --nodes 3 --transport tcp bench --workload ycsb ...` (the same flags as
+    /// `bench`).
+    Cluster(ClusterArgs),
+    /// Serve one node of an `atoll cluster` run (started by it; connects to its coordinator).
+    Node(NodeArgs),
+}
+
+#[derive(clap::Args)]
+struct ClusterArgs {
+    /// Node processes to start on this machine.
+    #[arg(long, default_value_t = 2)]
+    nodes: u16,
+    /// UCX transport between them: shm (shared memory), tcp, or auto (shm: every node is
+    /// on this machine).
+    #[arg(long, default_value = "auto")]
+    transport: String,
+    /// `bench` and its flags.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    command: Vec<String>,
+}
+
+#[derive(clap::Args)]
+struct NodeArgs {
+    /// The coordinator's address (host:port).
+    #[arg(long)]
+    coordinator: String,
+    /// This node's id.
+    #[arg(long)]
+    node: u16,
+}
+
+/// `bench`'s flags alone, as `cluster` forwards them and `node` receives them.
+#[derive(Parser)]
+#[command(name = "bench", no_binary_name = true)]
+struct BenchOnly {
+    #[command(flatten)]
+    args: BenchArgs,
 }
 
 #[derive(clap::Args)]
@@ -745,6 +783,8 @@ fn main() -> ExitCode {
         Cmd::CheckHistory(a) => check_history(a),
         Cmd::Floor(a) => floor(a),
         Cmd::Calibrate(a) => calibrate(a),
+        Cmd::Cluster(a) => cluster(a),
+        Cmd::Node(a) => node(a),
     }
 }
 
@@ -787,4 +827,134 @@ fn floor(a: FloorArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// The configuration of a cluster run from its `bench` flags: refuses what a cluster cannot
+/// run (another fabric, `--plan all`, `--repeat`).
+fn resolve_cluster_bench(args: &[String]) -> Result<(RunConfig, BenchArgs), String> {
+    let a = BenchOnly::try_parse_from(args)
+        .map_err(|e| {
+            e.to_string()
+                .lines()
+                .next()
+                .unwrap_or("bad bench flags")
+                .trim_start_matches("error: ")
+                .to_string()
+        })?
+        .args;
+    if let Some(f) = &a.fabric {
+        return Err(format!(
+            "--fabric {f} with cluster: a cluster's fabric is UCX between its processes"
+        ));
+    }
+    if a.os_threads.is_some() || a.pin || a.net_latency_us.is_some() {
+        return Err(
+            "--os-threads, --pin and --net-latency-us are in-process settings, not a cluster's"
+                .into(),
+        );
+    }
+    let r = resolve(&a)?;
+    if r.plan_all {
+        return Err("--plan all with cluster: name one plan".into());
+    }
+    if r.repeat > 1 {
+        return Err(format!("--repeat {} with cluster: run it again", r.repeat));
+    }
+    Ok((r.cfg, a))
+}
+
+fn cluster_failed(e: &atoll_bench::cluster::ClusterError) -> ExitCode {
+    eprintln!("error: {e}");
+    match e {
+        atoll_bench::cluster::ClusterError::BadInput(_) => ExitCode::from(EXIT_BAD_INPUT),
+        atoll_bench::cluster::ClusterError::Failed(_) => ExitCode::from(EXIT_CHECK_FAILED),
+    }
+}
+
+fn cluster(a: ClusterArgs) -> ExitCode {
+    use atoll_bench::cluster::{self, ClusterConfig, ClusterError};
+    let bad = |m: String| cluster_failed(&ClusterError::BadInput(m));
+    if let Err(e) = cluster::ucx_available() {
+        return cluster_failed(&e);
+    }
+    let Some((first, rest)) = a.command.split_first() else {
+        return bad("cluster needs a command: bench".into());
+    };
+    if first != "bench" {
+        return bad(format!("cluster runs 'bench', not '{first}'"));
+    }
+    let transport = match cluster::parse_transport(&a.transport) {
+        Ok(t) => t,
+        Err(e) => return bad(e.0),
+    };
+    // The nodes get the flags as given, with the cluster's node count.
+    let mut args: Vec<String> = rest.to_vec();
+    if !rest
+        .iter()
+        .any(|x| x == "--nodes" || x.starts_with("--nodes="))
+    {
+        args.extend(["--nodes".to_string(), a.nodes.to_string()]);
+    }
+    let (cfg, bench_args) = match resolve_cluster_bench(&args) {
+        Ok(r) => r,
+        Err(e) => return bad(e),
+    };
+    if let Some(n) = rest
+        .iter()
+        .position(|x| x == "--nodes")
+        .and_then(|i| rest.get(i + 1))
+    {
+        if n != &a.nodes.to_string() {
+            return bad(format!(
+                "bench --nodes {n} disagrees with cluster --nodes {}",
+                a.nodes
+            ));
+        }
+    }
+    match atoll_bench::sizing::sizing(&cfg) {
+        Ok(s) => println!("{}", s.line()),
+        Err(e) => return bad(e.to_string()),
+    }
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => return bad(format!("cannot find this program to start nodes: {e}")),
+    };
+    let cc = ClusterConfig {
+        transport,
+        bench_args: args,
+        exe,
+    };
+    let report = match cluster::run_cluster(&cfg, &cc) {
+        Ok(r) => r,
+        Err(e) => return cluster_failed(&e),
+    };
+    print!("{}", report.render());
+    if let Some(path) = &bench_args.json {
+        let text = serde_json::to_string_pretty(&report).expect("reports serialise");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    if !report.passed {
+        for c in report.checks.iter().filter(|c| !c.passed) {
+            eprintln!("error: check {} failed: {}", c.name, c.detail);
+        }
+        return ExitCode::from(EXIT_CHECK_FAILED);
+    }
+    ExitCode::SUCCESS
+}
+
+fn node(a: NodeArgs) -> ExitCode {
+    let resolve = |args: &[String]| resolve_cluster_bench(args).map(|(cfg, _)| cfg);
+    match atoll_bench::cluster::serve_node(&a.coordinator, a.node, &resolve) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: node {}: {e}", a.node);
+            match e {
+                atoll_bench::cluster::ClusterError::BadInput(_) => ExitCode::from(EXIT_BAD_INPUT),
+                atoll_bench::cluster::ClusterError::Failed(_) => ExitCode::from(EXIT_CHECK_FAILED),
+            }
+        }
+    }
 }

@@ -286,6 +286,7 @@ pub fn report<W: Workload, P: Protocol>(
         load_s: facts.sim.is_none().then_some(facts.load_s),
         wall_s: facts.sim.is_none().then_some(facts.wall_s),
         sim_wall_s: 0.0,
+        ucx: None,
         history,
         sim: facts.sim.map(|s| SimInfo {
             committed_total: all.committed_all,

@@ -3,6 +3,7 @@
 //! Knows no command line: the `atoll` binary builds a [`RunConfig`] and prints the [`Report`].
 
 pub mod calibrate;
+pub mod cluster;
 pub mod config;
 pub mod driver;
 pub mod env;

@@ -162,11 +162,25 @@ pub struct Report {
     pub sim_wall_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimInfo>,
+    /// A cluster of processes over UCX (`atoll cluster`): the transport and how it carries
+    /// each verb.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ucx: Option<UcxReport>,
     /// Build, machine and process: not determined by the seed, even in the simulator.
     pub env: crate::env::EnvReport,
     /// Every attempt, ordered by end time, when recording was asked for.
     #[serde(skip)]
     pub history: Vec<crate::history::TxnRecord>,
+}
+
+/// How a UCX cluster ran: one process per node, over `transport`.
+#[derive(Clone, Debug, Serialize)]
+pub struct UcxReport {
+    /// `shm` or `tcp`.
+    pub transport: String,
+    pub processes: u16,
+    /// Verb (`read`, `write`, `cas`, `fetch_add`, `rpc`, `local`) -> how UCX carries it.
+    pub verbs: BTreeMap<String, String>,
 }
 
 /// What the simulator did (deterministic for a seed).
@@ -314,6 +328,20 @@ impl Report {
             "stages us   {} (mean per committed txn)",
             stages.join(", ")
         );
+        if let Some(u) = &self.ucx {
+            let _ = writeln!(
+                o,
+                "ucx         {} processes over {}: {}",
+                u.processes,
+                u.transport,
+                u.verbs
+                    .iter()
+                    .filter(|(k, _)| *k == "read" || *k == "cas")
+                    .map(|(_, v)| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
         if let Some(sim) = &self.sim {
             let _ = writeln!(
                 o,

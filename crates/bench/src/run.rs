@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Location-cache entries per coordinator before it is cleared.
-const LOC_CACHE_ENTRIES_MAX: usize = 1 << 16;
+pub(crate) const LOC_CACHE_ENTRIES_MAX: usize = 1 << 16;
 /// Randomised back-off after an abort: drawn below `BACKOFF_NS_MIN << aborts so far`, which
 /// doubles per abort up to `BACKOFF_NS_MAX` (after ten). A cap of 64 µs let a contended run
 /// collapse into a retry storm: at RCC's shape (simulated, hot_prob 0.9) NOWAIT's rpc plan
@@ -157,32 +157,32 @@ pub fn run_protocol_via<P: Protocol>(
 }
 
 /// What the co-routines of one worker share.
-struct WorkerShared<W: Workload> {
-    stats: RefCell<WorkerStats>,
-    live: std::cell::Cell<usize>,
-    history: RefCell<Vec<TxnRecord>>,
-    ledger: RefCell<W::Ledger>,
+pub(crate) struct WorkerShared<W: Workload> {
+    pub(crate) stats: RefCell<WorkerStats>,
+    pub(crate) live: std::cell::Cell<usize>,
+    pub(crate) history: RefCell<Vec<TxnRecord>>,
+    pub(crate) ledger: RefCell<W::Ledger>,
 }
 
 /// What every co-routine of the run shares.
-struct RunShared<W> {
-    w: W,
-    catalog: Arc<Catalog>,
-    txn: Arc<TxnConfig>,
-    cfg: RunConfig,
-    warmup_end_ns: u64,
-    end_ns: u64,
-    interval_ns: u64,
+pub(crate) struct RunShared<W> {
+    pub(crate) w: W,
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) txn: Arc<TxnConfig>,
+    pub(crate) cfg: RunConfig,
+    pub(crate) warmup_end_ns: u64,
+    pub(crate) end_ns: u64,
+    pub(crate) interval_ns: u64,
     /// Set when a transaction's op failed after its log was written (its node's summary
     /// says which): every worker stops, and the run returns [`RunError::NodeFailed`].
-    failed_after_log: std::sync::atomic::AtomicBool,
-    cpu: crate::env::CpuWindow,
+    pub(crate) failed_after_log: std::sync::atomic::AtomicBool,
+    pub(crate) cpu: crate::env::CpuWindow,
     /// Where the history streams to (`cfg.history_file`), if it does not stay in memory.
-    history_out: Option<crate::history::HistoryWriter>,
+    pub(crate) history_out: Option<crate::history::HistoryWriter>,
     /// Under the simulator: the coordinator's own CPU per attempt and per record touched
     /// (`CpuProfile::txn_ns`, `txn_ns_per_access`), charged to its simulated core; `None`
     /// on a real fabric, whose CPU spends it for real.
-    txn_cpu_ns: Option<(u64, u64)>,
+    pub(crate) txn_cpu_ns: Option<(u64, u64)>,
 }
 
 /// Records a worker keeps before handing them to the history file: one lock and one write
@@ -504,7 +504,7 @@ fn collect_progress(
     lines
 }
 
-async fn coroutine<W: Workload, P: Protocol>(
+pub(crate) async fn coroutine<W: Workload, P: Protocol>(
     run: Arc<RunShared<W>>,
     node: Arc<NodeRuntime<W>>,
     ws: Rc<WorkerShared<W>>,

@@ -37,7 +37,10 @@ pub struct ReplyTo {
     pub slot: SlotId,
     pub index: u32,
     /// When the request was posted, in the requester's clock (for latency injection); 0 for
-    /// a node's own request held by its handler, whose reply is never delayed.
+    /// a node's own request held by its handler, whose reply is never delayed. A backend
+    /// that injects no latency may put its own tag of the request here instead (UCX: the
+    /// requester's op token, echoed in the reply so a late reply to a timed-out request
+    /// cannot complete a later op in the same slot); handlers only carry it back.
     pub posted_ns: u64,
 }
 

@@ -29,6 +29,12 @@ impl Region {
         self.words.len()
     }
 
+    /// The region's words, for a backend that registers them with its NIC (UCX's
+    /// `ucp_mem_map`): the NIC then reads and writes the same atomics the CPU does.
+    pub fn words(&self) -> &[AtomicU64] {
+        &self.words
+    }
+
     #[inline]
     fn word(&self, offset: usize) -> &AtomicU64 {
         match self.words.get(offset) {

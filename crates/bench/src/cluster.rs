@@ -1,0 +1,996 @@
+//! A cluster of OS processes, one node each, over the UCX fabric: the coordinator
+//! (`atoll cluster`) and the node (`atoll node`), and the bootstrap between them.
+//!
+//! The coordinator listens on a loopback TCP port, starts one `atoll node` child per node
+//! and speaks to each over its own connection with length-prefixed JSON messages ([`Msg`],
+//! versioned). The bootstrap: Hello (version, node id) -> Config (the `bench` flags, the
+//! transport) -> each node loads its partition, registers its memory and answers Joined
+//! (worker addresses, region descriptors) -> Directory (every node's) -> each connects and
+//! answers Ready -> Start (the barrier: clocks start) -> each node's co-routines finish:
+//! Done -> Stop (every node done, so no more requests will come) -> Summary -> Ledger (the
+//! merged one) -> Checks -> Bye. The coordinator merges and reports exactly as the
+//! in-process driver does ([`crate::driver`]).
+//!
+//! Failures: a node's connection that closes or a child that exits before Bye ends the run
+//! (every child killed and reaped) with an error naming the node; every wait is bounded.
+
+use crate::config::{ConfigError, RunConfig};
+use crate::driver::RunFacts;
+use crate::node::{NodeChecks, NodeRuntime, NodeSummary};
+use crate::report::Report;
+use crate::run::{coroutine, RunError, RunShared, WorkerShared, LOC_CACHE_ENTRIES_MAX};
+use crate::stats::{Interval, WorkerStats};
+use atoll_fabric::{Coroutine, Endpoint, NodeId, TaskId};
+use atoll_fabric_ucx::{self as ucx, Bootstrap, NodeAddresses, RunWatch, Transports};
+use atoll_protocols::ProtocolVisitor;
+use atoll_storage::Catalog;
+use atoll_txn::{Protocol, TxnConfig};
+use atoll_workloads::cycle::Cycle;
+use atoll_workloads::micro::Micro;
+use atoll_workloads::smallbank::SmallBank;
+use atoll_workloads::tpcc::Tpcc;
+use atoll_workloads::ycsb::Ycsb;
+use atoll_workloads::{Workload, WorkloadKind};
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Version of the coordinator-node protocol; both ends must speak the same.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest message accepted (a summary with in-memory history can be large).
+pub const MESSAGE_BYTES_MAX: usize = 1 << 30;
+/// How long the coordinator waits for every node to connect, join, connect its workers.
+pub const STARTUP_S_MAX: u64 = 120;
+/// Seconds past warm-up + duration the coordinator waits for every node to be done (the
+/// last transactions finish, retries back off).
+pub const RUN_MARGIN_S: f64 = 60.0;
+/// How long the end of a run (summaries, checks) may take.
+pub const FINISH_S_MAX: u64 = 120;
+/// How often the coordinator looks at its children while it waits (a child that exits is
+/// noticed within this, or at once when its connection closes).
+pub const WATCH_INTERVAL_MS: u64 = 50;
+
+/// One message between coordinator and node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum Msg {
+    Hello {
+        version: u32,
+        node: u16,
+    },
+    Config {
+        version: u32,
+        args: Vec<String>,
+        transport: String,
+    },
+    Joined {
+        workers: Vec<Vec<u8>>,
+        regions: Vec<Vec<u8>>,
+    },
+    Directory {
+        nodes: Vec<(Vec<Vec<u8>>, Vec<Vec<u8>>)>,
+    },
+    Ready,
+    Start,
+    Done,
+    Stop,
+    Summary {
+        summary: serde_json::Value,
+    },
+    Ledger {
+        ledger: serde_json::Value,
+    },
+    Checks {
+        checks: serde_json::Value,
+    },
+    Bye,
+    /// The sender gives up: bad input (exit 2) or a failed run.
+    Failed {
+        bad_input: bool,
+        message: String,
+    },
+}
+
+impl Msg {
+    fn name(&self) -> &'static str {
+        match self {
+            Msg::Hello { .. } => "hello",
+            Msg::Config { .. } => "config",
+            Msg::Joined { .. } => "joined",
+            Msg::Directory { .. } => "directory",
+            Msg::Ready => "ready",
+            Msg::Start => "start",
+            Msg::Done => "done",
+            Msg::Stop => "stop",
+            Msg::Summary { .. } => "summary",
+            Msg::Ledger { .. } => "ledger",
+            Msg::Checks { .. } => "checks",
+            Msg::Bye => "bye",
+            Msg::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// Why a cluster run (coordinator or node) ended without a report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterError {
+    /// Bad input: flags, a malformed or mismatched message, UCX missing. Exit 2.
+    BadInput(String),
+    /// A node failed (its process exited, its connection closed, it reported a failure),
+    /// or the run did. Exit 1.
+    Failed(String),
+}
+
+impl std::fmt::Display for ClusterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClusterError::BadInput(m) | ClusterError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for ClusterError {}
+
+impl From<RunError> for ClusterError {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::Config(c) => ClusterError::BadInput(c.0),
+            e => ClusterError::Failed(e.to_string()),
+        }
+    }
+}
+
+impl From<ConfigError> for ClusterError {
+    fn from(e: ConfigError) -> Self {
+        ClusterError::BadInput(e.0)
+    }
+}
+
+/// What reading a message can meet.
+#[derive(Debug)]
+enum ReadError {
+    Closed,
+    Malformed(String),
+}
+
+fn write_msg(s: &mut TcpStream, m: &Msg) -> std::io::Result<()> {
+    let body = serde_json::to_vec(m).expect("messages serialize");
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    s.write_all(&frame)
+}
+
+fn read_msg(s: &mut impl Read) -> Result<Msg, ReadError> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).map_err(|_| ReadError::Closed)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MESSAGE_BYTES_MAX {
+        return Err(ReadError::Malformed(format!(
+            "a message announces {len} bytes, more than the {MESSAGE_BYTES_MAX} accepted"
+        )));
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).map_err(|_| ReadError::Closed)?;
+    serde_json::from_slice(&body).map_err(|e| {
+        let head = String::from_utf8_lossy(&body[..body.len().min(40)]).into_owned();
+        ReadError::Malformed(format!("{head:?} is not a message: {e}"))
+    })
+}
+
+/// Reads messages from `stream` on a thread of its own into `tx`, tagged with `tag`, until
+/// the stream closes or a message is malformed (both forwarded).
+fn reader(
+    mut stream: TcpStream,
+    tag: u16,
+    tx: mpsc::Sender<(u16, Result<Msg, ReadError>)>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || loop {
+        let m = read_msg(&mut stream);
+        let end = m.is_err();
+        if tx.send((tag, m)).is_err() || end {
+            return;
+        }
+    })
+}
+
+/// The transport a `--transport` value names (`auto`: shared memory, as every node of
+/// `atoll cluster` runs on this machine).
+pub fn parse_transport(s: &str) -> Result<Transports, ConfigError> {
+    match s {
+        "shm" | "auto" => Ok(Transports::SharedMemory),
+        "tcp" => Ok(Transports::Tcp),
+        other => Err(ConfigError(format!(
+            "unknown transport '{other}': accepted transports are shm, tcp, auto"
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------- the node
+
+/// The node's side of the bootstrap, over its connection to the coordinator.
+struct NodeLink {
+    out: TcpStream,
+    rx: mpsc::Receiver<(u16, Result<Msg, ReadError>)>,
+    deadline: Instant,
+    run_deadline: Instant,
+}
+
+impl NodeLink {
+    fn send(&mut self, m: &Msg) -> Result<(), String> {
+        write_msg(&mut self.out, m).map_err(|e| format!("the coordinator's connection: {e}"))
+    }
+
+    /// The next message, which must be `want`; `None` waits until `deadline`.
+    fn recv(&mut self, want: &str, until: Instant) -> Result<Msg, ClusterError> {
+        let left = until.saturating_duration_since(Instant::now());
+        match self.rx.recv_timeout(left) {
+            Ok((_, Ok(Msg::Failed { message, .. }))) => Err(ClusterError::Failed(format!(
+                "the coordinator stopped the run: {message}"
+            ))),
+            Ok((_, Ok(m))) if m.name() == want => Ok(m),
+            Ok((_, Ok(m))) => Err(ClusterError::BadInput(format!(
+                "the coordinator sent '{}' where '{want}' was expected",
+                m.name()
+            ))),
+            Ok((_, Err(ReadError::Malformed(e)))) => Err(ClusterError::BadInput(format!(
+                "malformed message from the coordinator: {e}"
+            ))),
+            Ok((_, Err(ReadError::Closed))) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err(ClusterError::Failed(format!(
+                    "the coordinator's connection closed (waiting for '{want}')"
+                )))
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(ClusterError::Failed(format!(
+                "no '{want}' from the coordinator in time"
+            ))),
+        }
+    }
+}
+
+impl Bootstrap for NodeLink {
+    fn exchange(&mut self, mine: NodeAddresses) -> Result<Vec<NodeAddresses>, String> {
+        self.send(&Msg::Joined {
+            workers: mine.workers,
+            regions: mine.regions,
+        })?;
+        match self
+            .recv("directory", self.deadline)
+            .map_err(|e| e.to_string())?
+        {
+            Msg::Directory { nodes } => Ok(nodes
+                .into_iter()
+                .map(|(workers, regions)| NodeAddresses { workers, regions })
+                .collect()),
+            _ => unreachable!("recv checked the name"),
+        }
+    }
+
+    fn start(&mut self) -> Result<(), String> {
+        self.send(&Msg::Ready)?;
+        self.recv("start", self.deadline)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn wait_stop(&mut self, watch: &RunWatch<'_>) -> Result<(), String> {
+        let mut sent_done = false;
+        loop {
+            if let Some(p) = watch.failure() {
+                return Err(p.to_string());
+            }
+            if !sent_done && watch.finished() {
+                sent_done = true;
+                self.send(&Msg::Done)?;
+            }
+            if Instant::now() > self.run_deadline {
+                return Err("the run did not end in time".into());
+            }
+            match self.rx.recv_timeout(Duration::from_millis(5)) {
+                Ok((_, Ok(Msg::Stop))) => return Ok(()),
+                Ok((_, Ok(Msg::Failed { message, .. }))) => {
+                    return Err(format!("the coordinator stopped the run: {message}"))
+                }
+                Ok((_, Ok(m))) => {
+                    return Err(format!(
+                        "the coordinator sent '{}' during the run",
+                        m.name()
+                    ))
+                }
+                Ok((_, Err(ReadError::Malformed(e)))) => {
+                    return Err(format!("malformed message from the coordinator: {e}"))
+                }
+                Ok((_, Err(ReadError::Closed))) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err("the coordinator's connection closed".into())
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+}
+
+/// `atoll node`: connects to the coordinator at `coordinator`, serves node `node` of the
+/// run it describes (whose `bench` flags `resolve` turns into a configuration), exits.
+pub fn serve_node(
+    coordinator: &str,
+    node: u16,
+    resolve: &dyn Fn(&[String]) -> Result<RunConfig, String>,
+) -> Result<(), ClusterError> {
+    let out = TcpStream::connect(coordinator).map_err(|e| {
+        ClusterError::BadInput(format!(
+            "cannot reach the coordinator at {coordinator}: {e}"
+        ))
+    })?;
+    let _ = out.set_nodelay(true);
+    let (tx, rx) = mpsc::channel();
+    reader(
+        out.try_clone()
+            .map_err(|e| ClusterError::Failed(format!("socket: {e}")))?,
+        0,
+        tx,
+    );
+    let deadline = Instant::now() + Duration::from_secs(STARTUP_S_MAX);
+    let mut link = NodeLink {
+        out,
+        rx,
+        deadline,
+        run_deadline: deadline,
+    };
+    link.send(&Msg::Hello {
+        version: PROTOCOL_VERSION,
+        node,
+    })
+    .map_err(ClusterError::Failed)?;
+    let (args, transport) = match link.recv("config", deadline)? {
+        Msg::Config {
+            version,
+            args,
+            transport,
+        } => {
+            if version != PROTOCOL_VERSION {
+                return Err(ClusterError::BadInput(format!(
+                    "the coordinator speaks protocol version {version}, this node {PROTOCOL_VERSION}"
+                )));
+            }
+            (args, transport)
+        }
+        _ => unreachable!("recv checked the name"),
+    };
+    let refuse = |link: &mut NodeLink, e: String| {
+        let _ = link.send(&Msg::Failed {
+            bad_input: true,
+            message: e.clone(),
+        });
+        ClusterError::BadInput(e)
+    };
+    let transports = match parse_transport(&transport) {
+        Ok(t) => t,
+        Err(e) => return Err(refuse(&mut link, e.0)),
+    };
+    let mut cfg = match resolve(&args) {
+        Ok(c) => c,
+        Err(e) => return Err(refuse(&mut link, e)),
+    };
+    if node >= cfg.nodes {
+        return Err(refuse(
+            &mut link,
+            format!("node {node} of a {}-node run", cfg.nodes),
+        ));
+    }
+    // The history travels in the summary; the coordinator writes the file.
+    cfg.history_file = None;
+    link.run_deadline = Instant::now()
+        + Duration::from_secs_f64(cfg.warmup_s + cfg.duration_s + RUN_MARGIN_S)
+        + Duration::from_secs(STARTUP_S_MAX);
+    let r = node_dispatch(&cfg, NodeId(node), transports, &mut link);
+    if let Err(e) = &r {
+        let _ = link.send(&Msg::Failed {
+            bad_input: matches!(e, ClusterError::BadInput(_)),
+            message: e.to_string(),
+        });
+    }
+    r
+}
+
+/// Runs `$body` with `$w` bound to the workload `$cfg` names (a closure cannot be generic).
+macro_rules! with_workload {
+    ($cfg:expr, $w:ident => $body:expr) => {{
+        let cfg: &RunConfig = $cfg;
+        let perr = |e: atoll_workloads::ParamError| ClusterError::BadInput(e.0);
+        match cfg.workload {
+            WorkloadKind::SmallBank => {
+                let $w = SmallBank::from_params(&cfg.params).map_err(perr)?;
+                $body
+            }
+            WorkloadKind::Ycsb => {
+                let $w = Ycsb::from_params(&cfg.params, cfg.nodes, cfg.threads).map_err(perr)?;
+                $body
+            }
+            WorkloadKind::Cycle => {
+                let $w = Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+                $body
+            }
+            WorkloadKind::Tpcc => {
+                let $w = Tpcc::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+                $body
+            }
+            WorkloadKind::Micro => {
+                let $w = Micro::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+                $body
+            }
+        }
+    }};
+}
+
+fn node_dispatch(
+    cfg: &RunConfig,
+    node: NodeId,
+    transports: Transports,
+    link: &mut NodeLink,
+) -> Result<(), ClusterError> {
+    struct V<'a> {
+        cfg: &'a RunConfig,
+        node: NodeId,
+        transports: Transports,
+        link: &'a mut NodeLink,
+    }
+    impl ProtocolVisitor for V<'_> {
+        type Out = Result<(), ClusterError>;
+        fn visit<P: Protocol>(self) -> Self::Out {
+            let (cfg, node, t, link) = (self.cfg, self.node, self.transports, self.link);
+            P::check_plan(&cfg.plan)
+                .map_err(|e| ClusterError::BadInput(format!("plan {}: {e}", cfg.plan)))?;
+            with_workload!(cfg, w => node_with::<_, P>(cfg, w, node, t, link))
+        }
+    }
+    cfg.protocol.dispatch(V {
+        cfg,
+        node,
+        transports,
+        link,
+    })
+}
+
+/// The shared state of a run and its catalog, as every node and the coordinator build it.
+fn layout<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    w: &W,
+) -> Result<(crate::sizing::Sizing, Arc<TxnConfig>, Arc<Catalog>), ClusterError> {
+    let version_slots = if P::MULTI_VERSION { cfg.mvcc_slots } else { 1 };
+    let sizing = crate::sizing::size(cfg, w, version_slots)?;
+    let txn_cfg = Arc::new(TxnConfig {
+        plan: cfg.plan,
+        log_replicas: cfg.log_replicas,
+        log_ring_words: sizing.log_ring_words,
+        coordinators_total: cfg.coordinators_total(),
+        coordinators_per_node: cfg.coordinators_per_node(),
+        loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
+        waitdie_counter: cfg.waitdie_counter,
+    });
+    let catalog = Arc::new(Catalog::with_versions(
+        cfg.nodes,
+        w.tables(cfg.nodes),
+        vec![txn_cfg.log_region_words()],
+        version_slots,
+    ));
+    Ok((sizing, txn_cfg, catalog))
+}
+
+fn json<T: Serialize>(what: &str, v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or_else(|e| panic!("{what} does not serialize: {e}"))
+}
+
+fn node_with<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    w: W,
+    node: NodeId,
+    transports: Transports,
+    link: &mut NodeLink,
+) -> Result<(), ClusterError> {
+    cfg.validate()?;
+    let (_, txn_cfg, catalog) = layout::<W, P>(cfg, &w)?;
+    let runtime = Arc::new(NodeRuntime::load(node, catalog.clone(), &w)?);
+    let setup = runtime.setup();
+    let shared = Arc::new(RunShared {
+        w,
+        catalog,
+        txn: txn_cfg,
+        cfg: cfg.clone(),
+        warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
+        end_ns: ((cfg.warmup_s + cfg.duration_s) * 1e9) as u64,
+        interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
+        failed_after_log: Default::default(),
+        cpu: Default::default(),
+        history_out: None,
+        txn_cpu_ns: None,
+    });
+    let ucfg = ucx::UcxConfig {
+        transports,
+        nodes: cfg.nodes,
+        threads_per_node: cfg.threads,
+        op_timeout_ns: ucx::OP_TIMEOUT_MS_DEFAULT * 1_000_000,
+        am_inbox_messages_max: ucx::AM_INBOX_MESSAGES_DEFAULT
+            .max(cfg.coordinators_total() as usize * 4),
+    };
+    let types = shared.w.txn_types().len();
+    // Progress lines stay in the node: the coordinator prints the summary only.
+    let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
+    let drain = std::thread::spawn(move || for _ in rx_iv {});
+    let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
+        let ws = Rc::new(WorkerShared::<W> {
+            stats: RefCell::new(WorkerStats::new(types)),
+            live: (cfg.coroutines as usize).into(),
+            history: RefCell::new(Vec::new()),
+            ledger: RefCell::new(W::Ledger::default()),
+        });
+        (0..cfg.coroutines as u32)
+            .map(|k| {
+                let ep = Endpoint::new(core.clone(), TaskId(k));
+                let id = core.index * cfg.coroutines as u32 + k;
+                let fut = coroutine::<W, P>(
+                    shared.clone(),
+                    runtime.clone(),
+                    ws.clone(),
+                    ep,
+                    id,
+                    tx_iv.clone(),
+                );
+                Box::pin(fut) as Coroutine
+            })
+            .collect()
+    };
+    let ran = ucx::run_node(&ucfg, &setup, link, &spawn);
+    drop(tx_iv);
+    let _ = drain.join();
+    match ran {
+        Ok(_) => {}
+        Err(ucx::NodeRunError::Ucx(e)) => {
+            return Err(ClusterError::BadInput(format!("node {}: {e}", node.0)))
+        }
+        Err(e) => return Err(ClusterError::Failed(format!("node {}: {e}", node.0))),
+    }
+    let summary = runtime.summary(&shared.w);
+    link.send(&Msg::Summary {
+        summary: json("a node summary", &summary),
+    })
+    .map_err(ClusterError::Failed)?;
+    let finish = Instant::now() + Duration::from_secs(FINISH_S_MAX);
+    let ledger: W::Ledger = match link.recv("ledger", finish)? {
+        Msg::Ledger { ledger } => serde_json::from_value(ledger).map_err(|e| {
+            ClusterError::BadInput(format!("malformed ledger from the coordinator: {e}"))
+        })?,
+        _ => unreachable!("recv checked the name"),
+    };
+    let checks = runtime.check(&shared.w, &ledger);
+    link.send(&Msg::Checks {
+        checks: json("a node's checks", &checks),
+    })
+    .map_err(ClusterError::Failed)?;
+    link.recv("bye", finish)?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------- the coordinator
+
+/// How `atoll cluster` runs: the processes and what they run.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub transport: Transports,
+    /// The `bench` flags, as given (every node resolves them as the coordinator did).
+    pub bench_args: Vec<String>,
+    /// The `atoll` binary the nodes run (this one).
+    pub exe: std::path::PathBuf,
+}
+
+/// The node processes; killed and reaped when dropped unless they ended.
+struct Children {
+    procs: Vec<Child>,
+}
+
+impl Children {
+    /// The first child that exited, with how.
+    fn exited(&mut self) -> Option<(u16, String)> {
+        self.procs.iter_mut().enumerate().find_map(|(i, c)| {
+            c.try_wait()
+                .ok()
+                .flatten()
+                .map(|st| (i as u16, describe_exit(st)))
+        })
+    }
+
+    /// Waits up to `within` for every child to exit by itself; kills what is left.
+    fn reap(&mut self, within: Duration) {
+        let until = Instant::now() + within;
+        for c in &mut self.procs {
+            while Instant::now() < until {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        self.kill_all();
+    }
+
+    fn kill_all(&mut self) {
+        for c in &mut self.procs {
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+fn describe_exit(st: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, Some(s)) => format!("was killed by signal {s}"),
+        _ => "exited".into(),
+    }
+}
+
+/// The coordinator's connections and the children behind them.
+struct Hub {
+    outs: Vec<TcpStream>,
+    rx: mpsc::Receiver<(u16, Result<Msg, ReadError>)>,
+    children: Children,
+}
+
+impl Hub {
+    fn send(&mut self, node: u16, m: &Msg) -> Result<(), ClusterError> {
+        write_msg(&mut self.outs[node as usize], m)
+            .map_err(|e| ClusterError::Failed(format!("node {node}: its connection failed: {e}")))
+    }
+
+    fn broadcast(&mut self, m: &Msg) -> Result<(), ClusterError> {
+        for n in 0..self.outs.len() as u16 {
+            self.send(n, m)?;
+        }
+        Ok(())
+    }
+
+    /// One `want` message from every node, in node order; any other message, a closed
+    /// connection, an exited child or the deadline ends the run, naming the node.
+    fn gather(&mut self, want: &str, until: Instant) -> Result<Vec<Msg>, ClusterError> {
+        let n = self.outs.len();
+        let mut got: Vec<Option<Msg>> = (0..n).map(|_| None).collect();
+        while got.iter().any(Option::is_none) {
+            let now = Instant::now();
+            if now > until {
+                let missing: Vec<String> = got
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| m.is_none())
+                    .map(|(i, _)| i.to_string())
+                    .collect();
+                return Err(ClusterError::Failed(format!(
+                    "node {} sent no '{want}' in time",
+                    missing.join(", node ")
+                )));
+            }
+            let wait = until
+                .saturating_duration_since(now)
+                .min(Duration::from_millis(WATCH_INTERVAL_MS));
+            match self.rx.recv_timeout(wait) {
+                Ok((i, Ok(m))) if m.name() == want && got[i as usize].is_none() => {
+                    got[i as usize] = Some(m)
+                }
+                Ok((i, Ok(Msg::Failed { bad_input, message }))) => {
+                    return Err(if bad_input {
+                        ClusterError::BadInput(message)
+                    } else {
+                        ClusterError::Failed(format!("node {i} failed: {message}"))
+                    })
+                }
+                Ok((i, Ok(m))) => {
+                    return Err(ClusterError::BadInput(format!(
+                        "node {i} sent '{}' where '{want}' was expected",
+                        m.name()
+                    )))
+                }
+                Ok((i, Err(ReadError::Malformed(e)))) => {
+                    return Err(ClusterError::BadInput(format!(
+                        "malformed message from node {i}: {e}"
+                    )))
+                }
+                Ok((i, Err(ReadError::Closed))) => {
+                    // Give its exit status a moment to appear, to say how it ended.
+                    std::thread::sleep(Duration::from_millis(WATCH_INTERVAL_MS));
+                    let how = self
+                        .children
+                        .procs
+                        .get_mut(i as usize)
+                        .and_then(|c| c.try_wait().ok().flatten())
+                        .map(describe_exit)
+                        .unwrap_or_else(|| "closed its connection".into());
+                    return Err(ClusterError::Failed(format!(
+                        "node {i} {how} (waiting for '{want}')"
+                    )));
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(ClusterError::Failed("every node connection closed".into()))
+                }
+            }
+            if let Some((i, how)) = self.children.exited() {
+                if got[i as usize].is_none() || want != "bye" {
+                    return Err(ClusterError::Failed(format!(
+                        "node {i} {how} (waiting for '{want}')"
+                    )));
+                }
+            }
+        }
+        Ok(got.into_iter().map(|m| m.expect("all arrived")).collect())
+    }
+}
+
+/// Starts the node processes and connects to each: the hub, once every node said hello.
+fn start_nodes(nodes: u16, exe: &std::path::Path) -> Result<Hub, ClusterError> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| ClusterError::BadInput(format!("cannot listen on 127.0.0.1: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ClusterError::Failed(format!("listener: {e}")))?;
+    let mut children = Children { procs: Vec::new() };
+    for n in 0..nodes {
+        let child = Command::new(exe)
+            .args([
+                "node",
+                "--coordinator",
+                &addr.to_string(),
+                "--node",
+                &n.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| {
+                ClusterError::Failed(format!("cannot start node {n} ({}): {e}", exe.display()))
+            })?;
+        children.procs.push(child);
+    }
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| ClusterError::Failed(format!("listener: {e}")))?;
+    let until = Instant::now() + Duration::from_secs(STARTUP_S_MAX);
+    let mut outs: Vec<Option<TcpStream>> = (0..nodes).map(|_| None).collect();
+    let (tx, rx) = mpsc::channel();
+    let mut accepted = 0;
+    while accepted < nodes {
+        if Instant::now() > until {
+            return Err(ClusterError::Failed(format!(
+                "only {accepted} of {nodes} nodes connected within {STARTUP_S_MAX} s"
+            )));
+        }
+        if let Some((i, how)) = children.exited() {
+            return Err(ClusterError::Failed(format!(
+                "node {i} {how} before it joined"
+            )));
+        }
+        let mut s = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Err(e) => return Err(ClusterError::Failed(format!("accept: {e}"))),
+        };
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_nodelay(true);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(STARTUP_S_MAX)));
+        let node = match read_msg(&mut s) {
+            Ok(Msg::Hello { version, node }) => {
+                if version != PROTOCOL_VERSION {
+                    return Err(ClusterError::BadInput(format!(
+                        "a node speaks protocol version {version}, the coordinator {PROTOCOL_VERSION}"
+                    )));
+                }
+                if node >= nodes || outs[node as usize].is_some() {
+                    return Err(ClusterError::BadInput(format!(
+                        "a node said hello as node {node}: not one of 0..{nodes} still expected"
+                    )));
+                }
+                node
+            }
+            Ok(m) => {
+                return Err(ClusterError::BadInput(format!(
+                    "a node's first message was '{}', not 'hello'",
+                    m.name()
+                )))
+            }
+            Err(ReadError::Malformed(e)) => {
+                return Err(ClusterError::BadInput(format!(
+                    "malformed message from a joining node: {e}"
+                )))
+            }
+            Err(ReadError::Closed) => continue,
+        };
+        let _ = s.set_read_timeout(None);
+        let r = s
+            .try_clone()
+            .map_err(|e| ClusterError::Failed(format!("socket: {e}")))?;
+        reader(r, node, tx.clone());
+        outs[node as usize] = Some(s);
+        accepted += 1;
+    }
+    Ok(Hub {
+        outs: outs.into_iter().map(|s| s.expect("every node")).collect(),
+        rx,
+        children,
+    })
+}
+
+/// Whether this build can run a cluster: `BadInput` saying how to install UCX if not.
+pub fn ucx_available() -> Result<(), ClusterError> {
+    match ucx::Context::ucx_version() {
+        Err(e @ ucx::UcxError::NotBuilt) => Err(ClusterError::BadInput(e.to_string())),
+        _ => Ok(()),
+    }
+}
+
+/// `atoll cluster ... bench`: runs `cfg` on `cfg.nodes` node processes over UCX and
+/// returns the same report `atoll bench` builds, with the transport's verbs described.
+pub fn run_cluster(cfg: &RunConfig, cc: &ClusterConfig) -> Result<Report, ClusterError> {
+    cfg.validate()?;
+    ucx_available()?;
+    struct V<'a> {
+        cfg: &'a RunConfig,
+        cc: &'a ClusterConfig,
+    }
+    impl ProtocolVisitor for V<'_> {
+        type Out = Result<Report, ClusterError>;
+        fn visit<P: Protocol>(self) -> Self::Out {
+            let (cfg, cc) = (self.cfg, self.cc);
+            P::check_plan(&cfg.plan)
+                .map_err(|e| ClusterError::BadInput(format!("plan {}: {e}", cfg.plan)))?;
+            with_workload!(cfg, w => coordinate::<_, P>(cfg, w, cc))
+        }
+    }
+    cfg.protocol.dispatch(V { cfg, cc })
+}
+
+fn coordinate<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    w: W,
+    cc: &ClusterConfig,
+) -> Result<Report, ClusterError> {
+    let wall = Instant::now();
+    let (sizing, _, _) = layout::<W, P>(cfg, &w)?;
+    let probe = crate::env::Probe::start();
+    let mut hub = start_nodes(cfg.nodes, &cc.exe)?;
+    let r = coordinate_nodes::<W, P>(cfg, &w, cc, &mut hub, wall, &sizing, &probe);
+    match &r {
+        Ok(_) => hub.children.reap(Duration::from_secs(FINISH_S_MAX)),
+        Err(e) => {
+            let _ = hub.broadcast(&Msg::Failed {
+                bad_input: false,
+                message: e.to_string(),
+            });
+            hub.children.kill_all();
+        }
+    }
+    r
+}
+
+fn coordinate_nodes<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    w: &W,
+    cc: &ClusterConfig,
+    hub: &mut Hub,
+    wall: Instant,
+    sizing: &crate::sizing::Sizing,
+    probe: &crate::env::Probe,
+) -> Result<Report, ClusterError> {
+    hub.broadcast(&Msg::Config {
+        version: PROTOCOL_VERSION,
+        args: cc.bench_args.clone(),
+        transport: cc.transport.name().to_string(),
+    })?;
+    let startup = Instant::now() + Duration::from_secs(STARTUP_S_MAX);
+    let joined = hub.gather("joined", startup)?;
+    let load_s = wall.elapsed().as_secs_f64();
+    let nodes = joined
+        .into_iter()
+        .map(|m| match m {
+            Msg::Joined { workers, regions } => (workers, regions),
+            _ => unreachable!("gather checked the name"),
+        })
+        .collect();
+    hub.broadcast(&Msg::Directory { nodes })?;
+    hub.gather("ready", startup)?;
+    hub.broadcast(&Msg::Start)?;
+    let run_end = Instant::now()
+        + Duration::from_secs_f64(cfg.warmup_s + cfg.duration_s + RUN_MARGIN_S)
+        + Duration::from_millis(ucx::OP_TIMEOUT_MS_DEFAULT);
+    hub.gather("done", run_end)?;
+    hub.broadcast(&Msg::Stop)?;
+    let finish = Instant::now() + Duration::from_secs(FINISH_S_MAX);
+    let mut summaries: Vec<NodeSummary<W::Ledger>> = Vec::new();
+    for (i, m) in hub.gather("summary", finish)?.into_iter().enumerate() {
+        let Msg::Summary { summary } = m else {
+            unreachable!("gather checked the name")
+        };
+        summaries.push(serde_json::from_value(summary).map_err(|e| {
+            ClusterError::BadInput(format!("malformed summary from node {i}: {e}"))
+        })?);
+    }
+    if let Some((node, txn)) = crate::driver::failed_after_log(&summaries) {
+        return Err(RunError::NodeFailed { node, txn }.into());
+    }
+    let ledger = crate::driver::merge_ledgers(w, &summaries);
+    hub.broadcast(&Msg::Ledger {
+        ledger: json("the merged ledger", &ledger),
+    })?;
+    let mut checks: Vec<NodeChecks<W::NodeCheck>> = Vec::new();
+    for (i, m) in hub.gather("checks", finish)?.into_iter().enumerate() {
+        let Msg::Checks { checks: c } = m else {
+            unreachable!("gather checked the name")
+        };
+        checks.push(
+            serde_json::from_value(c).map_err(|e| {
+                ClusterError::BadInput(format!("malformed checks from node {i}: {e}"))
+            })?,
+        );
+    }
+    hub.broadcast(&Msg::Bye)?;
+    let facts = RunFacts {
+        warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
+        progress: Vec::new(),
+        load_s,
+        wall_s: wall.elapsed().as_secs_f64(),
+        os_threads: cfg.nodes as usize * cfg.threads as usize,
+        sim: None,
+        log_ring_words: sizing.log_ring_words,
+        memory_bytes: sizing.total_bytes(),
+        coroutines_hung: 0,
+        crashed: Vec::new(),
+    };
+    let cpu = crate::env::CpuWindow::default();
+    let mut report =
+        crate::driver::report::<W, P>(cfg, w, facts, summaries, &ledger, checks, |committed| {
+            probe.finish(&cpu, committed)
+        });
+    report.config.fabric = "ucx";
+    report.ucx = Some(crate::report::UcxReport {
+        transport: cc.transport.name().to_string(),
+        processes: cfg.nodes,
+        verbs: ucx::describe(cc.transport)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    });
+    if let Some(path) = &cfg.history_file {
+        let out = crate::history::HistoryWriter::create(path).map_err(ClusterError::BadInput)?;
+        let mut h = std::mem::take(&mut report.history);
+        out.append(&mut h);
+        let (passed, detail) = match out.finish() {
+            Ok(n) => (
+                true,
+                format!("{n} attempts gathered from the nodes' summaries"),
+            ),
+            Err(e) => (false, e),
+        };
+        report.passed &= passed;
+        report.checks.push(crate::report::CheckReport {
+            name: "history.written".into(),
+            passed,
+            detail,
+        });
+    }
+    Ok(report)
+}
