@@ -165,6 +165,58 @@ fn ucx_cluster_json_names_the_transport_and_how_each_verb_travels() {
 }
 
 #[test]
+fn ucx_cluster_history_holds_every_nodes_attempts_in_one_file_and_checks_serializable() {
+    let _one = serial();
+    if !ucx_built() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("atoll-cluster-hist-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hist = dir.join("h.jsonl");
+    let (code, out, err) = cluster(&[
+        "cluster",
+        "--nodes",
+        "3",
+        "--transport",
+        "shm",
+        "bench",
+        "--workload",
+        "ycsb",
+        "--protocol",
+        "mvcc",
+        "--plan",
+        "rpc",
+        "--coroutines",
+        "4",
+        "-p",
+        "records=2000",
+        "--duration",
+        "0.2",
+        "--warmup",
+        "0.05",
+        "--history",
+        hist.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    // One header, then attempts of every coordinator of every node (3 nodes x 4).
+    let text = std::fs::read_to_string(&hist).unwrap();
+    let mut lines = text.lines();
+    let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(header["format"], "atoll-history", "{header}");
+    let mut coords = std::collections::BTreeSet::new();
+    for l in lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(v.get("format").is_none(), "a second header: {l}");
+        coords.insert(v["coord"].as_u64().unwrap());
+    }
+    assert_eq!(coords.len(), 12, "coordinators in the history: {coords:?}");
+    let (code, out, err) = cluster(&["check-history", hist.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("serializable"), "{out}\n{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn ucx_cluster_a_node_killed_with_signal_9_ends_the_run_with_exit_1_naming_it_and_no_child_left() {
     let _one = serial();
     if !ucx_built() {
