@@ -26,6 +26,26 @@ const EXIT_BAD_INPUT: u8 = 2;
 /// or a node failed while a transaction was committing).
 const EXIT_CHECK_FAILED: u8 = 1;
 
+/// Prints a run's report, writes its JSON if asked, and names every failed check: the exit
+/// code to end with when the file cannot be written or a check failed.
+fn finish_report(report: &atoll_bench::Report, json: Option<&PathBuf>) -> Result<(), ExitCode> {
+    print!("{}", report.render());
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(report).expect("reports serialise");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return Err(ExitCode::from(EXIT_BAD_INPUT));
+        }
+    }
+    if !report.passed {
+        for c in report.checks.iter().filter(|c| !c.passed) {
+            eprintln!("error: check {} failed: {}", c.name, c.detail);
+        }
+        return Err(ExitCode::from(EXIT_CHECK_FAILED));
+    }
+    Ok(())
+}
+
 /// Prints why a run produced no report; returns the exit code: bad input, or a failed run.
 fn run_failed(e: &atoll_bench::RunError, context: &str) -> ExitCode {
     eprintln!("error: {context}{e}");
@@ -614,19 +634,8 @@ fn bench(a: BenchArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return run_failed(&e, ""),
     };
-    print!("{}", report.render());
-    if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&report).expect("reports serialise");
-        if let Err(e) = std::fs::write(path, text + "\n") {
-            eprintln!("error: cannot write {}: {e}", path.display());
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
-    }
-    if !report.passed {
-        for c in report.checks.iter().filter(|c| !c.passed) {
-            eprintln!("error: check {} failed: {}", c.name, c.detail);
-        }
-        return ExitCode::from(EXIT_CHECK_FAILED);
+    if let Err(code) = finish_report(&report, a.json.as_ref()) {
+        return code;
     }
     if interrupt::requested() {
         return ExitCode::from(EXIT_INTERRUPTED);
@@ -928,19 +937,8 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return cluster_failed(&e),
     };
-    print!("{}", report.render());
-    if let Some(path) = &bench_args.json {
-        let text = serde_json::to_string_pretty(&report).expect("reports serialise");
-        if let Err(e) = std::fs::write(path, text + "\n") {
-            eprintln!("error: cannot write {}: {e}", path.display());
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
-    }
-    if !report.passed {
-        for c in report.checks.iter().filter(|c| !c.passed) {
-            eprintln!("error: check {} failed: {}", c.name, c.detail);
-        }
-        return ExitCode::from(EXIT_CHECK_FAILED);
+    if let Err(code) = finish_report(&report, bench_args.json.as_ref()) {
+        return code;
     }
     ExitCode::SUCCESS
 }

@@ -18,9 +18,9 @@ use crate::config::{ConfigError, RunConfig};
 use crate::driver::RunFacts;
 use crate::node::{NodeChecks, NodeRuntime, NodeSummary};
 use crate::report::Report;
-use crate::run::{coroutine, RunError, RunShared, WorkerShared, LOC_CACHE_ENTRIES_MAX};
-use crate::stats::{Interval, WorkerStats};
-use atoll_fabric::{Coroutine, Endpoint, NodeId, TaskId};
+use crate::run::{worker_coroutines, RunError, RunShared, LOC_CACHE_ENTRIES_MAX};
+use crate::stats::Interval;
+use atoll_fabric::{Coroutine, NodeId};
 use atoll_fabric_ucx::{self as ucx, Bootstrap, NodeAddresses, RunWatch, Transports};
 use atoll_protocols::ProtocolVisitor;
 use atoll_storage::Catalog;
@@ -32,7 +32,6 @@ use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
 use atoll_workloads::{Workload, WorkloadKind};
 use serde::{Deserialize, Serialize};
-use std::cell::RefCell;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -518,32 +517,11 @@ fn node_with<W: Workload, P: Protocol>(
         am_inbox_messages_max: ucx::AM_INBOX_MESSAGES_DEFAULT
             .max(cfg.coordinators_total() as usize * 4),
     };
-    let types = shared.w.txn_types().len();
     // Progress lines stay in the node: the coordinator prints the summary only.
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     let drain = std::thread::spawn(move || for _ in rx_iv {});
     let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
-        let ws = Rc::new(WorkerShared::<W> {
-            stats: RefCell::new(WorkerStats::new(types)),
-            live: (cfg.coroutines as usize).into(),
-            history: RefCell::new(Vec::new()),
-            ledger: RefCell::new(W::Ledger::default()),
-        });
-        (0..cfg.coroutines as u32)
-            .map(|k| {
-                let ep = Endpoint::new(core.clone(), TaskId(k));
-                let id = core.index * cfg.coroutines as u32 + k;
-                let fut = coroutine::<W, P>(
-                    shared.clone(),
-                    runtime.clone(),
-                    ws.clone(),
-                    ep,
-                    id,
-                    tx_iv.clone(),
-                );
-                Box::pin(fut) as Coroutine
-            })
-            .collect()
+        worker_coroutines::<W, P>(core, &shared, &runtime, cfg.coroutines, &tx_iv)
     };
     let ran = ucx::run_node(&ucfg, &setup, link, &spawn);
     drop(tx_iv);

@@ -311,7 +311,6 @@ fn run_with<W: Workload, P: Protocol>(
             Fabric::InProc => None,
         },
     });
-    let types = shared.w.txn_types().len();
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     let mut lines = Vec::new();
     let mut sim = None;
@@ -324,28 +323,8 @@ fn run_with<W: Workload, P: Protocol>(
         let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
         // A worker's co-routines belong to its node's runtime.
         let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
-            let node = nodes[core.node().0 as usize].clone();
-            let ws = Rc::new(WorkerShared::<W> {
-                stats: RefCell::new(WorkerStats::new(types)),
-                live: (cfg.coroutines as usize).into(),
-                history: RefCell::new(Vec::new()),
-                ledger: RefCell::new(W::Ledger::default()),
-            });
-            (0..cfg.coroutines as u32)
-                .map(|k| {
-                    let ep = Endpoint::new(core.clone(), TaskId(k));
-                    let id = core.index * cfg.coroutines as u32 + k;
-                    let fut = coroutine::<W, P>(
-                        shared.clone(),
-                        node.clone(),
-                        ws.clone(),
-                        ep,
-                        id,
-                        tx_iv.clone(),
-                    );
-                    Box::pin(fut) as Coroutine
-                })
-                .collect()
+            let node = &nodes[core.node().0 as usize];
+            worker_coroutines::<W, P>(core, &shared, node, cfg.coroutines, &tx_iv)
         };
         sim = match &cfg.fabric {
             Fabric::InProc => {
@@ -502,6 +481,38 @@ fn collect_progress(
         }
     }
     lines
+}
+
+/// A worker's co-routines, which belong to its node's runtime `node`: every backend spawns
+/// them the same way (one shared state per worker, cluster-wide co-routine ids).
+pub(crate) fn worker_coroutines<W: Workload, P: Protocol>(
+    core: &Rc<atoll_fabric::WorkerCore>,
+    shared: &Arc<RunShared<W>>,
+    node: &Arc<NodeRuntime<W>>,
+    coroutines: u16,
+    progress: &mpsc::Sender<Interval>,
+) -> Vec<Coroutine> {
+    let ws = Rc::new(WorkerShared::<W> {
+        stats: RefCell::new(WorkerStats::new(shared.w.txn_types().len())),
+        live: (coroutines as usize).into(),
+        history: RefCell::new(Vec::new()),
+        ledger: RefCell::new(W::Ledger::default()),
+    });
+    (0..coroutines as u32)
+        .map(|k| {
+            let ep = Endpoint::new(core.clone(), TaskId(k));
+            let id = core.index * coroutines as u32 + k;
+            let fut = coroutine::<W, P>(
+                shared.clone(),
+                node.clone(),
+                ws.clone(),
+                ep,
+                id,
+                progress.clone(),
+            );
+            Box::pin(fut) as Coroutine
+        })
+        .collect()
 }
 
 pub(crate) async fn coroutine<W: Workload, P: Protocol>(

@@ -29,10 +29,11 @@ use atoll_fabric::core::{
     Transport, WorkerCore, WorkerPanic, WorkerReport,
 };
 use atoll_fabric::{
-    Completion, FailureKind, NodeId, NodeMemory, Op, OpError, RegionId, RpcHandler, Words, WorkerId,
+    Completion, FailureKind, IntMap, NodeId, NodeMemory, Op, OpError, RegionId, RpcHandler, Words,
+    WorkerId,
 };
 use std::cell::{Cell, RefCell};
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
@@ -382,7 +383,8 @@ struct UcxTransport {
     origin: Instant,
     op_timeout_ns: u64,
     next_token: Cell<u64>,
-    pending: RefCell<HashMap<u64, Pending>>,
+    /// Keyed by token: one insert and one remove per op, hashed with one multiply.
+    pending: RefCell<IntMap<u64, Pending>>,
     /// `(deadline, token)` in posting order; deadlines rise, as the timeout is one.
     deadlines: RefCell<VecDeque<(u64, u64)>>,
     timers: RefCell<BinaryHeap<Timer>>,
@@ -786,7 +788,7 @@ pub fn run_node(
                             origin: *origin.get().expect("set before go"),
                             op_timeout_ns: cfg.op_timeout_ns,
                             next_token: Cell::new(1),
-                            pending: RefCell::new(HashMap::new()),
+                            pending: RefCell::new(IntMap::default()),
                             deadlines: RefCell::new(VecDeque::new()),
                             timers: RefCell::new(BinaryHeap::new()),
                             local_done: RefCell::new(VecDeque::new()),

@@ -8,6 +8,7 @@
 
 pub mod core;
 pub mod ids;
+pub mod inthash;
 pub mod memory;
 pub mod rng;
 pub mod verbs;
@@ -18,6 +19,7 @@ pub use crate::core::{
     Posted, TaskId, Transport, WorkerCore, WorkerPanic,
 };
 pub use crate::ids::{NodeId, RegionId, RemotePtr, WorkerId};
+pub use crate::inthash::{IntHasher, IntMap};
 pub use crate::memory::{ClusterMemory, NodeDirectory, NodeMemory, Region, RegionKey};
 pub use crate::verbs::{
     Bytes, Completion, FailureKind, Handled, Op, OpError, RpcHandler, VerbCounters, VerbKind, Words,

@@ -378,37 +378,6 @@ pub fn storage_checks(stores: &[Arc<Store>]) -> Vec<CheckResult> {
 }
 
 /// A map keyed by record keys (integers, table ids) that a benchmark fills itself: committed
-/// effects per record, recorded once per committed transaction. SipHash cost ~300-560
-/// instructions a transaction there (issue #9); these keys never come from outside a run.
-pub type KeyMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<KeyHasher>>;
-
-/// [`KeyMap`]'s hasher: one multiply and rotate per integer written.
-#[derive(Default)]
-pub struct KeyHasher(u64);
-
-impl std::hash::Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u16(&mut self, v: u16) {
-        self.write_u64(v as u64)
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(v as u64)
-    }
-    fn write_u64(&mut self, v: u64) {
-        // Fibonacci hashing, rotated so that both the low bits (hashbrown's bucket index)
-        // and the high bits (its control bytes) depend on the key's bits.
-        self.0 = (self.0 ^ v)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .rotate_left(29);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64)
-    }
-}
+/// effects per record, recorded once per committed transaction, where SipHash cost ~300-560
+/// instructions a transaction (issue #9).
+pub type KeyMap<K, V> = atoll_fabric::IntMap<K, V>;
