@@ -242,8 +242,9 @@ impl WorkerCore {
         }
     }
 
-    /// Takes the results of a finished slot, or `None` while ops are outstanding.
-    fn take_if_done(&self, slot: SlotId) -> Option<(Vec<Completion>, bool)> {
+    /// Takes the results of a finished slot (every entry `Some`), or `None` while ops are
+    /// outstanding. Handed over as stored: re-collecting them moved every completion.
+    fn take_if_done(&self, slot: SlotId) -> Option<(Vec<Option<Completion>>, bool)> {
         let mut slots = self.slots.borrow_mut();
         let done = matches!(&slots[slot.0 as usize], Some(s) if s.remaining == 0);
         if !done {
@@ -251,12 +252,7 @@ impl WorkerCore {
         }
         let s = slots[slot.0 as usize].take().expect("slot checked above");
         self.free_slots.borrow_mut().push(slot.0);
-        let results = s
-            .results
-            .into_iter()
-            .map(|r| r.expect("remaining == 0 means all set"))
-            .collect();
-        Some((results, s.remote))
+        Some((s.results, s.remote))
     }
 
     /// Runs a doorbell whose ops are all one-sided on this node at once, when the backend
@@ -685,7 +681,7 @@ impl Doorbell<'_> {
             core.counters.borrow_mut().round_trips += 1;
         }
         if let Some(e) = results.iter().find_map(|c| match c {
-            Completion::Failed(e) => Some(*e),
+            Some(Completion::Failed(e)) => Some(*e),
             _ => None,
         }) {
             return Err(e);
@@ -700,7 +696,7 @@ struct Wait<'c> {
 }
 
 impl Future for Wait<'_> {
-    type Output = (Vec<Completion>, bool);
+    type Output = (Vec<Option<Completion>>, bool);
     fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.core.take_if_done(self.slot) {
             Some(r) => Poll::Ready(r),
@@ -713,8 +709,9 @@ impl Future for Wait<'_> {
 pub struct Completions(Results);
 
 enum Results {
-    /// As the transport delivered them.
-    Posted(Vec<Completion>),
+    /// As the transport delivered them: every entry is `Some` (a slot is handed over only
+    /// when its last op completed).
+    Posted(Vec<Option<Completion>>),
     /// Run inline ([`WorkerCore::run_inline`]): READs' words in one arena.
     Inline {
         values: Vec<InlineResult>,
@@ -755,7 +752,7 @@ impl Completions {
     pub fn read(&self, i: usize) -> &[u64] {
         match &self.0 {
             Results::Posted(c) => match &c[i] {
-                Completion::Read(w) => w,
+                Some(Completion::Read(w)) => w,
                 _ => self.mismatch(i, "a READ"),
             },
             Results::Inline { values, words } => match values[i] {
@@ -767,8 +764,8 @@ impl Completions {
 
     pub fn into_read(mut self, i: usize) -> Words {
         match &mut self.0 {
-            Results::Posted(c) => match std::mem::replace(&mut c[i], Completion::Write) {
-                Completion::Read(w) => w,
+            Results::Posted(c) => match c[i].take() {
+                Some(Completion::Read(w)) => w,
                 other => panic!("op {i} completed as {other:?}, not a READ"),
             },
             Results::Inline { .. } => Words::from_slice(self.read(i)),
@@ -778,7 +775,7 @@ impl Completions {
     pub fn cas(&self, i: usize) -> u64 {
         match &self.0 {
             Results::Posted(c) => match c[i] {
-                Completion::Cas(v) => v,
+                Some(Completion::Cas(v)) => v,
                 _ => self.mismatch(i, "a CAS"),
             },
             Results::Inline { values, .. } => match values[i] {
@@ -791,7 +788,7 @@ impl Completions {
     pub fn fetch_add(&self, i: usize) -> u64 {
         match &self.0 {
             Results::Posted(c) => match c[i] {
-                Completion::FetchAdd(v) => v,
+                Some(Completion::FetchAdd(v)) => v,
                 _ => self.mismatch(i, "a FETCH_ADD"),
             },
             Results::Inline { values, .. } => match values[i] {
@@ -804,7 +801,7 @@ impl Completions {
     pub fn rpc(&self, i: usize) -> &[u8] {
         match &self.0 {
             Results::Posted(c) => match &c[i] {
-                Completion::Rpc(b) => b,
+                Some(Completion::Rpc(b)) => b,
                 _ => self.mismatch(i, "an RPC"),
             },
             Results::Inline { .. } => self.mismatch(i, "an RPC"),
@@ -813,8 +810,8 @@ impl Completions {
 
     pub fn into_rpc(mut self, i: usize) -> Vec<u8> {
         match &mut self.0 {
-            Results::Posted(c) => match std::mem::replace(&mut c[i], Completion::Write) {
-                Completion::Rpc(b) => b,
+            Results::Posted(c) => match c[i].take() {
+                Some(Completion::Rpc(b)) => b,
                 other => panic!("op {i} completed as {other:?}, not an RPC"),
             },
             Results::Inline { .. } => self.mismatch(i, "an RPC"),

@@ -140,10 +140,7 @@ impl WriteBack {
         let ts = d.w()?;
         let release = d.bool()?;
         let set_ts = d.w()?;
-        let n = d.len()?;
-        let items = (0..n)
-            .map(|_| Ok((d.table()?, d.u32()?, d.words()?)))
-            .collect::<Result<_, DecodeError>>()?;
+        let items = d.list(|d| Ok((d.table()?, d.u32()?, d.words()?)))?;
         Ok(WriteBack {
             ts,
             release,
@@ -315,8 +312,9 @@ impl WordWriter<'_> {
     pub fn tag<T: Into<u8>>(&mut self, t: T) {
         self.w(t.into() as u64);
     }
-    /// A length, then the words.
+    /// A length, then the words (room for all made once).
     pub fn words(&mut self, ws: &[u64]) {
+        self.0.reserve((1 + ws.len()) * 8);
         self.w(ws.len() as u64);
         for &v in ws {
             self.w(v);
@@ -402,16 +400,42 @@ impl<'a> WordReader<'a> {
         }
     }
     pub fn words(&mut self) -> Result<Words, DecodeError> {
-        let n = self.len()?;
-        let mut out = Words::with_capacity(n);
-        for _ in 0..n {
-            out.push(self.w()?);
-        }
+        let ws = self.word_run()?;
+        let mut out = Words::with_capacity(ws.len());
+        out.extend(ws);
         Ok(out)
     }
-    pub fn items(&mut self) -> Result<Vec<Item>, DecodeError> {
+
+    /// As [`Self::words`], into a `Vec` (for runs longer than `Words` holds inline).
+    pub fn word_vec(&mut self) -> Result<Vec<u64>, DecodeError> {
+        Ok(self.word_run()?.collect())
+    }
+
+    /// A length, then that many words, split off at once (`len` checked they remain), not
+    /// word by word.
+    fn word_run(&mut self) -> Result<impl ExactSizeIterator<Item = u64> + 'a, DecodeError> {
         let n = self.len()?;
-        (0..n).map(|_| self.item()).collect()
+        let (h, t) = self.b.split_at(n * 8);
+        self.b = t;
+        Ok(h.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))))
+    }
+    pub fn items(&mut self) -> Result<Vec<Item>, DecodeError> {
+        self.list(Self::item)
+    }
+
+    /// A length, then that many elements read by `f`, into a vector sized once (collecting
+    /// `Result`s cannot size it: it regrew as it filled).
+    pub fn list<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Self) -> Result<T, DecodeError>,
+    ) -> Result<Vec<T>, DecodeError> {
+        let n = self.len()?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(f(self)?);
+        }
+        Ok(out)
     }
     pub fn item(&mut self) -> Result<Item, DecodeError> {
         Ok(Item {
@@ -483,7 +507,28 @@ pub fn split_family(b: &[u8]) -> Result<Option<(FamilyId, &[u8])>, DecodeError> 
 }
 
 impl Request {
+    /// Bytes [`Request::encode`] appends: reserved up front, so encoding never regrows.
+    pub fn encoded_len(&self) -> usize {
+        let words = match self {
+            Request::Read { items } => 2 + 3 * items.len(),
+            Request::Lock { items, .. } => 5 + 3 * items.len(),
+            Request::Validate { items, .. } => 3 + 3 * items.len(),
+            Request::Log { words, .. } => 3 + words.len(),
+            Request::WriteBack(wb) => {
+                5 + wb.items.iter().map(|(_, _, p)| 3 + p.len()).sum::<usize>()
+            }
+            Request::Release { items, .. } => 3 + 2 * items.len(),
+            Request::Insert { payload, .. } => 5 + payload.len(),
+            Request::Delete { .. } => 3,
+            Request::UndoInsert { .. } => 4,
+            Request::Scan { .. } => 6,
+            Request::Family { body, .. } => 2 + body.len().div_ceil(8),
+        };
+        words * 8
+    }
+
     pub fn encode(&self, out: &mut Vec<u8>) {
+        out.reserve(self.encoded_len());
         let mut e = WordWriter(out);
         match self {
             Request::Read { items } => {
@@ -512,11 +557,7 @@ impl Request {
                     e.w(*v);
                 }
             }
-            Request::Log { offset, words } => {
-                e.tag(RequestTag::Log);
-                e.w(*offset as u64);
-                e.words(words);
-            }
+            Request::Log { offset, words } => Self::encode_log(&mut e, *offset, words),
             Request::WriteBack(wb) => {
                 e.tag(RequestTag::WriteBack);
                 wb.encode(&mut e);
@@ -576,8 +617,22 @@ impl Request {
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(64);
+        let mut v = Vec::new();
         self.encode(&mut v);
+        v
+    }
+
+    fn encode_log(e: &mut WordWriter<'_>, offset: u32, words: &[u64]) {
+        e.tag(RequestTag::Log);
+        e.w(offset as u64);
+        e.words(words);
+    }
+
+    /// The bytes of `Request::Log { offset, words }` from borrowed words (a log record goes
+    /// to every backup: no copy of it per backup).
+    pub fn log_bytes(offset: u32, words: &[u64]) -> Vec<u8> {
+        let mut v = Vec::with_capacity((3 + words.len()) * 8);
+        Self::encode_log(&mut WordWriter(&mut v), offset, words);
         v
     }
 
@@ -598,23 +653,17 @@ impl Request {
             }
             RequestTag::Validate => {
                 let ts = d.w()?;
-                let n = d.len()?;
-                let items = (0..n)
-                    .map(|_| Ok((d.table()?, d.u32()?, d.w()?)))
-                    .collect::<Result<_, DecodeError>>()?;
+                let items = d.list(|d| Ok((d.table()?, d.u32()?, d.w()?)))?;
                 Request::Validate { ts, items }
             }
             RequestTag::Log => Request::Log {
                 offset: d.u32()?,
-                words: d.words()?.to_vec(),
+                words: d.word_vec()?,
             },
             RequestTag::WriteBack => Request::WriteBack(WriteBack::decode(&mut d)?),
             RequestTag::Release => {
                 let ts = d.w()?;
-                let n = d.len()?;
-                let items = (0..n)
-                    .map(|_| Ok((d.table()?, d.u32()?)))
-                    .collect::<Result<_, DecodeError>>()?;
+                let items = d.list(|d| Ok((d.table()?, d.u32()?)))?;
                 Request::Release { ts, items }
             }
             RequestTag::Insert => Request::Insert {
@@ -653,7 +702,26 @@ impl Request {
 }
 
 impl Reply {
+    /// Bytes [`Reply::encode`] appends: reserved up front, so encoding never regrows.
+    pub fn encoded_len(&self) -> usize {
+        let words = match self {
+            Reply::Tuples(ts) => {
+                2 + ts
+                    .iter()
+                    .map(|t| t.as_ref().map_or(1, |t| 7 + t.data.len()))
+                    .sum::<usize>()
+            }
+            Reply::LockFailed { .. } | Reply::Inserted { .. } => 3,
+            Reply::NotFound { .. } | Reply::Invalid { .. } | Reply::Deleted { .. } => 2,
+            Reply::Ok | Reply::Duplicate | Reply::BadRequest | Reply::Full => 1,
+            Reply::Keys(ks) => 2 + 3 * ks.len(),
+            Reply::Family { body, .. } => 2 + body.len().div_ceil(8),
+        };
+        words * 8
+    }
+
     pub fn encode(&self, out: &mut Vec<u8>) {
+        out.reserve(self.encoded_len());
         let mut e = WordWriter(out);
         match self {
             Reply::Tuples(ts) => {
@@ -720,24 +788,19 @@ impl Reply {
     pub fn decode(b: &[u8]) -> Result<Reply, DecodeError> {
         let mut d = WordReader::new(b, "reply");
         let r = match ReplyTag::try_from(d.w()?)? {
-            ReplyTag::Tuples => {
-                let n = d.len()?;
-                let mut ts = Vec::with_capacity(n);
-                for _ in 0..n {
-                    ts.push(match d.bool()? {
-                        false => None,
-                        true => Some(Tuple {
-                            loc: Loc(d.u32()?),
-                            lock: d.w()?,
-                            version: d.w()?,
-                            wts: d.w()?,
-                            rts: d.w()?,
-                            data: d.words()?,
-                        }),
-                    });
-                }
-                Reply::Tuples(ts)
-            }
+            ReplyTag::Tuples => Reply::Tuples(d.list(|d| {
+                Ok(match d.bool()? {
+                    false => None,
+                    true => Some(Tuple {
+                        loc: Loc(d.u32()?),
+                        lock: d.w()?,
+                        version: d.w()?,
+                        wts: d.w()?,
+                        rts: d.w()?,
+                        data: d.words()?,
+                    }),
+                })
+            })?),
             ReplyTag::LockFailed => Reply::LockFailed {
                 index: d.u32()?,
                 holder: d.w()?,
@@ -750,14 +813,7 @@ impl Reply {
                 version: d.w()?,
             },
             ReplyTag::Duplicate => Reply::Duplicate,
-            ReplyTag::Keys => {
-                let n = d.len()?;
-                Reply::Keys(
-                    (0..n)
-                        .map(|_| Ok((d.w()?, d.u32()?, d.w()?)))
-                        .collect::<Result<_, DecodeError>>()?,
-                )
-            }
+            ReplyTag::Keys => Reply::Keys(d.list(|d| Ok((d.w()?, d.u32()?, d.w()?)))?),
             ReplyTag::BadRequest => Reply::BadRequest,
             ReplyTag::Deleted => Reply::Deleted { version: d.w()? },
             ReplyTag::Family => {
@@ -780,6 +836,7 @@ mod tests {
 
     fn round_trip(r: Request) {
         let b = r.to_bytes();
+        assert_eq!(b.len(), r.encoded_len(), "encoded length of {r:?}");
         assert_eq!(Request::decode(&b), Ok(r.clone()), "{r:?}");
         // Every strict prefix is malformed, never a panic.
         for cut in 0..b.len() {
@@ -857,6 +914,15 @@ mod tests {
             table: TableId(2),
             key: 5,
         });
+        // A family body runs to the message's end (its family decodes and checks it), so
+        // only its length and round trip are checked here, not its prefixes.
+        let fam = Request::Family {
+            family: FamilyId(2),
+            body: [3u64, 4].iter().flat_map(|w| w.to_le_bytes()).collect(),
+        };
+        let b = fam.to_bytes();
+        assert_eq!(b.len(), fam.encoded_len());
+        assert_eq!(Request::decode(&b), Ok(fam));
         round_trip(Request::Scan {
             table: TableId(2),
             lo: 1,
@@ -877,8 +943,15 @@ mod tests {
         ]);
         let mut b = Vec::new();
         reply.encode(&mut b);
+        assert_eq!(b.len(), reply.encoded_len(), "encoded length of {reply:?}");
         assert_eq!(Reply::decode(&b), Ok(reply));
         for reply in [
+            Reply::LockFailed {
+                index: 2,
+                holder: 7,
+            },
+            Reply::NotFound { index: 1 },
+            Reply::Invalid { index: 0 },
             Reply::Inserted {
                 loc: Loc(3),
                 version: 9,
@@ -896,6 +969,7 @@ mod tests {
         ] {
             let mut b = Vec::new();
             reply.encode(&mut b);
+            assert_eq!(b.len(), reply.encoded_len(), "encoded length of {reply:?}");
             assert_eq!(Reply::decode(&b), Ok(reply));
         }
         assert!(Reply::decode(&13u64.to_le_bytes())

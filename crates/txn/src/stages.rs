@@ -45,20 +45,29 @@ pub fn nodes_of<S: EntryState>(
     ns
 }
 
-/// Per node a request went to: the node, its entries among the stage's (in their order),
-/// and its decoded reply.
-pub type NodeReplies = smallvec::SmallVec<[(NodeId, Idxs, Reply); 8]>;
+/// Per node a request went to: the node and its decoded reply. The entries each answers
+/// for are [`on_node`]'s (kept out of the reply so the list stays small to move: issue #9).
+pub type NodeReplies = smallvec::SmallVec<[(NodeId, Reply); 4]>;
+
+/// The entries among `idxs` whose records live on `n`, in `idxs` order: the order a
+/// request to `n` built by [`rpc_per_node`] names them, and its reply answers them.
+pub fn on_node<S: EntryState>(tx: &TxnCore<'_, S>, idxs: &[usize], n: NodeId) -> Idxs {
+    idxs.iter()
+        .copied()
+        .filter(|&i| tx.entries[i].node == n)
+        .collect()
+}
 
 /// The RPC form of a stage over records: one request per node holding some of `idxs`
 /// (`build` from that node's items, in `idxs` order), all in one doorbell, each reply
-/// returned with the entries it answers for.
+/// returned with its node (the entries it answers for are [`on_node`]'s).
 pub async fn rpc_per_node<S: EntryState>(
     tx: &mut TxnCore<'_, S>,
     idxs: &[usize],
     build: impl Fn(Vec<Item>) -> Vec<u8>,
 ) -> Result<NodeReplies, Abort> {
     let nodes = nodes_of(tx, idxs);
-    let mut d = tx.c.ep.doorbell();
+    let mut d = tx.c.ep.doorbell_for(nodes.len());
     for &n in &nodes {
         let items = idxs
             .iter()
@@ -71,14 +80,7 @@ pub async fn rpc_per_node<S: EntryState>(
     Ok(nodes
         .iter()
         .enumerate()
-        .map(|(j, &n)| {
-            let mine: Idxs = idxs
-                .iter()
-                .copied()
-                .filter(|&i| tx.entries[i].node == n)
-                .collect();
-            (n, mine, decode(res.rpc(j)))
-        })
+        .map(|(j, &n)| (n, decode(res.rpc(j))))
         .collect())
 }
 
@@ -258,7 +260,8 @@ pub async fn read<S: EntryState>(
         Primitive::Rpc => {
             let replies =
                 rpc_per_node(tx, idxs, |items| Request::Read { items }.to_bytes()).await?;
-            for (n, mine, reply) in replies {
+            for (n, reply) in replies {
+                let mine = on_node(tx, idxs, n);
                 let Reply::Tuples(tuples) = reply else {
                     panic!("read: unexpected reply from node {}", n.0)
                 };
@@ -587,7 +590,8 @@ pub async fn lock_by_rpc<S: EntryState>(
     frozen: bool,
 ) -> Result<(), Abort> {
     let mut outcome = Ok(());
-    for (n, mine, reply) in rpc_per_node(tx, idxs, build).await? {
+    for (n, reply) in rpc_per_node(tx, idxs, build).await? {
+        let mine = on_node(tx, idxs, n);
         match reply {
             Reply::Tuples(tuples) => {
                 for (i, t) in mine.into_iter().zip(tuples) {
@@ -767,14 +771,7 @@ pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Res
                 );
             }
             Primitive::Rpc => {
-                d.rpc(
-                    backup,
-                    Request::Log {
-                        offset: base + pos,
-                        words: rec.clone(),
-                    }
-                    .to_bytes(),
-                );
+                d.rpc(backup, Request::log_bytes(base + pos, &rec));
             }
         }
     }

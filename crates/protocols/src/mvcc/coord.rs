@@ -74,9 +74,10 @@ pub async fn read(
             MvccRequest::Read { ctts, items }.to_bytes()
         })
         .await?;
-        for (n, mine, reply) in replies {
+        for (n, reply) in replies {
             match reply {
                 Reply::Tuples(tuples) => {
+                    let mine = stages::on_node(tx, idxs, n);
                     for (i, t) in mine.into_iter().zip(tuples) {
                         let t = t.expect("an MVCC read returns every tuple");
                         tx.c.observe_ts(t.wts.max(t.rts));

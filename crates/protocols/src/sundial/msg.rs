@@ -51,10 +51,7 @@ impl SundialRequest {
         let r = match SundialTag::try_from(d.w()?)? {
             SundialTag::Renew => {
                 let commit_ts = d.w()?;
-                let n = d.len()?;
-                let items = (0..n)
-                    .map(|_| Ok((d.table()?, d.u32()?, d.w()?)))
-                    .collect::<Result<_, DecodeError>>()?;
+                let items = d.list(|d| Ok((d.table()?, d.u32()?, d.w()?)))?;
                 SundialRequest::Renew { commit_ts, items }
             }
         };
