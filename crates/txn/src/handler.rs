@@ -5,7 +5,10 @@
 //! ([`Request::Family`]) to the [`Participant`] registered for that family. [`Local`] holds
 //! the building blocks both use: locating records, consistent reads, freezing and unlocking.
 
-use crate::msg::{self, FamilyId, Item, Reply, Request, Tuple, WriteBack};
+use crate::msg::{
+    self, DecodeError, FamilyId, Item, Reply, Request, RequestTag, Tuple, TupleHead, TuplesWriter,
+    WordReader, WriteBack,
+};
 use atoll_fabric::{Bytes, Handled, NodeId, Region, ReplyTo, RpcHandler, Words};
 use atoll_storage::layout::{
     HEADER_WORDS, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
@@ -78,6 +81,13 @@ impl Local {
     /// still holds `it.key` live: a reclaim changes the version word before the key word,
     /// so the same version word before the key check and in the read means the key's tuple.
     pub fn read_item(&self, it: &Item, loc: u32) -> Option<Tuple> {
+        let mut data = Words::new();
+        self.read_item_into(it, loc, &mut data)
+            .map(|h| Tuple::from_parts(h, data))
+    }
+
+    /// As [`Self::read_item`], the payload into `data` (replaced).
+    pub fn read_item_into(&self, it: &Item, loc: u32, data: &mut Words) -> Option<TupleHead> {
         let off = self.store.catalog.layout(it.table).record_offset(loc) as usize;
         let r = self.store.region(it.table);
         let mut t = None;
@@ -86,14 +96,14 @@ impl Local {
             if v0 & VERSION_ABSENT != 0 || r.load(off + H_KEY as usize) != it.key {
                 return None;
             }
-            let read = self.consistent_read(it.table, loc);
+            let read = self.consistent_read_into(it.table, loc, data);
             if read.version == v0 {
                 return Some(read);
             }
             t = Some(read);
         }
         // Kept changing: reported held by a writer, so the data is not used.
-        t.map(|t| Tuple {
+        t.map(|t| TupleHead {
             lock: LOCK_UNSTABLE,
             ..t
         })
@@ -110,38 +120,44 @@ impl Local {
     /// Reads a tuple so that the payload matches the version: retried while a writer is
     /// between its payload and version writes. Returns the lock word seen after the payload.
     pub fn consistent_read(&self, t: TableId, loc: u32) -> Tuple {
+        let mut data = Words::new();
+        let h = self.consistent_read_into(t, loc, &mut data);
+        Tuple::from_parts(h, data)
+    }
+
+    /// As [`Self::consistent_read`], the payload into `data` (replaced).
+    pub fn consistent_read_into(&self, t: TableId, loc: u32, data: &mut Words) -> TupleHead {
         let layout = self.store.catalog.layout(t);
         let r = self.store.region(t);
         let off = layout.record_offset(loc) as usize;
-        let mut data = Words::from_elem(0, layout.payload_words as usize);
+        data.clear();
+        data.resize(layout.payload_words as usize, 0);
         for _ in 0..CONSISTENT_READ_ATTEMPTS_MAX {
             let v1 = r.load(off + H_VERSION as usize);
-            r.read_into(off + HEADER_WORDS as usize, &mut data);
+            r.read_into(off + HEADER_WORDS as usize, data);
             // A writer locks before touching the payload, so a free lock read after the
             // payload, with the version unchanged, means the payload is that version's.
             let lock = r.load(off + H_LOCK as usize);
             let wts = r.load(off + H_WTS as usize);
             let rts = r.load(off + H_RTS as usize);
             if v1 == r.load(off + H_VERSION as usize) {
-                return Tuple {
+                return TupleHead {
                     loc: msg::Loc(loc),
                     lock,
                     version: v1,
                     wts,
                     rts,
-                    data,
                 };
             }
         }
         let version = r.load(off + H_VERSION as usize);
         let (wts, rts) = (r.load(off + H_WTS as usize), r.load(off + H_RTS as usize));
-        Tuple {
+        TupleHead {
             loc: msg::Loc(loc),
             lock: LOCK_UNSTABLE,
             version,
             wts,
             rts,
-            data,
         }
     }
 
@@ -160,14 +176,18 @@ impl Local {
 
     /// The header of a record locked by `ts`, without its payload.
     pub fn header_tuple(&self, t: TableId, loc: u32, ts: u64) -> Tuple {
+        Tuple::from_parts(self.header_of(t, loc, ts), Words::new())
+    }
+
+    /// As [`Self::header_tuple`], the fields alone.
+    pub fn header_of(&self, t: TableId, loc: u32, ts: u64) -> TupleHead {
         let (r, off) = self.record(t, loc);
-        Tuple {
+        TupleHead {
             loc: msg::Loc(loc),
             lock: ts,
             version: r.load(off + H_VERSION as usize),
             wts: r.load(off + H_WTS as usize),
             rts: r.load(off + H_RTS as usize),
-            data: Words::new(),
         }
     }
 
@@ -214,74 +234,142 @@ impl Local {
         r.cas(off + H_LOCK as usize, ts, 0);
     }
 
+    /// Serves a read or a lock request straight from its bytes into `out` (no decoded
+    /// request, no [`Tuple`] per record: issue #9), or `None` for any other request.
+    /// Either is checked whole (every item decodes and names a table) before it touches a
+    /// record, as a decoded request would be.
+    fn serve_bytes(&self, req: &[u8], out: &mut Vec<u8>) -> Option<Result<(), DecodeError>> {
+        let mut d = WordReader::new(req, "request");
+        let tag = RequestTag::try_from(d.w().ok()?).ok()?;
+        match tag {
+            RequestTag::Read => Some(self.serve_read(d, out)),
+            RequestTag::Lock => Some(self.serve_lock(d, out)),
+            _ => None,
+        }
+    }
+
+    /// Checks the rest of a read or lock request: `n` items that decode and name tables
+    /// of this store, and nothing after them. Returns the bytes of the `Tuples` reply if
+    /// every item has its tuple (with payloads if `with_data`), to reserve them at once.
+    fn check_items(
+        &self,
+        mut d: WordReader<'_>,
+        n: usize,
+        with_data: bool,
+    ) -> Result<usize, DecodeError> {
+        let mut words = msg::TUPLES_HEAD_WORDS;
+        for _ in 0..n {
+            let it = d.item()?;
+            if !self.valid_table(it.table) {
+                return Err(d.error(format!(
+                    "table {} of {}",
+                    it.table.0,
+                    self.store.catalog.table_count()
+                )));
+            }
+            words += msg::TUPLE_HEAD_WORDS;
+            if with_data {
+                words += self.store.catalog.layout(it.table).payload_words as usize;
+            }
+        }
+        d.done()?;
+        Ok(words * 8)
+    }
+
+    /// `Read { items }`: each record's consistent tuple, or none where the key is absent.
+    fn serve_read(&self, mut d: WordReader<'_>, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+        let n = d.len()?;
+        out.reserve(self.check_items(d.clone(), n, true)?);
+        let mut w = TuplesWriter::begin(out, n);
+        let mut data = Words::new();
+        for _ in 0..n {
+            let it = d.item()?;
+            match self
+                .loc_of(&it)
+                .and_then(|loc| self.read_item_into(&it, loc, &mut data))
+            {
+                Some(h) => w.tuple(&h, &data),
+                None => w.none(),
+            }
+        }
+        w.finish();
+        Ok(())
+    }
+
+    /// `Lock { ts, want_data, freeze, items }`: every record locked for `ts` (and its `RTS`
+    /// frozen with `freeze`) with its tuple, or none: the first refusal gives back every
+    /// lock taken and the reply names the item.
+    fn serve_lock(&self, mut d: WordReader<'_>, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+        let store = &self.store;
+        let ts = d.w()?;
+        let want_data = d.bool()?;
+        let freeze = d.bool()?;
+        let n = d.len()?;
+        let bytes = self.check_items(d.clone(), n, want_data)?;
+        if ts == 0 {
+            return Err(d.error("lock for timestamp 0"));
+        }
+        out.reserve(bytes);
+        let start = out.len();
+        let mut w = TuplesWriter::begin(out, n);
+        let mut held = smallvec::SmallVec::<[(&Region, usize); 16]>::new();
+        let mut data = Words::new();
+        let mut refused = None;
+        for i in 0..n {
+            let it = d.item()?;
+            let Some(loc) = self.loc_of(&it) else {
+                refused = Some(Reply::NotFound { index: i as u32 });
+                break;
+            };
+            let off = store.catalog.layout(it.table).record_offset(loc) as usize;
+            let r = store.region(it.table);
+            let holder = r.cas(off + H_LOCK as usize, 0, ts);
+            if holder != 0 {
+                refused = Some(Reply::LockFailed {
+                    index: i as u32,
+                    holder,
+                });
+                break;
+            }
+            held.push((r, off));
+            // Held now, so it stays what it is: check it is still the key's, live.
+            if !store.live_key_at(it.table, loc, it.key) {
+                refused = Some(Reply::NotFound { index: i as u32 });
+                break;
+            }
+            let frozen_rts = freeze.then(|| Self::freeze(r, off));
+            let mut h = if want_data {
+                self.consistent_read_into(it.table, loc, &mut data)
+            } else {
+                data.clear();
+                self.header_of(it.table, loc, ts)
+            };
+            if let Some(rts) = frozen_rts {
+                h.rts = rts;
+            }
+            w.tuple(&h, &data);
+        }
+        match refused {
+            None => w.finish(),
+            Some(r) => {
+                for (reg, off) in held {
+                    Self::unlock(reg, off, ts);
+                }
+                out.truncate(start);
+                r.encode(out);
+            }
+        }
+        Ok(())
+    }
+
     /// Serves a shared request (a family's goes to its participant before this).
     fn serve(&self, req: Request) -> Reply {
         let store = &self.store;
         match req {
-            // Dispatched by `StoreHandler::handle` before decoding.
-            Request::Family { .. } => Reply::BadRequest,
-            Request::Read { items } => {
-                if items.iter().any(|i| !self.valid_table(i.table)) {
-                    return Reply::BadRequest;
-                }
-                Reply::Tuples(
-                    items
-                        .iter()
-                        .map(|it| self.loc_of(it).and_then(|loc| self.read_item(it, loc)))
-                        .collect(),
-                )
-            }
-            Request::Lock {
-                ts,
-                want_data,
-                freeze,
-                items,
-            } => {
-                if ts == 0 || items.iter().any(|i| !self.valid_table(i.table)) {
-                    return Reply::BadRequest;
-                }
-                let mut out = Vec::with_capacity(items.len());
-                for (i, it) in items.iter().enumerate() {
-                    let undo = |out: &Vec<Option<Tuple>>| {
-                        for (j, t) in out.iter().enumerate() {
-                            let t = t.as_ref().expect("locked tuples are Some");
-                            let off = store.catalog.layout(items[j].table).record_offset(t.loc.0)
-                                as usize;
-                            Self::unlock(store.region(items[j].table), off, ts);
-                        }
-                    };
-                    let Some(loc) = self.loc_of(it) else {
-                        undo(&out);
-                        return Reply::NotFound { index: i as u32 };
-                    };
-                    let off = store.catalog.layout(it.table).record_offset(loc) as usize;
-                    let r = store.region(it.table);
-                    let holder = r.cas(off + H_LOCK as usize, 0, ts);
-                    if holder != 0 {
-                        undo(&out);
-                        return Reply::LockFailed {
-                            index: i as u32,
-                            holder,
-                        };
-                    }
-                    // Held now, so it stays what it is: check it is still the key's, live.
-                    if !store.live_key_at(it.table, loc, it.key) {
-                        Self::unlock(r, off, ts);
-                        undo(&out);
-                        return Reply::NotFound { index: i as u32 };
-                    }
-                    let frozen_rts = freeze.then(|| Self::freeze(r, off));
-                    let mut t = if want_data {
-                        self.consistent_read(it.table, loc)
-                    } else {
-                        self.header_tuple(it.table, loc, ts)
-                    };
-                    if let Some(rts) = frozen_rts {
-                        t.rts = rts;
-                    }
-                    out.push(Some(t));
-                }
-                Reply::Tuples(out)
+            // Dispatched by `StoreHandler::handle` before decoding (a family's to its
+            // participant, reads and locks served from their bytes: `serve_bytes`).
+            Request::Family { .. } | Request::Read { .. } | Request::Lock { .. } => {
+                Reply::BadRequest
             }
             Request::Validate { ts, items } => {
                 for (i, (t, loc, version)) in items.iter().enumerate() {
@@ -446,10 +534,20 @@ impl RpcHandler for StoreHandler {
                     },
                     None => Reply::BadRequest,
                 },
-                Ok(None) => match Request::decode(req) {
-                    Ok(req) => self.local.serve(req),
-                    Err(_) => Reply::BadRequest,
-                },
+                Ok(None) => {
+                    let start = reply.len();
+                    match self.local.serve_bytes(req, reply) {
+                        Some(Ok(())) => return Handled::Replied,
+                        Some(Err(_)) => {
+                            reply.truncate(start);
+                            Reply::BadRequest
+                        }
+                        None => match Request::decode(req) {
+                            Ok(req) => self.local.serve(req),
+                            Err(_) => Reply::BadRequest,
+                        },
+                    }
+                }
                 Err(_) => Reply::BadRequest,
             }
         };
@@ -472,5 +570,156 @@ impl RpcHandler for StoreHandler {
             out.push((to, b));
         }
         held
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msg::Loc;
+    use atoll_fabric::core::SlotId;
+    use atoll_fabric::NodeMemory;
+    use atoll_storage::layout::{Catalog, Partition, TableSpec};
+
+    const KEYS: u64 = 8;
+    const LOG_WORDS: usize = 64;
+
+    fn node() -> (StoreHandler, Arc<Store>) {
+        let spec = TableSpec {
+            name: "t".into(),
+            payload_words: 3,
+            capacity_per_node: 16,
+            partition: Partition::Modulo,
+            ordered: false,
+            gone_keys_max_per_node: 0,
+        };
+        let catalog = Arc::new(Catalog::new(1, vec![spec], vec![LOG_WORDS]));
+        let memory = Arc::new(NodeMemory::new(NodeId(0), &catalog.region_words()));
+        let store = Arc::new(Store::new(catalog.clone(), memory));
+        for k in 0..KEYS {
+            store.insert(TableId(0), k, &[k, k + 1, k + 2]).unwrap();
+        }
+        let log = catalog.extra_region(0);
+        (StoreHandler::new(store.clone(), log, Vec::new()), store)
+    }
+
+    fn ask(h: &StoreHandler, req: &[u8]) -> Reply {
+        let from = ReplyTo {
+            worker: 0,
+            slot: SlotId(0),
+            index: 0,
+            posted_ns: 0,
+        };
+        let mut out = Vec::new();
+        assert_eq!(h.handle(NodeId(0), from, req, &mut out), Handled::Replied);
+        Reply::decode(&out).expect("a participant's reply decodes")
+    }
+
+    fn item(key: u64) -> Item {
+        Item {
+            table: TableId(0),
+            key,
+            loc: None,
+        }
+    }
+
+    fn locked(store: &Store, key: u64) -> u64 {
+        let loc = store.lookup(TableId(0), key).unwrap();
+        let off = store.catalog.layout(TableId(0)).record_offset(loc) as usize;
+        store.region(TableId(0)).load(off + H_LOCK as usize)
+    }
+
+    #[test]
+    fn handler_a_read_returns_each_records_tuple_and_none_for_an_absent_key() {
+        let (h, store) = node();
+        let Reply::Tuples(ts) = ask(&h, &Request::read_bytes(&[item(2), item(KEYS + 5)])) else {
+            panic!("a read answers with tuples")
+        };
+        assert_eq!(ts.len(), 2);
+        let t = ts[0].as_ref().expect("key 2 exists");
+        assert_eq!(t.loc, Loc(store.lookup(TableId(0), 2).unwrap()));
+        assert_eq!((t.lock, t.version), (0, layout_initial_version()));
+        assert_eq!(&t.data[ENGINE_WORDS..], &[2, 3, 4]);
+        assert_eq!(ts[1], None);
+    }
+
+    fn layout_initial_version() -> u64 {
+        atoll_storage::layout::INITIAL_VERSION
+    }
+
+    const ENGINE_WORDS: usize = atoll_storage::layout::ENGINE_PAYLOAD_WORDS as usize;
+
+    #[test]
+    fn handler_a_lock_refused_part_way_holds_none_of_its_records() {
+        let (h, store) = node();
+        assert!(matches!(
+            ask(&h, &Request::lock_bytes(7, false, false, &[item(3)])),
+            Reply::Tuples(_)
+        ));
+        let r = ask(&h, &Request::lock_bytes(9, true, true, &[item(1), item(3)]));
+        assert_eq!(
+            r,
+            Reply::LockFailed {
+                index: 1,
+                holder: 7
+            }
+        );
+        assert_eq!(
+            locked(&store, 1),
+            0,
+            "the lock taken before the refusal was given back"
+        );
+        let r = ask(
+            &h,
+            &Request::lock_bytes(9, true, false, &[item(4), item(KEYS + 1)]),
+        );
+        assert_eq!(r, Reply::NotFound { index: 1 });
+        assert_eq!(locked(&store, 4), 0);
+        assert_eq!(locked(&store, 3), 7, "the holder keeps its lock");
+    }
+
+    #[test]
+    fn handler_a_granted_lock_returns_every_tuple_held() {
+        let (h, store) = node();
+        let Reply::Tuples(ts) = ask(
+            &h,
+            &Request::lock_bytes(5, true, false, &[item(0), item(6)]),
+        ) else {
+            panic!("a granted lock answers with tuples")
+        };
+        assert_eq!(ts.len(), 2);
+        assert_eq!(&ts[1].as_ref().unwrap().data[ENGINE_WORDS..], &[6, 7, 8]);
+        assert_eq!((locked(&store, 0), locked(&store, 6)), (5, 5));
+        let Reply::Tuples(ts) = ask(&h, &Request::lock_bytes(8, false, false, &[item(2)])) else {
+            panic!("a granted lock answers with tuples")
+        };
+        assert!(
+            ts[0].as_ref().unwrap().data.is_empty(),
+            "no payload asked for"
+        );
+    }
+
+    #[test]
+    fn handler_malformed_reads_and_locks_are_refused_whole_and_lock_nothing() {
+        let (h, store) = node();
+        let bad_table = Item {
+            table: TableId(9),
+            ..item(1)
+        };
+        for req in [
+            Request::lock_bytes(4, true, false, &[item(1), bad_table]),
+            Request::read_bytes(&[item(1), bad_table]),
+            Request::lock_bytes(0, true, false, &[item(1)]),
+        ] {
+            assert_eq!(ask(&h, &req), Reply::BadRequest);
+        }
+        let full = Request::lock_bytes(4, true, true, &[item(1), item(2)]);
+        for cut in 0..full.len() {
+            assert_eq!(ask(&h, &full[..cut]), Reply::BadRequest, "prefix {cut}");
+        }
+        let mut long = full.clone();
+        long.extend_from_slice(&[0; 8]);
+        assert_eq!(ask(&h, &long), Reply::BadRequest, "a trailing word");
+        assert_eq!((locked(&store, 1), locked(&store, 2)), (0, 0));
     }
 }

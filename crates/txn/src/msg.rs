@@ -18,6 +18,9 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Loc(pub u32);
 
+/// Words an [`Item`] takes on the wire: table, key, location.
+pub const ITEM_WORDS: usize = 3;
+
 /// The word an unknown location travels as: above every `u32`, so no slot reads as it.
 const NO_LOC_WORD: u64 = 1 << 32;
 
@@ -40,6 +43,101 @@ pub struct Tuple {
     pub wts: u64,
     pub rts: u64,
     pub data: Words,
+}
+
+impl Tuple {
+    pub fn from_parts(h: TupleHead, data: Words) -> Self {
+        Tuple {
+            loc: h.loc,
+            lock: h.lock,
+            version: h.version,
+            wts: h.wts,
+            rts: h.rts,
+            data,
+        }
+    }
+
+    /// Everything but the payload.
+    pub fn head(&self) -> TupleHead {
+        TupleHead {
+            loc: self.loc,
+            lock: self.lock,
+            version: self.version,
+            wts: self.wts,
+            rts: self.rts,
+        }
+    }
+}
+
+/// A tuple's header fields as a participant reports them ([`Tuple`] without its payload).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TupleHead {
+    pub loc: Loc,
+    pub lock: u64,
+    pub version: u64,
+    pub wts: u64,
+    pub rts: u64,
+}
+
+/// Writes a [`Reply::Tuples`] of `n` entries straight into a reply buffer, one entry at a
+/// time, in the bytes [`Reply::encode`] writes: a participant serving a read or a lock
+/// builds no [`Tuple`] (a move of a payload buffer each) and no vector of them.
+pub struct TuplesWriter<'a> {
+    e: WordWriter<'a>,
+    left: usize,
+}
+
+impl<'a> TuplesWriter<'a> {
+    pub fn begin(out: &'a mut Vec<u8>, n: usize) -> Self {
+        let mut e = WordWriter(out);
+        e.tag(ReplyTag::Tuples);
+        e.w(n as u64);
+        TuplesWriter { e, left: n }
+    }
+
+    fn entry(&mut self) {
+        assert!(
+            self.left > 0,
+            "a Tuples reply given more entries than it declared"
+        );
+        self.left -= 1;
+    }
+
+    /// An entry for an item that does not exist.
+    pub fn none(&mut self) {
+        self.entry();
+        self.e.w(0);
+    }
+
+    pub fn tuple(&mut self, h: &TupleHead, data: &[u64]) {
+        self.entry();
+        write_tuple(&mut self.e, h, data);
+    }
+
+    /// Every declared entry was written.
+    pub fn finish(self) {
+        assert_eq!(
+            self.left, 0,
+            "a Tuples reply ended {} entries short",
+            self.left
+        );
+    }
+}
+
+/// Words of a `Tuples` reply before its entries: tag, count.
+pub const TUPLES_HEAD_WORDS: usize = 2;
+/// Words of one present entry of a `Tuples` reply besides its payload: presence, location,
+/// lock, version, `WTS`, `RTS`, payload length.
+pub const TUPLE_HEAD_WORDS: usize = 7;
+
+fn write_tuple(e: &mut WordWriter<'_>, h: &TupleHead, data: &[u64]) {
+    e.w(1);
+    e.w(h.loc.0 as u64);
+    e.w(h.lock);
+    e.w(h.version);
+    e.w(h.wts);
+    e.w(h.rts);
+    e.words(data);
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -329,14 +427,18 @@ impl WordWriter<'_> {
     pub fn opt_loc(&mut self, loc: Option<Loc>) {
         self.w(loc.map_or(NO_LOC_WORD, |l| l.0 as u64));
     }
+    /// A length, then the items (room for all made once).
     pub fn items(&mut self, items: &[Item]) {
+        self.0.reserve((1 + ITEM_WORDS * items.len()) * 8);
         self.w(items.len() as u64);
         items.iter().for_each(|i| self.item(i));
     }
 }
 
 /// Reads a message written by [`WordWriter`], checking every length and value; `what`
-/// names the message in errors.
+/// names the message in errors. A copy reads on from the same place (a first pass that
+/// checks a request whole before a second acts on it).
+#[derive(Clone)]
 pub struct WordReader<'a> {
     b: &'a [u8],
     what: &'static str,
@@ -510,8 +612,8 @@ impl Request {
     /// Bytes [`Request::encode`] appends: reserved up front, so encoding never regrows.
     pub fn encoded_len(&self) -> usize {
         let words = match self {
-            Request::Read { items } => 2 + 3 * items.len(),
-            Request::Lock { items, .. } => 5 + 3 * items.len(),
+            Request::Read { items } => 2 + ITEM_WORDS * items.len(),
+            Request::Lock { items, .. } => 5 + ITEM_WORDS * items.len(),
             Request::Validate { items, .. } => 3 + 3 * items.len(),
             Request::Log { words, .. } => 3 + words.len(),
             Request::WriteBack(wb) => {
@@ -531,22 +633,13 @@ impl Request {
         out.reserve(self.encoded_len());
         let mut e = WordWriter(out);
         match self {
-            Request::Read { items } => {
-                e.tag(RequestTag::Read);
-                e.items(items);
-            }
+            Request::Read { items } => Self::encode_read(&mut e, items),
             Request::Lock {
                 ts,
                 want_data,
                 freeze,
                 items,
-            } => {
-                e.tag(RequestTag::Lock);
-                e.w(*ts);
-                e.w(*want_data as u64);
-                e.w(*freeze as u64);
-                e.items(items);
-            }
+            } => Self::encode_lock(&mut e, *ts, *want_data, *freeze, items),
             Request::Validate { ts, items } => {
                 e.tag(RequestTag::Validate);
                 e.w(*ts);
@@ -619,6 +712,34 @@ impl Request {
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = Vec::new();
         self.encode(&mut v);
+        v
+    }
+
+    fn encode_read(e: &mut WordWriter<'_>, items: &[Item]) {
+        e.tag(RequestTag::Read);
+        e.items(items);
+    }
+
+    /// The bytes of `Request::Read { items }` from borrowed items (a stage names its
+    /// records from its entries: no vector built per request only to be encoded).
+    pub fn read_bytes(items: &[Item]) -> Vec<u8> {
+        let mut v = Vec::with_capacity((2 + ITEM_WORDS * items.len()) * 8);
+        Self::encode_read(&mut WordWriter(&mut v), items);
+        v
+    }
+
+    fn encode_lock(e: &mut WordWriter<'_>, ts: u64, want_data: bool, freeze: bool, items: &[Item]) {
+        e.tag(RequestTag::Lock);
+        e.w(ts);
+        e.w(want_data as u64);
+        e.w(freeze as u64);
+        e.items(items);
+    }
+
+    /// The bytes of `Request::Lock { .. }` from borrowed items (as [`Self::read_bytes`]).
+    pub fn lock_bytes(ts: u64, want_data: bool, freeze: bool, items: &[Item]) -> Vec<u8> {
+        let mut v = Vec::with_capacity((5 + ITEM_WORDS * items.len()) * 8);
+        Self::encode_lock(&mut WordWriter(&mut v), ts, want_data, freeze, items);
         v
     }
 
@@ -706,10 +827,10 @@ impl Reply {
     pub fn encoded_len(&self) -> usize {
         let words = match self {
             Reply::Tuples(ts) => {
-                2 + ts
-                    .iter()
-                    .map(|t| t.as_ref().map_or(1, |t| 7 + t.data.len()))
-                    .sum::<usize>()
+                TUPLES_HEAD_WORDS
+                    + ts.iter()
+                        .map(|t| t.as_ref().map_or(1, |t| TUPLE_HEAD_WORDS + t.data.len()))
+                        .sum::<usize>()
             }
             Reply::LockFailed { .. } | Reply::Inserted { .. } => 3,
             Reply::NotFound { .. } | Reply::Invalid { .. } | Reply::Deleted { .. } => 2,
@@ -730,15 +851,7 @@ impl Reply {
                 for t in ts {
                     match t {
                         None => e.w(0),
-                        Some(t) => {
-                            e.w(1);
-                            e.w(t.loc.0 as u64);
-                            e.w(t.lock);
-                            e.w(t.version);
-                            e.w(t.wts);
-                            e.w(t.rts);
-                            e.words(&t.data);
-                        }
+                        Some(t) => write_tuple(&mut e, &t.head(), &t.data),
                     }
                 }
             }

@@ -64,17 +64,19 @@ pub fn on_node<S: EntryState>(tx: &TxnCore<'_, S>, idxs: &[usize], n: NodeId) ->
 pub async fn rpc_per_node<S: EntryState>(
     tx: &mut TxnCore<'_, S>,
     idxs: &[usize],
-    build: impl Fn(Vec<Item>) -> Vec<u8>,
+    build: impl Fn(&[Item]) -> Vec<u8>,
 ) -> Result<NodeReplies, Abort> {
     let nodes = nodes_of(tx, idxs);
     let mut d = tx.c.ep.doorbell_for(nodes.len());
+    let mut items = smallvec::SmallVec::<[Item; 16]>::new();
     for &n in &nodes {
-        let items = idxs
-            .iter()
-            .filter(|&&i| tx.entries[i].node == n)
-            .map(|&i| item(tx, i))
-            .collect();
-        d.rpc(n, build(items));
+        items.clear();
+        items.extend(
+            idxs.iter()
+                .filter(|&&i| tx.entries[i].node == n)
+                .map(|&i| item(tx, i)),
+        );
+        d.rpc(n, build(&items));
     }
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
     Ok(nodes
@@ -258,8 +260,7 @@ pub async fn read<S: EntryState>(
             }
         }
         Primitive::Rpc => {
-            let replies =
-                rpc_per_node(tx, idxs, |items| Request::Read { items }.to_bytes()).await?;
+            let replies = rpc_per_node(tx, idxs, Request::read_bytes).await?;
             for (n, reply) in replies {
                 let mine = on_node(tx, idxs, n);
                 let Reply::Tuples(tuples) = reply else {
@@ -391,15 +392,7 @@ pub async fn lock<S: EntryState>(
             freeze_one_sided(tx, to_freeze).await
         }
         Primitive::Rpc => {
-            let build = |items| {
-                Request::Lock {
-                    ts,
-                    want_data,
-                    freeze,
-                    items,
-                }
-                .to_bytes()
-            };
+            let build = |items: &[Item]| Request::lock_bytes(ts, want_data, freeze, items);
             lock_by_rpc(tx, idxs, build, freeze).await
         }
     }
@@ -586,7 +579,7 @@ async fn peek_locks<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> R
 pub async fn lock_by_rpc<S: EntryState>(
     tx: &mut TxnCore<'_, S>,
     idxs: &[usize],
-    build: impl Fn(Vec<Item>) -> Vec<u8>,
+    build: impl Fn(&[Item]) -> Vec<u8>,
     frozen: bool,
 ) -> Result<(), Abort> {
     let mut outcome = Ok(());

@@ -70,10 +70,8 @@ pub async fn read(
     // Compared with header words (versions' `WTS`, `RTS`) and sent as a word.
     let ctts = ts.word();
     if prim == Primitive::Rpc {
-        let replies = stages::rpc_per_node(tx, idxs, |items| {
-            MvccRequest::Read { ctts, items }.to_bytes()
-        })
-        .await?;
+        let replies =
+            stages::rpc_per_node(tx, idxs, |items| MvccRequest::read_bytes(ctts, items)).await?;
         for (n, reply) in replies {
             match reply {
                 Reply::Tuples(tuples) => {

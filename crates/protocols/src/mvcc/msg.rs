@@ -41,11 +41,7 @@ pub enum MvccReply {
 impl MvccRequest {
     pub fn encode(&self, e: &mut WordWriter<'_>) {
         match self {
-            MvccRequest::Read { ctts, items } => {
-                e.tag(MvccTag::Read);
-                e.w(*ctts);
-                e.items(items);
-            }
+            MvccRequest::Read { ctts, items } => Self::encode_read(e, *ctts, items),
             MvccRequest::Install(wb) => {
                 e.tag(MvccTag::Install);
                 wb.encode(e);
@@ -56,6 +52,17 @@ impl MvccRequest {
     /// The bytes of this request, ready to send.
     pub fn to_bytes(&self) -> Vec<u8> {
         atoll_txn::msg::family_request(FAMILY, |e| self.encode(e))
+    }
+
+    fn encode_read(e: &mut WordWriter<'_>, ctts: u64, items: &[Item]) {
+        e.tag(MvccTag::Read);
+        e.w(ctts);
+        e.items(items);
+    }
+
+    /// The bytes of [`MvccRequest::Read`] from borrowed items (no vector per request).
+    pub fn read_bytes(ctts: u64, items: &[Item]) -> Vec<u8> {
+        atoll_txn::msg::family_request(FAMILY, |e| Self::encode_read(e, ctts, items))
     }
 
     pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {

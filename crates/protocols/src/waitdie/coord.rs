@@ -43,14 +43,8 @@ pub async fn lock_wait_die(
     } = opts;
     let ts = tx.ts;
     if prim == Primitive::Rpc {
-        let build = |items| {
-            WaitDieRequest::Lock {
-                ts: ts.word(),
-                want_data,
-                counter,
-                items,
-            }
-            .to_bytes()
+        let build = |items: &[atoll_txn::msg::Item]| {
+            WaitDieRequest::lock_bytes(ts.word(), want_data, counter, items)
         };
         return lock_by_rpc(tx, idxs, build, false).await;
     }

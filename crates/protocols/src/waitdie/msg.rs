@@ -35,19 +35,34 @@ impl WaitDieRequest {
                 want_data,
                 counter,
                 items,
-            } => {
-                e.tag(WaitDieTag::Lock);
-                e.w(*ts);
-                e.w(*want_data as u64);
-                e.w(*counter as u64);
-                e.items(items);
-            }
+            } => Self::encode_lock(e, *ts, *want_data, *counter, items),
         }
     }
 
     /// The bytes of this request, ready to send.
     pub fn to_bytes(&self) -> Vec<u8> {
         atoll_txn::msg::family_request(FAMILY, |e| self.encode(e))
+    }
+
+    fn encode_lock(
+        e: &mut WordWriter<'_>,
+        ts: u64,
+        want_data: bool,
+        counter: bool,
+        items: &[Item],
+    ) {
+        e.tag(WaitDieTag::Lock);
+        e.w(ts);
+        e.w(want_data as u64);
+        e.w(counter as u64);
+        e.items(items);
+    }
+
+    /// The bytes of [`WaitDieRequest::Lock`] from borrowed items (no vector per request).
+    pub fn lock_bytes(ts: u64, want_data: bool, counter: bool, items: &[Item]) -> Vec<u8> {
+        atoll_txn::msg::family_request(FAMILY, |e| {
+            Self::encode_lock(e, ts, want_data, counter, items)
+        })
     }
 
     pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
