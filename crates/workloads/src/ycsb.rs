@@ -129,6 +129,9 @@ pub(crate) fn counted_records_verdict(
     }]
 }
 
+/// Operations per transaction kept on the stack (YCSB's default is 16; more spill).
+const OPS_INLINE: usize = 16;
+
 /// What a committed transaction did that the check counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Effect {
@@ -489,7 +492,8 @@ impl Workload for Ycsb {
         tx: &mut Txn<'_, P>,
         input: &Input,
     ) -> Result<Effect, Abort> {
-        let accesses: Vec<_> = input.ops.iter().map(|&(k, w)| (USERTABLE, k, w)).collect();
+        let accesses: smallvec::SmallVec<[_; OPS_INLINE]> =
+            input.ops.iter().map(|&(k, w)| (USERTABLE, k, w)).collect();
         tx.fetch(&accesses).await?;
         if self.compute_us > 0.0 {
             tx.compute((self.compute_us * 1000.0) as u64).await;
@@ -499,7 +503,7 @@ impl Workload for Ycsb {
             if !w {
                 continue;
             }
-            let mut p = tx.read_for_update(USERTABLE, k).await?.to_vec();
+            let mut p = tx.read_for_update(USERTABLE, k).await?;
             let count = p[0] + 1;
             self.payload(k, count, &mut p);
             tx.write(USERTABLE, k, &p);
