@@ -308,6 +308,16 @@ impl<S> Entry<S> {
         self.observe(version);
     }
 
+    /// [`Entry::fill`] from words as a reply read in place yields them.
+    pub fn fill_words(&mut self, version: u64, data: impl ExactSizeIterator<Item = u64>) {
+        if self.dirty {
+            return;
+        }
+        self.data.clear();
+        self.data.extend(data);
+        self.observe(version);
+    }
+
     /// [`Entry::fill`] with the `words` words at `offset` of an own-node `region`, loaded
     /// straight into the entry (one copy, no zero-fill first; issue #9).
     pub fn fill_from_region(&mut self, version: u64, region: &Region, offset: usize, words: usize) {

@@ -124,6 +124,96 @@ impl<'a> TuplesWriter<'a> {
     }
 }
 
+/// A reply read where it lies: a `Tuples` reply's entries are read one at a time from its
+/// bytes (no vector of [`Tuple`]s, no payload buffer per entry: issue #9); any other reply
+/// is decoded.
+pub enum ReplyView<'a> {
+    Tuples(TuplesReader<'a>),
+    Other(Reply),
+}
+
+impl<'a> ReplyView<'a> {
+    pub fn new(b: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut d = WordReader::new(b, "reply");
+        if ReplyTag::try_from(d.w()?)? == ReplyTag::Tuples {
+            let left = d.len()?;
+            let r = TuplesReader { d, left };
+            if left == 0 {
+                r.d.done()?;
+            }
+            return Ok(ReplyView::Tuples(r));
+        }
+        Reply::decode(b).map(ReplyView::Other)
+    }
+}
+
+/// The entries of a `Tuples` reply, read in order from its bytes.
+pub struct TuplesReader<'a> {
+    d: WordReader<'a>,
+    left: usize,
+}
+
+/// One present entry of a `Tuples` reply, its payload still in the reply's bytes.
+pub struct TupleRef<'a> {
+    pub head: TupleHead,
+    data: &'a [u8],
+}
+
+impl<'a> TupleRef<'a> {
+    /// The payload's words.
+    pub fn data(&self) -> impl ExactSizeIterator<Item = u64> + 'a {
+        self.data
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+    }
+
+    pub fn data_is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+}
+
+impl<'a> TuplesReader<'a> {
+    /// Entries not yet read.
+    pub fn left(&self) -> usize {
+        self.left
+    }
+
+    /// The next entry (`None` inside for an absent key), or `None` after the last; the
+    /// last one read also checks that nothing trails it.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<Result<Option<TupleRef<'a>>, DecodeError>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let r = self.entry();
+        if self.left == 0 && r.is_ok() {
+            if let Err(e) = self.d.done() {
+                return Some(Err(e));
+            }
+        }
+        Some(r)
+    }
+
+    fn entry(&mut self) -> Result<Option<TupleRef<'a>>, DecodeError> {
+        let d = &mut self.d;
+        if !d.bool()? {
+            return Ok(None);
+        }
+        let head = TupleHead {
+            loc: Loc(d.u32()?),
+            lock: d.w()?,
+            version: d.w()?,
+            wts: d.w()?,
+            rts: d.w()?,
+        };
+        let n = d.len()?;
+        let (data, rest) = d.b.split_at(n * 8);
+        d.b = rest;
+        Ok(Some(TupleRef { head, data }))
+    }
+}
+
 /// Words of a `Tuples` reply before its entries: tag, count.
 pub const TUPLES_HEAD_WORDS: usize = 2;
 /// Words of one present entry of a `Tuples` reply besides its payload: presence, location,
@@ -1089,6 +1179,62 @@ mod tests {
             .unwrap_err()
             .0
             .contains("unknown reply tag 13 (accepted: 1 Tuples, 2 LockFailed, 3 NotFound,"));
+    }
+
+    /// Every entry of a `Tuples` reply read in place, or the first error.
+    fn read_in_place(b: &[u8]) -> Result<Vec<Option<Tuple>>, DecodeError> {
+        let ReplyView::Tuples(mut r) = ReplyView::new(b)? else {
+            return Err(DecodeError("not tuples".into()));
+        };
+        let mut out = Vec::new();
+        while let Some(t) = r.next() {
+            out.push(t?.map(|t| Tuple::from_parts(t.head, t.data().collect())));
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn msg_a_tuples_reply_written_entry_by_entry_reads_in_place_as_it_decodes() {
+        let head = TupleHead {
+            loc: Loc(4),
+            lock: 0,
+            version: 9,
+            wts: 2,
+            rts: 3,
+        };
+        let mut b = Vec::new();
+        let mut w = TuplesWriter::begin(&mut b, 3);
+        w.tuple(&head, &[7, 8, 9]);
+        w.none();
+        w.tuple(&TupleHead { lock: 5, ..head }, &[]);
+        w.finish();
+        let decoded = Reply::decode(&b).expect("decodes");
+        let Reply::Tuples(ts) = &decoded else {
+            panic!("{decoded:?}")
+        };
+        assert_eq!(
+            ts[0],
+            Some(Tuple::from_parts(head, Words::from_slice(&[7, 8, 9])))
+        );
+        assert_eq!(ts[1], None);
+        assert_eq!(read_in_place(&b), Ok(ts.clone()));
+        let mut again = Vec::new();
+        decoded.encode(&mut again);
+        assert_eq!(again, b, "Reply::encode writes TuplesWriter's bytes");
+        for cut in 0..b.len() {
+            assert!(read_in_place(&b[..cut]).is_err(), "prefix {cut} read");
+        }
+        let mut long = b.clone();
+        long.extend_from_slice(&[0; 8]);
+        assert!(read_in_place(&long).is_err(), "a trailing word");
+        assert!(matches!(
+            ReplyView::new(&{
+                let mut v = Vec::new();
+                Reply::Ok.encode(&mut v);
+                v
+            }),
+            Ok(ReplyView::Other(Reply::Ok))
+        ));
     }
 
     #[test]

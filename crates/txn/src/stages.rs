@@ -8,11 +8,11 @@
 
 use crate::abort::Abort;
 use crate::coord::{Access, Entry, EntryState, TxnCore};
-use crate::msg::{Item, Loc, Reply, Request, Tuple, WriteBack};
+use crate::msg::{Item, Loc, Reply, ReplyView, Request, TupleRef, TuplesReader, WriteBack};
 use crate::plan::{Primitive, Stage};
 use crate::ts::Timestamp;
 use crate::Idxs;
-use atoll_fabric::{NodeId, Words};
+use atoll_fabric::{Completions, NodeId, Words};
 use atoll_storage::layout::{
     probe_group, probe_group_by, GroupProbe, TableLayout, GROUP_WORDS, HEADER_WORDS, H_KEY, H_LOCK,
     H_RTS, H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
@@ -45,9 +45,8 @@ pub fn nodes_of<S: EntryState>(
     ns
 }
 
-/// Per node a request went to: the node and its decoded reply. The entries each answers
-/// for are [`on_node`]'s (kept out of the reply so the list stays small to move: issue #9).
-pub type NodeReplies = smallvec::SmallVec<[(NodeId, Reply); 4]>;
+/// The nodes a stage sent one request each to, in the order of its doorbell's results.
+pub type StageNodes = smallvec::SmallVec<[NodeId; 8]>;
 
 /// The entries among `idxs` whose records live on `n`, in `idxs` order: the order a
 /// request to `n` built by [`rpc_per_node`] names them, and its reply answers them.
@@ -59,13 +58,14 @@ pub fn on_node<S: EntryState>(tx: &TxnCore<'_, S>, idxs: &[usize], n: NodeId) ->
 }
 
 /// The RPC form of a stage over records: one request per node holding some of `idxs`
-/// (`build` from that node's items, in `idxs` order), all in one doorbell, each reply
-/// returned with its node (the entries it answers for are [`on_node`]'s).
+/// (`build` from that node's items, in `idxs` order), all in one doorbell. Returns the
+/// nodes and the doorbell's results: reply `j` is `nodes[j]`'s, read in place with
+/// [`view`], answering [`on_node`]'s entries.
 pub async fn rpc_per_node<S: EntryState>(
     tx: &mut TxnCore<'_, S>,
     idxs: &[usize],
     build: impl Fn(&[Item]) -> Vec<u8>,
-) -> Result<NodeReplies, Abort> {
+) -> Result<(StageNodes, Completions), Abort> {
     let nodes = nodes_of(tx, idxs);
     let mut d = tx.c.ep.doorbell_for(nodes.len());
     let mut items = smallvec::SmallVec::<[Item; 16]>::new();
@@ -79,11 +79,37 @@ pub async fn rpc_per_node<S: EntryState>(
         d.rpc(n, build(&items));
     }
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-    Ok(nodes
-        .iter()
-        .enumerate()
-        .map(|(j, &n)| (n, decode(res.rpc(j))))
-        .collect())
+    Ok((nodes, res))
+}
+
+/// A participant's reply read in place; one that does not decode is a bug on our side.
+pub fn view(b: &[u8]) -> ReplyView<'_> {
+    match ReplyView::new(b) {
+        Ok(r) => r,
+        Err(e) => panic!("participant sent an undecodable reply: {e}"),
+    }
+}
+
+/// The entries of node `n`'s `Tuples` reply for `mine`, one per entry in order; a reply
+/// with another count, or that does not decode, is a bug on our side.
+pub fn tuples_for<'a, 'm>(
+    mut r: TuplesReader<'a>,
+    mine: &'m [usize],
+    n: NodeId,
+) -> impl Iterator<Item = (usize, Option<TupleRef<'a>>)> + use<'a, 'm> {
+    assert_eq!(
+        r.left(),
+        mine.len(),
+        "node {} answered {} tuples for {} records",
+        n.0,
+        r.left(),
+        mine.len()
+    );
+    mine.iter().map(move |&i| match r.next() {
+        Some(Ok(t)) => (i, t),
+        Some(Err(e)) => panic!("participant sent an undecodable reply: {e}"),
+        None => unreachable!("counted above"),
+    })
 }
 
 /// Entry `i` as a request names it.
@@ -202,15 +228,16 @@ pub fn check_tuple<S: EntryState>(
 
 /// Takes a tuple a participant returned for entry `i`: location, version, the family's
 /// view of its timestamps, and its payload if it carries one.
-pub fn apply_tuple<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize, t: Tuple) {
+pub fn apply_tuple<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize, t: &TupleRef<'_>) {
     let e = &mut tx.entries[i];
-    e.loc = Some(t.loc);
-    e.version = t.version;
-    e.state.saw(t.wts, t.rts & !RTS_FROZEN, None);
-    if !t.data.is_empty() {
-        e.fill(t.version, &t.data);
+    let h = t.head;
+    e.loc = Some(h.loc);
+    e.version = h.version;
+    e.state.saw(h.wts, h.rts & !RTS_FROZEN, None);
+    if !t.data_is_empty() {
+        e.fill_words(h.version, t.data());
     }
-    let (tb, n, k, l) = (e.table, e.node, e.key, t.loc);
+    let (tb, n, k, l) = (e.table, e.node, e.key, h.loc);
     tx.c.cache_loc(tb, n, k, l);
 }
 
@@ -260,18 +287,18 @@ pub async fn read<S: EntryState>(
             }
         }
         Primitive::Rpc => {
-            let replies = rpc_per_node(tx, idxs, Request::read_bytes).await?;
-            for (n, reply) in replies {
+            let (nodes, res) = rpc_per_node(tx, idxs, Request::read_bytes).await?;
+            for (j, &n) in nodes.iter().enumerate() {
                 let mine = on_node(tx, idxs, n);
-                let Reply::Tuples(tuples) = reply else {
+                let ReplyView::Tuples(tuples) = view(res.rpc(j)) else {
                     panic!("read: unexpected reply from node {}", n.0)
                 };
-                for (i, t) in mine.into_iter().zip(tuples) {
+                for (i, t) in tuples_for(tuples, &mine, n) {
                     let t = t.ok_or(Abort::NotFound)?;
-                    if ts.held_by_other(t.lock) {
+                    if ts.held_by_other(t.head.lock) {
                         return Err(Abort::Conflict);
                     }
-                    apply_tuple(tx, i, t);
+                    apply_tuple(tx, i, &t);
                 }
             }
         }
@@ -583,20 +610,23 @@ pub async fn lock_by_rpc<S: EntryState>(
     frozen: bool,
 ) -> Result<(), Abort> {
     let mut outcome = Ok(());
-    for (n, reply) in rpc_per_node(tx, idxs, build).await? {
-        let mine = on_node(tx, idxs, n);
-        match reply {
-            Reply::Tuples(tuples) => {
-                for (i, t) in mine.into_iter().zip(tuples) {
+    let (nodes, res) = rpc_per_node(tx, idxs, build).await?;
+    for (j, &n) in nodes.iter().enumerate() {
+        match view(res.rpc(j)) {
+            ReplyView::Tuples(tuples) => {
+                let mine = on_node(tx, idxs, n);
+                for (i, t) in tuples_for(tuples, &mine, n) {
                     let t = t.expect("a granted lock returns every tuple");
                     tx.entries[i].locked = true;
                     tx.entries[i].frozen = frozen;
-                    apply_tuple(tx, i, t);
+                    apply_tuple(tx, i, &t);
                 }
             }
-            Reply::LockFailed { .. } => outcome = outcome.and(Err(Abort::LockBusy)),
-            Reply::NotFound { .. } => outcome = outcome.and(Err(Abort::NotFound)),
-            r => panic!("lock: unexpected reply {r:?} from node {}", n.0),
+            ReplyView::Other(Reply::LockFailed { .. }) => {
+                outcome = outcome.and(Err(Abort::LockBusy))
+            }
+            ReplyView::Other(Reply::NotFound { .. }) => outcome = outcome.and(Err(Abort::NotFound)),
+            ReplyView::Other(r) => panic!("lock: unexpected reply {r:?} from node {}", n.0),
         }
     }
     outcome

@@ -7,7 +7,7 @@ use atoll_fabric::Words;
 use atoll_storage::layout::{
     TableLayout, HEADER_WORDS, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN,
 };
-use atoll_txn::msg::Reply;
+use atoll_txn::msg::{Reply, ReplyView};
 use atoll_txn::stages::{self, apply_tuple, check_tuple, locate};
 use atoll_txn::stages::{Installer, LockOpts};
 use atoll_txn::{Abort, Entry, EntryState, Idxs, Primitive, Stage, Timestamp, TxnCore};
@@ -70,19 +70,19 @@ pub async fn read(
     // Compared with header words (versions' `WTS`, `RTS`) and sent as a word.
     let ctts = ts.word();
     if prim == Primitive::Rpc {
-        let replies =
+        let (nodes, res) =
             stages::rpc_per_node(tx, idxs, |items| MvccRequest::read_bytes(ctts, items)).await?;
-        for (n, reply) in replies {
-            match reply {
-                Reply::Tuples(tuples) => {
+        for (j, &n) in nodes.iter().enumerate() {
+            match stages::view(res.rpc(j)) {
+                ReplyView::Tuples(tuples) => {
                     let mine = stages::on_node(tx, idxs, n);
-                    for (i, t) in mine.into_iter().zip(tuples) {
+                    for (i, t) in stages::tuples_for(tuples, &mine, n) {
                         let t = t.expect("an MVCC read returns every tuple");
-                        tx.c.observe_ts(t.wts.max(t.rts));
-                        apply_tuple(tx, i, t);
+                        tx.c.observe_ts(t.head.wts.max(t.head.rts));
+                        apply_tuple(tx, i, &t);
                     }
                 }
-                Reply::Family { body, .. } => match MvccReply::decode(&body) {
+                ReplyView::Other(Reply::Family { body, .. }) => match MvccReply::decode(&body) {
                     Ok(MvccReply::Refused { overflow: true, .. }) => {
                         return Err(Abort::SlotOverflow)
                     }
@@ -91,8 +91,10 @@ pub async fn read(
                     }) => return Err(Abort::Conflict),
                     Err(e) => panic!("mvcc read: undecodable reply from node {}: {e}", n.0),
                 },
-                Reply::NotFound { .. } => return Err(Abort::NotFound),
-                r => panic!("mvcc read: unexpected reply {r:?} from node {}", n.0),
+                ReplyView::Other(Reply::NotFound { .. }) => return Err(Abort::NotFound),
+                ReplyView::Other(r) => {
+                    panic!("mvcc read: unexpected reply {r:?} from node {}", n.0)
+                }
             }
         }
         return Ok(());
