@@ -677,3 +677,50 @@ fn ucx_cluster_a_node_stopped_with_sigstop_is_named_by_the_heartbeat_exit_1_and_
         }
     }
 }
+
+#[test]
+fn ucx_cluster_refuses_more_node_processes_than_this_machine_can_run_with_exit_2() {
+    if !ucx_built() {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let bound = cores * atoll_bench::sizing::OVERSUBSCRIPTION_MAX as usize;
+    let over = (bound + 1).to_string();
+    let threads = (bound / 4 + 1).to_string();
+    for (args, named) in [
+        (
+            vec!["cluster", "--nodes", &over, "bench", "-p", "accounts=1000"],
+            format!("--nodes {over} × --threads 1"),
+        ),
+        (
+            vec!["cluster", "--nodes", "1024", "bench", "-p", "accounts=1000"],
+            "--nodes 1024 × --threads 1".to_string(),
+        ),
+        (
+            vec![
+                "cluster",
+                "--nodes",
+                "4",
+                "bench",
+                "--threads",
+                &threads,
+                "-p",
+                "accounts=1000",
+            ],
+            format!("--nodes 4 × --threads {threads}"),
+        ),
+    ] {
+        let started = Instant::now();
+        let (code, _, err) = cluster(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(&named), "{args:?} names {named}: {err}");
+        assert!(
+            err.contains(&format!("bound of {bound}")) && err.contains("per core"),
+            "{args:?} names the bound and why: {err}"
+        );
+        // Refused up front: no node was started, so it takes no start-up.
+        assert!(started.elapsed() < Duration::from_secs(RUN_S_MAX));
+        println!("{args:?}: {}", err.trim());
+    }
+}

@@ -261,18 +261,29 @@ struct Conn {
     heard_ms: Arc<AtomicU64>,
 }
 
+/// `Conn::heard_ms` before anything arrived on a connection watched from its first byte.
+const UNHEARD_MS: u64 = u64::MAX;
+
 impl Conn {
     /// Wraps a connected stream: writes time out once the other end stops reading for a
     /// heartbeat silence (it is hung); a thread reads its messages into `tx`, tagged `tag`.
+    /// The other end's silence counts from now if `watch_now`, else from the first bytes
+    /// it sends (a node's coordinator beats only once every node said hello; until then
+    /// the start-up bound applies).
     fn open(
         s: TcpStream,
         tag: u16,
         tx: mpsc::Sender<(u16, Result<Msg, ReadError>)>,
+        watch_now: bool,
     ) -> std::io::Result<Conn> {
         s.set_nodelay(true)?;
         s.set_read_timeout(None)?;
         s.set_write_timeout(Some(Duration::from_millis(HEARTBEAT_SILENCE_MS_MAX)))?;
-        let heard_ms = Arc::new(AtomicU64::new(now_ms()));
+        let heard_ms = Arc::new(AtomicU64::new(if watch_now {
+            now_ms()
+        } else {
+            UNHEARD_MS
+        }));
         reader(
             Stamped {
                 s: s.try_clone()?,
@@ -294,7 +305,11 @@ impl Conn {
 
     /// How long the other end has been silent, if longer than a heartbeat silence.
     fn silent_for(&self) -> Option<Duration> {
-        let ms = now_ms().saturating_sub(self.heard_ms.load(Ordering::Acquire));
+        let heard = self.heard_ms.load(Ordering::Acquire);
+        if heard == UNHEARD_MS {
+            return None;
+        }
+        let ms = now_ms().saturating_sub(heard);
         (ms > HEARTBEAT_SILENCE_MS_MAX).then(|| Duration::from_millis(ms))
     }
 }
@@ -383,7 +398,7 @@ impl NodeLink {
     /// Opens the link over a connected stream and starts its heartbeat.
     fn open(s: TcpStream) -> Result<NodeLink, ClusterError> {
         let (tx, rx) = mpsc::channel();
-        let conn = Conn::open(s, 0, tx)
+        let conn = Conn::open(s, 0, tx, false)
             .map_err(|e| ClusterError::Failed(format!("the coordinator's connection: {e}")))?;
         let beats = Arc::new(AtomicBool::new(false));
         heartbeat(vec![conn.clone()], beats.clone());
@@ -987,7 +1002,7 @@ impl Hub {
         let (tx, rx) = mpsc::channel();
         let mut conns = Vec::with_capacity(streams.len());
         for (i, s) in streams.into_iter().enumerate() {
-            conns.push(Conn::open(s, i as u16, tx.clone()).map_err(|e| {
+            conns.push(Conn::open(s, i as u16, tx.clone(), true).map_err(|e| {
                 ClusterError::Failed(format!("{}: its connection: {e}", labels[i]))
             })?);
         }
@@ -1320,6 +1335,21 @@ fn coordinate<W: Workload, P: Protocol>(
 ) -> Result<Report, ClusterError> {
     let wall = Instant::now();
     let (sizing, _, _) = layout::<W, P>(cfg, &w)?;
+    // Only the nodes on this machine count against its cores and memory.
+    let (local, what) = match &cc.hosts {
+        Some(hosts) => {
+            let local = hosts.iter().filter(|h| h.is_local()).count() as u16;
+            (local, format!("{local} --hosts entries on this machine"))
+        }
+        None => (cfg.nodes, format!("--nodes {}", cfg.nodes)),
+    };
+    crate::sizing::cluster_fits(
+        local,
+        cfg.threads,
+        &what,
+        &sizing,
+        &crate::sizing::Machine::this(),
+    )?;
     let probe = crate::env::Probe::start();
     let mut hub = match &cc.hosts {
         Some(hosts) => dial_nodes(hosts)?,
