@@ -64,7 +64,7 @@ pub const FINISH_S_MAX: u64 = 120;
 /// How often the coordinator looks at its children while it waits (a child that exits is
 /// noticed within this, or at once when its connection closes).
 pub const WATCH_INTERVAL_MS: u64 = 50;
-/// How often each end of a connection sends a Beat. A beat is a 14-byte frame: five a
+/// How often each end of a connection sends a Beat. A beat is an 18-byte frame: five a
 /// second per node costs nothing, and it is frequent enough that a missed one is news.
 pub const HEARTBEAT_INTERVAL_MS: u64 = 200;
 /// Beats a connection may miss before its other end is declared hung. Ten: a beat comes
@@ -880,7 +880,7 @@ fn node_with<W: Workload, P: Protocol>(
         Err(ucx::NodeRunError::Ucx(e)) => {
             return Err(ClusterError::BadInput(format!("node {}: {e}", node.0)))
         }
-        Err(e) => return Err(ClusterError::Failed(format!("node {}: {e}", node.0))),
+        Err(e) => return Err(ClusterError::Failed(e.to_string())),
     }
     let summary = runtime.summary(&shared.w);
     link.send(&Msg::Summary {
