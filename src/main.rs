@@ -80,21 +80,27 @@ enum Cmd {
     /// Measure on this machine (in-process fabric) what the simulator's CPU model charges:
     /// verbs, switches, RPC handling, local accesses, the coordinator's own CPU.
     Calibrate(CalibrateArgs),
-    /// Run a benchmark on a cluster of local node processes over UCX:
-    /// `atoll cluster --nodes 3 --transport tcp bench --workload ycsb ...` (the same flags as
-    /// `bench`).
+    /// Run a benchmark on a cluster of node processes over UCX, started here
+    /// (`atoll cluster --nodes 3 --transport tcp bench --workload ycsb ...`, the same flags
+    /// as `bench`) or waiting on other machines (`--hosts h1:p1,h2:p2 ...`).
     Cluster(ClusterArgs),
-    /// Serve one node of an `atoll cluster` run (started by it; connects to its coordinator).
+    /// Serve one node of an `atoll cluster` run: `--listen HOST:PORT` waits there for a
+    /// coordinator (`cluster --hosts`); `--coordinator ADDR --node N` is how `cluster
+    /// --nodes` starts its children.
     Node(NodeArgs),
 }
 
 #[derive(clap::Args)]
 struct ClusterArgs {
-    /// Node processes to start on this machine.
-    #[arg(long, default_value_t = 2)]
-    nodes: u16,
-    /// UCX transport between them: shm (shared memory), tcp, or auto (shm: every node is
-    /// on this machine).
+    /// Node processes to start on this machine [default: 2]. Not with --hosts.
+    #[arg(long)]
+    nodes: Option<u16>,
+    /// Nodes waiting at these addresses (`atoll node --listen HOST:PORT` on each host),
+    /// comma-separated: node i is the i-th, the node count the list's length.
+    #[arg(long)]
+    hosts: Option<String>,
+    /// UCX transport between them: shm (shared memory), tcp, or auto (shm when every node
+    /// is on this machine, else tcp).
     #[arg(long, default_value = "auto")]
     transport: String,
     /// `bench` and its flags.
@@ -104,12 +110,16 @@ struct ClusterArgs {
 
 #[derive(clap::Args)]
 struct NodeArgs {
-    /// The coordinator's address (host:port).
-    #[arg(long)]
-    coordinator: String,
-    /// This node's id.
-    #[arg(long)]
-    node: u16,
+    /// Listen on HOST:PORT (this host's address) for a coordinator (`cluster --hosts`),
+    /// serve its run, exit.
+    #[arg(long, conflicts_with_all = ["coordinator", "node"])]
+    listen: Option<String>,
+    /// The coordinator's address (host:port) to dial (as `cluster --nodes` starts nodes).
+    #[arg(long, requires = "node", required_unless_present = "listen")]
+    coordinator: Option<String>,
+    /// This node's id (with --coordinator).
+    #[arg(long, requires = "coordinator")]
+    node: Option<u16>,
 }
 
 /// `bench`'s flags alone, as `cluster` forwards them and `node` receives them.
@@ -880,6 +890,9 @@ fn cluster_failed(e: &atoll_bench::cluster::ClusterError) -> ExitCode {
     }
 }
 
+/// Nodes `atoll cluster` starts when neither `--nodes` nor `--hosts` says.
+const CLUSTER_NODES_DEFAULT: u16 = 2;
+
 fn cluster(a: ClusterArgs) -> ExitCode {
     use atoll_bench::cluster::{self, ClusterConfig, ClusterError};
     let bad = |m: String| cluster_failed(&ClusterError::BadInput(m));
@@ -892,7 +905,23 @@ fn cluster(a: ClusterArgs) -> ExitCode {
     if first != "bench" {
         return bad(format!("cluster runs 'bench', not '{first}'"));
     }
-    let transport = match cluster::parse_transport(&a.transport) {
+    let (nodes, hosts, source) = match (a.nodes, &a.hosts) {
+        (Some(n), Some(h)) => {
+            return bad(format!(
+                "--nodes {n} with --hosts {h}: give one (with --hosts the node count is the list's length)"
+            ))
+        }
+        (None, Some(h)) => match atoll_bench::hosts::parse_hosts(h) {
+            Ok(hosts) => (hosts.len() as u16, Some(hosts), "--hosts' length"),
+            Err(e) => return bad(e.0),
+        },
+        (n, None) => (n.unwrap_or(CLUSTER_NODES_DEFAULT), None, "cluster --nodes"),
+    };
+    let transport = match &hosts {
+        Some(h) => cluster::hosts_transport(&a.transport, h),
+        None => cluster::parse_transport(&a.transport),
+    };
+    let transport = match transport {
         Ok(t) => t,
         Err(e) => return bad(e.0),
     };
@@ -902,23 +931,17 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         .iter()
         .any(|x| x == "--nodes" || x.starts_with("--nodes="))
     {
-        args.extend(["--nodes".to_string(), a.nodes.to_string()]);
+        args.extend(["--nodes".to_string(), nodes.to_string()]);
     }
     let (cfg, bench_args) = match resolve_cluster_bench(&args) {
         Ok(r) => r,
         Err(e) => return bad(e),
     };
-    if let Some(n) = rest
-        .iter()
-        .position(|x| x == "--nodes")
-        .and_then(|i| rest.get(i + 1))
-    {
-        if n != &a.nodes.to_string() {
-            return bad(format!(
-                "bench --nodes {n} disagrees with cluster --nodes {}",
-                a.nodes
-            ));
-        }
+    if cfg.nodes != nodes {
+        return bad(format!(
+            "bench --nodes {} disagrees with {source} {nodes}",
+            cfg.nodes
+        ));
     }
     match atoll_bench::sizing::sizing(&cfg) {
         Ok(s) => println!("{}", s.line()),
@@ -932,6 +955,7 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         transport,
         bench_args: args,
         exe,
+        hosts,
     };
     let report = match cluster::run_cluster(&cfg, &cc) {
         Ok(r) => r,
@@ -944,14 +968,28 @@ fn cluster(a: ClusterArgs) -> ExitCode {
 }
 
 fn node(a: NodeArgs) -> ExitCode {
+    use atoll_bench::cluster::{self, ClusterError};
     let resolve = |args: &[String]| resolve_cluster_bench(args).map(|(cfg, _)| cfg);
-    match atoll_bench::cluster::serve_node(&a.coordinator, a.node, &resolve) {
+    let (r, who) = match (&a.listen, &a.coordinator, a.node) {
+        (Some(l), _, _) => (
+            cluster::serve_listening(l, &resolve),
+            format!("node at {l}"),
+        ),
+        (None, Some(c), Some(n)) => (cluster::serve_node(c, n, &resolve), format!("node {n}")),
+        _ => (
+            Err(ClusterError::BadInput(
+                "node needs --listen HOST:PORT, or --coordinator ADDR with --node N".into(),
+            )),
+            "node".to_string(),
+        ),
+    };
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: node {}: {e}", a.node);
+            eprintln!("error: {who}: {e}");
             match e {
-                atoll_bench::cluster::ClusterError::BadInput(_) => ExitCode::from(EXIT_BAD_INPUT),
-                atoll_bench::cluster::ClusterError::Failed(_) => ExitCode::from(EXIT_CHECK_FAILED),
+                ClusterError::BadInput(_) => ExitCode::from(EXIT_BAD_INPUT),
+                ClusterError::Failed(_) => ExitCode::from(EXIT_CHECK_FAILED),
             }
         }
     }

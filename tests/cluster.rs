@@ -1,11 +1,13 @@
 //! `atoll cluster` as a user runs it: node processes on this machine over UCX (shm and tcp),
-//! every protocol on SmallBank and YCSB with every check passing; a node killed with -9 ends
-//! the run with exit 1 naming it and no process left behind; a malformed coordinator message
-//! is refused with exit 2. Built without UCX, each test prints that it was skipped.
+//! every protocol on SmallBank and YCSB with every check passing; nodes waiting at
+//! `--hosts` addresses (`atoll node --listen` on 127.0.0.1-3) likewise; a node killed with
+//! -9, or stopped with SIGSTOP (named by the heartbeat), ends the run with exit 1 naming it
+//! and no process left behind; a malformed coordinator message and bad `--hosts` input are
+//! refused with exit 2. Built without UCX, each test prints that it was skipped.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Longest a short cluster run may take here (start-up, 0.3 s of run, checks), with margin
@@ -355,5 +357,370 @@ fn ucx_cluster_refuses_bad_input_with_exit_2() {
         let (code, _, err) = cluster(&args);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(err.contains(expect), "{args:?}: {err}");
+    }
+}
+
+/// Ports tried for one listening node before giving up: a free port can be taken by
+/// someone else between our probe and the node's bind, rarely twice in a row.
+const PORT_TRIES_MAX: usize = 20;
+
+/// A port on `ip` the kernel just called free.
+fn free_port(ip: &str) -> u16 {
+    TcpListener::bind((ip, 0))
+        .and_then(|l| l.local_addr())
+        .unwrap_or_else(|e| panic!("no free port on {ip}: {e}"))
+        .port()
+}
+
+/// `atoll node --listen IP:PORT` on a free port, once it said it listens: (child, address).
+fn listening_node(ip: &str) -> (Child, String) {
+    for _ in 0..PORT_TRIES_MAX {
+        let addr = format!("{ip}:{}", free_port(ip));
+        let mut child = atoll()
+            .args(["node", "--listen", &addr])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start atoll node --listen");
+        // Its one line, or end of file when it could not listen (and exited).
+        let mut line = String::new();
+        let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        if line.starts_with("listening on") {
+            return (child, addr);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("no free port on {ip} in {PORT_TRIES_MAX} tries");
+}
+
+/// Waits up to `RUN_S_MAX` for `child` to exit: its exit code and stderr; kills it and
+/// fails the test if it does not.
+fn exits(mut child: Child, what: &str) -> (i32, String) {
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(RUN_S_MAX) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} is still running after {RUN_S_MAX} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    (status.code().unwrap_or(-1), err)
+}
+
+/// Threads of process `pid` (a listening node has one until a coordinator claims it).
+fn threads_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn ucx_cluster_hosts_3_listening_nodes_on_loopback_addresses_pass_every_check_over_tcp() {
+    let _one = serial();
+    if !ucx_built() {
+        return;
+    }
+    let nodes: Vec<(Child, String)> = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+        .into_iter()
+        .map(listening_node)
+        .collect();
+    let hosts: Vec<&str> = nodes.iter().map(|(_, a)| a.as_str()).collect();
+    let hosts = hosts.join(",");
+    let (code, out, err) = cluster(&[
+        "cluster",
+        "--hosts",
+        &hosts,
+        "--transport",
+        "tcp",
+        "bench",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.05",
+        "--coroutines",
+        "4",
+        "-p",
+        "accounts=2000",
+    ]);
+    assert_eq!(code, 0, "--hosts {hosts} exited {code}:\n{out}\n{err}");
+    assert!(out.contains("ucx         3 processes over tcp"), "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+    let passed = out.lines().filter(|l| l.contains(" PASS ")).count();
+    assert!(passed > 0, "no check ran:\n{out}");
+    for (i, (child, addr)) in nodes.into_iter().enumerate() {
+        let (code, err) = exits(child, &format!("node {i} at {addr}"));
+        assert_eq!(code, 0, "node {i} at {addr}: {err}");
+    }
+    let tput = out
+        .lines()
+        .find(|l| l.starts_with("throughput"))
+        .unwrap_or("");
+    println!("--hosts {hosts}: {tput}; {passed} checks PASS");
+}
+
+#[test]
+fn ucx_cluster_hosts_bad_input_is_one_line_exit_2_naming_the_value_and_leaves_nothing_running() {
+    let _one = serial();
+    if !ucx_built() {
+        return;
+    }
+    let one_line_exit_2 = |args: &[&str], named: &str| {
+        let (code, _, err) = cluster(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(named), "{args:?} names {named}: {err}");
+        err
+    };
+    // Malformed entries, and --nodes beside --hosts.
+    one_line_exit_2(
+        &["cluster", "--hosts", "127.0.0.1:7000,nonsense", "bench"],
+        "'nonsense'",
+    );
+    one_line_exit_2(
+        &["cluster", "--hosts", "127.0.0.1:99999", "bench"],
+        "'127.0.0.1:99999'",
+    );
+    one_line_exit_2(
+        &[
+            "cluster",
+            "--nodes",
+            "3",
+            "--hosts",
+            "127.0.0.1:7000",
+            "bench",
+        ],
+        "--nodes 3 with --hosts",
+    );
+    // A port already in use, for a listening node.
+    let held = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = held.local_addr().unwrap().to_string();
+    one_line_exit_2(&["node", "--listen", &taken], &taken);
+    drop(held);
+    // An unreachable host: nothing listens there. The node already claimed is told, exits.
+    let (n0, a0) = listening_node("127.0.0.1");
+    let nobody = format!("127.0.0.2:{}", free_port("127.0.0.2"));
+    let hosts = format!("{a0},{nobody}");
+    one_line_exit_2(
+        &["cluster", "--hosts", &hosts, "--transport", "tcp", "bench"],
+        &nobody,
+    );
+    let (code, err) = exits(n0, "the node claimed before the unreachable one");
+    assert_ne!(code, 0, "{err}");
+    // A node already serving another coordinator: that run goes on and passes; this one is
+    // refused, and the node it claimed first exits.
+    let (n1, a1) = listening_node("127.0.0.1");
+    let (n2, a2) = listening_node("127.0.0.2");
+    let busy_pid = n1.id();
+    let first = atoll()
+        .args([
+            "cluster",
+            "--hosts",
+            &a1,
+            "--transport",
+            "tcp",
+            "bench",
+            "--duration",
+            "3",
+            "--warmup",
+            "0",
+            "-p",
+            "accounts=2000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the first coordinator");
+    let start = Instant::now();
+    while threads_of(busy_pid) < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(RUN_S_MAX),
+            "the first coordinator never claimed {a1}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let hosts = format!("{a2},{a1}");
+    let err = one_line_exit_2(
+        &["cluster", "--hosts", &hosts, "--transport", "tcp", "bench"],
+        &format!("'{a1}'"),
+    );
+    assert!(err.contains("already serving"), "{err}");
+    let (code, err2) = exits(n2, "the node claimed before the busy one");
+    assert_ne!(code, 0, "{err2}");
+    let (code, first_err) = exits(first, "the first coordinator");
+    assert_eq!(code, 0, "the first run: {first_err}");
+    let (code, err1) = exits(n1, "the busy node");
+    assert_eq!(code, 0, "the busy node: {err1}");
+    println!("refused: {}", err.trim());
+}
+
+/// The `--node` id in an `atoll node` process's command line.
+fn node_id_of(pid: u32) -> Option<u16> {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = cmd
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let i = args.iter().position(|a| a == "--node")?;
+    args.get(i + 1)?.parse().ok()
+}
+
+/// SIGKILLs the processes left when a test fails midway (a stopped node stays forever).
+struct KillOnDrop(Vec<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            if std::path::Path::new(&format!("/proc/{p}")).exists() {
+                let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+            }
+        }
+    }
+}
+
+#[test]
+fn ucx_cluster_a_node_stopped_with_sigstop_is_named_by_the_heartbeat_exit_1_and_no_node_left() {
+    let _one = serial();
+    if !ucx_built() {
+        return;
+    }
+    let silence = Duration::from_millis(atoll_bench::cluster::HEARTBEAT_SILENCE_MS_MAX);
+    // Generous: ten times the heartbeat's limit (a busy machine delays the watcher too).
+    let bound = silence * 10;
+    for transport in ["tcp", "shm"] {
+        let mut coord = atoll()
+            .args([
+                "cluster",
+                "--nodes",
+                "3",
+                "--transport",
+                transport,
+                "bench",
+                "--duration",
+                "60",
+                "--warmup",
+                "0",
+                "-p",
+                "accounts=2000",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start atoll cluster");
+        let pid = coord.id();
+        let start = Instant::now();
+        let mut kids = Vec::new();
+        while kids.len() < 3 {
+            assert!(
+                start.elapsed() < Duration::from_secs(RUN_S_MAX),
+                "the nodes did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+            kids = children_of(pid);
+        }
+        let _guard = KillOnDrop(kids.iter().copied().chain([pid]).collect());
+        std::thread::sleep(Duration::from_millis(1500));
+        let victim = *kids
+            .iter()
+            .find(|k| node_id_of(**k) == Some(1))
+            .expect("node 1 among the children");
+        let stopped_at = Instant::now();
+        Command::new("kill")
+            .args(["-STOP", &victim.to_string()])
+            .status()
+            .expect("kill -STOP");
+        let status = loop {
+            if let Some(s) = coord.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                stopped_at.elapsed() < Duration::from_secs(RUN_S_MAX),
+                "the coordinator did not end after a node was stopped"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let noticed = stopped_at.elapsed();
+        let mut err = String::new();
+        coord
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert_eq!(status.code(), Some(1), "{transport}: {err}");
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("error: node 1 "))
+            .unwrap_or_else(|| panic!("{transport}: no error naming node 1:\n{err}"));
+        assert!(
+            line.contains(&format!("(pid {victim}) hangs")),
+            "{transport}: {line}"
+        );
+        println!(
+            "{transport}: the coordinator ended {noticed:?} after kill -STOP (bound {bound:?}, heartbeat silence {silence:?}): {line}"
+        );
+        assert!(noticed < bound, "{transport}: {noticed:?} >= {bound:?}");
+        for k in kids {
+            assert!(
+                !std::path::Path::new(&format!("/proc/{k}")).exists(),
+                "{transport}: node process {k} is left behind"
+            );
+        }
+    }
+}
+
+#[test]
+fn ucx_cluster_refuses_more_node_processes_than_this_machine_can_run_with_exit_2() {
+    if !ucx_built() {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let bound = cores * atoll_bench::sizing::OVERSUBSCRIPTION_MAX as usize;
+    let over = (bound + 1).to_string();
+    let threads = (bound / 4 + 1).to_string();
+    for (args, named) in [
+        (
+            vec!["cluster", "--nodes", &over, "bench", "-p", "accounts=1000"],
+            format!("--nodes {over} × --threads 1"),
+        ),
+        (
+            vec!["cluster", "--nodes", "1024", "bench", "-p", "accounts=1000"],
+            "--nodes 1024 × --threads 1".to_string(),
+        ),
+        (
+            vec![
+                "cluster",
+                "--nodes",
+                "4",
+                "bench",
+                "--threads",
+                &threads,
+                "-p",
+                "accounts=1000",
+            ],
+            format!("--nodes 4 × --threads {threads}"),
+        ),
+    ] {
+        let started = Instant::now();
+        let (code, _, err) = cluster(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(&named), "{args:?} names {named}: {err}");
+        assert!(
+            err.contains(&format!("bound of {bound}")) && err.contains("per core"),
+            "{args:?} names the bound and why: {err}"
+        );
+        // Refused up front: no node was started, so it takes no start-up.
+        assert!(started.elapsed() < Duration::from_secs(RUN_S_MAX));
+        println!("{args:?}: {}", err.trim());
     }
 }

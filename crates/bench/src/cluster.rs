@@ -1,21 +1,29 @@
 //! A cluster of OS processes, one node each, over the UCX fabric: the coordinator
 //! (`atoll cluster`) and the node (`atoll node`), and the bootstrap between them.
 //!
-//! The coordinator listens on a loopback TCP port, starts one `atoll node` child per node
-//! and speaks to each over its own connection with length-prefixed JSON messages ([`Msg`],
-//! versioned). The bootstrap: Hello (version, node id) -> Config (the `bench` flags, the
-//! transport) -> each node loads its partition, registers its memory and answers Joined
-//! (worker addresses, region descriptors) -> Directory (every node's) -> each connects and
-//! answers Ready -> Start (the barrier: clocks start) -> each node's co-routines finish:
-//! Done -> Stop (every node done, so no more requests will come) -> Summary -> Ledger (the
-//! merged one) -> Checks -> Bye. The coordinator merges and reports exactly as the
-//! in-process driver does ([`crate::driver`]).
+//! Two ways to meet. Started here (`--nodes N`): the coordinator listens on a loopback TCP
+//! port and starts one `atoll node --coordinator ADDR --node i` child per node, which dials
+//! it and says Hello. Across machines (`--hosts h:p,...`): each node was started by hand
+//! (`atoll node --listen h:p`) and waits; the coordinator dials node `i` at the `i`-th entry
+//! and Claims it (version, node id, node count), the node answers Hello. Either way each
+//! node then has its own connection carrying length-prefixed JSON messages ([`Msg`],
+//! versioned). The bootstrap: Config (the `bench` flags, the transport) -> each node loads
+//! its partition, registers its memory and answers Joined (worker addresses, region
+//! descriptors) -> Directory (every node's) -> each connects and answers Ready -> Start (the
+//! barrier: clocks start) -> each node's co-routines finish: Done -> Stop (every node done,
+//! so no more requests will come) -> Summary -> Ledger (the merged one) -> Checks -> Bye.
+//! The coordinator merges and reports exactly as the in-process driver does
+//! ([`crate::driver`]).
 //!
 //! Failures: a node's connection that closes or a child that exits before Bye ends the run
-//! (every child killed and reaped) with an error naming the node; every wait is bounded.
+//! (every child killed and reaped) with an error naming the node; so does a node that sends
+//! nothing (not even its heartbeat, a Beat every [`HEARTBEAT_INTERVAL_MS`]) for
+//! [`HEARTBEAT_SILENCE_MS_MAX`]: stopped or wedged. A node hears the coordinator's beats
+//! the same way. Every wait is bounded.
 
 use crate::config::{ConfigError, RunConfig};
 use crate::driver::RunFacts;
+use crate::hosts::Host;
 use crate::node::{NodeChecks, NodeRuntime, NodeSummary};
 use crate::report::Report;
 use crate::run::{worker_coroutines, RunError, RunShared, LOC_CACHE_ENTRIES_MAX};
@@ -33,15 +41,17 @@ use atoll_workloads::ycsb::Ycsb;
 use atoll_workloads::{Workload, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Version of the coordinator-node protocol; both ends must speak the same.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version of the coordinator-node protocol; both ends must speak the same. 2: `claim`
+/// (a coordinator dialing a listening node) and `beat` (heartbeats).
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest message accepted (a summary with in-memory history can be large).
 pub const MESSAGE_BYTES_MAX: usize = 1 << 30;
 /// How long the coordinator waits for every node to connect, join, connect its workers.
@@ -54,6 +64,29 @@ pub const FINISH_S_MAX: u64 = 120;
 /// How often the coordinator looks at its children while it waits (a child that exits is
 /// noticed within this, or at once when its connection closes).
 pub const WATCH_INTERVAL_MS: u64 = 50;
+/// How often each end of a connection sends a Beat. A beat is an 18-byte frame: five a
+/// second per node costs nothing, and it is frequent enough that a missed one is news.
+pub const HEARTBEAT_INTERVAL_MS: u64 = 200;
+/// Beats a connection may miss before its other end is declared hung. Ten: a beat comes
+/// from a thread of its own, which on an oversubscribed machine (at most
+/// [`crate::sizing::OVERSUBSCRIPTION_MAX`] busy threads per core) waits for a core a few
+/// scheduler slices (tens of ms), far from ten intervals; anything that arrives (a large
+/// summary in transit too) counts as a beat.
+pub const HEARTBEAT_MISSED_MAX: u64 = 10;
+/// Silence after which a peer is hung: [`HEARTBEAT_MISSED_MAX`] intervals.
+pub const HEARTBEAT_SILENCE_MS_MAX: u64 = HEARTBEAT_INTERVAL_MS * HEARTBEAT_MISSED_MAX;
+// A hung node must be named by the heartbeat before its peers' ops to it time out (which
+// would end the run naming the wrong side, or not at all).
+const _: () = assert!(HEARTBEAT_SILENCE_MS_MAX < ucx::OP_TIMEOUT_MS_DEFAULT);
+/// How long the coordinator tries to reach a `--hosts` node (TCP connect): an address
+/// that does not answer in this is unreachable.
+pub const CONNECT_S_MAX: u64 = 10;
+/// How long a dialed node may take to answer the claim (a listening `atoll node` answers
+/// at once; anything else on that port is not one).
+pub const HANDSHAKE_S_MAX: u64 = 10;
+/// How long `atoll node --listen` waits for a coordinator: an hour, time to start the other
+/// nodes by hand; then it exits (code 1) so a forgotten node does not stay.
+pub const LISTEN_WAIT_S_MAX: u64 = 3600;
 
 /// One message between coordinator and node.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -63,6 +96,14 @@ pub enum Msg {
         version: u32,
         node: u16,
     },
+    /// A coordinator to a listening node: you are node `node` of `nodes`.
+    Claim {
+        version: u32,
+        node: u16,
+        nodes: u16,
+    },
+    /// A heartbeat: the sender is alive (never forwarded past the reader).
+    Beat,
     Config {
         version: u32,
         args: Vec<String>,
@@ -100,6 +141,8 @@ impl Msg {
     fn name(&self) -> &'static str {
         match self {
             Msg::Hello { .. } => "hello",
+            Msg::Claim { .. } => "claim",
+            Msg::Beat => "beat",
             Msg::Config { .. } => "config",
             Msg::Joined { .. } => "joined",
             Msg::Directory { .. } => "directory",
@@ -158,12 +201,16 @@ enum ReadError {
     Malformed(String),
 }
 
-fn write_msg(s: &mut TcpStream, m: &Msg) -> std::io::Result<()> {
+fn frame(m: &Msg) -> Vec<u8> {
     let body = serde_json::to_vec(m).expect("messages serialize");
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
     frame.extend_from_slice(&body);
-    s.write_all(&frame)
+    frame
+}
+
+fn write_msg(s: &mut TcpStream, m: &Msg) -> std::io::Result<()> {
+    s.write_all(&frame(m))
 }
 
 fn read_msg(s: &mut impl Read) -> Result<Msg, ReadError> {
@@ -183,15 +230,119 @@ fn read_msg(s: &mut impl Read) -> Result<Msg, ReadError> {
     })
 }
 
+/// Milliseconds since this process first asked: the clock of [`Conn::heard_ms`].
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// A stream that stamps `heard_ms` whenever bytes arrive, so a large message in transit
+/// counts as a sign of life as much as a beat does.
+struct Stamped {
+    s: TcpStream,
+    heard_ms: Arc<AtomicU64>,
+}
+
+impl Read for Stamped {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.s.read(buf)?;
+        if n > 0 {
+            self.heard_ms.store(now_ms(), Ordering::Release);
+        }
+        Ok(n)
+    }
+}
+
+/// One end of a coordinator-node connection: the writer (shared with the heartbeat
+/// thread) and when the other end was last heard.
+#[derive(Clone)]
+struct Conn {
+    out: Arc<Mutex<TcpStream>>,
+    heard_ms: Arc<AtomicU64>,
+}
+
+/// `Conn::heard_ms` before anything arrived on a connection watched from its first byte.
+const UNHEARD_MS: u64 = u64::MAX;
+
+impl Conn {
+    /// Wraps a connected stream: writes time out once the other end stops reading for a
+    /// heartbeat silence (it is hung); a thread reads its messages into `tx`, tagged `tag`.
+    /// The other end's silence counts from now if `watch_now`, else from the first bytes
+    /// it sends (a node's coordinator beats only once every node said hello; until then
+    /// the start-up bound applies).
+    fn open(
+        s: TcpStream,
+        tag: u16,
+        tx: mpsc::Sender<(u16, Result<Msg, ReadError>)>,
+        watch_now: bool,
+    ) -> std::io::Result<Conn> {
+        s.set_nodelay(true)?;
+        s.set_read_timeout(None)?;
+        s.set_write_timeout(Some(Duration::from_millis(HEARTBEAT_SILENCE_MS_MAX)))?;
+        let heard_ms = Arc::new(AtomicU64::new(if watch_now {
+            now_ms()
+        } else {
+            UNHEARD_MS
+        }));
+        reader(
+            Stamped {
+                s: s.try_clone()?,
+                heard_ms: heard_ms.clone(),
+            },
+            tag,
+            tx,
+        );
+        Ok(Conn {
+            out: Arc::new(Mutex::new(s)),
+            heard_ms,
+        })
+    }
+
+    fn send(&self, m: &Msg) -> std::io::Result<()> {
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        write_msg(&mut out, m)
+    }
+
+    /// How long the other end has been silent, if longer than a heartbeat silence.
+    fn silent_for(&self) -> Option<Duration> {
+        let heard = self.heard_ms.load(Ordering::Acquire);
+        if heard == UNHEARD_MS {
+            return None;
+        }
+        let ms = now_ms().saturating_sub(heard);
+        (ms > HEARTBEAT_SILENCE_MS_MAX).then(|| Duration::from_millis(ms))
+    }
+}
+
+/// Sends a Beat on every connection every [`HEARTBEAT_INTERVAL_MS`] until `stop` (or the
+/// process) ends. A connection whose writer is busy (a large message going out, or a
+/// write to a hung peer waiting for its timeout) is skipped: bytes flowing count as beats.
+fn heartbeat(conns: Vec<Conn>, stop: Arc<AtomicBool>) {
+    let beat = frame(&Msg::Beat);
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Acquire) {
+            for c in &conns {
+                if let Ok(mut out) = c.out.try_lock() {
+                    let _ = out.write_all(&beat);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(HEARTBEAT_INTERVAL_MS));
+        }
+    });
+}
+
 /// Reads messages from `stream` on a thread of its own into `tx`, tagged with `tag`, until
-/// the stream closes or a message is malformed (both forwarded).
+/// the stream closes or a message is malformed (both forwarded). Beats only stamp.
 fn reader(
-    mut stream: TcpStream,
+    mut stream: Stamped,
     tag: u16,
     tx: mpsc::Sender<(u16, Result<Msg, ReadError>)>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || loop {
         let m = read_msg(&mut stream);
+        if matches!(m, Ok(Msg::Beat)) {
+            continue;
+        }
         let end = m.is_err();
         if tx.send((tag, m)).is_err() || end {
             return;
@@ -200,7 +351,7 @@ fn reader(
 }
 
 /// The transport a `--transport` value names (`auto`: shared memory, as every node of
-/// `atoll cluster` runs on this machine).
+/// `atoll cluster --nodes` runs on this machine).
 pub fn parse_transport(s: &str) -> Result<Transports, ConfigError> {
     match s {
         "shm" | "auto" => Ok(Transports::SharedMemory),
@@ -211,44 +362,101 @@ pub fn parse_transport(s: &str) -> Result<Transports, ConfigError> {
     }
 }
 
+/// The transport for nodes at `hosts`: `auto` is shared memory when every host is on this
+/// machine (a loopback address), else tcp; `shm` is refused naming a host elsewhere.
+pub fn hosts_transport(s: &str, hosts: &[Host]) -> Result<Transports, ConfigError> {
+    let remote = hosts.iter().find(|h| !h.is_local());
+    match (parse_transport(s)?, remote) {
+        (Transports::SharedMemory, Some(_)) if s == "auto" => Ok(Transports::Tcp),
+        (Transports::SharedMemory, Some(h)) => Err(ConfigError(format!(
+            "--transport shm reaches only nodes on this machine, and --hosts entry '{}' is not a loopback address: use --transport tcp",
+            h.given
+        ))),
+        (t, _) => Ok(t),
+    }
+}
+
 // ---------------------------------------------------------------- the node
 
 /// The node's side of the bootstrap, over its connection to the coordinator.
 struct NodeLink {
-    out: TcpStream,
+    conn: Conn,
     rx: mpsc::Receiver<(u16, Result<Msg, ReadError>)>,
     deadline: Instant,
     run_deadline: Instant,
+    /// Stops this node's heartbeat thread.
+    beats: Arc<AtomicBool>,
+}
+
+impl Drop for NodeLink {
+    fn drop(&mut self) {
+        self.beats.store(true, Ordering::Release);
+    }
 }
 
 impl NodeLink {
-    fn send(&mut self, m: &Msg) -> Result<(), String> {
-        write_msg(&mut self.out, m).map_err(|e| format!("the coordinator's connection: {e}"))
+    /// Opens the link over a connected stream and starts its heartbeat.
+    fn open(s: TcpStream) -> Result<NodeLink, ClusterError> {
+        let (tx, rx) = mpsc::channel();
+        let conn = Conn::open(s, 0, tx, false)
+            .map_err(|e| ClusterError::Failed(format!("the coordinator's connection: {e}")))?;
+        let beats = Arc::new(AtomicBool::new(false));
+        heartbeat(vec![conn.clone()], beats.clone());
+        let deadline = Instant::now() + Duration::from_secs(STARTUP_S_MAX);
+        Ok(NodeLink {
+            conn,
+            rx,
+            deadline,
+            run_deadline: deadline,
+            beats,
+        })
     }
 
-    /// The next message, which must be `want`; `None` waits until `deadline`.
+    fn send(&mut self, m: &Msg) -> Result<(), String> {
+        self.conn
+            .send(m)
+            .map_err(|e| format!("the coordinator's connection: {e}"))
+    }
+
+    /// The coordinator is hung if it sent nothing for a heartbeat silence.
+    fn coordinator_silent(&self, want: &str) -> Result<(), ClusterError> {
+        match self.conn.silent_for() {
+            Some(d) => Err(ClusterError::Failed(format!(
+                "the coordinator sent nothing for {:.1} s, more than {HEARTBEAT_MISSED_MAX} heartbeats of {HEARTBEAT_INTERVAL_MS} ms: it hangs or is unreachable (waiting for '{want}')",
+                d.as_secs_f64()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The next message, which must be `want`, by `until`.
     fn recv(&mut self, want: &str, until: Instant) -> Result<Msg, ClusterError> {
-        let left = until.saturating_duration_since(Instant::now());
-        match self.rx.recv_timeout(left) {
-            Ok((_, Ok(Msg::Failed { message, .. }))) => Err(ClusterError::Failed(format!(
-                "the coordinator stopped the run: {message}"
-            ))),
-            Ok((_, Ok(m))) if m.name() == want => Ok(m),
-            Ok((_, Ok(m))) => Err(ClusterError::BadInput(format!(
-                "the coordinator sent '{}' where '{want}' was expected",
-                m.name()
-            ))),
-            Ok((_, Err(ReadError::Malformed(e)))) => Err(ClusterError::BadInput(format!(
-                "malformed message from the coordinator: {e}"
-            ))),
-            Ok((_, Err(ReadError::Closed))) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                Err(ClusterError::Failed(format!(
-                    "the coordinator's connection closed (waiting for '{want}')"
-                )))
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => Err(ClusterError::Failed(format!(
-                "no '{want}' from the coordinator in time"
-            ))),
+        loop {
+            self.coordinator_silent(want)?;
+            let left = until.saturating_duration_since(Instant::now());
+            let step = left.min(Duration::from_millis(WATCH_INTERVAL_MS));
+            return match self.rx.recv_timeout(step) {
+                Ok((_, Ok(Msg::Failed { message, .. }))) => Err(ClusterError::Failed(format!(
+                    "the coordinator stopped the run: {message}"
+                ))),
+                Ok((_, Ok(m))) if m.name() == want => Ok(m),
+                Ok((_, Ok(m))) => Err(ClusterError::BadInput(format!(
+                    "the coordinator sent '{}' where '{want}' was expected",
+                    m.name()
+                ))),
+                Ok((_, Err(ReadError::Malformed(e)))) => Err(ClusterError::BadInput(format!(
+                    "malformed message from the coordinator: {e}"
+                ))),
+                Ok((_, Err(ReadError::Closed))) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    Err(ClusterError::Failed(format!(
+                        "the coordinator's connection closed (waiting for '{want}')"
+                    )))
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < until => continue,
+                Err(mpsc::RecvTimeoutError::Timeout) => Err(ClusterError::Failed(format!(
+                    "no '{want}' from the coordinator in time"
+                ))),
+            };
         }
     }
 }
@@ -291,6 +499,8 @@ impl Bootstrap for NodeLink {
             if Instant::now() > self.run_deadline {
                 return Err("the run did not end in time".into());
             }
+            self.coordinator_silent(if sent_done { "stop" } else { "the run's end" })
+                .map_err(|e| e.to_string())?;
             match self.rx.recv_timeout(Duration::from_millis(5)) {
                 Ok((_, Ok(Msg::Stop))) => return Ok(()),
                 Ok((_, Ok(Msg::Failed { message, .. }))) => {
@@ -314,38 +524,162 @@ impl Bootstrap for NodeLink {
     }
 }
 
-/// `atoll node`: connects to the coordinator at `coordinator`, serves node `node` of the
-/// run it describes (whose `bench` flags `resolve` turns into a configuration), exits.
+/// `atoll node --coordinator ADDR --node N` (started by `atoll cluster --nodes`): connects
+/// to the coordinator at `coordinator`, serves node `node` of the run it describes (whose
+/// `bench` flags `resolve` turns into a configuration), exits.
 pub fn serve_node(
     coordinator: &str,
     node: u16,
     resolve: &dyn Fn(&[String]) -> Result<RunConfig, String>,
 ) -> Result<(), ClusterError> {
-    let out = TcpStream::connect(coordinator).map_err(|e| {
+    let mut out = TcpStream::connect(coordinator).map_err(|e| {
         ClusterError::BadInput(format!(
             "cannot reach the coordinator at {coordinator}: {e}"
         ))
     })?;
-    let _ = out.set_nodelay(true);
-    let (tx, rx) = mpsc::channel();
-    reader(
-        out.try_clone()
-            .map_err(|e| ClusterError::Failed(format!("socket: {e}")))?,
-        0,
-        tx,
-    );
-    let deadline = Instant::now() + Duration::from_secs(STARTUP_S_MAX);
-    let mut link = NodeLink {
-        out,
-        rx,
-        deadline,
-        run_deadline: deadline,
+    // Hello first, before the link's heartbeat can put a beat ahead of it.
+    write_msg(
+        &mut out,
+        &Msg::Hello {
+            version: PROTOCOL_VERSION,
+            node,
+        },
+    )
+    .map_err(|e| ClusterError::Failed(format!("the coordinator's connection: {e}")))?;
+    let link = NodeLink::open(out)?;
+    serve(link, node, None, Vec::new(), resolve)
+}
+
+/// `atoll node --listen HOST:PORT`: listens there, says so on stdout (`listening on
+/// ADDR`), waits up to [`LISTEN_WAIT_S_MAX`] for a coordinator to claim it (`atoll cluster
+/// --hosts`), serves that one run and exits. While it serves, any other coordinator that
+/// dials it is told it is busy (bad input on that side). Its UCX workers use the network
+/// interface holding the listen address, so the worker addresses its peers get name it.
+pub fn serve_listening(
+    listen: &str,
+    resolve: &dyn Fn(&[String]) -> Result<RunConfig, String>,
+) -> Result<(), ClusterError> {
+    let addr = crate::hosts::parse_host("--listen", listen)?;
+    let listener = TcpListener::bind(addr)
+        .map_err(|e| ClusterError::BadInput(format!("cannot listen on {listen}: {e}")))?;
+    let here = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| listen.into());
+    println!("listening on {here} for a coordinator (atoll cluster --hosts), at most {LISTEN_WAIT_S_MAX} s");
+    let _ = std::io::stdout().flush();
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| ClusterError::Failed(format!("listener: {e}")))?;
+    let until = Instant::now() + Duration::from_secs(LISTEN_WAIT_S_MAX);
+    let (mut s, peer, node, nodes) = loop {
+        if Instant::now() > until {
+            return Err(ClusterError::Failed(format!(
+                "no coordinator claimed this node at {here} within {LISTEN_WAIT_S_MAX} s"
+            )));
+        }
+        let (mut s, peer) = match listener.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(WATCH_INTERVAL_MS));
+                continue;
+            }
+            Err(e) => return Err(ClusterError::Failed(format!("accept on {here}: {e}"))),
+        };
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(HANDSHAKE_S_MAX)));
+        let _ = s.set_write_timeout(Some(Duration::from_secs(HANDSHAKE_S_MAX)));
+        match read_msg(&mut s) {
+            Ok(Msg::Claim {
+                version,
+                node,
+                nodes,
+            }) => {
+                if version != PROTOCOL_VERSION {
+                    let message = format!(
+                        "the coordinator at {peer} speaks protocol version {version}, this node {PROTOCOL_VERSION}"
+                    );
+                    let _ = write_msg(
+                        &mut s,
+                        &Msg::Failed {
+                            bad_input: true,
+                            message: message.clone(),
+                        },
+                    );
+                    return Err(ClusterError::BadInput(message));
+                }
+                break (s, peer, node, nodes);
+            }
+            // A probe or a coordinator that gave up before claiming: keep waiting.
+            Err(ReadError::Closed) => continue,
+            Ok(m) => {
+                return Err(ClusterError::BadInput(format!(
+                    "{peer} sent '{}' where a coordinator's 'claim' was expected",
+                    m.name()
+                )))
+            }
+            Err(ReadError::Malformed(e)) => {
+                return Err(ClusterError::BadInput(format!(
+                    "malformed message from {peer}, not a coordinator's claim: {e}"
+                )))
+            }
+        }
     };
-    link.send(&Msg::Hello {
-        version: PROTOCOL_VERSION,
+    refuse_others(listener, here.clone(), node, nodes, peer);
+    write_msg(
+        &mut s,
+        &Msg::Hello {
+            version: PROTOCOL_VERSION,
+            node,
+        },
+    )
+    .map_err(|e| ClusterError::Failed(format!("the coordinator's connection: {e}")))?;
+    let link = NodeLink::open(s)?;
+    let device = crate::hosts::interface_of(addr.ip());
+    serve(
+        link,
         node,
-    })
-    .map_err(ClusterError::Failed)?;
+        Some(nodes),
+        device.into_iter().collect(),
+        resolve,
+    )
+}
+
+/// While this node serves a run, answers every other connection to its listener with
+/// `failed {bad_input}`: it is busy. The thread ends with the process (the run is bounded).
+fn refuse_others(listener: TcpListener, here: String, node: u16, nodes: u16, peer: SocketAddr) {
+    if listener.set_nonblocking(false).is_err() {
+        return;
+    }
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { continue };
+            let _ = s.set_write_timeout(Some(Duration::from_secs(HANDSHAKE_S_MAX)));
+            let _ = write_msg(
+                &mut s,
+                &Msg::Failed {
+                    bad_input: true,
+                    message: format!(
+                        "the node at {here} is already serving node {node} of {nodes} for another coordinator ({peer})"
+                    ),
+                },
+            );
+        }
+    });
+}
+
+/// A node's run once it has a link and an id: Config, load, the UCX bootstrap, the run,
+/// summary and checks. `nodes` is the count the coordinator claimed this node for (the
+/// configuration must agree); `net_devices` the network interfaces UCX's tcp may use
+/// (empty: UCX's default).
+fn serve(
+    mut link: NodeLink,
+    node: u16,
+    nodes: Option<u16>,
+    net_devices: Vec<String>,
+    resolve: &dyn Fn(&[String]) -> Result<RunConfig, String>,
+) -> Result<(), ClusterError> {
+    let deadline = link.deadline;
     let (args, transport) = match link.recv("config", deadline)? {
         Msg::Config {
             version,
@@ -376,10 +710,14 @@ pub fn serve_node(
         Ok(c) => c,
         Err(e) => return Err(refuse(&mut link, e)),
     };
-    if node >= cfg.nodes {
+    if node >= cfg.nodes || nodes.is_some_and(|n| n != cfg.nodes) {
         return Err(refuse(
             &mut link,
-            format!("node {node} of a {}-node run", cfg.nodes),
+            format!(
+                "node {node} of {} claimed for a {}-node run",
+                nodes.unwrap_or(cfg.nodes),
+                cfg.nodes
+            ),
         ));
     }
     // The history travels in the summary; the coordinator writes the file.
@@ -387,7 +725,12 @@ pub fn serve_node(
     link.run_deadline = Instant::now()
         + Duration::from_secs_f64(cfg.warmup_s + cfg.duration_s + RUN_MARGIN_S)
         + Duration::from_secs(STARTUP_S_MAX);
-    let r = node_dispatch(&cfg, NodeId(node), transports, &mut link);
+    let settings = if transports == Transports::Tcp && !net_devices.is_empty() {
+        vec![("NET_DEVICES".to_string(), net_devices.join(","))]
+    } else {
+        Vec::new()
+    };
+    let r = node_dispatch(&cfg, NodeId(node), transports, settings, &mut link);
     if let Err(e) = &r {
         let _ = link.send(&Msg::Failed {
             bad_input: matches!(e, ClusterError::BadInput(_)),
@@ -431,27 +774,31 @@ fn node_dispatch(
     cfg: &RunConfig,
     node: NodeId,
     transports: Transports,
+    settings: Vec<(String, String)>,
     link: &mut NodeLink,
 ) -> Result<(), ClusterError> {
     struct V<'a> {
         cfg: &'a RunConfig,
         node: NodeId,
         transports: Transports,
+        settings: Vec<(String, String)>,
         link: &'a mut NodeLink,
     }
     impl ProtocolVisitor for V<'_> {
         type Out = Result<(), ClusterError>;
         fn visit<P: Protocol>(self) -> Self::Out {
             let (cfg, node, t, link) = (self.cfg, self.node, self.transports, self.link);
+            let settings = self.settings;
             P::check_plan(&cfg.plan)
                 .map_err(|e| ClusterError::BadInput(format!("plan {}: {e}", cfg.plan)))?;
-            with_workload!(cfg, w => node_with::<_, P>(cfg, w, node, t, link))
+            with_workload!(cfg, w => node_with::<_, P>(cfg, w, node, t, settings.clone(), link))
         }
     }
     cfg.protocol.dispatch(V {
         cfg,
         node,
         transports,
+        settings,
         link,
     })
 }
@@ -490,6 +837,7 @@ fn node_with<W: Workload, P: Protocol>(
     w: W,
     node: NodeId,
     transports: Transports,
+    settings: Vec<(String, String)>,
     link: &mut NodeLink,
 ) -> Result<(), ClusterError> {
     cfg.validate()?;
@@ -511,6 +859,7 @@ fn node_with<W: Workload, P: Protocol>(
     });
     let ucfg = ucx::UcxConfig {
         transports,
+        settings,
         nodes: cfg.nodes,
         threads_per_node: cfg.threads,
         op_timeout_ns: ucx::OP_TIMEOUT_MS_DEFAULT * 1_000_000,
@@ -531,7 +880,7 @@ fn node_with<W: Workload, P: Protocol>(
         Err(ucx::NodeRunError::Ucx(e)) => {
             return Err(ClusterError::BadInput(format!("node {}: {e}", node.0)))
         }
-        Err(e) => return Err(ClusterError::Failed(format!("node {}: {e}", node.0))),
+        Err(e) => return Err(ClusterError::Failed(e.to_string())),
     }
     let summary = runtime.summary(&shared.w);
     link.send(&Msg::Summary {
@@ -562,8 +911,11 @@ pub struct ClusterConfig {
     pub transport: Transports,
     /// The `bench` flags, as given (every node resolves them as the coordinator did).
     pub bench_args: Vec<String>,
-    /// The `atoll` binary the nodes run (this one).
+    /// The `atoll` binary the nodes run (this one), when the nodes are started here.
     pub exe: std::path::PathBuf,
+    /// `--hosts`: the nodes wait there (`atoll node --listen`), node `i` the `i`-th; `None`
+    /// starts `cfg.nodes` children here.
+    pub hosts: Option<Vec<Host>>,
 }
 
 /// The node processes; killed and reaped when dropped unless they ended.
@@ -596,6 +948,7 @@ impl Children {
         self.kill_all();
     }
 
+    /// SIGKILL (which also ends a stopped process) and reap every child still there.
     fn kill_all(&mut self) {
         for c in &mut self.procs {
             if let Ok(None) = c.try_wait() {
@@ -623,41 +976,92 @@ fn describe_exit(st: std::process::ExitStatus) -> String {
 
 /// The coordinator's connections and the children behind them.
 struct Hub {
-    outs: Vec<TcpStream>,
+    conns: Vec<Conn>,
     rx: mpsc::Receiver<(u16, Result<Msg, ReadError>)>,
     children: Children,
+    /// Each node as messages name it: `node 1 (pid 4242)`, `node 1 (10.0.0.2:7000)`.
+    labels: Vec<String>,
+    /// Stops the coordinator's heartbeat thread.
+    beats: Arc<AtomicBool>,
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.beats.store(true, Ordering::Release);
+    }
 }
 
 impl Hub {
+    /// The hub over one connected stream per node (in node order): a reader thread each,
+    /// and the heartbeat to all of them.
+    fn open(
+        streams: Vec<TcpStream>,
+        children: Children,
+        labels: Vec<String>,
+    ) -> Result<Hub, ClusterError> {
+        let (tx, rx) = mpsc::channel();
+        let mut conns = Vec::with_capacity(streams.len());
+        for (i, s) in streams.into_iter().enumerate() {
+            conns.push(Conn::open(s, i as u16, tx.clone(), true).map_err(|e| {
+                ClusterError::Failed(format!("{}: its connection: {e}", labels[i]))
+            })?);
+        }
+        let beats = Arc::new(AtomicBool::new(false));
+        heartbeat(conns.clone(), beats.clone());
+        Ok(Hub {
+            conns,
+            rx,
+            children,
+            labels,
+            beats,
+        })
+    }
+
     fn send(&mut self, node: u16, m: &Msg) -> Result<(), ClusterError> {
-        write_msg(&mut self.outs[node as usize], m)
-            .map_err(|e| ClusterError::Failed(format!("node {node}: its connection failed: {e}")))
+        self.conns[node as usize].send(m).map_err(|e| {
+            ClusterError::Failed(format!(
+                "{}: its connection failed: {e}",
+                self.labels[node as usize]
+            ))
+        })
     }
 
     fn broadcast(&mut self, m: &Msg) -> Result<(), ClusterError> {
-        for n in 0..self.outs.len() as u16 {
+        for n in 0..self.conns.len() as u16 {
             self.send(n, m)?;
         }
         Ok(())
     }
 
+    /// Tells every node the run failed, as far as each can still be told.
+    fn tell_failed(&mut self, e: &ClusterError) {
+        let m = Msg::Failed {
+            bad_input: false,
+            message: e.to_string(),
+        };
+        for c in &self.conns {
+            let _ = c.send(&m);
+        }
+    }
+
     /// One `want` message from every node, in node order; any other message, a closed
-    /// connection, an exited child or the deadline ends the run, naming the node.
+    /// connection, an exited child, a node silent for a heartbeat silence or the deadline
+    /// ends the run, naming the node.
     fn gather(&mut self, want: &str, until: Instant) -> Result<Vec<Msg>, ClusterError> {
-        let n = self.outs.len();
+        let n = self.conns.len();
         let mut got: Vec<Option<Msg>> = (0..n).map(|_| None).collect();
         while got.iter().any(Option::is_none) {
             let now = Instant::now();
             if now > until {
-                let missing: Vec<String> = got
+                let missing: Vec<&str> = got
                     .iter()
                     .enumerate()
                     .filter(|(_, m)| m.is_none())
-                    .map(|(i, _)| i.to_string())
+                    .map(|(i, _)| self.labels[i].as_str())
                     .collect();
                 return Err(ClusterError::Failed(format!(
-                    "node {} sent no '{want}' in time",
-                    missing.join(", node ")
+                    "{} sent no '{want}' in time",
+                    missing.join(", ")
                 )));
             }
             let wait = until
@@ -671,18 +1075,23 @@ impl Hub {
                     return Err(if bad_input {
                         ClusterError::BadInput(message)
                     } else {
-                        ClusterError::Failed(format!("node {i} failed: {message}"))
+                        ClusterError::Failed(format!(
+                            "{} failed: {message}",
+                            self.labels[i as usize]
+                        ))
                     })
                 }
                 Ok((i, Ok(m))) => {
                     return Err(ClusterError::BadInput(format!(
-                        "node {i} sent '{}' where '{want}' was expected",
+                        "{} sent '{}' where '{want}' was expected",
+                        self.labels[i as usize],
                         m.name()
                     )))
                 }
                 Ok((i, Err(ReadError::Malformed(e)))) => {
                     return Err(ClusterError::BadInput(format!(
-                        "malformed message from node {i}: {e}"
+                        "malformed message from {}: {e}",
+                        self.labels[i as usize]
                     )))
                 }
                 Ok((i, Err(ReadError::Closed))) => {
@@ -696,7 +1105,8 @@ impl Hub {
                         .map(describe_exit)
                         .unwrap_or_else(|| "closed its connection".into());
                     return Err(ClusterError::Failed(format!(
-                        "node {i} {how} (waiting for '{want}')"
+                        "{} {how} (waiting for '{want}')",
+                        self.labels[i as usize]
                     )));
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -707,9 +1117,22 @@ impl Hub {
             if let Some((i, how)) = self.children.exited() {
                 if got[i as usize].is_none() || want != "bye" {
                     return Err(ClusterError::Failed(format!(
-                        "node {i} {how} (waiting for '{want}')"
+                        "{} {how} (waiting for '{want}')",
+                        self.labels[i as usize]
                     )));
                 }
+            }
+            if let Some((i, d)) = self
+                .conns
+                .iter()
+                .enumerate()
+                .find_map(|(i, c)| c.silent_for().map(|d| (i, d)))
+            {
+                return Err(ClusterError::Failed(format!(
+                    "{} hangs: it sent nothing for {:.1} s, more than {HEARTBEAT_MISSED_MAX} heartbeats of {HEARTBEAT_INTERVAL_MS} ms (stopped or wedged; waiting for '{want}')",
+                    self.labels[i],
+                    d.as_secs_f64()
+                )));
             }
         }
         Ok(got.into_iter().map(|m| m.expect("all arrived")).collect())
@@ -747,7 +1170,6 @@ fn start_nodes(nodes: u16, exe: &std::path::Path) -> Result<Hub, ClusterError> {
         .map_err(|e| ClusterError::Failed(format!("listener: {e}")))?;
     let until = Instant::now() + Duration::from_secs(STARTUP_S_MAX);
     let mut outs: Vec<Option<TcpStream>> = (0..nodes).map(|_| None).collect();
-    let (tx, rx) = mpsc::channel();
     let mut accepted = 0;
     while accepted < nodes {
         if Instant::now() > until {
@@ -769,7 +1191,6 @@ fn start_nodes(nodes: u16, exe: &std::path::Path) -> Result<Hub, ClusterError> {
             Err(e) => return Err(ClusterError::Failed(format!("accept: {e}"))),
         };
         let _ = s.set_nonblocking(false);
-        let _ = s.set_nodelay(true);
         let _ = s.set_read_timeout(Some(Duration::from_secs(STARTUP_S_MAX)));
         let node = match read_msg(&mut s) {
             Ok(Msg::Hello { version, node }) => {
@@ -798,19 +1219,84 @@ fn start_nodes(nodes: u16, exe: &std::path::Path) -> Result<Hub, ClusterError> {
             }
             Err(ReadError::Closed) => continue,
         };
-        let _ = s.set_read_timeout(None);
-        let r = s
-            .try_clone()
-            .map_err(|e| ClusterError::Failed(format!("socket: {e}")))?;
-        reader(r, node, tx.clone());
         outs[node as usize] = Some(s);
         accepted += 1;
     }
-    Ok(Hub {
-        outs: outs.into_iter().map(|s| s.expect("every node")).collect(),
-        rx,
-        children,
-    })
+    let labels = children
+        .procs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("node {i} (pid {})", c.id()))
+        .collect();
+    let streams = outs.into_iter().map(|s| s.expect("every node")).collect();
+    Hub::open(streams, children, labels)
+}
+
+/// Dials the nodes waiting at `hosts` (`atoll node --listen`) and claims node `i` at the
+/// `i`-th: the hub, once every node said hello. An address that cannot be reached or does
+/// not answer as a free atoll node is bad input naming the entry; the nodes already
+/// claimed are told the run failed (they exit), so nothing is left waiting for this run.
+fn dial_nodes(hosts: &[Host]) -> Result<Hub, ClusterError> {
+    let nodes = hosts.len() as u16;
+    let mut streams: Vec<TcpStream> = Vec::with_capacity(hosts.len());
+    let claim = |i: u16, h: &Host| -> Result<TcpStream, ClusterError> {
+        let entry = format!("--hosts entry '{}' (node {i})", h.given);
+        let mut s = TcpStream::connect_timeout(&h.addr, Duration::from_secs(CONNECT_S_MAX))
+            .map_err(|e| ClusterError::BadInput(format!("cannot reach {entry}: {e}")))?;
+        let _ = s.set_nodelay(true);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(HANDSHAKE_S_MAX)));
+        let _ = s.set_write_timeout(Some(Duration::from_secs(HANDSHAKE_S_MAX)));
+        write_msg(
+            &mut s,
+            &Msg::Claim {
+                version: PROTOCOL_VERSION,
+                node: i,
+                nodes,
+            },
+        )
+        .map_err(|e| ClusterError::BadInput(format!("cannot claim {entry}: {e}")))?;
+        match read_msg(&mut s) {
+            Ok(Msg::Hello { version, node }) if version == PROTOCOL_VERSION && node == i => Ok(s),
+            Ok(Msg::Hello { version, node }) => Err(ClusterError::BadInput(format!(
+                "{entry} answered as node {node} speaking protocol version {version}, expected node {i} and version {PROTOCOL_VERSION}"
+            ))),
+            Ok(Msg::Failed { message, .. }) => {
+                Err(ClusterError::BadInput(format!("{entry}: {message}")))
+            }
+            Ok(m) => Err(ClusterError::BadInput(format!(
+                "{entry} sent '{}' where 'hello' was expected",
+                m.name()
+            ))),
+            Err(ReadError::Malformed(e)) => Err(ClusterError::BadInput(format!(
+                "{entry} is not an atoll node: {e}"
+            ))),
+            Err(ReadError::Closed) => Err(ClusterError::BadInput(format!(
+                "{entry} closed the connection or did not answer within {HANDSHAKE_S_MAX} s: is `atoll node --listen {}` waiting there?",
+                h.given
+            ))),
+        }
+    };
+    for (i, h) in hosts.iter().enumerate() {
+        match claim(i as u16, h) {
+            Ok(s) => streams.push(s),
+            Err(e) => {
+                let m = Msg::Failed {
+                    bad_input: true,
+                    message: e.to_string(),
+                };
+                for s in &mut streams {
+                    let _ = write_msg(s, &m);
+                }
+                return Err(e);
+            }
+        }
+    }
+    let labels = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| format!("node {i} ({})", h.given))
+        .collect();
+    Hub::open(streams, Children { procs: Vec::new() }, labels)
 }
 
 /// Whether this build can run a cluster: `BadInput` saying how to install UCX if not.
@@ -849,16 +1335,31 @@ fn coordinate<W: Workload, P: Protocol>(
 ) -> Result<Report, ClusterError> {
     let wall = Instant::now();
     let (sizing, _, _) = layout::<W, P>(cfg, &w)?;
+    // Only the nodes on this machine count against its cores and memory.
+    let (local, what) = match &cc.hosts {
+        Some(hosts) => {
+            let local = hosts.iter().filter(|h| h.is_local()).count() as u16;
+            (local, format!("{local} --hosts entries on this machine"))
+        }
+        None => (cfg.nodes, format!("--nodes {}", cfg.nodes)),
+    };
+    crate::sizing::cluster_fits(
+        local,
+        cfg.threads,
+        &what,
+        &sizing,
+        &crate::sizing::Machine::this(),
+    )?;
     let probe = crate::env::Probe::start();
-    let mut hub = start_nodes(cfg.nodes, &cc.exe)?;
+    let mut hub = match &cc.hosts {
+        Some(hosts) => dial_nodes(hosts)?,
+        None => start_nodes(cfg.nodes, &cc.exe)?,
+    };
     let r = coordinate_nodes::<W, P>(cfg, &w, cc, &mut hub, wall, &sizing, &probe);
     match &r {
         Ok(_) => hub.children.reap(Duration::from_secs(FINISH_S_MAX)),
         Err(e) => {
-            let _ = hub.broadcast(&Msg::Failed {
-                bad_input: false,
-                message: e.to_string(),
-            });
+            hub.tell_failed(e);
             hub.children.kill_all();
         }
     }

@@ -9,6 +9,7 @@ pub mod driver;
 pub mod env;
 pub mod floor;
 pub mod history;
+pub mod hosts;
 pub mod interrupt;
 pub mod node;
 pub mod repeat;

@@ -30,6 +30,85 @@ pub const MEMORY_PERCENT_MAX: u64 = 75;
 /// The cap when physical memory cannot be read (16 GiB: a common workstation's memory).
 pub const MEMORY_BYTES_FALLBACK: u64 = 16 << 30;
 
+/// Busy worker threads a cluster may run per core of this machine. Every node process's
+/// `--threads` workers poll their UCX worker without sleeping (an idle one yields its core
+/// every `IDLE_TURNS_BEFORE_YIELD` turns, no more), so each gets about cores / threads of a
+/// core. At 8 per core a worker still runs every few scheduler slices (tens of ms), far
+/// inside the heartbeat's 2 s and the ops' 5 s timeout, and the bootstrap's start-up
+/// stays in seconds (16 processes on 2 cores ran and passed over shm and tcp, see
+/// NOTES-hosts.md); beyond
+/// it, timeouts would fire from starvation rather than failure, and the figures would
+/// measure the scheduler.
+pub const OVERSUBSCRIPTION_MAX: u64 = 8;
+/// Memory a node process needs beside its regions and indexes: the binary, the UCX
+/// context and workers (their bounce buffers and shared-memory segments), the allocator's
+/// arenas, thread stacks, the summary in flight. A node with 0.4 MiB of regions peaked at
+/// 26 MiB resident over tcp and 54 MiB over shm (its segments are resident too;
+/// NOTES-hosts.md): 64 MiB covers both.
+pub const NODE_PROCESS_BYTES: u64 = 64 << 20;
+
+/// What this machine offers a cluster's processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// Cores this process may use (`available_parallelism`).
+    pub cores: u64,
+    /// `MemAvailable` of `/proc/meminfo`, in bytes; `None` where it cannot be read.
+    pub mem_available_bytes: Option<u64>,
+}
+
+impl Machine {
+    /// This machine, now.
+    pub fn this() -> Machine {
+        Machine {
+            cores: crate::env::cores() as u64,
+            mem_available_bytes: std::fs::read_to_string("/proc/meminfo")
+                .ok()
+                .and_then(|m| meminfo_bytes(&m, "MemAvailable:")),
+        }
+    }
+}
+
+/// Refuses `processes` node processes on `machine` (each running `threads` busy-polling
+/// workers and holding one node's share of `sizing`) that it cannot run: more busy threads
+/// than [`OVERSUBSCRIPTION_MAX`] per core, or more memory than is available. `what` names
+/// where the process count came from (`--nodes 1024`).
+pub fn cluster_fits(
+    processes: u16,
+    threads: u16,
+    what: &str,
+    sizing: &Sizing,
+    machine: &Machine,
+) -> Result<(), ConfigError> {
+    if processes == 0 {
+        return Ok(());
+    }
+    let busy = processes as u64 * threads as u64;
+    let busy_max = OVERSUBSCRIPTION_MAX * machine.cores.max(1);
+    if busy > busy_max {
+        return Err(ConfigError(format!(
+            "{what} × --threads {threads} is {busy} busy-polling worker threads on this machine's {} core{}, over the bound of {busy_max} ({OVERSUBSCRIPTION_MAX} per core: each worker polls without sleeping, and beyond that heartbeats and op timeouts fire from starvation, not failure): expected at most {busy_max} node processes × threads here, or nodes on other machines (--hosts)",
+            machine.cores,
+            if machine.cores == 1 { "" } else { "s" },
+        )));
+    }
+    if let Some(avail) = machine.mem_available_bytes {
+        let per_node = sizing.total_bytes() / sizing.nodes.max(1) as u64 + NODE_PROCESS_BYTES;
+        let need = per_node * processes as u64;
+        if need > avail {
+            return Err(ConfigError(format!(
+                "{what} needs {} of memory on this machine ({} per node process: its regions and indexes {} + {} for the process), over the {} available (/proc/meminfo MemAvailable): expected at most {} node processes here, fewer records, or nodes on other machines (--hosts)",
+                human_bytes(need),
+                human_bytes(per_node),
+                human_bytes(per_node - NODE_PROCESS_BYTES),
+                human_bytes(NODE_PROCESS_BYTES),
+                human_bytes(avail),
+                avail / per_node
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// What one run needs, computed from its configuration alone.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sizing {
@@ -253,10 +332,15 @@ fn mem_total_bytes() -> Option<u64> {
 }
 
 fn parse_mem_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let mut parts = line["MemTotal:".len()..].split_whitespace();
+    meminfo_bytes(meminfo, "MemTotal:")
+}
+
+/// The field `key` (with its colon) of `/proc/meminfo`'s text, in bytes (it says kB).
+fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with(key))?;
+    let mut parts = line[key.len()..].split_whitespace();
     let kib: u64 = parts.next()?.parse().ok()?;
-    (parts.next() == Some("kB")).then_some(kib * KIB_BYTES)
+    (parts.next() == Some("kB")).then_some(kib.checked_mul(KIB_BYTES)?)
 }
 
 /// The workload's knobs as a report shows them.
@@ -315,6 +399,77 @@ mod tests {
             s.log_region_words,
             2 * 2 * 4 * s.log_ring_words as u64,
             "log_replicas × threads × coroutines rings, whatever the node count"
+        );
+    }
+
+    fn small_sizing(nodes: u16) -> Sizing {
+        Sizing {
+            nodes,
+            log_record_words_max: 8,
+            log_ring_words: 64,
+            log_region_words: 1 << 10,
+            table_region_words: vec![("t".into(), (1 << 20) - (1 << 10))],
+            ordered_index_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn sizing_a_cluster_over_8_busy_threads_per_core_is_refused_naming_the_value_and_the_bound() {
+        let m = Machine {
+            cores: 2,
+            mem_available_bytes: Some(64 << 30),
+        };
+        assert!(cluster_fits(16, 1, "--nodes 16", &small_sizing(16), &m).is_ok());
+        assert!(cluster_fits(8, 2, "--nodes 8", &small_sizing(8), &m).is_ok());
+        let e = cluster_fits(17, 1, "--nodes 17", &small_sizing(17), &m)
+            .unwrap_err()
+            .0;
+        assert!(e.contains("--nodes 17") && e.contains("bound of 16"), "{e}");
+        assert!(e.contains("2 cores") && e.contains("8 per core"), "{e}");
+        let e = cluster_fits(9, 2, "--nodes 9", &small_sizing(9), &m)
+            .unwrap_err()
+            .0;
+        assert!(e.contains("18 busy-polling"), "{e}");
+        let e = cluster_fits(1024, 1, "--nodes 1024", &small_sizing(1024), &m)
+            .unwrap_err()
+            .0;
+        assert!(e.contains("--nodes 1024"), "{e}");
+        assert_eq!(e.lines().count(), 1);
+    }
+
+    #[test]
+    fn sizing_a_cluster_needing_more_than_the_available_memory_is_refused_with_the_figures() {
+        // 8 MiB of regions per node + 64 MiB per process = 72 MiB per node.
+        let m = Machine {
+            cores: 64,
+            mem_available_bytes: Some(500 << 20),
+        };
+        assert!(cluster_fits(6, 1, "--nodes 6", &small_sizing(6), &m).is_ok());
+        let e = cluster_fits(7, 1, "--nodes 7", &small_sizing(7), &m)
+            .unwrap_err()
+            .0;
+        assert!(e.contains("--nodes 7 needs 504.0 MiB"), "{e}");
+        assert!(e.contains("72.0 MiB per node process"), "{e}");
+        assert!(
+            e.contains("MemAvailable") && e.contains("at most 6 node"),
+            "{e}"
+        );
+        // Unknown memory: only the cores bound applies; no process on this machine: none.
+        let unknown = Machine {
+            cores: 64,
+            mem_available_bytes: None,
+        };
+        assert!(cluster_fits(7, 1, "--nodes 7", &small_sizing(7), &unknown).is_ok());
+        assert!(cluster_fits(0, 1, "--hosts", &small_sizing(7), &m).is_ok());
+    }
+
+    #[test]
+    fn sizing_reads_mem_available_in_kib() {
+        let meminfo = "MemTotal:  8000000 kB\nMemAvailable:    123 kB\n";
+        assert_eq!(meminfo_bytes(meminfo, "MemAvailable:"), Some(123 * 1024));
+        assert_eq!(
+            meminfo_bytes("MemAvailable: 99999999999999999999 kB", "MemAvailable:"),
+            None
         );
     }
 

@@ -65,6 +65,10 @@ pub const STARTUP_WAIT_S_MAX: u64 = 60;
 #[derive(Clone, Debug)]
 pub struct UcxConfig {
     pub transports: Transports,
+    /// Further UCX settings for the node's context (see [`ContextConfig::settings`]), e.g.
+    /// `NET_DEVICES`, the interfaces tcp may use: whose addresses the workers' addresses
+    /// carry to the peers.
+    pub settings: Vec<(String, String)>,
     pub nodes: u16,
     pub threads_per_node: u16,
     /// A pending op fails as `TimedOut` after this long.
@@ -692,7 +696,10 @@ pub fn run_node(
 ) -> Result<Vec<WorkerReport>, NodeRunError> {
     let node = setup.memory.node;
     let threads = cfg.threads_per_node;
-    let context = Context::new(&ContextConfig::new(cfg.transports))?;
+    let context = Context::new(&ContextConfig {
+        transports: cfg.transports,
+        settings: cfg.settings.clone(),
+    })?;
     // Registered for the whole run, unmapped only after every worker (and so every
     // endpoint peers could reach through) is gone.
     let mut regions: Vec<Option<MemRegion>> = Vec::new();
