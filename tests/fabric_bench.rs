@@ -67,7 +67,7 @@ fn fabric_bench_over_shm_reports_a_positive_latency_and_rate_for_every_op() {
     let names: Vec<&str> = ops.iter().map(|o| o["op"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["read", "write", "cas", "fetch_add", "rpc", "doorbell"],
+        ["read", "write", "cas", "fetch_add", "rpc", "doorbell8"],
         "{stdout}"
     );
     for o in ops {

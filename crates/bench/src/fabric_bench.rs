@@ -93,6 +93,7 @@ pub enum Verb {
     FetchAdd,
     Rpc,
     /// One doorbell of [`MIXED_DOORBELL`].
+    #[serde(rename = "doorbell8")]
     Doorbell,
 }
 
@@ -284,7 +285,7 @@ impl PhaseFigures {
         let us = |ns: u64| ns as f64 / 1e3;
         let measured_ns = t.last_done_ns.saturating_sub(phase.measure_ns);
         let ops = t.submissions * phase.verb.ops_per_doorbell() as u64;
-        let has = t.latency_ns.len() > 0;
+        let has = !t.latency_ns.is_empty();
         PhaseFigures {
             op: phase.verb,
             window: phase.window,
