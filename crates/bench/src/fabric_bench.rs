@@ -44,8 +44,9 @@ const NODES: u16 = 2;
 const INITIATOR: NodeId = NodeId(0);
 const TARGET: NodeId = NodeId(1);
 /// Co-routines of the rate phases, each with one op (or doorbell) outstanding: the window
-/// of outstanding ops. 16 keeps one UCX lane busy without only queueing behind it (the
-/// example `ucx_bench` found rates flat beyond it), and is `ucx_perftest -O 16`'s.
+/// of outstanding ops. 16 is the window of the UCX layer's own example (`ucx_bench`'s
+/// `OUTSTANDING`) and the `-O` that `scripts/figures-fabric.sh` gives `ucx_perftest`, so
+/// the rates compare.
 pub const WINDOW_COROUTINES: u32 = 16;
 /// Ops of the mixed doorbell, posted together and awaited together: every kind at least
 /// once, READ, WRITE and FETCH_ADD twice (a transaction's doorbells are mostly reads,
