@@ -88,6 +88,9 @@ enum Cmd {
     /// coordinator (`cluster --hosts`); `--coordinator ADDR --node N` is how `cluster
     /// --nodes` starts its children.
     Node(NodeArgs),
+    /// Microbenchmark of the UCX backend through the fabric API: latency and rate of READ,
+    /// WRITE, CAS, FETCH_ADD, RPC and a doorbell of 8, between two local node processes.
+    FabricBench(FabricBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -804,6 +807,7 @@ fn main() -> ExitCode {
         Cmd::Calibrate(a) => calibrate(a),
         Cmd::Cluster(a) => cluster(a),
         Cmd::Node(a) => node(a),
+        Cmd::FabricBench(a) => fabric_bench(a),
     }
 }
 
@@ -993,4 +997,52 @@ fn node(a: NodeArgs) -> ExitCode {
             }
         }
     }
+}
+
+#[derive(clap::Args)]
+struct FabricBenchArgs {
+    /// UCX transport between the two processes: shm, tcp, or both (one after the other).
+    #[arg(long, default_value = "both")]
+    transport: String,
+    /// Measured milliseconds per phase (each op has a latency and a rate phase).
+    #[arg(long, default_value_t = atoll_bench::fabric_bench::DURATION_MS_DEFAULT)]
+    duration_ms: u64,
+    /// Write the figures of every op and transport to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+fn fabric_bench(a: FabricBenchArgs) -> ExitCode {
+    use atoll_bench::fabric_bench::{self as fb, FabricBenchConfig};
+    let cfg = match FabricBenchConfig::parse(&a.transport, a.duration_ms) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: cannot find this program to start nodes: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let report = match fb::run(&cfg, &exe) {
+        Ok(r) => r,
+        Err(e) => return cluster_failed(&e),
+    };
+    print!("{}", report.render());
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&report).expect("reports serialise");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    if !report.passed {
+        eprintln!("error: fabric-bench: an op failed (see FAILED above)");
+        return ExitCode::from(EXIT_CHECK_FAILED);
+    }
+    ExitCode::SUCCESS
 }

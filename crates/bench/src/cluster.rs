@@ -20,6 +20,9 @@
 //! nothing (not even its heartbeat, a Beat every [`HEARTBEAT_INTERVAL_MS`]) for
 //! [`HEARTBEAT_SILENCE_MS_MAX`]: stopped or wedged. A node hears the coordinator's beats
 //! the same way. Every wait is bounded.
+//!
+//! A node has a second mode, one side of `atoll fabric-bench` ([`crate::fabric_bench`]),
+//! chosen by a Config whose first arg is [`crate::fabric_bench::MODE`]; same bootstrap.
 
 use crate::config::{ConfigError, RunConfig};
 use crate::driver::RunFacts;
@@ -379,11 +382,11 @@ pub fn hosts_transport(s: &str, hosts: &[Host]) -> Result<Transports, ConfigErro
 // ---------------------------------------------------------------- the node
 
 /// The node's side of the bootstrap, over its connection to the coordinator.
-struct NodeLink {
+pub(crate) struct NodeLink {
     conn: Conn,
     rx: mpsc::Receiver<(u16, Result<Msg, ReadError>)>,
     deadline: Instant,
-    run_deadline: Instant,
+    pub(crate) run_deadline: Instant,
     /// Stops this node's heartbeat thread.
     beats: Arc<AtomicBool>,
 }
@@ -412,7 +415,7 @@ impl NodeLink {
         })
     }
 
-    fn send(&mut self, m: &Msg) -> Result<(), String> {
+    pub(crate) fn send(&mut self, m: &Msg) -> Result<(), String> {
         self.conn
             .send(m)
             .map_err(|e| format!("the coordinator's connection: {e}"))
@@ -430,7 +433,7 @@ impl NodeLink {
     }
 
     /// The next message, which must be `want`, by `until`.
-    fn recv(&mut self, want: &str, until: Instant) -> Result<Msg, ClusterError> {
+    pub(crate) fn recv(&mut self, want: &str, until: Instant) -> Result<Msg, ClusterError> {
         loop {
             self.coordinator_silent(want)?;
             let left = until.saturating_duration_since(Instant::now());
@@ -706,6 +709,11 @@ fn serve(
         Ok(t) => t,
         Err(e) => return Err(refuse(&mut link, e.0)),
     };
+    // The node's second mode: one side of `atoll fabric-bench`, not a `bench` run.
+    if args.first().map(String::as_str) == Some(crate::fabric_bench::MODE) {
+        let r = crate::fabric_bench::serve_node(&args[1..], NodeId(node), transports, &mut link);
+        return r.inspect_err(|e| link.fail(e));
+    }
     let mut cfg = match resolve(&args) {
         Ok(c) => c,
         Err(e) => return Err(refuse(&mut link, e)),
@@ -731,13 +739,18 @@ fn serve(
         Vec::new()
     };
     let r = node_dispatch(&cfg, NodeId(node), transports, settings, &mut link);
-    if let Err(e) = &r {
-        let _ = link.send(&Msg::Failed {
+    r.inspect_err(|e| link.fail(e))
+}
+
+impl NodeLink {
+    /// Tells the coordinator this node gives up with `e` (a failure to tell it is moot: it
+    /// sees the connection close).
+    fn fail(&mut self, e: &ClusterError) {
+        let _ = self.send(&Msg::Failed {
             bad_input: matches!(e, ClusterError::BadInput(_)),
             message: e.to_string(),
         });
     }
-    r
 }
 
 /// Runs `$body` with `$w` bound to the workload `$cfg` names (a closure cannot be generic).
@@ -975,7 +988,7 @@ fn describe_exit(st: std::process::ExitStatus) -> String {
 }
 
 /// The coordinator's connections and the children behind them.
-struct Hub {
+pub(crate) struct Hub {
     conns: Vec<Conn>,
     rx: mpsc::Receiver<(u16, Result<Msg, ReadError>)>,
     children: Children,
@@ -1026,7 +1039,7 @@ impl Hub {
         })
     }
 
-    fn broadcast(&mut self, m: &Msg) -> Result<(), ClusterError> {
+    pub(crate) fn broadcast(&mut self, m: &Msg) -> Result<(), ClusterError> {
         for n in 0..self.conns.len() as u16 {
             self.send(n, m)?;
         }
@@ -1044,10 +1057,46 @@ impl Hub {
         }
     }
 
+    /// Bootstrap steps 2 to 6: `config` (`args`, `transport`) to every node, their `joined`,
+    /// the `directory`, their `ready`, `start`, their `done` (within `run` and the margins),
+    /// `stop`. Returns when every node had joined (loaded and registered its memory).
+    pub(crate) fn run_nodes(
+        &mut self,
+        args: &[String],
+        transport: Transports,
+        run: Duration,
+    ) -> Result<Instant, ClusterError> {
+        self.broadcast(&Msg::Config {
+            version: PROTOCOL_VERSION,
+            args: args.to_vec(),
+            transport: transport.name().to_string(),
+        })?;
+        let startup = Instant::now() + Duration::from_secs(STARTUP_S_MAX);
+        let joined = self.gather("joined", startup)?;
+        let joined_at = Instant::now();
+        let nodes = joined
+            .into_iter()
+            .map(|m| match m {
+                Msg::Joined { workers, regions } => (workers, regions),
+                _ => unreachable!("gather checked the name"),
+            })
+            .collect();
+        self.broadcast(&Msg::Directory { nodes })?;
+        self.gather("ready", startup)?;
+        self.broadcast(&Msg::Start)?;
+        let run_end = Instant::now()
+            + run
+            + Duration::from_secs_f64(RUN_MARGIN_S)
+            + Duration::from_millis(ucx::OP_TIMEOUT_MS_DEFAULT);
+        self.gather("done", run_end)?;
+        self.broadcast(&Msg::Stop)?;
+        Ok(joined_at)
+    }
+
     /// One `want` message from every node, in node order; any other message, a closed
     /// connection, an exited child, a node silent for a heartbeat silence or the deadline
     /// ends the run, naming the node.
-    fn gather(&mut self, want: &str, until: Instant) -> Result<Vec<Msg>, ClusterError> {
+    pub(crate) fn gather(&mut self, want: &str, until: Instant) -> Result<Vec<Msg>, ClusterError> {
         let n = self.conns.len();
         let mut got: Vec<Option<Msg>> = (0..n).map(|_| None).collect();
         while got.iter().any(Option::is_none) {
@@ -1351,11 +1400,31 @@ fn coordinate<W: Workload, P: Protocol>(
         &crate::sizing::Machine::this(),
     )?;
     let probe = crate::env::Probe::start();
-    let mut hub = match &cc.hosts {
+    let hub = match &cc.hosts {
         Some(hosts) => dial_nodes(hosts)?,
         None => start_nodes(cfg.nodes, &cc.exe)?,
     };
-    let r = coordinate_nodes::<W, P>(cfg, &w, cc, &mut hub, wall, &sizing, &probe);
+    with_hub(hub, |hub| {
+        coordinate_nodes::<W, P>(cfg, &w, cc, hub, wall, &sizing, &probe)
+    })
+}
+
+/// Starts `nodes` node processes of `exe` and runs `body` with their hub ([`with_hub`]).
+pub(crate) fn with_nodes<T>(
+    nodes: u16,
+    exe: &std::path::Path,
+    body: impl FnOnce(&mut Hub) -> Result<T, ClusterError>,
+) -> Result<T, ClusterError> {
+    with_hub(start_nodes(nodes, exe)?, body)
+}
+
+/// Runs `body` with `hub`'s nodes, then ends them: reaped when `body` succeeded, told and
+/// killed when it failed. No child outlives the call.
+fn with_hub<T>(
+    mut hub: Hub,
+    body: impl FnOnce(&mut Hub) -> Result<T, ClusterError>,
+) -> Result<T, ClusterError> {
+    let r = body(&mut hub);
     match &r {
         Ok(_) => hub.children.reap(Duration::from_secs(FINISH_S_MAX)),
         Err(e) => {
@@ -1375,29 +1444,9 @@ fn coordinate_nodes<W: Workload, P: Protocol>(
     sizing: &crate::sizing::Sizing,
     probe: &crate::env::Probe,
 ) -> Result<Report, ClusterError> {
-    hub.broadcast(&Msg::Config {
-        version: PROTOCOL_VERSION,
-        args: cc.bench_args.clone(),
-        transport: cc.transport.name().to_string(),
-    })?;
-    let startup = Instant::now() + Duration::from_secs(STARTUP_S_MAX);
-    let joined = hub.gather("joined", startup)?;
-    let load_s = wall.elapsed().as_secs_f64();
-    let nodes = joined
-        .into_iter()
-        .map(|m| match m {
-            Msg::Joined { workers, regions } => (workers, regions),
-            _ => unreachable!("gather checked the name"),
-        })
-        .collect();
-    hub.broadcast(&Msg::Directory { nodes })?;
-    hub.gather("ready", startup)?;
-    hub.broadcast(&Msg::Start)?;
-    let run_end = Instant::now()
-        + Duration::from_secs_f64(cfg.warmup_s + cfg.duration_s + RUN_MARGIN_S)
-        + Duration::from_millis(ucx::OP_TIMEOUT_MS_DEFAULT);
-    hub.gather("done", run_end)?;
-    hub.broadcast(&Msg::Stop)?;
+    let run = Duration::from_secs_f64(cfg.warmup_s + cfg.duration_s);
+    let joined_at = hub.run_nodes(&cc.bench_args, cc.transport, run)?;
+    let load_s = joined_at.duration_since(wall).as_secs_f64();
     let finish = Instant::now() + Duration::from_secs(FINISH_S_MAX);
     let mut summaries: Vec<NodeSummary<W::Ledger>> = Vec::new();
     for (i, m) in hub.gather("summary", finish)?.into_iter().enumerate() {

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod config;
 pub mod driver;
 pub mod env;
+pub mod fabric_bench;
 pub mod floor;
 pub mod history;
 pub mod hosts;
