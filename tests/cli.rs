@@ -3,6 +3,35 @@
 
 use std::process::Command;
 
+/// A test's scratch directory, removed when the test passes; kept (and named) when it
+/// fails, for the files that show why.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept {} for the failure above", self.0.display());
+        } else {
+            std::fs::remove_dir_all(&self.0).ok();
+        }
+    }
+}
+
 fn atoll(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_atoll"))
         .args(args)
@@ -110,8 +139,7 @@ fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
         &["bench", "--config", "/nonexistent/atoll.toml"],
         &["cannot read config file /nonexistent/atoll.toml"],
     );
-    let dir = std::env::temp_dir().join(format!("atoll-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("atoll-cli");
     let unknown = dir.join("unknown.toml");
     std::fs::write(&unknown, "nodes = 2\nspeed = 3\n").unwrap();
     bad(
@@ -134,8 +162,7 @@ fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
 
 #[test]
 fn a_short_run_prints_progress_summary_build_and_machine_and_writes_versioned_json() {
-    let dir = std::env::temp_dir().join(format!("atoll-cli-run-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("atoll-cli-run");
     let cfg = dir.join("run.toml");
     std::fs::write(
         &cfg,
@@ -202,8 +229,7 @@ fn a_short_run_prints_progress_summary_build_and_machine_and_writes_versioned_js
 
 #[test]
 fn check_history_refuses_another_format_version_naming_the_found_and_expected_one() {
-    let dir = std::env::temp_dir().join(format!("atoll-cli-hver-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("atoll-cli-hver");
     let record = "{\"id\":1,\"tag\":11,\"coord\":0,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":5,\"ops\":[[\"r\",0,1,1,0,1]]}\n";
     for (name, header, expect) in [
         (
@@ -256,8 +282,7 @@ fn wait_for_progress(out: std::process::ChildStdout) -> std::thread::JoinHandle<
 fn cli_ctrl_c_ends_a_run_with_a_partial_report_and_exit_130() {
     use std::process::Stdio;
     use std::time::{Duration, Instant};
-    let dir = std::env::temp_dir().join(format!("atoll-cli-int-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("atoll-cli-int");
     let (json, history) = (dir.join("int.json"), dir.join("int.jsonl"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_atoll"))
         .args([
@@ -323,8 +348,7 @@ fn cli_ctrl_c_ends_a_run_with_a_partial_report_and_exit_130() {
 
 #[test]
 fn repeat_runs_the_configuration_n_times_and_reports_median_and_spread() {
-    let dir = std::env::temp_dir().join(format!("atoll-cli-rep-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("atoll-cli-rep");
     let json = dir.join("rep.json");
     let (code, out, err) = atoll(&[
         "bench",
@@ -430,8 +454,7 @@ fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
         &["check-history", "/nonexistent/h.jsonl"],
         &["cannot read history /nonexistent/h.jsonl"],
     );
-    let dir = std::env::temp_dir().join(format!("atoll-cli-hist-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("atoll-cli-hist");
     let header = "{\"format\":\"atoll-history\",\"version\":2}\n";
     let broken = dir.join("broken.jsonl");
     std::fs::write(
@@ -494,8 +517,7 @@ fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
 
 #[test]
 fn plan_all_in_a_config_file_runs_every_plan_like_the_flag() {
-    let dir = std::env::temp_dir().join(format!("atoll-cli-planall-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("atoll-cli-planall");
     let cfg = dir.join("all.toml");
     std::fs::write(
         &cfg,
@@ -720,8 +742,7 @@ fn configurations_that_cannot_fit_are_refused_with_the_figure_and_the_limit_befo
 
 #[test]
 fn every_bench_prints_the_memory_its_configuration_needs_and_reports_it_in_json() {
-    let dir = std::env::temp_dir().join(format!("atoll-cli-mem-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("atoll-cli-mem");
     let json = dir.join("out.json");
     let out = runs(&["-p", "accounts=1000", "--json", json.to_str().unwrap()]);
     assert!(
@@ -738,8 +759,7 @@ fn every_bench_prints_the_memory_its_configuration_needs_and_reports_it_in_json(
 
 #[test]
 fn bench_history_is_written_while_the_run_goes_and_check_history_reads_it() {
-    let dir = std::env::temp_dir().join(format!("atoll-cli-stream-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("atoll-cli-stream");
     let h = dir.join("h.jsonl");
     let mut child = Command::new(env!("CARGO_BIN_EXE_atoll"))
         .args([
@@ -842,8 +862,7 @@ fn cli_bad_cpu_profile_values_are_refused_with_exit_2() {
 
 #[test]
 fn cli_a_simulated_run_reports_its_cpu_profile_and_xeon_is_selectable() {
-    let dir = std::env::temp_dir().join(format!("atoll-cli-cpu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("atoll-cli-cpu");
     for (profile, txn_ns_zero) in [("calibrated", false), ("xeon", true)] {
         let json = dir.join(format!("{profile}.json"));
         let (code, _, err) = atoll(&[
@@ -876,7 +895,6 @@ fn cli_a_simulated_run_reports_its_cpu_profile_and_xeon_is_selectable() {
         }
         assert_eq!(cpu["txn_ns"].as_u64() == Some(0), txn_ns_zero, "{cpu}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
