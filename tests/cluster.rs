@@ -218,6 +218,39 @@ fn ucx_cluster_history_holds_every_nodes_attempts_in_one_file_and_checks_seriali
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Sends `signal` (a `kill` flag) to node process `victim` and waits up to `RUN_S_MAX` for
+/// the coordinator to end: its status, its stderr, and how long it took to end.
+fn signal_node(
+    coord: &mut Child,
+    victim: u32,
+    signal: &str,
+) -> (std::process::ExitStatus, String, Duration) {
+    let sent_at = Instant::now();
+    Command::new("kill")
+        .args([signal, &victim.to_string()])
+        .status()
+        .expect("kill");
+    let status = loop {
+        if let Some(s) = coord.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            sent_at.elapsed() < Duration::from_secs(RUN_S_MAX),
+            "the coordinator did not end after kill {signal} of node process {victim}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let noticed = sent_at.elapsed();
+    let mut err = String::new();
+    coord
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status, err, noticed)
+}
+
 #[test]
 fn ucx_cluster_a_node_killed_with_signal_9_ends_the_run_with_exit_1_naming_it_and_no_child_left() {
     let _one = serial();
@@ -258,29 +291,7 @@ fn ucx_cluster_a_node_killed_with_signal_9_ends_the_run_with_exit_1_naming_it_an
         }
         std::thread::sleep(Duration::from_millis(1500));
         let victim = kids[1];
-        let killed_at = Instant::now();
-        Command::new("kill")
-            .args(["-9", &victim.to_string()])
-            .status()
-            .expect("kill -9");
-        let status = loop {
-            if let Some(s) = coord.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                killed_at.elapsed() < Duration::from_secs(RUN_S_MAX),
-                "the coordinator did not end after a node was killed"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let noticed = killed_at.elapsed();
-        let mut err = String::new();
-        coord
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
+        let (status, err, noticed) = signal_node(&mut coord, victim, "-9");
         assert_eq!(status.code(), Some(1), "{transport}: {err}");
         let line = err
             .lines()
@@ -633,29 +644,7 @@ fn ucx_cluster_a_node_stopped_with_sigstop_is_named_by_the_heartbeat_exit_1_and_
             .iter()
             .find(|k| node_id_of(**k) == Some(1))
             .expect("node 1 among the children");
-        let stopped_at = Instant::now();
-        Command::new("kill")
-            .args(["-STOP", &victim.to_string()])
-            .status()
-            .expect("kill -STOP");
-        let status = loop {
-            if let Some(s) = coord.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                stopped_at.elapsed() < Duration::from_secs(RUN_S_MAX),
-                "the coordinator did not end after a node was stopped"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let noticed = stopped_at.elapsed();
-        let mut err = String::new();
-        coord
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
+        let (status, err, noticed) = signal_node(&mut coord, victim, "-STOP");
         assert_eq!(status.code(), Some(1), "{transport}: {err}");
         let line = err
             .lines()
