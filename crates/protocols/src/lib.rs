@@ -123,6 +123,18 @@ impl ProtocolKind {
             .collect()
     }
 
+    /// The isolation level the protocol guarantees.
+    pub fn isolation(self) -> atoll_txn::Isolation {
+        struct Iso;
+        impl ProtocolVisitor for Iso {
+            type Out = atoll_txn::Isolation;
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::ISOLATION
+            }
+        }
+        self.dispatch(Iso)
+    }
+
     /// Rejects a plan the protocol cannot run.
     pub fn check_plan(self, plan: &atoll_txn::Plan) -> Result<(), atoll_txn::PlanError> {
         struct Check<'a>(&'a atoll_txn::Plan);

@@ -21,10 +21,14 @@ pub enum Abort {
     TableFull,
     /// An op to a node failed (unreachable, timed out) before the attempt's log was written.
     NodeFailed,
+    /// Snapshot isolation: a record's newest version kept is newer than the attempt's
+    /// snapshot (RSI keeps one version per record, as the paper's implementation: "aborts all
+    /// transactions which require an older snapshot").
+    SnapshotTooOld,
 }
 
 impl Abort {
-    pub const ALL: [Abort; 9] = [
+    pub const ALL: [Abort; 10] = [
         Abort::LockBusy,
         Abort::ValidationFailed,
         Abort::Conflict,
@@ -34,6 +38,7 @@ impl Abort {
         Abort::SlotOverflow,
         Abort::TableFull,
         Abort::NodeFailed,
+        Abort::SnapshotTooOld,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -52,6 +57,7 @@ impl Abort {
             Abort::SlotOverflow => "slot_overflow",
             Abort::TableFull => "table_full",
             Abort::NodeFailed => "node_failed",
+            Abort::SnapshotTooOld => "snapshot_too_old",
         }
     }
 

@@ -373,8 +373,12 @@ pub struct TxnCore<'c, S = ()> {
     pub c: &'c mut Coordinator,
     /// The attempt's timestamp: it reads at it and locks with it.
     pub ts: Timestamp,
-    /// A commit timestamp its source gave at begin, if any (see [`TxnTimestamps`]).
+    /// A commit timestamp its source gave at begin, or its protocol took at commit (see
+    /// [`TxnTimestamps`]).
     pub commit_ts: Option<Timestamp>,
+    /// The snapshot a snapshot-isolation attempt reads at, once taken (from a timestamp
+    /// service, at its first read).
+    pub snapshot_ts: Option<Timestamp>,
     /// This attempt's tag, written into every payload it installs.
     pub tag: u64,
     /// Range scans done, with the keys and versions they returned.
@@ -427,6 +431,7 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
             c,
             ts: ts.read,
             commit_ts: ts.commit,
+            snapshot_ts: None,
             tag,
             scans: Vec::new(),
             entries,

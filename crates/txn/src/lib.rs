@@ -19,7 +19,7 @@ pub use coord::{
     Access, Coordinator, Entry, EntryState, HistOp, Observed, ScanObs, TxnConfig, TxnCore,
     WriteKind,
 };
-pub use plan::{Plan, PlanError, Primitive, Stage};
+pub use plan::{Isolation, Plan, PlanError, Primitive, Stage};
 pub use ts::{Timestamp, TsSource, TxnTimestamps};
 pub use txn::{Footprint, Protocol, Txn};
 

@@ -21,6 +21,9 @@ pub trait Protocol: 'static {
     /// wins eventually) instead of taking a new one.
     const KEEP_TS_ON_RETRY: bool = false;
 
+    /// The isolation level it guarantees (how its histories are checked).
+    const ISOLATION: crate::Isolation = crate::Isolation::Serializable;
+
     /// Whether records keep several versions (the catalog then lays out version slots).
     const MULTI_VERSION: bool = false;
 
@@ -91,6 +94,17 @@ impl<'c, P: Protocol> Txn<'c, P> {
     /// The attempt's timestamp.
     pub fn ts(&self) -> crate::Timestamp {
         self.core.ts
+    }
+
+    /// The snapshot a snapshot-isolation attempt reads at, once it has taken one.
+    pub fn snapshot_ts(&self) -> Option<crate::Timestamp> {
+        self.core.snapshot_ts
+    }
+
+    /// The attempt's commit timestamp, once it has one (a snapshot-isolation attempt takes
+    /// it at commit; `None` for protocols that order by [`Txn::ts`]).
+    pub fn commit_ts(&self) -> Option<crate::Timestamp> {
+        self.core.commit_ts
     }
 
     /// The attempt's tag, written into every payload it installs.
