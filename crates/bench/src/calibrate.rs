@@ -277,7 +277,7 @@ fn switch_ns(cl: &TestCluster, ops: u64) -> f64 {
 fn rpc_handler_ns(cl: &TestCluster, ops: u64, rng: &mut Rng, records: u64) -> (f64, f64) {
     let handler = StoreHandler::new(
         cl.stores[1].clone(),
-        cl.catalog.extra_region(0),
+        cl.catalog.extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
         atoll_protocols::participants(),
     );
     let reqs: Vec<Vec<u8>> = (0..ops)

@@ -832,12 +832,15 @@ fn layout<W: Workload, P: Protocol>(
         loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
         waitdie_counter: cfg.waitdie_counter,
     });
-    let catalog = Arc::new(Catalog::with_versions(
-        cfg.nodes,
-        w.tables(cfg.nodes),
-        vec![txn_cfg.log_region_words()],
-        version_slots,
-    ));
+    let catalog = Arc::new(
+        Catalog::with_versions(
+            cfg.nodes,
+            w.tables(cfg.nodes),
+            txn_cfg.extra_region_words(),
+            version_slots,
+        )
+        .with_lock_word(P::LOCK_WORD),
+    );
     Ok((sizing, txn_cfg, catalog))
 }
 

@@ -100,7 +100,9 @@ impl<W: Workload> NodeRuntime<W> {
             memory: self.store.memory().clone(),
             handler: Arc::new(StoreHandler::new(
                 self.store.clone(),
-                self.store.catalog.extra_region(0),
+                self.store
+                    .catalog
+                    .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
                 atoll_protocols::participants(),
             )),
         }

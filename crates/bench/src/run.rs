@@ -232,12 +232,15 @@ fn run_with<W: Workload, P: Protocol>(
         loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
         waitdie_counter: cfg.waitdie_counter,
     });
-    let catalog = Arc::new(Catalog::with_versions(
-        cfg.nodes,
-        w.tables(cfg.nodes),
-        vec![txn_cfg.log_region_words()],
-        version_slots,
-    ));
+    let catalog = Arc::new(
+        Catalog::with_versions(
+            cfg.nodes,
+            w.tables(cfg.nodes),
+            txn_cfg.extra_region_words(),
+            version_slots,
+        )
+        .with_lock_word(P::LOCK_WORD),
+    );
     debug_assert_eq!(
         catalog
             .region_words()
@@ -652,6 +655,10 @@ pub(crate) async fn coroutine<W: Workload, P: Protocol>(
         // even when a transaction touched only local records and never waited.
         c.ep.yield_now().await;
     }
+    // A protocol's unsignaled notice still waiting for a next transaction (RSI's outcome to
+    // the timestamp service) goes out now. A failed node cannot be told; the run reports
+    // the failure where it met it.
+    let _ = c.flush_deferred().await;
     let left = ws.live.get() - 1;
     ws.live.set(left);
     if left == 0 {

@@ -119,6 +119,8 @@ pub struct Sizing {
     pub log_ring_words: u32,
     /// Words of the log region each node registers.
     pub log_region_words: u64,
+    /// Words of the timestamp service's region each node registers (used on one).
+    pub ts_service_region_words: u64,
     /// Words of each table's region on each node, by table name.
     pub table_region_words: Vec<(String, u64)>,
     /// Heap bytes, at most, of each node's ordered indexes (full tables, and a mark per
@@ -133,7 +135,7 @@ impl Sizing {
         self.table_region_words
             .iter()
             .map(|(_, w)| *w)
-            .chain(std::iter::once(self.log_region_words))
+            .chain([self.log_region_words, self.ts_service_region_words])
             .collect()
     }
 
@@ -286,6 +288,9 @@ pub fn size<W: Workload>(
         log_record_words_max,
         log_ring_words: ring as u32,
         log_region_words,
+        ts_service_region_words: atoll_txn::tsvc::TsService::region_words_for(
+            cfg.coordinators_total(),
+        ) as u64,
         table_region_words,
         ordered_index_bytes,
     };
@@ -408,7 +413,8 @@ mod tests {
             log_record_words_max: 8,
             log_ring_words: 64,
             log_region_words: 1 << 10,
-            table_region_words: vec![("t".into(), (1 << 20) - (1 << 10))],
+            ts_service_region_words: 1 << 6,
+            table_region_words: vec![("t".into(), (1 << 20) - (1 << 10) - (1 << 6))],
             ordered_index_bytes: 0,
         }
     }

@@ -6,6 +6,7 @@ use atoll_fabric::{
     WorkerCore,
 };
 use atoll_fabric_inproc::{self as inproc, InprocConfig};
+use atoll_storage::layout::LockWord;
 use atoll_storage::{Catalog, Store, TableId, TableSpec};
 use atoll_txn::handler::StoreHandler;
 use atoll_txn::{Coordinator, Plan, TxnConfig};
@@ -37,6 +38,26 @@ impl TestCluster {
         coroutines: u32,
         version_slots: u32,
     ) -> Self {
+        Self::with_layout(
+            nodes,
+            tables,
+            plan,
+            coroutines,
+            version_slots,
+            LockWord::Owner,
+        )
+    }
+
+    /// As `with_versions`, with lock words in `lock_word`'s format (the protocol's
+    /// `LOCK_WORD`).
+    pub fn with_layout(
+        nodes: u16,
+        tables: Vec<TableSpec>,
+        plan: Plan,
+        coroutines: u32,
+        version_slots: u32,
+        lock_word: LockWord,
+    ) -> Self {
         let txn = Arc::new(TxnConfig {
             plan,
             log_replicas: if nodes > 1 { 1 } else { 0 },
@@ -46,12 +67,10 @@ impl TestCluster {
             loc_cache_entries_max: 1024,
             waitdie_counter: false,
         });
-        let catalog = Arc::new(Catalog::with_versions(
-            nodes,
-            tables,
-            vec![txn.log_region_words()],
-            version_slots,
-        ));
+        let catalog = Arc::new(
+            Catalog::with_versions(nodes, tables, txn.extra_region_words(), version_slots)
+                .with_lock_word(lock_word),
+        );
         let stores = (0..nodes)
             .map(|n| {
                 let mem = Arc::new(NodeMemory::new(NodeId(n), &catalog.region_words()));
@@ -76,7 +95,8 @@ impl TestCluster {
                 memory: s.memory().clone(),
                 handler: Arc::new(StoreHandler::new(
                     s.clone(),
-                    self.catalog.extra_region(0),
+                    self.catalog
+                        .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
                     atoll_protocols::participants(),
                 )),
             })

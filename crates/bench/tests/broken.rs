@@ -787,7 +787,16 @@ fn in_place_write_back_storing_after_the_unlock_is_caught_on_real_threads_and_ev
         record_history: true,
         ..RunConfig::default()
     };
-    let caught = |r: &Report| !r.passed || !history::check(&r.history, Mode::Serializable).ok();
+    let caught = |r: &Report, p: ProtocolKind| {
+        let v = history::check(&r.history, Mode::Serializable);
+        // TODO(issue 12): the SI checker for snapshot-isolation protocols; until then every
+        // anomaly but a dependency cycle (write skew is allowed) counts.
+        let clean = match p.isolation() {
+            atoll_txn::Isolation::Serializable => v.ok(),
+            atoll_txn::Isolation::Snapshot => v.anomalies_total == 0,
+        };
+        !r.passed || !clean
+    };
     let workloads = [WorkloadKind::SmallBank, WorkloadKind::Ycsb];
     let mut flagged = Vec::new();
     for w in workloads {
@@ -800,7 +809,7 @@ fn in_place_write_back_storing_after_the_unlock_is_caught_on_real_threads_and_ev
                 p.name(),
                 r.summary
             );
-            if caught(&r) {
+            if caught(&r, p) {
                 flagged.push(format!("{} / {}", w.name(), p.name()));
             }
         }
@@ -814,7 +823,7 @@ fn in_place_write_back_storing_after_the_unlock_is_caught_on_real_threads_and_ev
         .filter(|&w| {
             let r =
                 run_protocol::<OccStoringAfterUnlock>(&cfg(w, ProtocolKind::Occ), &|_| {}).unwrap();
-            !caught(&r)
+            !caught(&r, ProtocolKind::Occ)
         })
         .map(|w| w.name())
         .collect();

@@ -25,6 +25,15 @@ fn plans() -> Vec<Plan> {
 }
 
 fn cluster(plan: Plan, ordered: bool) -> TestCluster {
+    cluster_locking(plan, ordered, atoll_storage::layout::LockWord::Owner)
+}
+
+/// As `cluster`, with lock words in the format a protocol keeps (`Protocol::LOCK_WORD`).
+fn cluster_locking(
+    plan: Plan,
+    ordered: bool,
+    lock_word: atoll_storage::layout::LockWord,
+) -> TestCluster {
     let spec = TableSpec {
         name: "t".into(),
         payload_words: 1,
@@ -36,7 +45,7 @@ fn cluster(plan: Plan, ordered: bool) -> TestCluster {
         // Every key of the node once at most.
         gone_keys_max_per_node: KEYS_PER_NODE as u32,
     };
-    let c = TestCluster::new(2, vec![spec], plan, 2);
+    let c = TestCluster::with_layout(2, vec![spec], plan, 2, 1, lock_word);
     for s in &c.stores {
         let base = s.node.0 as u64 * KEYS_PER_NODE;
         for k in base..base + KEYS_PER_NODE {
@@ -814,7 +823,7 @@ fn a_stale_cached_location_of_a_reused_slot_is_rejected_under_every_protocol_and
 /// leave exactly the values written (MVCC once lost the blind write while advancing the
 /// version, and failed every read-then-write on its own raised `RTS`).
 fn blind_write_then_read_then_write<P: Protocol>(plan: Plan) {
-    let c = cluster(plan, false);
+    let c = cluster_locking(plan, false, P::LOCK_WORD);
     let before = c.header(T, REMOTE_KEY)[atoll_storage::layout::H_VERSION as usize];
     let notes = two(
         &c,
@@ -875,6 +884,9 @@ fn every_protocol_commits_a_blind_write_and_a_read_then_write_with_their_values_
                 }
                 atoll_protocols::ProtocolKind::Sundial => {
                     blind_write_then_read_then_write::<Sundial>(plan)
+                }
+                atoll_protocols::ProtocolKind::Rsi => {
+                    blind_write_then_read_then_write::<atoll_protocols::Rsi>(plan)
                 }
             }
         }

@@ -81,7 +81,11 @@ fn knobs(w: WorkloadKind) -> &'static [(&'static str, &'static str)] {
 
 /// The plans a protocol runs in this suite run: the pure ones, then hybrids drawn by `base`.
 fn plans(p: ProtocolKind, base: u64) -> Vec<String> {
-    let mut out: Vec<String> = PURE_PLANS.iter().map(|s| s.to_string()).collect();
+    let mut out: Vec<String> = PURE_PLANS
+        .iter()
+        .filter(|s| p.check_plan(&Plan::parse(s).unwrap()).is_ok())
+        .map(|s| s.to_string())
+        .collect();
     let stages = p.stages();
     let mut hybrids: Vec<Plan> = p
         .all_plans()
@@ -176,6 +180,12 @@ fn save_history(r: &Report, name: &str) {
 fn verify(cfg: &RunConfig) -> Result<Report, String> {
     let r = run(cfg, &|_| {}).map_err(|e| format!("{e}\n  replay: {}", replay(cfg)))?;
     let v = history::check(&r.history, Mode::Serializable);
+    // TODO(issue 12): snapshot-isolation protocols get the SI checker; until it lands, their
+    // histories must show every anomaly but a dependency cycle (write skew is allowed).
+    let ok = match cfg.protocol.isolation() {
+        atoll_txn::Isolation::Serializable => v.ok(),
+        atoll_txn::Isolation::Snapshot => v.anomalies_total == 0,
+    };
     let mut problems = Vec::new();
     if !r.passed {
         problems.push(format!(
@@ -183,7 +193,7 @@ fn verify(cfg: &RunConfig) -> Result<Report, String> {
             r.checks.iter().filter(|c| !c.passed).collect::<Vec<_>>()
         ));
     }
-    if !v.ok() {
+    if !ok {
         problems.push(history::render(&r.history, &v));
     }
     if r.summary.committed == 0 {
@@ -247,6 +257,9 @@ fn sim_every_protocol_plan_and_workload_is_serializable_under_faults() {
     let mut committed = 0;
     for w in WorkloadKind::ALL {
         for p in ProtocolKind::ALL {
+            if w.inserts_or_deletes() && !p.inserts() {
+                continue;
+            }
             let plans = plans(p, base);
             if w == WorkloadKind::ALL[0] {
                 eprintln!("sim matrix: {} plans: {}", p.name(), plans.join(" | "));

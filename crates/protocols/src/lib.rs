@@ -11,12 +11,14 @@ use std::sync::Arc;
 pub mod mvcc;
 pub mod nowait;
 pub mod occ;
+pub mod rsi;
 pub mod sundial;
 pub mod waitdie;
 
 pub use mvcc::Mvcc;
 pub use nowait::NoWait;
 pub use occ::Occ;
+pub use rsi::Rsi;
 pub use sundial::Sundial;
 pub use waitdie::WaitDie;
 
@@ -37,15 +39,17 @@ pub enum ProtocolKind {
     Occ,
     Mvcc,
     Sundial,
+    Rsi,
 }
 
 impl ProtocolKind {
-    pub const ALL: [ProtocolKind; 5] = [
+    pub const ALL: [ProtocolKind; 6] = [
         ProtocolKind::NoWait,
         ProtocolKind::WaitDie,
         ProtocolKind::Occ,
         ProtocolKind::Mvcc,
         ProtocolKind::Sundial,
+        ProtocolKind::Rsi,
     ];
 
     /// Calls `v` with the protocol as a type: the one place that maps a selected protocol
@@ -57,6 +61,7 @@ impl ProtocolKind {
             ProtocolKind::Occ => v.visit::<Occ>(),
             ProtocolKind::Mvcc => v.visit::<Mvcc>(),
             ProtocolKind::Sundial => v.visit::<Sundial>(),
+            ProtocolKind::Rsi => v.visit::<Rsi>(),
         }
     }
 
@@ -133,6 +138,18 @@ impl ProtocolKind {
             }
         }
         self.dispatch(Iso)
+    }
+
+    /// Whether it can insert and delete records.
+    pub fn inserts(self) -> bool {
+        struct Ins;
+        impl ProtocolVisitor for Ins {
+            type Out = bool;
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::INSERTS
+            }
+        }
+        self.dispatch(Ins)
     }
 
     /// Rejects a plan the protocol cannot run.

@@ -55,6 +55,32 @@ pub const H_WTS: u32 = 3;
 pub const H_AUX: u32 = 4;
 pub const H_KEY: u32 = 5;
 
+/// What every record's `LOCK` word holds in a run (its protocol decides, once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockWord {
+    /// 0 when free, else the owner transaction's timestamp (the serializable protocols).
+    Owner,
+    /// `[locked:1 | commit id:63]`: the commit id of the record's current version, with
+    /// [`CID_LOCKED`] set while a committing writer holds it, so one CAS from the commit id
+    /// read validates and locks (RSI, "The End of Slow Networks" §4.2). Loaded records
+    /// carry commit id 0.
+    CommitId,
+}
+
+/// The lock bit of a [`LockWord::CommitId`] word.
+pub const CID_LOCKED: u64 = 1 << 63;
+
+impl LockWord {
+    /// Whether lock word `w` is held by a transaction.
+    #[inline]
+    pub fn held(self, w: u64) -> bool {
+        match self {
+            LockWord::Owner => w != 0,
+            LockWord::CommitId => w & CID_LOCKED != 0,
+        }
+    }
+}
+
 /// Set in `RTS` while a writer holds the record (SUNDIAL, MVCC): lease renewals and reads
 /// that would raise `RTS` by CAS then fail, so the writer's view of `RTS` is final.
 pub const RTS_FROZEN: u64 = 1 << 63;
@@ -415,6 +441,7 @@ pub struct Catalog {
     pub nodes: u16,
     tables: Vec<(TableSpec, TableLayout)>,
     extra_regions: Vec<usize>,
+    lock_word: LockWord,
 }
 
 impl Catalog {
@@ -439,7 +466,19 @@ impl Catalog {
             nodes,
             tables: tables.collect(),
             extra_regions,
+            lock_word: LockWord::Owner,
         }
+    }
+
+    /// The catalog with records whose `LOCK` word holds `lock_word`'s format.
+    pub fn with_lock_word(mut self, lock_word: LockWord) -> Self {
+        self.lock_word = lock_word;
+        self
+    }
+
+    /// What every record's `LOCK` word holds.
+    pub fn lock_word(&self) -> LockWord {
+        self.lock_word
     }
 
     pub fn table_count(&self) -> usize {
@@ -470,6 +509,16 @@ impl Catalog {
             self.extra_regions.len()
         );
         RegionId((self.tables.len() + i) as u16)
+    }
+
+    /// Extra regions (after the tables') every node registers.
+    pub fn extra_region_count(&self) -> usize {
+        self.extra_regions.len()
+    }
+
+    /// Words of extra region `i`.
+    pub fn extra_region_words(&self, i: usize) -> usize {
+        self.extra_regions[i]
     }
 
     /// Sizes of every region a node registers, in region-id order.

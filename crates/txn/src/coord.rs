@@ -5,7 +5,7 @@ use crate::msg::Loc;
 use crate::plan::{Plan, Stage};
 use crate::ts::{Timestamp, TsGen, TsSource, TxnTimestamps};
 use atoll_fabric::memory::Region;
-use atoll_fabric::{Completions, Endpoint, NodeId, OpError};
+use atoll_fabric::{Completions, Endpoint, NodeId, OpError, RemotePtr};
 use atoll_storage::layout::{
     payload_intact, ENGINE_PAYLOAD_WORDS, LOADER_TAG, P_TAG, VERSION_ABSENT,
 };
@@ -36,6 +36,16 @@ pub struct TxnConfig {
 }
 
 impl TxnConfig {
+    /// Sizes of the regions every node registers after its tables', in the catalog's
+    /// extra-region order: the log ([`LOG_EXTRA_REGION`]), then the timestamp service
+    /// ([`crate::tsvc::TS_SERVICE_EXTRA_REGION`], used on its node only).
+    pub fn extra_region_words(&self) -> Vec<usize> {
+        vec![
+            self.log_region_words(),
+            crate::tsvc::TsService::region_words_for(self.coordinators_total),
+        ]
+    }
+
     /// Words of the log region each node registers.
     pub fn log_region_words(&self) -> usize {
         self.log_ring_words as usize
@@ -50,6 +60,9 @@ impl TxnConfig {
             * self.log_ring_words
     }
 }
+
+/// The catalog's extra region holding coordinators' log rings.
+pub const LOG_EXTRA_REGION: usize = 0;
 
 /// A fast hasher for the location cache: keys are already well mixed by `hash_key`.
 #[derive(Default)]
@@ -98,6 +111,13 @@ pub struct Coordinator {
     /// or a write allocates nothing once a coordinator has run a while. At most
     /// [`ENTRIES_RESERVED_MAX`].
     spare_words: Vec<Vec<u64>>,
+    /// A WRITE a protocol left to go out with this coordinator's next doorbell to its node
+    /// (RSI's outcome to the timestamp service, "sent unsignaled"): it takes no round trip
+    /// of its own, and [`Coordinator::flush_deferred`] sends it when the coordinator stops.
+    deferred_write: Option<(RemotePtr, u64)>,
+    /// The commit timestamp of this coordinator's last committed attempt (0: none yet), for
+    /// protocols whose next snapshot must include it (a client reads its own writes).
+    pub last_commit_ts: u64,
 }
 
 /// Bits of an attempt's tag that count the coordinator's attempts; the bits above hold the
@@ -153,6 +173,8 @@ impl Coordinator {
             entries_seen_max: ENTRIES_TYPICAL,
             spare_entries: None,
             spare_words: Vec::new(),
+            deferred_write: None,
+            last_commit_ts: 0,
         }
     }
 
@@ -166,6 +188,40 @@ impl Coordinator {
 
     pub fn now_ns(&self) -> u64 {
         self.ep.now_ns()
+    }
+
+    /// The run's timestamp service (the snapshot-isolation family's).
+    pub fn ts_service(&self) -> crate::tsvc::TsService {
+        crate::tsvc::TsService::of(&self.catalog)
+            .expect("the run's catalog registers the timestamp service's region")
+    }
+
+    /// Leaves `word` to be written at `ptr` with this coordinator's next doorbell to its
+    /// node. One at a time: the protocol that defers takes the previous one first.
+    pub fn defer_write(&mut self, ptr: RemotePtr, word: u64) {
+        assert!(
+            self.deferred_write.is_none(),
+            "coordinator {}: a deferred write {:?} is still waiting",
+            self.id,
+            self.deferred_write
+        );
+        self.deferred_write = Some((ptr, word));
+    }
+
+    /// The deferred write, taken to be posted first in a doorbell to its node (ops to one
+    /// node execute in order, so whatever follows it there sees it done).
+    pub fn take_deferred_write(&mut self) -> Option<(RemotePtr, u64)> {
+        self.deferred_write.take()
+    }
+
+    /// Sends the deferred write, if any, on its own (the coordinator stops).
+    pub async fn flush_deferred(&mut self) -> Result<(), OpError> {
+        if let Some((ptr, word)) = self.deferred_write.take() {
+            let mut d = self.ep.doorbell_for(1);
+            d.write(ptr, atoll_fabric::Words::from_slice(&[word]));
+            d.submit().await?;
+        }
+        Ok(())
     }
 
     /// The tag of a new attempt.

@@ -11,7 +11,7 @@ use crate::msg::{
 };
 use atoll_fabric::{Bytes, Handled, NodeId, Region, ReplyTo, RpcHandler, Words};
 use atoll_storage::layout::{
-    HEADER_WORDS, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
+    LockWord, HEADER_WORDS, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
 };
 use atoll_storage::{Store, StoreError, TableId};
 use std::sync::Arc;
@@ -489,6 +489,8 @@ pub struct StoreHandler {
     local: Local,
     /// Registered families, sorted by id.
     families: Vec<Arc<dyn Participant>>,
+    /// The timestamp service this node sequences (snapshot-isolation runs, on its node).
+    ts_service: Option<crate::tsvc::TsService>,
 }
 
 impl StoreHandler {
@@ -507,9 +509,14 @@ impl StoreHandler {
                 w[0].family().0
             );
         }
+        // Only a run whose records hold commit ids (the snapshot-isolation family) reports
+        // outcomes to the timestamp service; only its node sequences them.
+        let ts_service = crate::tsvc::TsService::of(&store.catalog)
+            .filter(|s| s.node == store.node && store.catalog.lock_word() == LockWord::CommitId);
         StoreHandler {
             local: Local { store, log_region },
             families,
+            ts_service,
         }
     }
 
@@ -560,6 +567,13 @@ impl RpcHandler for StoreHandler {
             return false;
         }
         let mut held = false;
+        if let Some(svc) = &self.ts_service {
+            let region = self.local.store.memory().region(svc.region);
+            let rts = svc.advance(region);
+            // Outcomes still to come are polled for like held requests (the simulator
+            // schedules a worker that holds some).
+            held |= svc.outstanding(region, rts);
+        }
         let mut replies = Vec::new();
         for f in &self.families {
             held |= f.poll_deferred(&self.local, &mut replies);

@@ -12,6 +12,7 @@ pub mod msg;
 pub mod plan;
 pub mod stages;
 pub mod ts;
+pub mod tsvc;
 mod txn;
 
 pub use abort::Abort;

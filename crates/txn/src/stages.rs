@@ -776,7 +776,7 @@ pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Res
         rec.len()
     );
     let nodes = tx.c.catalog.nodes;
-    let region = tx.c.catalog.extra_region(0);
+    let region = tx.c.catalog.extra_region(crate::coord::LOG_EXTRA_REGION);
     let mut d = tx.c.ep.doorbell();
     for b in 0..replicas {
         let base = tx.c.cfg.log_ring_offset(tx.c.id, b as u32);

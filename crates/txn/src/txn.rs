@@ -24,6 +24,12 @@ pub trait Protocol: 'static {
     /// The isolation level it guarantees (how its histories are checked).
     const ISOLATION: crate::Isolation = crate::Isolation::Serializable;
 
+    /// Whether it can insert and delete records (workloads that do are refused otherwise).
+    const INSERTS: bool = true;
+
+    /// What its records' `LOCK` words hold.
+    const LOCK_WORD: atoll_storage::layout::LockWord = atoll_storage::layout::LockWord::Owner;
+
     /// Whether records keep several versions (the catalog then lays out version slots).
     const MULTI_VERSION: bool = false;
 

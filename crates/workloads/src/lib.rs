@@ -258,6 +258,15 @@ impl WorkloadKind {
         }
     }
 
+    /// Whether its transactions insert or delete records (a protocol that cannot is
+    /// refused before the run starts).
+    pub fn inserts_or_deletes(self) -> bool {
+        match self {
+            WorkloadKind::Cycle | WorkloadKind::Tpcc => true,
+            WorkloadKind::SmallBank | WorkloadKind::Ycsb | WorkloadKind::Micro => false,
+        }
+    }
+
     pub fn parse(s: &str) -> Option<WorkloadKind> {
         Self::ALL
             .into_iter()
@@ -316,7 +325,7 @@ pub fn storage_check_node(s: &Store) -> StorageCheck {
                 c.torn += 1;
                 push_example(&mut c.torn_examples, name);
             }
-            if tuple[H_LOCK as usize] != 0 {
+            if s.catalog.lock_word().held(tuple[H_LOCK as usize]) {
                 c.locked += 1;
                 push_example(&mut c.locked_examples, name);
             }

@@ -1,0 +1,422 @@
+//! RSI: snapshot isolation over one-sided verbs ("The End of Slow Networks" §4.2), with
+//! one version per record as the paper's implementation ("aborts all transactions which
+//! require an older snapshot").
+//!
+//! A record's `LOCK` word is `[locked:1 | commit id:63]` ([`LockWord::CommitId`]): the
+//! commit id of its current version, which is also the tag in its payload, so one READ of
+//! the record shows whether header and payload belong together. Pipeline:
+//!
+//! 1. **snapshot**: one READ of the timestamp service's `RTS` (the previous transaction's
+//!    outcome WRITE goes ahead of it on the same link, unsignaled);
+//! 2. **read**: whole-record READs; a version committed after the snapshot aborts
+//!    (`SnapshotTooOld`), a locked record or a payload of another commit (`Conflict`);
+//! 3. **lock + validate**: per written record one CAS from the commit id read to locked,
+//!    doorbell-batched with the commit timestamp's FETCH_ADD (and a READ of `RTS` that
+//!    bounds the outcome ring);
+//! 4. **log** to backups (RCC's coordinator log; none by default on one node);
+//! 5. **install**: per record the payload (sealed with the commit timestamp), the version,
+//!    then `LOCK` = the commit timestamp, which unlocks: one doorbell;
+//! 6. **outcome**: one WRITE of the commit timestamp into the service's ring, deferred to
+//!    the coordinator's next doorbell there (no round trip of its own).
+//!
+//! So an update transaction costs 3 signaled round trips of its own (snapshot, lock,
+//! install) besides its reads, and no CPU at the records' nodes. A read-only transaction
+//! commits at its snapshot. Inserts and deletes are not built yet (refused up front).
+
+use atoll_fabric::Words;
+use atoll_storage::layout::{
+    payload_check, LockWord, CID_LOCKED, HEADER_WORDS, H_LOCK, H_VERSION, P_CHECK, P_TAG,
+};
+use atoll_txn::stages::{self, check_tuple};
+use atoll_txn::tsvc::TsService;
+use atoll_txn::{
+    Abort, Access, EntryState, Idxs, Isolation, Plan, PlanError, Primitive, Protocol, Stage,
+    Timestamp, TxnCore,
+};
+
+pub struct Rsi;
+
+/// What RSI keeps per record: the commit id its read saw (unlocked), which its lock CAS
+/// expects.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RsiEntry {
+    pub cid: u64,
+}
+
+impl EntryState for RsiEntry {}
+
+/// Rounds a committed coordinator waits for the timestamp service to consume the ring slot
+/// its commit timestamp reports in (a slower coordinator's outcome still occupies it).
+pub const RING_WAIT_ROUNDS_MAX: u32 = 10_000;
+/// Back-off between those rounds.
+pub const RING_WAIT_NS: u64 = 10_000;
+/// Re-reads of `RTS` a snapshot waits for the sequencer to pass the coordinator's own last
+/// commit, and the pause before each (the sequencer runs on every event-loop turn of its
+/// node: normally one pause is plenty).
+pub const SNAPSHOT_WAIT_ROUNDS_MAX: u32 = 100;
+pub const SNAPSHOT_WAIT_NS: u64 = 1_000;
+
+impl Protocol for Rsi {
+    const NAME: &'static str = "rsi";
+    const ISOLATION: Isolation = Isolation::Snapshot;
+    const LOCK_WORD: LockWord = LockWord::CommitId;
+    // TODO(issue 12): inserts and deletes (an insert's record carries its commit id).
+    const INSERTS: bool = false;
+    // Only the log's primitive is a choice: the rest is one-sided by design.
+    const STAGES: &'static [Stage] = &[Stage::Log];
+    type EntryState = RsiEntry;
+
+    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
+        for s in [Stage::Read, Stage::Lock, Stage::Commit, Stage::Release] {
+            if plan.get(s) == Primitive::Rpc {
+                return Err(PlanError(format!(
+                    "rsi runs {} over one-sided verbs (its point is no CPU at the records' nodes): expected {}=one-sided",
+                    s.name(),
+                    s.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    async fn fetch(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), Abort> {
+        let t0 = tx.now_ns();
+        let r = read(tx, idxs).await;
+        tx.charge(Stage::Read, t0);
+        r
+    }
+
+    async fn commit(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
+        let ws = tx.select(|e| e.is_write());
+        if ws.is_empty() {
+            // Read-only: its snapshot is its place in the order.
+            return Ok(());
+        }
+        for &i in &ws {
+            let a = tx.entries[i].access;
+            assert_eq!(
+                a,
+                Access::Update,
+                "rsi: {:?} of {:?} key {} (inserts and deletes are refused up front)",
+                a,
+                tx.entries[i].table,
+                tx.entries[i].key
+            );
+        }
+        // A blind write still needs the commit id its lock validates against.
+        let blind: Idxs = ws
+            .iter()
+            .copied()
+            .filter(|&i| !tx.entries[i].fetched)
+            .collect();
+        if !blind.is_empty() {
+            Self::fetch(tx, &blind).await?;
+        }
+
+        let t0 = tx.now_ns();
+        let svc = tx.c.ts_service();
+        let taken = lock(tx, &ws, |e| e.state.cid).await;
+        tx.charge(Stage::Lock, t0);
+        let (cts, rts_word) = match taken {
+            Lock::Taken { cts, rts_word } => (cts, rts_word),
+            Lock::Refused {
+                abort,
+                cts,
+                rts_word,
+            } => {
+                release(tx, &ws).await;
+                report(tx, &svc, cts, rts_word).await;
+                return Err(abort);
+            }
+            Lock::Failed(a) => return Err(a),
+        };
+        stamp(tx, &ws, cts);
+
+        let t0 = tx.now_ns();
+        let logged = stages::log(tx, tx.c.plan().get(Stage::Log)).await;
+        tx.charge(Stage::Log, t0);
+        if let Err(a) = logged {
+            release(tx, &ws).await;
+            report(tx, &svc, cts, rts_word).await;
+            return Err(a);
+        }
+
+        let t0 = tx.now_ns();
+        install(tx, &ws, cts).await;
+        tx.charge(Stage::Commit, t0);
+        tx.c.last_commit_ts = cts;
+        report(tx, &svc, cts, rts_word).await;
+        Ok(())
+    }
+
+    async fn rollback(_tx: &mut TxnCore<'_, RsiEntry>) {
+        // Nothing is held during execution: records are locked only at commit.
+    }
+}
+
+/// Takes the attempt's snapshot, once: one READ of the service's `RTS`, behind the
+/// coordinator's deferred outcome WRITE (same node, so it lands first). A snapshot must
+/// include the coordinator's own last commit (its client reads its own writes): while the
+/// sequencer has not passed it, `RTS` is read again after a pause, a bounded number of
+/// times, then the attempt aborts `SnapshotTooOld` (retried like any other).
+pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Abort> {
+    if let Some(s) = tx.snapshot_ts {
+        return Ok(s.word());
+    }
+    let svc = tx.c.ts_service();
+    let deferred = tx.c.take_deferred_write();
+    let mut d = tx.c.ep.doorbell_for(2);
+    if let Some((ptr, word)) = deferred {
+        d.write(ptr, Words::from_slice(&[word]));
+    }
+    let j = d.read(svc.rts(), 1);
+    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    let mut s = TsService::snapshot_of(res.read(j)[0]);
+    let mut rounds = 0;
+    while s < tx.c.last_commit_ts {
+        rounds += 1;
+        if rounds > SNAPSHOT_WAIT_ROUNDS_MAX {
+            return Err(Abort::SnapshotTooOld);
+        }
+        tx.c.ep.sleep(SNAPSHOT_WAIT_NS).await;
+        let mut d = tx.c.ep.doorbell_for(1);
+        let j = d.read(svc.rts(), 1);
+        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+        s = TsService::snapshot_of(res.read(j)[0]);
+    }
+    tx.snapshot_ts = Timestamp::from_word(s);
+    Ok(s)
+}
+
+/// Reads entries `idxs` at the attempt's snapshot: one-sided locate, then whole-record
+/// READs (own-node records loaded in place, the same words in the same order).
+pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), Abort> {
+    let snap = snapshot(tx).await?;
+    stages::locate(tx, idxs).await?;
+    let mut remote = Idxs::new();
+    let mut tuple = Vec::new();
+    for &i in idxs {
+        let e = &tx.entries[i];
+        if tx.c.ep.in_place_on(e.node) {
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+            tuple.resize(tx.c.catalog.layout(e.table).tuple_words as usize, 0);
+            tx.c.ep.load_in_place(ptr, &mut tuple);
+            take_version(tx, i, &tuple, snap)?;
+        } else {
+            remote.push(i);
+        }
+    }
+    if remote.is_empty() {
+        return Ok(());
+    }
+    let mut d = tx.c.ep.doorbell_for(remote.len());
+    for &i in &remote {
+        let e = &tx.entries[i];
+        let words = tx.c.catalog.layout(e.table).tuple_words;
+        d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
+    }
+    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    for (j, &i) in remote.iter().enumerate() {
+        take_version(tx, i, res.read(j), snap)?;
+    }
+    Ok(())
+}
+
+/// Takes a whole record `w` read for entry `i` at snapshot `snap`: the current version if
+/// it is unlocked, committed at or before the snapshot, and its payload is that commit's.
+fn take_version(
+    tx: &mut TxnCore<'_, RsiEntry>,
+    i: usize,
+    w: &[u64],
+    snap: u64,
+) -> Result<(), Abort> {
+    check_tuple(tx, i, w)?;
+    let head = w[H_LOCK as usize];
+    if head & CID_LOCKED != 0 {
+        // A writer is installing; with one version kept there is nothing older to read.
+        return Err(Abort::Conflict);
+    }
+    let cid = head;
+    if cid > snap {
+        return Err(Abort::SnapshotTooOld);
+    }
+    let version = w[H_VERSION as usize];
+    let e = &mut tx.entries[i];
+    e.version = version;
+    e.state.cid = cid;
+    e.fill(version, &w[HEADER_WORDS as usize..]);
+    if !e.dirty {
+        // The payload must be the commit id's own: a READ that overlapped an install shows
+        // a torn payload (its check word fails) or a later commit's (another tag).
+        let seen = e.observed.expect("filled");
+        if !seen.intact || seen.tag != cid {
+            return Err(Abort::Conflict);
+        }
+    }
+    Ok(())
+}
+
+/// What the lock stage got.
+pub enum Lock {
+    /// Every record locked; the commit timestamp and the `RTS` read after it.
+    Taken { cts: u64, rts_word: u64 },
+    /// Some record had moved on or was locked: those locked are to be released, and the
+    /// commit timestamp taken still needs its outcome reported.
+    Refused {
+        abort: Abort,
+        cts: u64,
+        rts_word: u64,
+    },
+    /// An op failed: nothing can be said of the records; no timestamp to report.
+    Failed(Abort),
+}
+
+/// Locks entries `ws` with one CAS each from `expect(entry)` to locked, in one doorbell with
+/// the FETCH_ADD of the commit timestamp and a READ of `RTS` behind it.
+pub async fn lock(
+    tx: &mut TxnCore<'_, RsiEntry>,
+    ws: &[usize],
+    expect: fn(&atoll_txn::Entry<RsiEntry>) -> u64,
+) -> Lock {
+    let svc = tx.c.ts_service();
+    let mut d = tx.c.ep.doorbell_for(ws.len() + 2);
+    for &i in ws {
+        let e = &tx.entries[i];
+        let old = expect(e);
+        d.cas(
+            tx.c.catalog
+                .record_ptr(e.table, e.node, e.slot())
+                .add(H_LOCK),
+            old,
+            old | CID_LOCKED,
+        );
+    }
+    let fa = d.fetch_add(svc.counter(), 1);
+    let rr = d.read(svc.rts(), 1);
+    let res = match d.submit().await {
+        Ok(r) => r,
+        Err(e) => return Lock::Failed(tx.op_failed(e)),
+    };
+    let cts = TsService::cts_of(res.fetch_add(fa));
+    let rts_word = res.read(rr)[0];
+    let mut abort = None;
+    for (j, &i) in ws.iter().enumerate() {
+        let e = &mut tx.entries[i];
+        let seen = res.cas(j);
+        if seen == expect(e) {
+            e.locked = true;
+        } else if seen & CID_LOCKED != 0 {
+            abort.get_or_insert(Abort::LockBusy);
+        } else {
+            // First committer wins: another transaction committed the record since.
+            abort = Some(Abort::ValidationFailed);
+        }
+    }
+    match abort {
+        None => Lock::Taken { cts, rts_word },
+        Some(abort) => Lock::Refused {
+            abort,
+            cts,
+            rts_word,
+        },
+    }
+}
+
+/// The attempt commits at `cts`: its tag becomes `cts`, and each payload it writes is
+/// sealed with it, so the payload names the commit id its `LOCK` word will hold.
+pub fn stamp(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
+    tx.commit_ts = Timestamp::from_word(cts);
+    tx.tag = cts;
+    for &i in ws {
+        let e = &mut tx.entries[i];
+        e.data[P_TAG as usize] = cts;
+        e.data[P_CHECK as usize] = payload_check(e.table, e.key, cts, e.user_words());
+    }
+}
+
+/// Installs the locked entries `ws` at `cts`: payload, version, then `LOCK` = `cts`, which
+/// unlocks (ops to one node execute in order; own-node records are stored in place in the
+/// same order).
+pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
+    let c = &*tx.c;
+    let mut d = c.ep.doorbell_for(ws.len() * 3);
+    for &i in ws {
+        let e = &tx.entries[i];
+        let ptr = c.catalog.record_ptr(e.table, e.node, e.slot());
+        let version = [e.version + 1];
+        if c.ep.in_place_on(e.node) {
+            c.ep.write_in_place(ptr.add(HEADER_WORDS), &e.data);
+            c.ep.write_in_place(ptr.add(H_VERSION), &version);
+            c.ep.write_in_place(ptr.add(H_LOCK), &[cts]);
+        } else {
+            d.write(ptr.add(HEADER_WORDS), Words::from_slice(&e.data));
+            d.write(ptr.add(H_VERSION), Words::from_slice(&version));
+            d.write(ptr.add(H_LOCK), Words::from_slice(&[cts]));
+        }
+    }
+    let r = d.submit().await;
+    // An op that failed here is after the log: recorded, and the driver stops the run.
+    let _ = tx.unabortable(r);
+    for &i in ws {
+        let e = &mut tx.entries[i];
+        e.installed = Some(e.version + 1);
+        e.locked = false;
+    }
+}
+
+/// Unlocks the entries of `ws` this attempt locked, back to the commit id they held.
+pub async fn release(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize]) {
+    let t0 = tx.now_ns();
+    let c = &*tx.c;
+    let mut d = c.ep.doorbell_for(ws.len());
+    for &i in ws {
+        let e = &tx.entries[i];
+        if !e.locked {
+            continue;
+        }
+        let ptr = c.catalog.record_ptr(e.table, e.node, e.slot()).add(H_LOCK);
+        if c.ep.in_place_on(e.node) {
+            c.ep.write_in_place(ptr, &[e.state.cid]);
+        } else {
+            d.write(ptr, Words::from_slice(&[e.state.cid]));
+        }
+    }
+    let r = d.submit().await;
+    let _ = tx.unabortable(r);
+    for &i in ws {
+        tx.entries[i].locked = false;
+    }
+    tx.charge(Stage::Release, t0);
+}
+
+/// Reports that `cts` finished (committed or aborted): deferred to the coordinator's next
+/// doorbell to the service, once its ring slot is free (`RTS` read as `rts_word` says so, or
+/// a re-read of it does).
+pub async fn report(tx: &mut TxnCore<'_, RsiEntry>, svc: &TsService, cts: u64, rts_word: u64) {
+    let mut rts_word = rts_word;
+    let mut rounds = 0;
+    while !svc.fits_ring(cts, rts_word) {
+        rounds += 1;
+        if rounds > RING_WAIT_ROUNDS_MAX {
+            // The service stopped consuming outcomes (its node is stalled or gone): the
+            // run cannot go on consistently, so it stops naming the node.
+            let e = atoll_fabric::OpError {
+                node: svc.node,
+                kind: atoll_fabric::FailureKind::TimedOut,
+            };
+            tx.failed_after_log.get_or_insert(e);
+            return;
+        }
+        tx.c.ep.sleep(RING_WAIT_NS).await;
+        let mut d = tx.c.ep.doorbell_for(1);
+        let j = d.read(svc.rts(), 1);
+        match d.submit().await {
+            Ok(res) => rts_word = res.read(j)[0],
+            Err(e) => {
+                tx.failed_after_log.get_or_insert(e);
+                return;
+            }
+        }
+    }
+    tx.c.defer_write(svc.slot(cts), cts);
+}

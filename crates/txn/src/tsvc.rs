@@ -1,0 +1,222 @@
+//! The timestamp service of the snapshot-isolation family (RSI, "The End of Slow Networks"
+//! §4.2): commit timestamps come from one FETCH_ADD on a counter, and the read timestamp
+//! (`RTS`, what a new snapshot reads at) is advanced past every commit timestamp below which
+//! all transactions finished. A coordinator reports its outcome (committed or aborted) with
+//! one WRITE of its commit timestamp into a ring slot; a sequencer on the service's node
+//! moves `RTS` over the ring in order. No transaction code runs there.
+//!
+//! Region of the service (one per node, used on [`TsService::node`] only):
+//!
+//! | word            | meaning                                                             |
+//! |-----------------|---------------------------------------------------------------------|
+//! | `W_COUNTER`     | commit timestamps handed out so far (`cts = old + CTS_FIRST`)        |
+//! | `W_RTS`         | every commit timestamp ≤ it finished (0 before the first, read as    |
+//! |                 | `SNAPSHOT_FIRST`); on its own cache line, apart from the counter     |
+//! | `RING_AT + i`   | ring slot `i`: the last finished `cts` with `cts % ring_slots == i`  |
+
+use atoll_fabric::{NodeId, Region, RegionId, RemotePtr};
+use atoll_storage::Catalog;
+
+/// The catalog's extra region that holds the service (after the log's).
+pub const TS_SERVICE_EXTRA_REGION: usize = crate::coord::LOG_EXTRA_REGION + 1;
+
+/// The node that serves timestamps (a role of its own in the shared-data architecture, a
+/// later step of issue 12).
+pub const TS_SERVICE_NODE: NodeId = NodeId(0);
+
+/// The counter FETCH_ADDs take commit timestamps from.
+pub const W_COUNTER: u32 = 0;
+/// The read timestamp; a cache line (8 words) after the counter, so the sequencer's and the
+/// snapshot READs' line is not the one every commit's FETCH_ADD writes.
+pub const W_RTS: u32 = 8;
+/// The first ring slot, a line after `W_RTS`.
+pub const RING_AT: u32 = 16;
+/// The snapshot before any commit finished: it sees the loaded state, whose records carry
+/// commit id 0, and is never 0 (a [`crate::Timestamp`] is not).
+pub const SNAPSHOT_FIRST: u64 = 1;
+/// The first commit timestamp: above every snapshot that can precede it.
+pub const CTS_FIRST: u64 = SNAPSHOT_FIRST + 1;
+/// Ring slots per coordinator: each has at most one commit timestamp whose outcome is not
+/// yet consumed, plus one reported and waiting for the sequencer; the rest is slack for a
+/// coordinator that is slow to report.
+pub const RING_SLOTS_PER_COORDINATOR: u32 = 4;
+/// Fewest ring slots, whatever the cluster's size.
+pub const RING_SLOTS_MIN: u32 = 64;
+
+/// Where the service lives and how large its ring is, the same on every node of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TsService {
+    /// The node whose region serves (and whose workers run the sequencer).
+    pub node: NodeId,
+    /// The service's region id on every node.
+    pub region: RegionId,
+    /// Ring slots: a commit timestamp may be reported only while it is fewer than this
+    /// above the read timestamp ([`TsService::fits_ring`]), so no slot is overwritten
+    /// before the sequencer consumed it.
+    pub ring_slots: u32,
+}
+
+impl TsService {
+    /// The service for a cluster of `coordinators` co-routines, at `region` of `node`.
+    pub fn for_coordinators(node: NodeId, region: RegionId, coordinators: u32) -> Self {
+        let ring_slots = coordinators
+            .saturating_mul(RING_SLOTS_PER_COORDINATOR)
+            .max(RING_SLOTS_MIN)
+            .next_power_of_two();
+        TsService {
+            node,
+            region,
+            ring_slots,
+        }
+    }
+
+    /// The run's service: at [`TS_SERVICE_NODE`], in the catalog's region for it (its ring
+    /// fills the region); `None` if the catalog has none (a test's bare catalog).
+    pub fn of(catalog: &Catalog) -> Option<Self> {
+        if catalog.extra_region_count() <= TS_SERVICE_EXTRA_REGION {
+            return None;
+        }
+        let words = catalog.extra_region_words(TS_SERVICE_EXTRA_REGION);
+        assert!(
+            words > RING_AT as usize,
+            "the timestamp service's region has {words} words, at most its header"
+        );
+        Some(TsService {
+            node: TS_SERVICE_NODE,
+            region: catalog.extra_region(TS_SERVICE_EXTRA_REGION),
+            ring_slots: (words - RING_AT as usize) as u32,
+        })
+    }
+
+    /// Words of the service's region for a cluster of `coordinators` co-routines (known
+    /// before the catalog numbers the regions).
+    pub fn region_words_for(coordinators: u32) -> usize {
+        let s = Self::for_coordinators(NodeId(0), RegionId(0), coordinators);
+        RING_AT as usize + s.ring_slots as usize
+    }
+
+    pub fn counter(&self) -> RemotePtr {
+        RemotePtr::new(self.node, self.region, W_COUNTER)
+    }
+
+    pub fn rts(&self) -> RemotePtr {
+        RemotePtr::new(self.node, self.region, W_RTS)
+    }
+
+    /// The ring slot that reports `cts`.
+    pub fn slot(&self, cts: u64) -> RemotePtr {
+        RemotePtr::new(self.node, self.region, self.slot_offset(cts))
+    }
+
+    fn slot_offset(&self, cts: u64) -> u32 {
+        RING_AT + (cts % self.ring_slots as u64) as u32
+    }
+
+    /// The commit timestamp a FETCH_ADD on the counter that returned `old` hands out.
+    pub fn cts_of(old: u64) -> u64 {
+        old + CTS_FIRST
+    }
+
+    /// The snapshot an `RTS` word read means.
+    pub fn snapshot_of(rts_word: u64) -> u64 {
+        rts_word.max(SNAPSHOT_FIRST)
+    }
+
+    /// Whether `cts` may be reported now that `RTS` was read as `rts_word`: its ring slot
+    /// then holds no outcome the sequencer has yet to consume.
+    pub fn fits_ring(&self, cts: u64, rts_word: u64) -> bool {
+        cts - Self::snapshot_of(rts_word) <= self.ring_slots as u64
+    }
+
+    /// One sequencer step over the service's `region` (on its node): moves `RTS` past every
+    /// commit timestamp reported in order, and returns it. Workers of the node may call it
+    /// at once: `RTS` only moves by CAS, and a ring slot is only read here.
+    pub fn advance(&self, region: &Region) -> u64 {
+        let word = region.load(W_RTS as usize);
+        let rts = Self::snapshot_of(word);
+        let mut next = rts;
+        // At most a ring's worth per step, so one call is bounded.
+        while next - rts < self.ring_slots as u64
+            && region.load(self.slot_offset(next + 1) as usize) == next + 1
+        {
+            next += 1;
+        }
+        if next == rts {
+            return rts;
+        }
+        let seen = region.cas(W_RTS as usize, word, next);
+        if seen == word {
+            next
+        } else {
+            // Another worker advanced it first; it only moves up.
+            Self::snapshot_of(seen)
+        }
+    }
+}
+
+impl TsService {
+    /// Whether a commit timestamp handed out is still above `rts` (its outcome is awaited:
+    /// the sequencer must keep polling).
+    pub fn outstanding(&self, region: &Region, rts: u64) -> bool {
+        let handed_out = region.load(W_COUNTER as usize);
+        handed_out > 0 && Self::cts_of(handed_out - 1) > rts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service() -> (TsService, Region) {
+        let s = TsService::for_coordinators(NodeId(0), RegionId(0), 1);
+        let r = Region::new(TsService::region_words_for(1));
+        (s, r)
+    }
+
+    fn report(s: &TsService, r: &Region, cts: u64) {
+        r.store(s.slot_offset(cts) as usize, cts);
+    }
+
+    #[test]
+    fn tsvc_rts_advances_only_over_a_gapless_prefix_of_finished_commits() {
+        let (s, r) = service();
+        assert_eq!(s.advance(&r), SNAPSHOT_FIRST, "nothing finished yet");
+        let (a, b, c) = (
+            TsService::cts_of(0),
+            TsService::cts_of(1),
+            TsService::cts_of(2),
+        );
+        report(&s, &r, c);
+        report(&s, &r, a);
+        assert_eq!(s.advance(&r), a, "b is still running: rts stops before it");
+        report(&s, &r, b);
+        assert_eq!(s.advance(&r), c, "b finished: rts passes b and c");
+        assert_eq!(s.advance(&r), c);
+    }
+
+    #[test]
+    fn tsvc_a_slot_is_reusable_only_once_the_sequencer_passed_its_previous_commit() {
+        let (s, r) = service();
+        let n = s.ring_slots as u64;
+        let first = TsService::cts_of(0);
+        assert!(s.fits_ring(first + n - 1, 0));
+        // `first + n` shares `first`'s slot, but the sequencer has not consumed `first`.
+        assert!(!s.fits_ring(first + n, 0));
+        report(&s, &r, first);
+        let rts = s.advance(&r);
+        assert!(s.fits_ring(first + n, rts));
+        // A stale value in a slot (its previous commit) is not mistaken for the expected one.
+        report(&s, &r, first + 2);
+        assert_eq!(s.advance(&r), first, "first + 1 is missing");
+    }
+
+    #[test]
+    fn tsvc_ring_size_grows_with_the_cluster_as_a_power_of_two() {
+        let s = TsService::for_coordinators(NodeId(0), RegionId(0), 100);
+        assert_eq!(s.ring_slots, 512);
+        assert_eq!(
+            TsService::for_coordinators(NodeId(0), RegionId(0), 1).ring_slots,
+            RING_SLOTS_MIN
+        );
+    }
+}
