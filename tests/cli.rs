@@ -234,8 +234,8 @@ fn check_history_refuses_another_format_version_naming_the_found_and_expected_on
     for (name, header, expect) in [
         (
             "newer.jsonl",
-            "{\"format\":\"atoll-history\",\"version\":3}\n",
-            "format version 3, this atoll reads version 2 only",
+            "{\"format\":\"atoll-history\",\"version\":4}\n",
+            "format version 4, this atoll reads versions 2 to 3",
         ),
         (
             "unversioned.jsonl",
@@ -470,7 +470,7 @@ fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
     std::fs::write(&old, "{\"format\":\"atoll-history\",\"version\":1}\n").unwrap();
     bad(
         &["check-history", old.to_str().unwrap()],
-        &["format version 1", "reads version 2 only"],
+        &["format version 1", "reads versions 2 to 3"],
     );
     let headerless = dir.join("headerless.jsonl");
     std::fs::write(&headerless, "{\"id\": 1}\n").unwrap();
@@ -785,7 +785,9 @@ fn bench_history_is_written_while_the_run_goes_and_check_history_reads_it() {
     assert!(child.wait().unwrap().success());
     assert!(still_running, "the run ended before the file was looked at");
     assert!(
-        midway.starts_with("{\"format\":\"atoll-history\",\"version\":2}\n"),
+        midway.starts_with(
+            "{\"format\":\"atoll-history\",\"isolation\":\"serializable\",\"version\":3}\n"
+        ),
         "{:?}",
         &midway[..midway.len().min(200)]
     );

@@ -31,14 +31,19 @@
 
 use atoll_storage::layout::{key_version, INITIAL_VERSION, LOADER_TAG, VERSION_ABSENT};
 use atoll_storage::TableId;
-use atoll_txn::{HistOp, ScanObs, WriteKind};
+use atoll_txn::{HistOp, Isolation, ScanObs, WriteKind};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
 /// The history file format: the first line names it; a reader refuses other versions.
 pub const FORMAT: &str = "atoll-history";
-pub const FORMAT_VERSION: u64 = 2;
+/// Version 3 added each attempt's snapshot and commit timestamps (snapshot isolation) and
+/// the run's isolation level in the header line.
+pub const FORMAT_VERSION: u64 = 3;
+/// The oldest version this reader still reads: version 2 is version 3 without timestamps
+/// (both absent) and without an isolation level (every protocol then was serializable).
+pub const FORMAT_VERSION_OLDEST_READ: u64 = 2;
 
 /// Anomalies listed in a verdict before the rest are only counted.
 pub const ANOMALIES_LISTED_MAX: usize = 20;
@@ -58,6 +63,13 @@ pub struct TxnRecord {
     pub aborted: Option<String>,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// The snapshot a snapshot-isolation attempt read at ([`atoll_txn::Txn::snapshot_ts`]);
+    /// `None` for serializable protocols.
+    pub snapshot: Option<u64>,
+    /// Its commit timestamp ([`atoll_txn::Txn::commit_ts`]); `None` for serializable
+    /// protocols, and for a snapshot-isolation attempt that aborted before taking one or
+    /// committed read-only without one.
+    pub commit: Option<u64>,
     pub ops: Vec<HistOp>,
 }
 
@@ -103,13 +115,14 @@ struct HistoryOut {
 }
 
 impl HistoryWriter {
-    /// Creates (or truncates) `path` and writes the header line.
-    pub fn create(path: &std::path::Path) -> Result<Self, String> {
+    /// Creates (or truncates) `path` and writes the header line, which names the isolation
+    /// level the run's protocol guarantees.
+    pub fn create(path: &std::path::Path, isolation: Isolation) -> Result<Self, String> {
         use std::io::Write as _;
         let f = std::fs::File::create(path)
             .map_err(|e| format!("cannot create history file {}: {e}", path.display()))?;
         let mut file = std::io::BufWriter::new(f);
-        writeln!(file, "{}", header_line())
+        writeln!(file, "{}", header_line(isolation))
             .map_err(|e| format!("cannot write history file {}: {e}", path.display()))?;
         Ok(HistoryWriter {
             path: path.to_path_buf(),
@@ -151,9 +164,19 @@ impl HistoryWriter {
     }
 }
 
-/// The first line of a history file.
-pub fn header_line() -> String {
-    json!({"format": FORMAT, "version": FORMAT_VERSION}).to_string()
+/// The first line of a history file: the format, its version, and the isolation level the
+/// run's protocol guarantees (what `atoll check-history` is asked to check, and which model
+/// `scripts/adya-crosscheck.sh` gives adya).
+pub fn header_line(isolation: Isolation) -> String {
+    json!({"format": FORMAT, "version": FORMAT_VERSION, "isolation": isolation.name()}).to_string()
+}
+
+/// What a history file's header line says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub version: u64,
+    /// The isolation level the run's protocol guarantees (version 2: serializable).
+    pub isolation: Isolation,
 }
 
 impl TxnRecord {
@@ -176,6 +199,12 @@ impl TxnRecord {
         if let Some(r) = &self.aborted {
             v["reason"] = json!(r);
         }
+        if let Some(s) = self.snapshot {
+            v["snapshot"] = json!(s);
+        }
+        if let Some(c) = self.commit {
+            v["commit"] = json!(c);
+        }
         v
     }
 
@@ -185,6 +214,14 @@ impl TxnRecord {
             v.get(k)
                 .and_then(Value::as_u64)
                 .ok_or_else(|| bad(&format!("field '{k}' missing or not a whole number")))
+        };
+        // Timestamps are absent for serializable protocols (and in version-2 files).
+        let optional = |k: &str| match v.get(k) {
+            None => Ok(None),
+            Some(x) => x
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| bad(&format!("field '{k}' is not a whole number: {x}"))),
         };
         let aborted = match v.get("status").and_then(Value::as_str) {
             Some("committed") => None,
@@ -296,6 +333,8 @@ impl TxnRecord {
             aborted,
             start_ns: u("start_ns")?,
             end_ns: u("end_ns")?,
+            snapshot: optional("snapshot")?,
+            commit: optional("commit")?,
             ops,
         })
     }
@@ -322,9 +361,9 @@ pub mod records {
 }
 
 /// A whole history file: the header line, then one line per attempt.
-pub fn to_text(h: &[TxnRecord]) -> String {
+pub fn to_text(h: &[TxnRecord], isolation: Isolation) -> String {
     let mut text = String::with_capacity(h.len() * 160 + 64);
-    text.push_str(&header_line());
+    text.push_str(&header_line(isolation));
     text.push('\n');
     for r in h {
         text.push_str(&r.to_json_line());
@@ -342,6 +381,11 @@ pub fn parse(text: &str) -> Result<Vec<TxnRecord>, String> {
 /// [`parse`] line by line from a reader: only the typed records are kept, never the file's
 /// text or its JSON values (a history file can be many gigabytes).
 pub fn parse_reader(r: impl std::io::BufRead) -> Result<Vec<TxnRecord>, String> {
+    parse_with_header(r).map(|(_, h)| h)
+}
+
+/// [`parse_reader`], with what the header line says.
+pub fn parse_with_header(r: impl std::io::BufRead) -> Result<(Header, Vec<TxnRecord>), String> {
     let mut out = Vec::new();
     let mut lines = r
         .lines()
@@ -351,43 +395,63 @@ pub fn parse_reader(r: impl std::io::BufRead) -> Result<Vec<TxnRecord>, String> 
                 .map_err(|e| format!("history line {}: {e}", i + 1))
         })
         .filter(|l| !matches!(l, Ok((_, t)) if t.trim().is_empty()));
-    match lines.next().transpose()? {
-        None => return Ok(out),
+    let readable =
+        format!("this atoll reads versions {FORMAT_VERSION_OLDEST_READ} to {FORMAT_VERSION}");
+    let header = match lines.next().transpose()? {
+        None => {
+            return Ok((
+                Header {
+                    version: FORMAT_VERSION,
+                    isolation: Isolation::Serializable,
+                },
+                out,
+            ))
+        }
         Some((i, first)) => {
+            let line = i + 1;
             let v: Value = serde_json::from_str(&first)
-                .map_err(|e| format!("history line {}: not JSON: {e}", i + 1))?;
+                .map_err(|e| format!("history line {line}: not JSON: {e}"))?;
             let (format, version) = (v.get("format"), v.get("version").and_then(Value::as_u64));
             if format.and_then(Value::as_str) != Some(FORMAT) {
                 return Err(format!(
-                    "history line {}: not an {FORMAT} file (its first line must be {})",
-                    i + 1,
-                    header_line()
+                    "history line {line}: not an {FORMAT} file (its first line must be like {})",
+                    header_line(Isolation::Serializable)
                 ));
             }
-            match version {
-                Some(FORMAT_VERSION) => {}
+            let version = match version {
+                Some(v) if (FORMAT_VERSION_OLDEST_READ..=FORMAT_VERSION).contains(&v) => v,
                 Some(found) => {
                     return Err(format!(
-                        "history line {}: format version {found}, this atoll reads version {FORMAT_VERSION} only",
-                        i + 1
+                        "history line {line}: format version {found}, {readable}"
                     ))
                 }
                 None => {
                     return Err(format!(
-                        "history line {}: no format version (\"version\" missing or not a whole number), this atoll reads version {FORMAT_VERSION} only",
-                        i + 1
+                        "history line {line}: no format version (\"version\" missing or not a whole number), {readable}"
                     ))
                 }
-            }
+            };
+            let isolation = match v.get("isolation") {
+                None => Isolation::Serializable,
+                Some(x) => x.as_str().and_then(Isolation::parse).ok_or_else(|| {
+                    format!(
+                        "history line {line}: isolation {x} is not one of {}",
+                        Isolation::ALL
+                            .map(|i| format!("\"{}\"", i.name()))
+                            .join(", ")
+                    )
+                })?,
+            };
+            Header { version, isolation }
         }
-    }
+    };
     for l in lines {
         let (i, line) = l?;
         let v: Value = serde_json::from_str(&line)
             .map_err(|e| format!("history line {}: not JSON: {e}", i + 1))?;
         out.push(TxnRecord::from_json(i + 1, &v)?);
     }
-    Ok(out)
+    Ok((header, out))
 }
 
 /// Which isolation level to check.
@@ -1046,6 +1110,8 @@ mod tests {
             aborted: None,
             start_ns: tag,
             end_ns: tag + 1,
+            snapshot: None,
+            commit: None,
             ops: vec![HistOp::Write {
                 table: TableId(0),
                 key: tag,
@@ -1058,7 +1124,7 @@ mod tests {
     #[test]
     fn history_writer_streams_batches_that_parse_back_in_order() {
         let path = std::env::temp_dir().join(format!("atoll-hw-{}.jsonl", std::process::id()));
-        let w = HistoryWriter::create(&path).unwrap();
+        let w = HistoryWriter::create(&path, Isolation::Serializable).unwrap();
         let mut batch: Vec<TxnRecord> = (1..=3).map(record).collect();
         w.append(&mut batch);
         assert!(batch.is_empty(), "a batch handed over is emptied");
@@ -1074,11 +1140,75 @@ mod tests {
         );
     }
 
+    /// A version-2 file's first line and one committed attempt, as atoll wrote them before
+    /// timestamps were recorded.
+    const VERSION_2_FILE: &str = "{\"format\":\"atoll-history\",\"version\":2}\n\
+        {\"id\":1,\"tag\":11,\"coord\":0,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":5,\"ops\":[[\"r\",0,1,1,0,1],[\"w\",0,1,2,\"u\"]]}\n";
+
+    #[test]
+    fn history_a_version_2_file_still_parses_without_timestamps_as_serializable() {
+        let (header, h) = parse_with_header(VERSION_2_FILE.as_bytes()).unwrap();
+        assert_eq!(header.version, 2);
+        assert_eq!(header.isolation, Isolation::Serializable);
+        assert_eq!(h.len(), 1);
+        assert_eq!((h[0].snapshot, h[0].commit), (None, None));
+        assert_eq!(h[0].ops.len(), 2);
+    }
+
+    #[test]
+    fn history_timestamps_and_isolation_round_trip_and_absent_timestamps_are_omitted() {
+        let mut si = record(7);
+        (si.snapshot, si.commit) = (Some(40), Some(52));
+        let mut read_only = record(8);
+        (read_only.snapshot, read_only.commit) = (Some(41), None);
+        let h = vec![si, read_only, record(9)];
+        let text = to_text(&h, Isolation::Snapshot);
+        let (header, back) = parse_with_header(text.as_bytes()).unwrap();
+        assert_eq!(header.version, FORMAT_VERSION);
+        assert_eq!(header.isolation, Isolation::Snapshot);
+        assert_eq!(back, h);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].contains("\"isolation\":\"snapshot\""),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].contains("\"snapshot\":40") && lines[1].contains("\"commit\":52"));
+        assert!(
+            !lines[2].contains("\"commit\""),
+            "None is omitted: {}",
+            lines[2]
+        );
+        assert!(!lines[3].contains("\"snapshot\"") && !lines[3].contains("\"commit\""));
+    }
+
+    #[test]
+    fn history_a_malformed_timestamp_or_isolation_is_an_error_naming_line_field_and_value() {
+        let header = header_line(Isolation::Snapshot);
+        let line = r#"{"id":1,"tag":11,"coord":0,"attempt":1,"status":"committed","start_ns":0,"end_ns":5,"snapshot":"soon","ops":[]}"#;
+        let e = parse(&format!("{header}\n{line}\n")).unwrap_err();
+        assert!(
+            e.contains("history line 2") && e.contains("'snapshot'") && e.contains("soon"),
+            "{e}"
+        );
+        let e = parse("{\"format\":\"atoll-history\",\"version\":3,\"isolation\":\"si\"}\n")
+            .unwrap_err();
+        assert!(
+            e.contains("history line 1")
+                && e.contains("\"si\"")
+                && e.contains("\"serializable\", \"snapshot\""),
+            "{e}"
+        );
+    }
+
     #[test]
     fn history_writer_names_a_file_it_cannot_create() {
-        let e = HistoryWriter::create(std::path::Path::new("/nonexistent-dir/h.jsonl"))
-            .err()
-            .unwrap();
+        let e = HistoryWriter::create(
+            std::path::Path::new("/nonexistent-dir/h.jsonl"),
+            Isolation::Serializable,
+        )
+        .err()
+        .unwrap();
         assert!(e.contains("/nonexistent-dir/h.jsonl"), "{e}");
     }
 }

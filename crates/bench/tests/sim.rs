@@ -167,8 +167,8 @@ fn history_dir() -> std::path::PathBuf {
     d
 }
 
-fn save_history(r: &Report, name: &str) {
-    let text = history::to_text(&r.history);
+fn save_history(r: &Report, isolation: atoll_txn::Isolation, name: &str) {
+    let text = history::to_text(&r.history, isolation);
     std::fs::write(history_dir().join(format!("{name}.jsonl")), text).unwrap();
 }
 
@@ -264,7 +264,8 @@ fn sim_every_protocol_plan_and_workload_is_serializable_under_faults() {
                         Ok(r) => {
                             committed += r.summary.committed;
                             if s == 0 && pi < 2 {
-                                save_history(&r, &format!("{}-{}-{}", w.name(), p.name(), plan));
+                                let name = format!("{}-{}-{}", w.name(), p.name(), plan);
+                                save_history(&r, p.isolation(), &name);
                             }
                         }
                         Err(e) => failures.push(e),
