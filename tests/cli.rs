@@ -234,8 +234,8 @@ fn check_history_refuses_another_format_version_naming_the_found_and_expected_on
     for (name, header, expect) in [
         (
             "newer.jsonl",
-            "{\"format\":\"atoll-history\",\"version\":3}\n",
-            "format version 3, this atoll reads version 2 only",
+            "{\"format\":\"atoll-history\",\"version\":4}\n",
+            "format version 4, this atoll reads versions 2 to 3",
         ),
         (
             "unversioned.jsonl",
@@ -470,7 +470,7 @@ fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
     std::fs::write(&old, "{\"format\":\"atoll-history\",\"version\":1}\n").unwrap();
     bad(
         &["check-history", old.to_str().unwrap()],
-        &["format version 1", "reads version 2 only"],
+        &["format version 1", "reads versions 2 to 3"],
     );
     let headerless = dir.join("headerless.jsonl");
     std::fs::write(&headerless, "{\"id\": 1}\n").unwrap();
@@ -513,6 +513,83 @@ fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
         out.contains("at version 1, which only a load or an insert installs"),
         "{out}"
     );
+}
+
+#[test]
+fn check_history_isolation_snapshot_allows_write_skew_catches_a_lost_update_and_needs_timestamps() {
+    bad(
+        &["check-history", "/nonexistent/h.jsonl", "--isolation", "si"],
+        &[
+            "unknown isolation 'si'",
+            "accepted levels are serializable, snapshot",
+        ],
+    );
+    let dir = Scratch::new("atoll-cli-si");
+    let header = "{\"format\":\"atoll-history\",\"isolation\":\"snapshot\",\"version\":3}\n";
+    // Write skew: both read x and y at snapshot 0; each overwrites a different one.
+    let skew = dir.join("skew.jsonl");
+    std::fs::write(
+        &skew,
+        format!("{header}\
+         {{\"id\":1,\"tag\":11,\"coord\":0,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":5,\"snapshot\":0,\"commit\":10,\"ops\":[[\"r\",0,1,1,0,1],[\"r\",0,2,1,0,1],[\"w\",0,1,2,\"u\"]]}}\n\
+         {{\"id\":2,\"tag\":12,\"coord\":1,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":6,\"snapshot\":0,\"commit\":11,\"ops\":[[\"r\",0,1,1,0,1],[\"r\",0,2,1,0,1],[\"w\",0,2,2,\"u\"]]}}\n"),
+    )
+    .unwrap();
+    let skew = skew.to_str().unwrap();
+    let (code, out, err) = atoll(&["check-history", skew, "--isolation", "snapshot"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("as snapshot isolation"), "{out}");
+    assert!(
+        out.contains("snapshot isolation: every read saw its snapshot"),
+        "{out}"
+    );
+    // The default is serializable, which write skew fails; the header's level is named.
+    let (code, out, _) = atoll(&["check-history", skew]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("as serializable") && out.contains("NOT serializable"),
+        "{out}"
+    );
+    assert!(out.contains("recorded under snapshot isolation"), "{out}");
+    // A lost update: the second writer's snapshot (5) precedes the first's commit (10).
+    let lost = dir.join("lost.jsonl");
+    std::fs::write(
+        &lost,
+        format!("{header}\
+         {{\"id\":1,\"tag\":11,\"coord\":0,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":5,\"snapshot\":0,\"commit\":10,\"ops\":[[\"r\",0,1,1,0,1],[\"w\",0,1,2,\"u\"]]}}\n\
+         {{\"id\":2,\"tag\":12,\"coord\":1,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":6,\"snapshot\":5,\"commit\":20,\"ops\":[[\"r\",0,1,1,0,1],[\"w\",0,1,3,\"u\"]]}}\n"),
+    )
+    .unwrap();
+    let (code, out, _) = atoll(&[
+        "check-history",
+        lost.to_str().unwrap(),
+        "--isolation",
+        "snapshot",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("a lost update") && out.contains("NOT snapshot isolation"),
+        "{out}"
+    );
+    // A history without timestamps (here a version-2 file) is not checkable as SI.
+    let old = dir.join("v2.jsonl");
+    std::fs::write(
+        &old,
+        "{\"format\":\"atoll-history\",\"version\":2}\n\
+         {\"id\":1,\"tag\":11,\"coord\":0,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":5,\"ops\":[[\"r\",0,1,1,0,1]]}\n",
+    )
+    .unwrap();
+    let old = old.to_str().unwrap();
+    bad(
+        &["check-history", old, "--isolation", "snapshot"],
+        &[
+            "records no snapshot timestamps",
+            "format version 2, recorded under serializable isolation",
+            "cannot be checked as snapshot isolation",
+        ],
+    );
+    let (code, out, _) = atoll(&["check-history", old, "--isolation", "serializable"]);
+    assert_eq!(code, 0, "{out}");
 }
 
 #[test]
@@ -785,7 +862,9 @@ fn bench_history_is_written_while_the_run_goes_and_check_history_reads_it() {
     assert!(child.wait().unwrap().success());
     assert!(still_running, "the run ended before the file was looked at");
     assert!(
-        midway.starts_with("{\"format\":\"atoll-history\",\"version\":2}\n"),
+        midway.starts_with(
+            "{\"format\":\"atoll-history\",\"isolation\":\"serializable\",\"version\":3}\n"
+        ),
         "{:?}",
         &midway[..midway.len().min(200)]
     );

@@ -1506,7 +1506,8 @@ fn coordinate_nodes<W: Workload, P: Protocol>(
             .collect(),
     });
     if let Some(path) = &cfg.history_file {
-        let out = crate::history::HistoryWriter::create(path).map_err(ClusterError::BadInput)?;
+        let out = crate::history::HistoryWriter::create(path, cfg.protocol.isolation())
+            .map_err(ClusterError::BadInput)?;
         let mut h = std::mem::take(&mut report.history);
         out.append(&mut h);
         let (passed, detail) = match out.finish() {

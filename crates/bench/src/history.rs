@@ -1,6 +1,6 @@
-//! Transaction histories: recording format, a dependency-graph serializability checker fed
-//! by the values transactions actually read, and an export to the rw-register format of
-//! Elle-style checkers (the `adya` crate).
+//! Transaction histories: recording format, a dependency-graph checker of serializability
+//! and of snapshot isolation fed by the values transactions actually read, and an export to
+//! the rw-register format of Elle-style checkers (the `adya` crate).
 //!
 //! Every payload carries the tag of the attempt that wrote it and a check word (see
 //! `atoll_storage::layout`). A read records the version word it saw *and* the tag and check
@@ -23,7 +23,33 @@
 //!
 //! The history is conflict-serializable iff there is no anomaly and the graph is acyclic.
 //! The loaded state is version 1 of every loaded record, written by a virtual initial
-//! transaction with tag `LOADER_TAG`. [`Mode`] leaves room for snapshot isolation.
+//! transaction with tag `LOADER_TAG`.
+//!
+//! # Snapshot isolation ([`Mode::Snapshot`])
+//!
+//! A snapshot-isolation protocol records each attempt's snapshot (the timestamp it read at)
+//! and commit timestamp (format version 3; a read-only attempt may commit without one). The
+//! same graph is built and every anomaly above that is not a cycle is reported; then, with
+//! the initial state committed at [`LOADER_COMMIT`]:
+//! - every committed transaction has a snapshot, and one that wrote has a commit timestamp
+//!   greater than it (else "not an SI history");
+//! - each read, and each key a scan met, of a version another transaction installed saw
+//!   the newest version committed at or before the reader's snapshot: its writer committed
+//!   at or before the snapshot (else "a read from the future"), and no other writer of the
+//!   record committed after that writer and at or before the snapshot (else "a stale read",
+//!   read skew). A key in a scan's range the scan did not meet was first inserted after the
+//!   snapshot (else "a missed insert");
+//! - first-committer-wins: no two committed writers of a record ran concurrently, their
+//!   intervals (snapshot, commit] overlapping (else "a lost update");
+//! - each record's version order agrees with its writers' commit order;
+//! - no cycle of ww and wr edges (G0: ww only; G1c). rw edges are what snapshot isolation
+//!   allows (write skew: a cycle through two adjacent rw edges), so they are counted but
+//!   take no part in the cycle search.
+//!
+//! These timestamp checks are stricter than a black-box SI checker (adya's
+//! `snapshot-isolation`, which infers what it can from values and the version order): a
+//! stale read, a read from the future or a blind lost update may leave no cycle at all.
+//! Which protocol a history came from is in its header line ([`Header::isolation`]).
 //!
 //! Versions are key versions (`atoll_storage::layout::key_version`): a version word's bits
 //! above them count the incarnations of the record slot, which a reused slot raises, so a
@@ -31,14 +57,19 @@
 
 use atoll_storage::layout::{key_version, INITIAL_VERSION, LOADER_TAG, VERSION_ABSENT};
 use atoll_storage::TableId;
-use atoll_txn::{HistOp, ScanObs, WriteKind};
+use atoll_txn::{HistOp, Isolation, ScanObs, WriteKind};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
 /// The history file format: the first line names it; a reader refuses other versions.
 pub const FORMAT: &str = "atoll-history";
-pub const FORMAT_VERSION: u64 = 2;
+/// Version 3 added each attempt's snapshot and commit timestamps (snapshot isolation) and
+/// the run's isolation level in the header line.
+pub const FORMAT_VERSION: u64 = 3;
+/// The oldest version this reader still reads: version 2 is version 3 without timestamps
+/// (both absent) and without an isolation level (every protocol then was serializable).
+pub const FORMAT_VERSION_OLDEST_READ: u64 = 2;
 
 /// Anomalies listed in a verdict before the rest are only counted.
 pub const ANOMALIES_LISTED_MAX: usize = 20;
@@ -58,6 +89,13 @@ pub struct TxnRecord {
     pub aborted: Option<String>,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// The snapshot a snapshot-isolation attempt read at ([`atoll_txn::Txn::snapshot_ts`]);
+    /// `None` for serializable protocols.
+    pub snapshot: Option<u64>,
+    /// Its commit timestamp ([`atoll_txn::Txn::commit_ts`]); `None` for serializable
+    /// protocols, and for a snapshot-isolation attempt that aborted before taking one or
+    /// committed read-only without one.
+    pub commit: Option<u64>,
     pub ops: Vec<HistOp>,
 }
 
@@ -103,13 +141,14 @@ struct HistoryOut {
 }
 
 impl HistoryWriter {
-    /// Creates (or truncates) `path` and writes the header line.
-    pub fn create(path: &std::path::Path) -> Result<Self, String> {
+    /// Creates (or truncates) `path` and writes the header line, which names the isolation
+    /// level the run's protocol guarantees.
+    pub fn create(path: &std::path::Path, isolation: Isolation) -> Result<Self, String> {
         use std::io::Write as _;
         let f = std::fs::File::create(path)
             .map_err(|e| format!("cannot create history file {}: {e}", path.display()))?;
         let mut file = std::io::BufWriter::new(f);
-        writeln!(file, "{}", header_line())
+        writeln!(file, "{}", header_line(isolation))
             .map_err(|e| format!("cannot write history file {}: {e}", path.display()))?;
         Ok(HistoryWriter {
             path: path.to_path_buf(),
@@ -151,9 +190,19 @@ impl HistoryWriter {
     }
 }
 
-/// The first line of a history file.
-pub fn header_line() -> String {
-    json!({"format": FORMAT, "version": FORMAT_VERSION}).to_string()
+/// The first line of a history file: the format, its version, and the isolation level the
+/// run's protocol guarantees (what `atoll check-history` is asked to check, and which model
+/// `scripts/adya-crosscheck.sh` gives adya).
+pub fn header_line(isolation: Isolation) -> String {
+    json!({"format": FORMAT, "version": FORMAT_VERSION, "isolation": isolation.name()}).to_string()
+}
+
+/// What a history file's header line says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub version: u64,
+    /// The isolation level the run's protocol guarantees (version 2: serializable).
+    pub isolation: Isolation,
 }
 
 impl TxnRecord {
@@ -176,6 +225,12 @@ impl TxnRecord {
         if let Some(r) = &self.aborted {
             v["reason"] = json!(r);
         }
+        if let Some(s) = self.snapshot {
+            v["snapshot"] = json!(s);
+        }
+        if let Some(c) = self.commit {
+            v["commit"] = json!(c);
+        }
         v
     }
 
@@ -185,6 +240,14 @@ impl TxnRecord {
             v.get(k)
                 .and_then(Value::as_u64)
                 .ok_or_else(|| bad(&format!("field '{k}' missing or not a whole number")))
+        };
+        // Timestamps are absent for serializable protocols (and in version-2 files).
+        let optional = |k: &str| match v.get(k) {
+            None => Ok(None),
+            Some(x) => x
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| bad(&format!("field '{k}' is not a whole number: {x}"))),
         };
         let aborted = match v.get("status").and_then(Value::as_str) {
             Some("committed") => None,
@@ -296,6 +359,8 @@ impl TxnRecord {
             aborted,
             start_ns: u("start_ns")?,
             end_ns: u("end_ns")?,
+            snapshot: optional("snapshot")?,
+            commit: optional("commit")?,
             ops,
         })
     }
@@ -322,9 +387,9 @@ pub mod records {
 }
 
 /// A whole history file: the header line, then one line per attempt.
-pub fn to_text(h: &[TxnRecord]) -> String {
+pub fn to_text(h: &[TxnRecord], isolation: Isolation) -> String {
     let mut text = String::with_capacity(h.len() * 160 + 64);
-    text.push_str(&header_line());
+    text.push_str(&header_line(isolation));
     text.push('\n');
     for r in h {
         text.push_str(&r.to_json_line());
@@ -342,6 +407,11 @@ pub fn parse(text: &str) -> Result<Vec<TxnRecord>, String> {
 /// [`parse`] line by line from a reader: only the typed records are kept, never the file's
 /// text or its JSON values (a history file can be many gigabytes).
 pub fn parse_reader(r: impl std::io::BufRead) -> Result<Vec<TxnRecord>, String> {
+    parse_with_header(r).map(|(_, h)| h)
+}
+
+/// [`parse_reader`], with what the header line says.
+pub fn parse_with_header(r: impl std::io::BufRead) -> Result<(Header, Vec<TxnRecord>), String> {
     let mut out = Vec::new();
     let mut lines = r
         .lines()
@@ -351,50 +421,105 @@ pub fn parse_reader(r: impl std::io::BufRead) -> Result<Vec<TxnRecord>, String> 
                 .map_err(|e| format!("history line {}: {e}", i + 1))
         })
         .filter(|l| !matches!(l, Ok((_, t)) if t.trim().is_empty()));
-    match lines.next().transpose()? {
-        None => return Ok(out),
+    let readable =
+        format!("this atoll reads versions {FORMAT_VERSION_OLDEST_READ} to {FORMAT_VERSION}");
+    let header = match lines.next().transpose()? {
+        None => {
+            return Ok((
+                Header {
+                    version: FORMAT_VERSION,
+                    isolation: Isolation::Serializable,
+                },
+                out,
+            ))
+        }
         Some((i, first)) => {
+            let line = i + 1;
             let v: Value = serde_json::from_str(&first)
-                .map_err(|e| format!("history line {}: not JSON: {e}", i + 1))?;
+                .map_err(|e| format!("history line {line}: not JSON: {e}"))?;
             let (format, version) = (v.get("format"), v.get("version").and_then(Value::as_u64));
             if format.and_then(Value::as_str) != Some(FORMAT) {
                 return Err(format!(
-                    "history line {}: not an {FORMAT} file (its first line must be {})",
-                    i + 1,
-                    header_line()
+                    "history line {line}: not an {FORMAT} file (its first line must be like {})",
+                    header_line(Isolation::Serializable)
                 ));
             }
-            match version {
-                Some(FORMAT_VERSION) => {}
+            let version = match version {
+                Some(v) if (FORMAT_VERSION_OLDEST_READ..=FORMAT_VERSION).contains(&v) => v,
                 Some(found) => {
                     return Err(format!(
-                        "history line {}: format version {found}, this atoll reads version {FORMAT_VERSION} only",
-                        i + 1
+                        "history line {line}: format version {found}, {readable}"
                     ))
                 }
                 None => {
                     return Err(format!(
-                        "history line {}: no format version (\"version\" missing or not a whole number), this atoll reads version {FORMAT_VERSION} only",
-                        i + 1
+                        "history line {line}: no format version (\"version\" missing or not a whole number), {readable}"
                     ))
                 }
-            }
+            };
+            let isolation = match v.get("isolation") {
+                None => Isolation::Serializable,
+                Some(x) => x.as_str().and_then(Isolation::parse).ok_or_else(|| {
+                    format!(
+                        "history line {line}: isolation {x} is not one of {}",
+                        Isolation::ALL
+                            .map(|i| format!("\"{}\"", i.name()))
+                            .join(", ")
+                    )
+                })?,
+            };
+            Header { version, isolation }
         }
-    }
+    };
     for l in lines {
         let (i, line) = l?;
         let v: Value = serde_json::from_str(&line)
             .map_err(|e| format!("history line {}: not JSON: {e}", i + 1))?;
         out.push(TxnRecord::from_json(i + 1, &v)?);
     }
-    Ok(out)
+    Ok((header, out))
 }
 
 /// Which isolation level to check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
+    /// Conflict serializability: no anomaly, and no cycle of ww, wr and rw edges.
     Serializable,
+    /// Snapshot isolation, from each attempt's snapshot and commit timestamps: no anomaly
+    /// (the serializable mode's, and the timestamp checks of the module docs), and no cycle
+    /// of ww and wr edges; rw edges (write skew) are allowed.
+    Snapshot,
 }
+
+impl Mode {
+    /// How a verdict names the level.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Serializable => "serializable",
+            Mode::Snapshot => "snapshot isolation",
+        }
+    }
+}
+
+impl From<Isolation> for Mode {
+    /// The mode that checks what a protocol guarantees.
+    fn from(i: Isolation) -> Mode {
+        match i {
+            Isolation::Serializable => Mode::Serializable,
+            Isolation::Snapshot => Mode::Snapshot,
+        }
+    }
+}
+
+/// Whether any attempt recorded a snapshot timestamp: a history without one (a serializable
+/// protocol's, or a version-2 file) cannot be checked as snapshot isolation.
+pub fn has_snapshots(h: &[TxnRecord]) -> bool {
+    h.iter().any(|r| r.snapshot.is_some())
+}
+
+/// The commit timestamp of the initial state: every loaded record is visible to every
+/// snapshot.
+pub const LOADER_COMMIT: u64 = 0;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EdgeKind {
@@ -428,16 +553,20 @@ pub struct Edge {
 /// The checker's verdict.
 #[derive(Clone, Debug)]
 pub struct Verdict {
+    /// The level checked.
+    pub mode: Mode,
     pub committed: usize,
     pub aborted: usize,
     pub edges: BTreeMap<&'static str, usize>,
-    /// A dependency cycle, as (transaction index into the history, edge to the next).
+    /// A dependency cycle, as (transaction index into the history, edge to the next); under
+    /// [`Mode::Snapshot`] one of ww and wr edges only (G0, G1c).
     pub cycle: Option<Vec<(usize, Edge)>>,
     /// The first anomalies found (see the module docs), at most [`ANOMALIES_LISTED_MAX`].
     pub anomalies: Vec<String>,
     /// Every anomaly found.
     pub anomalies_total: usize,
-    /// Committed transactions in a serial order (topological), when serializable.
+    /// Committed transactions in an order every edge checked agrees with (topological),
+    /// when there is no cycle: a serial order under [`Mode::Serializable`].
     pub order: Vec<usize>,
 }
 
@@ -473,6 +602,29 @@ type Key = (TableId, u64);
 /// Who installed each version of a record, and how.
 type Versions = BTreeMap<u64, (usize, WriteKind)>;
 
+/// How a committed transaction observed a version of a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum How {
+    Read,
+    /// A scan met the record (live, or deleted at that version).
+    Scanned,
+    /// A scan's range held the key but the scan did not meet it: the version is the key's
+    /// first, which the scan must not have seen yet.
+    ScannedPast,
+}
+
+/// One observation of a committed transaction whose writer the checker established, kept
+/// for the snapshot checks (which need the reader's snapshot and the writer's commit).
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    reader: usize,
+    key: Key,
+    /// The transaction that installed `version` (`init` for the loaded state).
+    writer: usize,
+    version: u64,
+    how: How,
+}
+
 fn name_of(h: &[TxnRecord], t: usize) -> String {
     if t == h.len() {
         "T(initial state)".to_string()
@@ -483,7 +635,14 @@ fn name_of(h: &[TxnRecord], t: usize) -> String {
     }
 }
 
-fn build(h: &[TxnRecord], anomalies: &mut Anomalies) -> Graph {
+/// The dependency graph, and each record's versions with their writers. With `seen`, also
+/// every observation whose writer it established (the snapshot checks need them; the
+/// serializable check does not keep them).
+fn build(
+    h: &[TxnRecord],
+    anomalies: &mut Anomalies,
+    mut seen: Option<&mut Vec<Seen>>,
+) -> (Graph, BTreeMap<Key, Versions>) {
     let init = h.len();
     let mut adj: Vec<Vec<Edge>> = vec![Vec::new(); h.len() + 1];
     let committed = |r: &TxnRecord| r.aborted.is_none();
@@ -671,6 +830,15 @@ fn build(h: &[TxnRecord], anomalies: &mut Anomalies) -> Graph {
                         });
                         continue;
                     }
+                    if let Some(seen) = seen.as_deref_mut() {
+                        seen.push(Seen {
+                            reader: t,
+                            key: k,
+                            writer: w,
+                            version: wv,
+                            how: How::Read,
+                        });
+                    }
                     read_edges(&mut adj, t, w, k, wv);
                 }
                 HistOp::Scan(s) => {
@@ -680,6 +848,15 @@ fn build(h: &[TxnRecord], anomalies: &mut Anomalies) -> Graph {
                         let absent = word & VERSION_ABSENT != 0;
                         match writers.get(&k).and_then(|vs| vs.get(&v)) {
                             Some(&(w, kind)) if absent == (kind == WriteKind::Delete) => {
+                                if let Some(seen) = seen.as_deref_mut() {
+                                    seen.push(Seen {
+                                        reader: t,
+                                        key: k,
+                                        writer: w,
+                                        version: v,
+                                        how: How::Scanned,
+                                    });
+                                }
                                 read_edges(&mut adj, t, w, k, v)
                             }
                             _ => anomalies.push(|| {
@@ -693,13 +870,20 @@ fn build(h: &[TxnRecord], anomalies: &mut Anomalies) -> Graph {
                             }),
                         }
                     }
-                    phantom_edges(&mut adj, &writers, (h, t), s, anomalies);
+                    phantom_edges(
+                        &mut adj,
+                        &writers,
+                        (h, t),
+                        s,
+                        anomalies,
+                        seen.as_deref_mut(),
+                    );
                 }
                 HistOp::Write { .. } => {}
             }
         }
     }
-    Graph { adj, init }
+    (Graph { adj, init }, writers)
 }
 
 /// Edges for keys in a scan's range that it did not meet at all: the key had no record
@@ -711,6 +895,7 @@ fn phantom_edges(
     (h, t): (&[TxnRecord], usize),
     s: &ScanObs,
     anomalies: &mut Anomalies,
+    mut seen: Option<&mut Vec<Seen>>,
 ) {
     let init = adj.len() - 1;
     for (&(table, key), vs) in writers.range((s.table, s.lo)..=(s.table, s.hi)) {
@@ -719,6 +904,15 @@ fn phantom_edges(
         }
         match vs.first_key_value() {
             Some((&v, &(i, WriteKind::Insert))) if i != init => {
+                if let Some(seen) = seen.as_deref_mut() {
+                    seen.push(Seen {
+                        reader: t,
+                        key: (table, key),
+                        writer: i,
+                        version: v,
+                        how: How::ScannedPast,
+                    });
+                }
                 if i != t {
                     adj[t].push(Edge {
                         to: i,
@@ -739,6 +933,149 @@ fn phantom_edges(
                     s.table.0
                 )
             }),
+        }
+    }
+}
+
+/// The snapshot-isolation checks that need timestamps (see the module docs): each committed
+/// transaction's own timestamps, each record's writers (commit order against version order,
+/// first-committer-wins) and each observation (the newest version committed at or before
+/// the reader's snapshot).
+fn snapshot_checks(
+    h: &[TxnRecord],
+    writers: &BTreeMap<Key, Versions>,
+    seen: &[Seen],
+    anomalies: &mut Anomalies,
+) {
+    let init = h.len();
+    let rec = |t: Key| format!("t{}:{}", t.0 .0, t.1);
+    for (t, r) in h.iter().enumerate().filter(|(_, r)| r.aborted.is_none()) {
+        let writes = r.ops.iter().any(|op| matches!(op, HistOp::Write { .. }));
+        match (r.snapshot, r.commit) {
+            (None, _) => anomalies.push(|| {
+                format!(
+                    "{} committed without a snapshot timestamp: not an SI history",
+                    name_of(h, t)
+                )
+            }),
+            (Some(s), None) if writes => anomalies.push(|| {
+                format!(
+                    "{} (snapshot {s}) committed writes without a commit timestamp: not an SI history",
+                    name_of(h, t)
+                )
+            }),
+            (Some(s), Some(c)) if writes && c <= s => anomalies.push(|| {
+                format!(
+                    "{} committed writes at {c}, not after its snapshot {s}: not an SI history",
+                    name_of(h, t)
+                )
+            }),
+            _ => {}
+        }
+    }
+    let commit_of = |t: usize| {
+        if t == init {
+            Some(LOADER_COMMIT)
+        } else {
+            h[t].commit
+        }
+    };
+    // Each record's versions whose writer has a commit timestamp, in commit order (ties by
+    // version): (commit, version, writer).
+    let mut by_commit: HashMap<Key, Vec<(u64, u64, usize)>> = HashMap::new();
+    for (&k, vs) in writers {
+        let mut list: Vec<(u64, u64, usize)> = vs
+            .iter()
+            .filter_map(|(&v, &(t, _))| commit_of(t).map(|c| (c, v, t)))
+            .collect();
+        // Version order agrees with commit order: a later version committed later (equal
+        // commits are two concurrent writers, which first-committer-wins reports).
+        for w in list.windows(2) {
+            let ((c0, v0, t0), (c1, v1, t1)) = (w[0], w[1]);
+            if c0 > c1 {
+                anomalies.push(|| {
+                    format!(
+                        "{} v{v0} of {} committed at {c0}, after v{v1} by {} at {c1}: version order disagrees with commit order",
+                        name_of(h, t0),
+                        rec(k),
+                        name_of(h, t1)
+                    )
+                });
+            }
+        }
+        list.sort_unstable();
+        // First committer wins: in commit order, each writer took its snapshot at or after
+        // the previous writer's commit (their intervals (snapshot, commit] do not overlap).
+        // Checking neighbours suffices: a writer overlapping an earlier one overlaps the
+        // one just before it too.
+        let mut prev: Option<(u64, u64, u64, usize)> = None;
+        for &(c1, v1, t1) in &list {
+            let Some(s1) = (t1 != init).then(|| h[t1].snapshot).flatten() else {
+                continue;
+            };
+            if let Some((s0, c0, v0, t0)) = prev {
+                if s0 < c1 && s1 < c0 {
+                    anomalies.push(|| {
+                        format!(
+                            "{} (snapshot {s0}, commit {c0}) and {} (snapshot {s1}, commit {c1}) both wrote {} (v{v0}, v{v1}) concurrently: a lost update (first-committer-wins broken)",
+                            name_of(h, t0),
+                            name_of(h, t1),
+                            rec(k)
+                        )
+                    });
+                }
+            }
+            prev = Some((s1, c1, v1, t1));
+        }
+        by_commit.insert(k, list);
+    }
+    // Each observation is of the newest version committed at or before the snapshot.
+    for o in seen {
+        let (r, w) = (o.reader, o.writer);
+        if r == w {
+            continue; // its own write
+        }
+        // Missing timestamps were reported above.
+        let (Some(s), Some(cw)) = (h[r].snapshot, commit_of(w)) else {
+            continue;
+        };
+        let (who, k, v) = (name_of(h, r), rec(o.key), o.version);
+        let by = name_of(h, w);
+        match o.how {
+            How::ScannedPast => {
+                if cw <= s {
+                    anomalies.push(|| {
+                        format!(
+                            "{who} (snapshot {s}) scanned past {k}, which {by} inserted at commit {cw}, at or before the snapshot: a missed insert (phantom)"
+                        )
+                    });
+                }
+                continue;
+            }
+            How::Read | How::Scanned => {}
+        }
+        let did = if o.how == How::Read {
+            "read"
+        } else {
+            "scanned"
+        };
+        if cw > s {
+            anomalies.push(|| {
+                format!(
+                    "{who} (snapshot {s}) {did} {k} v{v}, which {by} committed at {cw}, after the snapshot: a read from the future"
+                )
+            });
+            continue;
+        }
+        let list = by_commit.get(&o.key).map(Vec::as_slice).unwrap_or(&[]);
+        let next = list.partition_point(|&(c, _, _)| c <= cw);
+        if let Some(&(c, nv, nt)) = list.get(next).filter(|&&(c, _, _)| c <= s) {
+            anomalies.push(|| {
+                format!(
+                    "{who} (snapshot {s}) {did} {k} v{v} ({by}, commit {cw}), but {} installed v{nv} at commit {c}, at or before the snapshot: a stale read (read skew)",
+                    name_of(h, nt)
+                )
+            });
         }
     }
 }
@@ -797,21 +1134,36 @@ fn find_cycle(g: &Graph) -> Result<Vec<usize>, Vec<(usize, Edge)>> {
 
 /// Checks a history.
 pub fn check(h: &[TxnRecord], mode: Mode) -> Verdict {
-    let Mode::Serializable = mode;
     let mut anomalies = Anomalies {
         listed: Vec::new(),
         total: 0,
     };
-    let g = build(h, &mut anomalies);
+    let mut g = match mode {
+        Mode::Serializable => build(h, &mut anomalies, None).0,
+        Mode::Snapshot => {
+            let mut seen = Vec::new();
+            let (g, writers) = build(h, &mut anomalies, Some(&mut seen));
+            snapshot_checks(h, &writers, &seen, &mut anomalies);
+            g
+        }
+    };
     let mut edges = BTreeMap::new();
     for e in g.adj.iter().flatten() {
         *edges.entry(e.kind.name()).or_insert(0) += 1;
+    }
+    if mode == Mode::Snapshot {
+        // Snapshot isolation forbids only cycles of ww and wr edges (G0, G1c); rw edges
+        // are what it allows (write skew), so they take no part in the search.
+        for out in &mut g.adj {
+            out.retain(|e| e.kind != EdgeKind::Rw);
+        }
     }
     let (cycle, order) = match find_cycle(&g) {
         Ok(order) => (None, order.into_iter().filter(|&t| t != g.init).collect()),
         Err(c) => (Some(c), Vec::new()),
     };
     Verdict {
+        mode,
         committed: h.iter().filter(|r| r.aborted.is_none()).count(),
         aborted: h.iter().filter(|r| r.aborted.is_some()).count(),
         edges,
@@ -877,11 +1229,23 @@ pub fn render(h: &[TxnRecord], v: &Verdict) -> String {
         );
     }
     if let Some(c) = &v.cycle {
-        let _ = writeln!(
-            o,
-            "NOT serializable: a dependency cycle of {} transactions:",
-            c.len()
-        );
+        let _ = match v.mode {
+            Mode::Serializable => writeln!(
+                o,
+                "NOT serializable: a dependency cycle of {} transactions:",
+                c.len()
+            ),
+            Mode::Snapshot => writeln!(
+                o,
+                "NOT snapshot isolation: a cycle of ww and wr edges ({}) of {} transactions:",
+                if c.iter().all(|(_, e)| e.kind == EdgeKind::Ww) {
+                    "G0, dirty writes"
+                } else {
+                    "G1c, circular information flow"
+                },
+                c.len()
+            ),
+        };
         for (t, e) in c {
             let ops = if *t == h.len() {
                 "loaded every record at version 1".to_string()
@@ -906,9 +1270,15 @@ pub fn render(h: &[TxnRecord], v: &Verdict) -> String {
             );
         }
     } else if v.anomalies_total == 0 {
-        let _ = writeln!(o, "serializable");
+        let _ = match v.mode {
+            Mode::Serializable => writeln!(o, "serializable"),
+            Mode::Snapshot => writeln!(
+                o,
+                "snapshot isolation: every read saw its snapshot, no two concurrent writers of a record committed, no ww/wr cycle (rw edges allowed)"
+            ),
+        };
     } else {
-        let _ = writeln!(o, "NOT serializable: anomalies above");
+        let _ = writeln!(o, "NOT {}: anomalies above", v.mode.name());
     }
     o
 }
@@ -981,7 +1351,7 @@ pub fn to_adya(h: &[TxnRecord]) -> (String, String) {
         listed: Vec::new(),
         total: 0,
     };
-    let g = build(h, &mut anomalies);
+    let (g, _) = build(h, &mut anomalies, None);
     let n = h.len();
     let mut indeg = vec![0usize; n + 1];
     let ww = |u: usize| {
@@ -1046,6 +1416,8 @@ mod tests {
             aborted: None,
             start_ns: tag,
             end_ns: tag + 1,
+            snapshot: None,
+            commit: None,
             ops: vec![HistOp::Write {
                 table: TableId(0),
                 key: tag,
@@ -1058,7 +1430,7 @@ mod tests {
     #[test]
     fn history_writer_streams_batches_that_parse_back_in_order() {
         let path = std::env::temp_dir().join(format!("atoll-hw-{}.jsonl", std::process::id()));
-        let w = HistoryWriter::create(&path).unwrap();
+        let w = HistoryWriter::create(&path, Isolation::Serializable).unwrap();
         let mut batch: Vec<TxnRecord> = (1..=3).map(record).collect();
         w.append(&mut batch);
         assert!(batch.is_empty(), "a batch handed over is emptied");
@@ -1074,11 +1446,352 @@ mod tests {
         );
     }
 
+    /// A version-2 file's first line and one committed attempt, as atoll wrote them before
+    /// timestamps were recorded.
+    const VERSION_2_FILE: &str = "{\"format\":\"atoll-history\",\"version\":2}\n\
+        {\"id\":1,\"tag\":11,\"coord\":0,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":5,\"ops\":[[\"r\",0,1,1,0,1],[\"w\",0,1,2,\"u\"]]}\n";
+
+    #[test]
+    fn history_a_version_2_file_still_parses_without_timestamps_as_serializable() {
+        let (header, h) = parse_with_header(VERSION_2_FILE.as_bytes()).unwrap();
+        assert_eq!(header.version, 2);
+        assert_eq!(header.isolation, Isolation::Serializable);
+        assert_eq!(h.len(), 1);
+        assert_eq!((h[0].snapshot, h[0].commit), (None, None));
+        assert_eq!(h[0].ops.len(), 2);
+    }
+
+    #[test]
+    fn history_timestamps_and_isolation_round_trip_and_absent_timestamps_are_omitted() {
+        let mut si = record(7);
+        (si.snapshot, si.commit) = (Some(40), Some(52));
+        let mut read_only = record(8);
+        (read_only.snapshot, read_only.commit) = (Some(41), None);
+        let h = vec![si, read_only, record(9)];
+        let text = to_text(&h, Isolation::Snapshot);
+        let (header, back) = parse_with_header(text.as_bytes()).unwrap();
+        assert_eq!(header.version, FORMAT_VERSION);
+        assert_eq!(header.isolation, Isolation::Snapshot);
+        assert_eq!(back, h);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].contains("\"isolation\":\"snapshot\""),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].contains("\"snapshot\":40") && lines[1].contains("\"commit\":52"));
+        assert!(
+            !lines[2].contains("\"commit\""),
+            "None is omitted: {}",
+            lines[2]
+        );
+        assert!(!lines[3].contains("\"snapshot\"") && !lines[3].contains("\"commit\""));
+    }
+
+    #[test]
+    fn history_a_malformed_timestamp_or_isolation_is_an_error_naming_line_field_and_value() {
+        let header = header_line(Isolation::Snapshot);
+        let line = r#"{"id":1,"tag":11,"coord":0,"attempt":1,"status":"committed","start_ns":0,"end_ns":5,"snapshot":"soon","ops":[]}"#;
+        let e = parse(&format!("{header}\n{line}\n")).unwrap_err();
+        assert!(
+            e.contains("history line 2") && e.contains("'snapshot'") && e.contains("soon"),
+            "{e}"
+        );
+        let e = parse("{\"format\":\"atoll-history\",\"version\":3,\"isolation\":\"si\"}\n")
+            .unwrap_err();
+        assert!(
+            e.contains("history line 1")
+                && e.contains("\"si\"")
+                && e.contains("\"serializable\", \"snapshot\""),
+            "{e}"
+        );
+    }
+
+    // Snapshot isolation, hand-built histories: one table, keys loaded at version 1 unless
+    // a test inserts them.
+
+    const T0: TableId = TableId(0);
+
+    /// A committed attempt with its snapshot and commit timestamps; its id is its tag.
+    fn si(tag: u64, snapshot: u64, commit: Option<u64>, ops: Vec<HistOp>) -> TxnRecord {
+        TxnRecord {
+            id: tag,
+            tag,
+            attempt: 1,
+            coord: tag as u32,
+            aborted: None,
+            start_ns: snapshot,
+            end_ns: commit.unwrap_or(snapshot) + 1,
+            snapshot: Some(snapshot),
+            commit,
+            ops,
+        }
+    }
+
+    /// A read of `key` at `version`, whose payload carries `tag` (`LOADER_TAG`: loaded).
+    fn r(key: u64, version: u64, tag: u64) -> HistOp {
+        HistOp::Read {
+            table: T0,
+            key,
+            version,
+            tag,
+            intact: true,
+        }
+    }
+
+    fn w(key: u64, version: u64) -> HistOp {
+        HistOp::Write {
+            table: T0,
+            key,
+            version,
+            kind: WriteKind::Update,
+        }
+    }
+
+    fn scan(lo: u64, hi: u64, seen: Vec<(u64, u64)>) -> HistOp {
+        HistOp::Scan(ScanObs {
+            table: T0,
+            lo,
+            hi,
+            seen,
+        })
+    }
+
+    /// The verdict, with its rendering on failure of an assertion.
+    fn verdict(h: &[TxnRecord], mode: Mode) -> (Verdict, String) {
+        let v = check(h, mode);
+        let text = render(h, &v);
+        (v, text)
+    }
+
+    const X: u64 = 1;
+    const Y: u64 = 2;
+    const L: u64 = LOADER_TAG;
+
+    #[test]
+    fn si_a_clean_si_history_passes() {
+        let h = vec![
+            // T1 updates x; T4 ran beside it (snapshot 5, before T1's commit) and so read the
+            // loaded x, then updated a key T1 did not touch.
+            si(1, 0, Some(10), vec![r(X, 1, L), w(X, 2)]),
+            si(2, 10, Some(20), vec![r(X, 2, 1), r(Y, 1, L), w(Y, 2)]),
+            si(3, 20, None, vec![r(X, 2, 1), r(Y, 2, 2)]),
+            si(4, 5, Some(15), vec![r(X, 1, L), w(3, 2)]),
+            TxnRecord {
+                aborted: Some("lock_busy".into()),
+                commit: None,
+                ..si(5, 12, None, vec![r(X, 2, 1)])
+            },
+        ];
+        let (v, text) = verdict(&h, Mode::Snapshot);
+        assert!(v.ok(), "{text}");
+        assert_eq!((v.committed, v.aborted), (4, 1));
+        assert!(
+            text.contains("snapshot isolation: every read saw its snapshot"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn si_write_skew_passes_snapshot_and_fails_serializable_with_an_rw_cycle() {
+        // Both read x and y from the same snapshot; each overwrites a different one.
+        let h = vec![
+            si(1, 0, Some(10), vec![r(X, 1, L), r(Y, 1, L), w(X, 2)]),
+            si(2, 0, Some(11), vec![r(X, 1, L), r(Y, 1, L), w(Y, 2)]),
+        ];
+        let (v, text) = verdict(&h, Mode::Snapshot);
+        assert!(v.ok(), "{text}");
+        assert_eq!(v.edges.get("rw"), Some(&2), "{text}");
+        let (v, text) = verdict(&h, Mode::Serializable);
+        let cycle = v.cycle.as_ref().expect(&text);
+        assert!(cycle.iter().all(|(_, e)| e.kind == EdgeKind::Rw), "{text}");
+        assert_eq!(v.anomalies_total, 0, "{text}");
+        assert!(
+            text.contains("NOT serializable: a dependency cycle of 2") && text.contains("-rw->"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn si_lost_update_two_concurrent_writers_commit_is_caught() {
+        // T2's snapshot (5) precedes T1's commit (10): both read the loaded x and both
+        // overwrote it. With reads, and blind.
+        for ops in [
+            [vec![r(X, 1, L), w(X, 2)], vec![r(X, 1, L), w(X, 3)]],
+            [vec![w(X, 2)], vec![w(X, 3)]],
+        ] {
+            let [o1, o2] = ops;
+            let h = vec![si(1, 0, Some(10), o1), si(2, 5, Some(20), o2)];
+            let (v, text) = verdict(&h, Mode::Snapshot);
+            assert_eq!(v.anomalies_total, 1, "{text}");
+            assert!(
+                v.anomalies[0].contains("T1 (snapshot 0, commit 10) and T2 (snapshot 5, commit 20) both wrote t0:1 (v2, v3) concurrently: a lost update"),
+                "{text}"
+            );
+            assert!(
+                text.contains("NOT snapshot isolation: anomalies above"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn si_a_read_older_than_the_newest_version_before_the_snapshot_is_caught_stale_read() {
+        // T1 committed x v2 at 10; T2's snapshot is 15, yet it read the loaded v1.
+        let h = vec![
+            si(1, 0, Some(10), vec![r(X, 1, L), w(X, 2)]),
+            si(2, 15, None, vec![r(X, 1, L)]),
+        ];
+        let (v, text) = verdict(&h, Mode::Snapshot);
+        assert_eq!(v.anomalies_total, 1, "{text}");
+        assert!(
+            v.anomalies[0].contains("T2 (snapshot 15) read t0:1 v1 (T(initial state), commit 0), but T1 installed v2 at commit 10, at or before the snapshot: a stale read"),
+            "{text}"
+        );
+        // Without timestamps nothing is wrong: T2 simply serializes before T1.
+        assert!(check(&h, Mode::Serializable).ok());
+    }
+
+    #[test]
+    fn si_a_read_of_a_version_committed_after_the_snapshot_is_caught() {
+        let h = vec![
+            si(1, 0, Some(20), vec![r(X, 1, L), w(X, 2)]),
+            si(2, 15, None, vec![r(X, 2, 1)]),
+        ];
+        let (v, text) = verdict(&h, Mode::Snapshot);
+        assert_eq!(v.anomalies_total, 1, "{text}");
+        assert!(
+            v.anomalies[0].contains("T2 (snapshot 15) read t0:1 v2, which T1 committed at 20, after the snapshot: a read from the future"),
+            "{text}"
+        );
+        assert!(check(&h, Mode::Serializable).ok());
+    }
+
+    #[test]
+    fn si_g1a_under_snapshot() {
+        // T1 aborted after its write of x became visible; T2 read it.
+        let h = vec![
+            TxnRecord {
+                aborted: Some("validation_failed".into()),
+                commit: None,
+                ..si(1, 0, None, vec![r(X, 1, L), w(X, 2)])
+            },
+            si(2, 15, None, vec![r(X, 2, 1)]),
+        ];
+        let (v, text) = verdict(&h, Mode::Snapshot);
+        assert!(!v.ok(), "{text}");
+        assert!(
+            v.anomalies[0].contains("T2 read t0:1 written by T1, an attempt that aborted (validation_failed): an aborted read (G1a)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn si_version_order_disagreeing_with_commit_order_is_caught() {
+        // T1 installed v2 at commit 40, T2 the later v3 at commit 35; neither ran beside
+        // the other (T1's snapshot 36 follows T2's commit), so only the order is wrong.
+        let h = vec![
+            si(1, 36, Some(40), vec![w(X, 2)]),
+            si(2, 20, Some(35), vec![w(X, 3)]),
+        ];
+        let (v, text) = verdict(&h, Mode::Snapshot);
+        assert_eq!(v.anomalies_total, 1, "{text}");
+        assert!(
+            v.anomalies[0].contains("T1 v2 of t0:1 committed at 40, after v3 by T2 at 35: version order disagrees with commit order"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn si_a_cycle_of_ww_and_wr_edges_is_caught_as_g0_or_g1c() {
+        // Dirty writes: each overwrote the other's version of one key.
+        let g0 = vec![
+            si(1, 0, Some(10), vec![w(X, 2), w(Y, 3)]),
+            si(2, 10, Some(20), vec![w(X, 3), w(Y, 2)]),
+        ];
+        let (v, text) = verdict(&g0, Mode::Snapshot);
+        assert!(v.cycle.is_some(), "{text}");
+        assert!(
+            text.contains("NOT snapshot isolation: a cycle of ww and wr edges (G0"),
+            "{text}"
+        );
+        // Circular information flow: each read the other's write.
+        let g1c = vec![
+            si(1, 0, Some(10), vec![r(Y, 2, 2), w(X, 2)]),
+            si(2, 10, Some(20), vec![r(X, 2, 1), w(Y, 2)]),
+        ];
+        let (v, text) = verdict(&g1c, Mode::Snapshot);
+        let cycle = v.cycle.as_ref().expect(&text);
+        assert!(cycle.iter().all(|(_, e)| e.kind == EdgeKind::Wr), "{text}");
+        assert!(text.contains("(G1c"), "{text}");
+    }
+
+    #[test]
+    fn si_a_committed_transaction_without_its_timestamps_is_not_an_si_history() {
+        let h = vec![
+            TxnRecord {
+                snapshot: None,
+                ..si(1, 0, None, vec![r(X, 1, L)])
+            },
+            si(2, 5, None, vec![w(X, 2)]),
+            si(3, 30, Some(30), vec![w(Y, 2)]),
+            // Read-only: a snapshot and no commit timestamp is an SI commit.
+            si(4, 40, None, vec![r(Y, 2, 3)]),
+        ];
+        let (v, text) = verdict(&h, Mode::Snapshot);
+        assert_eq!(v.anomalies_total, 3, "{text}");
+        for (a, expect) in v.anomalies.iter().zip([
+            "T1 committed without a snapshot timestamp",
+            "T2 (snapshot 5) committed writes without a commit timestamp",
+            "T3 committed writes at 30, not after its snapshot 30",
+        ]) {
+            assert!(
+                a.contains(expect) && a.contains("not an SI history"),
+                "{text}"
+            );
+        }
+        assert!(has_snapshots(&h));
+        assert!(!has_snapshots(&[record(1)]));
+    }
+
+    #[test]
+    fn si_scans_see_the_newest_versions_and_the_inserts_committed_by_their_snapshot() {
+        const NEW: u64 = 5;
+        const OLD: u64 = 7;
+        let insert = HistOp::Write {
+            table: T0,
+            key: NEW,
+            version: INITIAL_VERSION,
+            kind: WriteKind::Insert,
+        };
+        let h = vec![
+            // T1 inserted key 5 and updated the loaded key 7, at commit 10.
+            si(1, 0, Some(10), vec![insert, r(OLD, 1, L), w(OLD, 2)]),
+            // Snapshot 5: neither change is visible, and the scan saw neither. Correct.
+            si(2, 5, None, vec![scan(0, 9, vec![(OLD, 1)])]),
+            // Snapshot 20: it must meet key 5 and key 7 at v2; it met neither.
+            si(3, 20, None, vec![scan(0, 9, vec![(OLD, 1)])]),
+        ];
+        let (v, text) = verdict(&h, Mode::Snapshot);
+        assert_eq!(v.anomalies_total, 2, "{text}");
+        assert!(
+            text.contains("T3 (snapshot 20) scanned t0:7 v1 (T(initial state), commit 0), but T1 installed v2 at commit 10, at or before the snapshot: a stale read"),
+            "{text}"
+        );
+        assert!(
+            text.contains("T3 (snapshot 20) scanned past t0:5, which T1 inserted at commit 10, at or before the snapshot: a missed insert (phantom)"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn history_writer_names_a_file_it_cannot_create() {
-        let e = HistoryWriter::create(std::path::Path::new("/nonexistent-dir/h.jsonl"))
-            .err()
-            .unwrap();
+        let e = HistoryWriter::create(
+            std::path::Path::new("/nonexistent-dir/h.jsonl"),
+            Isolation::Serializable,
+        )
+        .err()
+        .unwrap();
         assert!(e.contains("/nonexistent-dir/h.jsonl"), "{e}");
     }
 }

@@ -218,9 +218,10 @@ fn run_with<W: Workload, P: Protocol>(
     // The history file is created only once everything else was accepted, so a refused
     // configuration leaves an existing file as it was.
     let history_out = match (&cfg.history_file, cfg.record_history) {
-        (Some(path), true) => {
-            Some(crate::history::HistoryWriter::create(path).map_err(ConfigError)?)
-        }
+        (Some(path), true) => Some(
+            crate::history::HistoryWriter::create(path, cfg.protocol.isolation())
+                .map_err(ConfigError)?,
+        ),
         _ => None,
     };
     let txn_cfg = Arc::new(TxnConfig {
@@ -585,6 +586,8 @@ pub(crate) async fn coroutine<W: Workload, P: Protocol>(
                     aborted: r.as_ref().err().map(|a| a.name().to_string()),
                     start_ns: attempt_start_ns,
                     end_ns: tx.now_ns(),
+                    snapshot: tx.snapshot_ts().map(|t| t.word()),
+                    commit: tx.commit_ts().map(|t| t.word()),
                     ops: tx.history_ops(),
                 };
                 let mut h = ws.history.borrow_mut();
