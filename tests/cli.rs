@@ -58,7 +58,7 @@ fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
         &["bench", "--protocol", "2pl"],
         &[
             "unknown protocol '2pl'",
-            "nowait, waitdie, occ, mvcc, sundial",
+            "nowait, waitdie, occ, mvcc, sundial, rsi",
         ],
     );
     bad(
@@ -634,6 +634,32 @@ fn a_single_node_runs_with_the_default_log_replicas_and_an_unmeetable_explicit_v
         &["bench", "--nodes", "3", "--log-replicas", "3"],
         &["log_replicas=3 is out of range", "0..=2"],
     );
+}
+
+#[test]
+fn rsi_refuses_rpc_stages_and_workloads_that_insert_naming_what_it_accepts() {
+    bad(
+        &["bench", "--protocol", "rsi", "--plan", "rpc"],
+        &["rsi runs read over one-sided verbs", "read=one-sided"],
+    );
+    for w in ["tpcc", "cycle"] {
+        bad(
+            &[
+                "bench",
+                "--protocol",
+                "rsi",
+                "--workload",
+                w,
+                "--duration",
+                "0.1",
+            ],
+            &[
+                "--protocol rsi does not insert or delete records yet",
+                &format!("workload {w} does"),
+                "smallbank, ycsb",
+            ],
+        );
+    }
 }
 
 #[test]
