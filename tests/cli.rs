@@ -654,7 +654,7 @@ fn rsi_refuses_rpc_stages_and_workloads_that_insert_naming_what_it_accepts() {
                 "0.1",
             ],
             &[
-                "--protocol rsi does not insert or delete records yet",
+                "--protocol rsi does not delete records yet",
                 &format!("workload {w} does"),
                 "smallbank, ycsb",
             ],

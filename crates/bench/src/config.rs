@@ -217,14 +217,14 @@ impl RunConfig {
         self.protocol
             .check_plan(&self.plan)
             .map_err(|e| ConfigError(format!("plan {}: {e}", self.plan)))?;
-        if self.workload.inserts_or_deletes() && !self.protocol.inserts() {
+        if self.workload.deletes() && !self.protocol.deletes() {
             let without: Vec<&str> = WorkloadKind::ALL
                 .into_iter()
-                .filter(|w| !w.inserts_or_deletes())
+                .filter(|w| !w.deletes())
                 .map(|w| w.name())
                 .collect();
             return Err(ConfigError(format!(
-                "--protocol {} does not insert or delete records yet, and workload {} does: expected a workload without inserts ({})",
+                "--protocol {} does not delete records yet, and workload {} does: expected a workload without deletes ({})",
                 self.protocol.name(),
                 self.workload.name(),
                 without.join(", ")

@@ -512,7 +512,7 @@ impl Protocol for RsiWithoutValidation {
     const NAME: &'static str = "rsi-without-validation";
     const ISOLATION: atoll_txn::Isolation = atoll_txn::Isolation::Snapshot;
     const LOCK_WORD: atoll_storage::layout::LockWord = atoll_storage::layout::LockWord::CommitId;
-    const INSERTS: bool = false;
+    const DELETES: bool = false;
     const STAGES: &'static [Stage] = &[Stage::Log];
     type EntryState = rsi::RsiEntry;
 
@@ -675,8 +675,7 @@ fn try_seed<P: Protocol>(base: ProtocolKind, seed: u64, keep: &mut Option<String
     let mut c = Caught::default();
     for (plan, w) in PLANS.iter().flat_map(|p| WorkloadKind::ALL.map(|w| (p, w))) {
         // What the base protocol refuses (RSI: RPC reads, inserts) its variant skips.
-        if base.check_plan(&Plan::parse(plan).unwrap()).is_err()
-            || (w.inserts_or_deletes() && !base.inserts())
+        if base.check_plan(&Plan::parse(plan).unwrap()).is_err() || (w.deletes() && !base.deletes())
         {
             continue;
         }

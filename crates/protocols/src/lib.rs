@@ -140,16 +140,16 @@ impl ProtocolKind {
         self.dispatch(Iso)
     }
 
-    /// Whether it can insert and delete records.
-    pub fn inserts(self) -> bool {
-        struct Ins;
-        impl ProtocolVisitor for Ins {
+    /// Whether it can delete records.
+    pub fn deletes(self) -> bool {
+        struct Del;
+        impl ProtocolVisitor for Del {
             type Out = bool;
             fn visit<P: Protocol>(self) -> Self::Out {
-                P::INSERTS
+                P::DELETES
             }
         }
-        self.dispatch(Ins)
+        self.dispatch(Del)
     }
 
     /// Rejects a plan the protocol cannot run.

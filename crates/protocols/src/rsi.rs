@@ -21,7 +21,9 @@
 //!
 //! So an update transaction costs 3 signaled round trips of its own (snapshot, lock,
 //! install) besides its reads, and no CPU at the records' nodes. A read-only transaction
-//! commits at its snapshot. Inserts and deletes are not built yet (refused up front).
+//! commits at its snapshot. Inserts are placed by their nodes after the lock stage (RPC:
+//! allocation) and unlocked at the commit timestamp; deletes are not built yet (refused up
+//! front).
 
 use atoll_fabric::Words;
 use atoll_storage::layout::{
@@ -60,8 +62,8 @@ impl Protocol for Rsi {
     const NAME: &'static str = "rsi";
     const ISOLATION: Isolation = Isolation::Snapshot;
     const LOCK_WORD: LockWord = LockWord::CommitId;
-    // TODO(issue 12): inserts and deletes (an insert's record carries its commit id).
-    const INSERTS: bool = false;
+    // TODO(issue 12): deletes (a deleted record's commit id and the SI checker's view of it).
+    const DELETES: bool = false;
     // Only the log's primitive is a choice: the rest is one-sided by design.
     const STAGES: &'static [Stage] = &[Stage::Log];
     type EntryState = RsiEntry;
@@ -94,15 +96,21 @@ impl Protocol for Rsi {
         }
         for &i in &ws {
             let a = tx.entries[i].access;
-            assert_eq!(
-                a,
-                Access::Update,
-                "rsi: {:?} of {:?} key {} (inserts and deletes are refused up front)",
-                a,
+            assert!(
+                a != Access::Delete,
+                "rsi: a delete of {:?} key {} (deletes are refused up front)",
                 tx.entries[i].table,
                 tx.entries[i].key
             );
         }
+        // Updates lock by CAS; inserts need no lock (a new key has no version to validate:
+        // "with SI inserts always succeeding") and are placed after the lock stage.
+        let ws: Idxs = ws
+            .iter()
+            .copied()
+            .filter(|&i| tx.entries[i].access == Access::Update)
+            .collect();
+        let ins = tx.select(|e| e.access == Access::Insert);
         // A blind write still needs the commit id its lock validates against.
         let blind: Idxs = ws
             .iter()
@@ -130,7 +138,8 @@ impl Protocol for Rsi {
             }
             Lock::Failed(a) => return Err(a),
         };
-        stamp(tx, &ws, cts);
+        let written: Idxs = ws.iter().chain(ins.iter()).copied().collect();
+        stamp(tx, &written, cts);
 
         let t0 = tx.now_ns();
         let logged = stages::log(tx, tx.c.plan().get(Stage::Log)).await;
@@ -141,8 +150,22 @@ impl Protocol for Rsi {
             return Err(a);
         }
 
+        if !ins.is_empty() {
+            // Each new record is placed by its node (allocation is one of the few requests
+            // the design keeps two-sided), locked until the install unlocks it at `cts`.
+            let t0 = tx.now_ns();
+            let placed = stages::apply_inserts_deletes_locked_by(tx, CID_LOCKED).await;
+            tx.charge(Stage::Commit, t0);
+            if let Err(a) = placed {
+                release(tx, &ws).await;
+                report(tx, &svc, cts, rts_word).await;
+                return Err(a);
+            }
+        }
+
         let t0 = tx.now_ns();
         install(tx, &ws, cts).await;
+        unlock_inserted(tx, &ins, cts).await;
         tx.charge(Stage::Commit, t0);
         tx.c.last_commit_ts = cts;
         report(tx, &svc, cts, rts_word).await;
@@ -361,6 +384,30 @@ pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
         let e = &mut tx.entries[i];
         e.installed = Some(e.version + 1);
         e.locked = false;
+    }
+}
+
+/// Unlocks the records `ins` this attempt inserted (payload and version placed by their
+/// nodes): `LOCK` = `cts`.
+pub async fn unlock_inserted(tx: &mut TxnCore<'_, RsiEntry>, ins: &[usize], cts: u64) {
+    if ins.is_empty() {
+        return;
+    }
+    let c = &*tx.c;
+    let mut d = c.ep.doorbell_for(ins.len());
+    for &i in ins {
+        let e = &tx.entries[i];
+        let ptr = c.catalog.record_ptr(e.table, e.node, e.slot()).add(H_LOCK);
+        if c.ep.in_place_on(e.node) {
+            c.ep.write_in_place(ptr, &[cts]);
+        } else {
+            d.write(ptr, Words::from_slice(&[cts]));
+        }
+    }
+    let r = d.submit().await;
+    let _ = tx.unabortable(r);
+    for &i in ins {
+        tx.entries[i].locked = false;
     }
 }
 

@@ -1139,6 +1139,16 @@ async fn release_held<S: EntryState>(tx: &mut TxnCore<'_, S>, held: &[usize], pr
 /// inserts already made are deleted again and the transaction aborts with `Duplicate` or
 /// `TableFull`.
 pub async fn apply_inserts_deletes<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Result<(), Abort> {
+    let ts = tx.ts.word();
+    apply_inserts_deletes_locked_by(tx, ts).await
+}
+
+/// [`apply_inserts_deletes`], with each inserted record's `LOCK` word set to `lock` until
+/// the attempt unlocks it (the attempt's timestamp, or a commit-id family's locked word).
+pub async fn apply_inserts_deletes_locked_by<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    lock: u64,
+) -> Result<(), Abort> {
     // Most transactions neither insert nor delete: one pass tells, no index lists built.
     let index_change = |e: &Entry<S>| matches!(e.access, Access::Insert | Access::Delete);
     if !tx.entries.iter().any(index_change) {
@@ -1146,7 +1156,7 @@ pub async fn apply_inserts_deletes<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Re
     }
     let ins = tx.select(|e| e.access == Access::Insert);
     let del = tx.select(|e| e.access == Access::Delete);
-    let ts = tx.ts.word();
+    let ts = lock;
     let mut d = tx.c.ep.doorbell();
     for &i in &ins {
         let e = &tx.entries[i];

@@ -24,8 +24,8 @@ pub trait Protocol: 'static {
     /// The isolation level it guarantees (how its histories are checked).
     const ISOLATION: crate::Isolation = crate::Isolation::Serializable;
 
-    /// Whether it can insert and delete records (workloads that do are refused otherwise).
-    const INSERTS: bool = true;
+    /// Whether it can delete records (workloads that do are refused otherwise).
+    const DELETES: bool = true;
 
     /// What its records' `LOCK` words hold.
     const LOCK_WORD: atoll_storage::layout::LockWord = atoll_storage::layout::LockWord::Owner;

@@ -258,9 +258,9 @@ impl WorkloadKind {
         }
     }
 
-    /// Whether its transactions insert or delete records (a protocol that cannot is
-    /// refused before the run starts).
-    pub fn inserts_or_deletes(self) -> bool {
+    /// Whether its transactions delete records (a protocol that cannot is refused before
+    /// the run starts).
+    pub fn deletes(self) -> bool {
         match self {
             WorkloadKind::Cycle | WorkloadKind::Tpcc => true,
             WorkloadKind::SmallBank | WorkloadKind::Ycsb | WorkloadKind::Micro => false,
