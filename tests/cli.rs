@@ -65,7 +65,7 @@ fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
         &["bench", "--workload", "tpcx"],
         &[
             "unknown workload 'tpcx'",
-            "smallbank, ycsb, cycle, tpcc, micro",
+            "smallbank, ycsb, cycle, tpcc, micro, skew",
         ],
     );
     bad(
@@ -91,6 +91,27 @@ fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
         &[
             "tpcc payment_remote=district is not accepted",
             "customer, warehouse",
+        ],
+    );
+    bad(
+        &["bench", "--workload", "skew", "-p", "pairs=0"],
+        &["skew pairs=0 is out of range", "1..=1000000"],
+    );
+    bad(
+        &[
+            "bench",
+            "--workload",
+            "skew",
+            "-p",
+            "withdraw_fraction=often",
+        ],
+        &["skew withdraw_fraction=often is not a number", "0..=1"],
+    );
+    bad(
+        &["bench", "--workload", "skew", "-p", "doctors=2"],
+        &[
+            "unknown skew knob 'doctors'",
+            "pairs, initial, withdraw_fraction, deposit",
         ],
     );
     bad(

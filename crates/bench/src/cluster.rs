@@ -38,6 +38,7 @@ use atoll_storage::Catalog;
 use atoll_txn::{Protocol, TxnConfig};
 use atoll_workloads::cycle::Cycle;
 use atoll_workloads::micro::Micro;
+use atoll_workloads::skew::Skew;
 use atoll_workloads::smallbank::SmallBank;
 use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
@@ -777,6 +778,10 @@ macro_rules! with_workload {
             }
             WorkloadKind::Micro => {
                 let $w = Micro::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+                $body
+            }
+            WorkloadKind::Skew => {
+                let $w = Skew::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
                 $body
             }
         }

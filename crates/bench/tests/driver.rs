@@ -36,6 +36,7 @@ fn config(workload: WorkloadKind, protocol: ProtocolKind, plan: &str) -> RunConf
             ("rows_per_node", "20"),
             ("multisite_fraction", "0.5"),
         ],
+        WorkloadKind::Skew => &[("pairs", "4")],
     };
     RunConfig {
         fabric: Fabric::Sim {

@@ -1,6 +1,6 @@
 //! Atoll's workloads: SmallBank ([`smallbank`]), YCSB ([`ycsb`]), the torn-read /
-//! invariant workload Cycle ([`cycle`]), TPC-C ([`tpcc`]) and the hardware-islands
-//! microbenchmark ([`micro`]). A workload declares its tables, loads a node's
+//! invariant workload Cycle ([`cycle`]), TPC-C ([`tpcc`]), the hardware-islands
+//! microbenchmark ([`micro`]) and the write-skew probe ([`skew`]). A workload declares its tables, loads a node's
 //! partition, generates transaction inputs, runs the transaction logic against the [`Txn`]
 //! API under any protocol, and checks its invariants after a run from the final state and
 //! the effects its committed transactions report (values they read and wrote).
@@ -18,6 +18,7 @@
 pub mod cycle;
 pub mod micro;
 pub mod params;
+pub mod skew;
 pub mod smallbank;
 pub mod tpcc;
 pub mod ycsb;
@@ -278,15 +279,17 @@ pub enum WorkloadKind {
     Cycle,
     Tpcc,
     Micro,
+    Skew,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 5] = [
+    pub const ALL: [WorkloadKind; 6] = [
         WorkloadKind::SmallBank,
         WorkloadKind::Ycsb,
         WorkloadKind::Cycle,
         WorkloadKind::Tpcc,
         WorkloadKind::Micro,
+        WorkloadKind::Skew,
     ];
 
     pub fn name(self) -> &'static str {
@@ -296,6 +299,7 @@ impl WorkloadKind {
             WorkloadKind::Cycle => cycle::Cycle::NAME,
             WorkloadKind::Tpcc => tpcc::Tpcc::NAME,
             WorkloadKind::Micro => micro::Micro::NAME,
+            WorkloadKind::Skew => skew::Skew::NAME,
         }
     }
 
