@@ -541,6 +541,11 @@ fn knobs(w: WorkloadKind) -> &'static [(&'static str, &'static str)] {
         ],
         // Few pairs: the probe of write skew, which OCC without validation lets through.
         WorkloadKind::Skew => &[("pairs", "4")],
+        WorkloadKind::Checkout => &[
+            ("products", "30"),
+            ("product_bytes", "128"),
+            ("orders_max", "2000"),
+        ],
     }
 }
 

@@ -6,6 +6,7 @@ use atoll_fabric::rng::Rng;
 use atoll_fabric::NodeId;
 use atoll_protocols::{Mvcc, NoWait, Occ, Sundial, WaitDie};
 use atoll_txn::{Access, Plan, Primitive, Protocol, Txn};
+use atoll_workloads::checkout::Checkout;
 use atoll_workloads::cycle::Cycle;
 use atoll_workloads::micro::Micro;
 use atoll_workloads::skew::Skew;
@@ -205,4 +206,18 @@ fn skew_declares_exactly_the_pair_its_withdraws_read_and_the_record_every_transa
     let skew =
         Skew::from_params(&params(&[("pairs", "2"), ("withdraw_fraction", "0.5")]), 2).unwrap();
     assert_eq!(every_protocol(skew), (5 * TXNS, 0));
+}
+
+#[test]
+fn checkout_declares_its_three_products_its_order_and_its_three_lines_as_writes() {
+    let checkout = Checkout::from_params(
+        &params(&[
+            ("products", "12"),
+            ("product_bytes", "64"),
+            ("orders_max", "1000"),
+        ]),
+        2,
+    )
+    .unwrap();
+    assert_eq!(every_protocol(checkout), (5 * TXNS, 0));
 }

@@ -37,6 +37,11 @@ fn config(workload: WorkloadKind, protocol: ProtocolKind, plan: &str) -> RunConf
             ("multisite_fraction", "0.5"),
         ],
         WorkloadKind::Skew => &[("pairs", "4")],
+        WorkloadKind::Checkout => &[
+            ("products", "30"),
+            ("product_bytes", "128"),
+            ("orders_max", "2000"),
+        ],
     };
     RunConfig {
         fabric: Fabric::Sim {

@@ -1,6 +1,7 @@
 //! Atoll's workloads: SmallBank ([`smallbank`]), YCSB ([`ycsb`]), the torn-read /
 //! invariant workload Cycle ([`cycle`]), TPC-C ([`tpcc`]), the hardware-islands
-//! microbenchmark ([`micro`]) and the write-skew probe ([`skew`]). A workload declares its tables, loads a node's
+//! microbenchmark ([`micro`]), the write-skew probe ([`skew`]) and TPC-W's checkout
+//! ([`checkout`]). A workload declares its tables, loads a node's
 //! partition, generates transaction inputs, runs the transaction logic against the [`Txn`]
 //! API under any protocol, and checks its invariants after a run from the final state and
 //! the effects its committed transactions report (values they read and wrote).
@@ -15,6 +16,7 @@
 //! and the driver turns the parts into verdicts ([`Workload::check_cluster`],
 //! [`storage_check_cluster`]); a run whose nodes are separate processes checks the same way.
 
+pub mod checkout;
 pub mod cycle;
 pub mod micro;
 pub mod params;
@@ -280,16 +282,18 @@ pub enum WorkloadKind {
     Tpcc,
     Micro,
     Skew,
+    Checkout,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 6] = [
+    pub const ALL: [WorkloadKind; 7] = [
         WorkloadKind::SmallBank,
         WorkloadKind::Ycsb,
         WorkloadKind::Cycle,
         WorkloadKind::Tpcc,
         WorkloadKind::Micro,
         WorkloadKind::Skew,
+        WorkloadKind::Checkout,
     ];
 
     pub fn name(self) -> &'static str {
@@ -300,6 +304,7 @@ impl WorkloadKind {
             WorkloadKind::Tpcc => tpcc::Tpcc::NAME,
             WorkloadKind::Micro => micro::Micro::NAME,
             WorkloadKind::Skew => skew::Skew::NAME,
+            WorkloadKind::Checkout => checkout::Checkout::NAME,
         }
     }
 
