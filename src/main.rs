@@ -210,7 +210,9 @@ struct BenchArgs {
     #[arg(long)]
     faults: Option<String>,
     /// Workload: smallbank, ycsb, cycle (pairs whose invariant every read checks), tpcc,
-    /// micro (the hardware-islands local/multisite microbenchmark).
+    /// micro (the hardware-islands local/multisite microbenchmark), skew (a write-skew
+    /// probe: pairs x + y >= 0, required only of serializable protocols), checkout (TPC-W's,
+    /// as RSI's paper ran it: 3 products read and restocked, an order and 3 lines inserted).
     #[arg(long)]
     workload: Option<String>,
     /// Protocol: nowait, waitdie, occ, mvcc, sundial.

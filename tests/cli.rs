@@ -65,7 +65,7 @@ fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
         &["bench", "--workload", "tpcx"],
         &[
             "unknown workload 'tpcx'",
-            "smallbank, ycsb, cycle, tpcc, micro",
+            "smallbank, ycsb, cycle, tpcc, micro, skew, checkout",
         ],
     );
     bad(
@@ -92,6 +92,48 @@ fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
             "tpcc payment_remote=district is not accepted",
             "customer, warehouse",
         ],
+    );
+    bad(
+        &["bench", "--workload", "skew", "-p", "pairs=0"],
+        &["skew pairs=0 is out of range", "1..=1000000"],
+    );
+    bad(
+        &[
+            "bench",
+            "--workload",
+            "skew",
+            "-p",
+            "withdraw_fraction=often",
+        ],
+        &["skew withdraw_fraction=often is not a number", "0..=1"],
+    );
+    bad(
+        &["bench", "--workload", "skew", "-p", "doctors=2"],
+        &[
+            "unknown skew knob 'doctors'",
+            "pairs, initial, withdraw_fraction, deposit",
+        ],
+    );
+    bad(
+        &["bench", "--workload", "checkout", "-p", "products=2"],
+        &["checkout products=2 is out of range", "3..="],
+    );
+    bad(
+        &[
+            "bench",
+            "--workload",
+            "checkout",
+            "-p",
+            "product_bytes=1020",
+        ],
+        &[
+            "checkout product_bytes=1020 is not accepted",
+            "multiple of 8 in 40..=65536",
+        ],
+    );
+    bad(
+        &["bench", "--workload", "checkout", "-p", "quantity_max=0"],
+        &["checkout quantity_max=0 is out of range", "1..=100"],
     );
     bad(
         &["bench", "--plan", "lock=rdma"],
@@ -839,6 +881,24 @@ fn configurations_that_cannot_fit_are_refused_with_the_figure_and_the_limit_befo
         &[
             "cycle table dyn needs",
             "(4096000000 records of 1 payload words)",
+        ],
+    );
+    // Checkout's 10^8 products of 1 KiB over 8 nodes: each node's table fits its region,
+    // the whole is over 100 GiB.
+    bad(
+        &[
+            "bench",
+            "--workload",
+            "checkout",
+            "--nodes",
+            "8",
+            "-p",
+            "products=100000000",
+        ],
+        &[
+            "the configuration needs",
+            "× 8 nodes), over the limit of",
+            "products=100000000",
         ],
     );
 }

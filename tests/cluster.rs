@@ -128,6 +128,45 @@ fn ucx_cluster_3_processes_over_tcp_pass_every_check_for_every_protocol_and_plan
 }
 
 #[test]
+fn ucx_cluster_3_processes_run_the_write_skew_probe_and_checkout_with_every_check_passing() {
+    let _one = serial();
+    if !ucx_built() {
+        return;
+    }
+    for (workload, knobs) in [
+        ("skew", ["pairs=8", "withdraw_fraction=0.6"]),
+        ("checkout", ["products=3000", "orders_max=100000"]),
+    ] {
+        let mut args = vec![
+            "cluster",
+            "--nodes",
+            "3",
+            "--transport",
+            "shm",
+            "bench",
+            "--workload",
+            workload,
+            "--duration",
+            "0.2",
+            "--warmup",
+            "0.05",
+            "--coroutines",
+            "4",
+        ];
+        for k in knobs {
+            args.extend(["-p", k]);
+        }
+        let (code, out, err) = cluster(&args);
+        assert_eq!(code, 0, "{args:?} exited {code}:\n{out}\n{err}");
+        assert!(
+            out.contains(&format!("== {workload} / occ")),
+            "{args:?}:\n{out}"
+        );
+        assert!(!out.contains("FAIL"), "{args:?}:\n{out}");
+    }
+}
+
+#[test]
 fn ucx_cluster_json_names_the_transport_and_how_each_verb_travels() {
     let _one = serial();
     if !ucx_built() {

@@ -36,8 +36,10 @@ use atoll_fabric_ucx::{self as ucx, Bootstrap, NodeAddresses, RunWatch, Transpor
 use atoll_protocols::ProtocolVisitor;
 use atoll_storage::Catalog;
 use atoll_txn::{Protocol, TxnConfig};
+use atoll_workloads::checkout::Checkout;
 use atoll_workloads::cycle::Cycle;
 use atoll_workloads::micro::Micro;
+use atoll_workloads::skew::Skew;
 use atoll_workloads::smallbank::SmallBank;
 use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
@@ -777,6 +779,14 @@ macro_rules! with_workload {
             }
             WorkloadKind::Micro => {
                 let $w = Micro::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+                $body
+            }
+            WorkloadKind::Skew => {
+                let $w = Skew::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+                $body
+            }
+            WorkloadKind::Checkout => {
+                let $w = Checkout::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
                 $body
             }
         }

@@ -268,6 +268,10 @@ pub struct ConfigReport {
     pub workload: &'static str,
     pub workload_knobs: std::collections::BTreeMap<String, String>,
     pub protocol: &'static str,
+    /// The isolation level the protocol guarantees (`serializable`, `snapshot`): which
+    /// workload checks bind the run ([`atoll_workloads::Binds`]) and how its history is
+    /// checked.
+    pub isolation: &'static str,
     pub plan: String,
     pub nodes: u16,
     pub threads: u16,

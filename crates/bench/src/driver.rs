@@ -212,6 +212,7 @@ pub fn report<W: Workload, P: Protocol>(
     };
     let torn = atoll_workloads::CheckResult {
         name: "txn.no_torn_read_committed".into(),
+        binds: atoll_workloads::Binds::Always,
         passed: all.committed_torn_reads == 0,
         detail: format!(
             "{} committed transactions had read a payload that failed its check word (torn, or another record's)",
@@ -222,7 +223,10 @@ pub fn report<W: Workload, P: Protocol>(
         checks.into_iter().map(|c| (c.storage, c.workload)).unzip();
     let mut checks: Vec<CheckReport> = std::iter::once(torn)
         .chain(atoll_workloads::storage_check_cluster(&storage))
+        // A check of what only serializability guarantees (write skew) binds only a
+        // serializable protocol's run.
         .chain(w.check_cluster(parts, ledger))
+        .map(|c| c.under(P::ISOLATION))
         .map(|c| CheckReport {
             name: c.name,
             passed: c.passed,
@@ -256,6 +260,7 @@ pub fn report<W: Workload, P: Protocol>(
             workload: W::NAME,
             workload_knobs: w.knobs(),
             protocol: P::NAME,
+            isolation: P::ISOLATION.name(),
             plan: cfg.plan.to_string(),
             nodes: cfg.nodes,
             threads: cfg.threads,

@@ -19,8 +19,10 @@ use atoll_fabric_sim::{self as sim, SimConfig};
 use atoll_protocols::ProtocolVisitor;
 use atoll_storage::Catalog;
 use atoll_txn::{Abort, Coordinator, Protocol, Stage, Txn, TxnConfig};
+use atoll_workloads::checkout::Checkout;
 use atoll_workloads::cycle::Cycle;
 use atoll_workloads::micro::Micro;
+use atoll_workloads::skew::Skew;
 use atoll_workloads::smallbank::SmallBank;
 use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
@@ -152,6 +154,14 @@ pub fn run_protocol_via<P: Protocol>(
         WorkloadKind::Micro => {
             let w = Micro::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
             run_with::<Micro, P>(cfg, w, wire, progress)
+        }
+        WorkloadKind::Skew => {
+            let w = Skew::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            run_with::<Skew, P>(cfg, w, wire, progress)
+        }
+        WorkloadKind::Checkout => {
+            let w = Checkout::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            run_with::<Checkout, P>(cfg, w, wire, progress)
         }
     }
 }

@@ -8,8 +8,10 @@ use atoll_storage::layout::REGION_WORDS_MAX;
 use atoll_storage::ordered;
 use atoll_storage::{TableLayout, TableSpec};
 use atoll_txn::stages::log_record_words;
+use atoll_workloads::checkout::Checkout;
 use atoll_workloads::cycle::Cycle;
 use atoll_workloads::micro::Micro;
+use atoll_workloads::skew::Skew;
 use atoll_workloads::smallbank::SmallBank;
 use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
@@ -218,6 +220,16 @@ pub fn sizing(cfg: &RunConfig) -> Result<Sizing, ConfigError> {
         WorkloadKind::Micro => size(
             cfg,
             &Micro::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            version_slots,
+        ),
+        WorkloadKind::Skew => size(
+            cfg,
+            &Skew::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            version_slots,
+        ),
+        WorkloadKind::Checkout => size(
+            cfg,
+            &Checkout::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
             version_slots,
         ),
     }

@@ -6,8 +6,10 @@ use atoll_fabric::rng::Rng;
 use atoll_fabric::NodeId;
 use atoll_protocols::{Mvcc, NoWait, Occ, Sundial, WaitDie};
 use atoll_txn::{Access, Plan, Primitive, Protocol, Txn};
+use atoll_workloads::checkout::Checkout;
 use atoll_workloads::cycle::Cycle;
 use atoll_workloads::micro::Micro;
+use atoll_workloads::skew::Skew;
 use atoll_workloads::smallbank::SmallBank;
 use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
@@ -195,4 +197,27 @@ fn tpcc_declares_no_access_set_as_its_keys_come_from_what_it_reads_and_scans() {
     )
     .unwrap();
     assert_eq!(every_protocol(tpcc), (0, 5 * TXNS));
+}
+
+#[test]
+fn skew_declares_exactly_the_pair_its_withdraws_read_and_the_record_every_transaction_writes() {
+    // Two pairs per node, half of the transactions deposits: withdraws both take a unit and
+    // decline (write their record back unchanged), and every one touches its declared set.
+    let skew =
+        Skew::from_params(&params(&[("pairs", "2"), ("withdraw_fraction", "0.5")]), 2).unwrap();
+    assert_eq!(every_protocol(skew), (5 * TXNS, 0));
+}
+
+#[test]
+fn checkout_declares_its_three_products_its_order_and_its_three_lines_as_writes() {
+    let checkout = Checkout::from_params(
+        &params(&[
+            ("products", "12"),
+            ("product_bytes", "64"),
+            ("orders_max", "1000"),
+        ]),
+        2,
+    )
+    .unwrap();
+    assert_eq!(every_protocol(checkout), (5 * TXNS, 0));
 }

@@ -36,6 +36,12 @@ fn config(workload: WorkloadKind, protocol: ProtocolKind, plan: &str) -> RunConf
             ("rows_per_node", "20"),
             ("multisite_fraction", "0.5"),
         ],
+        WorkloadKind::Skew => &[("pairs", "4")],
+        WorkloadKind::Checkout => &[
+            ("products", "30"),
+            ("product_bytes", "128"),
+            ("orders_max", "2000"),
+        ],
     };
     RunConfig {
         fabric: Fabric::Sim {

@@ -31,6 +31,10 @@ const TPCC_SEEDS_PER_COMBINATION: u64 = 16;
 /// The microbenchmark's transactions are YCSB's kind (one batch of reads or updates): fewer
 /// seeds keep the suite's time (24 seeds x 4 plans = 96 runs per protocol).
 const MICRO_SEEDS_PER_COMBINATION: u64 = 24;
+/// The write-skew probe's transactions touch one pair: 24 seeds x 4 plans per protocol.
+const SKEW_SEEDS_PER_COMBINATION: u64 = 24;
+/// A checkout inserts four records and updates three: TPC-C's count of seeds.
+const CHECKOUT_SEEDS_PER_COMBINATION: u64 = 16;
 const FAULTS: &str =
     "spikes=3,spike_us=50,spike_len_us=300,pauses=2,pause_us=200,tear_words=2,tear_ns=1000,stall_permille=50,stall_us=50";
 
@@ -75,6 +79,15 @@ fn knobs(w: WorkloadKind) -> &'static [(&'static str, &'static str)] {
             ("rows_per_node", "40"),
             ("kind", "update"),
             ("multisite_fraction", "0.5"),
+        ],
+        // Four pairs per node (12 over 3 nodes): withdraws of one pair meet often.
+        WorkloadKind::Skew => &[("pairs", "4")],
+        // 30 products of 128 bytes (torn in steps, as YCSB's records): three of them per
+        // checkout, so checkouts meet; room for every order of the run.
+        WorkloadKind::Checkout => &[
+            ("products", "30"),
+            ("product_bytes", "128"),
+            ("orders_max", "2000"),
         ],
     }
 }
@@ -265,6 +278,8 @@ fn sim_every_protocol_plan_and_workload_is_serializable_under_faults() {
                 let seeds = match (w, seeds_set) {
                     (WorkloadKind::Tpcc, None) => TPCC_SEEDS_PER_COMBINATION,
                     (WorkloadKind::Micro, None) => MICRO_SEEDS_PER_COMBINATION,
+                    (WorkloadKind::Skew, None) => SKEW_SEEDS_PER_COMBINATION,
+                    (WorkloadKind::Checkout, None) => CHECKOUT_SEEDS_PER_COMBINATION,
                     _ => seeds,
                 };
                 for s in 0..seeds {

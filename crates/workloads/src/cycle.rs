@@ -518,6 +518,7 @@ impl Workload for Cycle {
         vec![
             CheckResult {
                 name: "cycle.no_committed_broken_invariant".into(),
+                binds: crate::Binds::Always,
                 passed: ledger.broken == 0,
                 detail: if ledger.broken == 0 {
                     "no committed transaction saw a broken pair or a scan that disagreed with its guard".into()
@@ -531,6 +532,7 @@ impl Workload for Cycle {
             },
             CheckResult {
                 name: "cycle.pairs_consistent".into(),
+                binds: crate::Binds::Always,
                 passed: bad_pairs == 0,
                 detail: if bad_pairs == 0 {
                     format!(
@@ -543,6 +545,7 @@ impl Workload for Cycle {
             },
             CheckResult {
                 name: "cycle.guards_count_live_keys".into(),
+                binds: crate::Binds::Always,
                 passed: bad_ranges == 0,
                 detail: if bad_ranges == 0 {
                     format!("every range's guard equals its live keys in both indexes ({ranges} ranges)")

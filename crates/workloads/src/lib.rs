@@ -1,6 +1,7 @@
 //! Atoll's workloads: SmallBank ([`smallbank`]), YCSB ([`ycsb`]), the torn-read /
-//! invariant workload Cycle ([`cycle`]), TPC-C ([`tpcc`]) and the hardware-islands
-//! microbenchmark ([`micro`]). A workload declares its tables, loads a node's
+//! invariant workload Cycle ([`cycle`]), TPC-C ([`tpcc`]), the hardware-islands
+//! microbenchmark ([`micro`]), the write-skew probe ([`skew`]) and TPC-W's checkout
+//! ([`checkout`]). A workload declares its tables, loads a node's
 //! partition, generates transaction inputs, runs the transaction logic against the [`Txn`]
 //! API under any protocol, and checks its invariants after a run from the final state and
 //! the effects its committed transactions report (values they read and wrote).
@@ -15,9 +16,11 @@
 //! and the driver turns the parts into verdicts ([`Workload::check_cluster`],
 //! [`storage_check_cluster`]); a run whose nodes are separate processes checks the same way.
 
+pub mod checkout;
 pub mod cycle;
 pub mod micro;
 pub mod params;
+pub mod skew;
 pub mod smallbank;
 pub mod tpcc;
 pub mod ycsb;
@@ -28,7 +31,7 @@ use atoll_storage::layout::{
     payload_intact, HEADER_WORDS, H_KEY, H_LOCK, H_VERSION, VERSION_ABSENT,
 };
 use atoll_storage::{Store, TableId, TableSpec};
-use atoll_txn::{Abort, Protocol, Txn};
+use atoll_txn::{Abort, Isolation, Protocol, Txn};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -43,6 +46,47 @@ pub struct CheckResult {
     pub passed: bool,
     /// What was compared, with the difference when it failed.
     pub detail: String,
+    /// Which runs must pass it: a check of what only serializability guarantees fails a
+    /// serializable protocol's run and is reported, not failed, under snapshot isolation
+    /// ([`CheckResult::under`]).
+    pub binds: Binds,
+}
+
+/// Which runs a check binds, by the isolation level of the run's protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binds {
+    /// Every run: what snapshot isolation guarantees too (no lost update, every record one
+    /// write's, every committed change counted).
+    Always,
+    /// Serializable runs only: an anomaly snapshot isolation allows, such as write skew
+    /// (two transactions each read what the other writes, and both commit).
+    Serializable,
+}
+
+impl CheckResult {
+    /// The verdict of this check for a run whose protocol guarantees `isolation`: a failure
+    /// of a check that binds only serializable runs is, under snapshot isolation, an anomaly
+    /// that level allows, so it passes with its detail saying so (the probe saw what it
+    /// exists to find); under serializability it stays a failure.
+    pub fn under(mut self, isolation: Isolation) -> CheckResult {
+        if self.passed || self.binds == Binds::Always {
+            return self;
+        }
+        match isolation {
+            Isolation::Snapshot => {
+                self.passed = true;
+                self.detail = format!(
+                    "{} (allowed under {} isolation)",
+                    self.detail,
+                    isolation.name()
+                );
+            }
+            Isolation::Serializable => {
+                self.detail = format!("{} (a serializable protocol allows none)", self.detail);
+            }
+        }
+        self
+    }
 }
 
 /// Why words did not decode into a workload's input.
@@ -237,15 +281,19 @@ pub enum WorkloadKind {
     Cycle,
     Tpcc,
     Micro,
+    Skew,
+    Checkout,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 5] = [
+    pub const ALL: [WorkloadKind; 7] = [
         WorkloadKind::SmallBank,
         WorkloadKind::Ycsb,
         WorkloadKind::Cycle,
         WorkloadKind::Tpcc,
         WorkloadKind::Micro,
+        WorkloadKind::Skew,
+        WorkloadKind::Checkout,
     ];
 
     pub fn name(self) -> &'static str {
@@ -255,6 +303,8 @@ impl WorkloadKind {
             WorkloadKind::Cycle => cycle::Cycle::NAME,
             WorkloadKind::Tpcc => tpcc::Tpcc::NAME,
             WorkloadKind::Micro => micro::Micro::NAME,
+            WorkloadKind::Skew => skew::Skew::NAME,
+            WorkloadKind::Checkout => checkout::Checkout::NAME,
         }
     }
 
@@ -263,7 +313,11 @@ impl WorkloadKind {
     pub fn deletes(self) -> bool {
         match self {
             WorkloadKind::Cycle | WorkloadKind::Tpcc => true,
-            WorkloadKind::SmallBank | WorkloadKind::Ycsb | WorkloadKind::Micro => false,
+            WorkloadKind::SmallBank
+            | WorkloadKind::Ycsb
+            | WorkloadKind::Micro
+            | WorkloadKind::Skew
+            | WorkloadKind::Checkout => false,
         }
     }
 
@@ -352,6 +406,7 @@ pub fn storage_check_cluster(parts: &[StorageCheck]) -> Vec<CheckResult> {
     vec![
         CheckResult {
             name: "storage.payloads_intact".into(),
+            binds: Binds::Always,
             passed: all.torn == 0,
             detail: if all.torn == 0 {
                 format!("all {records} live records hold one write's payload for their own key")
@@ -366,6 +421,7 @@ pub fn storage_check_cluster(parts: &[StorageCheck]) -> Vec<CheckResult> {
         },
         CheckResult {
             name: "storage.no_lock_left_held".into(),
+            binds: Binds::Always,
             passed: all.locked == 0,
             detail: if all.locked == 0 {
                 format!("none of {records} live records is locked")
@@ -390,3 +446,48 @@ pub fn storage_checks(stores: &[Arc<Store>]) -> Vec<CheckResult> {
 /// effects per record, recorded once per committed transaction, where SipHash cost ~300-560
 /// instructions a transaction (issue #9).
 pub type KeyMap<K, V> = atoll_fabric::IntMap<K, V>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(passed: bool, binds: Binds) -> CheckResult {
+        CheckResult {
+            name: "probe".into(),
+            passed,
+            detail: "2 pairs below zero".into(),
+            binds,
+        }
+    }
+
+    #[test]
+    fn a_failed_check_binding_serializable_runs_fails_them_and_passes_under_snapshot_isolation_saying_so(
+    ) {
+        let serializable = check(false, Binds::Serializable).under(Isolation::Serializable);
+        assert!(!serializable.passed);
+        assert_eq!(
+            serializable.detail,
+            "2 pairs below zero (a serializable protocol allows none)"
+        );
+        let snapshot = check(false, Binds::Serializable).under(Isolation::Snapshot);
+        assert!(snapshot.passed);
+        assert_eq!(
+            snapshot.detail,
+            "2 pairs below zero (allowed under snapshot isolation)"
+        );
+    }
+
+    #[test]
+    fn a_check_binding_every_run_fails_under_either_isolation_and_a_passed_one_is_left_alone() {
+        for isolation in Isolation::ALL {
+            assert_eq!(
+                check(false, Binds::Always).under(isolation),
+                check(false, Binds::Always)
+            );
+            assert_eq!(
+                check(true, Binds::Serializable).under(isolation),
+                check(true, Binds::Serializable)
+            );
+        }
+    }
+}

@@ -446,6 +446,7 @@ impl Workload for SmallBank {
         vec![
             CheckResult {
                 name: "smallbank.balances_match_committed_changes".into(),
+                binds: crate::Binds::Always,
                 passed: wrong == 0 && missing == 0,
                 detail: if wrong == 0 && missing == 0 {
                     format!(
@@ -462,6 +463,7 @@ impl Workload for SmallBank {
             },
             CheckResult {
                 name: "smallbank.money_conserved".into(),
+                binds: crate::Binds::Always,
                 passed: total == expected,
                 detail: format!(
                     "sum of balances {total} cents, expected {expected} (initial plus committed net {net}); off by {}",
