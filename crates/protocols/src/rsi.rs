@@ -62,7 +62,7 @@ impl Protocol for Rsi {
     const NAME: &'static str = "rsi";
     const ISOLATION: Isolation = Isolation::Snapshot;
     const LOCK_WORD: LockWord = LockWord::CommitId;
-    // TODO(issue 12): deletes (a deleted record's commit id and the SI checker's view of it).
+    // TODO(#12): deletes (a deleted record's commit id and the SI checker's view of it).
     const DELETES: bool = false;
     // Only the log's primitive is a choice: the rest is one-sided by design.
     const STAGES: &'static [Stage] = &[Stage::Log];
