@@ -62,6 +62,13 @@ fn checkout_orders_have_three_lines_and_stock_decrease_equals_quantity_ordered_u
 ) {
     for protocol in ProtocolKind::ALL {
         for plan in PLANS {
+            // What the protocol refuses (RSI: RPC stages) it skips.
+            if protocol
+                .check_plan(&atoll_txn::Plan::parse(plan).unwrap())
+                .is_err()
+            {
+                continue;
+            }
             for seed in 0..SEEDS {
                 let what = format!("{} / {plan} / seed {seed}", protocol.name());
                 let r = run(&config(protocol, plan, seed), &|_| {})
@@ -82,7 +89,8 @@ fn checkout_orders_have_three_lines_and_stock_decrease_equals_quantity_ordered_u
                     stock.contains(" restocks)") && !stock.contains(", 0 restocks)"),
                     "{what}: no product was restocked: {stock}"
                 );
-                let v = history::check(&r.history, Mode::Serializable);
+                // Checked at the level the protocol guarantees.
+                let v = history::check(&r.history, Mode::from(protocol.isolation()));
                 assert!(v.ok(), "{what}: {}", history::render(&r.history, &v));
             }
         }

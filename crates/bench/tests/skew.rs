@@ -57,8 +57,11 @@ fn committed(r: &Report, ty: &str) -> u64 {
 
 #[test]
 fn skew_the_pair_constraint_holds_under_every_serializable_protocol_and_plan() {
-    for protocol in ProtocolKind::ALL {
-        assert_eq!(protocol.isolation(), Isolation::Serializable);
+    // Snapshot-isolation protocols (RSI) allow the skew this probe looks for.
+    for protocol in ProtocolKind::ALL
+        .into_iter()
+        .filter(|p| p.isolation() == Isolation::Serializable)
+    {
         for plan in PLANS {
             for seed in 0..SEEDS {
                 let cfg = config(protocol, plan, seed);
