@@ -3,9 +3,11 @@
 
 use atoll_bench::config::Fabric;
 use atoll_bench::config::FaultConfig;
+use atoll_bench::config::{Roles, NODES_MAX};
 use atoll_bench::interrupt::{self, EXIT_INTERRUPTED};
 use atoll_bench::{ProgressLine, RunConfig};
 use atoll_protocols::ProtocolKind;
+use atoll_storage::{Architecture, TsPlacement};
 use atoll_txn::{Plan, Primitive};
 use atoll_workloads::{Params, WorkloadKind};
 use clap::{Parser, Subcommand};
@@ -215,16 +217,31 @@ struct BenchArgs {
     /// as RSI's paper ran it: 3 products read and restocked, an order and 3 lines inserted).
     #[arg(long)]
     workload: Option<String>,
-    /// Protocol: nowait, waitdie, occ, mvcc, sundial.
+    /// Protocol: nowait, waitdie, occ, mvcc, sundial, rsi.
     #[arg(long)]
     protocol: Option<String>,
     /// Stage plan: one-sided, rpc, per stage (e.g. read=rpc,lock=one-sided,commit=one-sided),
     /// or all (every valid plan of the protocol, ranked).
     #[arg(long)]
     plan: Option<String>,
-    /// Nodes of the cluster.
+    /// Nodes of the cluster (partitioned architecture).
     #[arg(long)]
     nodes: Option<u16>,
+    /// partitioned (every node holds a partition and runs transactions) or shared-data
+    /// (memory nodes hold the records, compute nodes run the transactions) [default:
+    /// partitioned].
+    #[arg(long)]
+    architecture: Option<String>,
+    /// Shared-data: nodes holding the records [default: 1].
+    #[arg(long)]
+    memory_nodes: Option<u16>,
+    /// Shared-data: nodes running the transactions [default: 2].
+    #[arg(long)]
+    compute_nodes: Option<u16>,
+    /// Shared-data: where the timestamp service runs: memory (a role of memory node 0) or
+    /// own (a node of its own, as RSI's Figure 6) [default: memory].
+    #[arg(long)]
+    ts_node: Option<String>,
     /// Worker threads per node.
     #[arg(long)]
     threads: Option<u16>,
@@ -253,6 +270,10 @@ struct BenchArgs {
     /// MVCC only: versions kept per record (default 4).
     #[arg(long)]
     mvcc_slots: Option<u32>,
+    /// RSI only: versions in a record block, the newest a snapshot may read chosen by
+    /// commit id (default 1, as the paper's implementation).
+    #[arg(long)]
+    rsi_versions: Option<u32>,
     /// WAITDIE only: the starvation fix (waiters raise a FETCH_ADD counter that makes
     /// younger lockers die).
     #[arg(long)]
@@ -294,6 +315,10 @@ struct FileConfig {
     protocol: Option<String>,
     plan: Option<String>,
     nodes: Option<u16>,
+    architecture: Option<String>,
+    memory_nodes: Option<u16>,
+    compute_nodes: Option<u16>,
+    ts_node: Option<String>,
     threads: Option<u16>,
     coroutines: Option<u16>,
     duration: Option<f64>,
@@ -304,6 +329,7 @@ struct FileConfig {
     pin: Option<bool>,
     waitdie_counter: Option<bool>,
     mvcc_slots: Option<u32>,
+    rsi_versions: Option<u32>,
     os_threads: Option<usize>,
     attempts_max: Option<u32>,
     repeat: Option<u32>,
@@ -317,6 +343,74 @@ struct Resolved {
     plan_all: bool,
     repeat: u32,
 }
+
+/// The architecture and node roles from the flags and the config file: `--nodes` for
+/// partitioned, `--memory-nodes`, `--compute-nodes` and `--ts-node` for shared-data.
+fn resolve_roles(cfg: &mut RunConfig, a: &BenchArgs, file: &FileConfig) -> Result<(), String> {
+    let architecture = a
+        .architecture
+        .as_deref()
+        .or(file.architecture.as_deref())
+        .unwrap_or(Architecture::Partitioned.name());
+    let memory = a.memory_nodes.or(file.memory_nodes);
+    let compute = a.compute_nodes.or(file.compute_nodes);
+    let ts = a.ts_node.as_deref().or(file.ts_node.as_deref());
+    match Architecture::parse(architecture) {
+        Some(Architecture::Partitioned) => {
+            let given = [
+                memory.map(|_| "--memory-nodes"),
+                compute.map(|_| "--compute-nodes"),
+                ts.map(|_| "--ts-node"),
+            ];
+            if let Some(flag) = given.into_iter().flatten().next() {
+                return Err(format!(
+                    "{flag} needs --architecture shared-data (a partitioned cluster has --nodes, each holding records and running transactions)"
+                ));
+            }
+        }
+        Some(Architecture::SharedData) => {
+            if let Some(n) = a.nodes.or(file.nodes) {
+                return Err(format!(
+                    "--nodes {n} with --architecture shared-data: expected --memory-nodes M --compute-nodes C (and --ts-node memory|own) in its place"
+                ));
+            }
+            let ts = match ts {
+                None => TsPlacement::Memory,
+                Some(t) => TsPlacement::parse(t)
+                    .ok_or_else(|| format!("unknown --ts-node '{t}': accepted are memory, own"))?,
+            };
+            let memory = memory.unwrap_or(SHARED_DATA_MEMORY_NODES_DEFAULT);
+            let compute = compute.unwrap_or(SHARED_DATA_COMPUTE_NODES_DEFAULT);
+            if memory == 0 || compute == 0 {
+                return Err(format!(
+                    "--memory-nodes {memory} --compute-nodes {compute}: shared-data needs at least one of each (expected 1..={NODES_MAX} each)"
+                ));
+            }
+            let total = memory as u32 + compute as u32 + u32::from(ts == TsPlacement::Own);
+            if total > NODES_MAX as u32 {
+                return Err(format!(
+                    "--memory-nodes {memory} --compute-nodes {compute} --ts-node {} make {total} nodes, out of range: expected at most {NODES_MAX}",
+                    ts.name()
+                ));
+            }
+            cfg.nodes = total as u16;
+            cfg.roles = Roles::SharedData {
+                memory_nodes: memory,
+                ts,
+            };
+        }
+        None => {
+            return Err(format!(
+                "unknown architecture '{architecture}': accepted are partitioned, shared-data"
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// Shared-data's shape when `--memory-nodes` or `--compute-nodes` is not given.
+const SHARED_DATA_MEMORY_NODES_DEFAULT: u16 = 1;
+const SHARED_DATA_COMPUTE_NODES_DEFAULT: u16 = 2;
 
 fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
     let file = match &a.config {
@@ -424,6 +518,7 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
         cfg.cpu_scale = x;
     }
     pick!(nodes, a.nodes, file.nodes);
+    resolve_roles(&mut cfg, a, &file)?;
     pick!(threads, a.threads, file.threads);
     pick!(coroutines, a.coroutines, file.coroutines);
     pick!(duration_s, a.duration, file.duration);
@@ -437,7 +532,11 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
         cfg.net_latency_us = atoll_bench::config::parse_latency_us(s).map_err(|e| e.0)?;
     }
     // Unless asked for explicitly, log to one backup when there is another node to hold it.
-    cfg.log_replicas = RunConfig::default_log_replicas(cfg.nodes);
+    cfg.log_replicas = match cfg.roles {
+        Roles::Partitioned => RunConfig::default_log_replicas(cfg.nodes),
+        // Every compute node has a memory node to log to.
+        Roles::SharedData { .. } => 1,
+    };
     pick!(log_replicas, a.log_replicas, file.log_replicas);
     pick!(attempts_max, None, file.attempts_max);
     cfg.pin_threads = a.pin || file.pin.unwrap_or(false);
@@ -450,6 +549,15 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
             ));
         }
         cfg.mvcc_slots = n;
+    }
+    if let Some(n) = a.rsi_versions.or(file.rsi_versions) {
+        if cfg.protocol != ProtocolKind::Rsi {
+            return Err(format!(
+                "rsi-versions={n} needs --protocol rsi, not {}",
+                cfg.protocol.name()
+            ));
+        }
+        cfg.rsi_versions = n;
     }
     cfg.os_threads = a.os_threads.or(file.os_threads);
     let mut params = Params::new();

@@ -705,6 +705,98 @@ fn rsi_refuses_rpc_stages_and_workloads_that_insert_naming_what_it_accepts() {
 }
 
 #[test]
+fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepted() {
+    bad(
+        &["bench", "--architecture", "nam"],
+        &["unknown architecture 'nam'", "partitioned, shared-data"],
+    );
+    bad(
+        &["bench", "--memory-nodes", "2"],
+        &["--memory-nodes needs --architecture shared-data"],
+    );
+    bad(
+        &["bench", "--architecture", "shared-data", "--nodes", "3"],
+        &[
+            "--nodes 3 with --architecture shared-data",
+            "--memory-nodes M --compute-nodes C",
+        ],
+    );
+    bad(
+        &[
+            "bench",
+            "--architecture",
+            "shared-data",
+            "--compute-nodes",
+            "0",
+        ],
+        &["--compute-nodes 0", "at least one of each"],
+    );
+    bad(
+        &["bench", "--architecture", "shared-data", "--ts-node", "far"],
+        &["unknown --ts-node 'far'", "memory, own"],
+    );
+    bad(
+        &[
+            "bench",
+            "--architecture",
+            "shared-data",
+            "--memory-nodes",
+            "1000",
+            "--compute-nodes",
+            "1000",
+        ],
+        &["make 2000 nodes", "at most 1024"],
+    );
+    bad(
+        &[
+            "bench",
+            "--architecture",
+            "shared-data",
+            "--memory-nodes",
+            "2",
+            "--log-replicas",
+            "3",
+        ],
+        &["log_replicas=3", "0..=2", "one backup per memory node"],
+    );
+    bad(
+        &["bench", "--protocol", "occ", "--rsi-versions", "2"],
+        &["rsi-versions=2 needs --protocol rsi, not occ"],
+    );
+    bad(
+        &["bench", "--protocol", "rsi", "--rsi-versions", "0"],
+        &["rsi_versions=0 is out of range: expected 1..=64"],
+    );
+    // A shared-data run: the header names the roles, every check passes.
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--fabric",
+        "sim",
+        "--architecture",
+        "shared-data",
+        "--memory-nodes",
+        "2",
+        "--compute-nodes",
+        "3",
+        "--ts-node",
+        "own",
+        "--protocol",
+        "rsi",
+        "--duration",
+        "0.002",
+        "--warmup",
+        "0.0005",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("shared-data 2 memory + 3 compute + 1 timestamp nodes")
+            && out.contains("memory nodes 0, compute nodes 0, timestamp node 0")
+            && !out.contains("FAIL"),
+        "{out}"
+    );
+}
+
+#[test]
 fn bench_help_lists_every_protocol_and_workload() {
     let (code, out, err) = atoll(&["bench", "--help"]);
     assert_eq!(code, 0, "{err}");

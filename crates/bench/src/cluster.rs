@@ -831,7 +831,19 @@ fn layout<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: &W,
 ) -> Result<(crate::sizing::Sizing, Arc<TxnConfig>, Arc<Catalog>), ClusterError> {
-    let version_slots = if P::MULTI_VERSION { cfg.mvcc_slots } else { 1 };
+    if cfg.roles != crate::config::Roles::Partitioned {
+        // TODO(#12): node processes with roles (a memory node's process runs no co-routines
+        // and sends no workload checks, its regions may be empty).
+        return Err(ClusterError::BadInput(
+            "--architecture shared-data runs on --fabric inproc and sim only so far: expected --architecture partitioned under atoll cluster".into(),
+        ));
+    }
+    // A variant no user selects (a broken one) keeps what its kind's knob says.
+    let version_slots = if P::MULTI_VERSION {
+        cfg.version_slots(cfg.protocol)
+    } else {
+        1
+    };
     let sizing = crate::sizing::size(cfg, w, version_slots)?;
     let txn_cfg = Arc::new(TxnConfig {
         plan: cfg.plan,
@@ -839,6 +851,7 @@ fn layout<W: Workload, P: Protocol>(
         log_ring_words: sizing.log_ring_words,
         coordinators_total: cfg.coordinators_total(),
         coordinators_per_node: cfg.coordinators_per_node(),
+        log_slots: cfg.topology().log_slots(cfg.log_replicas),
         loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
         waitdie_counter: cfg.waitdie_counter,
     });
@@ -1500,6 +1513,7 @@ fn coordinate_nodes<W: Workload, P: Protocol>(
         memory_bytes: sizing.total_bytes(),
         coroutines_hung: 0,
         crashed: Vec::new(),
+        rpcs_served_by_node: Vec::new(),
     };
     let cpu = crate::env::CpuWindow::default();
     let mut report =

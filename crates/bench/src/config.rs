@@ -3,6 +3,7 @@
 use atoll_fabric::VerbKind;
 pub use atoll_fabric_sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
+use atoll_storage::{Topology, TsPlacement};
 use atoll_txn::Plan;
 use atoll_workloads::{Params, WorkloadKind};
 use serde::Serialize;
@@ -12,6 +13,8 @@ use serde::Serialize;
 pub const NODES_MAX: u16 = 1024;
 pub const THREADS_MAX: u16 = 64;
 pub const COROUTINES_MAX: u16 = 256;
+/// Most versions a multi-version protocol keeps per record.
+pub const VERSIONS_MAX: u32 = 64;
 /// Longest warm-up accepted, in seconds.
 pub const WARMUP_S_MAX: f64 = 3_600.0;
 /// Seconds a run's clock may pass its end: the last transactions finish, retries back off
@@ -44,6 +47,16 @@ impl Fabric {
     }
 }
 
+/// What the run's nodes do ([`atoll_storage::Architecture`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Roles {
+    /// Every node holds a partition and runs coordinators.
+    Partitioned,
+    /// The first `memory_nodes` nodes hold the records; the timestamp service is at `ts`;
+    /// the other nodes are compute nodes.
+    SharedData { memory_nodes: u16, ts: TsPlacement },
+}
+
 /// Everything a run needs.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
@@ -52,7 +65,9 @@ pub struct RunConfig {
     pub params: Params,
     pub protocol: ProtocolKind,
     pub plan: Plan,
+    /// Every node of the run, whatever its role.
     pub nodes: u16,
+    pub roles: Roles,
     pub threads: u16,
     pub coroutines: u16,
     pub duration_s: f64,
@@ -68,6 +83,8 @@ pub struct RunConfig {
     pub attempts_max: u32,
     /// MVCC's versions kept per record.
     pub mvcc_slots: u32,
+    /// RSI's versions per record block.
+    pub rsi_versions: u32,
     /// WAITDIE's starvation fix (a FETCH_ADD waiter counter).
     pub waitdie_counter: bool,
     /// Record every attempt's reads and writes for the history checker.
@@ -92,6 +109,7 @@ impl Default for RunConfig {
             protocol: ProtocolKind::Occ,
             plan: Plan::uniform(atoll_txn::Primitive::OneSided),
             nodes: 2,
+            roles: Roles::Partitioned,
             threads: 1,
             coroutines: 8,
             duration_s: 10.0,
@@ -107,6 +125,7 @@ impl Default for RunConfig {
             history_file: None,
             waitdie_counter: false,
             mvcc_slots: 4,
+            rsi_versions: 1,
             cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
             cpu_scale: 1.0,
         }
@@ -143,6 +162,18 @@ impl RunConfig {
     /// Checks every value; the first bad one is reported with what is accepted.
     pub fn validate(&self) -> Result<(), ConfigError> {
         range("nodes", self.nodes, 1, NODES_MAX)?;
+        if let Roles::SharedData { memory_nodes, ts } = self.roles {
+            let own = u16::from(ts == TsPlacement::Own);
+            if memory_nodes == 0 || memory_nodes + own >= self.nodes {
+                return Err(ConfigError(format!(
+                    "shared-data needs at least one memory node and one compute node: {} nodes with {memory_nodes} memory node{}{} leave {} compute nodes (expected --memory-nodes >= 1 and --compute-nodes >= 1)",
+                    self.nodes,
+                    if memory_nodes == 1 { "" } else { "s" },
+                    if own == 1 { " and a timestamp node" } else { "" },
+                    self.nodes.saturating_sub(memory_nodes + own),
+                )));
+            }
+        }
         range("threads", self.threads, 1, THREADS_MAX)?;
         range("coroutines", self.coroutines, 1, COROUTINES_MAX)?;
         let ids = self.coordinators_total() as u64;
@@ -183,11 +214,16 @@ impl RunConfig {
                 )));
             }
         }
-        if self.log_replicas >= self.nodes {
+        let topology = self.topology();
+        if self.log_replicas > topology.log_replicas_max() {
             return Err(ConfigError(format!(
-                "log_replicas={} is out of range: expected 0..={} (fewer backups than nodes)",
+                "log_replicas={} is out of range: expected 0..={} ({})",
                 self.log_replicas,
-                self.nodes - 1
+                topology.log_replicas_max(),
+                match self.roles {
+                    Roles::Partitioned => "fewer backups than nodes",
+                    Roles::SharedData { .. } => "at most one backup per memory node",
+                }
             )));
         }
         range("attempts_max", self.attempts_max, 1, 1_000_000)?;
@@ -200,7 +236,8 @@ impl RunConfig {
                 self.protocol.name()
             )));
         }
-        range("mvcc_slots", self.mvcc_slots, 1, 64)?;
+        range("mvcc_slots", self.mvcc_slots, 1, VERSIONS_MAX)?;
+        range("rsi_versions", self.rsi_versions, 1, VERSIONS_MAX)?;
         // Refused on every fabric, so a bad value never waits for `--fabric sim` to show.
         self.sim_cpu()?;
         if let Fabric::Sim { net, faults } = &self.fabric {
@@ -244,8 +281,41 @@ impl RunConfig {
         1.min(nodes.saturating_sub(1))
     }
 
+    /// The roles of the run's nodes (for a configuration [`RunConfig::validate`] accepted).
+    pub fn topology(&self) -> Topology {
+        match self.roles {
+            Roles::Partitioned => Topology::partitioned(self.nodes),
+            Roles::SharedData { memory_nodes, ts } => {
+                let own = u16::from(ts == TsPlacement::Own);
+                Topology::shared_data(
+                    memory_nodes,
+                    self.nodes.saturating_sub(memory_nodes + own).max(1),
+                    ts,
+                )
+            }
+        }
+    }
+
+    /// Nodes holding records: what a workload spreads its tables over.
+    pub fn memory_nodes(&self) -> u16 {
+        match self.roles {
+            Roles::Partitioned => self.nodes,
+            Roles::SharedData { memory_nodes, .. } => memory_nodes,
+        }
+    }
+
+    /// Co-routines running transactions, on every compute node.
     pub fn coordinators_total(&self) -> u32 {
-        self.nodes as u32 * self.threads as u32 * self.coroutines as u32
+        self.topology().compute_nodes() as u32 * self.threads as u32 * self.coroutines as u32
+    }
+
+    /// Versions each record keeps under `protocol` (a multi-version one's knob, else 1).
+    pub fn version_slots(&self, protocol: ProtocolKind) -> u32 {
+        match protocol {
+            ProtocolKind::Mvcc => self.mvcc_slots,
+            ProtocolKind::Rsi => self.rsi_versions,
+            _ => 1,
+        }
     }
 
     pub fn coordinators_per_node(&self) -> u32 {
@@ -274,6 +344,14 @@ pub struct ConfigReport {
     pub isolation: &'static str,
     pub plan: String,
     pub nodes: u16,
+    /// `partitioned`, or `shared-data` with the roles' node counts.
+    pub architecture: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_nodes: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute_nodes: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ts_node: Option<u16>,
     pub threads: u16,
     pub coroutines: u16,
     pub duration_s: f64,
@@ -286,6 +364,7 @@ pub struct ConfigReport {
     pub attempts_max: u32,
     pub waitdie_counter: bool,
     pub mvcc_slots: u32,
+    pub rsi_versions: u32,
     /// Words of each coordinator's log ring (from the workload's largest write set).
     pub log_ring_words: u32,
     /// Bytes of every node's regions and ordered indexes, as computed before allocating.

@@ -76,6 +76,9 @@ pub struct RunFacts {
     pub coroutines_hung: usize,
     /// Nodes the fabric crashed: when (ns), and how many co-routines stopped with them.
     pub crashed: Vec<(NodeId, u64, usize)>,
+    /// RPCs each node's CPU served over the whole run (warm-up included), from the
+    /// fabric's worker counters; empty where the fabric does not report them.
+    pub rpcs_served_by_node: Vec<u64>,
 }
 
 /// The report of a run from every node's summary and checks, in node order.
@@ -89,6 +92,8 @@ pub fn report<W: Workload, P: Protocol>(
     env: impl FnOnce(u64) -> crate::env::EnvReport,
 ) -> Report {
     let types = w.txn_types();
+    let topology = cfg.topology();
+    let shared_data = topology.architecture() == atoll_storage::Architecture::SharedData;
     let mut all = NodeStats::new(types.len());
     for s in &summaries {
         all.merge(&s.stats);
@@ -209,6 +214,20 @@ pub fn report<W: Workload, P: Protocol>(
         doorbells_per_txn: per_txn(verbs.doorbells),
         round_trips_per_txn: per_txn(verbs.round_trips),
         rpcs_served: verbs.rpcs_served,
+        rpcs_served_by_role: (shared_data && !facts.rpcs_served_by_node.is_empty()).then(|| {
+            let by = |keep: &dyn Fn(NodeId) -> bool| -> u64 {
+                (0..facts.rpcs_served_by_node.len())
+                    .filter(|&n| keep(NodeId(n as u16)))
+                    .map(|n| facts.rpcs_served_by_node[n])
+                    .sum()
+            };
+            let ts = topology.ts_node();
+            RpcsByRole {
+                memory_nodes: by(&|n| topology.holds_records(n)),
+                compute_nodes: by(&|n| topology.runs_coordinators(n)),
+                ts_node: by(&|n| n == ts && !topology.holds_records(n)),
+            }
+        }),
     };
     let torn = atoll_workloads::CheckResult {
         name: "txn.no_torn_read_committed".into(),
@@ -263,6 +282,10 @@ pub fn report<W: Workload, P: Protocol>(
             isolation: P::ISOLATION.name(),
             plan: cfg.plan.to_string(),
             nodes: cfg.nodes,
+            architecture: topology.architecture().name(),
+            memory_nodes: shared_data.then(|| topology.memory_nodes()),
+            compute_nodes: shared_data.then(|| topology.compute_nodes()),
+            ts_node: shared_data.then(|| topology.ts_node().0),
             threads: cfg.threads,
             coroutines: cfg.coroutines,
             duration_s: cfg.duration_s,
@@ -278,6 +301,7 @@ pub fn report<W: Workload, P: Protocol>(
             attempts_max: cfg.attempts_max,
             waitdie_counter: cfg.waitdie_counter,
             mvcc_slots: cfg.mvcc_slots,
+            rsi_versions: cfg.rsi_versions,
             log_ring_words: facts.log_ring_words,
             memory_bytes: facts.memory_bytes,
         },

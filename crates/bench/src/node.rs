@@ -68,14 +68,18 @@ pub struct NodeChecks<C> {
 }
 
 impl<W: Workload> NodeRuntime<W> {
-    /// Registers the node's memory as the catalog lays it out and loads its partition.
+    /// Registers the node's memory as the catalog lays it out and loads its partition (a
+    /// node holding no records registers empty table regions and loads nothing).
     pub fn load(node: NodeId, catalog: Arc<Catalog>, w: &W) -> Result<Self, RunError> {
-        let mem = Arc::new(NodeMemory::new(node, &catalog.region_words()));
+        let mem = Arc::new(NodeMemory::new(node, &catalog.region_words_of(node)));
+        let holds_records = catalog.topology().holds_records(node);
         let store = Store::new(catalog, mem);
-        w.load(&store).map_err(|e| RunError::Load {
-            node,
-            message: e.to_string(),
-        })?;
+        if holds_records {
+            w.load(&store).map_err(|e| RunError::Load {
+                node,
+                message: e.to_string(),
+            })?;
+        }
         Ok(NodeRuntime {
             node,
             store: Arc::new(store),

@@ -109,6 +109,19 @@ pub struct VerbsReport {
     pub doorbells_per_txn: f64,
     pub round_trips_per_txn: f64,
     pub rpcs_served: u64,
+    /// Under shared-data: RPCs served by each role's CPUs over the whole run (warm-up
+    /// included), where the fabric counts them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rpcs_served_by_role: Option<RpcsByRole>,
+}
+
+/// RPCs served per node role (shared-data), over the whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RpcsByRole {
+    pub memory_nodes: u64,
+    pub compute_nodes: u64,
+    /// The timestamp service's own node (0 when it is a role of memory node 0).
+    pub ts_node: u64,
 }
 
 /// One progress interval, cluster-wide.
@@ -205,10 +218,21 @@ impl Report {
         let mut o = String::new();
         let c = &self.config;
         let s = &self.summary;
+        let nodes = match (c.memory_nodes, c.compute_nodes) {
+            (Some(m), Some(cn)) => format!(
+                "shared-data {m} memory + {cn} compute{} nodes",
+                if c.nodes > m + cn {
+                    " + 1 timestamp"
+                } else {
+                    ""
+                }
+            ),
+            _ => format!("{} nodes", c.nodes),
+        };
         let _ = writeln!(
             o,
-            "== {} / {} / plan {} | {} nodes x {} threads x {} co-routines | {} fabric, {:.1} s measured",
-            c.workload, c.protocol, c.plan, c.nodes, c.threads, c.coroutines, c.fabric, self.measured_s
+            "== {} / {} / plan {} | {nodes} x {} threads x {} co-routines | {} fabric, {:.1} s measured",
+            c.workload, c.protocol, c.plan, c.threads, c.coroutines, c.fabric, self.measured_s
         );
         if let Some(n) = c.workload_knobs.get("table_records") {
             let per_node = c.workload_knobs.get("records").map_or("?", |s| s.as_str());
@@ -315,6 +339,13 @@ impl Report {
             v.doorbells_per_txn,
             v.round_trips_per_txn
         );
+        if let Some(r) = &v.rpcs_served_by_role {
+            let _ = writeln!(
+                o,
+                "served      RPCs served over the whole run (warm-up included): memory nodes {}, compute nodes {}, timestamp node {}",
+                r.memory_nodes, r.compute_nodes, r.ts_node
+            );
+        }
         let stages: Vec<String> = atoll_txn::Stage::ALL
             .iter()
             .filter_map(|st| {

@@ -140,27 +140,28 @@ pub fn run_protocol_via<P: Protocol>(
             run_with::<SmallBank, P>(cfg, w, wire, progress)
         }
         WorkloadKind::Ycsb => {
-            let w = Ycsb::from_params(&cfg.params, cfg.nodes, cfg.threads).map_err(perr)?;
+            let w =
+                Ycsb::from_params(&cfg.params, cfg.memory_nodes(), cfg.threads).map_err(perr)?;
             run_with::<Ycsb, P>(cfg, w, wire, progress)
         }
         WorkloadKind::Cycle => {
-            let w = Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            let w = Cycle::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?;
             run_with::<Cycle, P>(cfg, w, wire, progress)
         }
         WorkloadKind::Tpcc => {
-            let w = Tpcc::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            let w = Tpcc::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?;
             run_with::<Tpcc, P>(cfg, w, wire, progress)
         }
         WorkloadKind::Micro => {
-            let w = Micro::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            let w = Micro::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?;
             run_with::<Micro, P>(cfg, w, wire, progress)
         }
         WorkloadKind::Skew => {
-            let w = Skew::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            let w = Skew::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?;
             run_with::<Skew, P>(cfg, w, wire, progress)
         }
         WorkloadKind::Checkout => {
-            let w = Checkout::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+            let w = Checkout::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?;
             run_with::<Checkout, P>(cfg, w, wire, progress)
         }
     }
@@ -221,7 +222,12 @@ fn run_with<W: Workload, P: Protocol>(
     progress: &(dyn Fn(&ProgressLine) + Sync),
 ) -> Result<Report, RunError> {
     let wall = Instant::now();
-    let version_slots = if P::MULTI_VERSION { cfg.mvcc_slots } else { 1 };
+    // A variant no user selects (a broken one) keeps what its kind's knob says.
+    let version_slots = if P::MULTI_VERSION {
+        cfg.version_slots(cfg.protocol)
+    } else {
+        1
+    };
     // Everything below allocates: first refuse what cannot fit.
     let sizing = crate::sizing::size(cfg, &w, version_slots)?;
     let probe = crate::env::Probe::start();
@@ -234,36 +240,38 @@ fn run_with<W: Workload, P: Protocol>(
         ),
         _ => None,
     };
+    let topology = cfg.topology();
     let txn_cfg = Arc::new(TxnConfig {
         plan: cfg.plan,
         log_replicas: cfg.log_replicas,
         log_ring_words: sizing.log_ring_words,
         coordinators_total: cfg.coordinators_total(),
         coordinators_per_node: cfg.coordinators_per_node(),
+        log_slots: topology.log_slots(cfg.log_replicas),
         loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
         waitdie_counter: cfg.waitdie_counter,
     });
     let catalog = Arc::new(
         Catalog::with_versions(
-            cfg.nodes,
-            w.tables(cfg.nodes),
+            topology.memory_nodes(),
+            w.tables(topology.memory_nodes()),
             txn_cfg.extra_region_words(),
             version_slots,
         )
+        .with_topology(topology)
         .with_lock_word(P::LOCK_WORD),
     );
-    debug_assert_eq!(
-        catalog
-            .region_words()
+    debug_assert!(
+        (0..cfg.nodes).all(|n| catalog
+            .region_words_of(NodeId(n))
             .iter()
             .map(|&w| w as u64)
-            .collect::<Vec<_>>(),
-        sizing.node_region_words(),
+            .eq(sizing.node_region_words(topology.holds_records(NodeId(n))))),
         "the sizing and the catalog disagree"
     );
 
     // Start every node's runtime in parallel: each registers its memory and loads its own
-    // partition.
+    // partition (nodes holding no records load nothing).
     let nodes: Vec<Arc<NodeRuntime<W>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.nodes)
             .map(|n| {
@@ -332,17 +340,29 @@ fn run_with<W: Workload, P: Protocol>(
     // Co-routines of live nodes the simulator found waiting with nothing left to happen (a
     // hang), and the nodes it crashed.
     let (mut hung, mut crashed) = (0, Vec::new());
+    let mut served = vec![0u64; cfg.nodes as usize];
     let mut failure = None;
     std::thread::scope(|s| {
         let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
-        // A worker's co-routines belong to its node's runtime.
+        // A worker's co-routines belong to its node's runtime; a node that runs no
+        // coordinators (a memory or timestamp node) has none, and its workers only serve.
         let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
             let node = &nodes[core.node().0 as usize];
+            if !topology.runs_coordinators(core.node()) {
+                return Vec::new();
+            }
             worker_coroutines::<W, P>(core, &shared, node, cfg.coroutines, &tx_iv)
         };
         sim = match &cfg.fabric {
             Fabric::InProc => {
-                failure = inproc::run(&icfg, &setups, &directory, &spawn).err();
+                match inproc::run(&icfg, &setups, &directory, &spawn) {
+                    Ok(reports) => {
+                        for r in reports {
+                            served[r.id.node.0 as usize] += r.counters.rpcs_served;
+                        }
+                    }
+                    Err(e) => failure = Some(e),
+                }
                 None
             }
             Fabric::Sim { net, faults } => {
@@ -363,6 +383,9 @@ fn run_with<W: Workload, P: Protocol>(
                         sim_wall_s = t0.elapsed().as_secs_f64();
                         hung = r.unfinished;
                         crashed = r.crashed;
+                        for w in &r.workers {
+                            served[w.id.node.0 as usize] += w.counters.rpcs_served;
+                        }
                         let busy = |ns: u64| ns as f64 / r.virtual_ns.max(1) as f64;
                         let workers = r.cpu_busy_ns.len().max(1) as f64;
                         Some(SimInfo {
@@ -404,8 +427,10 @@ fn run_with<W: Workload, P: Protocol>(
         return Err(RunError::NodeFailed { node, txn });
     }
     let ledger = crate::driver::merge_ledgers(&shared.w, &summaries);
+    // Only nodes holding records check them (a workload's parts are per memory node).
     let checks: Vec<_> = nodes
         .iter()
+        .filter(|n| topology.holds_records(n.node))
         .map(|n| {
             // In memory every node reads the driver's ledger; over a wire each gets a copy.
             let carried;
@@ -430,6 +455,7 @@ fn run_with<W: Workload, P: Protocol>(
         memory_bytes: sizing.total_bytes(),
         coroutines_hung: hung,
         crashed,
+        rpcs_served_by_node: served,
     };
     let mut report = crate::driver::report::<W, P>(
         cfg,
@@ -515,7 +541,7 @@ pub(crate) fn worker_coroutines<W: Workload, P: Protocol>(
     (0..coroutines as u32)
         .map(|k| {
             let ep = Endpoint::new(core.clone(), TaskId(k));
-            let id = core.index * coroutines as u32 + k;
+            let id = coordinator_id(&shared.catalog, core, shared.cfg.threads, coroutines, k);
             let fut = coroutine::<W, P>(
                 shared.clone(),
                 node.clone(),
@@ -529,6 +555,22 @@ pub(crate) fn worker_coroutines<W: Workload, P: Protocol>(
         .collect()
 }
 
+/// The cluster-wide index of co-routine `k` of worker `core`: compute nodes in order, their
+/// workers, then their co-routines (so ids are dense over the coordinators only).
+pub(crate) fn coordinator_id(
+    catalog: &Catalog,
+    core: &atoll_fabric::WorkerCore,
+    threads: u16,
+    coroutines: u16,
+    k: u32,
+) -> u32 {
+    let topology = catalog.topology();
+    let compute = topology
+        .compute_index(core.node())
+        .unwrap_or_else(|| panic!("node {} runs no coordinators", core.node().0));
+    (compute as u32 * threads as u32 + core.id.thread as u32) * coroutines as u32 + k
+}
+
 pub(crate) async fn coroutine<W: Workload, P: Protocol>(
     run: Arc<RunShared<W>>,
     node: Arc<NodeRuntime<W>>,
@@ -537,8 +579,9 @@ pub(crate) async fn coroutine<W: Workload, P: Protocol>(
     id: u32,
     progress: mpsc::Sender<Interval>,
 ) {
-    let nodes = run.cfg.nodes;
-    let home = ep.node();
+    // Workloads pick keys among the memory nodes, "local" ones on the coordinator's home.
+    let nodes = run.catalog.nodes;
+    let home = run.catalog.topology().home_of(ep.node());
     let mut rng = Rng::derive(run.cfg.seed, id as u64);
     let mut c = Coordinator::new(ep.clone(), run.catalog.clone(), run.txn.clone(), id);
     // Bounded by the run's end time: each iteration runs one transaction to completion.

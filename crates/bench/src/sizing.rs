@@ -3,7 +3,6 @@
 //! node. A run whose needs exceed a limit is refused with the figures, before it allocates.
 
 use crate::config::{ConfigError, RunConfig};
-use atoll_protocols::ProtocolKind;
 use atoll_storage::layout::REGION_WORDS_MAX;
 use atoll_storage::ordered;
 use atoll_storage::{TableLayout, TableSpec};
@@ -115,6 +114,9 @@ pub fn cluster_fits(
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sizing {
     pub nodes: u16,
+    /// Nodes holding records (the first `memory_nodes`): the others register their tables'
+    /// regions empty.
+    pub memory_nodes: u16,
     /// The largest log record one transaction of the workload can write.
     pub log_record_words_max: u64,
     /// Each coordinator's log ring on each of its backups.
@@ -132,23 +134,26 @@ pub struct Sizing {
 }
 
 impl Sizing {
-    /// Words of every region of one node.
-    pub fn node_region_words(&self) -> Vec<u64> {
+    /// Words of every region of one node, which holds records or not.
+    pub fn node_region_words(&self, holds_records: bool) -> Vec<u64> {
         self.table_region_words
             .iter()
-            .map(|(_, w)| *w)
+            .map(|(_, w)| if holds_records { *w } else { 0 })
             .chain([self.log_region_words, self.ts_service_region_words])
             .collect()
     }
 
     /// Bytes of every region of every node.
     pub fn region_bytes(&self) -> u64 {
-        self.node_region_words().iter().sum::<u64>() * WORD_BYTES * self.nodes as u64
+        let words = |holds| self.node_region_words(holds).iter().sum::<u64>();
+        (words(true) * self.memory_nodes as u64
+            + words(false) * (self.nodes - self.memory_nodes) as u64)
+            * WORD_BYTES
     }
 
     /// Bytes of every region and ordered index of every node: what the limit applies to.
     pub fn total_bytes(&self) -> u64 {
-        self.region_bytes() + self.ordered_index_bytes * self.nodes as u64
+        self.region_bytes() + self.ordered_index_bytes * self.memory_nodes as u64
     }
 
     /// The one line a run prints at start-up.
@@ -156,16 +161,21 @@ impl Sizing {
         let indexes = if self.ordered_index_bytes > 0 {
             format!(
                 " and up to {} of ordered indexes and deleted keys",
-                human_bytes(self.ordered_index_bytes * self.nodes as u64)
+                human_bytes(self.ordered_index_bytes * self.memory_nodes as u64)
             )
         } else {
             String::new()
         };
         format!(
-            "memory: {} of regions{indexes} across {} node{} (per node: log {}, tables {})",
+            "memory: {} of regions{indexes} across {} node{} (per {}node: log {}, tables {})",
             human_bytes(self.region_bytes()),
             self.nodes,
             if self.nodes == 1 { "" } else { "s" },
+            if self.memory_nodes < self.nodes {
+                "memory "
+            } else {
+                ""
+            },
             human_bytes(self.log_region_words * WORD_BYTES),
             human_bytes(self.table_region_words.iter().map(|(_, w)| w).sum::<u64>() * WORD_BYTES),
         )
@@ -191,11 +201,7 @@ pub fn human_bytes(bytes: u64) -> String {
 /// What `cfg` needs, for the workload and protocol it names.
 pub fn sizing(cfg: &RunConfig) -> Result<Sizing, ConfigError> {
     let perr = |e: atoll_workloads::ParamError| ConfigError(e.0);
-    let version_slots = if cfg.protocol == ProtocolKind::Mvcc {
-        cfg.mvcc_slots
-    } else {
-        1
-    };
+    let version_slots = cfg.version_slots(cfg.protocol);
     match cfg.workload {
         WorkloadKind::SmallBank => size(
             cfg,
@@ -204,32 +210,32 @@ pub fn sizing(cfg: &RunConfig) -> Result<Sizing, ConfigError> {
         ),
         WorkloadKind::Ycsb => size(
             cfg,
-            &Ycsb::from_params(&cfg.params, cfg.nodes, cfg.threads).map_err(perr)?,
+            &Ycsb::from_params(&cfg.params, cfg.memory_nodes(), cfg.threads).map_err(perr)?,
             version_slots,
         ),
         WorkloadKind::Cycle => size(
             cfg,
-            &Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            &Cycle::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?,
             version_slots,
         ),
         WorkloadKind::Tpcc => size(
             cfg,
-            &Tpcc::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            &Tpcc::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?,
             version_slots,
         ),
         WorkloadKind::Micro => size(
             cfg,
-            &Micro::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            &Micro::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?,
             version_slots,
         ),
         WorkloadKind::Skew => size(
             cfg,
-            &Skew::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            &Skew::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?,
             version_slots,
         ),
         WorkloadKind::Checkout => size(
             cfg,
-            &Checkout::from_params(&cfg.params, cfg.nodes).map_err(perr)?,
+            &Checkout::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?,
             version_slots,
         ),
     }
@@ -242,7 +248,7 @@ pub fn size<W: Workload>(
     w: &W,
     version_slots: u32,
 ) -> Result<Sizing, ConfigError> {
-    let specs: Vec<TableSpec> = w.tables(cfg.nodes);
+    let specs: Vec<TableSpec> = w.tables(cfg.memory_nodes());
     let mut table_region_words = Vec::with_capacity(specs.len());
     for spec in &specs {
         let words = TableLayout::region_words_needed(spec, version_slots);
@@ -270,12 +276,13 @@ pub fn size<W: Workload>(
     let write_set = w.largest_write_set();
     let log_record_words_max = log_record_words(write_set.iter().map(|&t| payload_words(t)));
     let ring = LOG_RING_RECORDS * log_record_words_max;
-    let rings = cfg.log_replicas as u64 * cfg.coordinators_per_node() as u64;
+    let rings =
+        cfg.topology().log_slots(cfg.log_replicas) as u64 * cfg.coordinators_per_node() as u64;
     let log_region_words = ring * rings;
     if log_region_words > REGION_WORDS_MAX {
         return Err(ConfigError(format!(
-            "the log region needs {log_region_words} words per node ({rings} rings (log_replicas × threads × coroutines = {} × {} × {}) of {ring} words: {LOG_RING_RECORDS} records of up to {log_record_words_max} words, as {} writes up to {} records), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer threads, coroutines or log replicas, or a smaller write set ({})",
-            cfg.log_replicas,
+            "the log region needs {log_region_words} words per node ({rings} rings (log slots × threads × coroutines = {} × {} × {}) of {ring} words: {LOG_RING_RECORDS} records of up to {log_record_words_max} words, as {} writes up to {} records), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer threads, coroutines or log replicas, or a smaller write set ({})",
+            cfg.topology().log_slots(cfg.log_replicas),
             cfg.threads,
             cfg.coroutines,
             W::NAME,
@@ -297,6 +304,7 @@ pub fn size<W: Workload>(
         .sum();
     let sizing = Sizing {
         nodes: cfg.nodes,
+        memory_nodes: cfg.memory_nodes(),
         log_record_words_max,
         log_ring_words: ring as u32,
         log_region_words,
@@ -422,6 +430,7 @@ mod tests {
     fn small_sizing(nodes: u16) -> Sizing {
         Sizing {
             nodes,
+            memory_nodes: nodes,
             log_record_words_max: 8,
             log_ring_words: 64,
             log_region_words: 1 << 10,

@@ -7,7 +7,7 @@ use atoll_fabric::{
 };
 use atoll_fabric_inproc::{self as inproc, InprocConfig};
 use atoll_storage::layout::LockWord;
-use atoll_storage::{Catalog, Store, TableId, TableSpec};
+use atoll_storage::{Catalog, Store, TableId, TableSpec, Topology};
 use atoll_txn::handler::StoreHandler;
 use atoll_txn::{Coordinator, Plan, TxnConfig};
 use std::rc::Rc;
@@ -58,22 +58,57 @@ impl TestCluster {
         version_slots: u32,
         lock_word: LockWord,
     ) -> Self {
+        let replicas = if nodes > 1 { 1 } else { 0 };
+        Self::with_topology(
+            Topology::partitioned(nodes),
+            replicas,
+            tables,
+            plan,
+            coroutines,
+            version_slots,
+            lock_word,
+        )
+    }
+
+    /// A cluster whose nodes have `topology`'s roles (`stores` has every node, those holding
+    /// no records with empty tables), logging to `log_replicas` backups.
+    pub fn with_topology(
+        topology: Topology,
+        log_replicas: u16,
+        tables: Vec<TableSpec>,
+        plan: Plan,
+        coroutines: u32,
+        version_slots: u32,
+        lock_word: LockWord,
+    ) -> Self {
+        let nodes = topology.nodes_total();
         let txn = Arc::new(TxnConfig {
             plan,
-            log_replicas: if nodes > 1 { 1 } else { 0 },
+            log_replicas,
             log_ring_words: 1024,
+            // Ids as `coordinator` hands them out: by worker index, over every node.
             coordinators_total: nodes as u32 * coroutines,
             coordinators_per_node: coroutines,
+            log_slots: topology.log_slots(log_replicas),
             loc_cache_entries_max: 1024,
             waitdie_counter: false,
         });
         let catalog = Arc::new(
-            Catalog::with_versions(nodes, tables, txn.extra_region_words(), version_slots)
-                .with_lock_word(lock_word),
+            Catalog::with_versions(
+                topology.memory_nodes(),
+                tables,
+                txn.extra_region_words(),
+                version_slots,
+            )
+            .with_topology(topology)
+            .with_lock_word(lock_word),
         );
         let stores = (0..nodes)
             .map(|n| {
-                let mem = Arc::new(NodeMemory::new(NodeId(n), &catalog.region_words()));
+                let mem = Arc::new(NodeMemory::new(
+                    NodeId(n),
+                    &catalog.region_words_of(NodeId(n)),
+                ));
                 Arc::new(Store::new(catalog.clone(), mem))
             })
             .collect();
@@ -102,7 +137,7 @@ impl TestCluster {
             })
             .collect();
         let cfg = InprocConfig {
-            nodes: self.catalog.nodes,
+            nodes: self.catalog.topology().nodes_total(),
             threads_per_node: 1,
             os_threads: 1,
             pin_threads: false,

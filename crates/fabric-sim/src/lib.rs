@@ -30,6 +30,10 @@ use std::sync::Arc;
 
 /// How often a simulated worker re-examines requests its handler holds.
 const DEFERRED_POLL_NS: u64 = 1_000;
+/// Virtual time without any co-routine polled after which the run counts as hung: a worker
+/// that polls for ever (a timestamp sequencer) keeps events coming when nothing else
+/// happens. Far beyond any wait of a live run (back-off at most 1 ms, op timeouts in ms).
+const HUNG_AFTER_NS: u64 = 1_000_000_000;
 
 /// Shape and models of a simulated cluster.
 #[derive(Clone, Debug)]
@@ -59,8 +63,8 @@ pub struct SimReport {
     /// simulated cores were, and so how much of a stage's time is a co-routine waiting for
     /// its core rather than for the network.
     pub cpu_busy_ns: Vec<u64>,
-    /// Co-routines of live nodes that never finished: waiting with nothing left to happen
-    /// (a hang).
+    /// Co-routines of live nodes that never finished: waiting with nothing left to happen, or
+    /// with only pollers running for [`HUNG_AFTER_NS`] (a hang).
     pub unfinished: usize,
     /// Nodes that crashed: when, and how many co-routines stopped with them.
     pub crashed: Vec<(NodeId, u64, usize)>,
@@ -689,10 +693,14 @@ pub fn run(
     let mut end_ns = 0;
     // Bounded by the events the co-routines generate: it ends when all finished or when
     // nothing is left to happen.
+    let mut polled_ns = 0;
     while live > 0 {
         let Some(Reverse(q)) = world.borrow_mut().queue.pop() else {
             break;
         };
+        if q.at_ns > polled_ns + HUNG_AFTER_NS {
+            break;
+        }
         let mut wd = world.borrow_mut();
         wd.now_ns = q.at_ns;
         wd.events += 1;
@@ -880,7 +888,9 @@ pub fn run(
                 let e = &mut execs[w as usize];
                 let before = e.live_tasks();
                 e.core().progress();
-                e.run_ready();
+                if e.run_ready() > 0 {
+                    polled_ns = q.at_ns;
+                }
                 let after = e.live_tasks();
                 live -= before - after;
                 let more = e.core().has_ready();

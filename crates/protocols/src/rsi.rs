@@ -6,28 +6,39 @@
 //! commit id of its current version, which is also the tag in its payload, so one READ of
 //! the record shows whether header and payload belong together. Pipeline:
 //!
-//! 1. **snapshot**: one READ of the timestamp service's `RTS` (the previous transaction's
-//!    outcome WRITE goes ahead of it on the same link, unsignaled);
-//! 2. **read**: whole-record READs; a version committed after the snapshot aborts
-//!    (`SnapshotTooOld`), a locked record or a payload of another commit (`Conflict`);
+//! 1. **snapshot**: the `RTS` the coordinator's last commit read in its install doorbell,
+//!    or else one READ of the timestamp service's `RTS`;
+//! 2. **read**: whole-record READs (the previous transaction's outcome WRITE rides in the
+//!    first doorbell); a version committed after the snapshot aborts (`SnapshotTooOld`),
+//!    unless it may be the coordinator's own last commit and nothing was read yet (then a
+//!    snapshot including it is awaited and the records are read again), a locked record or
+//!    a payload of another commit aborts (`Conflict`);
 //! 3. **lock + validate**: per written record one CAS from the commit id read to locked,
 //!    doorbell-batched with the commit timestamp's FETCH_ADD (and a READ of `RTS` that
 //!    bounds the outcome ring);
-//! 4. **log** to backups (RCC's coordinator log; none by default on one node);
+//! 4. **log** to backups (RCC's coordinator log; `--log-replicas 0` for the paper's
+//!    protocol, which has none);
 //! 5. **install**: per record the payload (sealed with the commit timestamp), the version,
-//!    then `LOCK` = the commit timestamp, which unlocks: one doorbell;
+//!    then `LOCK` = the commit timestamp, which unlocks, and a READ of `RTS` for the next
+//!    attempt's snapshot: one doorbell;
 //! 6. **outcome**: one WRITE of the commit timestamp into the service's ring, deferred to
-//!    the coordinator's next doorbell there (no round trip of its own).
+//!    the coordinator's next doorbell (no round trip of its own: the paper's unsignaled
+//!    message).
 //!
-//! So an update transaction costs 3 signaled round trips of its own (snapshot, lock,
-//! install) besides its reads, and no CPU at the records' nodes. A read-only transaction
-//! commits at its snapshot. Inserts are placed by their nodes after the lock stage (RPC:
+//! So an update transaction whose records' locations are known costs the paper's 3
+//! signaled round trips (read, lock, install) and 1 unsignaled message, and no CPU at the
+//! records' nodes. The paper's first message reads `RTS` beside the records; that is not
+//! safe across nodes (a record READ may land before an install that a later `RTS` READ
+//! already covers), so the snapshot is the `RTS` read beside the previous installs
+//! instead, which every later READ follows. A read-only transaction commits at its
+//! snapshot. Inserts are placed by their nodes after the lock stage (RPC:
 //! allocation) and unlocked at the commit timestamp; deletes are not built yet (refused up
 //! front).
 
 use atoll_fabric::Words;
 use atoll_storage::layout::{
-    payload_check, LockWord, CID_LOCKED, HEADER_WORDS, H_LOCK, H_VERSION, P_CHECK, P_TAG,
+    payload_check, payload_intact, LockWord, TableLayout, CID_LOCKED, HEADER_WORDS, H_LOCK,
+    H_VERSION, OLD_SLOT_HEADER_WORDS, P_CHECK, P_TAG,
 };
 use atoll_txn::stages::{self, check_tuple};
 use atoll_txn::tsvc::TsService;
@@ -39,10 +50,16 @@ use atoll_txn::{
 pub struct Rsi;
 
 /// What RSI keeps per record: the commit id its read saw (unlocked), which its lock CAS
-/// expects.
-#[derive(Clone, Copy, Debug, Default)]
+/// expects; with older versions kept, the current version's payload as read and the old
+/// slot its install moves it into.
+#[derive(Clone, Debug, Default)]
 pub struct RsiEntry {
     pub cid: u64,
+    /// The current version's payload when it was the one read (records keeping older
+    /// versions only): the install copies it into `evict`.
+    pub prev: Vec<u64>,
+    /// The old slot holding the oldest version (or none yet): the one an install rewrites.
+    pub evict: u32,
 }
 
 impl EntryState for RsiEntry {}
@@ -64,6 +81,8 @@ impl Protocol for Rsi {
     const LOCK_WORD: LockWord = LockWord::CommitId;
     // TODO(#12): deletes (a deleted record's commit id and the SI checker's view of it).
     const DELETES: bool = false;
+    // Record blocks keep `--rsi-versions` versions (1 by default, as the paper's code).
+    const MULTI_VERSION: bool = true;
     // Only the log's primitive is a choice: the rest is one-sided by design.
     const STAGES: &'static [Stage] = &[Stage::Log];
     type EntryState = RsiEntry;
@@ -177,76 +196,164 @@ impl Protocol for Rsi {
     }
 }
 
-/// Takes the attempt's snapshot, once: one READ of the service's `RTS`, behind the
-/// coordinator's deferred outcome WRITE (same node, so it lands first). A snapshot must
-/// include the coordinator's own last commit (its client reads its own writes): while the
-/// sequencer has not passed it, `RTS` is read again after a pause, a bounded number of
-/// times, then the attempt aborts `SnapshotTooOld` (retried like any other).
+/// Takes the attempt's snapshot, once: the read timestamp the coordinator's last commit
+/// fetched in its install doorbell, or else one READ of the service's `RTS` (behind the
+/// coordinator's deferred outcome WRITE: same node, so it lands first). Either may be below
+/// the coordinator's own last commit; [`read`] waits for that only when a record shows it.
 pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Abort> {
     if let Some(s) = tx.snapshot_ts {
         return Ok(s.word());
     }
-    let svc = tx.c.ts_service();
-    let deferred = tx.c.take_deferred_write();
-    let mut d = tx.c.ep.doorbell_for(2);
-    if let Some((ptr, word)) = deferred {
-        d.write(ptr, Words::from_slice(&[word]));
-    }
-    let j = d.read(svc.rts(), 1);
-    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-    let mut s = TsService::snapshot_of(res.read(j)[0]);
-    let mut rounds = 0;
-    while s < tx.c.last_commit_ts {
-        rounds += 1;
-        if rounds > SNAPSHOT_WAIT_ROUNDS_MAX {
-            return Err(Abort::SnapshotTooOld);
+    let s = match tx.c.next_snapshot.take() {
+        Some(s) => s,
+        None => {
+            let svc = tx.c.ts_service();
+            let deferred = tx.c.take_deferred_write();
+            let mut d = tx.c.ep.doorbell_for(2);
+            if let Some((ptr, word)) = deferred {
+                d.write(ptr, Words::from_slice(&[word]));
+            }
+            let j = d.read(svc.rts(), 1);
+            let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+            TsService::snapshot_of(res.read(j)[0])
         }
-        tx.c.ep.sleep(SNAPSHOT_WAIT_NS).await;
-        let mut d = tx.c.ep.doorbell_for(1);
-        let j = d.read(svc.rts(), 1);
-        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-        s = TsService::snapshot_of(res.read(j)[0]);
-    }
+    };
     tx.snapshot_ts = Timestamp::from_word(s);
     Ok(s)
 }
 
-/// Reads entries `idxs` at the attempt's snapshot: one-sided locate, then whole-record
-/// READs (own-node records loaded in place, the same words in the same order).
-pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), Abort> {
-    let snap = snapshot(tx).await?;
-    stages::locate(tx, idxs).await?;
-    let mut remote = Idxs::new();
-    let mut tuple = Vec::new();
-    for &i in idxs {
-        let e = &tx.entries[i];
-        if tx.c.ep.in_place_on(e.node) {
-            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
-            tuple.resize(tx.c.catalog.layout(e.table).tuple_words as usize, 0);
-            tx.c.ep.load_in_place(ptr, &mut tuple);
-            take_version(tx, i, &tuple, snap)?;
-        } else {
-            remote.push(i);
+/// Moves the attempt's snapshot up to include the coordinator's own last commit (its client
+/// reads its own writes): `RTS` is read again after a pause, a bounded number of times, then
+/// the attempt aborts `SnapshotTooOld` (retried like any other). Only for an attempt that
+/// has read nothing at its old snapshot.
+async fn snapshot_covering_own(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Abort> {
+    let svc = tx.c.ts_service();
+    for _ in 0..SNAPSHOT_WAIT_ROUNDS_MAX {
+        tx.c.ep.sleep(SNAPSHOT_WAIT_NS).await;
+        let deferred = tx.c.take_deferred_write();
+        let mut d = tx.c.ep.doorbell_for(2);
+        if let Some((ptr, word)) = deferred {
+            d.write(ptr, Words::from_slice(&[word]));
+        }
+        let j = d.read(svc.rts(), 1);
+        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+        let s = TsService::snapshot_of(res.read(j)[0]);
+        if s >= tx.c.last_commit_ts {
+            tx.snapshot_ts = Timestamp::from_word(s);
+            return Ok(s);
         }
     }
-    if remote.is_empty() {
-        return Ok(());
-    }
-    let mut d = tx.c.ep.doorbell_for(remote.len());
-    for &i in &remote {
-        let e = &tx.entries[i];
-        let words = tx.c.catalog.layout(e.table).tuple_words;
-        d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
-    }
-    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-    for (j, &i) in remote.iter().enumerate() {
-        take_version(tx, i, res.read(j), snap)?;
+    Err(Abort::SnapshotTooOld)
+}
+
+/// Reads entries `idxs` at the attempt's snapshot: one-sided locate, then whole-record
+/// READs (own-node records loaded in place, the same words in the same order); the
+/// coordinator's deferred outcome WRITE rides in the same doorbell. An attempt whose first
+/// reads find a version newer than its snapshot but not newer than the coordinator's own
+/// last commit takes a snapshot that includes that commit and reads them again (once).
+pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), Abort> {
+    let fresh = tx.snapshot_ts.is_none();
+    let mut snap = snapshot(tx).await?;
+    stages::locate(tx, idxs).await?;
+    let mut tuple = Vec::new();
+    // Two passes at most: the second only after the snapshot moved up to the own commit.
+    for pass in 0..2 {
+        let own = tx.c.last_commit_ts;
+        // A version the own last commit may have written, above a snapshot that nothing was
+        // read at yet: worth a newer snapshot rather than an abort.
+        let behind_own = |w: &[u64]| {
+            fresh && pass == 0 && w[H_LOCK as usize] > snap && w[H_LOCK as usize] <= own
+        };
+        let mut again = false;
+        let mut remote = Idxs::new();
+        for &i in idxs {
+            let e = &tx.entries[i];
+            if tx.c.ep.in_place_on(e.node) {
+                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+                tuple.resize(block_words(tx.c.catalog.layout(e.table)) as usize, 0);
+                tx.c.ep.load_in_place(ptr, &mut tuple);
+                if behind_own(&tuple) {
+                    again = true;
+                } else {
+                    take_version(tx, i, &tuple, snap)?;
+                }
+            } else {
+                remote.push(i);
+            }
+        }
+        let deferred = tx.c.take_deferred_write();
+        if !remote.is_empty() || deferred.is_some() {
+            let mut d = tx.c.ep.doorbell_for(remote.len() + 1);
+            for &i in &remote {
+                let e = &tx.entries[i];
+                let words = block_words(tx.c.catalog.layout(e.table));
+                d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
+            }
+            if let Some((ptr, word)) = deferred {
+                d.write(ptr, Words::from_slice(&[word]));
+            }
+            let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+            for (j, &i) in remote.iter().enumerate() {
+                if behind_own(res.read(j)) {
+                    again = true;
+                } else {
+                    take_version(tx, i, res.read(j), snap)?;
+                }
+            }
+        }
+        if !again {
+            return Ok(());
+        }
+        snap = snapshot_covering_own(tx).await?;
     }
     Ok(())
 }
 
-/// Takes a whole record `w` read for entry `i` at snapshot `snap`: the current version if
-/// it is unlocked, committed at or before the snapshot, and its payload is that commit's.
+/// Words one READ of a record takes: its block, the current version and every older one
+/// kept.
+pub fn block_words(layout: &TableLayout) -> u32 {
+    if layout.version_slots > 1 {
+        layout.record_words
+    } else {
+        layout.tuple_words
+    }
+}
+
+/// The version of block `w` a snapshot `snap` sees: the newest whose commit id is at most
+/// `snap`, by the commit ids in the block's headers (the current version's in `LOCK`, each
+/// old slot's first word; an old slot never written has version 0). `(commit id, version,
+/// payload offset)`; `None` if every version kept is newer (the one needed is gone).
+///
+/// A writer in flight (the lock bit set) commits above every snapshot that can see its
+/// record locked (its commit timestamp is not below `RTS` until it has unlocked), so the
+/// commit id beside the bit is still the newest committed.
+fn visible(layout: &TableLayout, w: &[u64], snap: u64) -> Option<(u64, u64, usize)> {
+    let mut best: Option<(u64, u64, usize)> = None;
+    let mut consider = |cid: u64, version: u64, at: usize| {
+        if cid <= snap && best.is_none_or(|b| cid > b.0) {
+            best = Some((cid, version, at));
+        }
+    };
+    // Old slots first: while an install runs, the version it moved out of the head is in
+    // an old slot under the same commit id, intact, and the head's payload may not be.
+    for j in 0..layout.version_slots - 1 {
+        let at = layout.old_slot_offset(j) as usize;
+        if w[at + 1] != 0 {
+            consider(w[at], w[at + 1], at + OLD_SLOT_HEADER_WORDS as usize);
+        }
+    }
+    consider(
+        w[H_LOCK as usize] & !CID_LOCKED,
+        w[H_VERSION as usize],
+        HEADER_WORDS as usize,
+    );
+    best
+}
+
+/// Takes a whole block `w` read for entry `i` at snapshot `snap`: the version [`visible`]
+/// names, if its payload is that commit's own (intact, tagged with its commit id). The
+/// version is found by the headers, not by which payloads are intact, so a torn READ of the
+/// version needed aborts rather than falls back to an older one.
 fn take_version(
     tx: &mut TxnCore<'_, RsiEntry>,
     i: usize,
@@ -254,29 +361,56 @@ fn take_version(
     snap: u64,
 ) -> Result<(), Abort> {
     check_tuple(tx, i, w)?;
+    let e = &tx.entries[i];
+    let layout = tx.c.catalog.layout(e.table);
     let head = w[H_LOCK as usize];
-    if head & CID_LOCKED != 0 {
-        // A writer is installing; with one version kept there is nothing older to read.
+    let Some((cid, version, at)) = visible(layout, w, snap) else {
+        return Err(Abort::SnapshotTooOld);
+    };
+    let current = at == HEADER_WORDS as usize;
+    if current && head & CID_LOCKED != 0 && layout.version_slots == 1 {
+        // A writer is installing over the only version kept.
         return Err(Abort::Conflict);
     }
-    let cid = head;
-    if cid > snap {
-        return Err(Abort::SnapshotTooOld);
+    let payload = &w[at..at + layout.payload_words as usize];
+    // The payload must be the commit id's own: a READ that overlapped an install shows a
+    // torn payload (its check word fails) or a later commit's (another tag).
+    let own = payload_intact(e.table, e.key, payload) && payload[P_TAG as usize] == cid;
+    let kept = layout.version_slots > 1;
+    if kept && e.is_write() && cid != head & !CID_LOCKED {
+        // An older version for a record this attempt updates: a later commit is already
+        // installed, so its lock's CAS would fail (first committer wins). Abort now.
+        return Err(Abort::ValidationFailed);
     }
-    let version = w[H_VERSION as usize];
     let e = &mut tx.entries[i];
+    // A blind write keeps its payload, but with older versions kept the one read is what
+    // its install preserves, so it too must be whole.
+    if !own && (!e.dirty || kept) {
+        return Err(Abort::Conflict);
+    }
     e.version = version;
     e.state.cid = cid;
-    e.fill(version, &w[HEADER_WORDS as usize..]);
-    if !e.dirty {
-        // The payload must be the commit id's own: a READ that overlapped an install shows
-        // a torn payload (its check word fails) or a later commit's (another tag).
-        let seen = e.observed.expect("filled");
-        if !seen.intact || seen.tag != cid {
-            return Err(Abort::Conflict);
+    e.fill(version, payload);
+    if kept {
+        // An install (whose CAS proves the head still holds this commit id) copies the
+        // head's version, this one, into the oldest slot.
+        e.state.evict = oldest_slot(layout, w);
+        e.state.prev.clear();
+        if cid == head & !CID_LOCKED {
+            e.state.prev.extend_from_slice(payload);
         }
     }
     Ok(())
+}
+
+/// The old slot holding the oldest version of block `w` (a never-written one first).
+fn oldest_slot(layout: &TableLayout, w: &[u64]) -> u32 {
+    (0..layout.version_slots - 1)
+        .min_by_key(|&j| {
+            let at = layout.old_slot_offset(j) as usize;
+            (w[at + 1] != 0, w[at])
+        })
+        .expect("a block with older versions has old slots")
 }
 
 /// What the lock stage got.
@@ -302,16 +436,24 @@ pub async fn lock(
     expect: fn(&atoll_txn::Entry<RsiEntry>) -> u64,
 ) -> Lock {
     let svc = tx.c.ts_service();
-    let mut d = tx.c.ep.doorbell_for(ws.len() + 2);
+    let deferred = tx.c.take_deferred_write();
+    let mut d = tx.c.ep.doorbell_for(ws.len() + 3);
+    // The previous outcome, if still deferred, goes ahead of the FETCH_ADD on its link.
+    if let Some((ptr, word)) = deferred {
+        d.write(ptr, Words::from_slice(&[word]));
+    }
+    let mut cas_at = Idxs::new();
     for &i in ws {
         let e = &tx.entries[i];
         let old = expect(e);
-        d.cas(
-            tx.c.catalog
-                .record_ptr(e.table, e.node, e.slot())
-                .add(H_LOCK),
-            old,
-            old | CID_LOCKED,
+        cas_at.push(
+            d.cas(
+                tx.c.catalog
+                    .record_ptr(e.table, e.node, e.slot())
+                    .add(H_LOCK),
+                old,
+                old | CID_LOCKED,
+            ),
         );
     }
     let fa = d.fetch_add(svc.counter(), 1);
@@ -325,7 +467,7 @@ pub async fn lock(
     let mut abort = None;
     for (j, &i) in ws.iter().enumerate() {
         let e = &mut tx.entries[i];
-        let seen = res.cas(j);
+        let seen = res.cas(cas_at[j]);
         if seen == expect(e) {
             e.locked = true;
         } else if seen & CID_LOCKED != 0 {
@@ -362,11 +504,37 @@ pub fn stamp(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
 /// same order).
 pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
     let c = &*tx.c;
-    let mut d = c.ep.doorbell_for(ws.len() * 3);
+    let mut d = c.ep.doorbell_for(ws.len() * 4 + 1);
+    // The next attempt's snapshot, read beside the installs: every commit below it had
+    // finished before this READ, so whatever the next attempt reads after it shows them.
+    let rts = d.read(c.ts_service().rts(), 1);
     for &i in ws {
         let e = &tx.entries[i];
         let ptr = c.catalog.record_ptr(e.table, e.node, e.slot());
         let version = [e.version + 1];
+        let layout = c.catalog.layout(e.table);
+        if layout.version_slots > 1 {
+            // The version read (the current one: the lock's CAS proved it) moves to the
+            // oldest slot first, as `[commit id, version, payload]` in one ascending WRITE,
+            // so a snapshot that needs it still finds it while the head is rewritten.
+            assert_eq!(
+                e.state.prev.len(),
+                layout.payload_words as usize,
+                "rsi: the install of {:?} key {} lacks the version it read",
+                e.table,
+                e.key
+            );
+            let mut old = Words::with_capacity(e.state.prev.len() + 2);
+            old.push(e.state.cid);
+            old.push(e.version);
+            old.extend_from_slice(&e.state.prev);
+            let at = ptr.add(layout.old_slot_offset(e.state.evict));
+            if c.ep.in_place_on(e.node) {
+                c.ep.write_in_place(at, &old);
+            } else {
+                d.write(at, old);
+            }
+        }
         if c.ep.in_place_on(e.node) {
             c.ep.write_in_place(ptr.add(HEADER_WORDS), &e.data);
             c.ep.write_in_place(ptr.add(H_VERSION), &version);
@@ -378,6 +546,9 @@ pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
         }
     }
     let r = d.submit().await;
+    if let Ok(res) = &r {
+        tx.c.next_snapshot = Some(TsService::snapshot_of(res.read(rts)[0]));
+    }
     // An op that failed here is after the log: recorded, and the driver stops the run.
     let _ = tx.unabortable(r);
     for &i in ws {

@@ -44,6 +44,7 @@
 //! A reader that takes a slot's `meta` with a stale `key` word lands on a record whose
 //! `KEY` word differs: every record access checks it.
 
+use crate::topology::Topology;
 use atoll_fabric::{NodeId, RegionId, RemotePtr};
 use std::sync::Arc;
 
@@ -438,7 +439,10 @@ pub fn probe_group_by(key: u64, word: impl Fn(u32) -> u64) -> GroupProbe {
 /// every node.
 #[derive(Debug)]
 pub struct Catalog {
+    /// Nodes holding records (`0..nodes`): every node when partitioned, the memory nodes
+    /// under shared-data ([`Topology`]).
     pub nodes: u16,
+    topology: Topology,
     tables: Vec<(TableSpec, TableLayout)>,
     extra_regions: Vec<usize>,
     lock_word: LockWord,
@@ -464,6 +468,7 @@ impl Catalog {
         });
         Catalog {
             nodes,
+            topology: Topology::partitioned(nodes),
             tables: tables.collect(),
             extra_regions,
             lock_word: LockWord::Owner,
@@ -474,6 +479,22 @@ impl Catalog {
     pub fn with_lock_word(mut self, lock_word: LockWord) -> Self {
         self.lock_word = lock_word;
         self
+    }
+
+    /// The catalog of a cluster whose nodes have `topology`'s roles (its memory nodes are
+    /// the catalog's nodes).
+    pub fn with_topology(mut self, topology: Topology) -> Self {
+        assert_eq!(
+            topology.memory_nodes(),
+            self.nodes,
+            "the topology's memory nodes are the catalog's nodes"
+        );
+        self.topology = topology;
+        self
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topology
     }
 
     /// What every record's `LOCK` word holds.
@@ -530,7 +551,19 @@ impl Catalog {
             .collect()
     }
 
-    /// The node holding `key`; for a replicated table, the asking node's own copy.
+    /// Sizes of every region node `n` registers: a node holding no records registers its
+    /// tables' regions empty (their ids stay the same on every node).
+    pub fn region_words_of(&self, n: NodeId) -> Vec<usize> {
+        let holds = self.topology.holds_records(n);
+        self.tables
+            .iter()
+            .map(|(_, l)| if holds { l.region_words() } else { 0 })
+            .chain(self.extra_regions.iter().copied())
+            .collect()
+    }
+
+    /// The node holding `key`; for a replicated table, the asking node's own copy (a compute
+    /// node's home memory node's, under shared-data).
     #[inline]
     pub fn home(&self, t: TableId, key: u64, asking: NodeId) -> NodeId {
         let n = match &self.tables[t.0 as usize].0.partition {
@@ -538,7 +571,8 @@ impl Catalog {
                 ((key / keys_per_node) as u16).min(self.nodes - 1)
             }
             Partition::Modulo => (key % self.nodes as u64) as u16,
-            Partition::Replicated => asking.0,
+            Partition::Replicated if asking.0 < self.nodes => asking.0,
+            Partition::Replicated => self.topology.home_of(asking).0,
             Partition::Custom(f) => f(key),
         };
         debug_assert!(

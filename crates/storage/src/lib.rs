@@ -1,12 +1,15 @@
 //! Atoll storage: tables of fixed-size records in registered regions.
 //!
 //! [`layout`] defines the tuple header and where every word lives; [`store`] is one node's
-//! share (inserts, deletes, lookups); [`ordered`] is the per-node B+tree for range scans.
+//! share (inserts, deletes, lookups); [`ordered`] is the per-node B+tree for range scans;
+//! [`topology`] says which nodes hold records and which run coordinators.
 //! Storage knows no backend: it sees only [`atoll_fabric::NodeMemory`] and pointers.
 
 pub mod layout;
 pub mod ordered;
 pub mod store;
+pub mod topology;
 
 pub use layout::{Catalog, Partition, TableId, TableLayout, TableSpec};
 pub use store::{Store, StoreError, GONE_BYTES_PER_KEY_MAX};
+pub use topology::{Architecture, Topology, TsPlacement};

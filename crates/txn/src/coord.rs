@@ -26,9 +26,12 @@ pub struct TxnConfig {
     pub log_ring_words: u32,
     /// Co-routines in the cluster.
     pub coordinators_total: u32,
-    /// Co-routines on each node: a node holds one log ring per co-routine of each of the
-    /// `log_replicas` nodes before it (whose backup it is).
+    /// Co-routines on each compute node: a backup holds one log ring per co-routine of each
+    /// compute node it backs up.
     pub coordinators_per_node: u32,
+    /// Ring slots (a compute node's rings each) every backup holds
+    /// ([`atoll_storage::Topology::log_slots`]).
+    pub log_slots: u32,
     /// Remote record locations a coordinator caches before it starts over.
     pub loc_cache_entries_max: usize,
     /// WAITDIE's starvation fix: waiters raise a counter that makes others die.
@@ -48,16 +51,18 @@ impl TxnConfig {
 
     /// Words of the log region each node registers.
     pub fn log_region_words(&self) -> usize {
-        self.log_ring_words as usize
-            * self.log_replicas as usize
-            * self.coordinators_per_node as usize
+        self.log_ring_words as usize * self.log_slots as usize * self.coordinators_per_node as usize
     }
 
-    /// Where, in its `backup`-th backup's log region (0 = the next node), the ring of
-    /// coordinator `id` starts: backups hold their predecessors' rings, nearest first.
-    pub fn log_ring_offset(&self, id: u32, backup: u32) -> u32 {
-        (backup * self.coordinators_per_node + id % self.coordinators_per_node)
-            * self.log_ring_words
+    /// Where, in a backup's log region, the ring of coordinator `id` starts when its compute
+    /// node's rings take `slot` there ([`atoll_storage::Topology::log_backup`]).
+    pub fn log_ring_offset(&self, id: u32, slot: u32) -> u32 {
+        debug_assert!(
+            slot < self.log_slots,
+            "log slot {slot} of {}",
+            self.log_slots
+        );
+        (slot * self.coordinators_per_node + id % self.coordinators_per_node) * self.log_ring_words
     }
 }
 
@@ -118,6 +123,9 @@ pub struct Coordinator {
     /// The commit timestamp of this coordinator's last committed attempt (0: none yet), for
     /// protocols whose next snapshot must include it (a client reads its own writes).
     pub last_commit_ts: u64,
+    /// A read timestamp fetched in the last commit's final doorbell, for the next attempt's
+    /// snapshot (RSI: so an update transaction takes no round trip of its own for it).
+    pub next_snapshot: Option<u64>,
 }
 
 /// Bits of an attempt's tag that count the coordinator's attempts; the bits above hold the
@@ -175,6 +183,7 @@ impl Coordinator {
             spare_words: Vec::new(),
             deferred_write: None,
             last_commit_ts: 0,
+            next_snapshot: None,
         }
     }
 
@@ -696,38 +705,50 @@ mod tests {
     use crate::plan::Primitive;
 
     #[test]
-    fn log_rings_of_every_coordinator_logging_to_a_node_are_disjoint_and_inside_its_region() {
-        let (nodes, per_node, replicas) = (5u32, 6u32, 3u16);
-        let cfg = TxnConfig {
-            plan: Plan::uniform(Primitive::OneSided),
-            log_replicas: replicas,
-            log_ring_words: 10,
-            coordinators_total: nodes * per_node,
-            coordinators_per_node: per_node,
-            loc_cache_entries_max: 1,
-            waitdie_counter: false,
-        };
-        for backup_node in 0..nodes {
-            let mut rings = Vec::new();
-            for id in 0..nodes * per_node {
-                let home = id / per_node;
-                for b in 0..replicas as u32 {
-                    if (home + 1 + b) % nodes == backup_node {
-                        rings.push(cfg.log_ring_offset(id, b));
-                    }
+    fn log_rings_of_every_coordinator_logging_to_a_node_are_disjoint_and_fill_its_region() {
+        use atoll_storage::{Topology, TsPlacement};
+        let per_node = 6u32;
+        for (topology, replicas) in [
+            (Topology::partitioned(5), 3u16),
+            (Topology::shared_data(3, 7, TsPlacement::Own), 2),
+            (Topology::shared_data(2, 2, TsPlacement::Memory), 2),
+        ] {
+            let computes = topology.compute_nodes() as u32;
+            let cfg = TxnConfig {
+                plan: Plan::uniform(Primitive::OneSided),
+                log_replicas: replicas,
+                log_ring_words: 10,
+                coordinators_total: computes * per_node,
+                coordinators_per_node: per_node,
+                log_slots: topology.log_slots(replicas),
+                loc_cache_entries_max: 1,
+                waitdie_counter: false,
+            };
+            let mut rings: HashMap<u16, Vec<u32>> = HashMap::new();
+            for id in 0..computes * per_node {
+                let node = topology.compute_node((id / per_node) as u16);
+                for b in 0..replicas {
+                    let (backup, slot) = topology.log_backup(node, b);
+                    rings
+                        .entry(backup.0)
+                        .or_default()
+                        .push(cfg.log_ring_offset(id, slot));
                 }
             }
-            assert_eq!(rings.len() as u32, replicas as u32 * per_node);
-            rings.sort();
-            for (i, r) in rings.iter().enumerate() {
-                assert_eq!(
-                    *r,
-                    i as u32 * cfg.log_ring_words,
-                    "rings overlap or leave gaps"
+            for (backup, mut rings) in rings {
+                rings.sort();
+                for w in rings.windows(2) {
+                    assert!(
+                        w[1] >= w[0] + cfg.log_ring_words,
+                        "{topology:?}: rings overlap on node {backup}"
+                    );
+                }
+                let end = rings.last().unwrap() + cfg.log_ring_words;
+                assert!(
+                    end as usize <= cfg.log_region_words(),
+                    "{topology:?}: a ring ends at {end}, past node {backup}'s region"
                 );
             }
-            let end = rings.last().unwrap() + cfg.log_ring_words;
-            assert_eq!(end as usize, cfg.log_region_words());
         }
     }
 }

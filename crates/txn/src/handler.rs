@@ -569,10 +569,12 @@ impl RpcHandler for StoreHandler {
         let mut held = false;
         if let Some(svc) = &self.ts_service {
             let region = self.local.store.memory().region(svc.region);
-            let rts = svc.advance(region);
-            // Outcomes still to come are polled for like held requests (the simulator
-            // schedules a worker that holds some).
-            held |= svc.outstanding(region, rts);
+            svc.advance(region);
+            // The sequencer is a polling loop: outcomes arrive as one-sided WRITEs, which
+            // wake no CPU, and a commit timestamp may be taken at any time, so the service's
+            // workers keep polling as if a request were held (the simulator schedules such a
+            // worker periodically, whether or not it runs co-routines).
+            held = true;
         }
         let mut replies = Vec::new();
         for f in &self.families {

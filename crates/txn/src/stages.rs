@@ -775,12 +775,11 @@ pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Res
         "a {}-word log record does not fit a {ring}-word log ring (the workload wrote more than its largest write set declares)",
         rec.len()
     );
-    let nodes = tx.c.catalog.nodes;
     let region = tx.c.catalog.extra_region(crate::coord::LOG_EXTRA_REGION);
     let mut d = tx.c.ep.doorbell();
     for b in 0..replicas {
-        let base = tx.c.cfg.log_ring_offset(tx.c.id, b as u32);
-        let backup = NodeId(((tx.c.node().0 as usize + 1 + b) % nodes as usize) as u16);
+        let (backup, slot) = tx.c.catalog.topology().log_backup(tx.c.node(), b as u16);
+        let base = tx.c.cfg.log_ring_offset(tx.c.id, slot);
         let mut pos = tx.c.log_pos[b];
         if pos + rec.len() as u32 > ring {
             pos = 0;

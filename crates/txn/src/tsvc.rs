@@ -20,10 +20,6 @@ use atoll_storage::Catalog;
 /// The catalog's extra region that holds the service (after the log's).
 pub const TS_SERVICE_EXTRA_REGION: usize = crate::coord::LOG_EXTRA_REGION + 1;
 
-/// The node that serves timestamps (a role of its own in the shared-data architecture, a
-/// later step of issue 12).
-pub const TS_SERVICE_NODE: NodeId = NodeId(0);
-
 /// The counter FETCH_ADDs take commit timestamps from.
 pub const W_COUNTER: u32 = 0;
 /// The read timestamp; a cache line (8 words) after the counter, so the sequencer's and the
@@ -70,7 +66,7 @@ impl TsService {
         }
     }
 
-    /// The run's service: at [`TS_SERVICE_NODE`], in the catalog's region for it (its ring
+    /// The run's service: at the topology's timestamp node, in the catalog's region for it (its ring
     /// fills the region); `None` if the catalog has none (a test's bare catalog).
     pub fn of(catalog: &Catalog) -> Option<Self> {
         if catalog.extra_region_count() <= TS_SERVICE_EXTRA_REGION {
@@ -82,7 +78,7 @@ impl TsService {
             "the timestamp service's region has {words} words, at most its header"
         );
         Some(TsService {
-            node: TS_SERVICE_NODE,
+            node: catalog.topology().ts_node(),
             region: catalog.extra_region(TS_SERVICE_EXTRA_REGION),
             ring_slots: (words - RING_AT as usize) as u32,
         })
