@@ -1060,17 +1060,17 @@ fn cluster(a: ClusterArgs) -> ExitCode {
     if first != "bench" {
         return bad(format!("cluster runs 'bench', not '{first}'"));
     }
-    let (nodes, hosts, source) = match (a.nodes, &a.hosts) {
+    let (given, hosts, source) = match (a.nodes, &a.hosts) {
         (Some(n), Some(h)) => {
             return bad(format!(
                 "--nodes {n} with --hosts {h}: give one (with --hosts the node count is the list's length)"
             ))
         }
         (None, Some(h)) => match atoll_bench::hosts::parse_hosts(h) {
-            Ok(hosts) => (hosts.len() as u16, Some(hosts), "--hosts' length"),
+            Ok(hosts) => (Some(hosts.len() as u16), Some(hosts), "--hosts' length"),
             Err(e) => return bad(e.0),
         },
-        (n, None) => (n.unwrap_or(CLUSTER_NODES_DEFAULT), None, "cluster --nodes"),
+        (n, None) => (n, None, "cluster --nodes"),
     };
     let transport = match &hosts {
         Some(h) => cluster::hosts_transport(&a.transport, h),
@@ -1080,23 +1080,32 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         Ok(t) => t,
         Err(e) => return bad(e.0),
     };
-    // The nodes get the flags as given, with the cluster's node count.
+    // The nodes get the flags as given, with the cluster's node count, unless the flags
+    // give a shared-data shape, which names its own (memory + compute + timestamp node).
     let mut args: Vec<String> = rest.to_vec();
-    if !rest
-        .iter()
-        .any(|x| x == "--nodes" || x.starts_with("--nodes="))
+    let shaped = resolve_cluster_bench(&args).is_ok_and(|(c, _)| c.roles != Roles::Partitioned);
+    if !shaped
+        && !rest
+            .iter()
+            .any(|x| x == "--nodes" || x.starts_with("--nodes="))
     {
-        args.extend(["--nodes".to_string(), nodes.to_string()]);
+        let n = given.unwrap_or(CLUSTER_NODES_DEFAULT);
+        args.extend(["--nodes".to_string(), n.to_string()]);
     }
     let (cfg, bench_args) = match resolve_cluster_bench(&args) {
         Ok(r) => r,
         Err(e) => return bad(e),
     };
-    if cfg.nodes != nodes {
-        return bad(format!(
-            "bench --nodes {} disagrees with {source} {nodes}",
-            cfg.nodes
-        ));
+    if let Some(nodes) = given.filter(|&n| n != cfg.nodes) {
+        let what = match cfg.roles {
+            Roles::Partitioned => format!("bench --nodes {}", cfg.nodes),
+            Roles::SharedData { .. } => format!(
+                "the shared-data shape's {} nodes ({})",
+                cfg.nodes,
+                cfg.topology().describe()
+            ),
+        };
+        return bad(format!("{what} disagrees with {source} {nodes}"));
     }
     match atoll_bench::sizing::sizing(&cfg) {
         Ok(s) => println!("{}", s.line()),

@@ -167,6 +167,76 @@ fn ucx_cluster_3_processes_run_the_write_skew_probe_and_checkout_with_every_chec
 }
 
 #[test]
+fn ucx_cluster_shared_data_memory_compute_and_timestamp_processes_pass_checkout_under_rsi_and_occ()
+{
+    let _one = serial();
+    if !ucx_built() {
+        return;
+    }
+    for protocol in ["rsi", "occ"] {
+        // 1 memory + 2 compute processes + the timestamp service's own: the two compute
+        // processes order on the one memory node, so their order keys must never meet.
+        let args = [
+            "cluster",
+            "--transport",
+            "shm",
+            "bench",
+            "--architecture",
+            "shared-data",
+            "--memory-nodes",
+            "1",
+            "--compute-nodes",
+            "2",
+            "--ts-node",
+            "own",
+            "--protocol",
+            protocol,
+            "--workload",
+            "checkout",
+            "-p",
+            "products=3000",
+            "--duration",
+            "0.2",
+            "--warmup",
+            "0.05",
+            "--coroutines",
+            "2",
+        ];
+        let (code, out, err) = cluster(&args);
+        assert_eq!(code, 0, "{args:?} exited {code}:\n{out}\n{err}");
+        assert!(
+            out.contains("shared-data 1 memory + 2 compute + 1 timestamp nodes"),
+            "{args:?}:\n{out}"
+        );
+        assert!(
+            !out.contains("FAIL") && !out.contains("duplicate"),
+            "{args:?}:\n{out}"
+        );
+        assert!(
+            out.contains("compute nodes 0, timestamp node 0"),
+            "{args:?}:\n{out}"
+        );
+    }
+    // The shape names its node count; a --nodes that disagrees is refused.
+    let (code, _, err) = cluster(&[
+        "cluster",
+        "--nodes",
+        "3",
+        "--transport",
+        "shm",
+        "bench",
+        "--architecture",
+        "shared-data",
+        "--memory-nodes",
+        "1",
+        "--compute-nodes",
+        "1",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("disagrees with cluster --nodes 3"), "{err}");
+}
+
+#[test]
 fn ucx_cluster_json_names_the_transport_and_how_each_verb_travels() {
     let _one = serial();
     if !ucx_built() {

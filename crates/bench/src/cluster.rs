@@ -756,9 +756,12 @@ impl NodeLink {
 }
 
 /// Runs `$body` with `$w` bound to the workload `$cfg` names (a closure cannot be generic).
+/// `$stripe`: which of the processes that draw orders for the same memory nodes this one is
+/// (checkout's order keys).
 macro_rules! with_workload {
-    ($cfg:expr, $w:ident => $body:expr) => {{
+    ($cfg:expr, $stripe:expr, $w:ident => $body:expr) => {{
         let cfg: &RunConfig = $cfg;
+        let (stripe_index, stripe_count): (u16, u16) = $stripe;
         let perr = |e: atoll_workloads::ParamError| ClusterError::BadInput(e.0);
         match cfg.workload {
             WorkloadKind::SmallBank => {
@@ -766,31 +769,45 @@ macro_rules! with_workload {
                 $body
             }
             WorkloadKind::Ycsb => {
-                let $w = Ycsb::from_params(&cfg.params, cfg.nodes, cfg.threads).map_err(perr)?;
+                let $w = Ycsb::from_params(&cfg.params, cfg.memory_nodes(), cfg.threads)
+                    .map_err(perr)?;
                 $body
             }
             WorkloadKind::Cycle => {
-                let $w = Cycle::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+                let $w = Cycle::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?;
                 $body
             }
             WorkloadKind::Tpcc => {
-                let $w = Tpcc::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+                let $w = Tpcc::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?;
                 $body
             }
             WorkloadKind::Micro => {
-                let $w = Micro::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+                let $w = Micro::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?;
                 $body
             }
             WorkloadKind::Skew => {
-                let $w = Skew::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+                let $w = Skew::from_params(&cfg.params, cfg.memory_nodes()).map_err(perr)?;
                 $body
             }
             WorkloadKind::Checkout => {
-                let $w = Checkout::from_params(&cfg.params, cfg.nodes).map_err(perr)?;
+                let $w = Checkout::from_params(&cfg.params, cfg.memory_nodes())
+                    .map_err(perr)?
+                    .striped(stripe_index, stripe_count);
                 $body
             }
         }
     }};
+}
+
+/// Which of the order-drawing processes node `node` is: under shared-data every compute
+/// node draws orders for the memory nodes, so each takes its own stripe; partitioned, a
+/// node draws for its own only.
+fn order_stripe(cfg: &RunConfig, node: NodeId) -> (u16, u16) {
+    let t = cfg.topology();
+    match (t.architecture(), t.compute_index(node)) {
+        (atoll_storage::Architecture::SharedData, Some(i)) => (i, t.compute_nodes()),
+        _ => (0, 1),
+    }
 }
 
 fn node_dispatch(
@@ -814,7 +831,7 @@ fn node_dispatch(
             let settings = self.settings;
             P::check_plan(&cfg.plan)
                 .map_err(|e| ClusterError::BadInput(format!("plan {}: {e}", cfg.plan)))?;
-            with_workload!(cfg, w => node_with::<_, P>(cfg, w, node, t, settings.clone(), link))
+            with_workload!(cfg, order_stripe(cfg, node), w => node_with::<_, P>(cfg, w, node, t, settings.clone(), link))
         }
     }
     cfg.protocol.dispatch(V {
@@ -831,13 +848,6 @@ fn layout<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: &W,
 ) -> Result<(crate::sizing::Sizing, Arc<TxnConfig>, Arc<Catalog>), ClusterError> {
-    if cfg.roles != crate::config::Roles::Partitioned {
-        // TODO(#12): node processes with roles (a memory node's process runs no co-routines
-        // and sends no workload checks, its regions may be empty).
-        return Err(ClusterError::BadInput(
-            "--architecture shared-data runs on --fabric inproc and sim only so far: expected --architecture partitioned under atoll cluster".into(),
-        ));
-    }
     // A variant no user selects (a broken one) keeps what its kind's knob says.
     let version_slots = if P::MULTI_VERSION {
         cfg.version_slots(cfg.protocol)
@@ -855,13 +865,15 @@ fn layout<W: Workload, P: Protocol>(
         loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
         waitdie_counter: cfg.waitdie_counter,
     });
+    let topology = cfg.topology();
     let catalog = Arc::new(
         Catalog::with_versions(
-            cfg.nodes,
-            w.tables(cfg.nodes),
+            topology.memory_nodes(),
+            w.tables(topology.memory_nodes()),
             txn_cfg.extra_region_words(),
             version_slots,
         )
+        .with_topology(topology)
         .with_lock_word(P::LOCK_WORD),
     );
     Ok((sizing, txn_cfg, catalog))
@@ -908,12 +920,20 @@ fn node_with<W: Workload, P: Protocol>(
     // Progress lines stay in the node: the coordinator prints the summary only.
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     let drain = std::thread::spawn(move || for _ in rx_iv {});
+    // A node that runs no coordinators (memory, timestamp) only serves.
     let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
+        if !shared.catalog.topology().runs_coordinators(core.node()) {
+            return Vec::new();
+        }
         worker_coroutines::<W, P>(core, &shared, &runtime, cfg.coroutines, &tx_iv)
     };
     let ran = ucx::run_node(&ucfg, &setup, link, &spawn);
     drop(tx_iv);
     let _ = drain.join();
+    let served = match &ran {
+        Ok(reports) => reports.iter().map(|r| r.counters.rpcs_served).sum(),
+        Err(_) => 0,
+    };
     match ran {
         Ok(_) => {}
         Err(ucx::NodeRunError::Ucx(e)) => {
@@ -921,7 +941,8 @@ fn node_with<W: Workload, P: Protocol>(
         }
         Err(e) => return Err(ClusterError::Failed(e.to_string())),
     }
-    let summary = runtime.summary(&shared.w);
+    let mut summary = runtime.summary(&shared.w);
+    summary.rpcs_served = Some(served);
     link.send(&Msg::Summary {
         summary: json("a node summary", &summary),
     })
@@ -1397,7 +1418,7 @@ pub fn run_cluster(cfg: &RunConfig, cc: &ClusterConfig) -> Result<Report, Cluste
             let (cfg, cc) = (self.cfg, self.cc);
             P::check_plan(&cfg.plan)
                 .map_err(|e| ClusterError::BadInput(format!("plan {}: {e}", cfg.plan)))?;
-            with_workload!(cfg, w => coordinate::<_, P>(cfg, w, cc))
+            with_workload!(cfg, (0, 1), w => coordinate::<_, P>(cfg, w, cc))
         }
     }
     cfg.protocol.dispatch(V { cfg, cc })
@@ -1495,11 +1516,10 @@ fn coordinate_nodes<W: Workload, P: Protocol>(
         let Msg::Checks { checks: c } = m else {
             unreachable!("gather checked the name")
         };
-        checks.push(
-            serde_json::from_value(c).map_err(|e| {
-                ClusterError::BadInput(format!("malformed checks from node {i}: {e}"))
-            })?,
-        );
+        // A node holding no records has none to check.
+        let c: Option<NodeChecks<W::NodeCheck>> = serde_json::from_value(c)
+            .map_err(|e| ClusterError::BadInput(format!("malformed checks from node {i}: {e}")))?;
+        checks.extend(c);
     }
     hub.broadcast(&Msg::Bye)?;
     let facts = RunFacts {
@@ -1513,7 +1533,11 @@ fn coordinate_nodes<W: Workload, P: Protocol>(
         memory_bytes: sizing.total_bytes(),
         coroutines_hung: 0,
         crashed: Vec::new(),
-        rpcs_served_by_node: Vec::new(),
+        rpcs_served_by_node: summaries
+            .iter()
+            .map(|s| s.rpcs_served)
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default(),
     };
     let cpu = crate::env::CpuWindow::default();
     let mut report =

@@ -56,6 +56,10 @@ pub struct NodeSummary<L> {
     pub stopped_ns: Option<u64>,
     /// `(node, transaction)`: an op to `node` failed after the transaction's log was written.
     pub failed_after_log: Option<(u16, u64)>,
+    /// RPCs its CPUs served over the whole run, where its fabric reports them to it (a
+    /// node process); `None` where the driver has them from the fabric itself.
+    #[serde(default)]
+    pub rpcs_served: Option<u64>,
 }
 
 /// A node's checks of its own records against the merged ledger.
@@ -168,15 +172,20 @@ impl<W: Workload> NodeRuntime<W> {
                 .lock()
                 .expect("no poisoned flag")
                 .map(|(n, t)| (n.0, t)),
+            rpcs_served: None,
         }
     }
 
-    /// Checks the node's records against the whole run's committed effects.
-    pub fn check(&self, w: &W, ledger: &W::Ledger) -> NodeChecks<W::NodeCheck> {
-        NodeChecks {
+    /// Checks the node's records against the whole run's committed effects; `None` on a
+    /// node holding no records (compute, timestamp).
+    pub fn check(&self, w: &W, ledger: &W::Ledger) -> Option<NodeChecks<W::NodeCheck>> {
+        if !self.store.catalog.topology().holds_records(self.node) {
+            return None;
+        }
+        Some(NodeChecks {
             node: self.node.0,
             storage: atoll_workloads::storage_check_node(&self.store),
             workload: w.check_node(&self.store, ledger),
-        }
+        })
     }
 }

@@ -430,8 +430,7 @@ fn run_with<W: Workload, P: Protocol>(
     // Only nodes holding records check them (a workload's parts are per memory node).
     let checks: Vec<_> = nodes
         .iter()
-        .filter(|n| topology.holds_records(n.node))
-        .map(|n| {
+        .filter_map(|n| {
             // In memory every node reads the driver's ledger; over a wire each gets a copy.
             let carried;
             let ledger = match wire {

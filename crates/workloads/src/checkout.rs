@@ -156,6 +156,10 @@ pub struct Checkout {
     nodes: u16,
     /// Per node: the checkouts its coordinators drew (each draw takes the next order key).
     drawn: Vec<AtomicU64>,
+    /// `(index, count)`: this process draws every `count`-th order sequence number from
+    /// `index + 1`, so processes whose coordinators order on the same node (shared-data's
+    /// compute nodes) never draw the same key. `(0, 1)` in one process.
+    stripe: (u64, u64),
 }
 
 /// One checkout: the order it inserts and its lines, `(product, quantity)`.
@@ -302,7 +306,16 @@ impl Checkout {
             orders_max,
             nodes,
             drawn: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            stripe: (0, 1),
         })
+    }
+
+    /// The workload as process `index` of `count` processes drawing orders for the same
+    /// nodes sees it (see `stripe`).
+    pub fn striped(mut self, index: u16, count: u16) -> Self {
+        assert!(index < count, "stripe {index} of {count}");
+        self.stripe = (index as u64, count as u64);
+        self
     }
 
     /// The workload's words of a product (the engine's two not counted).
@@ -414,7 +427,8 @@ impl Workload for Checkout {
     }
 
     fn generate(&self, rng: &mut Rng, _nodes: u16, home: NodeId) -> (usize, Input) {
-        let seq = self.drawn[home.0 as usize].fetch_add(1, Ordering::Relaxed) + 1;
+        let (index, count) = self.stripe;
+        let seq = self.drawn[home.0 as usize].fetch_add(1, Ordering::Relaxed) * count + index + 1;
         let products = self.draw_products(rng);
         let lines = products.map(|p| (p, rng.range_inclusive(1, self.quantity_max)));
         (
