@@ -424,7 +424,8 @@ pub enum Lock {
         cts: u64,
         rts_word: u64,
     },
-    /// An op failed: nothing can be said of the records; no timestamp to report.
+    /// An op failed: nothing can be said of the records (some may be locked: the run stops
+    /// for recovery); no timestamp to report.
     Failed(Abort),
 }
 
@@ -460,7 +461,14 @@ pub async fn lock(
     let rr = d.read(svc.rts(), 1);
     let res = match d.submit().await {
         Ok(r) => r,
-        Err(e) => return Lock::Failed(tx.op_failed(e)),
+        Err(e) => {
+            // Which CAS took its lock is unknown (the doorbell reports its first failure),
+            // and a `[locked | commit id]` word does not name its owner, so no release is
+            // safe: locks may stay held, as after a failure past the log. Stop the run for
+            // recovery, naming the node.
+            tx.failed_after_log.get_or_insert(e);
+            return Lock::Failed(tx.op_failed(e));
+        }
     };
     let cts = TsService::cts_of(res.fetch_add(fa));
     let rts_word = res.read(rr)[0];
