@@ -228,3 +228,15 @@ impl Steps {
         );
     }
 }
+
+/// The simulator faults most run-level tests inject: latency spikes, pauses, torn
+/// multi-word WRITEs and stalled ops, each a few times in a short run.
+pub const FAULTS_MIXED: &str =
+    "spikes=2,spike_us=50,spike_len_us=300,pauses=1,pause_us=200,tear_words=2,tear_ns=1000,stall_permille=50,stall_us=50";
+
+/// Workload parameters from `key, value` pairs.
+pub fn params(kv: &[(&str, &str)]) -> atoll_workloads::Params {
+    kv.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

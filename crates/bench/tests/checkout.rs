@@ -5,27 +5,19 @@
 
 use atoll_bench::config::{Fabric, FaultConfig};
 use atoll_bench::history::{self, Mode};
+use atoll_bench::testkit::{params, FAULTS_MIXED};
 use atoll_bench::{run, Report, RunConfig};
 use atoll_protocols::ProtocolKind;
 use atoll_txn::Plan;
-use atoll_workloads::{Params, WorkloadKind};
+use atoll_workloads::WorkloadKind;
 
 const SEEDS: u64 = 3;
 const PLANS: [&str; 2] = ["one-sided", "rpc"];
-const FAULTS: &str =
-    "spikes=2,spike_us=50,spike_len_us=300,pauses=1,pause_us=200,tear_words=2,tear_ns=1000,stall_permille=50,stall_us=50";
-
-fn params(kv: &[(&str, &str)]) -> Params {
-    kv.iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
 fn config(protocol: ProtocolKind, plan: &str, seed: u64) -> RunConfig {
     RunConfig {
         fabric: Fabric::Sim {
             net: "edr-ib".into(),
-            faults: FaultConfig::parse(FAULTS).unwrap(),
+            faults: FaultConfig::parse(FAULTS_MIXED).unwrap(),
         },
         workload: WorkloadKind::Checkout,
         // 12 products over 3 nodes: checkouts meet on products; up to 100 units a line (the

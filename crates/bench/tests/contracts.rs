@@ -1,6 +1,7 @@
 //! Workload contracts (issue 8): the access set a workload declares for an input is exactly
 //! the read and write set its transaction builds when it runs, under every protocol.
 
+use atoll_bench::testkit::params;
 use atoll_bench::testkit::TestCluster;
 use atoll_fabric::rng::Rng;
 use atoll_fabric::NodeId;
@@ -13,17 +14,11 @@ use atoll_workloads::skew::Skew;
 use atoll_workloads::smallbank::SmallBank;
 use atoll_workloads::tpcc::Tpcc;
 use atoll_workloads::ycsb::Ycsb;
-use atoll_workloads::{AccessMode, AccessSet, Params, Workload};
+use atoll_workloads::{AccessMode, AccessSet, Workload};
 use std::sync::{Arc, Mutex};
 
 /// Transactions drawn per workload and protocol.
 const TXNS: usize = 40;
-
-fn params(kv: &[(&str, &str)]) -> Params {
-    kv.iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 /// What one drawn transaction declared and did.
 struct Seen {

@@ -3,14 +3,13 @@
 //! (the simulator makes both runs of a seed the same run).
 
 use atoll_bench::config::{Fabric, FaultConfig};
+use atoll_bench::testkit::FAULTS_MIXED;
 use atoll_bench::{run_via, Report, RunConfig, SummaryWire};
 use atoll_protocols::ProtocolKind;
 use atoll_txn::Plan;
 use atoll_workloads::{Params, WorkloadKind};
 
 /// Faults that tear, stall and pause, so the runs abort and retry for many reasons.
-const FAULTS: &str =
-    "spikes=2,spike_us=50,spike_len_us=300,pauses=1,pause_us=200,tear_words=2,tear_ns=1000,stall_permille=50,stall_us=50";
 const SEED: u64 = 8;
 
 /// Report fields that are not the run's: the build, machine and process (`env`).
@@ -46,7 +45,7 @@ fn config(workload: WorkloadKind, protocol: ProtocolKind, plan: &str) -> RunConf
     RunConfig {
         fabric: Fabric::Sim {
             net: "edr-ib".into(),
-            faults: FaultConfig::parse(FAULTS).unwrap(),
+            faults: FaultConfig::parse(FAULTS_MIXED).unwrap(),
         },
         workload,
         params: knobs

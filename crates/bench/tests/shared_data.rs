@@ -5,20 +5,12 @@
 
 use atoll_bench::config::{Fabric, FaultConfig, Roles};
 use atoll_bench::history::{self, Mode};
+use atoll_bench::testkit::{params, FAULTS_MIXED};
 use atoll_bench::{run, Report, RunConfig};
 use atoll_protocols::ProtocolKind;
 use atoll_storage::TsPlacement;
 use atoll_txn::Plan;
 use atoll_workloads::{Params, WorkloadKind};
-
-const FAULTS: &str =
-    "spikes=2,spike_us=50,spike_len_us=300,pauses=1,pause_us=200,tear_words=2,tear_ns=1000,stall_permille=50,stall_us=50";
-
-fn params(kv: &[(&str, &str)]) -> Params {
-    kv.iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 /// `memory` memory nodes, `compute` compute nodes, the timestamp service at `ts`.
 fn config(
@@ -41,7 +33,7 @@ fn config(
     RunConfig {
         fabric: Fabric::Sim {
             net: "edr-ib".into(),
-            faults: FaultConfig::parse(FAULTS).unwrap(),
+            faults: FaultConfig::parse(FAULTS_MIXED).unwrap(),
         },
         workload,
         params,

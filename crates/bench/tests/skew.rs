@@ -5,6 +5,7 @@
 
 use atoll_bench::config::{Fabric, FaultConfig};
 use atoll_bench::history::{self, Mode};
+use atoll_bench::testkit::FAULTS_MIXED;
 use atoll_bench::{run, run_protocol, Report, RunConfig};
 use atoll_protocols::ProtocolKind;
 use atoll_txn::stages::{self, CommitOpts, UnchangedOpts};
@@ -17,14 +18,11 @@ const SEEDS: u64 = 4;
 const PLANS: [&str; 2] = ["one-sided", "rpc"];
 /// Seeds tried before a run that lets skew through must have shown it.
 const SKEW_SEEDS_MAX: u64 = 8;
-const FAULTS: &str =
-    "spikes=2,spike_us=50,spike_len_us=300,pauses=1,pause_us=200,tear_words=2,tear_ns=1000,stall_permille=50,stall_us=50";
-
 fn config(protocol: ProtocolKind, plan: &str, seed: u64) -> RunConfig {
     RunConfig {
         fabric: Fabric::Sim {
             net: "edr-ib".into(),
-            faults: FaultConfig::parse(FAULTS).unwrap(),
+            faults: FaultConfig::parse(FAULTS_MIXED).unwrap(),
         },
         workload: WorkloadKind::Skew,
         params: [("pairs", PAIRS_PER_NODE)]

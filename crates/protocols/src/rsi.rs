@@ -35,7 +35,7 @@
 //! allocation) and unlocked at the commit timestamp; deletes are not built yet (refused up
 //! front).
 
-use atoll_fabric::Words;
+use atoll_fabric::{Doorbell, NodeId, RemotePtr, Words};
 use atoll_storage::layout::{
     payload_check, payload_intact, LockWord, TableLayout, CID_LOCKED, HEADER_WORDS, H_LOCK,
     H_VERSION, OLD_SLOT_HEADER_WORDS, P_CHECK, P_TAG,
@@ -43,26 +43,35 @@ use atoll_storage::layout::{
 use atoll_txn::stages::{self, check_tuple};
 use atoll_txn::tsvc::TsService;
 use atoll_txn::{
-    Abort, Access, EntryState, Idxs, Isolation, Plan, PlanError, Primitive, Protocol, Stage,
-    Timestamp, TxnCore,
+    Abort, Access, Coordinator, EntryState, Idxs, Isolation, Plan, PlanError, Primitive, Protocol,
+    Stage, Timestamp, TxnCore,
 };
 
 pub struct Rsi;
 
 /// What RSI keeps per record: the commit id its read saw (unlocked), which its lock CAS
-/// expects; with older versions kept, the current version's payload as read and the old
-/// slot its install moves it into.
+/// expects; with older versions kept, the current version as read, laid out as an old slot,
+/// and the old slot its install moves it into.
 #[derive(Clone, Debug, Default)]
 pub struct RsiEntry {
     pub cid: u64,
-    /// The current version's payload when it was the one read (records keeping older
-    /// versions only): the install copies it into `evict`.
-    pub prev: Vec<u64>,
+    /// `[commit id, version, payload]` of the current version when it was the one read
+    /// (records keeping older versions only): the install writes it into old slot `evict`.
+    pub old_slot: Vec<u64>,
     /// The old slot holding the oldest version (or none yet): the one an install rewrites.
     pub evict: u32,
 }
 
-impl EntryState for RsiEntry {}
+impl EntryState for RsiEntry {
+    fn reset(&mut self) {
+        let mut old_slot = std::mem::take(&mut self.old_slot);
+        old_slot.clear();
+        *self = RsiEntry {
+            old_slot,
+            ..RsiEntry::default()
+        };
+    }
+}
 
 /// Rounds a committed coordinator waits for the timestamp service to consume the ring slot
 /// its commit timestamp reports in (a slower coordinator's outcome still occupies it).
@@ -206,17 +215,7 @@ pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Abort> {
     }
     let s = match tx.c.next_snapshot.take() {
         Some(s) => s,
-        None => {
-            let svc = tx.c.ts_service();
-            let deferred = tx.c.take_deferred_write();
-            let mut d = tx.c.ep.doorbell_for(2);
-            if let Some((ptr, word)) = deferred {
-                d.write(ptr, Words::from_slice(&[word]));
-            }
-            let j = d.read(svc.rts(), 1);
-            let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-            TsService::snapshot_of(res.read(j)[0])
-        }
+        None => read_rts(tx).await?,
     };
     tx.snapshot_ts = Timestamp::from_word(s);
     Ok(s)
@@ -227,23 +226,29 @@ pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Abort> {
 /// the attempt aborts `SnapshotTooOld` (retried like any other). Only for an attempt that
 /// has read nothing at its old snapshot.
 async fn snapshot_covering_own(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Abort> {
-    let svc = tx.c.ts_service();
     for _ in 0..SNAPSHOT_WAIT_ROUNDS_MAX {
         tx.c.ep.sleep(SNAPSHOT_WAIT_NS).await;
-        let deferred = tx.c.take_deferred_write();
-        let mut d = tx.c.ep.doorbell_for(2);
-        if let Some((ptr, word)) = deferred {
-            d.write(ptr, Words::from_slice(&[word]));
-        }
-        let j = d.read(svc.rts(), 1);
-        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-        let s = TsService::snapshot_of(res.read(j)[0]);
+        let s = read_rts(tx).await?;
         if s >= tx.c.last_commit_ts {
             tx.snapshot_ts = Timestamp::from_word(s);
             return Ok(s);
         }
     }
     Err(Abort::SnapshotTooOld)
+}
+
+/// One READ of the service's `RTS`, as a snapshot, behind the coordinator's deferred outcome
+/// WRITE (same node, so it lands first).
+async fn read_rts(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Abort> {
+    let svc = tx.c.ts_service();
+    let deferred = tx.c.take_deferred_write();
+    let mut d = tx.c.ep.doorbell_for(2);
+    if let Some((ptr, word)) = deferred {
+        d.write(ptr, Words::from_slice(&[word]));
+    }
+    let j = d.read(svc.rts(), 1);
+    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    Ok(TsService::snapshot_of(res.read(j)[0]))
 }
 
 /// Reads entries `idxs` at the attempt's snapshot: one-sided locate, then whole-record
@@ -395,9 +400,10 @@ fn take_version(
         // An install (whose CAS proves the head still holds this commit id) copies the
         // head's version, this one, into the oldest slot.
         e.state.evict = oldest_slot(layout, w);
-        e.state.prev.clear();
+        e.state.old_slot.clear();
         if cid == head & !CID_LOCKED {
-            e.state.prev.extend_from_slice(payload);
+            e.state.old_slot.extend_from_slice(&[cid, version]);
+            e.state.old_slot.extend_from_slice(payload);
         }
     }
     Ok(())
@@ -519,39 +525,24 @@ pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
     for &i in ws {
         let e = &tx.entries[i];
         let ptr = c.catalog.record_ptr(e.table, e.node, e.slot());
-        let version = [e.version + 1];
         let layout = c.catalog.layout(e.table);
         if layout.version_slots > 1 {
             // The version read (the current one: the lock's CAS proved it) moves to the
             // oldest slot first, as `[commit id, version, payload]` in one ascending WRITE,
             // so a snapshot that needs it still finds it while the head is rewritten.
             assert_eq!(
-                e.state.prev.len(),
-                layout.payload_words as usize,
+                e.state.old_slot.len(),
+                (OLD_SLOT_HEADER_WORDS + layout.payload_words) as usize,
                 "rsi: the install of {:?} key {} lacks the version it read",
                 e.table,
                 e.key
             );
-            let mut old = Words::with_capacity(e.state.prev.len() + 2);
-            old.push(e.state.cid);
-            old.push(e.version);
-            old.extend_from_slice(&e.state.prev);
             let at = ptr.add(layout.old_slot_offset(e.state.evict));
-            if c.ep.in_place_on(e.node) {
-                c.ep.write_in_place(at, &old);
-            } else {
-                d.write(at, old);
-            }
+            put(c, &mut d, e.node, at, &e.state.old_slot);
         }
-        if c.ep.in_place_on(e.node) {
-            c.ep.write_in_place(ptr.add(HEADER_WORDS), &e.data);
-            c.ep.write_in_place(ptr.add(H_VERSION), &version);
-            c.ep.write_in_place(ptr.add(H_LOCK), &[cts]);
-        } else {
-            d.write(ptr.add(HEADER_WORDS), Words::from_slice(&e.data));
-            d.write(ptr.add(H_VERSION), Words::from_slice(&version));
-            d.write(ptr.add(H_LOCK), Words::from_slice(&[cts]));
-        }
+        put(c, &mut d, e.node, ptr.add(HEADER_WORDS), &e.data);
+        put(c, &mut d, e.node, ptr.add(H_VERSION), &[e.version + 1]);
+        put(c, &mut d, e.node, ptr.add(H_LOCK), &[cts]);
     }
     let r = d.submit().await;
     if let Ok(res) = &r {
@@ -566,6 +557,17 @@ pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
     }
 }
 
+/// Writes `data` at `ptr` of node `node`: stored in place when that is the coordinator's
+/// own node, else posted in doorbell `d` (ops to one node execute in order, and in-place
+/// stores happen in program order, so either way the writes land in the order made).
+fn put(c: &Coordinator, d: &mut Doorbell<'_>, node: NodeId, ptr: RemotePtr, data: &[u64]) {
+    if c.ep.in_place_on(node) {
+        c.ep.write_in_place(ptr, data);
+    } else {
+        d.write(ptr, Words::from_slice(data));
+    }
+}
+
 /// Unlocks the records `ins` this attempt inserted (payload and version placed by their
 /// nodes): `LOCK` = `cts`.
 pub async fn unlock_inserted(tx: &mut TxnCore<'_, RsiEntry>, ins: &[usize], cts: u64) {
@@ -577,11 +579,7 @@ pub async fn unlock_inserted(tx: &mut TxnCore<'_, RsiEntry>, ins: &[usize], cts:
     for &i in ins {
         let e = &tx.entries[i];
         let ptr = c.catalog.record_ptr(e.table, e.node, e.slot()).add(H_LOCK);
-        if c.ep.in_place_on(e.node) {
-            c.ep.write_in_place(ptr, &[cts]);
-        } else {
-            d.write(ptr, Words::from_slice(&[cts]));
-        }
+        put(c, &mut d, e.node, ptr, &[cts]);
     }
     let r = d.submit().await;
     let _ = tx.unabortable(r);
@@ -601,11 +599,7 @@ pub async fn release(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize]) {
             continue;
         }
         let ptr = c.catalog.record_ptr(e.table, e.node, e.slot()).add(H_LOCK);
-        if c.ep.in_place_on(e.node) {
-            c.ep.write_in_place(ptr, &[e.state.cid]);
-        } else {
-            d.write(ptr, Words::from_slice(&[e.state.cid]));
-        }
+        put(c, &mut d, e.node, ptr, &[e.state.cid]);
     }
     let r = d.submit().await;
     let _ = tx.unabortable(r);

@@ -108,9 +108,9 @@ pub struct Coordinator {
     /// [`ENTRIES_RESERVED_MAX`]): the next attempt reserves that many at once instead of
     /// growing its set by reallocation (issue #9).
     entries_seen_max: usize,
-    /// The entry vector of the last attempt, emptied, for the next to reuse (issue #9: no
-    /// allocation per attempt). Its element type is the family's `Entry<S>`, which a
-    /// coordinator does not name, hence `Any`.
+    /// The entry vector of the last attempt, emptied, and its entries' family states, for
+    /// the next attempt to reuse (issue #9: no allocation per attempt). Their type is the
+    /// family's [`Spare<S>`], which a coordinator does not name, hence `Any`.
     spare_entries: Option<Box<dyn Any>>,
     /// Emptied payload buffers of ended attempts' entries, handed to new entries, so a read
     /// or a write allocates nothing once a coordinator has run a while. At most
@@ -313,6 +313,20 @@ pub trait EntryState: Default + Clone + fmt::Debug + 'static {
 
     /// This attempt's write-back set the record's `WTS` and `RTS` to `ts`.
     fn installed(&mut self, _ts: u64) {}
+
+    /// Makes a state recycled from an ended attempt's entry equal to a new one. A state
+    /// holding buffers clears them keeping their capacity, so a new entry allocates nothing
+    /// (issue #9).
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
+
+/// What an ended attempt leaves its coordinator for the next: its entry vector, emptied,
+/// and its entries' family states, to be [`EntryState::reset`] when reused.
+struct Spare<S> {
+    entries: Vec<Entry<S>>,
+    states: Vec<S>,
 }
 
 impl EntryState for () {}
@@ -465,6 +479,8 @@ pub struct TxnCore<'c, S = ()> {
     /// is clear has no entry, so [`TxnCore::find`] skips its linear search (issue #9: a
     /// 16-record transaction searched ~120 entries adding its keys).
     key_filter: [u64; KEY_FILTER_WORDS],
+    /// Family states of ended attempts' entries, for [`TxnCore::add`] to reuse.
+    spare_states: Vec<S>,
 }
 
 /// Words of [`TxnCore`]'s key filter: 256 bits keep false positives of a 16-record
@@ -485,12 +501,21 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
     pub fn begin(c: &'c mut Coordinator) -> Self {
         let ts = c.begin_ts();
         let tag = c.next_tag();
-        let mut entries = c
+        let Spare {
+            mut entries,
+            states: spare_states,
+        } = c
             .spare_entries
             .as_mut()
-            .and_then(|b| b.downcast_mut::<Vec<Entry<S>>>())
-            .map(std::mem::take)
-            .unwrap_or_default();
+            .and_then(|b| b.downcast_mut::<Spare<S>>())
+            .map(|s| Spare {
+                entries: std::mem::take(&mut s.entries),
+                states: std::mem::take(&mut s.states),
+            })
+            .unwrap_or(Spare {
+                entries: Vec::new(),
+                states: Vec::new(),
+            });
         entries.reserve(c.entries_seen_max);
         TxnCore {
             c,
@@ -505,6 +530,7 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
             failed_after_log: None,
             retry: false,
             key_filter: [0; KEY_FILTER_WORDS],
+            spare_states,
         }
     }
 
@@ -566,7 +592,13 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
             observed: None,
             installed: None,
             frozen: false,
-            state: S::default(),
+            state: match self.spare_states.pop() {
+                Some(mut s) => {
+                    s.reset();
+                    s
+                }
+                None => S::default(),
+            },
         });
         let n = self.entries.len();
         if n > self.c.entries_seen_max && n <= ENTRIES_RESERVED_MAX {
@@ -579,23 +611,32 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
     /// coordinator, emptied, for its next attempt (an attempt dropped instead only costs the
     /// next one its allocations).
     pub fn end(self) {
-        let TxnCore { c, mut entries, .. } = self;
+        let TxnCore {
+            c,
+            mut entries,
+            spare_states: mut states,
+            ..
+        } = self;
         for e in entries.drain(..) {
             if e.data.capacity() > 0 && c.spare_words.len() < ENTRIES_RESERVED_MAX {
                 let mut data = e.data;
                 data.clear();
                 c.spare_words.push(data);
             }
+            if states.len() < ENTRIES_RESERVED_MAX {
+                states.push(e.state);
+            }
         }
         // A rare huge attempt must not make the coordinator hold its vector for good.
         entries.shrink_to(ENTRIES_RESERVED_MAX);
+        let spare = Spare { entries, states };
         match c
             .spare_entries
             .as_mut()
-            .and_then(|b| b.downcast_mut::<Vec<Entry<S>>>())
+            .and_then(|b| b.downcast_mut::<Spare<S>>())
         {
-            Some(spare) => *spare = entries,
-            None => c.spare_entries = Some(Box::new(entries)),
+            Some(s) => *s = spare,
+            None => c.spare_entries = Some(Box::new(spare)),
         }
     }
 

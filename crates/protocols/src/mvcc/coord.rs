@@ -27,7 +27,8 @@ impl EntryState for Versions {
         self.wts = wts;
         self.rts = rts;
         if let Some(r) = record {
-            self.before = r.to_vec();
+            self.before.clear();
+            self.before.extend_from_slice(r);
         }
     }
 
@@ -38,6 +39,15 @@ impl EntryState for Versions {
     fn installed(&mut self, ts: u64) {
         self.wts = ts;
         self.rts = ts;
+    }
+
+    fn reset(&mut self) {
+        let mut before = std::mem::take(&mut self.before);
+        before.clear();
+        *self = Versions {
+            before,
+            ..Versions::default()
+        };
     }
 }
 
