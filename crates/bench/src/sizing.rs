@@ -317,14 +317,19 @@ pub fn size<W: Workload>(
     let (limit, source) = memory_limit_bytes();
     let need = sizing.total_bytes();
     if need > limit {
+        // Tables live on the nodes holding records; every node has its log and the rest.
+        let holders = match cfg.roles {
+            crate::config::Roles::Partitioned => format!("× {} nodes", cfg.nodes),
+            crate::config::Roles::SharedData { memory_nodes, .. } => {
+                format!("× {memory_nodes} memory nodes of {}", cfg.nodes)
+            }
+        };
         return Err(ConfigError(format!(
-            "the configuration needs {} of memory ({} per node: tables {}, log {}, ordered indexes {}; × {} nodes), over the limit of {} ({source}): expected fewer nodes, records or co-routines ({})",
+            "the configuration needs {} of memory (per node holding records: tables {}, log {}, ordered indexes {}; {holders}), over the limit of {} ({source}): expected fewer nodes, records or co-routines ({})",
             human_bytes(need),
-            human_bytes(need / cfg.nodes as u64),
             human_bytes(sizing.table_region_words.iter().map(|(_, w)| w).sum::<u64>() * WORD_BYTES),
             human_bytes(sizing.log_region_words * WORD_BYTES),
             human_bytes(sizing.ordered_index_bytes),
-            cfg.nodes,
             human_bytes(limit),
             knobs(w)
         )));

@@ -192,12 +192,12 @@ fn shared_data_shapes_that_leave_no_compute_node_or_too_many_backups_are_refused
 
 /// One coordinator on a compute node, records on a memory node, the timestamp service on a
 /// node of its own: every op it posts is remote, so its worker's counters are its verbs.
-fn rsi_one_coordinator() -> atoll_bench::testkit::TestCluster {
-    rsi_cluster(1, 1)
+fn rsi_one_coordinator(plan: Plan) -> atoll_bench::testkit::TestCluster {
+    rsi_cluster(1, 1, plan)
 }
 
 /// As [`rsi_one_coordinator`], with `coroutines` co-routines and `versions` per record.
-fn rsi_cluster(coroutines: u32, versions: u32) -> atoll_bench::testkit::TestCluster {
+fn rsi_cluster(coroutines: u32, versions: u32, plan: Plan) -> atoll_bench::testkit::TestCluster {
     use atoll_storage::{Partition, TableSpec, Topology};
     let spec = TableSpec {
         name: "t".into(),
@@ -211,7 +211,7 @@ fn rsi_cluster(coroutines: u32, versions: u32) -> atoll_bench::testkit::TestClus
         Topology::shared_data(1, 1, TsPlacement::Own),
         0,
         vec![spec],
-        Plan::uniform(atoll_txn::Primitive::OneSided),
+        plan,
         coroutines,
         versions,
         atoll_storage::layout::LockWord::CommitId,
@@ -224,13 +224,15 @@ fn rsi_cluster(coroutines: u32, versions: u32) -> atoll_bench::testkit::TestClus
 
 const T: atoll_storage::TableId = atoll_storage::TableId(0);
 
-#[test]
-fn rsi_an_update_transaction_takes_3_signaled_round_trips_and_1_unsignaled_message_and_no_memory_node_cpu(
-) {
+/// The verbs of one RSI update transaction (read keys 3 and 4, write both, commit) by the
+/// only coordinator of [`rsi_one_coordinator`] under `plan`, after two transactions that
+/// learn the keys' places and leave an outcome deferred; and whether its own outcome is
+/// left deferred.
+fn rsi_update_verbs(plan: Plan) -> (atoll_fabric::VerbCounters, bool) {
     use atoll_fabric::{NodeId, VerbCounters, VerbKind};
     use atoll_txn::Txn;
     use std::sync::{Arc, Mutex};
-    let c = rsi_one_coordinator();
+    let c = rsi_one_coordinator(plan);
     let seen: Arc<Mutex<Option<(VerbCounters, bool)>>> = Arc::default();
     let update = |keys: [u64; 2]| keys.into_iter().map(|k| (T, k, true)).collect::<Vec<_>>();
     c.run(&|core, k| {
@@ -271,7 +273,17 @@ fn rsi_an_update_transaction_takes_3_signaled_round_trips_and_1_unsignaled_messa
             *seen.lock().unwrap() = Some((d, outcome_pending));
         }))
     });
-    let (d, outcome_pending) = seen.lock().unwrap().clone().expect("the script ran");
+    assert_eq!(c.payload(T, 3), vec![8]);
+    assert_eq!(c.payload(T, 4), vec![8]);
+    let seen = seen.lock().unwrap().clone();
+    seen.expect("the script ran")
+}
+
+#[test]
+fn rsi_an_update_transaction_takes_3_signaled_round_trips_and_1_unsignaled_message_and_no_memory_node_cpu(
+) {
+    use atoll_fabric::VerbKind;
+    let (d, outcome_pending) = rsi_update_verbs(Plan::uniform(atoll_txn::Primitive::OneSided));
     let ops = |k: VerbKind| d.remote_ops[k as usize];
     assert_eq!(
         (d.round_trips, d.doorbells),
@@ -287,8 +299,26 @@ fn rsi_an_update_transaction_takes_3_signaled_round_trips_and_1_unsignaled_messa
     assert_eq!(ops(VerbKind::Write), 1 + 2 * 3, "{d:?}");
     assert_eq!(ops(VerbKind::Rpc), 0, "no CPU-served request: {d:?}");
     assert!(outcome_pending, "the transaction's own outcome is deferred");
-    assert_eq!(c.payload(T, 3), vec![8]);
-    assert_eq!(c.payload(T, 4), vec![8]);
+}
+
+#[test]
+fn rsi_over_rpc_takes_the_same_3_round_trips_with_every_message_a_request_to_a_cpu() {
+    use atoll_fabric::VerbKind;
+    let (d, outcome_pending) = rsi_update_verbs(Plan::uniform(atoll_txn::Primitive::Rpc));
+    let ops = |k: VerbKind| d.remote_ops[k as usize];
+    assert_eq!((d.round_trips, d.doorbells), (3, 3), "{d:?}");
+    // Read: the memory node's read + the previous outcome; lock: the memory node's lock +
+    // the commit timestamp; install: the memory node's install + the next snapshot.
+    assert_eq!(ops(VerbKind::Rpc), 2 + 2 + 2, "{d:?}");
+    for k in [
+        VerbKind::Read,
+        VerbKind::Write,
+        VerbKind::Cas,
+        VerbKind::FetchAdd,
+    ] {
+        assert_eq!(ops(k), 0, "no one-sided {k:?}: {d:?}");
+    }
+    assert!(outcome_pending, "the transaction's own outcome is deferred");
 }
 
 #[test]
@@ -299,7 +329,7 @@ fn rsi_a_snapshot_older_than_a_commit_reads_the_version_before_it_when_the_block
     use atoll_txn::Txn;
     use std::sync::{Arc, Mutex};
     for versions in [1, 2] {
-        let c = rsi_cluster(2, versions);
+        let c = rsi_cluster(2, versions, Plan::uniform(atoll_txn::Primitive::OneSided));
         let seen: Arc<Mutex<Vec<String>>> = Arc::default();
         let steps = Steps::default();
         c.run(&|core, k| {
@@ -343,4 +373,191 @@ fn rsi_a_snapshot_older_than_a_commit_reads_the_version_before_it_when_the_block
         );
         assert_eq!(c.payload(T, 6), vec![101], "{versions} versions");
     }
+}
+
+#[test]
+fn shared_data_rsi_runs_clean_under_snapshot_isolation_with_its_stages_served_by_cpus_with_faults()
+{
+    for plan in [
+        "rpc",
+        "read=rpc,timestamp=rpc",
+        "lock=rpc,commit=rpc,release=rpc",
+    ] {
+        for workload in [
+            WorkloadKind::SmallBank,
+            WorkloadKind::Ycsb,
+            WorkloadKind::Checkout,
+        ] {
+            for (seed, shape) in [
+                (5, (2, 2, TsPlacement::Memory)),
+                (6, (1, 3, TsPlacement::Own)),
+            ] {
+                let mut cfg = config(workload, ProtocolKind::Rsi, plan, shape, seed);
+                cfg.rsi_versions = 1 + seed as u32 % 2;
+                let what = format!(
+                    "rsi / {plan} / {} / {shape:?} / seed {seed}",
+                    workload.name()
+                );
+                let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(r.passed, "{what}: {:?}", r.checks);
+                assert!(r.summary.committed > 0, "{what}: nothing committed");
+                let v = history::check(&r.history, Mode::Snapshot);
+                assert!(v.ok(), "{what}: {}", history::render(&r.history, &v));
+                let s = served(&r);
+                assert_eq!(s.compute_nodes, 0, "{what}");
+                // Record stages over RPC are served by the memory nodes' CPUs; the timestamp
+                // service's requests by its node's (memory node 0 or its own).
+                assert!(s.memory_nodes > 0, "{what}: {s:?}");
+                if plan != "lock=rpc,commit=rpc,release=rpc" && shape.2 == TsPlacement::Own {
+                    assert!(s.ts_node > 0, "{what}: {s:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rsi_requests_that_would_corrupt_a_record_or_the_timestamp_service_are_refused_and_change_nothing(
+) {
+    use atoll_fabric::core::SlotId;
+    use atoll_fabric::{Handled, NodeId, ReplyTo, RpcHandler};
+    use atoll_protocols::rsi::msg::{InstallItem, LockChange, RsiRequest};
+    use atoll_storage::layout::{CID_LOCKED, H_LOCK};
+    use atoll_txn::handler::StoreHandler;
+    use atoll_txn::msg::{Item, Reply};
+    let c = rsi_one_coordinator(Plan::uniform(atoll_txn::Primitive::Rpc));
+    let handler = |n: usize| {
+        let log = c.catalog.extra_region(atoll_txn::coord::LOG_EXTRA_REGION);
+        StoreHandler::new(c.stores[n].clone(), log, atoll_protocols::participants())
+    };
+    let ask = |n: usize, req: &[u8]| {
+        let from = ReplyTo {
+            worker: 0,
+            slot: SlotId(0),
+            index: 0,
+            posted_ns: 0,
+        };
+        let mut out = Vec::new();
+        assert_eq!(
+            handler(n).handle(NodeId(n as u16), from, req, &mut out),
+            Handled::Replied
+        );
+        Reply::decode(&out).expect("a participant's reply decodes")
+    };
+    let memory_words = |n: usize| -> Vec<Vec<u64>> {
+        let m = c.stores[n].memory();
+        (0..m.region_count())
+            .map(|r| {
+                let region = m.region(atoll_fabric::RegionId(r as u16));
+                region.load_range(0, region.len_words()).collect()
+            })
+            .collect()
+    };
+    let loc = c.stores[0].lookup(T, 5).unwrap();
+    let lock_word = {
+        let off = c.catalog.layout(T).record_offset(loc) as usize;
+        c.stores[0].region(T).load(off + H_LOCK as usize)
+    };
+    let change = |from: u64, to: u64| LockChange {
+        table: T,
+        loc,
+        from,
+        to,
+    };
+    let install = |payload: &[u64]| RsiRequest::Install {
+        cts: lock_word + 1,
+        items: vec![InstallItem {
+            table: T,
+            loc,
+            version: 9,
+            evict: 0,
+            old_slot: Default::default(),
+            payload: atoll_fabric::Words::from_slice(payload),
+        }],
+    };
+    let (memory_before, ts_before) = (memory_words(0), memory_words(2));
+    let refused: Vec<(usize, Vec<u8>, &str)> = vec![
+        (
+            0,
+            RsiRequest::Lock {
+                items: vec![change(lock_word, lock_word + 1)],
+            }
+            .to_bytes(),
+            "a lock that writes another commit id",
+        ),
+        (
+            0,
+            RsiRequest::SetLock {
+                items: vec![change(lock_word, CID_LOCKED)],
+            }
+            .to_bytes(),
+            "an unlock of an unlocked word",
+        ),
+        (
+            0,
+            install(&[1]).to_bytes(),
+            "an install of a record nobody locked",
+        ),
+        (
+            0,
+            RsiRequest::Lock {
+                items: vec![LockChange {
+                    loc: 1 << 20,
+                    ..change(lock_word, lock_word | CID_LOCKED)
+                }],
+            }
+            .to_bytes(),
+            "a lock of a slot out of range",
+        ),
+        (
+            1,
+            RsiRequest::Read {
+                items: vec![Item {
+                    table: T,
+                    key: 5,
+                    loc: None,
+                }],
+            }
+            .to_bytes(),
+            "a read at a compute node",
+        ),
+        (
+            0,
+            RsiRequest::Snapshot.to_bytes(),
+            "a snapshot at a node that runs no service",
+        ),
+        (
+            2,
+            RsiRequest::Outcome { cts: 1 << 40 }.to_bytes(),
+            "the outcome of a commit timestamp never handed out",
+        ),
+        (
+            0,
+            RsiRequest::Snapshot.to_bytes()[..8].to_vec(),
+            "a truncated request",
+        ),
+    ];
+    for (n, req, what) in &refused {
+        assert_eq!(ask(*n, req), Reply::BadRequest, "{what}");
+    }
+    assert!(
+        memory_words(0) == memory_before,
+        "a refused request changed the memory node"
+    );
+    assert!(
+        memory_words(2) == ts_before,
+        "a refused request changed the timestamp node"
+    );
+    // A locked record's install with a payload of the wrong size is refused too.
+    let Reply::Family { .. } = ask(
+        0,
+        &RsiRequest::Lock {
+            items: vec![change(lock_word, lock_word | CID_LOCKED)],
+        }
+        .to_bytes(),
+    ) else {
+        panic!("a valid lock was not answered")
+    };
+    assert_eq!(ask(0, &install(&[1, 2]).to_bytes()), Reply::BadRequest);
+    assert_eq!(c.payload(T, 5), vec![100]);
 }

@@ -28,6 +28,7 @@ pub fn participants() -> Vec<Arc<dyn Participant>> {
         Arc::new(waitdie::WaitDieParticipant::default()),
         Arc::new(sundial::SundialParticipant),
         Arc::new(mvcc::MvccParticipant),
+        Arc::new(rsi::participant::RsiParticipant),
     ]
 }
 

@@ -116,16 +116,40 @@ pub struct Coordinator {
     /// or a write allocates nothing once a coordinator has run a while. At most
     /// [`ENTRIES_RESERVED_MAX`].
     spare_words: Vec<Vec<u64>>,
-    /// A WRITE a protocol left to go out with this coordinator's next doorbell to its node
-    /// (RSI's outcome to the timestamp service, "sent unsignaled"): it takes no round trip
-    /// of its own, and [`Coordinator::flush_deferred`] sends it when the coordinator stops.
-    deferred_write: Option<(RemotePtr, u64)>,
+    /// An op a protocol left to go out with this coordinator's next doorbell (RSI's outcome
+    /// to the timestamp service, "sent unsignaled"): it takes no round trip of its own, and
+    /// [`Coordinator::flush_deferred`] sends it when the coordinator stops.
+    deferred: Option<Deferred>,
     /// The commit timestamp of this coordinator's last committed attempt (0: none yet), for
     /// protocols whose next snapshot must include it (a client reads its own writes).
     pub last_commit_ts: u64,
     /// A read timestamp fetched in the last commit's final doorbell, for the next attempt's
     /// snapshot (RSI: so an update transaction takes no round trip of its own for it).
     pub next_snapshot: Option<u64>,
+}
+
+/// An op left to ride in a coordinator's next doorbell ([`Coordinator::defer`]).
+#[derive(Debug)]
+pub enum Deferred {
+    /// One word WRITE (one-sided).
+    Write(RemotePtr, u64),
+    /// A request to `node`'s CPU, its reply unused.
+    Rpc(NodeId, Vec<u8>),
+}
+
+impl Deferred {
+    /// Posts the op in `d`, ahead of what follows it there (ops to one node execute in
+    /// order, so whatever follows it to its node sees it done).
+    pub fn post(self, d: &mut atoll_fabric::Doorbell<'_>) {
+        match self {
+            Deferred::Write(ptr, word) => {
+                d.write(ptr, atoll_fabric::Words::from_slice(&[word]));
+            }
+            Deferred::Rpc(node, req) => {
+                d.rpc(node, req);
+            }
+        }
+    }
 }
 
 /// Bits of an attempt's tag that count the coordinator's attempts; the bits above hold the
@@ -181,7 +205,7 @@ impl Coordinator {
             entries_seen_max: ENTRIES_TYPICAL,
             spare_entries: None,
             spare_words: Vec::new(),
-            deferred_write: None,
+            deferred: None,
             last_commit_ts: 0,
             next_snapshot: None,
         }
@@ -205,29 +229,28 @@ impl Coordinator {
             .expect("the run's catalog registers the timestamp service's region")
     }
 
-    /// Leaves `word` to be written at `ptr` with this coordinator's next doorbell to its
-    /// node. One at a time: the protocol that defers takes the previous one first.
-    pub fn defer_write(&mut self, ptr: RemotePtr, word: u64) {
+    /// Leaves `op` to go out with this coordinator's next doorbell. One at a time: the
+    /// protocol that defers takes the previous one first.
+    pub fn defer(&mut self, op: Deferred) {
         assert!(
-            self.deferred_write.is_none(),
-            "coordinator {}: a deferred write {:?} is still waiting",
+            self.deferred.is_none(),
+            "coordinator {}: a deferred op {:?} is still waiting",
             self.id,
-            self.deferred_write
+            self.deferred
         );
-        self.deferred_write = Some((ptr, word));
+        self.deferred = Some(op);
     }
 
-    /// The deferred write, taken to be posted first in a doorbell to its node (ops to one
-    /// node execute in order, so whatever follows it there sees it done).
-    pub fn take_deferred_write(&mut self) -> Option<(RemotePtr, u64)> {
-        self.deferred_write.take()
+    /// The deferred op, taken to be posted first in a doorbell ([`Deferred::post`]).
+    pub fn take_deferred_write(&mut self) -> Option<Deferred> {
+        self.deferred.take()
     }
 
-    /// Sends the deferred write, if any, on its own (the coordinator stops).
+    /// Sends the deferred op, if any, on its own (the coordinator stops).
     pub async fn flush_deferred(&mut self) -> Result<(), OpError> {
-        if let Some((ptr, word)) = self.deferred_write.take() {
+        if let Some(op) = self.deferred.take() {
             let mut d = self.ep.doorbell_for(1);
-            d.write(ptr, atoll_fabric::Words::from_slice(&[word]));
+            op.post(&mut d);
             d.submit().await?;
         }
         Ok(())

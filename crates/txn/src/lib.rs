@@ -17,8 +17,8 @@ mod txn;
 
 pub use abort::Abort;
 pub use coord::{
-    Access, Coordinator, Entry, EntryState, HistOp, Observed, ScanObs, TxnConfig, TxnCore,
-    WriteKind,
+    Access, Coordinator, Deferred, Entry, EntryState, HistOp, Observed, ScanObs, TxnConfig,
+    TxnCore, WriteKind,
 };
 pub use plan::{Isolation, Plan, PlanError, Primitive, Stage};
 pub use ts::{Timestamp, TsSource, TxnTimestamps};

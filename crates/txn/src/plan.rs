@@ -40,10 +40,13 @@ pub enum Stage {
     Commit,
     Release,
     Renew,
+    /// The snapshot-isolation family's requests to its timestamp service (read timestamp,
+    /// commit timestamp, outcome).
+    Timestamp,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 7] = [
+    pub const ALL: [Stage; 8] = [
         Stage::Read,
         Stage::Lock,
         Stage::Validate,
@@ -51,6 +54,7 @@ impl Stage {
         Stage::Commit,
         Stage::Release,
         Stage::Renew,
+        Stage::Timestamp,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -63,6 +67,7 @@ impl Stage {
             Stage::Commit => "commit",
             Stage::Release => "release",
             Stage::Renew => "renew",
+            Stage::Timestamp => "timestamp",
         }
     }
 
@@ -140,7 +145,7 @@ impl Plan {
         if !s.contains('=') {
             return Err(PlanError(format!(
                 "unknown plan '{s}': expected 'one-sided', 'rpc', or per-stage 'STAGE=PRIM,...' \
-                 (stages: read, lock, validate, log, commit, release, renew; prims: one-sided, rpc)"
+                 (stages: read, lock, validate, log, commit, release, renew, timestamp; prims: one-sided, rpc)"
             )));
         }
         let mut plan = Plan::uniform(Primitive::OneSided);
@@ -153,7 +158,7 @@ impl Plan {
             })?;
             let stage = Stage::parse(st.trim()).ok_or_else(|| {
                 PlanError(format!(
-                    "unknown stage '{}' in plan: accepted stages are read, lock, validate, log, commit, release, renew",
+                    "unknown stage '{}' in plan: accepted stages are read, lock, validate, log, commit, release, renew, timestamp",
                     st.trim()
                 ))
             })?;

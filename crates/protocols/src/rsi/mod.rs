@@ -34,8 +34,19 @@
 //! snapshot. Inserts are placed by their nodes after the lock stage (RPC:
 //! allocation) and unlocked at the commit timestamp; deletes are not built yet (refused up
 //! front).
+//!
+//! **Plans.** Every stage may instead go as requests to the serving CPUs ([`participant`]):
+//! `read`, `lock`, `commit` (install) and `release` to the records' nodes, `timestamp` to
+//! the timestamp service's; each request does there what the verbs do, with the same words
+//! in the same order, so one protocol and one checker cover both. `--plan rpc` is the
+//! paper's Figure 6 baselines: traditional SI with the records' and the service's CPUs
+//! serving every request (over `ipoib` or `10gbe-tcp`), and the shared-memory design over
+//! two-sided verbs (over `fdr-ib`).
 
-use atoll_fabric::{Doorbell, NodeId, RemotePtr, Words};
+pub mod msg;
+pub mod participant;
+
+use atoll_fabric::{Completions, Doorbell, NodeId, RemotePtr, Words};
 use atoll_storage::layout::{
     payload_check, payload_intact, LockWord, TableLayout, CID_LOCKED, HEADER_WORDS, H_LOCK,
     H_VERSION, OLD_SLOT_HEADER_WORDS, P_CHECK, P_TAG,
@@ -43,9 +54,10 @@ use atoll_storage::layout::{
 use atoll_txn::stages::{self, check_tuple};
 use atoll_txn::tsvc::TsService;
 use atoll_txn::{
-    Abort, Access, Coordinator, EntryState, Idxs, Isolation, Plan, PlanError, Primitive, Protocol,
-    Stage, Timestamp, TxnCore,
+    Abort, Access, Coordinator, Deferred, EntryState, Idxs, Isolation, Plan, PlanError, Primitive,
+    Protocol, Stage, Timestamp, TxnCore,
 };
+use msg::{InstallItem, LockChange, RsiReply, RsiRequest};
 
 pub struct Rsi;
 
@@ -92,20 +104,20 @@ impl Protocol for Rsi {
     const DELETES: bool = false;
     // Record blocks keep `--rsi-versions` versions (1 by default, as the paper's code).
     const MULTI_VERSION: bool = true;
-    // Only the log's primitive is a choice: the rest is one-sided by design.
-    const STAGES: &'static [Stage] = &[Stage::Log];
+    // Each stage one-sided (the paper's protocol) or served by CPUs (its baselines).
+    const STAGES: &'static [Stage] = &[
+        Stage::Read,
+        Stage::Lock,
+        Stage::Log,
+        Stage::Commit,
+        Stage::Release,
+        Stage::Timestamp,
+    ];
     type EntryState = RsiEntry;
 
-    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
-        for s in [Stage::Read, Stage::Lock, Stage::Commit, Stage::Release] {
-            if plan.get(s) == Primitive::Rpc {
-                return Err(PlanError(format!(
-                    "rsi runs {} over one-sided verbs (its point is no CPU at the records' nodes): expected {}=one-sided",
-                    s.name(),
-                    s.name()
-                )));
-            }
-        }
+    fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
+        // Every combination runs: a request does on its node's CPU what the verbs do, on
+        // the same words, so stages over either primitive mix.
         Ok(())
     }
 
@@ -237,18 +249,51 @@ async fn snapshot_covering_own(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Ab
     Err(Abort::SnapshotTooOld)
 }
 
-/// One READ of the service's `RTS`, as a snapshot, behind the coordinator's deferred outcome
-/// WRITE (same node, so it lands first).
+/// One read of the service's `RTS`, as a snapshot, behind the coordinator's deferred
+/// outcome (same node, so it lands first).
 async fn read_rts(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Abort> {
     let svc = tx.c.ts_service();
+    let ts_rpc = rpc(tx, Stage::Timestamp);
     let deferred = tx.c.take_deferred_write();
     let mut d = tx.c.ep.doorbell_for(2);
-    if let Some((ptr, word)) = deferred {
-        d.write(ptr, Words::from_slice(&[word]));
+    if let Some(op) = deferred {
+        op.post(&mut d);
     }
-    let j = d.read(svc.rts(), 1);
+    let j = post_rts(&mut d, &svc, ts_rpc);
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-    Ok(TsService::snapshot_of(res.read(j)[0]))
+    Ok(TsService::snapshot_of(rts_word(&res, j, ts_rpc)))
+}
+
+/// Whether stage `s` goes as requests to the serving CPUs.
+fn rpc(tx: &TxnCore<'_, RsiEntry>, s: Stage) -> bool {
+    tx.c.plan().get(s) == Primitive::Rpc
+}
+
+/// Posts a read of the service's `RTS` in `d` (a READ, or a request to its CPU); its op
+/// index, for [`rts_word`].
+fn post_rts(d: &mut Doorbell<'_>, svc: &TsService, ts_rpc: bool) -> usize {
+    if ts_rpc {
+        d.rpc(svc.node, RsiRequest::Snapshot.to_bytes())
+    } else {
+        d.read(svc.rts(), 1)
+    }
+}
+
+/// The `RTS` word op `j` ([`post_rts`]) returned.
+fn rts_word(res: &Completions, j: usize, ts_rpc: bool) -> u64 {
+    if ts_rpc {
+        words(res, j)[0]
+    } else {
+        res.read(j)[0]
+    }
+}
+
+/// The words of an RSI `Words` reply to op `j`.
+fn words(res: &Completions, j: usize) -> Vec<u64> {
+    match RsiReply::of(res.rpc(j)) {
+        RsiReply::Words(w) => w,
+        other => panic!("rsi: expected words, got {other:?}"),
+    }
 }
 
 /// Reads entries `idxs` at the attempt's snapshot: one-sided locate, then whole-record
@@ -259,7 +304,10 @@ async fn read_rts(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Abort> {
 pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), Abort> {
     let fresh = tx.snapshot_ts.is_none();
     let mut snap = snapshot(tx).await?;
-    stages::locate(tx, idxs).await?;
+    let by_rpc = rpc(tx, Stage::Read);
+    if !by_rpc {
+        stages::locate(tx, idxs).await?;
+    }
     let mut tuple = Vec::new();
     // Two passes at most: the second only after the snapshot moved up to the own commit.
     for pass in 0..2 {
@@ -270,6 +318,20 @@ pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), 
             fresh && pass == 0 && w[H_LOCK as usize] > snap && w[H_LOCK as usize] <= own
         };
         let mut again = false;
+        if by_rpc {
+            for (i, block) in read_by_rpc(tx, idxs).await? {
+                if behind_own(&block) {
+                    again = true;
+                } else {
+                    take_version(tx, i, &block, snap)?;
+                }
+            }
+            if !again {
+                return Ok(());
+            }
+            snap = snapshot_covering_own(tx).await?;
+            continue;
+        }
         let mut remote = Idxs::new();
         for &i in idxs {
             let e = &tx.entries[i];
@@ -294,8 +356,8 @@ pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), 
                 let words = block_words(tx.c.catalog.layout(e.table));
                 d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
             }
-            if let Some((ptr, word)) = deferred {
-                d.write(ptr, Words::from_slice(&[word]));
+            if let Some(op) = deferred {
+                op.post(&mut d);
             }
             let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
             for (j, &i) in remote.iter().enumerate() {
@@ -312,6 +374,55 @@ pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), 
         snap = snapshot_covering_own(tx).await?;
     }
     Ok(())
+}
+
+/// Reads the blocks of entries `idxs` with one request per node, which finds each record by
+/// its key (the location cache's slot as a hint) and returns its block as it is; the
+/// coordinator's deferred outcome rides in the same doorbell. `(entry, block)` pairs; a key
+/// that does not exist aborts `NotFound`.
+async fn read_by_rpc(
+    tx: &mut TxnCore<'_, RsiEntry>,
+    idxs: &[usize],
+) -> Result<Vec<(usize, Vec<u64>)>, Abort> {
+    let nodes = stages::nodes_of(tx, idxs);
+    let deferred = tx.c.take_deferred_write();
+    let mut d = tx.c.ep.doorbell_for(nodes.len() + 1);
+    let mut mine: Vec<Idxs> = Vec::with_capacity(nodes.len());
+    for &n in &nodes {
+        let on = stages::on_node(tx, idxs, n);
+        let items: Vec<_> = on.iter().map(|&i| stages::item(tx, i)).collect();
+        d.rpc(n, RsiRequest::Read { items }.to_bytes());
+        mine.push(on);
+    }
+    if let Some(op) = deferred {
+        op.post(&mut d);
+    }
+    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    let mut out = Vec::with_capacity(idxs.len());
+    for (j, on) in mine.iter().enumerate() {
+        let RsiReply::Blocks(blocks) = RsiReply::of(res.rpc(j)) else {
+            panic!(
+                "rsi: node {} answered a read with another reply",
+                nodes[j].0
+            );
+        };
+        assert_eq!(
+            blocks.len(),
+            on.len(),
+            "rsi: node {} answered {} blocks for {} records",
+            nodes[j].0,
+            blocks.len(),
+            on.len()
+        );
+        for (&i, b) in on.iter().zip(blocks) {
+            let Some((loc, block)) = b else {
+                return Err(Abort::NotFound);
+            };
+            tx.entries[i].loc = Some(atoll_txn::msg::Loc(loc));
+            out.push((i, block));
+        }
+    }
+    Ok(out)
 }
 
 /// Words one READ of a record takes: its block, the current version and every older one
@@ -435,36 +546,66 @@ pub enum Lock {
     Failed(Abort),
 }
 
-/// Locks entries `ws` with one CAS each from `expect(entry)` to locked, in one doorbell with
-/// the FETCH_ADD of the commit timestamp and a READ of `RTS` behind it.
+/// Locks entries `ws` with one CAS each from `expect(entry)` to locked (or one request per
+/// node whose CPU does those CAS), in one doorbell with the commit timestamp's FETCH_ADD
+/// and a read of `RTS` behind it (or one request to the service's CPU doing both).
 pub async fn lock(
     tx: &mut TxnCore<'_, RsiEntry>,
     ws: &[usize],
     expect: fn(&atoll_txn::Entry<RsiEntry>) -> u64,
 ) -> Lock {
     let svc = tx.c.ts_service();
+    let (by_rpc, ts_rpc) = (rpc(tx, Stage::Lock), rpc(tx, Stage::Timestamp));
     let deferred = tx.c.take_deferred_write();
     let mut d = tx.c.ep.doorbell_for(ws.len() + 3);
     // The previous outcome, if still deferred, goes ahead of the FETCH_ADD on its link.
-    if let Some((ptr, word)) = deferred {
-        d.write(ptr, Words::from_slice(&[word]));
+    if let Some(op) = deferred {
+        op.post(&mut d);
     }
-    let mut cas_at = Idxs::new();
-    for &i in ws {
-        let e = &tx.entries[i];
-        let old = expect(e);
-        cas_at.push(
-            d.cas(
+    // Per entry, the op whose result is its CAS: its own, or its node's request and its
+    // place in it.
+    let mut cas_at: smallvec::SmallVec<[(usize, usize); 16]> = smallvec::SmallVec::new();
+    if by_rpc {
+        let nodes = stages::nodes_of(tx, ws);
+        let mut at = vec![(0, 0); ws.len()];
+        for &n in &nodes {
+            let mut items = Vec::new();
+            for (k, &i) in ws.iter().enumerate() {
+                let e = &tx.entries[i];
+                if e.node == n {
+                    let from = expect(e);
+                    at[k] = (usize::MAX, items.len());
+                    items.push(LockChange {
+                        table: e.table,
+                        loc: e.slot(),
+                        from,
+                        to: from | CID_LOCKED,
+                    });
+                }
+            }
+            let j = d.rpc(n, RsiRequest::Lock { items }.to_bytes());
+            for a in at.iter_mut().filter(|a| a.0 == usize::MAX) {
+                a.0 = j;
+            }
+        }
+        cas_at.extend(at);
+    } else {
+        for &i in ws {
+            let e = &tx.entries[i];
+            let old = expect(e);
+            let ptr =
                 tx.c.catalog
                     .record_ptr(e.table, e.node, e.slot())
-                    .add(H_LOCK),
-                old,
-                old | CID_LOCKED,
-            ),
-        );
+                    .add(H_LOCK);
+            cas_at.push((d.cas(ptr, old, old | CID_LOCKED), 0));
+        }
     }
-    let fa = d.fetch_add(svc.counter(), 1);
-    let rr = d.read(svc.rts(), 1);
+    let (fa, rr) = if ts_rpc {
+        let j = d.rpc(svc.node, RsiRequest::CommitTs.to_bytes());
+        (j, j)
+    } else {
+        (d.fetch_add(svc.counter(), 1), d.read(svc.rts(), 1))
+    };
     let res = match d.submit().await {
         Ok(r) => r,
         Err(e) => {
@@ -476,12 +617,25 @@ pub async fn lock(
             return Lock::Failed(tx.op_failed(e));
         }
     };
-    let cts = TsService::cts_of(res.fetch_add(fa));
-    let rts_word = res.read(rr)[0];
+    let (cts, rts_word) = if ts_rpc {
+        let w = words(&res, fa);
+        (TsService::cts_of(w[0]), w[1])
+    } else {
+        (TsService::cts_of(res.fetch_add(fa)), res.read(rr)[0])
+    };
+    let mut replies: Vec<(usize, Vec<u64>)> = Vec::new();
     let mut abort = None;
-    for (j, &i) in ws.iter().enumerate() {
+    for (k, &i) in ws.iter().enumerate() {
+        let (j, at) = cas_at[k];
+        let seen = if by_rpc {
+            if !replies.iter().any(|r| r.0 == j) {
+                replies.push((j, words(&res, j)));
+            }
+            replies.iter().find(|r| r.0 == j).expect("just added").1[at]
+        } else {
+            res.cas(j)
+        };
         let e = &mut tx.entries[i];
-        let seen = res.cas(cas_at[j]);
         if seen == expect(e) {
             e.locked = true;
         } else if seen & CID_LOCKED != 0 {
@@ -500,7 +654,6 @@ pub async fn lock(
         },
     }
 }
-
 /// The attempt commits at `cts`: its tag becomes `cts`, and each payload it writes is
 /// sealed with it, so the payload names the commit id its `LOCK` word will hold.
 pub fn stamp(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
@@ -515,38 +668,70 @@ pub fn stamp(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
 
 /// Installs the locked entries `ws` at `cts`: payload, version, then `LOCK` = `cts`, which
 /// unlocks (ops to one node execute in order; own-node records are stored in place in the
-/// same order).
+/// same order; a request does the same steps on its node's CPU).
 pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
+    let (by_rpc, ts_rpc) = (rpc(tx, Stage::Commit), rpc(tx, Stage::Timestamp));
     let c = &*tx.c;
     let mut d = c.ep.doorbell_for(ws.len() * 4 + 1);
     // The next attempt's snapshot, read beside the installs: every commit below it had
-    // finished before this READ, so whatever the next attempt reads after it shows them.
-    let rts = d.read(c.ts_service().rts(), 1);
+    // finished before this read, so whatever the next attempt reads after it shows them.
+    let rts = post_rts(&mut d, &c.ts_service(), ts_rpc);
     for &i in ws {
         let e = &tx.entries[i];
-        let ptr = c.catalog.record_ptr(e.table, e.node, e.slot());
         let layout = c.catalog.layout(e.table);
-        if layout.version_slots > 1 {
-            // The version read (the current one: the lock's CAS proved it) moves to the
-            // oldest slot first, as `[commit id, version, payload]` in one ascending WRITE,
-            // so a snapshot that needs it still finds it while the head is rewritten.
-            assert_eq!(
-                e.state.old_slot.len(),
-                (OLD_SLOT_HEADER_WORDS + layout.payload_words) as usize,
-                "rsi: the install of {:?} key {} lacks the version it read",
-                e.table,
-                e.key
-            );
-            let at = ptr.add(layout.old_slot_offset(e.state.evict));
-            put(c, &mut d, e.node, at, &e.state.old_slot);
+        // With older versions kept, the version read (the current one: the lock's CAS
+        // proved it) moves to the oldest slot first.
+        let old_slot_words = match layout.version_slots {
+            1 => 0,
+            _ => (OLD_SLOT_HEADER_WORDS + layout.payload_words) as usize,
+        };
+        assert_eq!(
+            e.state.old_slot.len(),
+            old_slot_words,
+            "rsi: the install of {:?} key {} lacks the version it read",
+            e.table,
+            e.key
+        );
+    }
+    let mut asked = Idxs::new();
+    if by_rpc {
+        for n in stages::nodes_of(tx, ws) {
+            let items = stages::on_node(tx, ws, n)
+                .iter()
+                .map(|&i| {
+                    let e = &tx.entries[i];
+                    InstallItem {
+                        table: e.table,
+                        loc: e.slot(),
+                        version: e.version + 1,
+                        evict: e.state.evict,
+                        old_slot: Words::from_slice(&e.state.old_slot),
+                        payload: Words::from_slice(&e.data),
+                    }
+                })
+                .collect();
+            asked.push(d.rpc(n, RsiRequest::Install { cts, items }.to_bytes()));
         }
-        put(c, &mut d, e.node, ptr.add(HEADER_WORDS), &e.data);
-        put(c, &mut d, e.node, ptr.add(H_VERSION), &[e.version + 1]);
-        put(c, &mut d, e.node, ptr.add(H_LOCK), &[cts]);
+    } else {
+        for &i in ws {
+            let e = &tx.entries[i];
+            let ptr = c.catalog.record_ptr(e.table, e.node, e.slot());
+            if !e.state.old_slot.is_empty() {
+                // `[commit id, version, payload]` in one ascending WRITE, so a snapshot
+                // that needs it still finds it while the head is rewritten.
+                let layout = c.catalog.layout(e.table);
+                let at = ptr.add(layout.old_slot_offset(e.state.evict));
+                put(c, &mut d, e.node, at, &e.state.old_slot);
+            }
+            put(c, &mut d, e.node, ptr.add(HEADER_WORDS), &e.data);
+            put(c, &mut d, e.node, ptr.add(H_VERSION), &[e.version + 1]);
+            put(c, &mut d, e.node, ptr.add(H_LOCK), &[cts]);
+        }
     }
     let r = d.submit().await;
     if let Ok(res) = &r {
-        tx.c.next_snapshot = Some(TsService::snapshot_of(res.read(rts)[0]));
+        expect_ok(res, &asked, "an install");
+        tx.c.next_snapshot = Some(TsService::snapshot_of(rts_word(res, rts, ts_rpc)));
     }
     // An op that failed here is after the log: recorded, and the driver stops the run.
     let _ = tx.unabortable(r);
@@ -554,6 +739,63 @@ pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
         let e = &mut tx.entries[i];
         e.installed = Some(e.version + 1);
         e.locked = false;
+    }
+}
+
+/// Asserts that requests `asked` were answered `Ok`: this coordinator sends only requests
+/// its participant accepts (records it holds locked, payloads of the table's size).
+fn expect_ok(res: &Completions, asked: &[usize], what: &str) {
+    for &j in asked {
+        let reply = atoll_txn::msg::Reply::decode(res.rpc(j));
+        assert!(
+            matches!(reply, Ok(atoll_txn::msg::Reply::Ok)),
+            "rsi: {what} was answered {reply:?}"
+        );
+    }
+}
+
+/// Sets the `LOCK` words of entries, each `(entry, from, to)`: stores of `to` (one-sided:
+/// only this attempt can hold the words), or with `by_rpc` one request per node whose CPU
+/// swaps each from `from` to `to`.
+async fn set_locks(tx: &mut TxnCore<'_, RsiEntry>, by_rpc: bool, changes: &[(usize, u64, u64)]) {
+    if changes.is_empty() {
+        return;
+    }
+    let c = &*tx.c;
+    let mut d = c.ep.doorbell_for(changes.len());
+    let mut asked = Idxs::new();
+    if by_rpc {
+        let idxs: Idxs = changes.iter().map(|ch| ch.0).collect();
+        for n in stages::nodes_of(tx, &idxs) {
+            let items = changes
+                .iter()
+                .filter(|ch| tx.entries[ch.0].node == n)
+                .map(|&(i, from, to)| {
+                    let e = &tx.entries[i];
+                    LockChange {
+                        table: e.table,
+                        loc: e.slot(),
+                        from,
+                        to,
+                    }
+                })
+                .collect();
+            asked.push(d.rpc(n, RsiRequest::SetLock { items }.to_bytes()));
+        }
+    } else {
+        for &(i, _, to) in changes {
+            let e = &tx.entries[i];
+            let ptr = c.catalog.record_ptr(e.table, e.node, e.slot()).add(H_LOCK);
+            put(c, &mut d, e.node, ptr, &[to]);
+        }
+    }
+    let r = d.submit().await;
+    if let Ok(res) = &r {
+        expect_ok(res, &asked, "a lock change");
+    }
+    let _ = tx.unabortable(r);
+    for &(i, _, _) in changes {
+        tx.entries[i].locked = false;
     }
 }
 
@@ -569,40 +811,27 @@ fn put(c: &Coordinator, d: &mut Doorbell<'_>, node: NodeId, ptr: RemotePtr, data
 }
 
 /// Unlocks the records `ins` this attempt inserted (payload and version placed by their
-/// nodes): `LOCK` = `cts`.
+/// nodes, locked with no commit id): `LOCK` = `cts`.
 pub async fn unlock_inserted(tx: &mut TxnCore<'_, RsiEntry>, ins: &[usize], cts: u64) {
-    if ins.is_empty() {
-        return;
-    }
-    let c = &*tx.c;
-    let mut d = c.ep.doorbell_for(ins.len());
-    for &i in ins {
-        let e = &tx.entries[i];
-        let ptr = c.catalog.record_ptr(e.table, e.node, e.slot()).add(H_LOCK);
-        put(c, &mut d, e.node, ptr, &[cts]);
-    }
-    let r = d.submit().await;
-    let _ = tx.unabortable(r);
-    for &i in ins {
-        tx.entries[i].locked = false;
-    }
+    let changes: smallvec::SmallVec<[(usize, u64, u64); 8]> =
+        ins.iter().map(|&i| (i, CID_LOCKED, cts)).collect();
+    let by_rpc = rpc(tx, Stage::Commit);
+    set_locks(tx, by_rpc, &changes).await;
 }
 
 /// Unlocks the entries of `ws` this attempt locked, back to the commit id they held.
 pub async fn release(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize]) {
     let t0 = tx.now_ns();
-    let c = &*tx.c;
-    let mut d = c.ep.doorbell_for(ws.len());
-    for &i in ws {
-        let e = &tx.entries[i];
-        if !e.locked {
-            continue;
-        }
-        let ptr = c.catalog.record_ptr(e.table, e.node, e.slot()).add(H_LOCK);
-        put(c, &mut d, e.node, ptr, &[e.state.cid]);
-    }
-    let r = d.submit().await;
-    let _ = tx.unabortable(r);
+    let changes: smallvec::SmallVec<[(usize, u64, u64); 8]> = ws
+        .iter()
+        .filter(|&&i| tx.entries[i].locked)
+        .map(|&i| {
+            let cid = tx.entries[i].state.cid;
+            (i, cid | CID_LOCKED, cid)
+        })
+        .collect();
+    let by_rpc = rpc(tx, Stage::Release);
+    set_locks(tx, by_rpc, &changes).await;
     for &i in ws {
         tx.entries[i].locked = false;
     }
@@ -613,6 +842,7 @@ pub async fn release(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize]) {
 /// doorbell to the service, once its ring slot is free (`RTS` read as `rts_word` says so, or
 /// a re-read of it does).
 pub async fn report(tx: &mut TxnCore<'_, RsiEntry>, svc: &TsService, cts: u64, rts_word: u64) {
+    let ts_rpc = rpc(tx, Stage::Timestamp);
     let mut rts_word = rts_word;
     let mut rounds = 0;
     while !svc.fits_ring(cts, rts_word) {
@@ -629,14 +859,18 @@ pub async fn report(tx: &mut TxnCore<'_, RsiEntry>, svc: &TsService, cts: u64, r
         }
         tx.c.ep.sleep(RING_WAIT_NS).await;
         let mut d = tx.c.ep.doorbell_for(1);
-        let j = d.read(svc.rts(), 1);
+        let j = post_rts(&mut d, svc, ts_rpc);
         match d.submit().await {
-            Ok(res) => rts_word = res.read(j)[0],
+            Ok(res) => rts_word = self::rts_word(&res, j, ts_rpc),
             Err(e) => {
                 tx.failed_after_log.get_or_insert(e);
                 return;
             }
         }
     }
-    tx.c.defer_write(svc.slot(cts), cts);
+    tx.c.defer(if ts_rpc {
+        Deferred::Rpc(svc.node, RsiRequest::Outcome { cts }.to_bytes())
+    } else {
+        Deferred::Write(svc.slot(cts), cts)
+    });
 }

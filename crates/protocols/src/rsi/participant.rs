@@ -1,0 +1,177 @@
+//! RSI's participant: its stages as requests served by the records' and the timestamp
+//! service's CPUs, each doing with loads, stores and atomics on the node's memory what the
+//! one-sided stage does with verbs (the plans of the paper's Figure 6 baselines).
+//!
+//! A request is checked whole before it touches memory: every record it names must be a
+//! slot of this node, each `LOCK` change must lock an unlocked word or unlock a locked one,
+//! and an install must find its records locked and carry payloads of the table's size.
+
+use super::msg::{InstallItem, LockChange, RsiReply, RsiRequest, FAMILY};
+use atoll_fabric::ReplyTo;
+use atoll_storage::layout::{CID_LOCKED, HEADER_WORDS, H_LOCK, H_VERSION, OLD_SLOT_HEADER_WORDS};
+use atoll_txn::handler::{Local, Participant};
+use atoll_txn::msg::{FamilyId, Reply};
+use atoll_txn::tsvc::TsService;
+
+/// RSI's participant side of one node (stateless).
+#[derive(Default)]
+pub struct RsiParticipant;
+
+/// Whether this node holds records (a compute or timestamp node registers its tables'
+/// regions empty).
+fn holds_records(local: &Local) -> bool {
+    let store = local.store();
+    store.catalog.topology().holds_records(store.memory().node)
+}
+
+/// Whether this node holds records and `t`, `loc` is one of its slots.
+fn valid_record(local: &Local, t: atoll_storage::TableId, loc: u32) -> bool {
+    holds_records(local) && local.valid_loc(t, loc)
+}
+
+/// Whether a `LOCK` change locks the commit id it expects, or (`unlock`) takes a locked word
+/// back to an unlocked one: nothing else may be written into a lock word.
+fn valid_change(local: &Local, c: &LockChange, unlock: bool) -> bool {
+    valid_record(local, c.table, c.loc)
+        && if unlock {
+            c.from & CID_LOCKED != 0 && c.to & CID_LOCKED == 0
+        } else {
+            c.from & CID_LOCKED == 0 && c.to == c.from | CID_LOCKED
+        }
+}
+
+fn valid_install(local: &Local, it: &InstallItem) -> bool {
+    if !valid_record(local, it.table, it.loc) {
+        return false;
+    }
+    let layout = local.store().catalog.layout(it.table);
+    let old_ok = if layout.version_slots > 1 {
+        it.evict < layout.version_slots - 1
+            && it.old_slot.len() == (OLD_SLOT_HEADER_WORDS + layout.payload_words) as usize
+    } else {
+        it.old_slot.is_empty()
+    };
+    let (r, off) = local.record(it.table, it.loc);
+    old_ok
+        && it.payload.len() == layout.payload_words as usize
+        && r.load(off + H_LOCK as usize) & CID_LOCKED != 0
+}
+
+/// The timestamp service, if this node runs it.
+fn service(local: &Local) -> Option<(TsService, &atoll_fabric::Region)> {
+    let store = local.store();
+    let svc = TsService::of(&store.catalog)?;
+    (svc.node == store.memory().node).then(|| (svc, store.memory().region(svc.region)))
+}
+
+/// Whether `cts` is a commit timestamp the service handed out whose outcome it awaits and
+/// whose ring slot is free.
+fn handed_out(svc: &TsService, r: &atoll_fabric::Region, cts: u64) -> bool {
+    let counter = r.load(svc.counter().offset_words as usize);
+    let rts_word = r.load(svc.rts().offset_words as usize);
+    counter > 0
+        && cts <= TsService::cts_of(counter - 1)
+        && cts > TsService::snapshot_of(rts_word)
+        && svc.fits_ring(cts, rts_word)
+}
+
+fn serve(local: &Local, req: RsiRequest) -> Reply {
+    match req {
+        RsiRequest::Read { items } => {
+            if !holds_records(local) || !items.iter().all(|it| local.valid_table(it.table)) {
+                return Reply::BadRequest;
+            }
+            let blocks = items
+                .iter()
+                .map(|it| {
+                    let loc = local.loc_of(it)?;
+                    let layout = local.store().catalog.layout(it.table);
+                    let (r, off) = local.record(it.table, loc);
+                    let mut block = vec![0; super::block_words(layout) as usize];
+                    r.read_into(off, &mut block);
+                    Some((loc, block))
+                })
+                .collect();
+            RsiReply::Blocks(blocks).into_reply()
+        }
+        RsiRequest::Lock { items } => {
+            if !items.iter().all(|c| valid_change(local, c, false)) {
+                return Reply::BadRequest;
+            }
+            let seen = items
+                .iter()
+                .map(|c| {
+                    let (r, off) = local.record(c.table, c.loc);
+                    r.cas(off + H_LOCK as usize, c.from, c.to)
+                })
+                .collect();
+            RsiReply::Words(seen).into_reply()
+        }
+        RsiRequest::SetLock { items } => {
+            if !items.iter().all(|c| valid_change(local, c, true)) {
+                return Reply::BadRequest;
+            }
+            for c in &items {
+                let (r, off) = local.record(c.table, c.loc);
+                r.cas(off + H_LOCK as usize, c.from, c.to);
+            }
+            Reply::Ok
+        }
+        RsiRequest::Install { cts, items } => {
+            if cts & CID_LOCKED != 0 || !items.iter().all(|it| valid_install(local, it)) {
+                return Reply::BadRequest;
+            }
+            // The one-sided install's order: old slot, payload, version, then the unlock.
+            for it in &items {
+                let layout = local.store().catalog.layout(it.table);
+                let (r, off) = local.record(it.table, it.loc);
+                if !it.old_slot.is_empty() {
+                    r.write_from(
+                        off + layout.old_slot_offset(it.evict) as usize,
+                        &it.old_slot,
+                    );
+                }
+                r.write_from(off + HEADER_WORDS as usize, &it.payload);
+                r.store(off + H_VERSION as usize, it.version);
+                r.store(off + H_LOCK as usize, cts);
+            }
+            Reply::Ok
+        }
+        RsiRequest::Snapshot => match service(local) {
+            Some((svc, r)) => {
+                RsiReply::Words(vec![r.load(svc.rts().offset_words as usize)]).into_reply()
+            }
+            None => Reply::BadRequest,
+        },
+        RsiRequest::CommitTs => match service(local) {
+            Some((svc, r)) => {
+                let old = r.fetch_add(svc.counter().offset_words as usize, 1);
+                let rts = r.load(svc.rts().offset_words as usize);
+                RsiReply::Words(vec![old, rts]).into_reply()
+            }
+            None => Reply::BadRequest,
+        },
+        RsiRequest::Outcome { cts } => match service(local) {
+            // Only a commit timestamp handed out, above `RTS` and within the ring: any
+            // other would move `RTS` past transactions still running.
+            Some((svc, r)) if handed_out(&svc, r, cts) => {
+                r.store(svc.slot(cts).offset_words as usize, cts);
+                Reply::Ok
+            }
+            _ => Reply::BadRequest,
+        },
+    }
+}
+
+impl Participant for RsiParticipant {
+    fn family(&self) -> FamilyId {
+        FAMILY
+    }
+
+    fn serve(&self, local: &Local, _from: ReplyTo, body: &[u8]) -> Option<Reply> {
+        Some(match RsiRequest::decode(body) {
+            Ok(req) => serve(local, req),
+            Err(_) => Reply::BadRequest,
+        })
+    }
+}
