@@ -55,7 +55,8 @@ fn run_failed(e: &atoll_bench::RunError, context: &str) -> ExitCode {
         atoll_bench::RunError::Config(_) => ExitCode::from(EXIT_BAD_INPUT),
         atoll_bench::RunError::Panicked(_)
         | atoll_bench::RunError::NodeFailed { .. }
-        | atoll_bench::RunError::Load { .. } => ExitCode::from(EXIT_CHECK_FAILED),
+        | atoll_bench::RunError::Load { .. }
+        | atoll_bench::RunError::Crashed { .. } => ExitCode::from(EXIT_CHECK_FAILED),
     }
 }
 

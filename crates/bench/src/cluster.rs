@@ -1505,7 +1505,13 @@ fn coordinate_nodes<W: Workload, P: Protocol>(
         })?);
     }
     if let Some((node, txn)) = crate::driver::failed_after_log(&summaries) {
-        return Err(RunError::NodeFailed { node, txn }.into());
+        // A process that died is named by the failure itself (no injected crashes here).
+        return Err(RunError::NodeFailed {
+            node,
+            txn,
+            crashed: Vec::new(),
+        }
+        .into());
     }
     let ledger = crate::driver::merge_ledgers(w, &summaries);
     hub.broadcast(&Msg::Ledger {

@@ -17,7 +17,7 @@ use atoll_txn::handler::StoreHandler;
 use atoll_workloads::{StorageCheck, Workload};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// One node of a run.
@@ -31,6 +31,9 @@ pub struct NodeRuntime<W: Workload> {
     /// The first of this node's transactions whose op failed after its log was written, and
     /// the node it failed at.
     failed_after_log: Mutex<Option<(NodeId, u64)>>,
+    /// One of its co-routines began a transaction (set once: read-mostly, so it costs the
+    /// transactions' path no shared write).
+    began: AtomicBool,
 }
 
 /// What the node's workers handed over when their last co-routine ended.
@@ -94,6 +97,7 @@ impl<W: Workload> NodeRuntime<W> {
             }),
             stopped_ns: AtomicU64::new(u64::MAX),
             failed_after_log: Mutex::new(None),
+            began: AtomicBool::new(false),
         })
     }
 
@@ -114,6 +118,18 @@ impl<W: Workload> NodeRuntime<W> {
                 atoll_protocols::participants(),
             )),
         }
+    }
+
+    /// A co-routine of this node begins a transaction.
+    pub(crate) fn begin_txn(&self) {
+        if !self.began.load(Ordering::Relaxed) {
+            self.began.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether any co-routine of this node began a transaction.
+    pub fn began_txns(&self) -> bool {
+        self.began.load(Ordering::Relaxed)
     }
 
     /// A worker's co-routine saw a stop request at worker time `now_ns`.

@@ -231,8 +231,16 @@ impl Report {
         };
         let _ = writeln!(
             o,
-            "== {} / {} / plan {} | {nodes} x {} threads x {} co-routines | {} fabric, {:.1} s measured",
-            c.workload, c.protocol, c.plan, c.threads, c.coroutines, c.fabric, self.measured_s
+            "== {} / {} / plan {} | {nodes} x {} threads x {} co-routines | {} fabric, {:.*} s measured",
+            c.workload,
+            c.protocol,
+            c.plan,
+            c.threads,
+            c.coroutines,
+            c.fabric,
+            // Short simulated runs last milliseconds: enough places to show them.
+            if self.measured_s < 1.0 { 3 } else { 1 },
+            self.measured_s
         );
         if let Some(n) = c.workload_knobs.get("table_records") {
             let per_node = c.workload_knobs.get("records").map_or("?", |s| s.as_str());

@@ -57,9 +57,21 @@ pub enum RunError {
     Panicked(WorkerPanic),
     /// An op to `node` failed after transaction `txn`'s log was written: its outcome is for
     /// recovery to decide, which is not built yet, so the run stopped.
-    NodeFailed { node: NodeId, txn: u64 },
+    /// `crashed`: nodes the simulator crashed (an injected fault), named when the op that
+    /// failed was to another node (a crash stalls what waits on the crashed node: e.g. the
+    /// timestamp service on its coordinators' outcomes).
+    NodeFailed {
+        node: NodeId,
+        txn: u64,
+        crashed: Vec<NodeId>,
+    },
     /// Loading a node's partition failed although the configuration was sized for it.
     Load { node: NodeId, message: String },
+    /// The simulator crashed `node` (an injected fault) at `at_ns` after its co-routines had
+    /// begun transactions: what it committed was recorded in its memory, lost with it, and
+    /// its transactions in flight need recovery (not built yet), so the run cannot be
+    /// checked.
+    Crashed { node: NodeId, at_ns: u64 },
 }
 
 impl std::fmt::Display for RunError {
@@ -67,14 +79,32 @@ impl std::fmt::Display for RunError {
         match self {
             RunError::Config(e) => write!(f, "{e}"),
             RunError::Panicked(p) => write!(f, "the run failed: {p}"),
-            RunError::NodeFailed { node, txn } => write!(
-                f,
-                "node {} failed while transaction {txn:#x} was committing: its outcome needs recovery (not built yet)",
-                node.0
-            ),
+            RunError::NodeFailed { node, txn, crashed } => {
+                write!(
+                    f,
+                    "node {} failed while transaction {txn:#x} was committing: its outcome needs recovery (not built yet)",
+                    node.0
+                )?;
+                if !crashed.is_empty() && !crashed.contains(node) {
+                    let names: Vec<String> = crashed.iter().map(|n| n.0.to_string()).collect();
+                    write!(
+                        f,
+                        "; the cause: node {} crashed (an injected fault), and node {} waited on it",
+                        names.join(", node "),
+                        node.0
+                    )?;
+                }
+                Ok(())
+            }
             RunError::Load { node, message } => {
                 write!(f, "loading node {} failed: {message}", node.0)
             }
+            RunError::Crashed { node, at_ns } => write!(
+                f,
+                "node {} crashed at {} µs (an injected fault) while running transactions: the record of what it committed went with it and its transactions in flight need recovery (not built yet), so the run cannot be checked",
+                node.0,
+                at_ns / 1_000
+            ),
         }
     }
 }
@@ -424,7 +454,11 @@ fn run_with<W: Workload, P: Protocol>(
         .map(|n| wire.carry("a node summary", n.summary(&shared.w)))
         .collect();
     if let Some((node, txn)) = crate::driver::failed_after_log(&summaries) {
-        return Err(RunError::NodeFailed { node, txn });
+        let crashed = crashed.iter().map(|c| c.0).collect();
+        return Err(RunError::NodeFailed { node, txn, crashed });
+    }
+    if let Some(&(node, at_ns, _)) = crashed.iter().find(|c| nodes[c.0 .0 as usize].began_txns()) {
+        return Err(RunError::Crashed { node, at_ns });
     }
     let ledger = crate::driver::merge_ledgers(&shared.w, &summaries);
     // Only nodes holding records check them (a workload's parts are per memory node).
@@ -592,6 +626,7 @@ pub(crate) async fn coroutine<W: Workload, P: Protocol>(
             break;
         }
         let (ty, input) = run.w.generate(&mut rng, nodes, home);
+        node.begin_txn();
         let mut attempts = 0;
         let mut first_ts = None;
         let outcome: Result<(W::Effect, [u64; Stage::COUNT], atoll_txn::Footprint), Abort> = loop {

@@ -561,3 +561,46 @@ fn rsi_requests_that_would_corrupt_a_record_or_the_timestamp_service_are_refused
     assert_eq!(ask(0, &install(&[1, 2]).to_bytes()), Reply::BadRequest);
     assert_eq!(c.payload(T, 5), vec![100]);
 }
+
+#[test]
+fn rsi_a_compute_node_crash_stops_the_run_naming_the_crashed_node() {
+    // The crashed node's record of what it committed goes with it, and its coordinators'
+    // commit timestamps are never reported (`RTS` stalls): the run stops naming the crash,
+    // whether it ends first (nothing can be checked) or a survivor's commit gives up
+    // waiting on the timestamp node.
+    for (duration_s, crash_us) in [(0.01, 1000), (0.3, 1000)] {
+        let mut cfg = config(
+            WorkloadKind::SmallBank,
+            ProtocolKind::Rsi,
+            "one-sided",
+            (2, 2, TsPlacement::Own),
+            7,
+        );
+        cfg.fabric = Fabric::Sim {
+            net: "edr-ib".into(),
+            faults: FaultConfig::parse(&format!("crash_node=2,crash_us={crash_us}")).unwrap(),
+        };
+        cfg.duration_s = duration_s;
+        let what = format!("{duration_s} s, crash at {crash_us} us");
+        match run(&cfg, &|_| {}) {
+            Err(e @ atoll_bench::RunError::Crashed { .. }) => {
+                assert!(
+                    e.to_string().contains("node 2 crashed at 1000 µs"),
+                    "{what}: {e}"
+                );
+            }
+            Err(e @ atoll_bench::RunError::NodeFailed { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains("the cause: node 2 crashed"), "{what}: {msg}");
+            }
+            other => panic!(
+                "{what}: expected the run to stop on the crash, got {:?}",
+                other.map(|r| r
+                    .checks
+                    .into_iter()
+                    .filter(|c| !c.passed)
+                    .collect::<Vec<_>>())
+            ),
+        }
+    }
+}
