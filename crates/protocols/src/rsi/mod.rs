@@ -566,15 +566,16 @@ pub async fn lock(
     // place in it.
     let mut cas_at: smallvec::SmallVec<[(usize, usize); 16]> = smallvec::SmallVec::new();
     if by_rpc {
-        let nodes = stages::nodes_of(tx, ws);
         let mut at = vec![(0, 0); ws.len()];
-        for &n in &nodes {
+        for n in stages::nodes_of(tx, ws) {
+            // The op index this node's request gets.
+            let j = d.len();
             let mut items = Vec::new();
             for (k, &i) in ws.iter().enumerate() {
                 let e = &tx.entries[i];
                 if e.node == n {
                     let from = expect(e);
-                    at[k] = (usize::MAX, items.len());
+                    at[k] = (j, items.len());
                     items.push(LockChange {
                         table: e.table,
                         loc: e.slot(),
@@ -583,10 +584,8 @@ pub async fn lock(
                     });
                 }
             }
-            let j = d.rpc(n, RsiRequest::Lock { items }.to_bytes());
-            for a in at.iter_mut().filter(|a| a.0 == usize::MAX) {
-                a.0 = j;
-            }
+            let posted = d.rpc(n, RsiRequest::Lock { items }.to_bytes());
+            debug_assert_eq!(posted, j, "a doorbell numbers its ops in order");
         }
         cas_at.extend(at);
     } else {
