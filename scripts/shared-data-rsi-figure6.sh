@@ -9,10 +9,13 @@ PLAN=${PLAN:-one-sided}
 # COMPUTE=1: every client on one compute node, as the paper's traditional SI ran every
 # transaction through one transaction-manager machine.
 COMPUTE=${COMPUTE:-4}
+# THREAD_PER_CLIENT=1: each client its own simulated core (the paper's client threads), and
+# the memory nodes as many; otherwise at most 4 cores per node, the rest co-routines.
+THREAD_PER_CLIENT=${THREAD_PER_CLIENT:-0}
 J=${OUT:-/tmp}/f6.json
 NET=${NET:-fdr-ib}
 for clients in ${CLIENTS:-4 8 16 28 40 52 64 72}; do
-  n=$((clients / COMPUTE)); t=$(( n < 4 ? n : 4 )); c=$(( (n + t - 1) / t ))
+  n=$((clients / COMPUTE)); t=$(( n < 4 || THREAD_PER_CLIENT == 1 ? n : 4 )); c=$(( (n + t - 1) / t ))
   $B bench --fabric sim --net $NET --workload checkout --protocol rsi --plan $PLAN --log-replicas 0 \
     --architecture shared-data --memory-nodes 3 --compute-nodes $COMPUTE --ts-node own \
     --threads $t --coroutines $c --duration ${DUR:-0.005} --warmup 0.001 --seed 1 --quiet --json $J >/dev/null 2>&1 || { echo "$clients: failed"; continue; }
