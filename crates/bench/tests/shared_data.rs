@@ -268,7 +268,7 @@ fn rsi_update_verbs(plan: Plan) -> (atoll_fabric::VerbCounters, bool) {
             d.doorbells -= before.doorbells;
             // Its own outcome waits for the next doorbell, as the previous one rode in its
             // first.
-            let outcome_pending = co.take_deferred_write().is_some();
+            let outcome_pending = co.take_deferred().is_some();
             co.flush_deferred().await.unwrap();
             *seen.lock().unwrap() = Some((d, outcome_pending));
         }))
@@ -419,8 +419,6 @@ fn shared_data_rsi_runs_clean_under_snapshot_isolation_with_its_stages_served_by
 #[test]
 fn rsi_requests_that_would_corrupt_a_record_or_the_timestamp_service_are_refused_and_change_nothing(
 ) {
-    use atoll_fabric::core::SlotId;
-    use atoll_fabric::{Handled, NodeId, ReplyTo, RpcHandler};
     use atoll_protocols::rsi::msg::{InstallItem, LockChange, RsiRequest};
     use atoll_storage::layout::{CID_LOCKED, H_LOCK};
     use atoll_txn::handler::StoreHandler;
@@ -431,18 +429,9 @@ fn rsi_requests_that_would_corrupt_a_record_or_the_timestamp_service_are_refused
         StoreHandler::new(c.stores[n].clone(), log, atoll_protocols::participants())
     };
     let ask = |n: usize, req: &[u8]| {
-        let from = ReplyTo {
-            worker: 0,
-            slot: SlotId(0),
-            index: 0,
-            posted_ns: 0,
-        };
-        let mut out = Vec::new();
-        assert_eq!(
-            handler(n).handle(NodeId(n as u16), from, req, &mut out),
-            Handled::Replied
-        );
-        Reply::decode(&out).expect("a participant's reply decodes")
+        handler(n)
+            .answer(req)
+            .expect("an rsi request is answered at once")
     };
     let memory_words = |n: usize| -> Vec<Vec<u64>> {
         let m = c.stores[n].memory();

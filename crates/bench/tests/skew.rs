@@ -5,12 +5,12 @@
 
 use atoll_bench::config::{Fabric, FaultConfig};
 use atoll_bench::history::{self, Mode};
-use atoll_bench::testkit::FAULTS_MIXED;
+use atoll_bench::testkit::{params, FAULTS_MIXED};
 use atoll_bench::{run, run_protocol, Report, RunConfig};
 use atoll_protocols::ProtocolKind;
 use atoll_txn::stages::{self, CommitOpts, UnchangedOpts};
 use atoll_txn::{Abort, Access, Isolation, Plan, PlanError, Protocol, Stage, TxnCore};
-use atoll_workloads::{Params, WorkloadKind};
+use atoll_workloads::WorkloadKind;
 
 /// Few pairs for many co-routines: withdraws of one pair meet all the time.
 const PAIRS_PER_NODE: &str = "4";
@@ -25,10 +25,7 @@ fn config(protocol: ProtocolKind, plan: &str, seed: u64) -> RunConfig {
             faults: FaultConfig::parse(FAULTS_MIXED).unwrap(),
         },
         workload: WorkloadKind::Skew,
-        params: [("pairs", PAIRS_PER_NODE)]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<Params>(),
+        params: params(&[("pairs", PAIRS_PER_NODE)]),
         protocol,
         plan: Plan::parse(plan).unwrap(),
         nodes: 3,

@@ -242,7 +242,7 @@ impl Coordinator {
     }
 
     /// The deferred op, taken to be posted first in a doorbell ([`Deferred::post`]).
-    pub fn take_deferred_write(&mut self) -> Option<Deferred> {
+    pub fn take_deferred(&mut self) -> Option<Deferred> {
         self.deferred.take()
     }
 

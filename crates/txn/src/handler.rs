@@ -47,11 +47,20 @@ pub trait Participant: Send + Sync {
 pub struct Local {
     store: Arc<Store>,
     log_region: atoll_fabric::RegionId,
+    /// The timestamp service this node runs (snapshot-isolation runs, on its node).
+    ts_service: Option<crate::tsvc::TsService>,
 }
 
 impl Local {
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The timestamp service, if this node runs it (with its region in this node's memory).
+    pub fn ts_service(&self) -> Option<(&crate::tsvc::TsService, &Region)> {
+        self.ts_service
+            .as_ref()
+            .map(|s| (s, self.store.memory().region(s.region)))
     }
 
     /// The region and word offset of record `loc` of table `t`.
@@ -489,8 +498,6 @@ pub struct StoreHandler {
     local: Local,
     /// Registered families, sorted by id.
     families: Vec<Arc<dyn Participant>>,
-    /// The timestamp service this node sequences (snapshot-isolation runs, on its node).
-    ts_service: Option<crate::tsvc::TsService>,
 }
 
 impl StoreHandler {
@@ -514,9 +521,28 @@ impl StoreHandler {
         let ts_service = crate::tsvc::TsService::of(&store.catalog)
             .filter(|s| s.node == store.node && store.catalog.lock_word() == LockWord::CommitId);
         StoreHandler {
-            local: Local { store, log_region },
+            local: Local {
+                store,
+                log_region,
+                ts_service,
+            },
             families,
-            ts_service,
+        }
+    }
+
+    /// Serves a request to this node now, as its own node's request is: the reply, or
+    /// `None` if it is held for later (tools and tests that ask one handler directly).
+    pub fn answer(&self, req: &[u8]) -> Option<Reply> {
+        let from = ReplyTo {
+            worker: 0,
+            slot: atoll_fabric::core::SlotId(0),
+            index: 0,
+            posted_ns: 0,
+        };
+        let mut out = Vec::new();
+        match self.handle(self.local.store.node, from, req, &mut out) {
+            Handled::Replied => Some(Reply::decode(&out).expect("the handler's own reply decodes")),
+            Handled::Deferred => None,
         }
     }
 
@@ -567,8 +593,7 @@ impl RpcHandler for StoreHandler {
             return false;
         }
         let mut held = false;
-        if let Some(svc) = &self.ts_service {
-            let region = self.local.store.memory().region(svc.region);
+        if let Some((svc, region)) = self.local.ts_service() {
             svc.advance(region);
             // The sequencer is a polling loop: outcomes arrive as one-sided WRITEs, which
             // wake no CPU, and a commit timestamp may be taken at any time, so the service's
@@ -593,7 +618,6 @@ impl RpcHandler for StoreHandler {
 mod tests {
     use super::*;
     use crate::msg::Loc;
-    use atoll_fabric::core::SlotId;
     use atoll_fabric::NodeMemory;
     use atoll_storage::layout::{Catalog, Partition, TableSpec};
 
@@ -620,15 +644,7 @@ mod tests {
     }
 
     fn ask(h: &StoreHandler, req: &[u8]) -> Reply {
-        let from = ReplyTo {
-            worker: 0,
-            slot: SlotId(0),
-            index: 0,
-            posted_ns: 0,
-        };
-        let mut out = Vec::new();
-        assert_eq!(h.handle(NodeId(0), from, req, &mut out), Handled::Replied);
-        Reply::decode(&out).expect("a participant's reply decodes")
+        h.answer(req).expect("the request is answered at once")
     }
 
     fn item(key: u64) -> Item {

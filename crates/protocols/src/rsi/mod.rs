@@ -254,7 +254,7 @@ async fn snapshot_covering_own(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Ab
 async fn read_rts(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Abort> {
     let svc = tx.c.ts_service();
     let ts_rpc = rpc(tx, Stage::Timestamp);
-    let deferred = tx.c.take_deferred_write();
+    let deferred = tx.c.take_deferred();
     let mut d = tx.c.ep.doorbell_for(2);
     if let Some(op) = deferred {
         op.post(&mut d);
@@ -317,54 +317,47 @@ pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), 
         let behind_own = |w: &[u64]| {
             fresh && pass == 0 && w[H_LOCK as usize] > snap && w[H_LOCK as usize] <= own
         };
+        // Takes a block read for entry `i`, or notes that it shows the own commit.
         let mut again = false;
+        let mut take = |tx: &mut TxnCore<'_, RsiEntry>, i: usize, w: &[u64]| {
+            if behind_own(w) {
+                again = true;
+                Ok(())
+            } else {
+                take_version(tx, i, w, snap)
+            }
+        };
         if by_rpc {
             for (i, block) in read_by_rpc(tx, idxs).await? {
-                if behind_own(&block) {
-                    again = true;
-                } else {
-                    take_version(tx, i, &block, snap)?;
-                }
+                take(tx, i, &block)?;
             }
-            if !again {
-                return Ok(());
-            }
-            snap = snapshot_covering_own(tx).await?;
-            continue;
-        }
-        let mut remote = Idxs::new();
-        for &i in idxs {
-            let e = &tx.entries[i];
-            if tx.c.ep.in_place_on(e.node) {
-                let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
-                tuple.resize(block_words(tx.c.catalog.layout(e.table)) as usize, 0);
-                tx.c.ep.load_in_place(ptr, &mut tuple);
-                if behind_own(&tuple) {
-                    again = true;
-                } else {
-                    take_version(tx, i, &tuple, snap)?;
-                }
-            } else {
-                remote.push(i);
-            }
-        }
-        let deferred = tx.c.take_deferred_write();
-        if !remote.is_empty() || deferred.is_some() {
-            let mut d = tx.c.ep.doorbell_for(remote.len() + 1);
-            for &i in &remote {
+        } else {
+            let mut remote = Idxs::new();
+            for &i in idxs {
                 let e = &tx.entries[i];
-                let words = block_words(tx.c.catalog.layout(e.table));
-                d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
-            }
-            if let Some(op) = deferred {
-                op.post(&mut d);
-            }
-            let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-            for (j, &i) in remote.iter().enumerate() {
-                if behind_own(res.read(j)) {
-                    again = true;
+                if tx.c.ep.in_place_on(e.node) {
+                    let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+                    tuple.resize(block_words(tx.c.catalog.layout(e.table)) as usize, 0);
+                    tx.c.ep.load_in_place(ptr, &mut tuple);
+                    take(tx, i, &tuple)?;
                 } else {
-                    take_version(tx, i, res.read(j), snap)?;
+                    remote.push(i);
+                }
+            }
+            let deferred = tx.c.take_deferred();
+            if !remote.is_empty() || deferred.is_some() {
+                let mut d = tx.c.ep.doorbell_for(remote.len() + 1);
+                for &i in &remote {
+                    let e = &tx.entries[i];
+                    let words = block_words(tx.c.catalog.layout(e.table));
+                    d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
+                }
+                if let Some(op) = deferred {
+                    op.post(&mut d);
+                }
+                let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+                for (j, &i) in remote.iter().enumerate() {
+                    take(tx, i, res.read(j))?;
                 }
             }
         }
@@ -385,7 +378,7 @@ async fn read_by_rpc(
     idxs: &[usize],
 ) -> Result<Vec<(usize, Vec<u64>)>, Abort> {
     let nodes = stages::nodes_of(tx, idxs);
-    let deferred = tx.c.take_deferred_write();
+    let deferred = tx.c.take_deferred();
     let mut d = tx.c.ep.doorbell_for(nodes.len() + 1);
     let mut mine: Vec<Idxs> = Vec::with_capacity(nodes.len());
     for &n in &nodes {
@@ -556,7 +549,7 @@ pub async fn lock(
 ) -> Lock {
     let svc = tx.c.ts_service();
     let (by_rpc, ts_rpc) = (rpc(tx, Stage::Lock), rpc(tx, Stage::Timestamp));
-    let deferred = tx.c.take_deferred_write();
+    let deferred = tx.c.take_deferred();
     let mut d = tx.c.ep.doorbell_for(ws.len() + 3);
     // The previous outcome, if still deferred, goes ahead of the FETCH_ADD on its link.
     if let Some(op) = deferred {

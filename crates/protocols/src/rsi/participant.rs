@@ -57,13 +57,6 @@ fn valid_install(local: &Local, it: &InstallItem) -> bool {
         && r.load(off + H_LOCK as usize) & CID_LOCKED != 0
 }
 
-/// The timestamp service, if this node runs it.
-fn service(local: &Local) -> Option<(TsService, &atoll_fabric::Region)> {
-    let store = local.store();
-    let svc = TsService::of(&store.catalog)?;
-    (svc.node == store.memory().node).then(|| (svc, store.memory().region(svc.region)))
-}
-
 /// Whether `cts` is a commit timestamp the service handed out whose outcome it awaits and
 /// whose ring slot is free.
 fn handed_out(svc: &TsService, r: &atoll_fabric::Region, cts: u64) -> bool {
@@ -137,13 +130,13 @@ fn serve(local: &Local, req: RsiRequest) -> Reply {
             }
             Reply::Ok
         }
-        RsiRequest::Snapshot => match service(local) {
+        RsiRequest::Snapshot => match local.ts_service() {
             Some((svc, r)) => {
                 RsiReply::Words(vec![r.load(svc.rts().offset_words as usize)]).into_reply()
             }
             None => Reply::BadRequest,
         },
-        RsiRequest::CommitTs => match service(local) {
+        RsiRequest::CommitTs => match local.ts_service() {
             Some((svc, r)) => {
                 let old = r.fetch_add(svc.counter().offset_words as usize, 1);
                 let rts = r.load(svc.rts().offset_words as usize);
@@ -151,10 +144,10 @@ fn serve(local: &Local, req: RsiRequest) -> Reply {
             }
             None => Reply::BadRequest,
         },
-        RsiRequest::Outcome { cts } => match service(local) {
+        RsiRequest::Outcome { cts } => match local.ts_service() {
             // Only a commit timestamp handed out, above `RTS` and within the ring: any
             // other would move `RTS` past transactions still running.
-            Some((svc, r)) if handed_out(&svc, r, cts) => {
+            Some((svc, r)) if handed_out(svc, r, cts) => {
                 r.store(svc.slot(cts).offset_words as usize, cts);
                 Reply::Ok
             }
