@@ -593,3 +593,76 @@ fn rsi_a_compute_node_crash_stops_the_run_naming_the_crashed_node() {
         }
     }
 }
+
+#[test]
+fn rsi_a_blind_write_and_a_read_then_write_commit_and_the_second_of_two_racing_writers_fails_validation_over_verbs_and_requests(
+) {
+    use atoll_bench::testkit::Steps;
+    use atoll_fabric::NodeId;
+    use atoll_txn::Txn;
+    use std::sync::{Arc, Mutex};
+    for prim in [atoll_txn::Primitive::OneSided, atoll_txn::Primitive::Rpc] {
+        let c = rsi_cluster(2, 1, Plan::uniform(prim));
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let steps = Steps::default();
+        c.run(&|core, k| {
+            if core.id.node != NodeId(1) {
+                return None;
+            }
+            let mut co = c.coordinator(core, k);
+            let (seen, steps) = (seen.clone(), steps.clone());
+            Some(Box::pin(async move {
+                let ep = co.ep.clone();
+                let mut log = |s: String| seen.lock().unwrap().push(s);
+                if k == 0 {
+                    // A blind write: nothing read, its lock validates the commit id it
+                    // fetches at commit.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    tx.write(T, 2, &[5]);
+                    log(format!("blind {:?}", tx.commit().await.map(|_| ())));
+                    // A read then a write of one record: the write builds on the read.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    let v = tx.read(T, 3).await.unwrap()[0];
+                    tx.write(T, 3, &[v + 1]);
+                    log(format!(
+                        "read-then-write {:?}",
+                        tx.commit().await.map(|_| ())
+                    ));
+                    // The first of two writers that read key 4 at one snapshot.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    let v = tx.read(T, 4).await.unwrap()[0];
+                    steps.reach(1);
+                    steps.wait(&ep, 2).await;
+                    tx.write(T, 4, &[v + 10]);
+                    log(format!("first {:?}", tx.commit().await.map(|_| ())));
+                    co.flush_deferred().await.unwrap();
+                    steps.reach(3);
+                } else {
+                    steps.wait(&ep, 1).await;
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    let v = tx.read(T, 4).await.unwrap()[0];
+                    steps.reach(2);
+                    steps.wait(&ep, 3).await;
+                    tx.write(T, 4, &[v + 20]);
+                    log(format!("second {:?}", tx.commit().await.map(|_| ())));
+                    co.flush_deferred().await.unwrap();
+                }
+            }))
+        });
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [
+                "blind Ok(())",
+                "read-then-write Ok(())",
+                "first Ok(())",
+                "second Err(ValidationFailed)"
+            ],
+            "{prim:?}"
+        );
+        // What the records hold: the blind value, the increment, the first writer's only.
+        assert_eq!(c.payload(T, 2), vec![5], "{prim:?}");
+        assert_eq!(c.payload(T, 3), vec![101], "{prim:?}");
+        assert_eq!(c.payload(T, 4), vec![110], "{prim:?}");
+    }
+}
