@@ -144,6 +144,27 @@ fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
         &["unknown stage 'locking'", "read, lock, validate"],
     );
     bad(&["bench", "--plan", "fast"], &["unknown plan 'fast'"]);
+    // A stage the protocol does not have is refused, not silently ignored.
+    bad(
+        &["bench", "--protocol", "occ", "--plan", "timestamp=rpc"],
+        &[
+            "stage timestamp set to rpc, but the protocol has no such stage",
+            "it uses read, lock, validate, log, commit, release",
+        ],
+    );
+    bad(
+        &[
+            "bench",
+            "--protocol",
+            "nowait",
+            "--plan",
+            "read=rpc,renew=rpc",
+        ],
+        &[
+            "stage renew set to rpc",
+            "it uses read, lock, log, commit, release",
+        ],
+    );
     bad(
         &["bench", "--nodes", "0"],
         &["nodes=0 is out of range", "1..="],

@@ -829,7 +829,7 @@ fn node_dispatch(
         fn visit<P: Protocol>(self) -> Self::Out {
             let (cfg, node, t, link) = (self.cfg, self.node, self.transports, self.link);
             let settings = self.settings;
-            P::check_plan(&cfg.plan)
+            atoll_txn::check_plan::<P>(&cfg.plan)
                 .map_err(|e| ClusterError::BadInput(format!("plan {}: {e}", cfg.plan)))?;
             with_workload!(cfg, order_stripe(cfg, node), w => node_with::<_, P>(cfg, w, node, t, settings.clone(), link))
         }
@@ -1416,7 +1416,7 @@ pub fn run_cluster(cfg: &RunConfig, cc: &ClusterConfig) -> Result<Report, Cluste
         type Out = Result<Report, ClusterError>;
         fn visit<P: Protocol>(self) -> Self::Out {
             let (cfg, cc) = (self.cfg, self.cc);
-            P::check_plan(&cfg.plan)
+            atoll_txn::check_plan::<P>(&cfg.plan)
                 .map_err(|e| ClusterError::BadInput(format!("plan {}: {e}", cfg.plan)))?;
             with_workload!(cfg, (0, 1), w => coordinate::<_, P>(cfg, w, cc))
         }

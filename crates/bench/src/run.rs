@@ -162,7 +162,8 @@ pub fn run_protocol_via<P: Protocol>(
     progress: &(dyn Fn(&ProgressLine) + Sync),
 ) -> Result<Report, RunError> {
     cfg.validate()?;
-    P::check_plan(&cfg.plan).map_err(|e| ConfigError(format!("plan {}: {e}", cfg.plan)))?;
+    atoll_txn::check_plan::<P>(&cfg.plan)
+        .map_err(|e| ConfigError(format!("plan {}: {e}", cfg.plan)))?;
     let perr = |e: atoll_workloads::ParamError| ConfigError(e.0);
     match cfg.workload {
         WorkloadKind::SmallBank => {

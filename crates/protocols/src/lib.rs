@@ -159,7 +159,7 @@ impl ProtocolKind {
         impl ProtocolVisitor for Check<'_> {
             type Out = Result<(), atoll_txn::PlanError>;
             fn visit<P: Protocol>(self) -> Self::Out {
-                P::check_plan(self.0)
+                atoll_txn::check_plan::<P>(self.0)
             }
         }
         self.dispatch(Check(plan))

@@ -135,6 +135,48 @@ impl Plan {
         self
     }
 
+    /// Whether every stage has the same primitive (`one-sided` or `rpc`).
+    pub fn is_uniform(&self) -> bool {
+        self.prims.iter().all(|p| *p == self.prims[0])
+    }
+
+    /// The plan with every stage outside `used` set to one-sided, unless it is uniform: what a
+    /// per-stage plan means to a protocol that uses only `used`.
+    pub fn only(&self, used: &[Stage]) -> Plan {
+        if self.is_uniform() {
+            return *self;
+        }
+        let mut plan = *self;
+        for s in Stage::ALL {
+            if !used.contains(&s) {
+                plan.prims[s as usize] = Primitive::OneSided;
+            }
+        }
+        plan
+    }
+
+    /// Refuses a per-stage plan that puts RPC on a stage outside `used`: such a choice would be
+    /// accepted and silently ignored. A uniform plan is accepted, since it names no stage.
+    pub fn check_stages(&self, used: &[Stage]) -> Result<(), PlanError> {
+        if self.is_uniform() {
+            return Ok(());
+        }
+        let unused: Vec<&str> = Stage::ALL
+            .into_iter()
+            .filter(|s| !used.contains(s) && self.get(*s) != Primitive::OneSided)
+            .map(|s| s.name())
+            .collect();
+        if unused.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&str> = used.iter().map(|s| s.name()).collect();
+        Err(PlanError(format!(
+            "stage {} set to rpc, but the protocol has no such stage: it uses {}",
+            unused.join(", "),
+            names.join(", ")
+        )))
+    }
+
     /// Parses `one-sided`, `rpc`, or a per-stage list `read=rpc,lock=one-sided,...` where
     /// unnamed stages default to one-sided.
     pub fn parse(s: &str) -> Result<Plan, PlanError> {
@@ -183,7 +225,7 @@ impl Plan {
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.prims.iter().all(|p| *p == self.prims[0]) {
+        if self.is_uniform() {
             return f.write_str(self.prims[0].name());
         }
         for (i, s) in Stage::ALL.iter().enumerate() {

@@ -9,6 +9,13 @@ use atoll_storage::layout::VERSION_ABSENT;
 use atoll_storage::TableId;
 use std::marker::PhantomData;
 
+/// Whether protocol `P` can run `plan`: no RPC on a stage it does not use, and its own rules.
+/// Every run validates its plan here once, at start-up.
+pub fn check_plan<P: Protocol>(plan: &Plan) -> Result<(), PlanError> {
+    plan.check_stages(P::STAGES)?;
+    P::check_plan(plan)
+}
+
 /// A concurrency-control protocol: how records are fetched and how a transaction commits.
 /// One implementation per file in `atoll-protocols`; each stage's primitive comes from the
 /// run-time [`Plan`].
@@ -40,7 +47,8 @@ pub trait Protocol: 'static {
     /// so plan enumeration varies only these.
     const STAGES: &'static [Stage];
 
-    /// Rejects plans this protocol cannot run, with the reason.
+    /// Rejects plans this protocol cannot run, with the reason (its own rules; callers use
+    /// [`check_plan`], which also refuses RPC on a stage outside `STAGES`).
     fn check_plan(plan: &Plan) -> Result<(), PlanError>;
 
     /// Fetches entries `idxs` (not yet fetched) for their access mode.
