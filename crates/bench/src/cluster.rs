@@ -55,10 +55,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Version of the coordinator-node protocol; both ends must speak the same. 2: `claim`
-/// (a coordinator dialing a listening node) and `beat` (heartbeats).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// (a coordinator dialing a listening node) and `beat` (heartbeats). 3: over tcp the nodes'
+/// one-sided verbs are Atoll's own active messages (`AM_VERB` in atoll-fabric-ucx).
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest message accepted (a summary with in-memory history can be large).
 pub const MESSAGE_BYTES_MAX: usize = 1 << 30;
+/// Received active messages a node's worker may hold per coordinator of the cluster.
+const AM_INBOX_MESSAGES_PER_COORDINATOR: usize = 64;
 /// How long the coordinator waits for every node to connect, join, connect its workers.
 pub const STARTUP_S_MAX: u64 = 120;
 /// Seconds past warm-up + duration the coordinator waits for every node to be done (the
@@ -914,8 +917,10 @@ fn node_with<W: Workload, P: Protocol>(
         nodes: cfg.nodes,
         threads_per_node: cfg.threads,
         op_timeout_ns: ucx::OP_TIMEOUT_MS_DEFAULT * 1_000_000,
+        // Over tcp every one-sided op is a message too, and a doorbell carries tens of them
+        // (a TPC-C NewOrder's reads): room for each coordinator's whole doorbell.
         am_inbox_messages_max: ucx::AM_INBOX_MESSAGES_DEFAULT
-            .max(cfg.coordinators_total() as usize * 4),
+            .max(cfg.coordinators_total() as usize * AM_INBOX_MESSAGES_PER_COORDINATOR),
     };
     // Progress lines stay in the node: the coordinator prints the summary only.
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();

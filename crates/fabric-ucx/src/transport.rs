@@ -10,7 +10,8 @@
 //!   on first use.
 //! - READ / WRITE are `ucp_get_nbx` / `ucp_put_nbx` (a WRITE completes when an endpoint
 //!   flush after it does, i.e. at the target, as an RDMA WRITE's completion says), CAS and
-//!   FETCH_ADD are UCP 64-bit atomics, an RPC is an active message served by the target
+//!   FETCH_ADD are UCP 64-bit atomics; over tcp all four are our own active messages instead
+//!   (see [`AM_VERB`]); an RPC is an active message served by the target
 //!   worker's event loop (the node's `RpcHandler`, deferred replies through `poll_deferred`
 //!   as in-process), its reply an active message back. Own-node ops run on this CPU at
 //!   once ([`execute_local`]): UCX's atomics here are executed by CPU atomics on the target
@@ -28,9 +29,10 @@ use atoll_fabric::core::{
     execute_local, panic_message, Delivery, Executor, NodeSetup, Posted, ReplyTo, SlotId, Spawner,
     Transport, WorkerCore, WorkerPanic, WorkerReport,
 };
+use atoll_fabric::verbs::execute_one_sided;
 use atoll_fabric::{
-    Completion, FailureKind, IntMap, NodeId, NodeMemory, Op, OpError, RegionId, RpcHandler, Words,
-    WorkerId,
+    Completion, FailureKind, IntMap, NodeId, NodeMemory, Op, OpError, RegionId, RemotePtr,
+    RpcHandler, Words, WorkerId,
 };
 use std::cell::{Cell, RefCell};
 use std::collections::{BinaryHeap, VecDeque};
@@ -42,6 +44,35 @@ use std::time::{Duration, Instant};
 /// Active message id of an RPC request, and of its reply.
 const AM_REQUEST: u16 = 1;
 const AM_REPLY: u16 = 2;
+/// Active message id of a one-sided verb carried by us over tcp, and of its reply. Over tcp
+/// UCX 1.13 emulates RMA and atomics itself over active messages (`rma_am`, `amo_am`), which
+/// the target's progress answers anyway, but:
+/// - an emulated atomic outstanding when a peer fails can crash the process while UCX purges
+///   the endpoint's requests (`ucp_ep_reqs_purge` -> `ucp_request_memory_dereg`: 8 of 200
+///   test runs);
+/// - a target whose requester left mid-put died in UCX (`ucp_put_handler`: "Fatal:
+///   unexpected error: Endpoint timeout", NOTES-hosts.md);
+///
+/// Both cost a message per verb that the target's progress answers, so ours costs about
+/// what UCX's did (Deneva's YCSB shape over tcp, OCC one-sided: 5,604 tx/s against 5,995
+/// before). The target's event loop serves ours: it checks the words are its own, applies the verb
+/// to them (the CPU atomics own-node ops use) without transaction code, and replies.
+const AM_VERB: u16 = 3;
+const AM_VERB_REPLY: u16 = 4;
+/// Bytes of a verb's header: requester's worker, token, region, offset, kind, two operands (a
+/// READ's length; CAS's expected and new values; FETCH_ADD's addend). A WRITE's words follow
+/// as the message's data.
+const VERB_HEADER_BYTES: usize = 4 + 8 + 2 + 4 + 1 + 8 + 8;
+/// Bytes of a verb's reply header: token, status, an atomic's old value. A READ's words follow
+/// as the data.
+const VERB_REPLY_HEADER_BYTES: usize = 8 + 1 + 8;
+const VERB_READ: u8 = 0;
+const VERB_WRITE: u8 = 1;
+const VERB_CAS: u8 = 2;
+const VERB_FETCH_ADD: u8 = 3;
+const VERB_STATUS_DONE: u8 = 0;
+/// The target refused it, changing nothing: not its words, or a malformed verb.
+const VERB_STATUS_REFUSED: u8 = 1;
 /// Bytes of a request's header: requester's worker, slot, op index, token, target node.
 const REQUEST_HEADER_BYTES: usize = 4 + 4 + 4 + 8 + 2;
 /// Bytes of a reply's header: slot, op index, token.
@@ -155,25 +186,26 @@ pub fn describe(transports: Transports) -> Vec<(&'static str, String)> {
         Transports::Tcp => vec![
             (
                 "read",
-                "tcp: READ emulated by UCX over active messages (rma_am): the target worker's \
-                 progress answers it, no transaction code runs"
+                "tcp: READ by Atoll's own active message (not UCX's rma_am/amo_am emulation, \
+                 which can crash UCX 1.13 when a peer fails): the target worker's event loop \
+                 copies the words back, no transaction code runs"
                     .into(),
             ),
             (
                 "write",
-                "tcp: WRITE emulated by UCX over active messages (rma_am), then an endpoint \
-                 flush: complete at the target"
+                "tcp: WRITE by Atoll's own active message, as READ: complete when the target \
+                 has stored the words"
                     .into(),
             ),
             (
                 "cas",
-                "tcp: CAS emulated by UCX over active messages (amo_am): a CPU atomic by the \
-                 target worker's progress"
+                "tcp: CAS by Atoll's own active message, as READ: a CPU atomic by the target \
+                 worker's event loop"
                     .into(),
             ),
             (
                 "fetch_add",
-                "tcp: FETCH_ADD emulated by UCX over active messages (amo_am)".into(),
+                "tcp: FETCH_ADD by Atoll's own active message, as CAS".into(),
             ),
             ("rpc", format!("tcp: {rpc}")),
             ("local", own.into()),
@@ -382,6 +414,8 @@ type Timer = std::cmp::Reverse<(u64, u32)>;
 /// The engine's transport for one worker of a node run by [`run_node`].
 struct UcxTransport {
     link: Link,
+    /// One-sided verbs go as [`AM_VERB`] messages rather than UCX's RMA and atomics (tcp).
+    verbs_by_am: bool,
     memory: Arc<NodeMemory>,
     handler: Arc<dyn RpcHandler>,
     origin: Instant,
@@ -397,6 +431,68 @@ struct UcxTransport {
     scratch: RefCell<Vec<crate::Completion>>,
 }
 
+/// The header of an [`AM_VERB`] message.
+fn verb_header(me: u32, token: u64, ptr: RemotePtr, kind: u8, a: u64, b: u64) -> Vec<u8> {
+    let mut h = Vec::with_capacity(VERB_HEADER_BYTES);
+    h.extend_from_slice(&me.to_le_bytes());
+    h.extend_from_slice(&token.to_le_bytes());
+    h.extend_from_slice(&ptr.region.0.to_le_bytes());
+    h.extend_from_slice(&ptr.offset_words.to_le_bytes());
+    h.push(kind);
+    h.extend_from_slice(&a.to_le_bytes());
+    h.extend_from_slice(&b.to_le_bytes());
+    h
+}
+
+/// The verb an [`AM_VERB`] message (`h` its header of [`VERB_HEADER_BYTES`], `data` a WRITE's
+/// words) asks of `memory`, or `None` to refuse it: an unknown kind, a WRITE whose data is not
+/// whole words, or words outside the node's regions (an empty access included).
+fn verb_op(memory: &NodeMemory, h: &[u8], data: &[u8]) -> Option<Op> {
+    let region = RegionId(u16::from_le_bytes([h[12], h[13]]));
+    let offset_words = u32_at(h, 14);
+    let (kind, a, b) = (h[18], u64_at(h, 19), u64_at(h, 27));
+    let ptr = RemotePtr {
+        node: memory.node,
+        region,
+        offset_words,
+    };
+    let (op, len_words) = match kind {
+        VERB_READ => (
+            Op::Read {
+                ptr,
+                len_words: u32::try_from(a).ok()?,
+            },
+            a,
+        ),
+        VERB_WRITE if data.len() % 8 == 0 => (
+            Op::Write {
+                ptr,
+                data: data
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                    .collect(),
+            },
+            (data.len() / 8) as u64,
+        ),
+        VERB_CAS => (
+            Op::Cas {
+                ptr,
+                expect: a,
+                new: b,
+            },
+            1,
+        ),
+        VERB_FETCH_ADD => (Op::FetchAdd { ptr, add: a }, 1),
+        _ => return None,
+    };
+    let in_bounds = (region.0 as usize) < memory.region_count()
+        && len_words > 0
+        && (offset_words as u64)
+            .checked_add(len_words)
+            .is_some_and(|end| end <= memory.region(region).len_words() as u64);
+    in_bounds.then_some(op)
+}
+
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
@@ -410,12 +506,85 @@ impl UcxTransport {
         Posted::Done(Completion::Failed(OpError { node, kind }))
     }
 
+    /// Serves an [`AM_VERB`] message from a peer: applies the verb [`verb_op`] accepts as an
+    /// own-node op would (CPU atomics, coherent with own-node ops) and replies; or refuses
+    /// and changes nothing.
+    fn serve_verb(&self, h: &[u8], data: &[u8]) {
+        let (worker, token) = (u32_at(h, 0), u64_at(h, 4));
+        if worker as usize >= self.link.peers.borrow().len() {
+            // Names no worker of the cluster: malformed, and nobody to answer.
+            return;
+        }
+        let op = verb_op(&self.memory, h, data);
+        let (status, old, words) = match op {
+            Some(op) => match execute_one_sided(&self.memory, op) {
+                Completion::Read(w) => {
+                    let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+                    (VERB_STATUS_DONE, 0, bytes)
+                }
+                Completion::Cas(v) | Completion::FetchAdd(v) => (VERB_STATUS_DONE, v, Vec::new()),
+                Completion::Write => (VERB_STATUS_DONE, 0, Vec::new()),
+                c => unreachable!("a one-sided verb completed as {c:?}"),
+            },
+            None => (VERB_STATUS_REFUSED, 0, Vec::new()),
+        };
+        let mut r = Vec::with_capacity(VERB_REPLY_HEADER_BYTES);
+        r.extend_from_slice(&token.to_le_bytes());
+        r.push(status);
+        r.extend_from_slice(&old.to_le_bytes());
+        // A reply that cannot be sent has a dead requester: nothing waits for it here.
+        let _ = self.link.with_peer(worker, |p| {
+            p.ep.am_send(
+                AM_VERB_REPLY,
+                r,
+                words,
+                AmSendOptions::default(),
+                SUB_REPLY_SENT,
+            )
+        });
+    }
+
     /// Posts `op` to its node's serving worker with token `token`.
     fn post_remote(&self, slot: SlotId, index: u32, token: u64, op: Op) -> Result<(), UcxError> {
         let l = &self.link;
         let node = op.node();
         let t = token << 2;
         l.with_peer(l.target(node), |p| match op {
+            Op::Read { .. } | Op::Write { .. } | Op::Cas { .. } | Op::FetchAdd { .. }
+                if self.verbs_by_am =>
+            {
+                let (ptr, kind, len_words, a, b, data) = match op {
+                    Op::Read { ptr, len_words } => (
+                        ptr,
+                        VERB_READ,
+                        len_words as u64,
+                        len_words as u64,
+                        0,
+                        Vec::new(),
+                    ),
+                    Op::Write { ptr, data } => {
+                        let bytes: Vec<u8> = data.iter().flat_map(|w| w.to_le_bytes()).collect();
+                        (ptr, VERB_WRITE, data.len() as u64, 0, 0, bytes)
+                    }
+                    Op::Cas { ptr, expect, new } => (ptr, VERB_CAS, 1, expect, new, Vec::new()),
+                    Op::FetchAdd { ptr, add } => (ptr, VERB_FETCH_ADD, 1, add, 0, Vec::new()),
+                    Op::Rpc { .. } => unreachable!("not a one-sided verb"),
+                };
+                // Refused here as UCX's own verbs are, before anything is sent.
+                l.region(p, node, ptr.region)?.check(
+                    "one-sided verb (active message)",
+                    ptr.offset_words as u64,
+                    len_words,
+                )?;
+                let h = verb_header(l.me, token, ptr, kind, a, b);
+                p.ep.am_send(
+                    AM_VERB,
+                    h,
+                    data,
+                    AmSendOptions::default(),
+                    t | SUB_REQUEST_SENT,
+                )
+            }
             Op::Read { ptr, len_words } => l.region(p, node, ptr.region)?.get(
                 ptr.offset_words as u64,
                 len_words as u64,
@@ -615,6 +784,34 @@ impl Transport for UcxTransport {
                         self.complete(sink, token, move |_| Completion::Rpc(data));
                     }
                 }
+                AM_VERB if m.header.len() == VERB_HEADER_BYTES => {
+                    self.serve_verb(&m.header, &m.data)
+                }
+                AM_VERB_REPLY if m.header.len() == VERB_REPLY_HEADER_BYTES => {
+                    let h = &m.header;
+                    let (token, status, old) = (u64_at(h, 0), h[8], u64_at(h, 9));
+                    let (me, data) = (self.link.node, m.data);
+                    self.complete(sink, token, move |p| {
+                        // We checked the words against the peer's announced region before
+                        // sending: a refusal means the peers disagree about their layout.
+                        assert_eq!(
+                            status, VERB_STATUS_DONE,
+                            "node {}: node {} refused a one-sided verb within the region it announced",
+                            me.0, p.node.0
+                        );
+                        match p.kind {
+                            PendingKind::Read => Completion::Read(
+                                data.chunks_exact(8)
+                                    .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                                    .collect(),
+                            ),
+                            PendingKind::Write => Completion::Write,
+                            PendingKind::Cas => Completion::Cas(old),
+                            PendingKind::FetchAdd => Completion::FetchAdd(old),
+                            PendingKind::Rpc => unreachable!("an RPC's token on a verb's reply"),
+                        }
+                    });
+                }
                 id => panic!(
                     "node {}: an active message with id {id} and a {}-byte header is none of ours",
                     self.link.node.0,
@@ -766,6 +963,8 @@ pub fn run_node(
                         let worker = match Worker::new(context, &wcfg).and_then(|w| {
                             w.receive_am(AM_REQUEST)?;
                             w.receive_am(AM_REPLY)?;
+                            w.receive_am(AM_VERB)?;
+                            w.receive_am(AM_VERB_REPLY)?;
                             Ok(w)
                         }) {
                             Ok(w) => w,
@@ -808,6 +1007,7 @@ pub fn run_node(
                         }
                         let transport = UcxTransport {
                             link,
+                            verbs_by_am: cfg.transports == Transports::Tcp,
                             memory: setup.memory.clone(),
                             handler: setup.handler.clone(),
                             origin: *origin.get().expect("set before go"),
@@ -934,4 +1134,84 @@ pub fn run_node(
     let mut reports = reports.into_inner().expect("no poisoned reports");
     reports.sort_by_key(|r| r.id.thread);
     Ok(reports)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verb(region: u16, offset_words: u32, kind: u8, a: u64, b: u64) -> Vec<u8> {
+        let ptr = RemotePtr {
+            node: NodeId(1),
+            region: RegionId(region),
+            offset_words,
+        };
+        verb_header(7, 42, ptr, kind, a, b)
+    }
+
+    #[test]
+    fn ucx_verb_message_within_the_nodes_words_is_served_and_anything_else_refused() {
+        let memory = NodeMemory::new(NodeId(1), &[8, 0]);
+        let ok = |h: &[u8], d: &[u8]| verb_op(&memory, h, d).is_some();
+        assert!(ok(&verb(0, 0, VERB_READ, 8, 0), &[]), "a whole-region READ");
+        assert!(
+            ok(&verb(0, 7, VERB_CAS, 1, 2), &[]),
+            "a CAS on the last word"
+        );
+        assert!(
+            ok(&verb(0, 6, VERB_WRITE, 0, 0), &[0; 16]),
+            "a 2-word WRITE at the end"
+        );
+        let refused = [
+            (verb(0, 1, VERB_READ, 8, 0), vec![], "a READ past the end"),
+            (verb(0, 0, VERB_READ, 0, 0), vec![], "an empty READ"),
+            (
+                verb(0, 0, VERB_READ, u64::MAX, 0),
+                vec![],
+                "a READ whose length overflows",
+            ),
+            (
+                verb(0, 8, VERB_FETCH_ADD, 1, 0),
+                vec![],
+                "a FETCH_ADD past the end",
+            ),
+            (
+                verb(1, 0, VERB_CAS, 0, 1),
+                vec![],
+                "a CAS in an empty region",
+            ),
+            (
+                verb(2, 0, VERB_CAS, 0, 1),
+                vec![],
+                "a CAS in a region the node lacks",
+            ),
+            (
+                verb(0, 0, VERB_WRITE, 0, 0),
+                vec![0; 12],
+                "a WRITE of 1.5 words",
+            ),
+            (verb(0, 0, VERB_WRITE, 0, 0), vec![], "an empty WRITE"),
+            (
+                verb(0, 7, VERB_WRITE, 0, 0),
+                vec![0; 16],
+                "a WRITE past the end",
+            ),
+            (
+                verb(0, u32::MAX, VERB_READ, 2, 0),
+                vec![],
+                "an offset at u32::MAX",
+            ),
+            (verb(0, 0, 9, 0, 0), vec![], "an unknown kind"),
+        ];
+        for (h, d, what) in refused {
+            assert!(!ok(&h, &d), "{what} was accepted");
+        }
+        let words: Vec<u64> = memory
+            .region(RegionId(0))
+            .words()
+            .iter()
+            .map(|w| w.load(std::sync::atomic::Ordering::Acquire))
+            .collect();
+        assert_eq!(words, vec![0; 8], "deciding changes nothing");
+    }
 }
