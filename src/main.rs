@@ -218,7 +218,7 @@ struct BenchArgs {
     /// as RSI's paper ran it: 3 products read and restocked, an order and 3 lines inserted).
     #[arg(long)]
     workload: Option<String>,
-    /// Protocol: nowait, waitdie, occ, mvcc, sundial, rsi.
+    /// Protocol: nowait, waitdie, occ, mvcc, sundial, rsi, namdb.
     #[arg(long)]
     protocol: Option<String>,
     /// Stage plan: one-sided, rpc, per stage (e.g. read=rpc,lock=one-sided,commit=one-sided),
@@ -271,8 +271,8 @@ struct BenchArgs {
     /// MVCC only: versions kept per record (default 4).
     #[arg(long)]
     mvcc_slots: Option<u32>,
-    /// RSI only: versions in a record block, the newest a snapshot may read chosen by
-    /// commit id (default 1, as the paper's implementation).
+    /// RSI and NAM-DB only: versions in a record block, the newest a snapshot sees read
+    /// (default 1, as RSI's paper's implementation).
     #[arg(long)]
     rsi_versions: Option<u32>,
     /// WAITDIE only: the starvation fix (waiters raise a FETCH_ADD counter that makes
@@ -552,9 +552,9 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
         cfg.mvcc_slots = n;
     }
     if let Some(n) = a.rsi_versions.or(file.rsi_versions) {
-        if cfg.protocol != ProtocolKind::Rsi {
+        if !matches!(cfg.protocol, ProtocolKind::Rsi | ProtocolKind::NamDb) {
             return Err(format!(
-                "rsi-versions={n} needs --protocol rsi, not {}",
+                "rsi-versions={n} needs --protocol rsi or namdb, not {}",
                 cfg.protocol.name()
             ));
         }

@@ -297,8 +297,8 @@ fn check_history_refuses_another_format_version_naming_the_found_and_expected_on
     for (name, header, expect) in [
         (
             "newer.jsonl",
-            "{\"format\":\"atoll-history\",\"version\":4}\n",
-            "format version 4, this atoll reads versions 2 to 3",
+            "{\"format\":\"atoll-history\",\"version\":5}\n",
+            "format version 5, this atoll reads versions 2 to 4",
         ),
         (
             "unversioned.jsonl",
@@ -533,7 +533,7 @@ fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
     std::fs::write(&old, "{\"format\":\"atoll-history\",\"version\":1}\n").unwrap();
     bad(
         &["check-history", old.to_str().unwrap()],
-        &["format version 1", "reads versions 2 to 3"],
+        &["format version 1", "reads versions 2 to 4"],
     );
     let headerless = dir.join("headerless.jsonl");
     std::fs::write(&headerless, "{\"id\": 1}\n").unwrap();
@@ -778,7 +778,7 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
     );
     bad(
         &["bench", "--protocol", "occ", "--rsi-versions", "2"],
-        &["rsi-versions=2 needs --protocol rsi, not occ"],
+        &["rsi-versions=2 needs --protocol rsi or namdb, not occ"],
     );
     bad(
         &["bench", "--protocol", "rsi", "--rsi-versions", "0"],
@@ -1058,7 +1058,7 @@ fn bench_history_is_written_while_the_run_goes_and_check_history_reads_it() {
     assert!(still_running, "the run ended before the file was looked at");
     assert!(
         midway.starts_with(
-            "{\"format\":\"atoll-history\",\"isolation\":\"serializable\",\"version\":3}\n"
+            "{\"format\":\"atoll-history\",\"isolation\":\"serializable\",\"version\":4}\n"
         ),
         "{:?}",
         &midway[..midway.len().min(200)]

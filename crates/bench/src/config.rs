@@ -313,7 +313,7 @@ impl RunConfig {
     pub fn version_slots(&self, protocol: ProtocolKind) -> u32 {
         match protocol {
             ProtocolKind::Mvcc => self.mvcc_slots,
-            ProtocolKind::Rsi => self.rsi_versions,
+            ProtocolKind::Rsi | ProtocolKind::NamDb => self.rsi_versions,
             _ => 1,
         }
     }

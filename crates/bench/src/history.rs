@@ -51,6 +51,13 @@
 //! stale read, a read from the future or a blind lost update may leave no cycle at all.
 //! Which protocol a history came from is in its header line ([`Header::isolation`]).
 //!
+//! A history of vector snapshots (NAM-DB's timestamp vector, format version 4: `vector`
+//! and `slot` per attempt) is checked by visibility instead of by scalar order: a version
+//! committed at `(slot s, timestamp t)` is in snapshot `V` iff `t <= V[s]`. The same
+//! anomalies are named from each record's version order, plus "an inconsistent snapshot":
+//! a reader whose vector does not cover, slot by slot, that of a transaction it read from
+//! (a torn read of the vector can see a transaction without what it saw).
+//!
 //! Versions are key versions (`atoll_storage::layout::key_version`): a version word's bits
 //! above them count the incarnations of the record slot, which a reused slot raises, so a
 //! key's versions run on consecutively across the slots it lives in.
@@ -65,8 +72,9 @@ use std::fmt::Write;
 /// The history file format: the first line names it; a reader refuses other versions.
 pub const FORMAT: &str = "atoll-history";
 /// Version 3 added each attempt's snapshot and commit timestamps (snapshot isolation) and
-/// the run's isolation level in the header line.
-pub const FORMAT_VERSION: u64 = 3;
+/// the run's isolation level in the header line; version 4 vector snapshots (`vector`,
+/// `slot`: NAM-DB's timestamp vector).
+pub const FORMAT_VERSION: u64 = 4;
 /// The oldest version this reader still reads: version 2 is version 3 without timestamps
 /// (both absent) and without an isolation level (every protocol then was serializable).
 pub const FORMAT_VERSION_OLDEST_READ: u64 = 2;
@@ -94,8 +102,14 @@ pub struct TxnRecord {
     pub snapshot: Option<u64>,
     /// Its commit timestamp ([`atoll_txn::Txn::commit_ts`]); `None` for serializable
     /// protocols, and for a snapshot-isolation attempt that aborted before taking one or
-    /// committed read-only without one.
+    /// committed read-only without one. With a vector snapshot, the timestamp within
+    /// `commit_slot`.
     pub commit: Option<u64>,
+    /// A vector snapshot (NAM-DB's timestamp vector, format 4): per slot, the newest commit
+    /// timestamp of that slot the attempt sees. `snapshot` is then unused.
+    pub snapshot_vector: Option<Vec<u64>>,
+    /// With a vector snapshot: the slot whose timestamps `commit` counts in.
+    pub commit_slot: Option<u32>,
     pub ops: Vec<HistOp>,
 }
 
@@ -231,6 +245,12 @@ impl TxnRecord {
         if let Some(c) = self.commit {
             v["commit"] = json!(c);
         }
+        if let Some(vector) = &self.snapshot_vector {
+            v["vector"] = json!(vector);
+        }
+        if let Some(slot) = self.commit_slot {
+            v["slot"] = json!(slot);
+        }
         v
     }
 
@@ -361,6 +381,21 @@ impl TxnRecord {
             end_ns: u("end_ns")?,
             snapshot: optional("snapshot")?,
             commit: optional("commit")?,
+            snapshot_vector: match v.get("vector") {
+                None => None,
+                Some(x) => Some(
+                    x.as_array()
+                        .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
+                        .ok_or_else(|| {
+                            bad(&format!(
+                                "field 'vector' is not a list of whole numbers: {x}"
+                            ))
+                        })?,
+                ),
+            },
+            commit_slot: optional("slot")?
+                .map(|s| u32::try_from(s).map_err(|_| bad(&format!("slot {s} out of range"))))
+                .transpose()?,
             ops,
         })
     }
@@ -514,7 +549,8 @@ impl From<Isolation> for Mode {
 /// Whether any attempt recorded a snapshot timestamp: a history without one (a serializable
 /// protocol's, or a version-2 file) cannot be checked as snapshot isolation.
 pub fn has_snapshots(h: &[TxnRecord]) -> bool {
-    h.iter().any(|r| r.snapshot.is_some())
+    h.iter()
+        .any(|r| r.snapshot.is_some() || r.snapshot_vector.is_some())
 }
 
 /// The commit timestamp of the initial state: every loaded record is visible to every
@@ -1080,6 +1116,183 @@ fn snapshot_checks(
     }
 }
 
+/// [`snapshot_checks`] for vector snapshots (NAM-DB): a version `(slot s, timestamp t)` is
+/// in snapshot `V` iff `t <= V[s]`, so snapshots are ordered only partly and each check is
+/// phrased by visibility along each record's version order instead of by commit order:
+/// - every committed transaction has a vector; one that wrote has a slot within it and a
+///   commit timestamp above the vector's entry for its own slot;
+/// - first-committer-wins: each writer of a record saw the previous version's commit in its
+///   snapshot (else its write overlapped it: "a lost update");
+/// - each observation's writer is in the reader's snapshot ("a read from the future") and
+///   no later writer of the record is ("a stale read"); a scan passed no key whose inserter
+///   it sees ("a missed insert");
+/// - a reader's vector covers, slot by slot, the vector of each transaction it read from
+///   ("an inconsistent snapshot"): a snapshot that sees a transaction sees what that one
+///   saw. NAM-DB guarantees this by reading the vector at one instant after the writer
+///   published; it is stricter than SI needs, which asks it only of the versions read.
+fn vector_snapshot_checks(
+    h: &[TxnRecord],
+    writers: &BTreeMap<Key, Versions>,
+    seen: &[Seen],
+    anomalies: &mut Anomalies,
+) {
+    let init = h.len();
+    let rec = |t: Key| format!("t{}:{}", t.0 .0, t.1);
+    let writes = |r: &TxnRecord| r.ops.iter().any(|op| matches!(op, HistOp::Write { .. }));
+    for (t, r) in h.iter().enumerate().filter(|(_, r)| r.aborted.is_none()) {
+        let Some(v) = &r.snapshot_vector else {
+            anomalies.push(|| {
+                format!(
+                    "{} committed without a snapshot vector in a history of vector snapshots",
+                    name_of(h, t)
+                )
+            });
+            continue;
+        };
+        if !writes(r) {
+            continue;
+        }
+        match (r.commit_slot, r.commit) {
+            (Some(s), Some(c)) => match v.get(s as usize) {
+                None => anomalies.push(|| {
+                    format!(
+                        "{} committed in slot {s}, outside its snapshot vector of {} slots",
+                        name_of(h, t),
+                        v.len()
+                    )
+                }),
+                Some(&seen) if c <= seen => anomalies.push(|| {
+                    format!(
+                        "{} committed writes at {s}:{c}, not after its snapshot's {seen} for slot {s}: not an SI history",
+                        name_of(h, t)
+                    )
+                }),
+                Some(_) => {}
+            },
+            _ => anomalies.push(|| {
+                format!(
+                    "{} committed writes without a commit slot and timestamp: not an SI history",
+                    name_of(h, t)
+                )
+            }),
+        }
+    }
+    // Whether `w`'s commit is in `r`'s snapshot; `None` when a timestamp is missing
+    // (reported above).
+    let visible = |w: usize, r: usize| -> Option<bool> {
+        if w == init {
+            return Some(true);
+        }
+        let (s, c) = (h[w].commit_slot?, h[w].commit?);
+        let v = h[r].snapshot_vector.as_ref()?;
+        Some(v.get(s as usize).is_some_and(|&seen| c <= seen))
+    };
+    let commit = |w: usize| {
+        if w == init {
+            return "the initial state".to_string();
+        }
+        match (h[w].commit_slot, h[w].commit) {
+            (Some(s), Some(c)) => format!("{}, commit {s}:{c}", name_of(h, w)),
+            _ => name_of(h, w),
+        }
+    };
+    let entry = |r: usize, w: usize| {
+        let s = if w == init { None } else { h[w].commit_slot };
+        match (s, h[r].snapshot_vector.as_ref()) {
+            (Some(s), Some(v)) => format!(
+                "snapshot[{s}] = {}",
+                v.get(s as usize)
+                    .map_or("none".to_string(), |x| x.to_string())
+            ),
+            _ => "snapshot".to_string(),
+        }
+    };
+    for (&k, vs) in writers {
+        let list: Vec<(u64, usize)> = vs.iter().map(|(&v, &(t, _))| (v, t)).collect();
+        for w in list.windows(2) {
+            let ((v0, t0), (v1, t1)) = (w[0], w[1]);
+            if t1 != init && visible(t0, t1) == Some(false) {
+                anomalies.push(|| {
+                    format!(
+                        "{} ({}) wrote {} v{v1} over v{v0} ({}), which its snapshot does not include: a lost update (first-committer-wins broken)",
+                        name_of(h, t1),
+                        entry(t1, t0),
+                        rec(k),
+                        commit(t0)
+                    )
+                });
+            }
+        }
+    }
+    for o in seen {
+        let (r, w) = (o.reader, o.writer);
+        if r == w {
+            continue; // its own write
+        }
+        let Some(sees) = visible(w, r) else { continue };
+        let (who, k, v) = (name_of(h, r), rec(o.key), o.version);
+        if o.how == How::ScannedPast {
+            if sees {
+                anomalies.push(|| {
+                    format!(
+                        "{who} ({}) scanned past {k}, which {} inserted: a missed insert (phantom)",
+                        entry(r, w),
+                        commit(w)
+                    )
+                });
+            }
+            continue;
+        }
+        let did = if o.how == How::Read {
+            "read"
+        } else {
+            "scanned"
+        };
+        if !sees {
+            anomalies.push(|| {
+                format!(
+                    "{who} ({}) {did} {k} v{v} ({}), which its snapshot does not include: a read from the future",
+                    entry(r, w),
+                    commit(w)
+                )
+            });
+            continue;
+        }
+        let later = writers
+            .get(&o.key)
+            .into_iter()
+            .flat_map(|vs| vs.range(v + 1..))
+            .find(|(_, &(t, _))| t != r && visible(t, r) == Some(true));
+        if let Some((&nv, &(nt, _))) = later {
+            anomalies.push(|| {
+                format!(
+                    "{who} ({}) {did} {k} v{v} ({}), but its snapshot includes v{nv} ({}): a stale read (read skew)",
+                    entry(r, nt),
+                    commit(w),
+                    commit(nt)
+                )
+            });
+        }
+        if w != init {
+            let (vr, vw) = (&h[r].snapshot_vector, &h[w].snapshot_vector);
+            if let (Some(vr), Some(vw)) = (vr, vw) {
+                let behind = (0..vr.len().max(vw.len()))
+                    .find(|&i| vr.get(i).copied().unwrap_or(0) < vw.get(i).copied().unwrap_or(0));
+                if let Some(i) = behind {
+                    anomalies.push(|| {
+                        format!(
+                            "{who} (snapshot[{i}] = {}) {did} {k} v{v} from {} (snapshot[{i}] = {}): an inconsistent snapshot, which sees a transaction but not all it saw",
+                            vr.get(i).copied().unwrap_or(0),
+                            name_of(h, w),
+                            vw.get(i).copied().unwrap_or(0)
+                        )
+                    });
+                }
+            }
+        }
+    }
+}
+
 /// Finds a cycle with an iterative depth-first search, or returns a topological order.
 fn find_cycle(g: &Graph) -> Result<Vec<usize>, Vec<(usize, Edge)>> {
     const WHITE: u8 = 0;
@@ -1143,7 +1356,11 @@ pub fn check(h: &[TxnRecord], mode: Mode) -> Verdict {
         Mode::Snapshot => {
             let mut seen = Vec::new();
             let (g, writers) = build(h, &mut anomalies, Some(&mut seen));
-            snapshot_checks(h, &writers, &seen, &mut anomalies);
+            if h.iter().any(|r| r.snapshot_vector.is_some()) {
+                vector_snapshot_checks(h, &writers, &seen, &mut anomalies);
+            } else {
+                snapshot_checks(h, &writers, &seen, &mut anomalies);
+            }
             g
         }
     };
@@ -1418,6 +1635,8 @@ mod tests {
             end_ns: tag + 1,
             snapshot: None,
             commit: None,
+            snapshot_vector: None,
+            commit_slot: None,
             ops: vec![HistOp::Write {
                 table: TableId(0),
                 key: tag,
@@ -1524,6 +1743,8 @@ mod tests {
             end_ns: commit.unwrap_or(snapshot) + 1,
             snapshot: Some(snapshot),
             commit,
+            snapshot_vector: None,
+            commit_slot: None,
             ops,
         }
     }
@@ -1580,6 +1801,8 @@ mod tests {
             TxnRecord {
                 aborted: Some("lock_busy".into()),
                 commit: None,
+                snapshot_vector: None,
+                commit_slot: None,
                 ..si(5, 12, None, vec![r(X, 2, 1)])
             },
         ];
@@ -1674,6 +1897,8 @@ mod tests {
             TxnRecord {
                 aborted: Some("validation_failed".into()),
                 commit: None,
+                snapshot_vector: None,
+                commit_slot: None,
                 ..si(1, 0, None, vec![r(X, 1, L), w(X, 2)])
             },
             si(2, 15, None, vec![r(X, 2, 1)]),
@@ -1782,6 +2007,99 @@ mod tests {
             text.contains("T3 (snapshot 20) scanned past t0:5, which T1 inserted at commit 10, at or before the snapshot: a missed insert (phantom)"),
             "{text}"
         );
+    }
+
+    /// A committed attempt with a vector snapshot; `commit` is `(slot, timestamp)`.
+    fn nam(tag: u64, vector: &[u64], commit: Option<(u32, u64)>, ops: Vec<HistOp>) -> TxnRecord {
+        TxnRecord {
+            snapshot: None,
+            commit: commit.map(|c| c.1),
+            snapshot_vector: Some(vector.to_vec()),
+            commit_slot: commit.map(|c| c.0),
+            ..si(tag, 0, None, ops)
+        }
+    }
+
+    #[test]
+    fn vector_snapshots_a_clean_history_passes_and_round_trips_through_the_file_format() {
+        let h = vec![
+            // Slot 0 commits x v2 at 0:1; slot 1 sees it and commits y v2 at 1:1.
+            nam(1, &[0, 0], Some((0, 1)), vec![r(X, 1, L), w(X, 2)]),
+            nam(
+                2,
+                &[1, 0],
+                Some((1, 1)),
+                vec![r(X, 2, 1), r(Y, 1, L), w(Y, 2)],
+            ),
+            // A reader that sees only slot 0 reads x v2 and the loaded y: its own instant.
+            nam(3, &[1, 0], None, vec![r(X, 2, 1), r(Y, 1, L)]),
+            // One that sees both.
+            nam(4, &[1, 1], None, vec![r(X, 2, 1), r(Y, 2, 2)]),
+        ];
+        let (v, text) = verdict(&h, Mode::Snapshot);
+        assert_eq!(v.anomalies_total, 0, "{text}");
+        assert!(v.cycle.is_none(), "{text}");
+        let back = parse(&to_text(&h, Isolation::Snapshot)).unwrap();
+        assert_eq!(back, h, "vector and slot survive the file");
+    }
+
+    #[test]
+    fn vector_snapshots_each_anomaly_is_named() {
+        let cases: Vec<(&str, Vec<TxnRecord>)> = vec![
+            (
+                "T2 (snapshot[0] = 0) read t0:1 v2 (T1, commit 0:1), which its snapshot does not include: a read from the future",
+                vec![
+                    nam(1, &[0, 0], Some((0, 1)), vec![w(X, 2)]),
+                    nam(2, &[0, 0], None, vec![r(X, 2, 1)]),
+                ],
+            ),
+            (
+                "T2 (snapshot[0] = 1) read t0:1 v1 (the initial state), but its snapshot includes v2 (T1, commit 0:1): a stale read",
+                vec![
+                    nam(1, &[0, 0], Some((0, 1)), vec![w(X, 2)]),
+                    nam(2, &[1, 0], None, vec![r(X, 1, L)]),
+                ],
+            ),
+            (
+                "T2 (snapshot[0] = 0) wrote t0:1 v3 over v2 (T1, commit 0:1), which its snapshot does not include: a lost update",
+                vec![
+                    nam(1, &[0, 0], Some((0, 1)), vec![r(X, 1, L), w(X, 2)]),
+                    nam(2, &[0, 0], Some((1, 1)), vec![w(X, 3)]),
+                ],
+            ),
+            (
+                // T3 sees T2, which read T1's x, but not T1 itself.
+                "T3 (snapshot[0] = 0) read t0:2 v2 from T2 (snapshot[0] = 1): an inconsistent snapshot",
+                vec![
+                    nam(1, &[0, 0], Some((0, 1)), vec![w(X, 2)]),
+                    nam(2, &[1, 0], Some((1, 1)), vec![r(X, 2, 1), w(Y, 2)]),
+                    nam(3, &[0, 1], None, vec![r(Y, 2, 2), r(X, 1, L)]),
+                ],
+            ),
+            (
+                "T1 committed writes at 0:3, not after its snapshot's 3 for slot 0",
+                vec![nam(1, &[3, 0], Some((0, 3)), vec![w(X, 2)])],
+            ),
+            (
+                "T1 committed in slot 2, outside its snapshot vector of 2 slots",
+                vec![nam(1, &[0, 0], Some((2, 1)), vec![w(X, 2)])],
+            ),
+            (
+                "T2 committed without a snapshot vector",
+                vec![
+                    nam(1, &[0, 0], None, vec![r(X, 1, L)]),
+                    si(2, 0, None, vec![r(X, 1, L)]),
+                ],
+            ),
+        ];
+        for (expect, h) in cases {
+            let (v, text) = verdict(&h, Mode::Snapshot);
+            assert!(v.anomalies_total >= 1, "{expect}: {text}");
+            assert!(
+                v.anomalies.iter().any(|a| a.contains(expect)),
+                "expected '{expect}' in:\n{text}"
+            );
+        }
     }
 
     #[test]

@@ -676,6 +676,8 @@ pub(crate) async fn coroutine<W: Workload, P: Protocol>(
                     end_ns: tx.now_ns(),
                     snapshot: tx.snapshot_ts().map(|t| t.word()),
                     commit: tx.commit_ts().map(|t| t.word()),
+                    snapshot_vector: tx.snapshot_vector().map(<[u64]>::to_vec),
+                    commit_slot: tx.commit_slot(),
                     ops: tx.history_ops(),
                 };
                 let mut h = ws.history.borrow_mut();

@@ -125,6 +125,8 @@ pub struct Sizing {
     pub log_region_words: u64,
     /// Words of the timestamp service's region each node registers (used on one).
     pub ts_service_region_words: u64,
+    /// Words of NAM-DB's timestamp vector's region each node registers (used on one).
+    pub ts_vector_region_words: u64,
     /// Words of each table's region on each node, by table name.
     pub table_region_words: Vec<(String, u64)>,
     /// Heap bytes, at most, of each node's ordered indexes (full tables, and a mark per
@@ -139,7 +141,11 @@ impl Sizing {
         self.table_region_words
             .iter()
             .map(|(_, w)| if holds_records { *w } else { 0 })
-            .chain([self.log_region_words, self.ts_service_region_words])
+            .chain([
+                self.log_region_words,
+                self.ts_service_region_words,
+                self.ts_vector_region_words,
+            ])
             .collect()
     }
 
@@ -311,6 +317,9 @@ pub fn size<W: Workload>(
         ts_service_region_words: atoll_txn::tsvc::TsService::region_words_for(
             cfg.coordinators_total(),
         ) as u64,
+        ts_vector_region_words: atoll_txn::tsvc::TsVector::region_words_for(
+            cfg.coordinators_total(),
+        ) as u64,
         table_region_words,
         ordered_index_bytes,
     };
@@ -440,7 +449,8 @@ mod tests {
             log_ring_words: 64,
             log_region_words: 1 << 10,
             ts_service_region_words: 1 << 6,
-            table_region_words: vec![("t".into(), (1 << 20) - (1 << 10) - (1 << 6))],
+            ts_vector_region_words: 1 << 3,
+            table_region_words: vec![("t".into(), (1 << 20) - (1 << 10) - (1 << 6) - (1 << 3))],
             ordered_index_bytes: 0,
         }
     }

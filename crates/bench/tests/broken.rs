@@ -14,7 +14,7 @@ use atoll_bench::{run_protocol, run_protocol_via, Report, RunConfig, SummaryWire
 use atoll_fabric::Words;
 use atoll_protocols::mvcc::Versions;
 use atoll_protocols::sundial::Lease;
-use atoll_protocols::{rsi, Mvcc, ProtocolKind};
+use atoll_protocols::{namdb, rsi, Mvcc, ProtocolKind};
 use atoll_storage::layout::{
     seal, ENGINE_PAYLOAD_WORDS, HEADER_WORDS, H_KEY, H_LOCK, H_RTS, H_VERSION, H_WTS, RTS_FROZEN,
     VERSION_ABSENT,
@@ -31,9 +31,11 @@ const PLANS: [&str; 2] = [
     "one-sided",
     "read=rpc,lock=one-sided,log=one-sided,commit=one-sided,release=one-sided",
 ];
-/// Simulated seconds measured per run: long enough for the conflicts each bug needs.
 /// Every stage a request to a CPU (RSI's Figure 6 baselines).
 const RPC_ONLY: [&str; 1] = ["rpc"];
+/// Every stage over one-sided verbs (NAM-DB runs no other plan).
+const ONE_SIDED_ONLY: [&str; 1] = ["one-sided"];
+/// Simulated seconds measured per run: long enough for the conflicts each bug needs.
 const DURATION_S: f64 = 0.004;
 /// The share of seeds in which every variant must be caught.
 const CAUGHT_SHARE_MIN: f64 = 0.9;
@@ -515,7 +517,7 @@ impl Protocol for RsiWithoutValidation {
     const ISOLATION: atoll_txn::Isolation = atoll_txn::Isolation::Snapshot;
     const LOCK_WORD: atoll_storage::layout::LockWord = atoll_storage::layout::LockWord::CommitId;
     const DELETES: bool = false;
-    const STAGES: &'static [Stage] = &[Stage::Log];
+    const STAGES: &'static [Stage] = atoll_protocols::Rsi::STAGES;
     type EntryState = rsi::RsiEntry;
 
     fn check_plan(plan: &Plan) -> Result<(), PlanError> {
@@ -573,6 +575,54 @@ impl Protocol for RsiWithoutValidation {
         tx.c.last_commit_ts = cts;
         rsi::report(tx, &svc, cts, rts_word).await;
         Ok(())
+    }
+
+    async fn rollback(_tx: &mut TxnCore<'_, rsi::RsiEntry>) {}
+}
+
+/// NAM-DB whose visibility test admits one timestamp past the snapshot's (`t <= V[i] + 1`):
+/// it reads a commit installed but not yet published, which its snapshot does not include
+/// (a read from the future).
+struct NamDbSeeingOneAhead;
+
+impl Protocol for NamDbSeeingOneAhead {
+    const NAME: &'static str = "namdb-seeing-one-ahead";
+    const ISOLATION: atoll_txn::Isolation = atoll_txn::Isolation::Snapshot;
+    const LOCK_WORD: atoll_storage::layout::LockWord = atoll_storage::layout::LockWord::CommitId;
+    const DELETES: bool = false;
+    const MULTI_VERSION: bool = true;
+    const STAGES: &'static [Stage] = atoll_protocols::NamDb::STAGES;
+    type EntryState = rsi::RsiEntry;
+
+    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
+        atoll_protocols::NamDb::check_plan(plan)
+    }
+
+    async fn fetch(tx: &mut TxnCore<'_, rsi::RsiEntry>, idxs: &[usize]) -> Result<(), Abort> {
+        namdb::snapshot(tx).await?;
+        stages::locate(tx, idxs).await?;
+        // The defect: every slot one ahead.
+        let ahead: Vec<u64> = tx.snapshot_vector.iter().map(|t| t + 1).collect();
+        let deferred = tx.c.take_deferred();
+        let mut d = tx.c.ep.doorbell_for(idxs.len() + 1);
+        if let Some(op) = deferred {
+            op.post(&mut d);
+        }
+        for &i in idxs {
+            let e = &tx.entries[i];
+            let words = rsi::block_words(tx.c.catalog.layout(e.table));
+            d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
+        }
+        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+        let base = res.len() - idxs.len();
+        for (j, &i) in idxs.iter().enumerate() {
+            rsi::take_version(tx, i, res.read(base + j), |cid| namdb::sees(&ahead, cid))?;
+        }
+        Ok(())
+    }
+
+    async fn commit(tx: &mut TxnCore<'_, rsi::RsiEntry>) -> Result<(), Abort> {
+        <atoll_protocols::NamDb as Protocol>::commit(tx).await
     }
 
     async fn rollback(_tx: &mut TxnCore<'_, rsi::RsiEntry>) {}
@@ -763,6 +813,7 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
         row::<RsiWithoutValidation>(ProtocolKind::Rsi, seeds, base),
         // Its lock requests served by the records' CPUs (the participant's compare).
         row_under::<RsiWithoutValidation>(ProtocolKind::Rsi, &RPC_ONLY, " (rpc)", seeds, base),
+        row_under::<NamDbSeeingOneAhead>(ProtocolKind::NamDb, &ONE_SIDED_ONLY, "", seeds, base),
     ];
     // Controls: the real protocols under the same runs are caught by nothing.
     let controls = vec![
@@ -772,6 +823,7 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
         row::<Mvcc>(ProtocolKind::Mvcc, seeds, base),
         row::<atoll_protocols::Rsi>(ProtocolKind::Rsi, seeds, base),
         row_under::<atoll_protocols::Rsi>(ProtocolKind::Rsi, &RPC_ONLY, " (rpc)", seeds, base),
+        row_under::<atoll_protocols::NamDb>(ProtocolKind::NamDb, &ONE_SIDED_ONLY, "", seeds, base),
     ];
     let mut table = format!(
         "broken variants, {seeds} seeds each (base seed {base}, ATOLL_SEED={base} replays; each seed runs every workload, one-sided and with RPC reads, under {FAULTS}):\n\

@@ -129,7 +129,7 @@ fn every_protocol_plan_and_workload_keeps_invariants_under_contention_2_nodes_2_
                     ),
                     // First committer wins, a record locked by a committer, or a version
                     // newer than the snapshot.
-                    ProtocolKind::Rsi => assert!(
+                    ProtocolKind::Rsi | ProtocolKind::NamDb => assert!(
                         reason("validation_failed")
                             + reason("lock_busy")
                             + reason("conflict")

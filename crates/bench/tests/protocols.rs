@@ -864,6 +864,16 @@ fn blind_write_then_read_then_write<P: Protocol>(plan: Plan) {
     );
 }
 
+/// [`blind_write_then_read_then_write`] under the protocol a run selects.
+struct Blind(Plan);
+
+impl atoll_protocols::ProtocolVisitor for Blind {
+    type Out = ();
+    fn visit<P: Protocol>(self) {
+        blind_write_then_read_then_write::<P>(self.0)
+    }
+}
+
 #[test]
 fn every_protocol_commits_a_blind_write_and_a_read_then_write_with_their_values_2_nodes() {
     for plan in plans() {
@@ -872,24 +882,7 @@ fn every_protocol_commits_a_blind_write_and_a_read_then_write_with_their_values_
             if p.check_plan(&plan).is_err() {
                 continue;
             }
-            match p {
-                atoll_protocols::ProtocolKind::NoWait => {
-                    blind_write_then_read_then_write::<NoWait>(plan)
-                }
-                atoll_protocols::ProtocolKind::WaitDie => {
-                    blind_write_then_read_then_write::<WaitDie>(plan)
-                }
-                atoll_protocols::ProtocolKind::Occ => blind_write_then_read_then_write::<Occ>(plan),
-                atoll_protocols::ProtocolKind::Mvcc => {
-                    blind_write_then_read_then_write::<Mvcc>(plan)
-                }
-                atoll_protocols::ProtocolKind::Sundial => {
-                    blind_write_then_read_then_write::<Sundial>(plan)
-                }
-                atoll_protocols::ProtocolKind::Rsi => {
-                    blind_write_then_read_then_write::<atoll_protocols::Rsi>(plan)
-                }
-            }
+            p.dispatch(Blind(plan));
         }
     }
 }

@@ -229,6 +229,11 @@ const T: atoll_storage::TableId = atoll_storage::TableId(0);
 /// learn the keys' places and leave an outcome deferred; and whether its own outcome is
 /// left deferred.
 fn rsi_update_verbs(plan: Plan) -> (atoll_fabric::VerbCounters, bool) {
+    update_verbs::<atoll_protocols::Rsi>(plan)
+}
+
+/// [`rsi_update_verbs`] under protocol `P` of the snapshot-isolation family.
+fn update_verbs<P: atoll_txn::Protocol>(plan: Plan) -> (atoll_fabric::VerbCounters, bool) {
     use atoll_fabric::{NodeId, VerbCounters, VerbKind};
     use atoll_txn::Txn;
     use std::sync::{Arc, Mutex};
@@ -244,17 +249,17 @@ fn rsi_update_verbs(plan: Plan) -> (atoll_fabric::VerbCounters, bool) {
         Some(Box::pin(async move {
             // Learn where keys 3 and 4 live (read-only: commits at its snapshot), then
             // commit an update of keys 1 and 2, whose outcome is left to go unsignaled.
-            let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+            let mut tx = Txn::<P>::begin(&mut co);
             tx.fetch(&[(T, 3, false), (T, 4, false)]).await.unwrap();
             tx.commit().await.unwrap();
-            let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+            let mut tx = Txn::<P>::begin(&mut co);
             tx.fetch(&update([1, 2])).await.unwrap();
             tx.write(T, 1, &[7]);
             tx.write(T, 2, &[7]);
             tx.commit().await.unwrap();
             // The measured update: read both, write both, commit.
             let before = co.ep.counters();
-            let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+            let mut tx = Txn::<P>::begin(&mut co);
             tx.fetch(&update([3, 4])).await.unwrap();
             tx.write(T, 3, &[8]);
             tx.write(T, 4, &[8]);
@@ -299,6 +304,34 @@ fn rsi_an_update_transaction_takes_3_signaled_round_trips_and_1_unsignaled_messa
     assert_eq!(ops(VerbKind::Write), 1 + 2 * 3, "{d:?}");
     assert_eq!(ops(VerbKind::Rpc), 0, "no CPU-served request: {d:?}");
     assert!(outcome_pending, "the transaction's own outcome is deferred");
+}
+
+#[test]
+fn namdb_an_update_takes_its_commit_timestamp_with_no_network_op_and_publishes_it_with_one_deferred_write(
+) {
+    use atoll_fabric::VerbKind;
+    let (d, published_later) =
+        update_verbs::<atoll_protocols::NamDb>(Plan::uniform(atoll_txn::Primitive::OneSided));
+    let ops = |k: VerbKind| d.remote_ops[k as usize];
+    // Two copies of the vector until they agree (a READ of several words is not atomic),
+    // then read, lock + validate, install.
+    assert_eq!(
+        (d.round_trips, d.doorbells),
+        (2 + 3, 2 + 3),
+        "vector twice, read, lock, install: {d:?}"
+    );
+    // READs: the vector twice and the 2 records; WRITEs: the previous commit's publishing
+    // WRITE, riding in the first doorbell, and 3 per record installed.
+    assert_eq!(ops(VerbKind::Read), 2 + 2, "{d:?}");
+    assert_eq!(ops(VerbKind::Cas), 2, "{d:?}");
+    assert_eq!(
+        ops(VerbKind::FetchAdd),
+        0,
+        "the commit timestamp is local: {d:?}"
+    );
+    assert_eq!(ops(VerbKind::Write), 1 + 2 * 3, "{d:?}");
+    assert_eq!(ops(VerbKind::Rpc), 0, "no CPU-served request: {d:?}");
+    assert!(published_later, "its own publishing WRITE is deferred");
 }
 
 #[test]
@@ -613,7 +646,7 @@ fn rsi_a_blind_write_and_a_read_then_write_commit_and_the_second_of_two_racing_w
             let (seen, steps) = (seen.clone(), steps.clone());
             Some(Box::pin(async move {
                 let ep = co.ep.clone();
-                let mut log = |s: String| seen.lock().unwrap().push(s);
+                let log = |s: String| seen.lock().unwrap().push(s);
                 if k == 0 {
                     // A blind write: nothing read, its lock validates the commit id it
                     // fetches at commit.

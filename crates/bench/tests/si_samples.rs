@@ -25,6 +25,8 @@ fn si(tag: u64, snapshot: u64, commit: Option<u64>, ops: Vec<HistOp>) -> TxnReco
         end_ns: commit.unwrap_or(snapshot) + 1,
         snapshot: Some(snapshot),
         commit,
+        snapshot_vector: None,
+        commit_slot: None,
         ops,
     }
 }

@@ -9,6 +9,7 @@ use atoll_txn::Protocol;
 use std::sync::Arc;
 
 pub mod mvcc;
+pub mod namdb;
 pub mod nowait;
 pub mod occ;
 pub mod rsi;
@@ -16,6 +17,7 @@ pub mod sundial;
 pub mod waitdie;
 
 pub use mvcc::Mvcc;
+pub use namdb::NamDb;
 pub use nowait::NoWait;
 pub use occ::Occ;
 pub use rsi::Rsi;
@@ -41,16 +43,18 @@ pub enum ProtocolKind {
     Mvcc,
     Sundial,
     Rsi,
+    NamDb,
 }
 
 impl ProtocolKind {
-    pub const ALL: [ProtocolKind; 6] = [
+    pub const ALL: [ProtocolKind; 7] = [
         ProtocolKind::NoWait,
         ProtocolKind::WaitDie,
         ProtocolKind::Occ,
         ProtocolKind::Mvcc,
         ProtocolKind::Sundial,
         ProtocolKind::Rsi,
+        ProtocolKind::NamDb,
     ];
 
     /// Calls `v` with the protocol as a type: the one place that maps a selected protocol
@@ -63,6 +67,7 @@ impl ProtocolKind {
             ProtocolKind::Mvcc => v.visit::<Mvcc>(),
             ProtocolKind::Sundial => v.visit::<Sundial>(),
             ProtocolKind::Rsi => v.visit::<Rsi>(),
+            ProtocolKind::NamDb => v.visit::<NamDb>(),
         }
     }
 

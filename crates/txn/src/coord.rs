@@ -41,11 +41,13 @@ pub struct TxnConfig {
 impl TxnConfig {
     /// Sizes of the regions every node registers after its tables', in the catalog's
     /// extra-region order: the log ([`LOG_EXTRA_REGION`]), then the timestamp service
-    /// ([`crate::tsvc::TS_SERVICE_EXTRA_REGION`], used on its node only).
+    /// ([`crate::tsvc::TS_SERVICE_EXTRA_REGION`]) and NAM-DB's timestamp vector
+    /// ([`crate::tsvc::TS_VECTOR_EXTRA_REGION`]), both used on the timestamp node only.
     pub fn extra_region_words(&self) -> Vec<usize> {
         vec![
             self.log_region_words(),
             crate::tsvc::TsService::region_words_for(self.coordinators_total),
+            crate::tsvc::TsVector::region_words_for(self.coordinators_total),
         ]
     }
 
@@ -227,6 +229,12 @@ impl Coordinator {
     pub fn ts_service(&self) -> crate::tsvc::TsService {
         crate::tsvc::TsService::of(&self.catalog)
             .expect("the run's catalog registers the timestamp service's region")
+    }
+
+    /// The run's timestamp vector (NAM-DB).
+    pub fn ts_vector(&self) -> crate::tsvc::TsVector {
+        crate::tsvc::TsVector::of(&self.catalog)
+            .expect("the run's catalog registers the timestamp vector's region")
     }
 
     /// Leaves `op` to go out with this coordinator's next doorbell. One at a time: the
@@ -481,6 +489,11 @@ pub struct TxnCore<'c, S = ()> {
     /// The snapshot a snapshot-isolation attempt reads at, once taken (from a timestamp
     /// service, at its first read).
     pub snapshot_ts: Option<Timestamp>,
+    /// A vector snapshot (NAM-DB's timestamp vector), once taken; empty before (and for
+    /// protocols with scalar snapshots). `snapshot_ts` is then unused.
+    pub snapshot_vector: Vec<u64>,
+    /// With a vector snapshot: the slot `commit_ts` counts in.
+    pub commit_slot: Option<u32>,
     /// This attempt's tag, written into every payload it installs.
     pub tag: u64,
     /// Range scans done, with the keys and versions they returned.
@@ -545,6 +558,8 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
             ts: ts.read,
             commit_ts: ts.commit,
             snapshot_ts: None,
+            snapshot_vector: Vec::new(),
+            commit_slot: None,
             tag,
             scans: Vec::new(),
             entries,

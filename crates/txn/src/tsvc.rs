@@ -159,6 +159,57 @@ impl TsService {
     }
 }
 
+/// The catalog's extra region that holds NAM-DB's timestamp vector (after the service's).
+pub const TS_VECTOR_EXTRA_REGION: usize = TS_SERVICE_EXTRA_REGION + 1;
+
+/// NAM-DB's timestamp vector (VLDB'17 §4; `specs/seed-mechanisms.md` §2.3): one word per
+/// coordinator (its slot, which only it writes), on the timestamp node. Slot `i` holds the
+/// commit timestamp of coordinator `i`'s last commit whose installs have all completed, so
+/// a snapshot (a copy of the vector) sees a version committed at `(i, t)` iff `t <= V[i]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TsVector {
+    pub node: NodeId,
+    pub region: RegionId,
+    /// Slots: every coordinator of the cluster has one.
+    pub slots: u32,
+}
+
+impl TsVector {
+    /// Words of the vector's region for a cluster of `coordinators` co-routines (at least
+    /// one, so the region exists in every run).
+    pub fn region_words_for(coordinators: u32) -> usize {
+        coordinators.max(1) as usize
+    }
+
+    /// The run's vector, at the topology's timestamp node; `None` if the catalog registers
+    /// no region for it (a test's bare catalog).
+    pub fn of(catalog: &Catalog) -> Option<Self> {
+        if catalog.extra_region_count() <= TS_VECTOR_EXTRA_REGION {
+            return None;
+        }
+        Some(TsVector {
+            node: catalog.topology().ts_node(),
+            region: catalog.extra_region(TS_VECTOR_EXTRA_REGION),
+            slots: catalog.extra_region_words(TS_VECTOR_EXTRA_REGION) as u32,
+        })
+    }
+
+    /// The whole vector, for one READ of `slots` words.
+    pub fn all(&self) -> RemotePtr {
+        RemotePtr::new(self.node, self.region, 0)
+    }
+
+    /// Slot `slot`'s word.
+    pub fn slot(&self, slot: u32) -> RemotePtr {
+        assert!(
+            slot < self.slots,
+            "timestamp vector slot {slot} of {}",
+            self.slots
+        );
+        RemotePtr::new(self.node, self.region, slot)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +255,26 @@ mod tests {
         // A stale value in a slot (its previous commit) is not mistaken for the expected one.
         report(&s, &r, first + 2);
         assert_eq!(s.advance(&r), first, "first + 1 is missing");
+    }
+
+    #[test]
+    fn tsvc_the_timestamp_vector_has_a_slot_per_coordinator_and_refuses_others() {
+        assert_eq!(
+            TsVector::region_words_for(0),
+            1,
+            "the region exists in every run"
+        );
+        assert_eq!(TsVector::region_words_for(320), 320);
+        let v = TsVector {
+            node: NodeId(3),
+            region: RegionId(7),
+            slots: 4,
+        };
+        assert_eq!(v.slot(3), RemotePtr::new(NodeId(3), RegionId(7), 3));
+        assert_eq!(v.all(), RemotePtr::new(NodeId(3), RegionId(7), 0));
+        let beyond = std::panic::catch_unwind(|| v.slot(4)).unwrap_err();
+        let msg = beyond.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("slot 4 of 4"), "{msg}");
     }
 
     #[test]

@@ -115,6 +115,16 @@ impl<'c, P: Protocol> Txn<'c, P> {
         self.core.snapshot_ts
     }
 
+    /// The attempt's vector snapshot (NAM-DB), once it has one.
+    pub fn snapshot_vector(&self) -> Option<&[u64]> {
+        (!self.core.snapshot_vector.is_empty()).then_some(self.core.snapshot_vector.as_slice())
+    }
+
+    /// With a vector snapshot: the slot its commit timestamp counts in.
+    pub fn commit_slot(&self) -> Option<u32> {
+        self.core.commit_slot
+    }
+
     /// The attempt's commit timestamp, once it has one (a snapshot-isolation attempt takes
     /// it at commit; `None` for protocols that order by [`Txn::ts`]).
     pub fn commit_ts(&self) -> Option<crate::Timestamp> {

@@ -324,7 +324,7 @@ pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), 
                 again = true;
                 Ok(())
             } else {
-                take_version(tx, i, w, snap)
+                take_version(tx, i, w, |cid| cid <= snap)
             }
         };
         if by_rpc {
@@ -428,52 +428,62 @@ pub fn block_words(layout: &TableLayout) -> u32 {
     }
 }
 
-/// The version of block `w` a snapshot `snap` sees: the newest whose commit id is at most
-/// `snap`, by the commit ids in the block's headers (the current version's in `LOCK`, each
-/// old slot's first word; an old slot never written has version 0). `(commit id, version,
-/// payload offset)`; `None` if every version kept is newer (the one needed is gone).
+/// The version of block `w` a snapshot sees, `sees` telling whether it sees a commit id:
+/// the newest (highest version) of those it sees, by the headers in the block (the current
+/// version's commit id in `LOCK`, each old slot's first word; an old slot never written has
+/// version 0). `(commit id, version, payload offset)`; `None` if every version kept is one
+/// it does not see (the one needed is gone).
 ///
-/// A writer in flight (the lock bit set) commits above every snapshot that can see its
-/// record locked (its commit timestamp is not below `RTS` until it has unlocked), so the
-/// commit id beside the bit is still the newest committed.
-fn visible(layout: &TableLayout, w: &[u64], snap: u64) -> Option<(u64, u64, usize)> {
+/// For RSI (`cid <= snap`) the newest version is the one with the highest commit id, as a
+/// record's commit ids rise with its versions. A writer in flight (the lock bit set) commits
+/// above every snapshot that can see its record locked (its commit timestamp is not below
+/// `RTS` until it has unlocked), so the commit id beside the bit is still the newest
+/// committed.
+pub fn visible(
+    layout: &TableLayout,
+    w: &[u64],
+    sees: impl Fn(u64) -> bool,
+) -> Option<(u64, u64, usize)> {
     let mut best: Option<(u64, u64, usize)> = None;
     let mut consider = |cid: u64, version: u64, at: usize| {
-        if cid <= snap && best.is_none_or(|b| cid > b.0) {
+        if sees(cid) && best.is_none_or(|b| version > b.1) {
             best = Some((cid, version, at));
         }
     };
-    // Old slots first: while an install runs, the version it moved out of the head is in
-    // an old slot under the same commit id, intact, and the head's payload may not be.
+    let head = w[H_LOCK as usize] & !CID_LOCKED;
+    // While an install runs, the version it moved out of the head is in an old slot under
+    // the head's commit id, intact, and the head's payload and version may not be: then
+    // the old slot is that version.
+    let mut head_copied = false;
     for j in 0..layout.version_slots - 1 {
         let at = layout.old_slot_offset(j) as usize;
         if w[at + 1] != 0 {
+            head_copied |= w[at] == head;
             consider(w[at], w[at + 1], at + OLD_SLOT_HEADER_WORDS as usize);
         }
     }
-    consider(
-        w[H_LOCK as usize] & !CID_LOCKED,
-        w[H_VERSION as usize],
-        HEADER_WORDS as usize,
-    );
+    if !head_copied {
+        consider(head, w[H_VERSION as usize], HEADER_WORDS as usize);
+    }
     best
 }
 
-/// Takes a whole block `w` read for entry `i` at snapshot `snap`: the version [`visible`]
-/// names, if its payload is that commit's own (intact, tagged with its commit id). The
-/// version is found by the headers, not by which payloads are intact, so a torn READ of the
-/// version needed aborts rather than falls back to an older one.
-fn take_version(
+/// Takes a whole block `w` read for entry `i` at a snapshot that sees the commit ids `sees`
+/// accepts: the version [`visible`] names, if its payload is that commit's own (intact,
+/// tagged with its commit id). The version is found by the headers, not by which payloads
+/// are intact, so a torn READ of the version needed aborts rather than falls back to an
+/// older one.
+pub fn take_version(
     tx: &mut TxnCore<'_, RsiEntry>,
     i: usize,
     w: &[u64],
-    snap: u64,
+    sees: impl Fn(u64) -> bool,
 ) -> Result<(), Abort> {
     check_tuple(tx, i, w)?;
     let e = &tx.entries[i];
     let layout = tx.c.catalog.layout(e.table);
     let head = w[H_LOCK as usize];
-    let Some((cid, version, at)) = visible(layout, w, snap) else {
+    let Some((cid, version, at)) = visible(layout, w, sees) else {
         return Err(Abort::SnapshotTooOld);
     };
     let current = at == HEADER_WORDS as usize;
@@ -555,9 +565,56 @@ pub async fn lock(
     if let Some(op) = deferred {
         op.post(&mut d);
     }
+    let cas_at = post_locks(tx, &mut d, ws, expect, by_rpc);
+    let (fa, rr) = if ts_rpc {
+        let j = d.rpc(svc.node, RsiRequest::CommitTs.to_bytes());
+        (j, j)
+    } else {
+        (d.fetch_add(svc.counter(), 1), d.read(svc.rts(), 1))
+    };
+    let res = match d.submit().await {
+        Ok(r) => r,
+        Err(e) => {
+            // Which CAS took its lock is unknown (the doorbell reports its first failure),
+            // and a `[locked | commit id]` word does not name its owner, so no release is
+            // safe: locks may stay held, as after a failure past the log. Stop the run for
+            // recovery, naming the node.
+            tx.failed_after_log.get_or_insert(e);
+            return Lock::Failed(tx.op_failed(e));
+        }
+    };
+    let (cts, rts_word) = if ts_rpc {
+        let w = words(&res, fa);
+        (TsService::cts_of(w[0]), w[1])
+    } else {
+        (TsService::cts_of(res.fetch_add(fa)), res.read(rr)[0])
+    };
+    let abort = locks_taken(tx, &res, ws, &cas_at, expect, by_rpc);
+    match abort {
+        None => Lock::Taken { cts, rts_word },
+        Some(abort) => Lock::Refused {
+            abort,
+            cts,
+            rts_word,
+        },
+    }
+}
+/// Per written entry, the op whose result is its lock CAS: its own, or its node's request
+/// and its place in it.
+pub type CasAt = smallvec::SmallVec<[(usize, usize); 16]>;
+
+/// Posts in `d` the lock of each entry of `ws`: one CAS from `expect(entry)` to locked, or
+/// one request per node whose CPU does those CAS (`by_rpc`). Where each result will be.
+pub fn post_locks(
+    tx: &TxnCore<'_, RsiEntry>,
+    d: &mut Doorbell<'_>,
+    ws: &[usize],
+    expect: fn(&atoll_txn::Entry<RsiEntry>) -> u64,
+    by_rpc: bool,
+) -> CasAt {
     // Per entry, the op whose result is its CAS: its own, or its node's request and its
     // place in it.
-    let mut cas_at: smallvec::SmallVec<[(usize, usize); 16]> = smallvec::SmallVec::new();
+    let mut cas_at = CasAt::new();
     if by_rpc {
         let mut at = vec![(0, 0); ws.len()];
         for n in stages::nodes_of(tx, ws) {
@@ -592,36 +649,27 @@ pub async fn lock(
             cas_at.push((d.cas(ptr, old, old | CID_LOCKED), 0));
         }
     }
-    let (fa, rr) = if ts_rpc {
-        let j = d.rpc(svc.node, RsiRequest::CommitTs.to_bytes());
-        (j, j)
-    } else {
-        (d.fetch_add(svc.counter(), 1), d.read(svc.rts(), 1))
-    };
-    let res = match d.submit().await {
-        Ok(r) => r,
-        Err(e) => {
-            // Which CAS took its lock is unknown (the doorbell reports its first failure),
-            // and a `[locked | commit id]` word does not name its owner, so no release is
-            // safe: locks may stay held, as after a failure past the log. Stop the run for
-            // recovery, naming the node.
-            tx.failed_after_log.get_or_insert(e);
-            return Lock::Failed(tx.op_failed(e));
-        }
-    };
-    let (cts, rts_word) = if ts_rpc {
-        let w = words(&res, fa);
-        (TsService::cts_of(w[0]), w[1])
-    } else {
-        (TsService::cts_of(res.fetch_add(fa)), res.read(rr)[0])
-    };
+    cas_at
+}
+
+/// Marks the entries of `ws` whose lock [`post_locks`] took, from results `res`; the abort
+/// if any was refused: locked by another (`LockBusy`) or moved on since it was read
+/// (`ValidationFailed`, first committer wins).
+pub fn locks_taken(
+    tx: &mut TxnCore<'_, RsiEntry>,
+    res: &Completions,
+    ws: &[usize],
+    cas_at: &CasAt,
+    expect: fn(&atoll_txn::Entry<RsiEntry>) -> u64,
+    by_rpc: bool,
+) -> Option<Abort> {
     let mut replies: Vec<(usize, Vec<u64>)> = Vec::new();
     let mut abort = None;
     for (k, &i) in ws.iter().enumerate() {
         let (j, at) = cas_at[k];
         let seen = if by_rpc {
             if !replies.iter().any(|r| r.0 == j) {
-                replies.push((j, words(&res, j)));
+                replies.push((j, words(res, j)));
             }
             replies.iter().find(|r| r.0 == j).expect("just added").1[at]
         } else {
@@ -637,15 +685,9 @@ pub async fn lock(
             abort = Some(Abort::ValidationFailed);
         }
     }
-    match abort {
-        None => Lock::Taken { cts, rts_word },
-        Some(abort) => Lock::Refused {
-            abort,
-            cts,
-            rts_word,
-        },
-    }
+    abort
 }
+
 /// The attempt commits at `cts`: its tag becomes `cts`, and each payload it writes is
 /// sealed with it, so the payload names the commit id its `LOCK` word will hold.
 pub fn stamp(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
@@ -668,6 +710,30 @@ pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
     // The next attempt's snapshot, read beside the installs: every commit below it had
     // finished before this read, so whatever the next attempt reads after it shows them.
     let rts = post_rts(&mut d, &c.ts_service(), ts_rpc);
+    let asked = post_installs(tx, &mut d, ws, cts, by_rpc);
+    let r = d.submit().await;
+    if let Ok(res) = &r {
+        expect_ok(res, &asked, "an install");
+        tx.c.next_snapshot = Some(TsService::snapshot_of(rts_word(res, rts, ts_rpc)));
+    }
+    // An op that failed here is after the log: recorded, and the driver stops the run.
+    let _ = tx.unabortable(r);
+    installed(tx, ws);
+}
+
+/// Posts in `d` the installs of the locked entries `ws` at `cts`: per record the version
+/// read moved into its oldest slot (records keeping older versions), the payload, the
+/// version, then `LOCK` = `cts`, which unlocks (ops to one node execute in order; own-node
+/// records are stored in place in the same order); or with `by_rpc` one request per node
+/// doing the same steps on its CPU. The requests' op indexes.
+pub fn post_installs(
+    tx: &TxnCore<'_, RsiEntry>,
+    d: &mut Doorbell<'_>,
+    ws: &[usize],
+    cts: u64,
+    by_rpc: bool,
+) -> Idxs {
+    let c = &*tx.c;
     for &i in ws {
         let e = &tx.entries[i];
         let layout = c.catalog.layout(e.table);
@@ -713,20 +779,18 @@ pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
                 // that needs it still finds it while the head is rewritten.
                 let layout = c.catalog.layout(e.table);
                 let at = ptr.add(layout.old_slot_offset(e.state.evict));
-                put(c, &mut d, e.node, at, &e.state.old_slot);
+                put(c, d, e.node, at, &e.state.old_slot);
             }
-            put(c, &mut d, e.node, ptr.add(HEADER_WORDS), &e.data);
-            put(c, &mut d, e.node, ptr.add(H_VERSION), &[e.version + 1]);
-            put(c, &mut d, e.node, ptr.add(H_LOCK), &[cts]);
+            put(c, d, e.node, ptr.add(HEADER_WORDS), &e.data);
+            put(c, d, e.node, ptr.add(H_VERSION), &[e.version + 1]);
+            put(c, d, e.node, ptr.add(H_LOCK), &[cts]);
         }
     }
-    let r = d.submit().await;
-    if let Ok(res) = &r {
-        expect_ok(res, &asked, "an install");
-        tx.c.next_snapshot = Some(TsService::snapshot_of(rts_word(res, rts, ts_rpc)));
-    }
-    // An op that failed here is after the log: recorded, and the driver stops the run.
-    let _ = tx.unabortable(r);
+    asked
+}
+
+/// Marks the entries `ws` installed (their new version) and unlocked.
+pub fn installed(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize]) {
     for &i in ws {
         let e = &mut tx.entries[i];
         e.installed = Some(e.version + 1);

@@ -1,0 +1,347 @@
+//! NAM-DB: snapshot isolation over one-sided verbs with a timestamp vector ("The End of a
+//! Myth: Distributed Transactions Can Scale", VLDB'17 §4; `specs/seed-mechanisms.md` §2.3),
+//! on RSI's record blocks ([`crate::rsi`]).
+//!
+//! Each coordinator owns one slot of the vector ([`atoll_txn::tsvc::TsVector`], on the
+//! timestamp node) and
+//! counts its own commit timestamps there: a commit id is `⟨slot, ts⟩` ([`commit_id`]), and
+//! a version committed at `⟨i, t⟩` is in snapshot `V` iff `t <= V[i]`. Pipeline:
+//!
+//! 1. **snapshot**: a copy of the vector, one READ (the previous commit's publishing WRITE
+//!    rides ahead of it), read again until two copies agree: a READ of several words is
+//!    not atomic, and a torn copy could see a transaction but not one it read from. The
+//!    coordinator's own slot is its own last commit (it knows it locally);
+//! 2. **read**: whole-block READs; the newest version the snapshot sees
+//!    ([`rsi::visible`]), else `SnapshotTooOld`;
+//! 3. **lock + validate**: per written record one CAS from the commit id read to locked,
+//!    in one doorbell; no commit timestamp to fetch: it is the coordinator's last plus one,
+//!    taken with no network operation (an abort does not consume it);
+//! 4. **log** to backups (`--log-replicas 0` for the paper's protocol);
+//! 5. **install**: as RSI's, payload sealed with the commit id, `LOCK` = the commit id last;
+//! 6. **publish**: one WRITE of the timestamp into the coordinator's slot, only after every
+//!    install completed, deferred to the coordinator's next doorbell (unsignaled).
+//!
+//! So an update transaction costs 3 signaled round trips (snapshot and reads, lock,
+//! install) plus the second copy of the vector, and no CPU at the memory nodes. Not built
+//! yet (issue #12): the old-version buffer with headers apart from data, the overflow area
+//! with its mover and garbage collector, the detached fetcher, per-server slots
+//! (compression), the global-counter baseline, and requests to CPUs (every stage is
+//! one-sided; RSI's plans cover the two-sided baselines).
+
+use crate::rsi::{self, RsiEntry};
+use atoll_storage::layout::{LockWord, CID_LOCKED};
+use atoll_txn::stages::{self};
+use atoll_txn::{
+    Abort, Access, Deferred, Idxs, Isolation, Plan, PlanError, Primitive, Protocol, Stage,
+    Timestamp, TxnCore,
+};
+
+pub struct NamDb;
+
+/// Bit 62 marks a NAM-DB commit id, so none equals an attempt's tag (`make_tag`'s are
+/// below it) or the loaded state's commit id (0).
+pub const CID_MARK: u64 = 1 << 62;
+/// Bits of a commit id below the slot: the timestamp within the slot.
+pub const TS_BITS: u32 = 38;
+/// The largest timestamp a slot counts to (2.7e11 commits of one coordinator).
+pub const TS_MAX: u64 = (1 << TS_BITS) - 1;
+/// Slots a commit id can name (bits 38..62).
+pub const SLOTS_MAX: u32 = 1 << (62 - TS_BITS);
+/// Copies of the vector a snapshot reads, at most, waiting for two that agree; then the
+/// attempt aborts `SnapshotTooOld` (retried as any other).
+pub const VECTOR_READS_MAX: u32 = 64;
+
+/// The commit id of timestamp `ts` of slot `slot`.
+pub fn commit_id(slot: u32, ts: u64) -> u64 {
+    debug_assert!(slot < SLOTS_MAX && ts <= TS_MAX, "slot {slot} ts {ts}");
+    CID_MARK | (slot as u64) << TS_BITS | ts
+}
+
+/// `(slot, timestamp)` of commit id `cid` (lock bit ignored); `None` for the loaded state's.
+pub fn slot_ts(cid: u64) -> Option<(u32, u64)> {
+    let cid = cid & !CID_LOCKED;
+    (cid & CID_MARK != 0).then(|| (((cid & !CID_MARK) >> TS_BITS) as u32, cid & TS_MAX))
+}
+
+/// Whether snapshot `v` sees commit id `cid`: the loaded state always, else iff its
+/// timestamp is at most the snapshot's for its slot.
+pub fn sees(v: &[u64], cid: u64) -> bool {
+    match slot_ts(cid) {
+        None => cid & !CID_LOCKED == 0,
+        Some((s, t)) => v.get(s as usize).is_some_and(|&seen| t <= seen),
+    }
+}
+
+impl Protocol for NamDb {
+    const NAME: &'static str = "namdb";
+    const ISOLATION: Isolation = Isolation::Snapshot;
+    const LOCK_WORD: LockWord = LockWord::CommitId;
+    // TODO(#12): deletes, as RSI's.
+    const DELETES: bool = false;
+    // Record blocks keep `--rsi-versions` versions, as RSI's.
+    const MULTI_VERSION: bool = true;
+    const STAGES: &'static [Stage] = &[
+        Stage::Read,
+        Stage::Lock,
+        Stage::Log,
+        Stage::Commit,
+        Stage::Release,
+    ];
+    type EntryState = RsiEntry;
+
+    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
+        // TODO(#12): NAM-DB's stages as requests (its B+tree and catalog are two-sided).
+        let rpc: Vec<&str> = Self::STAGES
+            .iter()
+            .filter(|&&s| s != Stage::Log && plan.get(s) == Primitive::Rpc)
+            .map(|s| s.name())
+            .collect();
+        if rpc.is_empty() {
+            Ok(())
+        } else {
+            Err(PlanError(format!(
+                "namdb runs read, lock, commit and release over one-sided verbs only (rsi has \
+                 the two-sided baselines); this plan puts rpc on {}",
+                rpc.join(", ")
+            )))
+        }
+    }
+
+    async fn fetch(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), Abort> {
+        let t0 = tx.now_ns();
+        let r = read(tx, idxs).await;
+        tx.charge(Stage::Read, t0);
+        r
+    }
+
+    async fn commit(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
+        let ws = tx.select(|e| e.is_write());
+        if ws.is_empty() {
+            // Read-only: its snapshot is its place.
+            return Ok(());
+        }
+        for &i in &ws {
+            let a = tx.entries[i].access;
+            assert!(
+                a != Access::Delete,
+                "namdb: a delete of {:?} key {} (deletes are refused up front)",
+                tx.entries[i].table,
+                tx.entries[i].key
+            );
+        }
+        let ws: Idxs = ws
+            .iter()
+            .copied()
+            .filter(|&i| tx.entries[i].access == Access::Update)
+            .collect();
+        let ins = tx.select(|e| e.access == Access::Insert);
+        let blind: Idxs = ws
+            .iter()
+            .copied()
+            .filter(|&i| !tx.entries[i].fetched)
+            .collect();
+        if !blind.is_empty() {
+            Self::fetch(tx, &blind).await?;
+        }
+
+        let t0 = tx.now_ns();
+        let locked = lock(tx, &ws).await;
+        tx.charge(Stage::Lock, t0);
+        if let Err(a) = locked {
+            rsi::release(tx, &ws).await;
+            return Err(a);
+        }
+        let slot = tx.c.id;
+        let ts = tx.c.last_commit_ts + 1;
+        assert!(
+            ts <= TS_MAX,
+            "namdb: coordinator {slot} ran out of timestamps"
+        );
+        let cid = commit_id(slot, ts);
+        let written: Idxs = ws.iter().chain(ins.iter()).copied().collect();
+        rsi::stamp(tx, &written, cid);
+        // The history's commit is the timestamp within the slot.
+        tx.commit_ts = Timestamp::from_word(ts);
+        tx.commit_slot = Some(slot);
+
+        let t0 = tx.now_ns();
+        let logged = stages::log(tx, tx.c.plan().get(Stage::Log)).await;
+        tx.charge(Stage::Log, t0);
+        if let Err(a) = logged {
+            rsi::release(tx, &ws).await;
+            return Err(a);
+        }
+        if !ins.is_empty() {
+            let t0 = tx.now_ns();
+            let placed = stages::apply_inserts_deletes_locked_by(tx, CID_LOCKED).await;
+            tx.charge(Stage::Commit, t0);
+            if let Err(a) = placed {
+                rsi::release(tx, &ws).await;
+                return Err(a);
+            }
+        }
+
+        let t0 = tx.now_ns();
+        install(tx, &ws, cid).await;
+        rsi::unlock_inserted(tx, &ins, cid).await;
+        tx.charge(Stage::Commit, t0);
+        publish(tx, slot, ts);
+        Ok(())
+    }
+
+    async fn rollback(_tx: &mut TxnCore<'_, RsiEntry>) {
+        // Nothing is held during execution: records are locked only at commit.
+    }
+}
+
+/// Takes the attempt's snapshot, once: copies of the vector until two agree (the first
+/// carries the coordinator's deferred publishing WRITE ahead of it, same node), with the
+/// coordinator's own slot at its own last commit.
+pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
+    if !tx.snapshot_vector.is_empty() {
+        return Ok(());
+    }
+    let vector = tx.c.ts_vector();
+    let mut last: Vec<u64> = Vec::new();
+    for _ in 0..VECTOR_READS_MAX {
+        let deferred = tx.c.take_deferred();
+        let mut d = tx.c.ep.doorbell_for(2);
+        if let Some(op) = deferred {
+            op.post(&mut d);
+        }
+        let j = d.read(vector.all(), vector.slots);
+        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+        let copy = res.read(j);
+        if copy == last.as_slice() {
+            let mut v = std::mem::take(&mut last);
+            let own = &mut v[tx.c.id as usize];
+            *own = (*own).max(tx.c.last_commit_ts);
+            tx.snapshot_vector = v;
+            return Ok(());
+        }
+        last.clear();
+        last.extend_from_slice(copy);
+    }
+    Err(Abort::SnapshotTooOld)
+}
+
+/// Reads entries `idxs` at the attempt's snapshot: one-sided locate, then whole-block
+/// READs (own-node blocks loaded in place); the coordinator's deferred WRITE rides along.
+pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), Abort> {
+    snapshot(tx).await?;
+    stages::locate(tx, idxs).await?;
+    let v = std::mem::take(&mut tx.snapshot_vector);
+    let r = read_blocks(tx, idxs, &v).await;
+    tx.snapshot_vector = v;
+    r
+}
+
+async fn read_blocks(
+    tx: &mut TxnCore<'_, RsiEntry>,
+    idxs: &[usize],
+    v: &[u64],
+) -> Result<(), Abort> {
+    let mut remote = Idxs::new();
+    let mut tuple = Vec::new();
+    for &i in idxs {
+        let e = &tx.entries[i];
+        if tx.c.ep.in_place_on(e.node) {
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+            tuple.resize(rsi::block_words(tx.c.catalog.layout(e.table)) as usize, 0);
+            tx.c.ep.load_in_place(ptr, &mut tuple);
+            rsi::take_version(tx, i, &tuple, |cid| sees(v, cid))?;
+        } else {
+            remote.push(i);
+        }
+    }
+    let deferred = tx.c.take_deferred();
+    if remote.is_empty() && deferred.is_none() {
+        return Ok(());
+    }
+    let mut d = tx.c.ep.doorbell_for(remote.len() + 1);
+    for &i in &remote {
+        let e = &tx.entries[i];
+        let words = rsi::block_words(tx.c.catalog.layout(e.table));
+        d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
+    }
+    if let Some(op) = deferred {
+        op.post(&mut d);
+    }
+    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    for (j, &i) in remote.iter().enumerate() {
+        rsi::take_version(tx, i, res.read(j), |cid| sees(v, cid))?;
+    }
+    Ok(())
+}
+
+/// The commit id an entry's read saw, which its lock CAS expects.
+fn read_cid(e: &atoll_txn::Entry<RsiEntry>) -> u64 {
+    e.state.cid
+}
+
+/// Locks entries `ws`: one CAS each from the commit id read to locked, in one doorbell
+/// (behind the coordinator's deferred WRITE, if any).
+pub async fn lock(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize]) -> Result<(), Abort> {
+    let deferred = tx.c.take_deferred();
+    let mut d = tx.c.ep.doorbell_for(ws.len() + 1);
+    if let Some(op) = deferred {
+        op.post(&mut d);
+    }
+    let cas_at = rsi::post_locks(tx, &mut d, ws, read_cid, false);
+    let res = match d.submit().await {
+        Ok(r) => r,
+        Err(e) => {
+            // As RSI's: which CAS took its lock is unknown, so the run stops for recovery.
+            tx.failed_after_log.get_or_insert(e);
+            return Err(tx.op_failed(e));
+        }
+    };
+    match rsi::locks_taken(tx, &res, ws, &cas_at, read_cid, false) {
+        None => Ok(()),
+        Some(a) => Err(a),
+    }
+}
+
+/// Installs the locked entries `ws` at commit id `cid` (as RSI's install, one doorbell).
+pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cid: u64) {
+    let c = &*tx.c;
+    let mut d = c.ep.doorbell_for(ws.len() * 4);
+    rsi::post_installs(tx, &mut d, ws, cid, false);
+    let r = d.submit().await;
+    // An op that failed here is after the log: recorded, and the driver stops the run.
+    let _ = tx.unabortable(r);
+    rsi::installed(tx, ws);
+}
+
+/// Publishes timestamp `ts` of slot `slot`: every install of it completed, so one WRITE of
+/// the slot makes it visible to the snapshots that copy the vector after it lands. Deferred
+/// to the coordinator's next doorbell (unsignaled); until then only this coordinator sees
+/// it, through its own slot.
+pub fn publish(tx: &mut TxnCore<'_, RsiEntry>, slot: u32, ts: u64) {
+    tx.c.last_commit_ts = ts;
+    let ptr = tx.c.ts_vector().slot(slot);
+    tx.c.defer(Deferred::Write(ptr, ts));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namdb_a_commit_id_names_its_slot_and_timestamp_and_is_never_a_tag() {
+        let cid = commit_id(5, 77);
+        assert_eq!(slot_ts(cid), Some((5, 77)));
+        assert_eq!(
+            slot_ts(cid | CID_LOCKED),
+            Some((5, 77)),
+            "the lock bit is ignored"
+        );
+        assert_eq!(slot_ts(0), None, "the loaded state");
+        assert!(cid > atoll_txn::coord::make_tag(SLOTS_MAX - 1, (1 << 40) - 1));
+        let v = [0, 0, 0, 0, 0, 76];
+        assert!(!sees(&v, cid));
+        assert!(sees(&[0, 0, 0, 0, 0, 77], cid));
+        assert!(sees(&v, 0), "every snapshot sees the loaded state");
+        assert!(!sees(&[0; 3], cid), "a slot beyond the vector is unseen");
+    }
+}
