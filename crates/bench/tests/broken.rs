@@ -616,7 +616,13 @@ impl Protocol for NamDbSeeingOneAhead {
         let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
         let base = res.len() - idxs.len();
         for (j, &i) in idxs.iter().enumerate() {
-            rsi::take_version(tx, i, res.read(base + j), |cid| namdb::sees(&ahead, cid))?;
+            rsi::take_version(
+                tx,
+                i,
+                res.read(base + j),
+                |cid| namdb::sees(&ahead, cid),
+                namdb::by_version,
+            )?;
         }
         Ok(())
     }

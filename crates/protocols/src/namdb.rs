@@ -78,7 +78,8 @@ impl Protocol for NamDb {
     const LOCK_WORD: LockWord = LockWord::CommitId;
     // TODO(#12): deletes, as RSI's.
     const DELETES: bool = false;
-    // Record blocks keep `--rsi-versions` versions, as RSI's.
+    // Record blocks keep `--rsi-versions` versions, as RSI's; more than 1 is refused up
+    // front until NAM-DB's old-version buffer exists (TODO(#12)).
     const MULTI_VERSION: bool = true;
     const STAGES: &'static [Stage] = &[
         Stage::Read,
@@ -225,6 +226,12 @@ pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
     Err(Abort::SnapshotTooOld)
 }
 
+/// NAM-DB ranks a block's versions by version number: its commit ids are not ordered
+/// across slots.
+pub fn by_version(_cid: u64, version: u64) -> u64 {
+    version
+}
+
 /// Reads entries `idxs` at the attempt's snapshot: one-sided locate, then whole-block
 /// READs (own-node blocks loaded in place); the coordinator's deferred WRITE rides along.
 pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), Abort> {
@@ -249,7 +256,7 @@ async fn read_blocks(
             let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
             tuple.resize(rsi::block_words(tx.c.catalog.layout(e.table)) as usize, 0);
             tx.c.ep.load_in_place(ptr, &mut tuple);
-            rsi::take_version(tx, i, &tuple, |cid| sees(v, cid))?;
+            rsi::take_version(tx, i, &tuple, |cid| sees(v, cid), by_version)?;
         } else {
             remote.push(i);
         }
@@ -269,7 +276,7 @@ async fn read_blocks(
     }
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
     for (j, &i) in remote.iter().enumerate() {
-        rsi::take_version(tx, i, res.read(j), |cid| sees(v, cid))?;
+        rsi::take_version(tx, i, res.read(j), |cid| sees(v, cid), by_version)?;
     }
     Ok(())
 }

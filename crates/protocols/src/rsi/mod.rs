@@ -324,7 +324,7 @@ pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), 
                 again = true;
                 Ok(())
             } else {
-                take_version(tx, i, w, |cid| cid <= snap)
+                take_version(tx, i, w, |cid| cid <= snap, |cid, _| cid)
             }
         };
         if by_rpc {
@@ -429,47 +429,46 @@ pub fn block_words(layout: &TableLayout) -> u32 {
 }
 
 /// The version of block `w` a snapshot sees, `sees` telling whether it sees a commit id:
-/// the newest (highest version) of those it sees, by the headers in the block (the current
-/// version's commit id in `LOCK`, each old slot's first word; an old slot never written has
-/// version 0). `(commit id, version, payload offset)`; `None` if every version kept is one
-/// it does not see (the one needed is gone).
+/// the newest of those it sees by `rank(commit id, version)`, by the headers in the block
+/// (the current version's commit id in `LOCK`, each old slot's first word; an old slot
+/// never written has version 0). `(commit id, version, payload offset)`; `None` if every
+/// version kept is one it does not see (the one needed is gone).
 ///
-/// For RSI (`cid <= snap`) the newest version is the one with the highest commit id, as a
-/// record's commit ids rise with its versions. A writer in flight (the lock bit set) commits
-/// above every snapshot that can see its record locked (its commit timestamp is not below
-/// `RTS` until it has unlocked), so the commit id beside the bit is still the newest
-/// committed.
+/// RSI ranks by commit id (a record's commit ids rise with its versions). A writer in
+/// flight (the lock bit set) commits above every snapshot that can see its record locked
+/// (its commit timestamp is not below `RTS` until it has unlocked), so the commit id beside
+/// the bit is still the newest committed.
 pub fn visible(
     layout: &TableLayout,
     w: &[u64],
     sees: impl Fn(u64) -> bool,
+    rank: impl Fn(u64, u64) -> u64,
 ) -> Option<(u64, u64, usize)> {
-    let mut best: Option<(u64, u64, usize)> = None;
+    let mut best: Option<(u64, u64, usize, u64)> = None;
     let mut consider = |cid: u64, version: u64, at: usize| {
-        if sees(cid) && best.is_none_or(|b| version > b.1) {
-            best = Some((cid, version, at));
+        let r = rank(cid, version);
+        if sees(cid) && best.is_none_or(|b| r > b.3) {
+            best = Some((cid, version, at, r));
         }
     };
-    let head = w[H_LOCK as usize] & !CID_LOCKED;
-    // While an install runs, the version it moved out of the head is in an old slot under
-    // the head's commit id, intact, and the head's payload and version may not be: then
-    // the old slot is that version.
-    let mut head_copied = false;
+    // Old slots first: while an install runs, the version it moved out of the head is in
+    // an old slot under the same commit id, intact, and the head's payload may not be.
     for j in 0..layout.version_slots - 1 {
         let at = layout.old_slot_offset(j) as usize;
         if w[at + 1] != 0 {
-            head_copied |= w[at] == head;
             consider(w[at], w[at + 1], at + OLD_SLOT_HEADER_WORDS as usize);
         }
     }
-    if !head_copied {
-        consider(head, w[H_VERSION as usize], HEADER_WORDS as usize);
-    }
-    best
+    consider(
+        w[H_LOCK as usize] & !CID_LOCKED,
+        w[H_VERSION as usize],
+        HEADER_WORDS as usize,
+    );
+    best.map(|(cid, version, at, _)| (cid, version, at))
 }
 
 /// Takes a whole block `w` read for entry `i` at a snapshot that sees the commit ids `sees`
-/// accepts: the version [`visible`] names, if its payload is that commit's own (intact,
+/// accepts: the version [`visible`] names (newest by `rank`), if its payload is that commit's own (intact,
 /// tagged with its commit id). The version is found by the headers, not by which payloads
 /// are intact, so a torn READ of the version needed aborts rather than falls back to an
 /// older one.
@@ -478,12 +477,13 @@ pub fn take_version(
     i: usize,
     w: &[u64],
     sees: impl Fn(u64) -> bool,
+    rank: impl Fn(u64, u64) -> u64,
 ) -> Result<(), Abort> {
     check_tuple(tx, i, w)?;
     let e = &tx.entries[i];
     let layout = tx.c.catalog.layout(e.table);
     let head = w[H_LOCK as usize];
-    let Some((cid, version, at)) = visible(layout, w, sees) else {
+    let Some((cid, version, at)) = visible(layout, w, sees, rank) else {
         return Err(Abort::SnapshotTooOld);
     };
     let current = at == HEADER_WORDS as usize;
