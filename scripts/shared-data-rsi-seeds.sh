@@ -1,6 +1,7 @@
 #!/bin/bash
 # 1000 seeded simulated RSI (or PROTOCOL=namdb) runs with faults per workload on shared-data, each history checked as SI
-# (PLAN=rpc: every stage a request to a CPU, the Figure 6 baselines; V=n: n versions per record).
+# (PLAN=rpc: every stage a request to a CPU, the Figure 6 baselines; V=n: n versions per record;
+# EXTRA: further flags, e.g. EXTRA="--vector-slots node --vector-fetcher" for NAM-DB).
 B=${B:-target/release/atoll}
 F="spikes=3,spike_us=50,spike_len_us=300,pauses=2,pause_us=200,tear_words=2,tear_ns=1000,stall_permille=50,stall_us=50"
 N=${N:-1000}
@@ -13,7 +14,7 @@ for w in smallbank ycsb checkout; do
   ok=0; bad=0; committed=0; cycles=0
   for s in $(seq 1 $N); do
     if [ $((s % 2)) = 1 ]; then SHAPE="--memory-nodes 2 --compute-nodes 2"; else SHAPE="--memory-nodes 1 --compute-nodes 3 --ts-node own"; fi
-    out=$($B bench --fabric sim --net edr-ib --faults $F --workload $w --protocol ${PROTOCOL:-rsi} --plan ${PLAN:-one-sided} --rsi-versions ${V:-1} --architecture shared-data $SHAPE --threads 2 --coroutines 4 --duration 0.002 --warmup 0.0005 --seed $s $P --history ${OUT:-/tmp}/h.jsonl 2>&1); rc=$?
+    out=$($B bench --fabric sim --net edr-ib --faults $F --workload $w --protocol ${PROTOCOL:-rsi} --plan ${PLAN:-one-sided} --rsi-versions ${V:-1} --architecture shared-data $SHAPE --threads 2 --coroutines 4 --duration 0.002 --warmup 0.0005 --seed $s $P ${EXTRA} --history ${OUT:-/tmp}/h.jsonl 2>&1); rc=$?
     c=$(echo "$out" | grep -oP '\(\K[0-9]+(?= committed)' | head -1)
     si=$($B check-history ${OUT:-/tmp}/h.jsonl --isolation snapshot 2>&1); src=$?
     $B check-history ${OUT:-/tmp}/h.jsonl >/dev/null 2>&1 || cycles=$((cycles+1))

@@ -279,6 +279,15 @@ struct BenchArgs {
     /// younger lockers die).
     #[arg(long)]
     waitdie_counter: bool,
+    /// NAM-DB only: what owns a slot of the timestamp vector: coordinator (default, the
+    /// paper's one per thread) or node (compression: one per compute node, its
+    /// coordinators sharing a local counter).
+    #[arg(long, value_name = "coordinator|node")]
+    vector_slots: Option<String>,
+    /// NAM-DB only: a detached fetcher on each compute node keeps a copy of the timestamp
+    /// vector, which snapshots take instead of reading the vector.
+    #[arg(long)]
+    vector_fetcher: bool,
     /// OS threads carrying the workers (default: one per core).
     #[arg(long)]
     os_threads: Option<usize>,
@@ -329,6 +338,8 @@ struct FileConfig {
     log_replicas: Option<u16>,
     pin: Option<bool>,
     waitdie_counter: Option<bool>,
+    vector_slots: Option<String>,
+    vector_fetcher: Option<bool>,
     mvcc_slots: Option<u32>,
     rsi_versions: Option<u32>,
     os_threads: Option<usize>,
@@ -542,6 +553,10 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
     pick!(attempts_max, None, file.attempts_max);
     cfg.pin_threads = a.pin || file.pin.unwrap_or(false);
     cfg.waitdie_counter = a.waitdie_counter || file.waitdie_counter.unwrap_or(false);
+    if let Some(v) = a.vector_slots.as_deref().or(file.vector_slots.as_deref()) {
+        cfg.vector_slots = atoll_txn::tsvc::VectorSlots::parse(v)?;
+    }
+    cfg.vector_fetcher = a.vector_fetcher || file.vector_fetcher.unwrap_or(false);
     if let Some(n) = a.mvcc_slots.or(file.mvcc_slots) {
         if cfg.protocol != ProtocolKind::Mvcc {
             return Err(format!(

@@ -781,6 +781,18 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
         &["rsi-versions=2 needs --protocol rsi or namdb, not occ"],
     );
     bad(
+        &["bench", "--protocol", "rsi", "--vector-slots", "node"],
+        &["vector-slots=node", "need --protocol namdb, not rsi"],
+    );
+    bad(
+        &["bench", "--protocol", "occ", "--vector-fetcher"],
+        &["vector-fetcher=true", "need --protocol namdb, not occ"],
+    );
+    bad(
+        &["bench", "--protocol", "namdb", "--vector-slots", "thread"],
+        &["unknown vector slots 'thread'", "accepted are coordinator, node"],
+    );
+    bad(
         &["bench", "--protocol", "namdb", "--rsi-versions", "2"],
         &["rsi_versions=2 is not built for namdb yet: accepted is 1"],
     );

@@ -867,6 +867,8 @@ fn layout<W: Workload, P: Protocol>(
         log_slots: cfg.topology().log_slots(cfg.log_replicas),
         loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
         waitdie_counter: cfg.waitdie_counter,
+        vector_slots: cfg.vector_slots,
+        vector_fetcher: cfg.vector_fetcher,
     });
     let topology = cfg.topology();
     let catalog = Arc::new(

@@ -87,6 +87,10 @@ pub struct RunConfig {
     pub rsi_versions: u32,
     /// WAITDIE's starvation fix (a FETCH_ADD waiter counter).
     pub waitdie_counter: bool,
+    /// NAM-DB's timestamp vector: a slot per coordinator or per compute node (compression).
+    pub vector_slots: atoll_txn::tsvc::VectorSlots,
+    /// NAM-DB's detached fetcher: snapshots take a compute node's cached copy of the vector.
+    pub vector_fetcher: bool,
     /// Record every attempt's reads and writes for the history checker.
     pub record_history: bool,
     /// With `record_history`: stream the history to this file as the run goes (memory stays
@@ -124,6 +128,8 @@ impl Default for RunConfig {
             record_history: false,
             history_file: None,
             waitdie_counter: false,
+            vector_slots: atoll_txn::tsvc::VectorSlots::Coordinator,
+            vector_fetcher: false,
             mvcc_slots: 4,
             rsi_versions: 1,
             cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
@@ -236,6 +242,17 @@ impl RunConfig {
                 self.protocol.name()
             )));
         }
+        let vector_default = self.vector_slots == atoll_txn::tsvc::VectorSlots::Coordinator
+            && !self.vector_fetcher;
+        if !vector_default && self.protocol != ProtocolKind::NamDb {
+            return Err(ConfigError(format!(
+                "vector-slots={} and vector-fetcher={} are NAM-DB's timestamp vector: they need \
+                 --protocol namdb, not {}",
+                self.vector_slots.name(),
+                self.vector_fetcher,
+                self.protocol.name()
+            )));
+        }
         range("mvcc_slots", self.mvcc_slots, 1, VERSIONS_MAX)?;
         range("rsi_versions", self.rsi_versions, 1, VERSIONS_MAX)?;
         if self.protocol == ProtocolKind::NamDb && self.rsi_versions > 1 {
@@ -329,6 +346,14 @@ impl RunConfig {
     pub fn coordinators_per_node(&self) -> u32 {
         self.threads as u32 * self.coroutines as u32
     }
+
+    /// Slots of NAM-DB's timestamp vector ([`atoll_txn::TxnConfig::vector_slots_total`]).
+    pub fn vector_slots_total(&self) -> u32 {
+        match self.vector_slots {
+            atoll_txn::tsvc::VectorSlots::Coordinator => self.coordinators_total(),
+            atoll_txn::tsvc::VectorSlots::Node => self.topology().compute_nodes() as u32,
+        }
+    }
 }
 
 /// The resolved configuration as reports show it.
@@ -373,6 +398,8 @@ pub struct ConfigReport {
     pub waitdie_counter: bool,
     pub mvcc_slots: u32,
     pub rsi_versions: u32,
+    pub vector_slots: &'static str,
+    pub vector_fetcher: bool,
     /// Words of each coordinator's log ring (from the workload's largest write set).
     pub log_ring_words: u32,
     /// Bytes of every node's regions and ordered indexes, as computed before allocating.
@@ -421,6 +448,7 @@ pub struct NetReport {
     pub qp_cache_peers: u32,
     pub qp_miss_ns: u64,
     pub one_sided_in_nic: bool,
+    pub atomic_word_ns: u64,
 }
 
 impl NetReport {
@@ -437,6 +465,7 @@ impl NetReport {
             qp_cache_peers: p.qp_cache_peers,
             qp_miss_ns: p.qp_miss_ns,
             one_sided_in_nic: p.one_sided_in_nic,
+            atomic_word_ns: p.atomic_word_ns,
         }
     }
 }

@@ -34,6 +34,8 @@ pub struct NodeRuntime<W: Workload> {
     /// One of its co-routines began a transaction (set once: read-mostly, so it costs the
     /// transactions' path no shared write).
     began: AtomicBool,
+    /// What its coordinators share of NAM-DB's timestamp vector.
+    pub clock: Arc<atoll_txn::tsvc::NodeClock>,
 }
 
 /// What the node's workers handed over when their last co-routine ended.
@@ -98,6 +100,7 @@ impl<W: Workload> NodeRuntime<W> {
             stopped_ns: AtomicU64::new(u64::MAX),
             failed_after_log: Mutex::new(None),
             began: AtomicBool::new(false),
+            clock: Arc::default(),
         })
     }
 

@@ -281,6 +281,8 @@ fn run_with<W: Workload, P: Protocol>(
         log_slots: topology.log_slots(cfg.log_replicas),
         loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
         waitdie_counter: cfg.waitdie_counter,
+        vector_slots: cfg.vector_slots,
+        vector_fetcher: cfg.vector_fetcher,
     });
     let catalog = Arc::new(
         Catalog::with_versions(
@@ -572,7 +574,7 @@ pub(crate) fn worker_coroutines<W: Workload, P: Protocol>(
         history: RefCell::new(Vec::new()),
         ledger: RefCell::new(W::Ledger::default()),
     });
-    (0..coroutines as u32)
+    let mut tasks: Vec<Coroutine> = (0..coroutines as u32)
         .map(|k| {
             let ep = Endpoint::new(core.clone(), TaskId(k));
             let id = coordinator_id(&shared.catalog, core, shared.cfg.threads, coroutines, k);
@@ -586,7 +588,20 @@ pub(crate) fn worker_coroutines<W: Workload, P: Protocol>(
             );
             Box::pin(fut) as Coroutine
         })
-        .collect()
+        .collect();
+    if core.id.thread == 0 && P::node_task_wanted(&shared.txn) {
+        // The node's background task rides on its first worker, after its co-routines.
+        let (run, rt) = (shared.clone(), node.clone());
+        let task = atoll_txn::NodeTask {
+            ep: Endpoint::new(core.clone(), TaskId(coroutines as u32)),
+            catalog: shared.catalog.clone(),
+            cfg: shared.txn.clone(),
+            clock: node.clock.clone(),
+            over: Box::new(move |now| run.over(&rt, now)),
+        };
+        tasks.push(Box::pin(P::node_task(task)));
+    }
+    tasks
 }
 
 /// The cluster-wide index of co-routine `k` of worker `core`: compute nodes in order, their
@@ -618,6 +633,7 @@ pub(crate) async fn coroutine<W: Workload, P: Protocol>(
     let home = run.catalog.topology().home_of(ep.node());
     let mut rng = Rng::derive(run.cfg.seed, id as u64);
     let mut c = Coordinator::new(ep.clone(), run.catalog.clone(), run.txn.clone(), id);
+    c.node_clock = node.clock.clone();
     // Bounded by the run's end time: each iteration runs one transaction to completion.
     loop {
         let start_ns = c.now_ns();

@@ -318,7 +318,7 @@ pub fn size<W: Workload>(
             cfg.coordinators_total(),
         ) as u64,
         ts_vector_region_words: atoll_txn::tsvc::TsVector::region_words_for(
-            cfg.coordinators_total(),
+            cfg.vector_slots_total(),
         ) as u64,
         table_region_words,
         ordered_index_bytes,

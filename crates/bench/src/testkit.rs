@@ -92,6 +92,8 @@ impl TestCluster {
             log_slots: topology.log_slots(log_replicas),
             loc_cache_entries_max: 1024,
             waitdie_counter: false,
+            vector_slots: Default::default(),
+            vector_fetcher: false,
         });
         let catalog = Arc::new(
             Catalog::with_versions(

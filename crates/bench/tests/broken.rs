@@ -634,6 +634,73 @@ impl Protocol for NamDbSeeingOneAhead {
     async fn rollback(_tx: &mut TxnCore<'_, rsi::RsiEntry>) {}
 }
 
+/// NAM-DB with one slot per compute node (`--vector-slots node`) whose committer writes
+/// its own timestamp into the node's slot as soon as its installs are done, not the highest
+/// below which all of the node's ended: a snapshot then includes a timestamp of the node
+/// whose transaction is still installing (and two committers' WRITEs can land out of order).
+struct NamDbPublishingAhead;
+
+impl Protocol for NamDbPublishingAhead {
+    const NAME: &'static str = "namdb-publishing-ahead";
+    const ISOLATION: atoll_txn::Isolation = atoll_txn::Isolation::Snapshot;
+    const LOCK_WORD: atoll_storage::layout::LockWord = atoll_storage::layout::LockWord::CommitId;
+    const DELETES: bool = false;
+    const MULTI_VERSION: bool = true;
+    const STAGES: &'static [Stage] = atoll_protocols::NamDb::STAGES;
+    type EntryState = rsi::RsiEntry;
+
+    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
+        atoll_protocols::NamDb::check_plan(plan)
+    }
+
+    async fn fetch(tx: &mut TxnCore<'_, rsi::RsiEntry>, idxs: &[usize]) -> Result<(), Abort> {
+        namdb::read(tx, idxs).await
+    }
+
+    async fn commit(tx: &mut TxnCore<'_, rsi::RsiEntry>) -> Result<(), Abort> {
+        let ws = tx.select(|e| e.access == Access::Update);
+        let ins = tx.select(|e| e.access == Access::Insert);
+        if ws.is_empty() && ins.is_empty() {
+            return Ok(());
+        }
+        let blind = tx.select(|e| e.access == Access::Update && !e.fetched);
+        if !blind.is_empty() {
+            namdb::read(tx, &blind).await?;
+        }
+        if let Err(a) = namdb::lock(tx, &ws).await {
+            rsi::release(tx, &ws).await;
+            return Err(a);
+        }
+        let slot = tx.c.cfg.vector_slot_of(tx.c.id);
+        let ts = tx.c.node_clock.take_ts();
+        let cid = namdb::commit_id(slot, ts);
+        let written: Vec<usize> = ws.iter().chain(ins.iter()).copied().collect();
+        rsi::stamp(tx, &written, cid);
+        tx.commit_ts = atoll_txn::Timestamp::from_word(ts);
+        tx.commit_slot = Some(slot);
+        if !ins.is_empty() {
+            if let Err(a) =
+                stages::apply_inserts_deletes_locked_by(tx, atoll_storage::layout::CID_LOCKED)
+                    .await
+            {
+                rsi::release(tx, &ws).await;
+                return Err(a);
+            }
+        }
+        namdb::install(tx, &ws, cid).await;
+        rsi::unlock_inserted(tx, &ins, cid).await;
+        // The defect: its own timestamp, whatever the node's others are doing.
+        let ptr = tx.c.ts_vector().slot(slot);
+        let mut d = tx.c.ep.doorbell_for(1);
+        d.write(ptr, Words::from_slice(&[ts]));
+        let r = d.submit().await;
+        let _ = tx.unabortable(r);
+        Ok(())
+    }
+
+    async fn rollback(_tx: &mut TxnCore<'_, rsi::RsiEntry>) {}
+}
+
 // --- running them -------------------------------------------------------------------
 
 fn knobs(w: WorkloadKind) -> &'static [(&'static str, &'static str)] {
@@ -735,10 +802,12 @@ struct Caught {
     cycle: bool,
 }
 
-/// Runs `P` on every workload under each of `plans` with one seed: what caught it.
-fn try_seed<P: Protocol>(
+/// Runs `P` on every workload under each of `plans` with one seed, each run's
+/// configuration changed by `tweak`: what caught it.
+fn try_seed_with<P: Protocol>(
     base: ProtocolKind,
     plans: &[&str],
+    tweak: &dyn Fn(&mut RunConfig),
     seed: u64,
     keep: &mut Option<String>,
 ) -> Caught {
@@ -749,7 +818,8 @@ fn try_seed<P: Protocol>(
         {
             continue;
         }
-        let cfg = config(w, base, plan, seed);
+        let mut cfg = config(w, base, plan, seed);
+        tweak(&mut cfg);
         let r = run_protocol::<P>(&cfg, &|_| {}).unwrap_or_else(|e| {
             panic!(
                 "{} / {} seed {seed}: the run failed: {e}",
@@ -790,16 +860,39 @@ fn row_under<P: Protocol>(
     seeds: u64,
     start: u64,
 ) -> (String, [u64; 4]) {
+    row_with::<P>(base, plans, suffix, &|_| {}, seeds, start)
+}
+
+/// As [`row_under`], each run's configuration changed by `tweak`.
+fn row_with<P: Protocol>(
+    base: ProtocolKind,
+    plans: &[&str],
+    suffix: &str,
+    tweak: &dyn Fn(&mut RunConfig),
+    seeds: u64,
+    start: u64,
+) -> (String, [u64; 4]) {
     let mut counts = [0u64; 4];
     let mut keep = None;
     for s in 0..seeds {
-        let c = try_seed::<P>(base, plans, start.wrapping_add(s * 7919), &mut keep);
+        let c = try_seed_with::<P>(base, plans, tweak, start.wrapping_add(s * 7919), &mut keep);
         counts[0] += c.history as u64;
         counts[1] += c.invariants as u64;
         counts[2] += c.cycle as u64;
         counts[3] += (c.history || c.invariants || c.cycle) as u64;
     }
     (format!("{}{suffix}", P::NAME), counts)
+}
+
+/// NAM-DB's vector compressed to one slot per compute node.
+fn node_slots(cfg: &mut RunConfig) {
+    cfg.vector_slots = atoll_txn::tsvc::VectorSlots::Node;
+}
+
+/// As [`node_slots`], snapshots taken from the detached fetcher's copy.
+fn node_slots_fetcher(cfg: &mut RunConfig) {
+    node_slots(cfg);
+    cfg.vector_fetcher = true;
 }
 
 #[test]
@@ -820,6 +913,14 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
         // Its lock requests served by the records' CPUs (the participant's compare).
         row_under::<RsiWithoutValidation>(ProtocolKind::Rsi, &RPC_ONLY, " (rpc)", seeds, base),
         row_under::<NamDbSeeingOneAhead>(ProtocolKind::NamDb, &ONE_SIDED_ONLY, "", seeds, base),
+        row_with::<NamDbPublishingAhead>(
+            ProtocolKind::NamDb,
+            &ONE_SIDED_ONLY,
+            " (node slots)",
+            &node_slots,
+            seeds,
+            base,
+        ),
     ];
     // Controls: the real protocols under the same runs are caught by nothing.
     let controls = vec![
@@ -830,15 +931,23 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
         row::<atoll_protocols::Rsi>(ProtocolKind::Rsi, seeds, base),
         row_under::<atoll_protocols::Rsi>(ProtocolKind::Rsi, &RPC_ONLY, " (rpc)", seeds, base),
         row_under::<atoll_protocols::NamDb>(ProtocolKind::NamDb, &ONE_SIDED_ONLY, "", seeds, base),
+        row_with::<atoll_protocols::NamDb>(
+            ProtocolKind::NamDb,
+            &ONE_SIDED_ONLY,
+            " (node slots, fetcher)",
+            &node_slots_fetcher,
+            seeds,
+            base,
+        ),
     ];
     let mut table = format!(
         "broken variants, {seeds} seeds each (base seed {base}, ATOLL_SEED={base} replays; each seed runs every workload, one-sided and with RPC reads, under {FAULTS}):\n\
-         {:<28} {:>8} {:>11} {:>8} {:>8}\n",
+         {:<38} {:>8} {:>11} {:>8} {:>8}\n",
         "variant", "history", "invariants", "cycle", "caught"
     );
     let mut missed = Vec::new();
     for (name, [h, i, c, any]) in &rows {
-        table += &format!("{name:<28} {h:>8} {i:>11} {c:>8} {any:>5}/{seeds}\n");
+        table += &format!("{name:<38} {h:>8} {i:>11} {c:>8} {any:>5}/{seeds}\n");
         if (*any as f64) < CAUGHT_SHARE_MIN * seeds as f64 {
             missed.push(name.clone());
         }
@@ -846,7 +955,7 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
     let mut flagged = Vec::new();
     for (name, [h, i, c, any]) in &controls {
         table += &format!(
-            "{:<28} {h:>8} {i:>11} {c:>8} {any:>5}/{seeds}\n",
+            "{:<38} {h:>8} {i:>11} {c:>8} {any:>5}/{seeds}\n",
             format!("(control) {name}")
         );
         if *any != 0 {

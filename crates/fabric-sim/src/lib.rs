@@ -15,7 +15,7 @@ use atoll_fabric::core::{
     execute_local, Delivery, Executor, NodeSetup, Posted, ReplyTo, SlotId, Spawner, Transport,
     WorkerCore, WorkerReport,
 };
-use atoll_fabric::ids::{NodeId, WorkerId};
+use atoll_fabric::ids::{NodeId, RegionId, RemotePtr, WorkerId};
 use atoll_fabric::memory::{ClusterMemory, NodeDirectory, NodeMemory};
 use atoll_fabric::verbs::{
     execute_one_sided, Completion, FailureKind, Op, OpError, RpcHandler, VerbKind, Words,
@@ -24,7 +24,7 @@ use faults::Fault;
 use net::{CpuProfile, NetProfile};
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -116,13 +116,24 @@ enum Ev {
         /// What a READ has gathered so far.
         buf: Words,
     },
+    /// An atomic whose word was busy with earlier atomics, at its turn: it executes now,
+    /// and the verbs queued behind it on its link follow.
+    Atomic {
+        src: u32,
+        slot: SlotId,
+        index: u32,
+        op: Op,
+        posted_ns: u64,
+    },
 }
 
 impl Ev {
     fn node(&self, threads: u16) -> Option<NodeId> {
         match self {
             Ev::Run { w } | Ev::Arrive { w, .. } => Some(NodeId((*w / threads as u32) as u16)),
-            Ev::Exec { op, .. } | Ev::Step { op, .. } => Some(op.node()),
+            Ev::Exec { op, .. } | Ev::Step { op, .. } | Ev::Atomic { op, .. } => {
+                Some(op.node())
+            }
             // A sent message has left its worker's CPU: a crash or pause of either end
             // acts on the event it carries, when that arrives.
             Ev::Crash { .. } | Ev::Send { .. } => None,
@@ -216,7 +227,15 @@ struct World {
     /// (a link executes its verbs in order, as an RC queue pair).
     link_busy: Vec<bool>,
     link_waiting: Vec<VecDeque<Verb>>,
+    /// Per word that atomics reached: when its NIC is done with the last of them
+    /// (`NetProfile::atomic_word_ns`). Words whose time has passed are pruned when the map
+    /// reaches `atomic_prune_len`, so it holds about the words under contention.
+    atomic_free_ns: HashMap<(NodeId, RegionId, u32), u64>,
+    atomic_prune_len: usize,
 }
+
+/// Words the atomic model keeps before it first prunes the ones no longer busy.
+const ATOMIC_WORDS_PRUNE_MIN: usize = 4096;
 
 impl World {
     /// Index of the (from, to) link in the per-link tables.
@@ -227,7 +246,7 @@ impl World {
     /// Executes a verb that reached the head of its link now: whole, with its completion
     /// sent back, or, when tearing applies, as the first of its steps (the link is busy
     /// until the last). Returns whether it tore.
-    fn start_verb(&mut self, verb: Verb) -> bool {
+    fn start_verb(&mut self, verb: Verb, at_turn: bool) -> bool {
         let Verb {
             src,
             slot,
@@ -237,6 +256,26 @@ impl World {
         } = verb;
         let target = op.node();
         let src_node = self.node_of(src);
+        if let (false, Op::Cas { ptr, .. } | Op::FetchAdd { ptr, .. }) = (at_turn, &op) {
+            let start = self.atomic_turn(*ptr);
+            if start > self.now_ns {
+                // Its word is busy with earlier atomics: it waits its turn, and its link
+                // with it (a queue pair executes in order).
+                let link = self.link(src_node, target);
+                self.link_busy[link] = true;
+                self.push(
+                    start,
+                    Ev::Atomic {
+                        src,
+                        slot,
+                        index,
+                        op,
+                        posted_ns,
+                    },
+                );
+                return true;
+            }
+        }
         let words = match &op {
             Op::Read { len_words, .. } => *len_words,
             Op::Write { data, .. } => data.len() as u32,
@@ -279,6 +318,38 @@ impl World {
             },
         );
         false
+    }
+
+    /// When an atomic reaching `ptr` now starts: at once, or after the atomics already
+    /// queued on its word, each of which holds it `atomic_word_ns`.
+    fn atomic_turn(&mut self, ptr: RemotePtr) -> u64 {
+        let now = self.now_ns;
+        let ns = self.cfg.net.atomic_word_ns;
+        if ns == 0 {
+            return now;
+        }
+        if self.atomic_free_ns.len() >= self.atomic_prune_len {
+            self.atomic_free_ns.retain(|_, &mut free| free > now);
+            self.atomic_prune_len = (self.atomic_free_ns.len() * 2).max(ATOMIC_WORDS_PRUNE_MIN);
+        }
+        let free = self
+            .atomic_free_ns
+            .entry((ptr.node, ptr.region, ptr.offset_words))
+            .or_insert(0);
+        let start = (*free).max(now);
+        *free = start + ns;
+        start
+    }
+
+    /// Frees `link` from the verb that held it: the verbs queued behind it go now, in their
+    /// order, before any verb that reaches the link later (until one of them holds it).
+    fn release_link(&mut self, link: usize) {
+        self.link_busy[link] = false;
+        while let Some(verb) = self.link_waiting[link].pop_front() {
+            if self.start_verb(verb, false) {
+                break;
+            }
+        }
     }
 
     /// Completes op `index` of `src`'s doorbell `slot` with a timeout: `node` failed before
@@ -325,6 +396,13 @@ impl World {
                 op,
                 posted_ns,
                 ..
+            }
+            | Ev::Atomic {
+                src,
+                slot,
+                index,
+                op,
+                posted_ns,
             } => {
                 let target = op.node();
                 self.fail_later(src, slot, index, target, posted_ns);
@@ -507,6 +585,11 @@ impl Transport for SimTransport {
         Posted::Pending
     }
 
+    fn reads_whole(&self) -> bool {
+        // Without tearing, a verb executes at one instant of virtual time.
+        self.world.borrow().tear.is_none()
+    }
+
     fn post_timer(&self, slot: SlotId, delay_ns: u64) {
         let mut wd = self.world.borrow_mut();
         let at = wd.workers[self.w as usize].clock_ns + delay_ns;
@@ -659,6 +742,8 @@ pub fn run(
         link_waiting: (0..cfg.nodes as usize * cfg.nodes as usize)
             .map(|_| VecDeque::new())
             .collect(),
+        atomic_free_ns: HashMap::new(),
+        atomic_prune_len: ATOMIC_WORDS_PRUNE_MIN,
         cfg: cfg.clone(),
     }));
     for (node, at_ns) in crashes {
@@ -798,7 +883,7 @@ pub fn run(
                     // Behind a torn verb on the same link: runs when it is done.
                     wd.link_waiting[link].push_back(verb);
                 } else {
-                    wd.start_verb(verb);
+                    wd.start_verb(verb, false);
                 }
             }
             Ev::Step {
@@ -869,15 +954,26 @@ pub fn run(
                         },
                     },
                 );
-                // The link is free: the verbs queued behind this one go now, in their order,
-                // before any verb that reaches the link later (until one of them tears).
                 let link = wd.link(src_node, target);
-                wd.link_busy[link] = false;
-                while let Some(verb) = wd.link_waiting[link].pop_front() {
-                    if wd.start_verb(verb) {
-                        break;
-                    }
-                }
+                wd.release_link(link);
+            }
+            Ev::Atomic {
+                src,
+                slot,
+                index,
+                op,
+                posted_ns,
+            } => {
+                let link = wd.link(wd.node_of(src), op.node());
+                let verb = Verb {
+                    src,
+                    slot,
+                    index,
+                    op,
+                    posted_ns,
+                };
+                wd.start_verb(verb, true);
+                wd.release_link(link);
             }
             Ev::Run { w } => {
                 let ws = &mut wd.workers[w as usize];
@@ -972,6 +1068,7 @@ mod tests {
             qp_cache_peers: 1000,
             qp_miss_ns: 0,
             one_sided_in_nic: true,
+            atomic_word_ns: 0,
         }
     }
 
@@ -1016,7 +1113,17 @@ mod tests {
         faults: Vec<Fault>,
         body: fn(Endpoint, Arc<Mutex<Vec<u64>>>) -> Coroutine,
     ) -> (Vec<u64>, SimReport) {
-        let (memory, handlers, cfg) = two_nodes(1, faults);
+        sim_on(profile(), faults, body)
+    }
+
+    /// As [`sim`], on network profile `net`.
+    fn sim_on(
+        net: NetProfile,
+        faults: Vec<Fault>,
+        body: fn(Endpoint, Arc<Mutex<Vec<u64>>>) -> Coroutine,
+    ) -> (Vec<u64>, SimReport) {
+        let (memory, handlers, mut cfg) = two_nodes(1, faults);
+        cfg.net = net;
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();
         let report = run(
@@ -1296,6 +1403,46 @@ mod tests {
         });
         // The tenth op leaves the send queue 9 us after the first; the replies queue too.
         assert_eq!(t[0], 1_000 + 4 * 1_000 + 9 * 1_000);
+    }
+
+    #[test]
+    fn sim_atomics_to_one_word_take_turns_at_the_nic_and_to_different_words_do_not() {
+        const ATOMIC_NS: u64 = 5_000;
+        let net = NetProfile {
+            atomic_word_ns: ATOMIC_NS,
+            ..profile()
+        };
+        // Ten FETCH_ADDs to one word, then ten to ten words, then a READ of the first word
+        // behind ten more on the same link: it must see all of them (the link keeps order).
+        let (t, _) = sim_on(net, Vec::new(), |ep, out| {
+            Box::pin(async move {
+                for words in [1, 10] {
+                    let t0 = ep.now_ns();
+                    let mut d = ep.doorbell();
+                    for i in 0..10 {
+                        d.fetch_add(REMOTE.add(40 + i % words), 1);
+                    }
+                    d.submit().await.expect("no node crashed");
+                    out.lock().unwrap().push(ep.now_ns() - t0);
+                }
+                let mut d = ep.doorbell();
+                for _ in 0..10 {
+                    d.fetch_add(REMOTE.add(40), 1);
+                }
+                let j = d.read(REMOTE.add(40), 1);
+                let r = d.submit().await.expect("no node crashed");
+                out.lock().unwrap().push(r.read(j)[0]);
+            })
+        });
+        // Apart: as any ten ops, the tenth leaves the send queue 9 us after the first.
+        let apart = 2_000 + 4 * 1_000 + 9 * 1_000;
+        assert_eq!(t[1], apart, "atomics to different words do not wait for each other");
+        // On one word: the tenth starts 9 turns after the first reached it.
+        // Each way: the send queue, half the round trip, the receive queue.
+        let one_way = 1_000 + 2_000 / 2 + 1_000;
+        assert_eq!(t[0], one_way + 9 * ATOMIC_NS + one_way);
+        assert!(t[0] > apart, "{t:?}");
+        assert_eq!(t[2], 10 + 1 + 10, "the READ ran after every FETCH_ADD before it on the link");
     }
 
     #[test]

@@ -37,6 +37,12 @@ pub struct NetProfile {
     /// Whether one-sided verbs exist; without them (TCP) each one-sided op is emulated by
     /// the target's CPU like a small RPC.
     pub one_sided_in_nic: bool,
+    /// NIC time of one atomic (CAS, FETCH_ADD) on a word: a NIC serializes the atomics to
+    /// one address (each is a read-modify-write of host memory across PCIe), so one word
+    /// serves at most `1e9 / atomic_word_ns` atomics per second however many clients post
+    /// them: what makes a global FETCH_ADD counter plateau (NAM-DB §4, the timestamp
+    /// oracle). Atomics to different words do not wait for each other. 0: not modelled.
+    pub atomic_word_ns: u64,
 }
 
 /// CPU costs charged to a worker's simulated core.
@@ -199,6 +205,12 @@ pub fn cpu_profile(name: &str, scale: f64) -> Result<CpuProfile, String> {
 
 const GB: f64 = 1e9;
 
+/// NIC time of one atomic on a contended word, for the ConnectX generation of the papers'
+/// clusters: our estimate of ~2.5 M atomics per second on one address (one PCIe
+/// read-modify-write of host memory, ~0.4 us, which the NIC does not overlap for the
+/// same address), not a measured figure.
+pub const ATOMIC_WORD_NS_CONNECTX: u64 = 400;
+
 /// The named network profiles.
 pub fn profiles() -> Vec<NetProfile> {
     vec![
@@ -214,6 +226,7 @@ pub fn profiles() -> Vec<NetProfile> {
             qp_cache_peers: 400,
             qp_miss_ns: 500,
             one_sided_in_nic: true,
+            atomic_word_ns: ATOMIC_WORD_NS_CONNECTX,
         },
         NetProfile {
             name: "fdr-ib",
@@ -227,6 +240,7 @@ pub fn profiles() -> Vec<NetProfile> {
             qp_cache_peers: 256,
             qp_miss_ns: 700,
             one_sided_in_nic: true,
+            atomic_word_ns: ATOMIC_WORD_NS_CONNECTX,
         },
         NetProfile {
             name: "qdr-ib",
@@ -239,6 +253,7 @@ pub fn profiles() -> Vec<NetProfile> {
             qp_cache_peers: 128,
             qp_miss_ns: 1_000,
             one_sided_in_nic: true,
+            atomic_word_ns: ATOMIC_WORD_NS_CONNECTX,
         },
         NetProfile {
             name: "10gbe-tcp",
@@ -252,6 +267,8 @@ pub fn profiles() -> Vec<NetProfile> {
             qp_cache_peers: u32::MAX,
             qp_miss_ns: 0,
             one_sided_in_nic: false,
+            // Emulated by the target's CPU, which serves them one at a time anyway.
+            atomic_word_ns: 0,
         },
         NetProfile {
             name: "ipoib",
@@ -265,6 +282,8 @@ pub fn profiles() -> Vec<NetProfile> {
             qp_cache_peers: u32::MAX,
             qp_miss_ns: 0,
             one_sided_in_nic: false,
+            // Emulated by the target's CPU, which serves them one at a time anyway.
+            atomic_word_ns: 0,
         },
     ]
 }

@@ -104,6 +104,12 @@ pub trait Transport {
     fn runs_local_inline(&self) -> bool {
         false
     }
+    /// Whether a READ of several words copies them at one instant, so no write lands
+    /// between its first and last word: true only for the simulator without tearing (its
+    /// model of a READ); NICs and the CPU's copies do not promise it beyond a cache line.
+    fn reads_whole(&self) -> bool {
+        false
+    }
 }
 
 /// Runs an op on this node's CPU at once: a one-sided op on `memory`, an RPC by `handler`
@@ -145,6 +151,8 @@ pub struct WorkerCore {
     transport: Box<dyn Transport>,
     /// `transport.runs_local_inline()`, asked once.
     local_inline: bool,
+    /// `transport.reads_whole()`, asked once.
+    reads_whole: bool,
     slots: RefCell<Vec<Option<Slot>>>,
     free_slots: RefCell<Vec<u32>>,
     ready: RefCell<VecDeque<TaskId>>,
@@ -174,6 +182,7 @@ impl WorkerCore {
             local,
             handler,
             local_inline: transport.runs_local_inline(),
+            reads_whole: transport.reads_whole(),
             transport,
             slots: RefCell::new(Vec::new()),
             free_slots: RefCell::new(Vec::new()),
@@ -540,6 +549,11 @@ impl Endpoint {
     #[inline(always)]
     pub fn in_place_on(&self, node: NodeId) -> bool {
         self.core.local_inline && node == self.core.id.node
+    }
+
+    /// Whether a READ of several words is atomic on this backend ([`Transport::reads_whole`]).
+    pub fn reads_whole(&self) -> bool {
+        self.core.reads_whole
     }
 
     pub fn doorbell(&self) -> Doorbell<'_> {

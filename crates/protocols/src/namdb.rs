@@ -9,7 +9,8 @@
 //!
 //! 1. **snapshot**: a copy of the vector, one READ (the previous commit's publishing WRITE
 //!    rides ahead of it), read again until two copies agree: a READ of several words is
-//!    not atomic, and a torn copy could see a transaction but not one it read from. The
+//!    not atomic, and a torn copy could see a transaction but not one it read from (one
+//!    READ where the backend's READs are whole: the simulator without tearing). The
 //!    coordinator's own slot is its own last commit (it knows it locally);
 //! 2. **read**: whole-block READs; the newest version the snapshot sees
 //!    ([`rsi::visible`]), else `SnapshotTooOld`;
@@ -22,18 +23,32 @@
 //!    install completed, deferred to the coordinator's next doorbell (unsignaled).
 //!
 //! So an update transaction costs 3 signaled round trips (snapshot and reads, lock,
-//! install) plus the second copy of the vector, and no CPU at the memory nodes. Not built
-//! yet (issue #12): the old-version buffer with headers apart from data, the overflow area
-//! with its mover and garbage collector, the detached fetcher, per-server slots
-//! (compression), the global-counter baseline, and requests to CPUs (every stage is
-//! one-sided; RSI's plans cover the two-sided baselines).
+//! install) plus the second copy of the vector, and no CPU at the memory nodes.
+//!
+//! Options (the slides' "optimizations"):
+//! - **compression** (`--vector-slots node`): one slot per compute node. Its coordinators
+//!   take timestamps from the node's counter ([`atoll_txn::tsvc::NodeClock`]), and the slot
+//!   is published up to the highest timestamp below which every one of the node's ended, by
+//!   one publisher at a time with a signaled WRITE ([`publish_shared`]), so it never moves
+//!   back. A coordinator no longer sees its own last commit before it is published;
+//! - **detached fetcher** (`--vector-fetcher`): a task per compute node copies the vector
+//!   back to back ([`Protocol::node_task`]); snapshots take its latest copy with no network
+//!   operation (a snapshot may be older: still one instant of the vector).
+//!
+//! The global-counter baseline of the slides is RSI ([`crate::rsi`]: a FETCH_ADD per
+//! commit, a READ of the read timestamp per snapshot). Not built yet (issue #12): the
+//! old-version buffer with headers apart from data, the overflow area with its mover and
+//! garbage collector, and requests to CPUs (every stage is one-sided; RSI's plans cover
+//! the two-sided baselines).
 
 use crate::rsi::{self, RsiEntry};
+use atoll_fabric::{Endpoint, OpError, Words};
 use atoll_storage::layout::{LockWord, CID_LOCKED};
 use atoll_txn::stages::{self};
+use atoll_txn::tsvc::{TsVector, VectorSlots};
 use atoll_txn::{
-    Abort, Access, Deferred, Idxs, Isolation, Plan, PlanError, Primitive, Protocol, Stage,
-    Timestamp, TxnCore,
+    Abort, Access, Deferred, Idxs, Isolation, NodeTask, Plan, PlanError, Primitive, Protocol,
+    Stage, Timestamp, TxnConfig, TxnCore,
 };
 
 pub struct NamDb;
@@ -152,11 +167,15 @@ impl Protocol for NamDb {
             rsi::release(tx, &ws).await;
             return Err(a);
         }
-        let slot = tx.c.id;
-        let ts = tx.c.last_commit_ts + 1;
+        let (slot, ts) = match tx.c.cfg.vector_slots {
+            VectorSlots::Coordinator => (tx.c.id, tx.c.last_commit_ts + 1),
+            // The node's counter: from here on the timestamp must end (publish_shared), or
+            // the node's slot would stop below it.
+            VectorSlots::Node => (tx.c.cfg.vector_slot_of(tx.c.id), tx.c.node_clock.take_ts()),
+        };
         assert!(
             ts <= TS_MAX,
-            "namdb: coordinator {slot} ran out of timestamps"
+            "namdb: slot {slot} ran out of timestamps"
         );
         let cid = commit_id(slot, ts);
         let written: Idxs = ws.iter().chain(ins.iter()).copied().collect();
@@ -170,6 +189,7 @@ impl Protocol for NamDb {
         tx.charge(Stage::Log, t0);
         if let Err(a) = logged {
             rsi::release(tx, &ws).await;
+            give_up(tx, slot, ts).await;
             return Err(a);
         }
         if !ins.is_empty() {
@@ -178,6 +198,7 @@ impl Protocol for NamDb {
             tx.charge(Stage::Commit, t0);
             if let Err(a) = placed {
                 rsi::release(tx, &ws).await;
+                give_up(tx, slot, ts).await;
                 return Err(a);
             }
         }
@@ -185,14 +206,72 @@ impl Protocol for NamDb {
         let t0 = tx.now_ns();
         install(tx, &ws, cid).await;
         rsi::unlock_inserted(tx, &ins, cid).await;
+        match tx.c.cfg.vector_slots {
+            VectorSlots::Coordinator => publish(tx, slot, ts),
+            VectorSlots::Node => publish_shared(tx, slot, ts).await,
+        }
         tx.charge(Stage::Commit, t0);
-        publish(tx, slot, ts);
         Ok(())
     }
 
     async fn rollback(_tx: &mut TxnCore<'_, RsiEntry>) {
         // Nothing is held during execution: records are locked only at commit.
     }
+
+    fn node_task_wanted(cfg: &TxnConfig) -> bool {
+        cfg.vector_fetcher
+    }
+
+    /// The detached fetcher: copies of the vector back to back, one READ outstanding, each
+    /// kept for the node's snapshots, until the run is over.
+    async fn node_task(task: NodeTask) {
+        let Some(vector) = TsVector::of(&task.catalog) else {
+            return;
+        };
+        // Bounded by the run's end.
+        while !(task.over)(task.ep.now_ns()) {
+            match copy_vector(&task.ep, vector, None).await {
+                Ok(Some(v)) => task.clock.set_cached(v),
+                // No two copies agreed: the last copy stays, and the next round tries again.
+                Ok(None) => {}
+                // A failed node: coordinators meet it too, and the run reports it there.
+                Err(_) => task.ep.sleep(FETCH_RETRY_NS).await,
+            }
+            // The worker's co-routines run between copies (an own-node READ may complete
+            // without waiting).
+            task.ep.yield_now().await;
+        }
+    }
+}
+
+/// How long the fetcher waits after a failed READ of the vector before the next.
+pub const FETCH_RETRY_NS: u64 = 100_000;
+
+/// A copy of `vector` at one instant: one READ where the backend's READs are whole (the
+/// simulator without tearing), else copies until two consecutive ones agree (each slot only
+/// grows, so it held its value over both), at most [`VECTOR_READS_MAX`] (then `None`).
+/// `first` rides in the first doorbell, ahead of the READ.
+pub async fn copy_vector(
+    ep: &Endpoint,
+    vector: TsVector,
+    mut first: Option<Deferred>,
+) -> Result<Option<Vec<u64>>, OpError> {
+    let mut last: Vec<u64> = Vec::new();
+    for _ in 0..VECTOR_READS_MAX {
+        let mut d = ep.doorbell_for(2);
+        if let Some(op) = first.take() {
+            op.post(&mut d);
+        }
+        let j = d.read(vector.all(), vector.slots);
+        let res = d.submit().await?;
+        let copy = res.read(j);
+        if ep.reads_whole() || copy == last.as_slice() {
+            return Ok(Some(copy.to_vec()));
+        }
+        last.clear();
+        last.extend_from_slice(copy);
+    }
+    Ok(None)
 }
 
 /// Takes the attempt's snapshot, once: copies of the vector until two agree (the first
@@ -202,28 +281,31 @@ pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
     if !tx.snapshot_vector.is_empty() {
         return Ok(());
     }
-    let vector = tx.c.ts_vector();
-    let mut last: Vec<u64> = Vec::new();
-    for _ in 0..VECTOR_READS_MAX {
-        let deferred = tx.c.take_deferred();
-        let mut d = tx.c.ep.doorbell_for(2);
-        if let Some(op) = deferred {
-            op.post(&mut d);
+    let cached = if tx.c.cfg.vector_fetcher {
+        tx.c.node_clock.cached()
+    } else {
+        None
+    };
+    let mut v = match cached {
+        // The fetcher's copy (its deferred WRITE, if any, rides with the reads).
+        Some(v) => v.as_ref().clone(),
+        None => {
+            let vector = tx.c.ts_vector();
+            let deferred = tx.c.take_deferred();
+            match copy_vector(&tx.c.ep, vector, deferred).await {
+                Ok(Some(v)) => v,
+                Ok(None) => return Err(Abort::SnapshotTooOld),
+                Err(e) => return Err(tx.op_failed(e)),
+            }
         }
-        let j = d.read(vector.all(), vector.slots);
-        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-        let copy = res.read(j);
-        if copy == last.as_slice() {
-            let mut v = std::mem::take(&mut last);
-            let own = &mut v[tx.c.id as usize];
-            *own = (*own).max(tx.c.last_commit_ts);
-            tx.snapshot_vector = v;
-            return Ok(());
-        }
-        last.clear();
-        last.extend_from_slice(copy);
+    };
+    if tx.c.cfg.vector_slots == VectorSlots::Coordinator {
+        // Its own slot is its own: its last commit, whether or not the WRITE landed yet.
+        let own = &mut v[tx.c.id as usize];
+        *own = (*own).max(tx.c.last_commit_ts);
     }
-    Err(Abort::SnapshotTooOld)
+    tx.snapshot_vector = v;
+    Ok(())
 }
 
 /// NAM-DB ranks a block's versions by version number: its commit ids are not ordered
@@ -328,6 +410,35 @@ pub fn publish(tx: &mut TxnCore<'_, RsiEntry>, slot: u32, ts: u64) {
     tx.c.last_commit_ts = ts;
     let ptr = tx.c.ts_vector().slot(slot);
     tx.c.defer(Deferred::Write(ptr, ts));
+}
+
+/// A commit timestamp taken from the node's counter ends without a commit: the node's slot
+/// may move past it (nothing carries it). A coordinator's own timestamp is simply not used.
+async fn give_up(tx: &mut TxnCore<'_, RsiEntry>, slot: u32, ts: u64) {
+    if tx.c.cfg.vector_slots == VectorSlots::Node {
+        publish_shared(tx, slot, ts).await;
+    }
+}
+
+/// Ends timestamp `ts` of the node's shared slot `slot` (its installs completed, or it was
+/// given up), and publishes the slot if this coordinator takes the turn: a signaled WRITE
+/// of the highest timestamp below which all of the node's ended, again while more ended
+/// meanwhile (up to [`atoll_txn::tsvc::PUBLISH_ROUNDS_MAX`] in a row), one publisher at a time so the
+/// slot never moves back.
+pub async fn publish_shared(tx: &mut TxnCore<'_, RsiEntry>, slot: u32, ts: u64) {
+    let clock = tx.c.node_clock.clone();
+    let ptr = tx.c.ts_vector().slot(slot);
+    let mut next = clock.end_ts(ts);
+    let mut rounds = 0;
+    while let Some(v) = next {
+        rounds += 1;
+        let mut d = tx.c.ep.doorbell_for(1);
+        d.write(ptr, Words::from_slice(&[v]));
+        let r = d.submit().await;
+        // A failed WRITE is after the installs: recorded, and the driver stops the run.
+        let _ = tx.unabortable(r);
+        next = clock.published(rounds);
+    }
 }
 
 #[cfg(test)]

@@ -36,6 +36,11 @@ pub struct TxnConfig {
     pub loc_cache_entries_max: usize,
     /// WAITDIE's starvation fix: waiters raise a counter that makes others die.
     pub waitdie_counter: bool,
+    /// NAM-DB: what owns a slot of the timestamp vector.
+    pub vector_slots: crate::tsvc::VectorSlots,
+    /// NAM-DB: a detached fetcher on each compute node keeps a copy of the vector that
+    /// snapshots take instead of reading it.
+    pub vector_fetcher: bool,
 }
 
 impl TxnConfig {
@@ -47,8 +52,27 @@ impl TxnConfig {
         vec![
             self.log_region_words(),
             crate::tsvc::TsService::region_words_for(self.coordinators_total),
-            crate::tsvc::TsVector::region_words_for(self.coordinators_total),
+            crate::tsvc::TsVector::region_words_for(self.vector_slots_total()),
         ]
+    }
+
+    /// Slots of NAM-DB's timestamp vector: one per coordinator, or one per compute node.
+    pub fn vector_slots_total(&self) -> u32 {
+        match self.vector_slots {
+            crate::tsvc::VectorSlots::Coordinator => self.coordinators_total,
+            crate::tsvc::VectorSlots::Node => {
+                self.coordinators_total / self.coordinators_per_node.max(1)
+            }
+        }
+    }
+
+    /// The slot of NAM-DB's vector that coordinator `id` commits in.
+    pub fn vector_slot_of(&self, id: u32) -> u32 {
+        match self.vector_slots {
+            crate::tsvc::VectorSlots::Coordinator => id,
+            // Coordinator ids are dense per compute node, in node order.
+            crate::tsvc::VectorSlots::Node => id / self.coordinators_per_node.max(1),
+        }
     }
 
     /// Words of the log region each node registers.
@@ -128,6 +152,10 @@ pub struct Coordinator {
     /// A read timestamp fetched in the last commit's final doorbell, for the next attempt's
     /// snapshot (RSI: so an update transaction takes no round trip of its own for it).
     pub next_snapshot: Option<u64>,
+    /// What the coordinators of this compute node share of NAM-DB's timestamp vector (the
+    /// runner hands every coordinator of a node the same one; a coordinator alone has its
+    /// own).
+    pub node_clock: Arc<crate::tsvc::NodeClock>,
 }
 
 /// An op left to ride in a coordinator's next doorbell ([`Coordinator::defer`]).
@@ -210,6 +238,7 @@ impl Coordinator {
             deferred: None,
             last_commit_ts: 0,
             next_snapshot: None,
+            node_clock: Arc::default(),
         }
     }
 
@@ -802,6 +831,8 @@ mod tests {
                 log_slots: topology.log_slots(replicas),
                 loc_cache_entries_max: 1,
                 waitdie_counter: false,
+                vector_slots: Default::default(),
+                vector_fetcher: false,
             };
             let mut rings: HashMap<u16, Vec<u32>> = HashMap::new();
             for id in 0..computes * per_node {

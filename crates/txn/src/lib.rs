@@ -22,7 +22,7 @@ pub use coord::{
 };
 pub use plan::{Isolation, Plan, PlanError, Primitive, Stage};
 pub use ts::{Timestamp, TsSource, TxnTimestamps};
-pub use txn::{check_plan, Footprint, Protocol, Txn};
+pub use txn::{check_plan, Footprint, NodeTask, Protocol, Txn};
 
 /// A small set of entry indices (read and write sets are usually small).
 pub type Idxs = smallvec::SmallVec<[usize; 16]>;

@@ -210,9 +210,157 @@ impl TsVector {
     }
 }
 
+/// What owns a slot of NAM-DB's timestamp vector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VectorSlots {
+    /// Every coordinator its own slot (the paper's one per thread: a coordinator runs one
+    /// transaction at a time, as a thread there).
+    #[default]
+    Coordinator,
+    /// One slot per compute node, its coordinators sharing a local counter (the paper's
+    /// "vector compression": a READ of the vector shrinks by the coordinators per node).
+    Node,
+}
+
+impl VectorSlots {
+    pub const ALL: [VectorSlots; 2] = [VectorSlots::Coordinator, VectorSlots::Node];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            VectorSlots::Coordinator => "coordinator",
+            VectorSlots::Node => "node",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|v| v.name() == s).ok_or_else(|| {
+            format!("unknown vector slots '{s}': accepted are coordinator, node")
+        })
+    }
+}
+
+/// Published values a compressed slot's publisher writes in a row before it hands the turn
+/// over (the next coordinator whose timestamp ends takes it), so no transaction publishes
+/// for the others indefinitely.
+pub const PUBLISH_ROUNDS_MAX: u32 = 16;
+
+/// A compute node's share of NAM-DB's timestamp vector, held in common by all its
+/// coordinators (every worker thread of the node):
+/// - with [`VectorSlots::Node`], the counter its commit timestamps come from and which of
+///   them ended, so the node's slot is published only up to a timestamp below which every
+///   one ended (installed, or given up), by one publisher at a time: two WRITEs of one slot
+///   from two coordinators could land out of order and move it back, and a copy of the
+///   vector taken then could see a transaction but not one it read from;
+/// - the detached fetcher's latest copy of the vector.
+#[derive(Debug, Default)]
+pub struct NodeClock {
+    state: std::sync::Mutex<ClockState>,
+}
+
+#[derive(Debug, Default)]
+struct ClockState {
+    /// The last commit timestamp handed out.
+    issued: u64,
+    /// Every timestamp up to it ended.
+    ended_upto: u64,
+    /// Timestamps above `ended_upto` that ended (at most one per coordinator of the node:
+    /// each holds one timestamp at a time).
+    ended: std::collections::BTreeSet<u64>,
+    /// The last value a publisher took to write.
+    published: u64,
+    /// A publisher's WRITE is under way.
+    publishing: bool,
+    /// The fetcher's copy of the vector.
+    cached: Option<std::sync::Arc<Vec<u64>>>,
+}
+
+impl NodeClock {
+    /// A commit timestamp for a coordinator of the node (no network operation).
+    pub fn take_ts(&self) -> u64 {
+        let mut st = self.lock();
+        st.issued += 1;
+        st.issued
+    }
+
+    /// Timestamp `ts` ended: its installs completed, or its transaction gave it up. Returns
+    /// the value the caller is to publish now, if it took the turn.
+    pub fn end_ts(&self, ts: u64) -> Option<u64> {
+        let mut st = self.lock();
+        assert!(
+            ts > st.ended_upto && ts <= st.issued && !st.ended.contains(&ts),
+            "node clock: timestamp {ts} ended twice or never issued ({st:?})"
+        );
+        st.ended.insert(ts);
+        while st.ended.first() == Some(&(st.ended_upto + 1)) {
+            st.ended.pop_first();
+            st.ended_upto += 1;
+        }
+        Self::turn(&mut st)
+    }
+
+    /// The publisher's WRITE landed: the next value it is to publish, if more ended
+    /// meanwhile and `rounds` (values it published in a row) is below
+    /// [`PUBLISH_ROUNDS_MAX`]; else the turn is free.
+    pub fn published(&self, rounds: u32) -> Option<u64> {
+        let mut st = self.lock();
+        st.publishing = false;
+        if rounds >= PUBLISH_ROUNDS_MAX {
+            return None;
+        }
+        Self::turn(&mut st)
+    }
+
+    fn turn(st: &mut ClockState) -> Option<u64> {
+        if st.publishing || st.ended_upto <= st.published {
+            return None;
+        }
+        st.publishing = true;
+        st.published = st.ended_upto;
+        Some(st.published)
+    }
+
+    /// The fetcher's latest copy of the vector, if it has one.
+    pub fn cached(&self) -> Option<std::sync::Arc<Vec<u64>>> {
+        self.lock().cached.clone()
+    }
+
+    /// Replaces the cached copy with `v` (a copy taken at one instant).
+    pub fn set_cached(&self, v: Vec<u64>) {
+        self.lock().cached = Some(std::sync::Arc::new(v));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClockState> {
+        // A panic while holding it is a bug that already stops the run.
+        self.state.lock().expect("node clock poisoned")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tsvc_a_compressed_slot_is_published_only_below_every_running_timestamp_one_writer_at_a_time(
+    ) {
+        let c = NodeClock::default();
+        let (a, b, d) = (c.take_ts(), c.take_ts(), c.take_ts());
+        assert_eq!(c.end_ts(b), None, "a still runs: nothing to publish past it");
+        assert_eq!(c.end_ts(a), Some(b), "a and b ended: publish b");
+        assert_eq!(c.end_ts(d), None, "the publisher's WRITE of b is under way");
+        assert_eq!(c.published(1), Some(d), "then the publisher writes d");
+        assert_eq!(c.published(2), None, "nothing further ended");
+        let e = c.take_ts();
+        assert_eq!(c.end_ts(e), Some(e), "the turn was free");
+        let f = c.take_ts();
+        assert_eq!(c.end_ts(f), None);
+        assert_eq!(
+            c.published(PUBLISH_ROUNDS_MAX),
+            None,
+            "a publisher that wrote its share hands the turn over"
+        );
+        let g = c.take_ts();
+        assert_eq!(c.end_ts(g), Some(g), "the next to end takes it");
+    }
 
     fn service() -> (TsService, Region) {
         let s = TsService::for_coordinators(NodeId(0), RegionId(0), 1);

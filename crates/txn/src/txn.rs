@@ -59,6 +59,26 @@ pub trait Protocol: 'static {
 
     /// Releases whatever the attempt holds, after an abort during execution.
     async fn rollback(tx: &mut TxnCore<'_, Self::EntryState>);
+
+    /// Whether every compute node runs [`Protocol::node_task`] beside its coordinators.
+    fn node_task_wanted(_cfg: &crate::TxnConfig) -> bool {
+        false
+    }
+
+    /// A compute node's background task (NAM-DB's detached fetcher), on the node's first
+    /// worker, until `task.over` says the run is over.
+    async fn node_task(_task: NodeTask) {}
+}
+
+/// What a compute node's background task ([`Protocol::node_task`]) works with.
+pub struct NodeTask {
+    pub ep: atoll_fabric::Endpoint,
+    pub catalog: std::sync::Arc<atoll_storage::Catalog>,
+    pub cfg: std::sync::Arc<crate::TxnConfig>,
+    /// What the node's coordinators share with it.
+    pub clock: std::sync::Arc<crate::tsvc::NodeClock>,
+    /// Whether the run is over at worker time `now_ns`: the task ends then.
+    pub over: Box<dyn Fn(u64) -> bool>,
 }
 
 /// The records one attempt touched, by kind: what a report measures a workload's fidelity
