@@ -793,10 +793,6 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
         &["unknown vector slots 'thread'", "accepted are coordinator, node"],
     );
     bad(
-        &["bench", "--protocol", "namdb", "--rsi-versions", "2"],
-        &["rsi_versions=2 is not built for namdb yet: accepted is 1"],
-    );
-    bad(
         &["bench", "--protocol", "rsi", "--rsi-versions", "0"],
         &["rsi_versions=0 is out of range: expected 1..=64"],
     );

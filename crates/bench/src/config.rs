@@ -255,14 +255,6 @@ impl RunConfig {
         }
         range("mvcc_slots", self.mvcc_slots, 1, VERSIONS_MAX)?;
         range("rsi_versions", self.rsi_versions, 1, VERSIONS_MAX)?;
-        if self.protocol == ProtocolKind::NamDb && self.rsi_versions > 1 {
-            // TODO(#12): NAM-DB's old versions belong in its old-version buffer; RSI's old
-            // slots rank versions by commit id, which NAM-DB's do not order.
-            return Err(ConfigError(format!(
-                "rsi_versions={} is not built for namdb yet: accepted is 1",
-                self.rsi_versions
-            )));
-        }
         // Refused on every fabric, so a bad value never waits for `--fabric sim` to show.
         self.sim_cpu()?;
         if let Fabric::Sim { net, faults } = &self.fabric {

@@ -101,7 +101,7 @@ fn shared_data_every_protocol_runs_clean_on_memory_and_compute_nodes_with_faults
 }
 
 #[test]
-fn namdb_runs_clean_under_snapshot_isolation_with_its_vector_per_node_and_with_the_detached_fetcher_with_faults(
+fn namdb_runs_clean_under_snapshot_isolation_with_its_vector_per_node_and_with_the_detached_fetcher_and_3_versions_per_block_with_faults(
 ) {
     use atoll_txn::tsvc::VectorSlots;
     for (slots, fetcher) in [
@@ -121,8 +121,11 @@ fn namdb_runs_clean_under_snapshot_isolation_with_its_vector_per_node_and_with_t
                 let mut cfg = config(workload, ProtocolKind::NamDb, "one-sided", shape, seed);
                 cfg.vector_slots = slots;
                 cfg.vector_fetcher = fetcher;
+                // Blocks of 3 versions with the fetcher: older snapshots read old slots.
+                cfg.rsi_versions = if fetcher { 3 } else { 1 };
                 let what = format!(
-                    "namdb {slots:?} fetcher={fetcher} / {} / {shape:?} / seed {seed}",
+                    "namdb {slots:?} fetcher={fetcher} versions={} / {} / {shape:?} / seed {seed}",
+                    cfg.rsi_versions,
                     workload.name()
                 );
                 let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));

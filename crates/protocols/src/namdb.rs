@@ -93,8 +93,8 @@ impl Protocol for NamDb {
     const LOCK_WORD: LockWord = LockWord::CommitId;
     // TODO(#12): deletes, as RSI's.
     const DELETES: bool = false;
-    // Record blocks keep `--rsi-versions` versions, as RSI's; more than 1 is refused up
-    // front until NAM-DB's old-version buffer exists (TODO(#12)).
+    // Record blocks keep `--rsi-versions` versions, as RSI's (TODO(#12): NAM-DB's own
+    // old-version buffer, headers apart from data, with overflow, mover and GC).
     const MULTI_VERSION: bool = true;
     const STAGES: &'static [Stage] = &[
         Stage::Read,
@@ -309,7 +309,8 @@ pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
 }
 
 /// NAM-DB ranks a block's versions by version number: its commit ids are not ordered
-/// across slots.
+/// across slots. An old slot's version word is sealed by its commit id
+/// ([`rsi::seal_version`]), so one read torn across a rewrite is refused, never ranked.
 pub fn by_version(_cid: u64, version: u64) -> u64 {
     version
 }

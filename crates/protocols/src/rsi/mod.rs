@@ -438,12 +438,16 @@ pub fn block_words(layout: &TableLayout) -> u32 {
 /// flight (the lock bit set) commits above every snapshot that can see its record locked
 /// (its commit timestamp is not below `RTS` until it has unlocked), so the commit id beside
 /// the bit is still the newest committed.
+///
+/// An old slot whose version word is not sealed by the commit id beside it
+/// ([`seal_version`]) was read torn across a rewrite of the slot: `Err(Conflict)`, as the
+/// version it holds cannot be named.
 pub fn visible(
     layout: &TableLayout,
     w: &[u64],
     sees: impl Fn(u64) -> bool,
     rank: impl Fn(u64, u64) -> u64,
-) -> Option<(u64, u64, usize)> {
+) -> Result<Option<(u64, u64, usize)>, Abort> {
     let mut best: Option<(u64, u64, usize, u64)> = None;
     let mut consider = |cid: u64, version: u64, at: usize| {
         let r = rank(cid, version);
@@ -456,7 +460,10 @@ pub fn visible(
     for j in 0..layout.version_slots - 1 {
         let at = layout.old_slot_offset(j) as usize;
         if w[at + 1] != 0 {
-            consider(w[at], w[at + 1], at + OLD_SLOT_HEADER_WORDS as usize);
+            let Some(version) = unseal_version(w[at], w[at + 1]) else {
+                return Err(Abort::Conflict);
+            };
+            consider(w[at], version, at + OLD_SLOT_HEADER_WORDS as usize);
         }
     }
     consider(
@@ -464,7 +471,35 @@ pub fn visible(
         w[H_VERSION as usize],
         HEADER_WORDS as usize,
     );
-    best.map(|(cid, version, at, _)| (cid, version, at))
+    Ok(best.map(|(cid, version, at, _)| (cid, version, at)))
+}
+
+/// Bit where an old slot's version word keeps the seal of its commit id; versions stay
+/// below it (2^40 commits of one record).
+const SEAL_SHIFT: u32 = 40;
+
+/// A commit id's seal: 24 bits of a hash of it, never 0 (so a written slot's version word
+/// is never 0, the mark of a slot never written).
+fn seal_of(cid: u64) -> u64 {
+    ((cid & !CID_LOCKED).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> SEAL_SHIFT) | 1
+}
+
+/// The version word of an old slot holding `version` of commit id `cid`: the version
+/// below [`SEAL_SHIFT`], the commit id's seal above. The slot's `[commit id, version,
+/// payload]` is rewritten by one WRITE that a READ may straddle; the payload's tag and
+/// check word tie it to the commit id, and the seal ties the version word to it too.
+pub fn seal_version(cid: u64, version: u64) -> u64 {
+    assert!(
+        version < 1 << SEAL_SHIFT,
+        "rsi: version {version} does not fit below its seal"
+    );
+    seal_of(cid) << SEAL_SHIFT | version
+}
+
+/// The version an old slot's version word `word` holds for commit id `cid`; `None` if the
+/// seal is another commit id's (a torn READ).
+pub fn unseal_version(cid: u64, word: u64) -> Option<u64> {
+    (word >> SEAL_SHIFT == seal_of(cid)).then_some(word & ((1 << SEAL_SHIFT) - 1))
 }
 
 /// Takes a whole block `w` read for entry `i` at a snapshot that sees the commit ids `sees`
@@ -483,7 +518,7 @@ pub fn take_version(
     let e = &tx.entries[i];
     let layout = tx.c.catalog.layout(e.table);
     let head = w[H_LOCK as usize];
-    let Some((cid, version, at)) = visible(layout, w, sees, rank) else {
+    let Some((cid, version, at)) = visible(layout, w, sees, rank)? else {
         return Err(Abort::SnapshotTooOld);
     };
     let current = at == HEADER_WORDS as usize;
@@ -516,19 +551,26 @@ pub fn take_version(
         e.state.evict = oldest_slot(layout, w);
         e.state.old_slot.clear();
         if cid == head & !CID_LOCKED {
-            e.state.old_slot.extend_from_slice(&[cid, version]);
+            e.state
+                .old_slot
+                .extend_from_slice(&[cid, seal_version(cid, version)]);
             e.state.old_slot.extend_from_slice(payload);
         }
     }
     Ok(())
 }
 
-/// The old slot holding the oldest version of block `w` (a never-written one first).
+/// The old slot holding the oldest version of block `w` (a never-written one first), by
+/// version: a record's versions rise with its commits, whereas commit ids rise with them
+/// only under RSI (NAM-DB's are `⟨slot, ts⟩`, unordered across slots: ranking by them
+/// evicted a newer version and kept an older one, a stale read found by the seeds with 3
+/// versions per block).
 fn oldest_slot(layout: &TableLayout, w: &[u64]) -> u32 {
     (0..layout.version_slots - 1)
         .min_by_key(|&j| {
             let at = layout.old_slot_offset(j) as usize;
-            (w[at + 1] != 0, w[at])
+            // Every old slot was unsealed by `visible` before (a torn one aborted).
+            (w[at + 1] != 0, unseal_version(w[at], w[at + 1]).unwrap_or(0))
         })
         .expect("a block with older versions has old slots")
 }
@@ -929,4 +971,26 @@ pub async fn report(tx: &mut TxnCore<'_, RsiEntry>, svc: &TsService, cts: u64, r
     } else {
         Deferred::Write(svc.slot(cts), cts)
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rsi_an_old_slot_read_torn_across_a_rewrite_is_refused_by_its_version_seal() {
+        let (old_cid, new_cid) = (17, 4242);
+        let (old_word, new_word) = (seal_version(old_cid, 3), seal_version(new_cid, 5));
+        assert_eq!(unseal_version(old_cid, old_word), Some(3));
+        assert_eq!(unseal_version(new_cid, new_word), Some(5));
+        assert_ne!(old_word, 0, "a written slot's version word is never 0");
+        // A READ straddling the rewrite: one commit id beside the other's version word.
+        assert_eq!(unseal_version(new_cid, old_word), None);
+        assert_eq!(unseal_version(old_cid, new_word), None);
+        assert_eq!(
+            unseal_version(new_cid | CID_LOCKED, new_word),
+            Some(5),
+            "the lock bit is not part of the commit id"
+        );
+    }
 }
