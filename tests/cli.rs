@@ -790,7 +790,10 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
     );
     bad(
         &["bench", "--protocol", "namdb", "--vector-slots", "thread"],
-        &["unknown vector slots 'thread'", "accepted are coordinator, node"],
+        &[
+            "unknown vector slots 'thread'",
+            "accepted are coordinator, node",
+        ],
     );
     bad(
         &["bench", "--protocol", "rsi", "--rsi-versions", "0"],

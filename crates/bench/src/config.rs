@@ -242,8 +242,8 @@ impl RunConfig {
                 self.protocol.name()
             )));
         }
-        let vector_default = self.vector_slots == atoll_txn::tsvc::VectorSlots::Coordinator
-            && !self.vector_fetcher;
+        let vector_default =
+            self.vector_slots == atoll_txn::tsvc::VectorSlots::Coordinator && !self.vector_fetcher;
         if !vector_default && self.protocol != ProtocolKind::NamDb {
             return Err(ConfigError(format!(
                 "vector-slots={} and vector-fetcher={} are NAM-DB's timestamp vector: they need \

@@ -680,8 +680,7 @@ impl Protocol for NamDbPublishingAhead {
         tx.commit_slot = Some(slot);
         if !ins.is_empty() {
             if let Err(a) =
-                stages::apply_inserts_deletes_locked_by(tx, atoll_storage::layout::CID_LOCKED)
-                    .await
+                stages::apply_inserts_deletes_locked_by(tx, atoll_storage::layout::CID_LOCKED).await
             {
                 rsi::release(tx, &ws).await;
                 return Err(a);

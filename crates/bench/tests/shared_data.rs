@@ -151,7 +151,9 @@ fn namdb_runs_clean_under_snapshot_isolation_with_its_vector_per_node_and_with_t
                 if slots == VectorSlots::Node {
                     // A node's coordinators share its slot: the first compute node's slot is 0.
                     assert!(
-                        committed.iter().all(|t| (t.commit_slot.unwrap() as usize) < compute),
+                        committed
+                            .iter()
+                            .all(|t| (t.commit_slot.unwrap() as usize) < compute),
                         "{what}"
                     );
                 }

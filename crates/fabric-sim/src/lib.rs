@@ -131,9 +131,7 @@ impl Ev {
     fn node(&self, threads: u16) -> Option<NodeId> {
         match self {
             Ev::Run { w } | Ev::Arrive { w, .. } => Some(NodeId((*w / threads as u32) as u16)),
-            Ev::Exec { op, .. } | Ev::Step { op, .. } | Ev::Atomic { op, .. } => {
-                Some(op.node())
-            }
+            Ev::Exec { op, .. } | Ev::Step { op, .. } | Ev::Atomic { op, .. } => Some(op.node()),
             // A sent message has left its worker's CPU: a crash or pause of either end
             // acts on the event it carries, when that arrives.
             Ev::Crash { .. } | Ev::Send { .. } => None,
@@ -1436,13 +1434,20 @@ mod tests {
         });
         // Apart: as any ten ops, the tenth leaves the send queue 9 us after the first.
         let apart = 2_000 + 4 * 1_000 + 9 * 1_000;
-        assert_eq!(t[1], apart, "atomics to different words do not wait for each other");
+        assert_eq!(
+            t[1], apart,
+            "atomics to different words do not wait for each other"
+        );
         // On one word: the tenth starts 9 turns after the first reached it.
         // Each way: the send queue, half the round trip, the receive queue.
         let one_way = 1_000 + 2_000 / 2 + 1_000;
         assert_eq!(t[0], one_way + 9 * ATOMIC_NS + one_way);
         assert!(t[0] > apart, "{t:?}");
-        assert_eq!(t[2], 10 + 1 + 10, "the READ ran after every FETCH_ADD before it on the link");
+        assert_eq!(
+            t[2],
+            10 + 1 + 10,
+            "the READ ran after every FETCH_ADD before it on the link"
+        );
     }
 
     #[test]

@@ -173,10 +173,7 @@ impl Protocol for NamDb {
             // the node's slot would stop below it.
             VectorSlots::Node => (tx.c.cfg.vector_slot_of(tx.c.id), tx.c.node_clock.take_ts()),
         };
-        assert!(
-            ts <= TS_MAX,
-            "namdb: slot {slot} ran out of timestamps"
-        );
+        assert!(ts <= TS_MAX, "namdb: slot {slot} ran out of timestamps");
         let cid = commit_id(slot, ts);
         let written: Idxs = ws.iter().chain(ins.iter()).copied().collect();
         rsi::stamp(tx, &written, cid);

@@ -233,9 +233,10 @@ impl VectorSlots {
     }
 
     pub fn parse(s: &str) -> Result<Self, String> {
-        Self::ALL.into_iter().find(|v| v.name() == s).ok_or_else(|| {
-            format!("unknown vector slots '{s}': accepted are coordinator, node")
-        })
+        Self::ALL
+            .into_iter()
+            .find(|v| v.name() == s)
+            .ok_or_else(|| format!("unknown vector slots '{s}': accepted are coordinator, node"))
     }
 }
 
@@ -340,11 +341,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tsvc_a_compressed_slot_is_published_only_below_every_running_timestamp_one_writer_at_a_time(
-    ) {
+    fn tsvc_a_compressed_slot_is_published_only_below_every_running_timestamp_one_writer_at_a_time()
+    {
         let c = NodeClock::default();
         let (a, b, d) = (c.take_ts(), c.take_ts(), c.take_ts());
-        assert_eq!(c.end_ts(b), None, "a still runs: nothing to publish past it");
+        assert_eq!(
+            c.end_ts(b),
+            None,
+            "a still runs: nothing to publish past it"
+        );
         assert_eq!(c.end_ts(a), Some(b), "a and b ended: publish b");
         assert_eq!(c.end_ts(d), None, "the publisher's WRITE of b is under way");
         assert_eq!(c.published(1), Some(d), "then the publisher writes d");

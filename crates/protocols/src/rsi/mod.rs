@@ -570,7 +570,10 @@ fn oldest_slot(layout: &TableLayout, w: &[u64]) -> u32 {
         .min_by_key(|&j| {
             let at = layout.old_slot_offset(j) as usize;
             // Every old slot was unsealed by `visible` before (a torn one aborted).
-            (w[at + 1] != 0, unseal_version(w[at], w[at + 1]).unwrap_or(0))
+            (
+                w[at + 1] != 0,
+                unseal_version(w[at], w[at + 1]).unwrap_or(0),
+            )
         })
         .expect("a block with older versions has old slots")
 }
