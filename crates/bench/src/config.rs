@@ -341,10 +341,10 @@ impl RunConfig {
 
     /// Slots of NAM-DB's timestamp vector ([`atoll_txn::TxnConfig::vector_slots_total`]).
     pub fn vector_slots_total(&self) -> u32 {
-        match self.vector_slots {
-            atoll_txn::tsvc::VectorSlots::Coordinator => self.coordinators_total(),
-            atoll_txn::tsvc::VectorSlots::Node => self.topology().compute_nodes() as u32,
-        }
+        self.vector_slots.count(
+            self.coordinators_total(),
+            self.topology().compute_nodes() as u32,
+        )
     }
 }
 

@@ -658,12 +658,9 @@ impl Protocol for NamDbPublishingAhead {
     }
 
     async fn commit(tx: &mut TxnCore<'_, rsi::RsiEntry>) -> Result<(), Abort> {
-        let ws = tx.select(|e| e.access == Access::Update);
-        let ins = tx.select(|e| e.access == Access::Insert);
-        if ws.is_empty() && ins.is_empty() {
+        let Some(rsi::Writes { ws, ins, blind }) = rsi::writes(tx, Self::NAME) else {
             return Ok(());
-        }
-        let blind = tx.select(|e| e.access == Access::Update && !e.fetched);
+        };
         if !blind.is_empty() {
             namdb::read(tx, &blind).await?;
         }

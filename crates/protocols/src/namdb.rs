@@ -47,8 +47,8 @@ use atoll_storage::layout::{LockWord, CID_LOCKED};
 use atoll_txn::stages::{self};
 use atoll_txn::tsvc::{TsVector, VectorSlots};
 use atoll_txn::{
-    Abort, Access, Deferred, Idxs, Isolation, NodeTask, Plan, PlanError, Primitive, Protocol,
-    Stage, Timestamp, TxnConfig, TxnCore,
+    Abort, Deferred, Idxs, Isolation, NodeTask, Plan, PlanError, Primitive, Protocol, Stage,
+    Timestamp, TxnConfig, TxnCore,
 };
 
 pub struct NamDb;
@@ -131,31 +131,10 @@ impl Protocol for NamDb {
     }
 
     async fn commit(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
-        let ws = tx.select(|e| e.is_write());
-        if ws.is_empty() {
+        let Some(rsi::Writes { ws, ins, blind }) = rsi::writes(tx, Self::NAME) else {
             // Read-only: its snapshot is its place.
             return Ok(());
-        }
-        for &i in &ws {
-            let a = tx.entries[i].access;
-            assert!(
-                a != Access::Delete,
-                "namdb: a delete of {:?} key {} (deletes are refused up front)",
-                tx.entries[i].table,
-                tx.entries[i].key
-            );
-        }
-        let ws: Idxs = ws
-            .iter()
-            .copied()
-            .filter(|&i| tx.entries[i].access == Access::Update)
-            .collect();
-        let ins = tx.select(|e| e.access == Access::Insert);
-        let blind: Idxs = ws
-            .iter()
-            .copied()
-            .filter(|&i| !tx.entries[i].fetched)
-            .collect();
+        };
         if !blind.is_empty() {
             Self::fetch(tx, &blind).await?;
         }

@@ -58,12 +58,10 @@ impl TxnConfig {
 
     /// Slots of NAM-DB's timestamp vector: one per coordinator, or one per compute node.
     pub fn vector_slots_total(&self) -> u32 {
-        match self.vector_slots {
-            crate::tsvc::VectorSlots::Coordinator => self.coordinators_total,
-            crate::tsvc::VectorSlots::Node => {
-                self.coordinators_total / self.coordinators_per_node.max(1)
-            }
-        }
+        self.vector_slots.count(
+            self.coordinators_total,
+            self.coordinators_total / self.coordinators_per_node.max(1),
+        )
     }
 
     /// The slot of NAM-DB's vector that coordinator `id` commits in.

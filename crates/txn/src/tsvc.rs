@@ -232,6 +232,14 @@ impl VectorSlots {
         }
     }
 
+    /// Slots of a vector for `coordinators` co-routines on `compute_nodes` nodes.
+    pub fn count(self, coordinators: u32, compute_nodes: u32) -> u32 {
+        match self {
+            VectorSlots::Coordinator => coordinators,
+            VectorSlots::Node => compute_nodes,
+        }
+    }
+
     pub fn parse(s: &str) -> Result<Self, String> {
         Self::ALL
             .into_iter()

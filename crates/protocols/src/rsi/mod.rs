@@ -129,34 +129,10 @@ impl Protocol for Rsi {
     }
 
     async fn commit(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
-        let ws = tx.select(|e| e.is_write());
-        if ws.is_empty() {
+        let Some(Writes { ws, ins, blind }) = writes(tx, Self::NAME) else {
             // Read-only: its snapshot is its place in the order.
             return Ok(());
-        }
-        for &i in &ws {
-            let a = tx.entries[i].access;
-            assert!(
-                a != Access::Delete,
-                "rsi: a delete of {:?} key {} (deletes are refused up front)",
-                tx.entries[i].table,
-                tx.entries[i].key
-            );
-        }
-        // Updates lock by CAS; inserts need no lock (a new key has no version to validate:
-        // "with SI inserts always succeeding") and are placed after the lock stage.
-        let ws: Idxs = ws
-            .iter()
-            .copied()
-            .filter(|&i| tx.entries[i].access == Access::Update)
-            .collect();
-        let ins = tx.select(|e| e.access == Access::Insert);
-        // A blind write still needs the commit id its lock validates against.
-        let blind: Idxs = ws
-            .iter()
-            .copied()
-            .filter(|&i| !tx.entries[i].fetched)
-            .collect();
+        };
         if !blind.is_empty() {
             Self::fetch(tx, &blind).await?;
         }
@@ -416,6 +392,45 @@ async fn read_by_rpc(
         }
     }
     Ok(out)
+}
+
+/// An attempt's writes, as the snapshot-isolation family commits them.
+pub struct Writes {
+    /// Updates: each locked by a CAS from the commit id read.
+    pub ws: Idxs,
+    /// Inserts: no lock (a new key has no version to validate: "with SI inserts always
+    /// succeeding"), placed after the lock stage.
+    pub ins: Idxs,
+    /// Updates never read (blind writes): read first, for the commit id their lock
+    /// validates against.
+    pub blind: Idxs,
+}
+
+/// The writes of the attempt, `None` if it is read-only. Deletes are refused up front
+/// (`Protocol::DELETES`), so one here is a bug of `protocol`.
+pub fn writes(tx: &TxnCore<'_, RsiEntry>, protocol: &str) -> Option<Writes> {
+    let mut w = Writes {
+        ws: Idxs::new(),
+        ins: Idxs::new(),
+        blind: Idxs::new(),
+    };
+    for (i, e) in tx.entries.iter().enumerate() {
+        match e.access {
+            Access::Update => {
+                w.ws.push(i);
+                if !e.fetched {
+                    w.blind.push(i);
+                }
+            }
+            Access::Insert => w.ins.push(i),
+            Access::Delete => panic!(
+                "{protocol}: a delete of {:?} key {} (deletes are refused up front)",
+                e.table, e.key
+            ),
+            _ => {}
+        }
+    }
+    (!w.ws.is_empty() || !w.ins.is_empty()).then_some(w)
 }
 
 /// Words one READ of a record takes: its block, the current version and every older one
