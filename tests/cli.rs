@@ -788,6 +788,31 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
         &["bench", "--protocol", "occ", "--vector-fetcher"],
         &["vector-fetcher=true", "need --protocol namdb, not occ"],
     );
+    // A slot per coordinator: every coordinator's snapshot holds the whole vector, so the
+    // memory grows with the square of the coordinators (114,688 here: ~196 GiB).
+    bad(
+        &[
+            "bench",
+            "--fabric",
+            "sim",
+            "--architecture",
+            "shared-data",
+            "--memory-nodes",
+            "1",
+            "--compute-nodes",
+            "7",
+            "--threads",
+            "64",
+            "--coroutines",
+            "256",
+            "--protocol",
+            "namdb",
+        ],
+        &[
+            "NAM-DB's snapshot vectors 196.0 GiB",
+            "or --vector-slots node",
+        ],
+    );
     bad(
         &["bench", "--protocol", "namdb", "--vector-slots", "thread"],
         &[

@@ -28,6 +28,9 @@ const KIB_BYTES: u64 = 1024;
 /// for the operating system, the process's other heaps (caches, histories in flight) and
 /// other programs.
 pub const MEMORY_PERCENT_MAX: u64 = 75;
+/// Copies of the timestamp vector a NAM-DB coordinator holds at once: its snapshot, and
+/// the previous copy it compares a new one with (the fetcher's shared copy is one per node).
+pub const SNAPSHOT_COPIES_PER_COORDINATOR: u64 = 2;
 /// The cap when physical memory cannot be read (16 GiB: a common workstation's memory).
 pub const MEMORY_BYTES_FALLBACK: u64 = 16 << 30;
 
@@ -133,6 +136,10 @@ pub struct Sizing {
     /// deleted key they keep) and of its deleted keys' versions (`gone_keys_max_per_node`
     /// of each table).
     pub ordered_index_bytes: u64,
+    /// NAM-DB: the copies of the timestamp vector its coordinators hold at once (a snapshot
+    /// and the copy it is compared with, each one word per slot): with a slot per
+    /// coordinator this grows with the square of the coordinators.
+    pub snapshot_vectors_bytes: u64,
 }
 
 impl Sizing {
@@ -159,7 +166,9 @@ impl Sizing {
 
     /// Bytes of every region and ordered index of every node: what the limit applies to.
     pub fn total_bytes(&self) -> u64 {
-        self.region_bytes() + self.ordered_index_bytes * self.memory_nodes as u64
+        self.region_bytes()
+            + self.ordered_index_bytes * self.memory_nodes as u64
+            + self.snapshot_vectors_bytes
     }
 
     /// The one line a run prints at start-up.
@@ -322,6 +331,14 @@ pub fn size<W: Workload>(
         ) as u64,
         table_region_words,
         ordered_index_bytes,
+        snapshot_vectors_bytes: if cfg.protocol == atoll_protocols::ProtocolKind::NamDb {
+            SNAPSHOT_COPIES_PER_COORDINATOR
+                * cfg.coordinators_total() as u64
+                * cfg.vector_slots_total() as u64
+                * WORD_BYTES
+        } else {
+            0
+        },
     };
     let (limit, source) = memory_limit_bytes();
     let need = sizing.total_bytes();
@@ -333,8 +350,19 @@ pub fn size<W: Workload>(
                 format!("× {memory_nodes} memory nodes of {}", cfg.nodes)
             }
         };
+        let (vectors, vector_hint) = if sizing.snapshot_vectors_bytes > 0 {
+            (
+                format!(
+                    " and NAM-DB's snapshot vectors {}",
+                    human_bytes(sizing.snapshot_vectors_bytes)
+                ),
+                ", or --vector-slots node",
+            )
+        } else {
+            (String::new(), "")
+        };
         return Err(ConfigError(format!(
-            "the configuration needs {} of memory (per node holding records: tables {}, log {}, ordered indexes {}; {holders}), over the limit of {} ({source}): expected fewer nodes, records or co-routines ({})",
+            "the configuration needs {} of memory (per node holding records: tables {}, log {}, ordered indexes {}; {holders}){vectors}, over the limit of {} ({source}): expected fewer nodes, records or co-routines{vector_hint} ({})",
             human_bytes(need),
             human_bytes(sizing.table_region_words.iter().map(|(_, w)| w).sum::<u64>() * WORD_BYTES),
             human_bytes(sizing.log_region_words * WORD_BYTES),
@@ -452,6 +480,7 @@ mod tests {
             ts_vector_region_words: 1 << 3,
             table_region_words: vec![("t".into(), (1 << 20) - (1 << 10) - (1 << 6) - (1 << 3))],
             ordered_index_bytes: 0,
+            snapshot_vectors_bytes: 0,
         }
     }
 
