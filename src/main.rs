@@ -243,6 +243,11 @@ struct BenchArgs {
     /// own (a node of its own, as RSI's Figure 6) [default: memory].
     #[arg(long)]
     ts_node: Option<String>,
+    /// Shared-data: compute node i shares memory node i's machine and reaches its records
+    /// with the CPU's own loads, stores and atomics, not the network (NAM-DB's locality;
+    /// simulated and in-process fabrics).
+    #[arg(long)]
+    colocate: bool,
     /// Worker threads per node.
     #[arg(long)]
     threads: Option<u16>,
@@ -329,6 +334,7 @@ struct FileConfig {
     memory_nodes: Option<u16>,
     compute_nodes: Option<u16>,
     ts_node: Option<String>,
+    colocate: Option<bool>,
     threads: Option<u16>,
     coroutines: Option<u16>,
     duration: Option<f64>,
@@ -557,6 +563,7 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
         cfg.vector_slots = atoll_txn::tsvc::VectorSlots::parse(v)?;
     }
     cfg.vector_fetcher = a.vector_fetcher || file.vector_fetcher.unwrap_or(false);
+    cfg.colocate = a.colocate || file.colocate.unwrap_or(false);
     if let Some(n) = a.mvcc_slots.or(file.mvcc_slots) {
         if cfg.protocol != ProtocolKind::Mvcc {
             return Err(format!(
@@ -1112,6 +1119,11 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return bad(e),
     };
+    if cfg.colocate {
+        return bad(
+            "--colocate is modelled by the simulated and in-process fabrics (atoll bench): separate processes share no memory for it".into(),
+        );
+    }
     if let Some(nodes) = given.filter(|&n| n != cfg.nodes) {
         let what = match cfg.roles {
             Roles::Partitioned => format!("bench --nodes {}", cfg.nodes),

@@ -700,24 +700,43 @@ fn a_single_node_runs_with_the_default_log_replicas_and_an_unmeetable_explicit_v
 }
 
 #[test]
-fn rsi_refuses_workloads_that_delete_naming_what_it_accepts() {
-    for w in ["tpcc", "cycle"] {
-        bad(
-            &[
+fn rsi_and_namdb_run_the_workloads_that_delete_on_shared_data_with_every_check_passing() {
+    for protocol in ["rsi", "namdb"] {
+        for (workload, knobs) in [
+            (
+                "tpcc",
+                "customers_per_district=30,items=100,new_orders_max=200",
+            ),
+            ("cycle", "pairs=6,ranges=2,range_keys=8,dyn_slots=10"),
+        ] {
+            let mut args = vec![
                 "bench",
+                "--architecture",
+                "shared-data",
+                "--memory-nodes",
+                "2",
+                "--compute-nodes",
+                "2",
                 "--protocol",
-                "rsi",
+                protocol,
                 "--workload",
-                w,
+                workload,
                 "--duration",
-                "0.1",
-            ],
-            &[
-                "--protocol rsi does not delete records yet",
-                &format!("workload {w} does"),
-                "smallbank, ycsb",
-            ],
-        );
+                "0.2",
+                "--warmup",
+                "0",
+                "--quiet",
+            ];
+            for kv in knobs.split(',') {
+                args.extend(["-p", kv]);
+            }
+            let (code, out, err) = atoll(&args);
+            assert_eq!(code, 0, "{protocol} {workload}:\n{out}\n{err}");
+            assert!(
+                out.contains("PASS") && !out.contains("FAIL"),
+                "{protocol} {workload}:\n{out}"
+            );
+        }
     }
 }
 

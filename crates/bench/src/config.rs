@@ -68,6 +68,9 @@ pub struct RunConfig {
     /// Every node of the run, whatever its role.
     pub nodes: u16,
     pub roles: Roles,
+    /// Shared-data only: compute node `i` on memory node `i`'s machine, reaching its
+    /// records without the network (NAM-DB's locality).
+    pub colocate: bool,
     pub threads: u16,
     pub coroutines: u16,
     pub duration_s: f64,
@@ -114,6 +117,7 @@ impl Default for RunConfig {
             plan: Plan::uniform(atoll_txn::Primitive::OneSided),
             nodes: 2,
             roles: Roles::Partitioned,
+            colocate: false,
             threads: 1,
             coroutines: 8,
             duration_s: 10.0,
@@ -179,6 +183,11 @@ impl RunConfig {
                     self.nodes.saturating_sub(memory_nodes + own),
                 )));
             }
+        }
+        if self.colocate && self.roles == Roles::Partitioned {
+            return Err(ConfigError(
+                "--colocate needs --architecture shared-data (a partitioned node already holds the records it runs transactions on)".into(),
+            ));
         }
         range("threads", self.threads, 1, THREADS_MAX)?;
         range("coroutines", self.coroutines, 1, COROUTINES_MAX)?;
@@ -304,11 +313,16 @@ impl RunConfig {
             Roles::Partitioned => Topology::partitioned(self.nodes),
             Roles::SharedData { memory_nodes, ts } => {
                 let own = u16::from(ts == TsPlacement::Own);
-                Topology::shared_data(
+                let t = Topology::shared_data(
                     memory_nodes,
                     self.nodes.saturating_sub(memory_nodes + own).max(1),
                     ts,
-                )
+                );
+                if self.colocate {
+                    t.colocated()
+                } else {
+                    t
+                }
             }
         }
     }
@@ -377,6 +391,9 @@ pub struct ConfigReport {
     pub compute_nodes: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ts_node: Option<u16>,
+    /// Shared-data: compute node `i` beside memory node `i` on one machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub colocated: Option<bool>,
     pub threads: u16,
     pub coroutines: u16,
     pub duration_s: f64,

@@ -286,6 +286,7 @@ pub fn report<W: Workload, P: Protocol>(
             memory_nodes: shared_data.then(|| topology.memory_nodes()),
             compute_nodes: shared_data.then(|| topology.compute_nodes()),
             ts_node: shared_data.then(|| topology.ts_node().0),
+            colocated: shared_data.then(|| topology.is_colocated()),
             threads: cfg.threads,
             coroutines: cfg.coroutines,
             duration_s: cfg.duration_s,

@@ -220,9 +220,14 @@ impl Report {
         let s = &self.summary;
         let nodes = match (c.memory_nodes, c.compute_nodes) {
             (Some(m), Some(cn)) => format!(
-                "shared-data {m} memory + {cn} compute{} nodes",
+                "shared-data {m} memory + {cn} compute{} nodes{}",
                 if c.nodes > m + cn {
                     " + 1 timestamp"
+                } else {
+                    ""
+                },
+                if c.colocated == Some(true) {
+                    " (co-located in pairs)"
                 } else {
                     ""
                 }

@@ -346,6 +346,7 @@ fn run_with<W: Workload, P: Protocol>(
         os_threads,
         pin_threads: cfg.pin_threads,
         net_latency_ns: cfg.net_latency_us.map(|us| (us * 1000.0) as u64),
+        machine_pairs: cfg.topology().machine_pairs(),
     };
     let shared = Arc::new(RunShared {
         w,
@@ -406,6 +407,7 @@ fn run_with<W: Workload, P: Protocol>(
                     cpu: cfg.sim_cpu().expect("validated profile"),
                     faults: sim::faults::plan(faults, cfg.nodes, shared.end_ns, cfg.seed),
                     op_timeout_ns: faults.op_timeout_ns(),
+                    machine_pairs: cfg.topology().machine_pairs(),
                 };
                 let t0 = Instant::now();
                 // The simulator runs every worker on this thread: a panic ends them all.

@@ -144,6 +144,7 @@ impl TestCluster {
             os_threads: 1,
             pin_threads: false,
             net_latency_ns: [0; atoll_fabric::VerbKind::COUNT],
+            machine_pairs: Vec::new(),
         };
         let k = self.coroutines_per_worker;
         let spawn = |core: &Rc<WorkerCore>| -> Vec<Coroutine> {

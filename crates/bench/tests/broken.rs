@@ -658,9 +658,10 @@ impl Protocol for NamDbPublishingAhead {
     }
 
     async fn commit(tx: &mut TxnCore<'_, rsi::RsiEntry>) -> Result<(), Abort> {
-        let Some(rsi::Writes { ws, ins, blind }) = rsi::writes(tx, Self::NAME) else {
+        let Some(w) = rsi::writes(tx) else {
             return Ok(());
         };
+        let (ws, ins, blind) = (w.updates(), w.ins, w.blind);
         if !blind.is_empty() {
             namdb::read(tx, &blind).await?;
         }
@@ -677,7 +678,7 @@ impl Protocol for NamDbPublishingAhead {
         tx.commit_slot = Some(slot);
         if !ins.is_empty() {
             if let Err(a) =
-                stages::apply_inserts_deletes_locked_by(tx, atoll_storage::layout::CID_LOCKED).await
+                stages::apply_inserts_locked_by(tx, atoll_storage::layout::CID_LOCKED).await
             {
                 rsi::release(tx, &ws).await;
                 return Err(a);

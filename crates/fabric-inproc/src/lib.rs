@@ -34,6 +34,9 @@ pub struct InprocConfig {
     pub pin_threads: bool,
     /// Added to every remote verb's (and RPC's) round trip, per [`VerbKind`].
     pub net_latency_ns: [u64; VerbKind::COUNT],
+    /// Nodes sharing a machine, two by two ([`atoll_fabric::ids::machine_peer`]): their
+    /// one-sided ops to each other get no injected latency.
+    pub machine_pairs: Vec<(NodeId, NodeId)>,
 }
 
 impl InprocConfig {
@@ -129,6 +132,8 @@ struct InprocTransport {
     /// This node's own memory and handler: own-node ops run on this CPU at once.
     memory: Arc<NodeMemory>,
     handler: Arc<dyn RpcHandler>,
+    /// The node sharing this one's machine: its one-sided ops come back at once.
+    peer: Option<NodeId>,
     delayed: RefCell<BinaryHeap<Delayed>>,
     batch: RefCell<Vec<Msg>>,
 }
@@ -197,6 +202,10 @@ impl Transport for InprocTransport {
             op => {
                 let node = op.node();
                 let c = execute_one_sided(&self.shared.memory[node.0 as usize], op);
+                if Some(node) == self.peer {
+                    // The machine's own memory: no network in between.
+                    return Posted::Done(c);
+                }
                 match self.delay(now, slot, index, c) {
                     Some(c) => Posted::Done(c),
                     None => Posted::Pending,
@@ -364,6 +373,10 @@ pub fn run(
                                     thread: id.thread,
                                     memory: memory.clone(),
                                     handler: handler.clone(),
+                                    peer: atoll_fabric::ids::machine_peer(
+                                        &cfg.machine_pairs,
+                                        id.node,
+                                    ),
                                     delayed: RefCell::new(BinaryHeap::new()),
                                     batch: RefCell::new(Vec::new()),
                                 };
@@ -461,6 +474,7 @@ mod tests {
             os_threads: 2,
             pin_threads: false,
             net_latency_ns: latency_ns,
+            machine_pairs: Vec::new(),
         };
         run(
             &cfg,
@@ -563,6 +577,7 @@ mod tests {
                 os_threads: 2,
                 pin_threads: false,
                 net_latency_ns: [0; atoll_fabric::VerbKind::COUNT],
+                machine_pairs: Vec::new(),
             };
             let r = run(
                 &cfg,

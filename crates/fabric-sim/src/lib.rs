@@ -46,6 +46,9 @@ pub struct SimConfig {
     /// How long an op to a crashed node waits before it completes with
     /// [`FailureKind::TimedOut`] (a NIC's retransmission timeout), from when it was posted.
     pub op_timeout_ns: u64,
+    /// Nodes sharing a machine, two by two ([`atoll_fabric::ids::machine_peer`]): their
+    /// one-sided ops to each other are local accesses, not network trips.
+    pub machine_pairs: Vec<(NodeId, NodeId)>,
 }
 
 /// The op timeout when none is configured: 1 ms of virtual time, a few hundred round trips
@@ -503,6 +506,9 @@ struct SimTransport {
     /// This node's own memory and handler: own-node ops run on its CPU at once.
     memory: Arc<NodeMemory>,
     handler: Arc<dyn RpcHandler>,
+    /// The node sharing this one's machine, and its memory: one-sided ops to it run on
+    /// this CPU at once too (its RPCs still go to its CPU over the network).
+    peer: Option<(NodeId, Arc<NodeMemory>)>,
 }
 
 impl Transport for SimTransport {
@@ -511,6 +517,22 @@ impl Transport for SimTransport {
     }
 
     fn post(&self, slot: SlotId, index: u32, op: Op) -> Posted {
+        if let Some((peer, mem)) = &self.peer {
+            let up = || {
+                self.world.borrow().nodes[peer.0 as usize]
+                    .crashed_at
+                    .is_none()
+            };
+            if op.node() == *peer && !matches!(op, Op::Rpc { .. }) && up() {
+                // The machine's own memory: a local access (a crashed peer's machine is
+                // gone, and its ops fail over the network's path).
+                let c = atoll_fabric::verbs::execute_one_sided(mem, op);
+                let mut wd = self.world.borrow_mut();
+                let ns = wd.cfg.cpu.local_op_ns;
+                wd.workers[self.w as usize].clock_ns += ns;
+                return Posted::Done(c);
+            }
+        }
         if op.node() == self.node {
             // A simulated node's NIC is coherent with its CPU: the CPU accesses its own
             // memory (or calls its own handler) at once, at the cost of a local access, or
@@ -755,6 +777,8 @@ pub fn run(
             };
             let own = memory[id.node.0 as usize].clone();
             let handler = setups[id.node.0 as usize].handler.clone();
+            let peer = atoll_fabric::ids::machine_peer(&cfg.machine_pairs, id.node)
+                .map(|p| (p, memory[p.0 as usize].clone()));
             let transport = SimTransport {
                 world: world.clone(),
                 w: w as u32,
@@ -762,6 +786,7 @@ pub fn run(
                 thread: id.thread,
                 memory: own.clone(),
                 handler: handler.clone(),
+                peer,
             };
             let core = WorkerCore::new(id, w as u32, own, handler, Box::new(transport));
             let tasks = spawn(&core);
@@ -1102,6 +1127,7 @@ mod tests {
             cpu: cpu(),
             faults,
             op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
+            machine_pairs: Vec::new(),
         };
         (memory, handlers, cfg)
     }
@@ -1163,6 +1189,7 @@ mod tests {
             cpu: cpu(),
             faults,
             op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
+            machine_pairs: Vec::new(),
         };
         let mixed = Arc::new(Mutex::new(0usize));
         let m = mixed.clone();
@@ -1275,6 +1302,7 @@ mod tests {
             cpu: cpu(),
             faults,
             op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
+            machine_pairs: Vec::new(),
         };
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();

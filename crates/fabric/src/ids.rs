@@ -6,6 +6,21 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct NodeId(pub u16);
 
+/// The node sharing a machine with `n` among `pairs` (nodes co-located two by two, as a
+/// compute node beside a memory node): a backend runs one-sided ops between them as the
+/// CPU's own loads, stores and atomics, not over the network.
+pub fn machine_peer(pairs: &[(NodeId, NodeId)], n: NodeId) -> Option<NodeId> {
+    pairs.iter().find_map(|&(a, b)| {
+        if a == n {
+            Some(b)
+        } else if b == n {
+            Some(a)
+        } else {
+            None
+        }
+    })
+}
+
 /// A registered memory region of one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct RegionId(pub u16);

@@ -91,8 +91,8 @@ impl Protocol for NamDb {
     const NAME: &'static str = "namdb";
     const ISOLATION: Isolation = Isolation::Snapshot;
     const LOCK_WORD: LockWord = LockWord::CommitId;
-    // TODO(#12): deletes, as RSI's.
-    const DELETES: bool = false;
+    // Deletions as RSI's (`rsi::delete`), unlocked at the deletion's commit id.
+    const DELETES: bool = true;
     // Record blocks keep `--rsi-versions` versions, as RSI's (TODO(#12): NAM-DB's own
     // old-version buffer, headers apart from data, with overflow, mover and GC).
     const MULTI_VERSION: bool = true;
@@ -131,19 +131,19 @@ impl Protocol for NamDb {
     }
 
     async fn commit(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
-        let Some(rsi::Writes { ws, ins, blind }) = rsi::writes(tx, Self::NAME) else {
+        let Some(w) = rsi::writes(tx) else {
             // Read-only: its snapshot is its place.
             return Ok(());
         };
-        if !blind.is_empty() {
-            Self::fetch(tx, &blind).await?;
+        if !w.blind.is_empty() {
+            Self::fetch(tx, &w.blind).await?;
         }
 
         let t0 = tx.now_ns();
-        let locked = lock(tx, &ws).await;
+        let locked = lock(tx, &w.ws).await;
         tx.charge(Stage::Lock, t0);
         if let Err(a) = locked {
-            rsi::release(tx, &ws).await;
+            rsi::release(tx, &w.ws).await;
             return Err(a);
         }
         let (slot, ts) = match tx.c.cfg.vector_slots {
@@ -154,7 +154,8 @@ impl Protocol for NamDb {
         };
         assert!(ts <= TS_MAX, "namdb: slot {slot} ran out of timestamps");
         let cid = commit_id(slot, ts);
-        let written: Idxs = ws.iter().chain(ins.iter()).copied().collect();
+        let upd = w.updates();
+        let written: Idxs = upd.iter().chain(w.ins.iter()).copied().collect();
         rsi::stamp(tx, &written, cid);
         // The history's commit is the timestamp within the slot.
         tx.commit_ts = Timestamp::from_word(ts);
@@ -164,24 +165,25 @@ impl Protocol for NamDb {
         let logged = stages::log(tx, tx.c.plan().get(Stage::Log)).await;
         tx.charge(Stage::Log, t0);
         if let Err(a) = logged {
-            rsi::release(tx, &ws).await;
+            rsi::release(tx, &w.ws).await;
             give_up(tx, slot, ts).await;
             return Err(a);
         }
-        if !ins.is_empty() {
+        if !w.ins.is_empty() {
             let t0 = tx.now_ns();
-            let placed = stages::apply_inserts_deletes_locked_by(tx, CID_LOCKED).await;
+            let placed = stages::apply_inserts_locked_by(tx, CID_LOCKED).await;
             tx.charge(Stage::Commit, t0);
             if let Err(a) = placed {
-                rsi::release(tx, &ws).await;
+                rsi::release(tx, &w.ws).await;
                 give_up(tx, slot, ts).await;
                 return Err(a);
             }
         }
 
         let t0 = tx.now_ns();
-        install(tx, &ws, cid).await;
-        rsi::unlock_inserted(tx, &ins, cid).await;
+        rsi::delete(tx, &w.del, cid).await;
+        install(tx, &upd, cid).await;
+        rsi::unlock_inserted(tx, &w.ins, cid).await;
         match tx.c.cfg.vector_slots {
             VectorSlots::Coordinator => publish(tx, slot, ts),
             VectorSlots::Node => publish_shared(tx, slot, ts).await,

@@ -181,6 +181,14 @@ pub struct Store {
     shards: Vec<Shard>,
 }
 
+/// Takes the `LOCK` word at `at` to `to` by one CAS if no transaction holds it: free is 0
+/// under [`LockWord::Owner`], and any unlocked commit id under [`LockWord::CommitId`] (a
+/// deleted record's keeps its deletion's commit id). Whether it was free and is now `to`.
+fn take_free_lock(region: &Region, at: usize, lock_word: LockWord, to: u64) -> bool {
+    let w = region.load(at);
+    !lock_word.held(w) && region.cas(at, w, to) == w
+}
+
 impl Store {
     pub fn new(catalog: Arc<Catalog>, memory: Arc<NodeMemory>) -> Self {
         assert_eq!(
@@ -225,7 +233,7 @@ impl Store {
 
     /// Finds the record slot `key` owns through the hash index, live or deleted (a deleted
     /// key keeps its slot until it is reclaimed, so a re-insert continues its versions).
-    fn find_slot(&self, t: TableId, key: u64) -> Option<u32> {
+    pub fn find_slot(&self, t: TableId, key: u64) -> Option<u32> {
         let layout = self.catalog.layout(t);
         let region = self.region(t);
         let mut group = layout.home_group(key);
@@ -353,7 +361,12 @@ impl Store {
                 // Retired: its version words are used up.
                 continue;
             }
-            if region.cas(off + H_LOCK as usize, 0, hold) != 0 {
+            if !take_free_lock(
+                region,
+                off + H_LOCK as usize,
+                self.catalog.lock_word(),
+                hold,
+            ) {
                 busy = true;
                 a.queue(idx);
                 continue;
@@ -438,7 +451,14 @@ impl Store {
             // Revive the deleted record. A coordinator with a stale cached location may
             // hold its lock for a moment (it releases on seeing it absent): take the lock
             // by CAS so that release cannot free the inserter's lock.
-            if lock != 0 && region.cas(off + H_LOCK as usize, 0, lock) != 0 {
+            if lock != 0
+                && !take_free_lock(
+                    region,
+                    off + H_LOCK as usize,
+                    self.catalog.lock_word(),
+                    lock,
+                )
+            {
                 return Err(StoreError::Busy {
                     table: self.name(t),
                     key,

@@ -66,6 +66,10 @@ pub struct Topology {
     /// Nodes running coordinators: the same nodes when partitioned, else the next ones.
     compute_nodes: u16,
     ts: TsPlacement,
+    /// Compute node `i` shares a machine with memory node `i` (for `i` below both counts):
+    /// NAM-DB's locality, where a compute server next to a memory server reaches its records
+    /// with the CPU's own loads, stores and atomics.
+    colocated: bool,
 }
 
 impl Topology {
@@ -77,6 +81,7 @@ impl Topology {
             memory_nodes: nodes,
             compute_nodes: nodes,
             ts: TsPlacement::Memory,
+            colocated: false,
         }
     }
 
@@ -91,7 +96,34 @@ impl Topology {
             memory_nodes: memory,
             compute_nodes: compute,
             ts,
+            colocated: false,
         }
+    }
+
+    /// The same roles with compute node `i` on memory node `i`'s machine (shared-data only).
+    pub fn colocated(mut self) -> Self {
+        assert_eq!(
+            self.architecture,
+            Architecture::SharedData,
+            "only shared-data separates the roles that co-location pairs"
+        );
+        self.colocated = true;
+        self
+    }
+
+    pub fn is_colocated(&self) -> bool {
+        self.colocated
+    }
+
+    /// The pairs of nodes sharing a machine: `(memory node i, compute node i)` for `i` below
+    /// both counts when co-located; none otherwise.
+    pub fn machine_pairs(&self) -> Vec<(NodeId, NodeId)> {
+        if !self.colocated {
+            return Vec::new();
+        }
+        (0..self.memory_nodes.min(self.compute_nodes))
+            .map(|i| (NodeId(i), self.compute_node(i)))
+            .collect()
     }
 
     pub fn architecture(&self) -> Architecture {
@@ -226,12 +258,20 @@ impl Topology {
         match self.architecture {
             Architecture::Partitioned => format!("partitioned: {} nodes", self.memory_nodes),
             Architecture::SharedData => format!(
-                "shared-data: {} memory + {} compute nodes{}",
+                "shared-data: {} memory + {} compute nodes{}{}",
                 self.memory_nodes,
                 self.compute_nodes,
                 match self.ts {
                     TsPlacement::Memory => " (timestamp service on memory node 0)",
                     TsPlacement::Own => " + a timestamp node",
+                },
+                if self.colocated {
+                    format!(
+                        ", {} machines each a compute node beside a memory node",
+                        self.memory_nodes.min(self.compute_nodes)
+                    )
+                } else {
+                    String::new()
                 }
             ),
         }
@@ -242,6 +282,33 @@ impl Topology {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn topology_colocation_pairs_compute_node_i_with_memory_node_i_and_only_under_shared_data() {
+        let t = Topology::shared_data(2, 3, TsPlacement::Own);
+        assert!(t.machine_pairs().is_empty(), "not co-located unless asked");
+        let c = t.colocated();
+        assert_eq!(
+            c.machine_pairs(),
+            vec![(NodeId(0), NodeId(2)), (NodeId(1), NodeId(3))]
+        );
+        assert_eq!(
+            atoll_fabric::ids::machine_peer(&c.machine_pairs(), NodeId(3)),
+            Some(NodeId(1))
+        );
+        // The third compute node and the timestamp node have no memory node beside them.
+        assert_eq!(
+            atoll_fabric::ids::machine_peer(&c.machine_pairs(), NodeId(4)),
+            None
+        );
+        assert_eq!(
+            atoll_fabric::ids::machine_peer(&c.machine_pairs(), NodeId(5)),
+            None
+        );
+        assert!(c
+            .describe()
+            .contains("2 machines each a compute node beside a memory node"));
+    }
 
     #[test]
     fn topology_shared_data_lays_out_memory_then_compute_then_the_timestamp_node() {

@@ -334,7 +334,8 @@ impl Coordinator {
         self.loc_cache.insert((t, node, key), loc);
     }
 
-    pub(crate) fn forget_loc(&mut self, t: TableId, node: NodeId, key: u64) {
+    /// Drops `key`'s cached location (its record was deleted or its slot moved on).
+    pub fn forget_loc(&mut self, t: TableId, node: NodeId, key: u64) {
         self.loc_cache.remove(&(t, node, key));
     }
 }

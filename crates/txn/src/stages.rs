@@ -1153,8 +1153,56 @@ pub async fn apply_inserts_deletes_locked_by<S: EntryState>(
     if !tx.entries.iter().any(index_change) {
         return Ok(());
     }
-    let ins = tx.select(|e| e.access == Access::Insert);
+    apply_inserts_locked_by(tx, lock).await?;
     let del = tx.select(|e| e.access == Access::Delete);
+    let ts = lock;
+    let mut d = tx.c.ep.doorbell();
+    for &i in &del {
+        let e = &tx.entries[i];
+        assert!(e.locked, "delete of unlocked key {}", e.key);
+        d.rpc(
+            e.node,
+            Request::Delete {
+                table: e.table,
+                key: e.key,
+            }
+            .to_bytes(),
+        );
+        d.rpc(
+            e.node,
+            Request::Release {
+                ts,
+                items: vec![(e.table, e.slot())],
+            }
+            .to_bytes(),
+        );
+    }
+    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    for (j, &i) in del.iter().enumerate() {
+        // The deleter holds the lock, so the record is there to delete.
+        match decode(res.rpc(2 * j)) {
+            Reply::Deleted { version } => tx.entries[i].installed = Some(version),
+            r => panic!("delete: unexpected reply {r:?} for a record this transaction holds"),
+        }
+        let (t, n, k) = (tx.entries[i].table, tx.entries[i].node, tx.entries[i].key);
+        tx.c.forget_loc(t, n, k);
+        tx.entries[i].locked = false;
+    }
+    Ok(())
+}
+
+/// The insert half of [`apply_inserts_deletes_locked_by`], for families that delete their
+/// own way (the snapshot-isolation family): each inserted record placed by its node, its
+/// `LOCK` word `lock` until the attempt unlocks it; on a duplicate or a full table the
+/// inserts made are taken back and the attempt aborts.
+pub async fn apply_inserts_locked_by<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    lock: u64,
+) -> Result<(), Abort> {
+    let ins = tx.select(|e| e.access == Access::Insert);
+    if ins.is_empty() {
+        return Ok(());
+    }
     let ts = lock;
     let mut d = tx.c.ep.doorbell();
     for &i in &ins {
@@ -1224,38 +1272,6 @@ pub async fn apply_inserts_deletes_locked_by<S: EntryState>(
             tx.entries[i].installed = None;
         }
         return Err(abort);
-    }
-    let mut d = tx.c.ep.doorbell();
-    for &i in &del {
-        let e = &tx.entries[i];
-        assert!(e.locked, "delete of unlocked key {}", e.key);
-        d.rpc(
-            e.node,
-            Request::Delete {
-                table: e.table,
-                key: e.key,
-            }
-            .to_bytes(),
-        );
-        d.rpc(
-            e.node,
-            Request::Release {
-                ts,
-                items: vec![(e.table, e.slot())],
-            }
-            .to_bytes(),
-        );
-    }
-    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-    for (j, &i) in del.iter().enumerate() {
-        // The deleter holds the lock, so the record is there to delete.
-        match decode(res.rpc(2 * j)) {
-            Reply::Deleted { version } => tx.entries[i].installed = Some(version),
-            r => panic!("delete: unexpected reply {r:?} for a record this transaction holds"),
-        }
-        let (t, n, k) = (tx.entries[i].table, tx.entries[i].node, tx.entries[i].key);
-        tx.c.forget_loc(t, n, k);
-        tx.entries[i].locked = false;
     }
     Ok(())
 }

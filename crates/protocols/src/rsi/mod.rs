@@ -32,8 +32,10 @@
 //! already covers), so the snapshot is the `RTS` read beside the previous installs
 //! instead, which every later READ follows. A read-only transaction commits at its
 //! snapshot. Inserts are placed by their nodes after the lock stage (RPC:
-//! allocation) and unlocked at the commit timestamp; deletes are not built yet (refused up
-//! front).
+//! allocation) and unlocked at the commit timestamp. A deletion is locked and validated as
+//! an update; then the record's node marks it absent and unlocks it at the commit timestamp
+//! (RPC: the indexes change), so a reader that finds it absent aborts `SnapshotTooOld` if
+//! its snapshot predates the deletion and `NotFound` if not.
 //!
 //! **Plans.** Every stage may instead go as requests to the serving CPUs ([`participant`]):
 //! `read`, `lock`, `commit` (install) and `release` to the records' nodes, `timestamp` to
@@ -48,8 +50,9 @@ pub mod participant;
 
 use atoll_fabric::{Completions, Doorbell, NodeId, RemotePtr, Words};
 use atoll_storage::layout::{
-    payload_check, payload_intact, LockWord, TableLayout, CID_LOCKED, HEADER_WORDS, H_LOCK,
-    H_VERSION, OLD_SLOT_HEADER_WORDS, P_CHECK, P_TAG,
+    payload_check, payload_intact, LockWord, TableLayout, CID_LOCKED, HEADER_WORDS, H_KEY, H_LOCK,
+    H_VERSION, OLD_SLOT_HEADER_WORDS, P_CHECK, P_TAG, VERSION_ABSENT, VERSION_KEY_BITS,
+    VERSION_KEY_MASK,
 };
 use atoll_txn::stages::{self, check_tuple};
 use atoll_txn::tsvc::TsService;
@@ -57,7 +60,7 @@ use atoll_txn::{
     Abort, Access, Coordinator, Deferred, EntryState, Idxs, Isolation, Plan, PlanError, Primitive,
     Protocol, Stage, Timestamp, TxnCore,
 };
-use msg::{InstallItem, LockChange, RsiReply, RsiRequest};
+use msg::{DeleteItem, InstallItem, LockChange, RsiReply, RsiRequest};
 
 pub struct Rsi;
 
@@ -100,8 +103,8 @@ impl Protocol for Rsi {
     const NAME: &'static str = "rsi";
     const ISOLATION: Isolation = Isolation::Snapshot;
     const LOCK_WORD: LockWord = LockWord::CommitId;
-    // TODO(#12): deletes (a deleted record's commit id and the SI checker's view of it).
-    const DELETES: bool = false;
+    // A deletion is locked like an update and done by the record's node ([`delete`]).
+    const DELETES: bool = true;
     // Record blocks keep `--rsi-versions` versions (1 by default, as the paper's code).
     const MULTI_VERSION: bool = true;
     // Each stage one-sided (the paper's protocol) or served by CPUs (its baselines).
@@ -129,17 +132,17 @@ impl Protocol for Rsi {
     }
 
     async fn commit(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
-        let Some(Writes { ws, ins, blind }) = writes(tx, Self::NAME) else {
+        let Some(w) = writes(tx) else {
             // Read-only: its snapshot is its place in the order.
             return Ok(());
         };
-        if !blind.is_empty() {
-            Self::fetch(tx, &blind).await?;
+        if !w.blind.is_empty() {
+            Self::fetch(tx, &w.blind).await?;
         }
 
         let t0 = tx.now_ns();
         let svc = tx.c.ts_service();
-        let taken = lock(tx, &ws, |e| e.state.cid).await;
+        let taken = lock(tx, &w.ws, |e| e.state.cid).await;
         tx.charge(Stage::Lock, t0);
         let (cts, rts_word) = match taken {
             Lock::Taken { cts, rts_word } => (cts, rts_word),
@@ -148,40 +151,42 @@ impl Protocol for Rsi {
                 cts,
                 rts_word,
             } => {
-                release(tx, &ws).await;
+                release(tx, &w.ws).await;
                 report(tx, &svc, cts, rts_word).await;
                 return Err(abort);
             }
             Lock::Failed(a) => return Err(a),
         };
-        let written: Idxs = ws.iter().chain(ins.iter()).copied().collect();
+        let upd = w.updates();
+        let written: Idxs = upd.iter().chain(w.ins.iter()).copied().collect();
         stamp(tx, &written, cts);
 
         let t0 = tx.now_ns();
         let logged = stages::log(tx, tx.c.plan().get(Stage::Log)).await;
         tx.charge(Stage::Log, t0);
         if let Err(a) = logged {
-            release(tx, &ws).await;
+            release(tx, &w.ws).await;
             report(tx, &svc, cts, rts_word).await;
             return Err(a);
         }
 
-        if !ins.is_empty() {
+        if !w.ins.is_empty() {
             // Each new record is placed by its node (allocation is one of the few requests
             // the design keeps two-sided), locked until the install unlocks it at `cts`.
             let t0 = tx.now_ns();
-            let placed = stages::apply_inserts_deletes_locked_by(tx, CID_LOCKED).await;
+            let placed = stages::apply_inserts_locked_by(tx, CID_LOCKED).await;
             tx.charge(Stage::Commit, t0);
             if let Err(a) = placed {
-                release(tx, &ws).await;
+                release(tx, &w.ws).await;
                 report(tx, &svc, cts, rts_word).await;
                 return Err(a);
             }
         }
 
         let t0 = tx.now_ns();
-        install(tx, &ws, cts).await;
-        unlock_inserted(tx, &ins, cts).await;
+        delete(tx, &w.del, cts).await;
+        install(tx, &upd, cts).await;
+        unlock_inserted(tx, &w.ins, cts).await;
         tx.charge(Stage::Commit, t0);
         tx.c.last_commit_ts = cts;
         report(tx, &svc, cts, rts_word).await;
@@ -396,37 +401,50 @@ async fn read_by_rpc(
 
 /// An attempt's writes, as the snapshot-isolation family commits them.
 pub struct Writes {
-    /// Updates: each locked by a CAS from the commit id read.
+    /// Updates and deletes: each locked by a CAS from the commit id read.
     pub ws: Idxs,
+    /// The deletes among `ws`: their nodes' CPUs mark them absent (the indexes change)
+    /// instead of an install.
+    pub del: Idxs,
     /// Inserts: no lock (a new key has no version to validate: "with SI inserts always
     /// succeeding"), placed after the lock stage.
     pub ins: Idxs,
-    /// Updates never read (blind writes): read first, for the commit id their lock
-    /// validates against.
+    /// Updates and deletes never read (blind writes): read first, for the commit id their
+    /// lock validates against.
     pub blind: Idxs,
 }
 
-/// The writes of the attempt, `None` if it is read-only. Deletes are refused up front
-/// (`Protocol::DELETES`), so one here is a bug of `protocol`.
-pub fn writes(tx: &TxnCore<'_, RsiEntry>, protocol: &str) -> Option<Writes> {
+impl Writes {
+    /// The entries of `ws` an install writes: every one but the deletes.
+    pub fn updates(&self) -> Idxs {
+        self.ws
+            .iter()
+            .copied()
+            .filter(|i| !self.del.contains(i))
+            .collect()
+    }
+}
+
+/// The writes of the attempt, `None` if it is read-only.
+pub fn writes(tx: &TxnCore<'_, RsiEntry>) -> Option<Writes> {
     let mut w = Writes {
         ws: Idxs::new(),
+        del: Idxs::new(),
         ins: Idxs::new(),
         blind: Idxs::new(),
     };
     for (i, e) in tx.entries.iter().enumerate() {
         match e.access {
-            Access::Update => {
+            Access::Update | Access::Delete => {
                 w.ws.push(i);
+                if e.access == Access::Delete {
+                    w.del.push(i);
+                }
                 if !e.fetched {
                     w.blind.push(i);
                 }
             }
             Access::Insert => w.ins.push(i),
-            Access::Delete => panic!(
-                "{protocol}: a delete of {:?} key {} (deletes are refused up front)",
-                e.table, e.key
-            ),
             _ => {}
         }
     }
@@ -472,13 +490,20 @@ pub fn visible(
     };
     // Old slots first: while an install runs, the version it moved out of the head is in
     // an old slot under the same commit id, intact, and the head's payload may not be.
+    // An old slot keeps its key version; the slot's incarnation is the head's (a reclaim or
+    // a revival clears the old slots).
+    let incarnation_bits = w[H_VERSION as usize] & !VERSION_ABSENT & !VERSION_KEY_MASK;
     for j in 0..layout.version_slots - 1 {
         let at = layout.old_slot_offset(j) as usize;
         if w[at + 1] != 0 {
-            let Some(version) = unseal_version(w[at], w[at + 1]) else {
+            let Some(key_version) = unseal_version(w[at], w[at + 1]) else {
                 return Err(Abort::Conflict);
             };
-            consider(w[at], version, at + OLD_SLOT_HEADER_WORDS as usize);
+            consider(
+                w[at],
+                incarnation_bits | key_version,
+                at + OLD_SLOT_HEADER_WORDS as usize,
+            );
         }
     }
     consider(
@@ -491,7 +516,7 @@ pub fn visible(
 
 /// Bit where an old slot's version word keeps the seal of its commit id; versions stay
 /// below it (2^40 commits of one record).
-const SEAL_SHIFT: u32 = 40;
+const SEAL_SHIFT: u32 = VERSION_KEY_BITS;
 
 /// A commit id's seal: 24 bits of a hash of it, never 0 (so a written slot's version word
 /// is never 0, the mark of a slot never written).
@@ -499,20 +524,19 @@ fn seal_of(cid: u64) -> u64 {
     ((cid & !CID_LOCKED).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> SEAL_SHIFT) | 1
 }
 
-/// The version word of an old slot holding `version` of commit id `cid`: the version
-/// below [`SEAL_SHIFT`], the commit id's seal above. The slot's `[commit id, version,
-/// payload]` is rewritten by one WRITE that a READ may straddle; the payload's tag and
-/// check word tie it to the commit id, and the seal ties the version word to it too.
+/// The version word of an old slot holding version word `version` of commit id `cid`: its
+/// key version (below [`SEAL_SHIFT`], which is the store's `VERSION_KEY_BITS`), the commit
+/// id's seal above, where the version word keeps the slot's incarnation: that is the head's
+/// (found by the first session with deletes: a reclaimed slot's versions overflowed the
+/// seal). The slot's `[commit id, version, payload]` is rewritten by one WRITE that a READ
+/// may straddle; the payload's tag and check word tie it to the commit id, and the seal ties
+/// the version word to it too.
 pub fn seal_version(cid: u64, version: u64) -> u64 {
-    assert!(
-        version < 1 << SEAL_SHIFT,
-        "rsi: version {version} does not fit below its seal"
-    );
-    seal_of(cid) << SEAL_SHIFT | version
+    seal_of(cid) << SEAL_SHIFT | (version & VERSION_KEY_MASK)
 }
 
-/// The version an old slot's version word `word` holds for commit id `cid`; `None` if the
-/// seal is another commit id's (a torn READ).
+/// The key version an old slot's version word `word` holds for commit id `cid`; `None` if
+/// the seal is another commit id's (a torn READ).
 pub fn unseal_version(cid: u64, word: u64) -> Option<u64> {
     (word >> SEAL_SHIFT == seal_of(cid)).then_some(word & ((1 << SEAL_SHIFT) - 1))
 }
@@ -529,10 +553,21 @@ pub fn take_version(
     sees: impl Fn(u64) -> bool,
     rank: impl Fn(u64, u64) -> u64,
 ) -> Result<(), Abort> {
+    let head = w[H_LOCK as usize];
+    if w[H_KEY as usize] == tx.entries[i].key && w[H_VERSION as usize] & VERSION_ABSENT != 0 {
+        // Deleted ([`delete`]), being deleted, or an insert taken back (commit id 0).
+        if head & CID_LOCKED != 0 {
+            return Err(Abort::Conflict);
+        }
+        if !sees(head) {
+            // Deleted after the snapshot: the version the snapshot needs is gone with it.
+            return Err(Abort::SnapshotTooOld);
+        }
+    }
+    // Another key's slot now, or absent in the snapshot: `NotFound`.
     check_tuple(tx, i, w)?;
     let e = &tx.entries[i];
     let layout = tx.c.catalog.layout(e.table);
-    let head = w[H_LOCK as usize];
     let Some((cid, version, at)) = visible(layout, w, sees, rank)? else {
         return Err(Abort::SnapshotTooOld);
     };
@@ -858,6 +893,62 @@ pub fn installed(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize]) {
     }
 }
 
+/// Deletes the locked entries `del`, committing at commit id `cid`: one request per node,
+/// whose CPU marks each record absent at its next version (the indexes change: one of the
+/// few steps the design keeps two-sided) and then unlocks it at `cid`. A reader that finds
+/// a record absent tells by that commit id whether its snapshot includes the deletion
+/// ([`take_version`]).
+pub async fn delete(tx: &mut TxnCore<'_, RsiEntry>, del: &[usize], cid: u64) {
+    if del.is_empty() {
+        return;
+    }
+    let nodes = stages::nodes_of(tx, del);
+    let mut d = tx.c.ep.doorbell_for(nodes.len());
+    let mut mine: Vec<Idxs> = Vec::with_capacity(nodes.len());
+    for &n in &nodes {
+        let on = stages::on_node(tx, del, n);
+        let items = on
+            .iter()
+            .map(|&i| {
+                let e = &tx.entries[i];
+                DeleteItem {
+                    table: e.table,
+                    loc: e.slot(),
+                    key: e.key,
+                }
+            })
+            .collect();
+        d.rpc(n, RsiRequest::Delete { cid, items }.to_bytes());
+        mine.push(on);
+    }
+    let r = d.submit().await;
+    if let Ok(res) = &r {
+        for (j, on) in mine.iter().enumerate() {
+            let versions = words(res, j);
+            assert_eq!(
+                versions.len(),
+                on.len(),
+                "rsi: node {} answered {} deletions for {}",
+                nodes[j].0,
+                versions.len(),
+                on.len()
+            );
+            for (&i, v) in on.iter().zip(versions) {
+                tx.entries[i].installed = Some(v);
+            }
+        }
+    }
+    // An op that failed here is after the log: recorded, and the driver stops the run.
+    let failed = tx.unabortable(r).is_none();
+    for &i in del {
+        let (t, n, k) = (tx.entries[i].table, tx.entries[i].node, tx.entries[i].key);
+        tx.c.forget_loc(t, n, k);
+        if !failed {
+            tx.entries[i].locked = false;
+        }
+    }
+}
+
 /// Asserts that requests `asked` were answered `Ok`: this coordinator sends only requests
 /// its participant accepts (records it holds locked, payloads of the table's size).
 fn expect_ok(res: &Completions, asked: &[usize], what: &str) {
@@ -1009,6 +1100,39 @@ mod tests {
             unseal_version(new_cid | CID_LOCKED, new_word),
             Some(5),
             "the lock bit is not part of the commit id"
+        );
+    }
+
+    #[test]
+    fn rsi_a_reclaimed_slots_old_versions_keep_the_heads_incarnation_under_their_seal() {
+        use atoll_storage::layout::{make_version, TableSpec};
+        use atoll_storage::Partition;
+        let spec = TableSpec {
+            name: "t".into(),
+            payload_words: 3,
+            capacity_per_node: 4,
+            partition: Partition::Modulo,
+            ordered: false,
+            gone_keys_max_per_node: 0,
+        };
+        let layout = TableLayout::with_versions(&spec, 2);
+        // A slot at incarnation 2 (reclaimed twice), key version 7 in the head under commit
+        // id 900, key version 6 in the old slot under commit id 800: a version word above
+        // the seal's bits, which the seal once refused with a panic.
+        let (head, old) = (make_version(2, 7), make_version(2, 6));
+        let mut w = vec![0u64; layout.record_words as usize];
+        w[H_LOCK as usize] = 900;
+        w[H_VERSION as usize] = head;
+        let at = layout.old_slot_offset(0) as usize;
+        w[at] = 800;
+        w[at + 1] = seal_version(800, old);
+        let all = visible(&layout, &w, |_| true, |cid, _| cid).unwrap();
+        assert_eq!(all.map(|v| (v.0, v.1)), Some((900, head)));
+        let before = visible(&layout, &w, |cid| cid < 900, |cid, _| cid).unwrap();
+        assert_eq!(
+            before.map(|v| (v.0, v.1)),
+            Some((800, old)),
+            "the old slot's version is the head's incarnation with its own key version"
         );
     }
 }

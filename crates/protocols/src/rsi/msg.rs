@@ -21,6 +21,7 @@ wire_tags! {
         Snapshot = 5,
         CommitTs = 6,
         Outcome = 7,
+        Delete = 8,
     }
 }
 
@@ -46,6 +47,14 @@ pub struct LockChange {
     pub to: u64,
 }
 
+/// One record's deletion: its slot and key (the node's indexes change, so its CPU does it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeleteItem {
+    pub table: TableId,
+    pub loc: u32,
+    pub key: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RsiRequest {
     /// Each item's whole record block as it is (the reader chooses the version its
@@ -67,6 +76,10 @@ pub enum RsiRequest {
     CommitTs,
     /// `cts` finished: written into its ring slot. Reply: `Ok`.
     Outcome { cts: u64 },
+    /// Deletes records this node holds locked, committing at commit id `cid`: each is
+    /// marked absent at its next version (its slot queued for reuse), then `LOCK` = `cid`,
+    /// which unlocks. Reply: [`RsiReply::Words`], each deletion's version word.
+    Delete { cid: u64, items: Vec<DeleteItem> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,6 +147,16 @@ impl RsiRequest {
                 e.tag(RsiTag::Outcome);
                 e.w(*cts);
             }
+            RsiRequest::Delete { cid, items } => {
+                e.tag(RsiTag::Delete);
+                e.w(*cid);
+                e.w(items.len() as u64);
+                for it in items {
+                    e.w(it.table.0 as u64);
+                    e.w(it.loc as u64);
+                    e.w(it.key);
+                }
+            }
         }
     }
 
@@ -168,6 +191,16 @@ impl RsiRequest {
             RsiTag::Snapshot => RsiRequest::Snapshot,
             RsiTag::CommitTs => RsiRequest::CommitTs,
             RsiTag::Outcome => RsiRequest::Outcome { cts: d.w()? },
+            RsiTag::Delete => RsiRequest::Delete {
+                cid: d.w()?,
+                items: d.list(|d| {
+                    Ok(DeleteItem {
+                        table: d.table()?,
+                        loc: d.u32()?,
+                        key: d.w()?,
+                    })
+                })?,
+            },
         };
         d.done()?;
         Ok(r)
@@ -272,6 +305,14 @@ mod tests {
             RsiRequest::Snapshot,
             RsiRequest::CommitTs,
             RsiRequest::Outcome { cts: 12 },
+            RsiRequest::Delete {
+                cid: 81,
+                items: vec![DeleteItem {
+                    table: TableId(3),
+                    loc: 6,
+                    key: 1234,
+                }],
+            },
         ];
         for r in requests {
             let b = r.to_bytes();

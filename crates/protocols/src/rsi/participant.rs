@@ -4,11 +4,14 @@
 //!
 //! A request is checked whole before it touches memory: every record it names must be a
 //! slot of this node, each `LOCK` change must lock an unlocked word or unlock a locked one,
-//! and an install must find its records locked and carry payloads of the table's size.
+//! an install must find its records locked and carry payloads of the table's size, and a
+//! deletion must find its record live, of its key, and locked.
 
-use super::msg::{InstallItem, LockChange, RsiReply, RsiRequest, FAMILY};
+use super::msg::{DeleteItem, InstallItem, LockChange, RsiReply, RsiRequest, FAMILY};
 use atoll_fabric::ReplyTo;
-use atoll_storage::layout::{CID_LOCKED, HEADER_WORDS, H_LOCK, H_VERSION, OLD_SLOT_HEADER_WORDS};
+use atoll_storage::layout::{
+    CID_LOCKED, HEADER_WORDS, H_KEY, H_LOCK, H_VERSION, OLD_SLOT_HEADER_WORDS, VERSION_ABSENT,
+};
 use atoll_txn::handler::{Local, Participant};
 use atoll_txn::msg::{FamilyId, Reply};
 use atoll_txn::tsvc::TsService;
@@ -57,6 +60,18 @@ fn valid_install(local: &Local, it: &InstallItem) -> bool {
         && r.load(off + H_LOCK as usize) & CID_LOCKED != 0
 }
 
+/// Whether `it` names a live record of this node, of its key, that a committer holds
+/// locked: only the lock's holder deletes.
+fn valid_delete(local: &Local, it: &DeleteItem) -> bool {
+    if !valid_record(local, it.table, it.loc) {
+        return false;
+    }
+    let (r, off) = local.record(it.table, it.loc);
+    r.load(off + H_KEY as usize) == it.key
+        && r.load(off + H_VERSION as usize) & VERSION_ABSENT == 0
+        && r.load(off + H_LOCK as usize) & CID_LOCKED != 0
+}
+
 /// Whether `cts` is a commit timestamp the service handed out whose outcome it awaits and
 /// whose ring slot is free.
 fn handed_out(svc: &TsService, r: &atoll_fabric::Region, cts: u64) -> bool {
@@ -77,7 +92,11 @@ fn serve(local: &Local, req: RsiRequest) -> Reply {
             let blocks = items
                 .iter()
                 .map(|it| {
-                    let loc = local.loc_of(it)?;
+                    // A deleted key keeps its slot until reclaimed: its block tells the
+                    // reader whether its snapshot includes the deletion.
+                    let loc = local
+                        .loc_of(it)
+                        .or_else(|| local.store().find_slot(it.table, it.key))?;
                     let layout = local.store().catalog.layout(it.table);
                     let (r, off) = local.record(it.table, loc);
                     let mut block = vec![0; super::block_words(layout) as usize];
@@ -129,6 +148,25 @@ fn serve(local: &Local, req: RsiRequest) -> Reply {
                 r.store(off + H_LOCK as usize, cts);
             }
             Reply::Ok
+        }
+        RsiRequest::Delete { cid, items } => {
+            if cid & CID_LOCKED != 0 || !items.iter().all(|it| valid_delete(local, it)) {
+                return Reply::BadRequest;
+            }
+            let mut versions = Vec::with_capacity(items.len());
+            for it in &items {
+                // Absent at the next version while still locked, then unlocked at the
+                // deletion's commit id: a reader seeing the record absent and unlocked
+                // knows whether its snapshot includes the deletion.
+                let Ok((_, version)) = local.store().delete(it.table, it.key) else {
+                    // Checked live and of this key above, and its holder is the caller.
+                    return Reply::BadRequest;
+                };
+                let (r, off) = local.record(it.table, it.loc);
+                r.store(off + H_LOCK as usize, cid);
+                versions.push(version);
+            }
+            RsiReply::Words(versions).into_reply()
         }
         RsiRequest::Snapshot => match local.ts_service() {
             Some((svc, r)) => {
