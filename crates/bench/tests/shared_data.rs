@@ -479,6 +479,73 @@ fn rsi_a_snapshot_older_than_a_commit_reads_the_version_before_it_when_the_block
 }
 
 #[test]
+fn rsi_a_snapshot_older_than_a_deletion_aborts_snapshot_too_old_a_newer_one_finds_nothing_and_a_reinsert_revives_the_key(
+) {
+    use atoll_bench::testkit::Steps;
+    use atoll_fabric::NodeId;
+    use atoll_txn::Txn;
+    use std::sync::{Arc, Mutex};
+    for plan in ["one-sided", "rpc"] {
+        let c = rsi_cluster(2, 1, Plan::parse(plan).unwrap());
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let steps = Steps::default();
+        c.run(&|core, k| {
+            if core.id.node != NodeId(1) {
+                return None;
+            }
+            let mut co = c.coordinator(core, k);
+            let (seen, steps) = (seen.clone(), steps.clone());
+            Some(Box::pin(async move {
+                let ep = co.ep.clone();
+                if k == 0 {
+                    // The old reader: its snapshot is taken by its first read.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    tx.read(T, 5).await.unwrap();
+                    steps.reach(1);
+                    steps.wait(&ep, 2).await;
+                    let r = tx.read(T, 6).await.map(|v| v[0]);
+                    seen.lock().unwrap().push(format!("old reader {r:?}"));
+                    tx.rollback().await;
+                    steps.reach(3);
+                } else {
+                    // A deleter commits the deletion of key 6 after that snapshot.
+                    steps.wait(&ep, 1).await;
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    tx.delete(T, 6).await.unwrap();
+                    let r = tx.commit().await.map(|_| ());
+                    seen.lock().unwrap().push(format!("deleter {r:?}"));
+                    co.flush_deferred().await.unwrap();
+                    steps.reach(2);
+                    steps.wait(&ep, 3).await;
+                    // A snapshot taken after the deletion: the key is not there.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    let r = tx.read(T, 6).await.map(|v| v[0]);
+                    seen.lock().unwrap().push(format!("new reader {r:?}"));
+                    tx.rollback().await;
+                    // Inserted again: the key's slot is revived at the next version.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    tx.insert(T, 6, &[7]);
+                    let r = tx.commit().await.map(|_| ());
+                    seen.lock().unwrap().push(format!("inserter {r:?}"));
+                    co.flush_deferred().await.unwrap();
+                }
+            }))
+        });
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![
+                "deleter Ok(())".to_string(),
+                "old reader Err(SnapshotTooOld)".to_string(),
+                "new reader Err(NotFound)".to_string(),
+                "inserter Ok(())".to_string(),
+            ],
+            "plan {plan}"
+        );
+        assert_eq!(c.payload(T, 6), vec![7], "plan {plan}");
+    }
+}
+
+#[test]
 fn shared_data_rsi_runs_clean_under_snapshot_isolation_with_its_stages_served_by_cpus_with_faults()
 {
     for plan in [
