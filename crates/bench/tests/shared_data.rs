@@ -36,7 +36,27 @@ fn config(
             ("product_bytes", "128"),
             ("orders_max", "2000"),
         ]),
+        // A scaled population; inserts and deletes (NewOrder, Delivery) under every protocol.
+        WorkloadKind::Tpcc => params(&[
+            ("customers_per_district", "30"),
+            ("items", "100"),
+            ("new_orders_max", "50"),
+        ]),
+        // Fewer slots than keys: inserts reclaim deleted keys' slots.
+        WorkloadKind::Cycle => params(&[
+            ("pairs", "6"),
+            ("record_words", "3"),
+            ("ranges", "2"),
+            ("range_keys", "8"),
+            ("dyn_slots", "10"),
+        ]),
         _ => Params::new(),
+    };
+    // TPC-C's transactions touch ~40 records: a longer run for a few dozen commits.
+    let duration_s = if workload == WorkloadKind::Tpcc {
+        0.02
+    } else {
+        0.003
     };
     RunConfig {
         fabric: Fabric::Sim {
@@ -54,7 +74,7 @@ fn config(
         },
         threads: 2,
         coroutines: 4,
-        duration_s: 0.003,
+        duration_s,
         warmup_s: 0.0005,
         seed,
         record_history: true,
@@ -70,20 +90,24 @@ fn served(r: &Report) -> &atoll_bench::report::RpcsByRole {
 }
 
 #[test]
-fn shared_data_every_protocol_runs_clean_on_memory_and_compute_nodes_with_faults() {
+fn shared_data_every_protocol_runs_clean_on_memory_and_compute_nodes_with_faults_and_co_located() {
     for protocol in ProtocolKind::ALL {
         for workload in [
             WorkloadKind::SmallBank,
             WorkloadKind::Ycsb,
             WorkloadKind::Checkout,
+            WorkloadKind::Tpcc,
+            WorkloadKind::Cycle,
         ] {
-            for (seed, shape) in [
-                (1, (2, 2, TsPlacement::Memory)),
-                (2, (1, 3, TsPlacement::Own)),
+            for (seed, shape, colocate) in [
+                (1, (2, 2, TsPlacement::Memory), false),
+                (2, (1, 3, TsPlacement::Own), false),
+                (3, (2, 2, TsPlacement::Memory), true),
             ] {
-                let cfg = config(workload, protocol, "one-sided", shape, seed);
+                let mut cfg = config(workload, protocol, "one-sided", shape, seed);
+                cfg.colocate = colocate;
                 let what = format!(
-                    "{} / {} / {shape:?} / seed {seed}",
+                    "{} / {} / {shape:?} colocate={colocate} / seed {seed}",
                     protocol.name(),
                     workload.name()
                 );
@@ -98,6 +122,32 @@ fn shared_data_every_protocol_runs_clean_on_memory_and_compute_nodes_with_faults
             }
         }
     }
+}
+
+#[test]
+fn shared_data_co_location_takes_a_compute_nodes_home_records_off_the_network_in_the_simulator() {
+    // TPC-C works on the compute node's home warehouses (memory node i for compute node i):
+    // co-located, most of its one-sided ops are the CPU's own accesses.
+    let run_with = |colocate: bool| {
+        let mut cfg = config(
+            WorkloadKind::Tpcc,
+            ProtocolKind::NamDb,
+            "one-sided",
+            (2, 2, TsPlacement::Memory),
+            5,
+        );
+        cfg.colocate = colocate;
+        let r = run(&cfg, &|_| {}).unwrap();
+        assert!(r.passed, "colocate={colocate}: {:?}", r.checks);
+        assert_eq!(r.config.colocated, Some(colocate));
+        (r.summary.committed_per_s, r.summary.latency_us.p50)
+    };
+    let (apart, apart_p50) = run_with(false);
+    let (together, together_p50) = run_with(true);
+    assert!(
+        together > apart * 1.2 && together_p50 < apart_p50,
+        "co-located {together} tx/s, p50 {together_p50} us; apart {apart} tx/s, p50 {apart_p50} us"
+    );
 }
 
 #[test]

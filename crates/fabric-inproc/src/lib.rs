@@ -387,6 +387,10 @@ pub fn run(
                                     handler,
                                     Box::new(transport),
                                 );
+                                core.set_machine_peer(atoll_fabric::ids::machine_peer(
+                                    &cfg.machine_pairs,
+                                    id.node,
+                                ));
                                 let tasks = spawn(&core);
                                 Executor::new(core, tasks)
                             })

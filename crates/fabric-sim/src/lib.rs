@@ -789,6 +789,7 @@ pub fn run(
                 peer,
             };
             let core = WorkerCore::new(id, w as u32, own, handler, Box::new(transport));
+            core.set_machine_peer(atoll_fabric::ids::machine_peer(&cfg.machine_pairs, id.node));
             let tasks = spawn(&core);
             Executor::new(core, tasks)
         })

@@ -153,6 +153,9 @@ pub struct WorkerCore {
     local_inline: bool,
     /// `transport.reads_whole()`, asked once.
     reads_whole: bool,
+    /// The node sharing this one's machine, whose one-sided ops the transport runs on this
+    /// CPU ([`WorkerCore::set_machine_peer`]): counted as local ops, not round trips.
+    machine_peer: Cell<Option<NodeId>>,
     slots: RefCell<Vec<Option<Slot>>>,
     free_slots: RefCell<Vec<u32>>,
     ready: RefCell<VecDeque<TaskId>>,
@@ -183,6 +186,7 @@ impl WorkerCore {
             handler,
             local_inline: transport.runs_local_inline(),
             reads_whole: transport.reads_whole(),
+            machine_peer: Cell::new(None),
             transport,
             slots: RefCell::new(Vec::new()),
             free_slots: RefCell::new(Vec::new()),
@@ -197,6 +201,12 @@ impl WorkerCore {
 
     pub fn node(&self) -> NodeId {
         self.id.node
+    }
+
+    /// Tells the counters that the transport runs one-sided ops to `peer` (the node sharing
+    /// this one's machine) on this CPU: they count as local ops, as own-node ones do.
+    pub fn set_machine_peer(&self, peer: Option<NodeId>) {
+        self.machine_peer.set(peer);
     }
 
     pub fn now_ns(&self) -> u64 {
@@ -331,7 +341,8 @@ impl WorkerCore {
         let mut any_remote = false;
         for (i, op) in ops.into_iter().enumerate() {
             let kind = op.kind() as usize;
-            let local = op.node() == self.id.node;
+            let local = op.node() == self.id.node
+                || (Some(op.node()) == self.machine_peer.get() && !matches!(op, Op::Rpc { .. }));
             {
                 let mut ctr = self.counters.borrow_mut();
                 if local {
