@@ -550,10 +550,11 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
         cfg.net_latency_us = atoll_bench::config::parse_latency_us(s).map_err(|e| e.0)?;
     }
     // Unless asked for explicitly, log to one backup when there is another node to hold it.
+    cfg.colocate = a.colocate || file.colocate.unwrap_or(false);
     cfg.log_replicas = match cfg.roles {
         Roles::Partitioned => RunConfig::default_log_replicas(cfg.nodes),
-        // Every compute node has a memory node to log to.
-        Roles::SharedData { .. } => 1,
+        // Every compute node has a memory node to log to, unless co-located with the only one.
+        Roles::SharedData { .. } => cfg.topology().log_replicas_max().min(1),
     };
     pick!(log_replicas, a.log_replicas, file.log_replicas);
     pick!(attempts_max, None, file.attempts_max);
@@ -563,7 +564,6 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
         cfg.vector_slots = atoll_txn::tsvc::VectorSlots::parse(v)?;
     }
     cfg.vector_fetcher = a.vector_fetcher || file.vector_fetcher.unwrap_or(false);
-    cfg.colocate = a.colocate || file.colocate.unwrap_or(false);
     if let Some(n) = a.mvcc_slots.or(file.mvcc_slots) {
         if cfg.protocol != ProtocolKind::Mvcc {
             return Err(format!(

@@ -796,6 +796,26 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
         &["log_replicas=3", "0..=2", "one backup per memory node"],
     );
     bad(
+        &["bench", "--colocate"],
+        &["--colocate needs --architecture shared-data"],
+    );
+    // Co-located, a backup on the coordinator's own machine is no backup.
+    bad(
+        &[
+            "bench",
+            "--architecture",
+            "shared-data",
+            "--memory-nodes",
+            "2",
+            "--compute-nodes",
+            "2",
+            "--colocate",
+            "--log-replicas",
+            "2",
+        ],
+        &["log_replicas=2", "0..=1", "on another machine"],
+    );
+    bad(
         &["bench", "--protocol", "occ", "--rsi-versions", "2"],
         &["rsi-versions=2 needs --protocol rsi or namdb, not occ"],
     );

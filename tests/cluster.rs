@@ -476,6 +476,16 @@ fn ucx_cluster_refuses_bad_input_with_exit_2() {
         (vec!["cluster", "bench", "--fabric", "sim"], "--fabric sim"),
         (vec!["cluster", "bench", "--plan", "all"], "--plan all"),
         (vec!["cluster", "floor"], "cluster runs 'bench'"),
+        (
+            vec![
+                "cluster",
+                "bench",
+                "--architecture",
+                "shared-data",
+                "--colocate",
+            ],
+            "--colocate is modelled by the simulated and in-process fabrics",
+        ),
     ] {
         let (code, _, err) = cluster(&args);
         assert_eq!(code, 2, "{args:?}: {err}");

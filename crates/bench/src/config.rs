@@ -237,6 +237,9 @@ impl RunConfig {
                 topology.log_replicas_max(),
                 match self.roles {
                     Roles::Partitioned => "fewer backups than nodes",
+                    Roles::SharedData { .. } if self.colocate => {
+                        "at most one backup per memory node on another machine than the coordinator's"
+                    }
                     Roles::SharedData { .. } => "at most one backup per memory node",
                 }
             )));

@@ -206,10 +206,12 @@ impl Topology {
     }
 
     /// The most log backups a coordinator can have: other nodes when partitioned, memory
-    /// nodes under shared-data.
+    /// nodes under shared-data, but those on other machines when co-located (a backup
+    /// beside its coordinator dies with it).
     pub fn log_replicas_max(&self) -> u16 {
         match self.architecture {
             Architecture::Partitioned => self.memory_nodes - 1,
+            Architecture::SharedData if self.colocated => self.memory_nodes - 1,
             Architecture::SharedData => self.memory_nodes,
         }
     }
@@ -243,10 +245,15 @@ impl Topology {
                 )
             }
             Architecture::SharedData => {
-                debug_assert!(b < m, "backup {b} of {m} memory nodes");
+                debug_assert!(
+                    b < self.log_replicas_max(),
+                    "backup {b} of {m} memory nodes"
+                );
+                // Co-located, the first backup is the next machine's memory node.
+                let skip = u32::from(self.colocated);
                 let per_b = self.compute_nodes.div_ceil(m) as u32;
                 (
-                    NodeId(((i as u32 + b as u32) % m as u32) as u16),
+                    NodeId(((i as u32 + b as u32 + skip) % m as u32) as u16),
                     b as u32 * per_b + (i / m) as u32,
                 )
             }
@@ -331,8 +338,11 @@ mod tests {
             Topology::shared_data(3, 7, TsPlacement::Memory),
             Topology::shared_data(4, 2, TsPlacement::Own),
             Topology::shared_data(1, 3, TsPlacement::Memory),
+            Topology::shared_data(3, 3, TsPlacement::Memory).colocated(),
+            Topology::shared_data(3, 5, TsPlacement::Own).colocated(),
         ] {
             let replicas = t.log_replicas_max();
+            let pairs = t.machine_pairs();
             let mut used = HashSet::new();
             for i in 0..t.compute_nodes() {
                 let n = t.compute_node(i);
@@ -341,6 +351,11 @@ mod tests {
                     let (backup, slot) = t.log_backup(n, b);
                     assert!(t.holds_records(backup), "{t:?}: backup {backup:?}");
                     assert_ne!(backup, n, "{t:?}: a node backs itself up");
+                    assert_ne!(
+                        atoll_fabric::ids::machine_peer(&pairs, n),
+                        Some(backup),
+                        "{t:?}: {n:?} backs up on its own machine"
+                    );
                     assert!(slot < t.log_slots(replicas), "{t:?}: slot {slot}");
                     assert!(backups.insert(backup), "{t:?}: backup {backup:?} twice");
                     assert!(
