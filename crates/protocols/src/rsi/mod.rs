@@ -277,6 +277,23 @@ fn words(res: &Completions, j: usize) -> Vec<u64> {
     }
 }
 
+/// Posts in `d` one request per node holding entries of `idxs`, `request` building it from
+/// that node's entries: per request its op index and its entries (the replies' order).
+fn post_per_node(
+    tx: &TxnCore<'_, RsiEntry>,
+    d: &mut Doorbell<'_>,
+    idxs: &[usize],
+    mut request: impl FnMut(&TxnCore<'_, RsiEntry>, &[usize]) -> RsiRequest,
+) -> Vec<(usize, Idxs)> {
+    stages::nodes_of(tx, idxs)
+        .into_iter()
+        .map(|n| {
+            let on = stages::on_node(tx, idxs, n);
+            (d.rpc(n, request(tx, &on).to_bytes()), on)
+        })
+        .collect()
+}
+
 /// Reads entries `idxs` at the attempt's snapshot: one-sided locate, then whole-record
 /// READs (own-node records loaded in place, the same words in the same order); the
 /// coordinator's deferred outcome WRITE rides in the same doorbell. An attempt whose first
@@ -358,33 +375,26 @@ async fn read_by_rpc(
     tx: &mut TxnCore<'_, RsiEntry>,
     idxs: &[usize],
 ) -> Result<Vec<(usize, Vec<u64>)>, Abort> {
-    let nodes = stages::nodes_of(tx, idxs);
     let deferred = tx.c.take_deferred();
-    let mut d = tx.c.ep.doorbell_for(nodes.len() + 1);
-    let mut mine: Vec<Idxs> = Vec::with_capacity(nodes.len());
-    for &n in &nodes {
-        let on = stages::on_node(tx, idxs, n);
-        let items: Vec<_> = on.iter().map(|&i| stages::item(tx, i)).collect();
-        d.rpc(n, RsiRequest::Read { items }.to_bytes());
-        mine.push(on);
-    }
+    let mut d = tx.c.ep.doorbell_for(idxs.len() + 1);
+    let mine = post_per_node(tx, &mut d, idxs, |tx, on| RsiRequest::Read {
+        items: on.iter().map(|&i| stages::item(tx, i)).collect(),
+    });
     if let Some(op) = deferred {
         op.post(&mut d);
     }
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
     let mut out = Vec::with_capacity(idxs.len());
-    for (j, on) in mine.iter().enumerate() {
+    for &(j, ref on) in &mine {
+        let node = tx.entries[on[0]].node;
         let RsiReply::Blocks(blocks) = RsiReply::of(res.rpc(j)) else {
-            panic!(
-                "rsi: node {} answered a read with another reply",
-                nodes[j].0
-            );
+            panic!("rsi: node {} answered a read with another reply", node.0);
         };
         assert_eq!(
             blocks.len(),
             on.len(),
             "rsi: node {} answered {} blocks for {} records",
-            nodes[j].0,
+            node.0,
             blocks.len(),
             on.len()
         );
@@ -848,8 +858,9 @@ pub fn post_installs(
     }
     let mut asked = Idxs::new();
     if by_rpc {
-        for n in stages::nodes_of(tx, ws) {
-            let items = stages::on_node(tx, ws, n)
+        let posted = post_per_node(tx, d, ws, |tx, on| RsiRequest::Install {
+            cts,
+            items: on
                 .iter()
                 .map(|&i| {
                     let e = &tx.entries[i];
@@ -862,9 +873,9 @@ pub fn post_installs(
                         payload: Words::from_slice(&e.data),
                     }
                 })
-                .collect();
-            asked.push(d.rpc(n, RsiRequest::Install { cts, items }.to_bytes()));
-        }
+                .collect(),
+        });
+        asked.extend(posted.into_iter().map(|(j, _)| j));
     } else {
         for &i in ws {
             let e = &tx.entries[i];
@@ -902,12 +913,10 @@ pub async fn delete(tx: &mut TxnCore<'_, RsiEntry>, del: &[usize], cid: u64) {
     if del.is_empty() {
         return;
     }
-    let nodes = stages::nodes_of(tx, del);
-    let mut d = tx.c.ep.doorbell_for(nodes.len());
-    let mut mine: Vec<Idxs> = Vec::with_capacity(nodes.len());
-    for &n in &nodes {
-        let on = stages::on_node(tx, del, n);
-        let items = on
+    let mut d = tx.c.ep.doorbell_for(del.len());
+    let mine = post_per_node(tx, &mut d, del, |tx, on| RsiRequest::Delete {
+        cid,
+        items: on
             .iter()
             .map(|&i| {
                 let e = &tx.entries[i];
@@ -917,19 +926,17 @@ pub async fn delete(tx: &mut TxnCore<'_, RsiEntry>, del: &[usize], cid: u64) {
                     key: e.key,
                 }
             })
-            .collect();
-        d.rpc(n, RsiRequest::Delete { cid, items }.to_bytes());
-        mine.push(on);
-    }
+            .collect(),
+    });
     let r = d.submit().await;
     if let Ok(res) = &r {
-        for (j, on) in mine.iter().enumerate() {
-            let versions = words(res, j);
+        for (j, on) in &mine {
+            let versions = words(res, *j);
             assert_eq!(
                 versions.len(),
                 on.len(),
                 "rsi: node {} answered {} deletions for {}",
-                nodes[j].0,
+                tx.entries[on[0]].node.0,
                 versions.len(),
                 on.len()
             );
