@@ -815,6 +815,34 @@ fn rsi_a_compute_node_crash_stops_the_run_naming_the_crashed_node() {
 }
 
 #[test]
+fn shared_data_a_co_located_memory_nodes_crash_takes_its_machines_compute_node_with_it() {
+    // Found by a hostile probe: with the compute node running on, a run whose crash hit only
+    // aborting attempts ended with exit 0, as if half of a machine could fail alone.
+    let mut cfg = config(
+        WorkloadKind::Tpcc,
+        ProtocolKind::Rsi,
+        "one-sided",
+        (2, 2, TsPlacement::Memory),
+        7,
+    );
+    cfg.colocate = true;
+    cfg.fabric = Fabric::Sim {
+        net: "edr-ib".into(),
+        faults: FaultConfig::parse("crash_node=0,crash_us=5000").unwrap(),
+    };
+    cfg.duration_s = 0.01;
+    match run(&cfg, &|_| {}) {
+        Err(e @ atoll_bench::RunError::Crashed { .. }) => {
+            assert!(e.to_string().contains("node 2 crashed at 5000 µs"), "{e}");
+        }
+        other => panic!(
+            "expected the run to stop on compute node 2's crash, got {:?}",
+            other.map(|r| r.summary.committed)
+        ),
+    }
+}
+
+#[test]
 fn rsi_a_blind_write_and_a_read_then_write_commit_and_the_second_of_two_racing_writers_fails_validation_over_verbs_and_requests(
 ) {
     use atoll_bench::testkit::Steps;

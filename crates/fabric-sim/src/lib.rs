@@ -726,7 +726,13 @@ pub fn run(
                 start_ns,
                 end_ns,
             } => nodes[node.0 as usize].pauses.push((start_ns, end_ns)),
-            Fault::Crash { node, at_ns } => crashes.push((node, at_ns)),
+            Fault::Crash { node, at_ns } => {
+                crashes.push((node, at_ns));
+                // A machine crashes whole: the node sharing it goes down at the same instant.
+                if let Some(peer) = atoll_fabric::ids::machine_peer(&cfg.machine_pairs, node) {
+                    crashes.push((peer, at_ns));
+                }
+            }
             Fault::Tear {
                 chunk_words,
                 stall_ns_max,
