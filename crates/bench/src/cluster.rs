@@ -879,7 +879,8 @@ fn layout<W: Workload, P: Protocol>(
             version_slots,
         )
         .with_topology(topology)
-        .with_lock_word(P::LOCK_WORD),
+        .with_lock_word(P::LOCK_WORD)
+        .with_old_versions(P::OLD_VERSIONS),
     );
     Ok((sizing, txn_cfg, catalog))
 }

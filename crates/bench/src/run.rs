@@ -292,7 +292,8 @@ fn run_with<W: Workload, P: Protocol>(
             version_slots,
         )
         .with_topology(topology)
-        .with_lock_word(P::LOCK_WORD),
+        .with_lock_word(P::LOCK_WORD)
+        .with_old_versions(P::OLD_VERSIONS),
     );
     debug_assert!(
         (0..cfg.nodes).all(|n| catalog

@@ -591,6 +591,7 @@ impl Protocol for NamDbSeeingOneAhead {
     const LOCK_WORD: atoll_storage::layout::LockWord = atoll_storage::layout::LockWord::CommitId;
     const DELETES: bool = false;
     const MULTI_VERSION: bool = true;
+    const OLD_VERSIONS: atoll_storage::layout::OldVersions = atoll_protocols::NamDb::OLD_VERSIONS;
     const STAGES: &'static [Stage] = atoll_protocols::NamDb::STAGES;
     type EntryState = rsi::RsiEntry;
 
@@ -603,28 +604,7 @@ impl Protocol for NamDbSeeingOneAhead {
         stages::locate(tx, idxs).await?;
         // The defect: every slot one ahead.
         let ahead: Vec<u64> = tx.snapshot_vector.iter().map(|t| t + 1).collect();
-        let deferred = tx.c.take_deferred();
-        let mut d = tx.c.ep.doorbell_for(idxs.len() + 1);
-        if let Some(op) = deferred {
-            op.post(&mut d);
-        }
-        for &i in idxs {
-            let e = &tx.entries[i];
-            let words = rsi::block_words(tx.c.catalog.layout(e.table));
-            d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
-        }
-        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-        let base = res.len() - idxs.len();
-        for (j, &i) in idxs.iter().enumerate() {
-            rsi::take_version(
-                tx,
-                i,
-                res.read(base + j),
-                |cid| namdb::sees(&ahead, cid),
-                namdb::by_version,
-            )?;
-        }
-        Ok(())
+        namdb::read_seeing(tx, idxs, |cid| namdb::sees(&ahead, cid)).await
     }
 
     async fn commit(tx: &mut TxnCore<'_, rsi::RsiEntry>) -> Result<(), Abort> {
@@ -646,6 +626,7 @@ impl Protocol for NamDbPublishingAhead {
     const LOCK_WORD: atoll_storage::layout::LockWord = atoll_storage::layout::LockWord::CommitId;
     const DELETES: bool = false;
     const MULTI_VERSION: bool = true;
+    const OLD_VERSIONS: atoll_storage::layout::OldVersions = atoll_protocols::NamDb::OLD_VERSIONS;
     const STAGES: &'static [Stage] = atoll_protocols::NamDb::STAGES;
     type EntryState = rsi::RsiEntry;
 

@@ -151,6 +151,61 @@ fn shared_data_co_location_takes_a_compute_nodes_home_records_off_the_network_in
 }
 
 #[test]
+fn namdb_reads_headers_apart_from_old_payloads_so_versions_kept_barely_add_read_bytes_unlike_rsis_whole_blocks(
+) {
+    // 1000-byte records, half the operations updates: every record keeps `versions`.
+    let read_bytes_per_commit = |protocol: ProtocolKind, versions: u32| {
+        let mut cfg = config(
+            WorkloadKind::Ycsb,
+            protocol,
+            "one-sided",
+            (1, 2, TsPlacement::Memory),
+            7,
+        );
+        cfg.params = params(&[
+            ("records", "400"),
+            ("write_fraction", "0.5"),
+            ("record_bytes", "1000"),
+            ("ops_per_txn", "4"),
+        ]);
+        cfg.rsi_versions = versions;
+        // No faults (tearing moves a 4 KB block a word pair per step) and long enough for a
+        // few hundred commits.
+        cfg.fabric = Fabric::Sim {
+            net: "edr-ib".into(),
+            faults: FaultConfig::default(),
+        };
+        cfg.duration_s = 0.02;
+        let what = format!("{} with {versions} versions", protocol.name());
+        let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(r.passed, "{what}: {:?}", r.checks);
+        let v = history::check(&r.history, Mode::from(protocol.isolation()));
+        assert!(v.ok(), "{what}: {}", history::render(&r.history, &v));
+        assert!(r.summary.committed > 0, "{what}: nothing committed");
+        let per_commit = r.verbs.by_kind["read"].remote_bytes as f64 / r.summary.committed as f64;
+        eprintln!(
+            "{what}: {per_commit:.0} read bytes per commit, {} commits",
+            r.summary.committed
+        );
+        per_commit
+    };
+    let namdb = read_bytes_per_commit(ProtocolKind::NamDb, 4)
+        / read_bytes_per_commit(ProtocolKind::NamDb, 1);
+    let rsi =
+        read_bytes_per_commit(ProtocolKind::Rsi, 4) / read_bytes_per_commit(ProtocolKind::Rsi, 1);
+    // NAM-DB: 16 bytes of header per old version and now and then a second READ of one
+    // old payload; RSI: every READ moves all four versions.
+    assert!(
+        namdb < 1.3,
+        "namdb read bytes per commit, 4 versions / 1: {namdb:.2}"
+    );
+    assert!(
+        rsi > 3.0,
+        "rsi read bytes per commit, 4 versions / 1: {rsi:.2}"
+    );
+}
+
+#[test]
 fn namdb_runs_clean_under_snapshot_isolation_with_its_vector_per_node_and_with_the_detached_fetcher_and_3_versions_per_block_with_faults(
 ) {
     use atoll_txn::tsvc::VectorSlots;

@@ -43,7 +43,7 @@
 
 use crate::rsi::{self, RsiEntry};
 use atoll_fabric::{Endpoint, OpError, Words};
-use atoll_storage::layout::{LockWord, CID_LOCKED};
+use atoll_storage::layout::{LockWord, OldVersions, CID_LOCKED};
 use atoll_txn::stages::{self};
 use atoll_txn::tsvc::{TsVector, VectorSlots};
 use atoll_txn::{
@@ -93,9 +93,11 @@ impl Protocol for NamDb {
     const LOCK_WORD: LockWord = LockWord::CommitId;
     // Deletions as RSI's (`rsi::delete`), unlocked at the deletion's commit id.
     const DELETES: bool = true;
-    // Record blocks keep `--rsi-versions` versions, as RSI's (TODO(#12): NAM-DB's own
-    // old-version buffer, headers apart from data, with overflow, mover and GC).
+    // Records keep `--rsi-versions` versions (TODO(#12): the overflow area, its mover and
+    // GC), old headers apart from their payloads: one READ of the head and the headers
+    // chooses the version, a second READ fetches an old payload only when one is needed.
     const MULTI_VERSION: bool = true;
+    const OLD_VERSIONS: OldVersions = OldVersions::HeadersApart;
     const STAGES: &'static [Stage] = &[
         Stage::Read,
         Stage::Lock,
@@ -293,53 +295,56 @@ pub fn by_version(_cid: u64, version: u64) -> u64 {
     version
 }
 
-/// Reads entries `idxs` at the attempt's snapshot: one-sided locate, then whole-block
-/// READs (own-node blocks loaded in place); the coordinator's deferred WRITE rides along.
+/// Reads entries `idxs` at the attempt's snapshot: one-sided locate, then READs of each
+/// record's head and old headers (own-node records loaded in place) and, for those whose
+/// snapshot needs an old version, a second READ of its payload; the coordinator's deferred
+/// WRITE rides in the first doorbell.
 pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), Abort> {
     snapshot(tx).await?;
     stages::locate(tx, idxs).await?;
     let v = std::mem::take(&mut tx.snapshot_vector);
-    let r = read_blocks(tx, idxs, &v).await;
+    let r = read_seeing(tx, idxs, |cid| sees(&v, cid)).await;
     tx.snapshot_vector = v;
     r
 }
 
-async fn read_blocks(
+/// Reads located entries `idxs` at the snapshot that sees the commit ids `seen` accepts.
+pub async fn read_seeing(
     tx: &mut TxnCore<'_, RsiEntry>,
     idxs: &[usize],
-    v: &[u64],
+    seen: impl Fn(u64) -> bool + Copy,
 ) -> Result<(), Abort> {
     let mut remote = Idxs::new();
+    let mut pending = smallvec::SmallVec::<[rsi::Pending; 4]>::new();
     let mut tuple = Vec::new();
     for &i in idxs {
         let e = &tx.entries[i];
         if tx.c.ep.in_place_on(e.node) {
             let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
-            tuple.resize(rsi::block_words(tx.c.catalog.layout(e.table)) as usize, 0);
+            tuple.resize(tx.c.catalog.layout(e.table).headers_words() as usize, 0);
             tx.c.ep.load_in_place(ptr, &mut tuple);
-            rsi::take_version(tx, i, &tuple, |cid| sees(v, cid), by_version)?;
+            pending.extend(rsi::take_version(tx, i, &tuple, seen, by_version)?);
         } else {
             remote.push(i);
         }
     }
     let deferred = tx.c.take_deferred();
-    if remote.is_empty() && deferred.is_none() {
-        return Ok(());
+    if !remote.is_empty() || deferred.is_some() {
+        let mut d = tx.c.ep.doorbell_for(remote.len() + 1);
+        for &i in &remote {
+            let e = &tx.entries[i];
+            let words = tx.c.catalog.layout(e.table).headers_words();
+            d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
+        }
+        if let Some(op) = deferred {
+            op.post(&mut d);
+        }
+        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+        for (j, &i) in remote.iter().enumerate() {
+            pending.extend(rsi::take_version(tx, i, res.read(j), seen, by_version)?);
+        }
     }
-    let mut d = tx.c.ep.doorbell_for(remote.len() + 1);
-    for &i in &remote {
-        let e = &tx.entries[i];
-        let words = rsi::block_words(tx.c.catalog.layout(e.table));
-        d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
-    }
-    if let Some(op) = deferred {
-        op.post(&mut d);
-    }
-    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-    for (j, &i) in remote.iter().enumerate() {
-        rsi::take_version(tx, i, res.read(j), |cid| sees(v, cid), by_version)?;
-    }
-    Ok(())
+    rsi::fetch_pending(tx, &pending).await
 }
 
 /// The commit id an entry's read saw, which its lock CAS expects.
@@ -373,7 +378,7 @@ pub async fn lock(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize]) -> Result<(), Ab
 /// Installs the locked entries `ws` at commit id `cid` (as RSI's install, one doorbell).
 pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cid: u64) {
     let c = &*tx.c;
-    let mut d = c.ep.doorbell_for(ws.len() * 4);
+    let mut d = c.ep.doorbell_for(ws.len() * 5);
     rsi::post_installs(tx, &mut d, ws, cid, false);
     let r = d.submit().await;
     // An op that failed here is after the log: recorded, and the driver stops the run.

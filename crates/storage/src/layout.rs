@@ -20,8 +20,13 @@
 //! | 4    | `AUX`     | protocol counter: WAITDIE's count of old waiters (starvation fix)   |
 //! | 5    | `KEY`     | the record's key, so a cached location can be verified             |
 //!
-//! After the payload, MVCC keeps `version_slots - 1` older versions, each
-//! `[wts, version, payload]` (see [`TableLayout::old_slot_offset`]). A slot (the current
+//! After the payload, a multi-version table keeps `version_slots - 1` older versions, each a
+//! 2-word header (`[wts, version]` under MVCC, `[commit id, sealed version]` under RSI and
+//! NAM-DB) and a payload, laid out in one of two forms ([`OldVersions`]): `Inline`, each
+//! old version's header beside its payload (MVCC, RSI: a reader takes the whole block), or
+//! `HeadersApart`, every old header first and the old payloads after them (NAM-DB: one READ
+//! of the tuple and the headers shows every version, a second READ fetches an old payload
+//! only when one is needed). See [`TableLayout::old_header_offset`]. A slot (the current
 //! version's `WTS`, or an old slot's `wts`) holding [`WTS_WRITING`] is being overwritten
 //! and holds no version a reader may choose.
 //!
@@ -85,8 +90,22 @@ impl LockWord {
 /// Set in `RTS` while a writer holds the record (SUNDIAL, MVCC): lease renewals and reads
 /// that would raise `RTS` by CAS then fail, so the writer's view of `RTS` is final.
 pub const RTS_FROZEN: u64 = 1 << 63;
-/// Words of each older version kept after the payload: `wts`, `version`, then the payload.
+/// Words of each older version's header: `wts` (or commit id), then `version`.
 pub const OLD_SLOT_HEADER_WORDS: u32 = 2;
+
+/// Where a multi-version record keeps its older versions' headers (the protocol decides,
+/// once per run; a record slot's size is the same in both forms).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OldVersions {
+    /// `[header, payload]` per old version, one after another (MVCC, RSI: whole-block
+    /// READs).
+    #[default]
+    Inline,
+    /// Every old version's header right after the current payload, then every old payload
+    /// (NAM-DB: "headers apart from data", so one READ of the head and the headers finds
+    /// the version a snapshot needs and a second READ fetches it only if it is an old one).
+    HeadersApart,
+}
 
 // The header words are distinct and inside the header; the lock word comes first, so a
 // one-sided READ of a tuple sees the lock before the version and the payload, and a
@@ -285,6 +304,8 @@ pub struct TableLayout {
     pub payload_words: u32,
     /// Versions kept per record (1 unless the protocol is multi-version).
     pub version_slots: u32,
+    /// Where the older versions' headers are.
+    pub old_versions: OldVersions,
     pub capacity: u32,
 }
 
@@ -343,11 +364,13 @@ impl TableLayout {
             tuple_words,
             payload_words,
             version_slots,
+            old_versions: OldVersions::Inline,
             capacity: spec.capacity_per_node,
         }
     }
 
-    /// Word offset, within a record, of older version `j` (0-based, `j < version_slots - 1`).
+    /// Word offset, within a record, of older version `j` (0-based, `j < version_slots - 1`)
+    /// in the [`OldVersions::Inline`] form: its header, then its payload.
     #[inline]
     pub fn old_slot_offset(&self, j: u32) -> u32 {
         debug_assert!(
@@ -355,7 +378,54 @@ impl TableLayout {
             "old slot {j} of {}",
             self.version_slots
         );
+        debug_assert_eq!(
+            self.old_versions,
+            OldVersions::Inline,
+            "old slots are apart"
+        );
         self.tuple_words + j * (OLD_SLOT_HEADER_WORDS + self.payload_words)
+    }
+
+    /// Word offset, within a record, of older version `j`'s 2-word header, in either form.
+    #[inline]
+    pub fn old_header_offset(&self, j: u32) -> u32 {
+        debug_assert!(
+            j + 1 < self.version_slots,
+            "old slot {j} of {}",
+            self.version_slots
+        );
+        match self.old_versions {
+            OldVersions::Inline => {
+                self.tuple_words + j * (OLD_SLOT_HEADER_WORDS + self.payload_words)
+            }
+            OldVersions::HeadersApart => self.tuple_words + j * OLD_SLOT_HEADER_WORDS,
+        }
+    }
+
+    /// Word offset, within a record, of older version `j`'s payload, in either form.
+    #[inline]
+    pub fn old_payload_offset(&self, j: u32) -> u32 {
+        match self.old_versions {
+            OldVersions::Inline => self.old_header_offset(j) + OLD_SLOT_HEADER_WORDS,
+            OldVersions::HeadersApart => {
+                debug_assert!(j + 1 < self.version_slots, "old slot {j}");
+                self.tuple_words
+                    + (self.version_slots - 1) * OLD_SLOT_HEADER_WORDS
+                    + j * self.payload_words
+            }
+        }
+    }
+
+    /// Words from a record's start that hold the header of every version it keeps: what a
+    /// reader choosing a version by its headers READs (the tuple alone with one version; the
+    /// whole block inline; the tuple and the old headers apart).
+    #[inline]
+    pub fn headers_words(&self) -> u32 {
+        match (self.version_slots, self.old_versions) {
+            (1, _) => self.tuple_words,
+            (_, OldVersions::Inline) => self.record_words,
+            (v, OldVersions::HeadersApart) => self.tuple_words + (v - 1) * OLD_SLOT_HEADER_WORDS,
+        }
     }
 
     pub fn region_words(&self) -> usize {
@@ -478,6 +548,15 @@ impl Catalog {
     /// The catalog with records whose `LOCK` word holds `lock_word`'s format.
     pub fn with_lock_word(mut self, lock_word: LockWord) -> Self {
         self.lock_word = lock_word;
+        self
+    }
+
+    /// The catalog with records keeping their older versions in `form` (the slot sizes, and
+    /// so every region's, stay the same).
+    pub fn with_old_versions(mut self, form: OldVersions) -> Self {
+        for (_, l) in &mut self.tables {
+            l.old_versions = form;
+        }
         self
     }
 
@@ -655,6 +734,46 @@ mod tests {
         assert_eq!(l.record_offset(0), l.index_groups * GROUP_WORDS);
         assert_eq!(l.record_index(l.record_offset(7)), 7);
         assert!(l.index_groups * GROUP_SLOTS >= 2 * l.capacity);
+    }
+
+    #[test]
+    fn both_forms_of_old_versions_tile_the_same_record_slot_without_overlap() {
+        for form in [OldVersions::Inline, OldVersions::HeadersApart] {
+            for versions in 2..6 {
+                let mut l = TableLayout::with_versions(&spec("t", Partition::Modulo), versions);
+                l.old_versions = form;
+                // Every word of the slot is covered exactly once: the tuple, each old
+                // header and each old payload.
+                let mut owner = vec![0u32; l.record_words as usize];
+                for w in &mut owner[..l.tuple_words as usize] {
+                    *w += 1;
+                }
+                for j in 0..versions - 1 {
+                    let h = l.old_header_offset(j) as usize;
+                    let p = l.old_payload_offset(j) as usize;
+                    for w in &mut owner[h..h + OLD_SLOT_HEADER_WORDS as usize] {
+                        *w += 1;
+                    }
+                    for w in &mut owner[p..p + l.payload_words as usize] {
+                        *w += 1;
+                    }
+                }
+                assert!(
+                    owner.iter().all(|&n| n == 1),
+                    "{form:?} x{versions}: {owner:?}"
+                );
+                let last_header = l.old_header_offset(versions - 2) + OLD_SLOT_HEADER_WORDS;
+                match form {
+                    OldVersions::Inline => assert_eq!(l.headers_words(), l.record_words),
+                    OldVersions::HeadersApart => {
+                        assert_eq!(l.headers_words(), last_header, "headers come first");
+                        assert_eq!(l.headers_words(), l.old_payload_offset(0));
+                    }
+                }
+            }
+        }
+        let one = TableLayout::new(&spec("t", Partition::Modulo));
+        assert_eq!(one.headers_words(), one.tuple_words);
     }
 
     #[test]

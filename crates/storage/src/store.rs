@@ -466,7 +466,7 @@ impl Store {
             }
             for j in 0..layout.version_slots - 1 {
                 // Older versions of the previous incarnation are gone with it.
-                region.store(off + layout.old_slot_offset(j) as usize + 1, 0);
+                region.store(off + layout.old_header_offset(j) as usize + 1, 0);
             }
             region.write_from(off + HEADER_WORDS as usize, payload);
             region.store(off + H_RTS as usize, 0);
@@ -516,7 +516,7 @@ impl Store {
         if reclaimed.is_some() {
             for j in 0..layout.version_slots - 1 {
                 // The previous key's older versions are not this key's.
-                region.store(off + layout.old_slot_offset(j) as usize + 1, 0);
+                region.store(off + layout.old_header_offset(j) as usize + 1, 0);
             }
         }
         region.write_from(off + HEADER_WORDS as usize, payload);

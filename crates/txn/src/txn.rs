@@ -40,6 +40,10 @@ pub trait Protocol: 'static {
     /// Whether records keep several versions (the catalog then lays out version slots).
     const MULTI_VERSION: bool = false;
 
+    /// Where records keep their older versions' headers (with `MULTI_VERSION`).
+    const OLD_VERSIONS: atoll_storage::layout::OldVersions =
+        atoll_storage::layout::OldVersions::Inline;
+
     /// The family's per-record coordinator state, kept in each entry (`()` for none).
     type EntryState: EntryState;
 

@@ -50,9 +50,9 @@ pub mod participant;
 
 use atoll_fabric::{Completions, Doorbell, NodeId, RemotePtr, Words};
 use atoll_storage::layout::{
-    payload_check, payload_intact, LockWord, TableLayout, CID_LOCKED, HEADER_WORDS, H_KEY, H_LOCK,
-    H_VERSION, OLD_SLOT_HEADER_WORDS, P_CHECK, P_TAG, VERSION_ABSENT, VERSION_KEY_BITS,
-    VERSION_KEY_MASK,
+    payload_check, payload_intact, LockWord, OldVersions, TableLayout, CID_LOCKED, HEADER_WORDS,
+    H_KEY, H_LOCK, H_VERSION, OLD_SLOT_HEADER_WORDS, P_CHECK, P_TAG, VERSION_ABSENT,
+    VERSION_KEY_BITS, VERSION_KEY_MASK,
 };
 use atoll_txn::stages::{self, check_tuple};
 use atoll_txn::tsvc::TsService;
@@ -317,13 +317,14 @@ pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), 
         };
         // Takes a block read for entry `i`, or notes that it shows the own commit.
         let mut again = false;
+        let mut pending = smallvec::SmallVec::<[Pending; 4]>::new();
         let mut take = |tx: &mut TxnCore<'_, RsiEntry>, i: usize, w: &[u64]| {
             if behind_own(w) {
                 again = true;
-                Ok(())
             } else {
-                take_version(tx, i, w, |cid| cid <= snap, |cid, _| cid)
+                pending.extend(take_version(tx, i, w, |cid| cid <= snap, |cid, _| cid)?);
             }
+            Ok(())
         };
         if by_rpc {
             for (i, block) in read_by_rpc(tx, idxs).await? {
@@ -335,7 +336,7 @@ pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), 
                 let e = &tx.entries[i];
                 if tx.c.ep.in_place_on(e.node) {
                     let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
-                    tuple.resize(block_words(tx.c.catalog.layout(e.table)) as usize, 0);
+                    tuple.resize(tx.c.catalog.layout(e.table).headers_words() as usize, 0);
                     tx.c.ep.load_in_place(ptr, &mut tuple);
                     take(tx, i, &tuple)?;
                 } else {
@@ -347,7 +348,7 @@ pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), 
                 let mut d = tx.c.ep.doorbell_for(remote.len() + 1);
                 for &i in &remote {
                     let e = &tx.entries[i];
-                    let words = block_words(tx.c.catalog.layout(e.table));
+                    let words = tx.c.catalog.layout(e.table).headers_words();
                     d.read(tx.c.catalog.record_ptr(e.table, e.node, e.slot()), words);
                 }
                 if let Some(op) = deferred {
@@ -360,7 +361,8 @@ pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), 
             }
         }
         if !again {
-            return Ok(());
+            // Old payloads past the headers read (none when the whole block is read).
+            return fetch_pending(tx, &pending).await;
         }
         snap = snapshot_covering_own(tx).await?;
     }
@@ -461,8 +463,8 @@ pub fn writes(tx: &TxnCore<'_, RsiEntry>) -> Option<Writes> {
     (!w.ws.is_empty() || !w.ins.is_empty()).then_some(w)
 }
 
-/// Words one READ of a record takes: its block, the current version and every older one
-/// kept.
+/// Words of a record's whole block: the current version and every older one kept (what a
+/// request returns; a one-sided READ takes [`TableLayout::headers_words`]).
 pub fn block_words(layout: &TableLayout) -> u32 {
     if layout.version_slots > 1 {
         layout.record_words
@@ -471,11 +473,32 @@ pub fn block_words(layout: &TableLayout) -> u32 {
     }
 }
 
+/// Where the install of a record keeping older versions writes `old_slot` (`[commit id,
+/// sealed version, payload]` of the version it moves out of the head) for old slot `evict`:
+/// one ascending WRITE inline; apart, the payload and then the header, so a reader whose
+/// header READ names the moved version finds its payload already there.
+pub fn old_slot_writes<'a>(
+    layout: &TableLayout,
+    evict: u32,
+    old_slot: &'a [u64],
+) -> [(u32, &'a [u64]); 2] {
+    let (header, payload) = old_slot.split_at(OLD_SLOT_HEADER_WORDS as usize);
+    match layout.old_versions {
+        OldVersions::Inline => [(layout.old_header_offset(evict), old_slot), (0, &[])],
+        OldVersions::HeadersApart => [
+            (layout.old_payload_offset(evict), payload),
+            (layout.old_header_offset(evict), header),
+        ],
+    }
+}
+
 /// The version of block `w` a snapshot sees, `sees` telling whether it sees a commit id:
 /// the newest of those it sees by `rank(commit id, version)`, by the headers in the block
 /// (the current version's commit id in `LOCK`, each old slot's first word; an old slot
-/// never written has version 0). `(commit id, version, payload offset)`; `None` if every
-/// version kept is one it does not see (the one needed is gone).
+/// never written has version 0). `(commit id, version, payload offset)`, the offset within
+/// the record, which may lie past `w` when the headers are apart; `None` if every version
+/// kept is one it does not see (the one needed is gone). `w` needs only the record's first
+/// [`TableLayout::headers_words`].
 ///
 /// RSI ranks by commit id (a record's commit ids rise with its versions). A writer in
 /// flight (the lock bit set) commits above every snapshot that can see its record locked
@@ -504,7 +527,7 @@ pub fn visible(
     // a revival clears the old slots).
     let incarnation_bits = w[H_VERSION as usize] & !VERSION_ABSENT & !VERSION_KEY_MASK;
     for j in 0..layout.version_slots - 1 {
-        let at = layout.old_slot_offset(j) as usize;
+        let at = layout.old_header_offset(j) as usize;
         if w[at + 1] != 0 {
             let Some(key_version) = unseal_version(w[at], w[at + 1]) else {
                 return Err(Abort::Conflict);
@@ -512,7 +535,7 @@ pub fn visible(
             consider(
                 w[at],
                 incarnation_bits | key_version,
-                at + OLD_SLOT_HEADER_WORDS as usize,
+                layout.old_payload_offset(j) as usize,
             );
         }
     }
@@ -551,18 +574,33 @@ pub fn unseal_version(cid: u64, word: u64) -> Option<u64> {
     (word >> SEAL_SHIFT == seal_of(cid)).then_some(word & ((1 << SEAL_SHIFT) - 1))
 }
 
-/// Takes a whole block `w` read for entry `i` at a snapshot that sees the commit ids `sees`
-/// accepts: the version [`visible`] names (newest by `rank`), if its payload is that commit's own (intact,
-/// tagged with its commit id). The version is found by the headers, not by which payloads
-/// are intact, so a torn READ of the version needed aborts rather than falls back to an
-/// older one.
+/// An old version a snapshot needs whose payload lies past the words read (headers apart
+/// from data): a second READ of `payload_words` at offset `at` of the record fetches it,
+/// and [`take_payload`] checks and takes it.
+#[derive(Clone, Copy, Debug)]
+pub struct Pending {
+    pub i: usize,
+    /// Word offset of the payload within the record.
+    pub at: u32,
+    cid: u64,
+    version: u64,
+    head_cid: u64,
+    evict: u32,
+}
+
+/// Takes block `w` read for entry `i` (at least its [`TableLayout::headers_words`]) at a
+/// snapshot that sees the commit ids `sees` accepts: the version [`visible`] names (newest
+/// by `rank`), if its payload is that commit's own (intact, tagged with its commit id). The
+/// version is found by the headers, not by which payloads are intact, so a torn READ of the
+/// version needed aborts rather than falls back to an older one. `Some` when that version's
+/// payload is not in `w`: the caller fetches it ([`fetch_pending`]).
 pub fn take_version(
     tx: &mut TxnCore<'_, RsiEntry>,
     i: usize,
     w: &[u64],
     sees: impl Fn(u64) -> bool,
     rank: impl Fn(u64, u64) -> u64,
-) -> Result<(), Abort> {
+) -> Result<Option<Pending>, Abort> {
     let head = w[H_LOCK as usize];
     if w[H_KEY as usize] == tx.entries[i].key && w[H_VERSION as usize] & VERSION_ABSENT != 0 {
         // Deleted ([`delete`]), being deleted, or an insert taken back (commit id 0).
@@ -581,41 +619,102 @@ pub fn take_version(
     let Some((cid, version, at)) = visible(layout, w, sees, rank)? else {
         return Err(Abort::SnapshotTooOld);
     };
+    let head_cid = head & !CID_LOCKED;
     let current = at == HEADER_WORDS as usize;
     if current && head & CID_LOCKED != 0 && layout.version_slots == 1 {
         // A writer is installing over the only version kept.
         return Err(Abort::Conflict);
     }
-    let payload = &w[at..at + layout.payload_words as usize];
-    // The payload must be the commit id's own: a READ that overlapped an install shows a
-    // torn payload (its check word fails) or a later commit's (another tag).
-    let own = payload_intact(e.table, e.key, payload) && payload[P_TAG as usize] == cid;
     let kept = layout.version_slots > 1;
-    if kept && e.is_write() && cid != head & !CID_LOCKED {
+    if kept && e.is_write() && cid != head_cid {
         // An older version for a record this attempt updates: a later commit is already
         // installed, so its lock's CAS would fail (first committer wins). Abort now.
         return Err(Abort::ValidationFailed);
     }
-    let e = &mut tx.entries[i];
+    // An install (whose CAS proves the head still holds the commit id read) copies the
+    // head's version into the oldest slot.
+    let evict = if kept { oldest_slot(layout, w) } else { 0 };
+    let end = at + layout.payload_words as usize;
+    let p = Pending {
+        i,
+        at: at as u32,
+        cid,
+        version,
+        head_cid,
+        evict,
+    };
+    if end > w.len() {
+        return Ok(Some(p));
+    }
+    take_payload(tx, &p, &w[at..end])?;
+    Ok(None)
+}
+
+/// Takes `payload`, read for the version `p` names, if it is that commit's own: a READ that
+/// overlapped an install shows a torn payload (its check word fails), and one after the
+/// slot was rewritten a later commit's (another tag).
+pub fn take_payload(
+    tx: &mut TxnCore<'_, RsiEntry>,
+    p: &Pending,
+    payload: &[u64],
+) -> Result<(), Abort> {
+    let e = &tx.entries[p.i];
+    let kept = tx.c.catalog.layout(e.table).version_slots > 1;
+    let own = payload_intact(e.table, e.key, payload) && payload[P_TAG as usize] == p.cid;
+    let e = &mut tx.entries[p.i];
     // A blind write keeps its payload, but with older versions kept the one read is what
     // its install preserves, so it too must be whole.
     if !own && (!e.dirty || kept) {
         return Err(Abort::Conflict);
     }
-    e.version = version;
-    e.state.cid = cid;
-    e.fill(version, payload);
+    e.version = p.version;
+    e.state.cid = p.cid;
+    e.fill(p.version, payload);
     if kept {
-        // An install (whose CAS proves the head still holds this commit id) copies the
-        // head's version, this one, into the oldest slot.
-        e.state.evict = oldest_slot(layout, w);
+        e.state.evict = p.evict;
         e.state.old_slot.clear();
-        if cid == head & !CID_LOCKED {
+        if p.cid == p.head_cid {
             e.state
                 .old_slot
-                .extend_from_slice(&[cid, seal_version(cid, version)]);
+                .extend_from_slice(&[p.cid, seal_version(p.cid, p.version)]);
             e.state.old_slot.extend_from_slice(payload);
         }
+    }
+    Ok(())
+}
+
+/// Fetches and takes the old payloads `pending` names: own-node ones loaded in place, the
+/// others with one READ each in one doorbell (the second READ of a version found by
+/// headers apart from data).
+pub async fn fetch_pending(
+    tx: &mut TxnCore<'_, RsiEntry>,
+    pending: &[Pending],
+) -> Result<(), Abort> {
+    let mut remote = smallvec::SmallVec::<[&Pending; 8]>::new();
+    let mut payload = Vec::new();
+    for p in pending {
+        let e = &tx.entries[p.i];
+        let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot()).add(p.at);
+        if tx.c.ep.in_place_on(e.node) {
+            payload.resize(tx.c.catalog.layout(e.table).payload_words as usize, 0);
+            tx.c.ep.load_in_place(ptr, &mut payload);
+            take_payload(tx, p, &payload)?;
+        } else {
+            remote.push(p);
+        }
+    }
+    if remote.is_empty() {
+        return Ok(());
+    }
+    let mut d = tx.c.ep.doorbell_for(remote.len());
+    for p in &remote {
+        let e = &tx.entries[p.i];
+        let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot()).add(p.at);
+        d.read(ptr, tx.c.catalog.layout(e.table).payload_words);
+    }
+    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    for (j, p) in remote.iter().enumerate() {
+        take_payload(tx, p, res.read(j))?;
     }
     Ok(())
 }
@@ -628,7 +727,7 @@ pub fn take_version(
 fn oldest_slot(layout: &TableLayout, w: &[u64]) -> u32 {
     (0..layout.version_slots - 1)
         .min_by_key(|&j| {
-            let at = layout.old_slot_offset(j) as usize;
+            let at = layout.old_header_offset(j) as usize;
             // Every old slot was unsealed by `visible` before (a torn one aborted).
             (
                 w[at + 1] != 0,
@@ -811,7 +910,7 @@ pub fn stamp(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
 pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
     let (by_rpc, ts_rpc) = (rpc(tx, Stage::Commit), rpc(tx, Stage::Timestamp));
     let c = &*tx.c;
-    let mut d = c.ep.doorbell_for(ws.len() * 4 + 1);
+    let mut d = c.ep.doorbell_for(ws.len() * 5 + 1);
     // The next attempt's snapshot, read beside the installs: every commit below it had
     // finished before this read, so whatever the next attempt reads after it shows them.
     let rts = post_rts(&mut d, &c.ts_service(), ts_rpc);
@@ -881,11 +980,14 @@ pub fn post_installs(
             let e = &tx.entries[i];
             let ptr = c.catalog.record_ptr(e.table, e.node, e.slot());
             if !e.state.old_slot.is_empty() {
-                // `[commit id, version, payload]` in one ascending WRITE, so a snapshot
+                // `[commit id, version, payload]` before the head changes, so a snapshot
                 // that needs it still finds it while the head is rewritten.
                 let layout = c.catalog.layout(e.table);
-                let at = ptr.add(layout.old_slot_offset(e.state.evict));
-                put(c, d, e.node, at, &e.state.old_slot);
+                for (at, words) in old_slot_writes(layout, e.state.evict, &e.state.old_slot) {
+                    if !words.is_empty() {
+                        put(c, d, e.node, ptr.add(at), words);
+                    }
+                }
             }
             put(c, d, e.node, ptr.add(HEADER_WORDS), &e.data);
             put(c, d, e.node, ptr.add(H_VERSION), &[e.version + 1]);
@@ -1108,6 +1210,54 @@ mod tests {
             Some(5),
             "the lock bit is not part of the commit id"
         );
+    }
+
+    #[test]
+    fn namdb_headers_apart_choose_an_old_version_from_the_headers_alone() {
+        use atoll_storage::layout::TableSpec;
+        use atoll_storage::Partition;
+        let spec = TableSpec {
+            name: "t".into(),
+            payload_words: 5,
+            capacity_per_node: 4,
+            partition: Partition::Modulo,
+            ordered: false,
+            gone_keys_max_per_node: 0,
+        };
+        let mut layout = TableLayout::with_versions(&spec, 3);
+        layout.old_versions = OldVersions::HeadersApart;
+        // What one READ of the head and the headers returns: no old payload in it.
+        let mut w = vec![0u64; layout.headers_words() as usize];
+        assert!(w.len() < layout.record_words as usize);
+        w[H_LOCK as usize] = 30;
+        w[H_VERSION as usize] = 3;
+        for (j, (cid, version)) in [(20, 2), (10, 1)].into_iter().enumerate() {
+            let at = layout.old_header_offset(j as u32) as usize;
+            w[at] = cid;
+            w[at + 1] = seal_version(cid, version);
+        }
+        let by_cid = |cid: u64, _| cid;
+        let now = visible(&layout, &w, |_| true, by_cid).unwrap().unwrap();
+        assert_eq!(
+            now,
+            (30, 3, HEADER_WORDS as usize),
+            "the head, within the READ"
+        );
+        let old = visible(&layout, &w, |cid| cid < 30, by_cid)
+            .unwrap()
+            .unwrap();
+        assert_eq!((old.0, old.1), (20, 2));
+        assert_eq!(old.2, layout.old_payload_offset(0) as usize);
+        assert!(old.2 >= w.len(), "an old payload takes a second READ");
+        assert_eq!(visible(&layout, &w, |cid| cid < 10, by_cid).unwrap(), None);
+        // A header torn across its rewrite is refused before any payload is fetched.
+        w[layout.old_header_offset(1) as usize] = 25;
+        assert!(visible(&layout, &w, |cid| cid < 30, by_cid).is_err());
+        // An install writes the moved payload before the header naming it.
+        let old_slot: Vec<u64> = (0..2 + layout.payload_words as u64).collect();
+        let writes = old_slot_writes(&layout, 1, &old_slot);
+        assert_eq!(writes[0], (layout.old_payload_offset(1), &old_slot[2..]));
+        assert_eq!(writes[1], (layout.old_header_offset(1), &old_slot[..2]));
     }
 
     #[test]

@@ -138,10 +138,9 @@ fn serve(local: &Local, req: RsiRequest) -> Reply {
                 let layout = local.store().catalog.layout(it.table);
                 let (r, off) = local.record(it.table, it.loc);
                 if !it.old_slot.is_empty() {
-                    r.write_from(
-                        off + layout.old_slot_offset(it.evict) as usize,
-                        &it.old_slot,
-                    );
+                    for (at, words) in super::old_slot_writes(layout, it.evict, &it.old_slot) {
+                        r.write_from(off + at as usize, words);
+                    }
                 }
                 r.write_from(off + HEADER_WORDS as usize, &it.payload);
                 r.store(off + H_VERSION as usize, it.version);
