@@ -280,6 +280,11 @@ struct BenchArgs {
     /// (default 1, as RSI's paper's implementation).
     #[arg(long)]
     rsi_versions: Option<u32>,
+    /// NAM-DB only, with --rsi-versions 2 or more: overflow entries per record slot, where
+    /// each memory node's version mover copies the old versions records keep, so older
+    /// snapshots still find theirs (default 0: none, no mover).
+    #[arg(long)]
+    overflow_versions: Option<u32>,
     /// WAITDIE only: the starvation fix (waiters raise a FETCH_ADD counter that makes
     /// younger lockers die).
     #[arg(long)]
@@ -348,6 +353,7 @@ struct FileConfig {
     vector_fetcher: Option<bool>,
     mvcc_slots: Option<u32>,
     rsi_versions: Option<u32>,
+    overflow_versions: Option<u32>,
     os_threads: Option<usize>,
     attempts_max: Option<u32>,
     repeat: Option<u32>,
@@ -581,6 +587,9 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
             ));
         }
         cfg.rsi_versions = n;
+    }
+    if let Some(n) = a.overflow_versions.or(file.overflow_versions) {
+        cfg.overflow_versions = n;
     }
     cfg.os_threads = a.os_threads.or(file.os_threads);
     let mut params = Params::new();

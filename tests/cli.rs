@@ -863,6 +863,35 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
         &["bench", "--protocol", "rsi", "--rsi-versions", "0"],
         &["rsi_versions=0 is out of range: expected 1..=64"],
     );
+    // NAM-DB's overflow area holds what the mover takes from a record's old versions.
+    bad(
+        &[
+            "bench",
+            "--protocol",
+            "rsi",
+            "--rsi-versions",
+            "2",
+            "--overflow-versions",
+            "1",
+        ],
+        &["overflow-versions=1", "needs --protocol namdb (not rsi)"],
+    );
+    bad(
+        &["bench", "--protocol", "namdb", "--overflow-versions", "1"],
+        &["overflow-versions=1", "--rsi-versions 2 or more (not 1)"],
+    );
+    bad(
+        &[
+            "bench",
+            "--protocol",
+            "namdb",
+            "--rsi-versions",
+            "2",
+            "--overflow-versions",
+            "65",
+        ],
+        &["overflow_versions=65 is out of range: expected 0..=64"],
+    );
     // A shared-data run: the header names the roles, every check passes.
     let (code, out, err) = atoll(&[
         "bench",

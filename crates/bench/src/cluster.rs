@@ -29,7 +29,7 @@ use crate::driver::RunFacts;
 use crate::hosts::Host;
 use crate::node::{NodeChecks, NodeRuntime, NodeSummary};
 use crate::report::Report;
-use crate::run::{worker_coroutines, RunError, RunShared, LOC_CACHE_ENTRIES_MAX};
+use crate::run::{memory_task, worker_coroutines, RunError, RunShared, LOC_CACHE_ENTRIES_MAX};
 use crate::stats::Interval;
 use atoll_fabric::{Coroutine, NodeId};
 use atoll_fabric_ucx::{self as ucx, Bootstrap, NodeAddresses, RunWatch, Transports};
@@ -880,7 +880,12 @@ fn layout<W: Workload, P: Protocol>(
         )
         .with_topology(topology)
         .with_lock_word(P::LOCK_WORD)
-        .with_old_versions(P::OLD_VERSIONS),
+        .with_old_versions(P::OLD_VERSIONS)
+        .with_overflow(if P::MULTI_VERSION {
+            cfg.overflow_versions
+        } else {
+            0
+        }),
     );
     Ok((sizing, txn_cfg, catalog))
 }
@@ -931,7 +936,7 @@ fn node_with<W: Workload, P: Protocol>(
     // A node that runs no coordinators (memory, timestamp) only serves.
     let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
         if !shared.catalog.topology().runs_coordinators(core.node()) {
-            return Vec::new();
+            return memory_task::<W, P>(core, &shared, &runtime);
         }
         worker_coroutines::<W, P>(core, &shared, &runtime, cfg.coroutines, &tx_iv)
     };

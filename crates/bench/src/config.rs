@@ -88,6 +88,8 @@ pub struct RunConfig {
     pub mvcc_slots: u32,
     /// RSI's versions per record block.
     pub rsi_versions: u32,
+    /// NAM-DB's overflow area: entries per record slot (0: none, no mover).
+    pub overflow_versions: u32,
     /// WAITDIE's starvation fix (a FETCH_ADD waiter counter).
     pub waitdie_counter: bool,
     /// NAM-DB's timestamp vector: a slot per coordinator or per compute node (compression).
@@ -136,6 +138,7 @@ impl Default for RunConfig {
             vector_fetcher: false,
             mvcc_slots: 4,
             rsi_versions: 1,
+            overflow_versions: 0,
             cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
             cpu_scale: 1.0,
         }
@@ -267,6 +270,19 @@ impl RunConfig {
         }
         range("mvcc_slots", self.mvcc_slots, 1, VERSIONS_MAX)?;
         range("rsi_versions", self.rsi_versions, 1, VERSIONS_MAX)?;
+        range("overflow_versions", self.overflow_versions, 0, VERSIONS_MAX)?;
+        if self.overflow_versions > 0
+            && (self.protocol != ProtocolKind::NamDb || self.rsi_versions < 2)
+        {
+            return Err(ConfigError(format!(
+                "overflow-versions={} is NAM-DB's overflow area for the old versions its mover \
+                 takes from a record's buffer: it needs --protocol namdb (not {}) with \
+                 --rsi-versions 2 or more (not {})",
+                self.overflow_versions,
+                self.protocol.name(),
+                self.rsi_versions
+            )));
+        }
         // Refused on every fabric, so a bad value never waits for `--fabric sim` to show.
         self.sim_cpu()?;
         if let Fabric::Sim { net, faults } = &self.fabric {
@@ -410,6 +426,7 @@ pub struct ConfigReport {
     pub waitdie_counter: bool,
     pub mvcc_slots: u32,
     pub rsi_versions: u32,
+    pub overflow_versions: u32,
     pub vector_slots: &'static str,
     pub vector_fetcher: bool,
     /// Words of each coordinator's log ring (from the workload's largest write set).

@@ -303,6 +303,7 @@ pub fn report<W: Workload, P: Protocol>(
             waitdie_counter: cfg.waitdie_counter,
             mvcc_slots: cfg.mvcc_slots,
             rsi_versions: cfg.rsi_versions,
+            overflow_versions: cfg.overflow_versions,
             vector_slots: cfg.vector_slots.name(),
             vector_fetcher: cfg.vector_fetcher,
             log_ring_words: facts.log_ring_words,

@@ -293,7 +293,12 @@ fn run_with<W: Workload, P: Protocol>(
         )
         .with_topology(topology)
         .with_lock_word(P::LOCK_WORD)
-        .with_old_versions(P::OLD_VERSIONS),
+        .with_old_versions(P::OLD_VERSIONS)
+        .with_overflow(if P::MULTI_VERSION {
+            cfg.overflow_versions
+        } else {
+            0
+        }),
     );
     debug_assert!(
         (0..cfg.nodes).all(|n| catalog
@@ -384,7 +389,7 @@ fn run_with<W: Workload, P: Protocol>(
         let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
             let node = &nodes[core.node().0 as usize];
             if !topology.runs_coordinators(core.node()) {
-                return Vec::new();
+                return memory_task::<W, P>(core, &shared, node);
             }
             worker_coroutines::<W, P>(core, &shared, node, cfg.coroutines, &tx_iv)
         };
@@ -605,6 +610,28 @@ pub(crate) fn worker_coroutines<W: Workload, P: Protocol>(
         tasks.push(Box::pin(P::node_task(task)));
     }
     tasks
+}
+
+/// The background task of a node that holds records ([`Protocol::memory_task`], NAM-DB's
+/// version mover) on its first worker, if the protocol runs one; nothing else runs there.
+pub(crate) fn memory_task<W: Workload, P: Protocol>(
+    core: &Rc<atoll_fabric::WorkerCore>,
+    shared: &Arc<RunShared<W>>,
+    node: &Arc<NodeRuntime<W>>,
+) -> Vec<Coroutine> {
+    let holds = shared.catalog.topology().holds_records(core.node());
+    if core.id.thread != 0 || !holds || !P::memory_task_wanted(&shared.catalog) {
+        return Vec::new();
+    }
+    let (run, rt) = (shared.clone(), node.clone());
+    let task = atoll_txn::NodeTask {
+        ep: Endpoint::new(core.clone(), TaskId(0)),
+        catalog: shared.catalog.clone(),
+        cfg: shared.txn.clone(),
+        clock: node.clock.clone(),
+        over: Box::new(move |now| run.over(&rt, now)),
+    };
+    vec![Box::pin(P::memory_task(task))]
 }
 
 /// The cluster-wide index of co-routine `k` of worker `core`: compute nodes in order, their

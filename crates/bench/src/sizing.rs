@@ -266,7 +266,8 @@ pub fn size<W: Workload>(
     let specs: Vec<TableSpec> = w.tables(cfg.memory_nodes());
     let mut table_region_words = Vec::with_capacity(specs.len());
     for spec in &specs {
-        let words = TableLayout::region_words_needed(spec, version_slots);
+        let words = TableLayout::region_words_needed(spec, version_slots)
+            + TableLayout::overflow_words_needed(spec, cfg.overflow_versions);
         if words > REGION_WORDS_MAX {
             return Err(ConfigError(format!(
                 "{} table {} needs {words} words per node ({} records of {} payload words{}), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer or smaller records ({})",
@@ -274,10 +275,10 @@ pub fn size<W: Workload>(
                 spec.name,
                 spec.capacity_per_node,
                 spec.payload_words,
-                if version_slots > 1 {
-                    format!(", {version_slots} versions each")
-                } else {
-                    String::new()
+                match (version_slots, cfg.overflow_versions) {
+                    (1, _) => String::new(),
+                    (v, 0) => format!(", {v} versions each"),
+                    (v, o) => format!(", {v} versions each and {o} overflow entries"),
                 },
                 knobs(w)
             )));

@@ -6,13 +6,36 @@ use atoll_fabric::{
     WorkerCore,
 };
 use atoll_fabric_inproc::{self as inproc, InprocConfig};
-use atoll_storage::layout::LockWord;
+use atoll_storage::layout::{LockWord, OldVersions};
 use atoll_storage::{Catalog, Store, TableId, TableSpec, Topology};
 use atoll_txn::handler::StoreHandler;
 use atoll_txn::{Coordinator, Plan, TxnConfig};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+
+/// How a test cluster lays out its records: what a protocol's constants and its run's knobs
+/// decide.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordShape {
+    pub version_slots: u32,
+    pub lock_word: LockWord,
+    pub old_versions: OldVersions,
+    /// Overflow entries per record slot (NAM-DB's overflow area; 0 for none).
+    pub overflow_per_record: u32,
+}
+
+impl RecordShape {
+    /// The shape protocol `P` gives records keeping `version_slots` versions, no overflow.
+    pub fn of<P: atoll_txn::Protocol>(version_slots: u32) -> Self {
+        RecordShape {
+            version_slots,
+            lock_word: P::LOCK_WORD,
+            old_versions: P::OLD_VERSIONS,
+            overflow_per_record: 0,
+        }
+    }
+}
 
 /// Yields before giving up on a scenario step that never comes.
 const WAIT_YIELDS_MAX: u32 = 100_000;
@@ -65,8 +88,12 @@ impl TestCluster {
             tables,
             plan,
             coroutines,
-            version_slots,
-            lock_word,
+            RecordShape {
+                version_slots,
+                lock_word,
+                old_versions: OldVersions::Inline,
+                overflow_per_record: 0,
+            },
         )
     }
 
@@ -78,8 +105,7 @@ impl TestCluster {
         tables: Vec<TableSpec>,
         plan: Plan,
         coroutines: u32,
-        version_slots: u32,
-        lock_word: LockWord,
+        shape: RecordShape,
     ) -> Self {
         let nodes = topology.nodes_total();
         let txn = Arc::new(TxnConfig {
@@ -100,10 +126,12 @@ impl TestCluster {
                 topology.memory_nodes(),
                 tables,
                 txn.extra_region_words(),
-                version_slots,
+                shape.version_slots,
             )
             .with_topology(topology)
-            .with_lock_word(lock_word),
+            .with_lock_word(shape.lock_word)
+            .with_old_versions(shape.old_versions)
+            .with_overflow(shape.overflow_per_record),
         );
         let stores = (0..nodes)
             .map(|n| {

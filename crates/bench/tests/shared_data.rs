@@ -206,7 +206,7 @@ fn namdb_reads_headers_apart_from_old_payloads_so_versions_kept_barely_add_read_
 }
 
 #[test]
-fn namdb_runs_clean_under_snapshot_isolation_with_its_vector_per_node_and_with_the_detached_fetcher_and_3_versions_per_block_with_faults(
+fn namdb_runs_clean_under_snapshot_isolation_with_its_vector_per_node_and_with_the_detached_fetcher_3_versions_per_record_and_an_overflow_area_with_faults(
 ) {
     use atoll_txn::tsvc::VectorSlots;
     for (slots, fetcher) in [
@@ -228,9 +228,12 @@ fn namdb_runs_clean_under_snapshot_isolation_with_its_vector_per_node_and_with_t
                 cfg.vector_fetcher = fetcher;
                 // Blocks of 3 versions with the fetcher: older snapshots read old slots.
                 cfg.rsi_versions = if fetcher { 3 } else { 1 };
+                // With old versions, the mover copies them to an overflow area too.
+                cfg.overflow_versions = if fetcher { 2 } else { 0 };
                 let what = format!(
-                    "namdb {slots:?} fetcher={fetcher} versions={} / {} / {shape:?} / seed {seed}",
+                    "namdb {slots:?} fetcher={fetcher} versions={} overflow={} / {} / {shape:?} / seed {seed}",
                     cfg.rsi_versions,
+                    cfg.overflow_versions,
                     workload.name()
                 );
                 let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -388,8 +391,7 @@ fn rsi_cluster(coroutines: u32, versions: u32, plan: Plan) -> atoll_bench::testk
         vec![spec],
         plan,
         coroutines,
-        versions,
-        atoll_storage::layout::LockWord::CommitId,
+        atoll_bench::testkit::RecordShape::of::<atoll_protocols::Rsi>(versions),
     );
     for k in 0..8 {
         c.stores[0].insert(T, k, &[100]).unwrap();
@@ -580,6 +582,105 @@ fn rsi_a_snapshot_older_than_a_commit_reads_the_version_before_it_when_the_block
             "{versions} versions"
         );
         assert_eq!(c.payload(T, 6), vec![101], "{versions} versions");
+    }
+}
+
+#[test]
+fn namdb_a_snapshot_older_than_every_version_a_record_keeps_reads_it_from_the_overflow_chain_and_aborts_on_a_gap(
+) {
+    use atoll_bench::testkit::{RecordShape, Steps, TestCluster};
+    use atoll_fabric::NodeId;
+    use atoll_protocols::{mover::Mover, NamDb};
+    use atoll_storage::{Partition, TableSpec, Topology};
+    use atoll_txn::Txn;
+    use std::sync::{Arc, Mutex};
+    const COMMITS: u32 = 3;
+    // (overflow entries per record, the commits after which the mover passes, what the old
+    // reader gets). Missing the second commit's version, the chain skips from the third to
+    // the first: a gap, which the reader cannot tell invisible, so it aborts.
+    let every: &[u32] = &[0, 1, 2];
+    for (overflow, passes, expect) in [
+        (0, every, "Err(SnapshotTooOld)"),
+        (2, every, "Ok(100)"),
+        (2, &[0, 2][..], "Err(SnapshotTooOld)"),
+        (2, &[2][..], "Err(SnapshotTooOld)"),
+    ] {
+        let spec = TableSpec {
+            name: "t".into(),
+            payload_words: 1,
+            capacity_per_node: 16,
+            partition: Partition::Modulo,
+            ordered: false,
+            gone_keys_max_per_node: 0,
+        };
+        let mut shape = RecordShape::of::<NamDb>(2);
+        shape.overflow_per_record = overflow;
+        let c = TestCluster::with_topology(
+            Topology::shared_data(1, 1, TsPlacement::Own),
+            0,
+            vec![spec],
+            Plan::uniform(atoll_txn::Primitive::OneSided),
+            2,
+            shape,
+        );
+        for k in 0..8 {
+            c.stores[0].insert(T, k, &[100]).unwrap();
+        }
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let steps = Steps::default();
+        let catalog = c.catalog.clone();
+        c.run(&|core, k| {
+            let (seen, steps, catalog) = (seen.clone(), steps.clone(), catalog.clone());
+            match (core.id.node, k) {
+                (NodeId(0), 0) => {
+                    // The memory node's mover, one pass when told.
+                    let ep = atoll_fabric::Endpoint::new(core.clone(), atoll_fabric::TaskId(0));
+                    Some(Box::pin(async move {
+                        let mut mover = Mover::new(&catalog);
+                        for n in 0..COMMITS {
+                            steps.wait(&ep, 2 + 2 * n).await;
+                            if passes.contains(&n) {
+                                mover.pass(&ep, &catalog).await.unwrap();
+                            }
+                            steps.reach(3 + 2 * n);
+                        }
+                    }))
+                }
+                (NodeId(1), _) => {
+                    let mut co = c.coordinator(core, k);
+                    Some(Box::pin(async move {
+                        let ep = co.ep.clone();
+                        if k == 0 {
+                            // The old reader: its snapshot is taken by its first read.
+                            let mut tx = Txn::<NamDb>::begin(&mut co);
+                            tx.read(T, 5).await.unwrap();
+                            steps.reach(1);
+                            steps.wait(&ep, 1 + 2 * COMMITS).await;
+                            let r = tx.read(T, 6).await.map(|v| v[0]);
+                            seen.lock().unwrap().push(format!("{r:?}"));
+                            tx.rollback().await;
+                        } else {
+                            // A writer commits key 6 three times after that snapshot: the
+                            // record keeps the last two versions, the loaded one is gone
+                            // from it.
+                            for n in 0..COMMITS {
+                                steps.wait(&ep, 1 + 2 * n).await;
+                                let mut tx = Txn::<NamDb>::begin(&mut co);
+                                let v = tx.read(T, 6).await.unwrap();
+                                tx.write(T, 6, &[v[0] + 1]);
+                                tx.commit().await.unwrap();
+                                co.flush_deferred().await.unwrap();
+                                steps.reach(2 + 2 * n);
+                            }
+                        }
+                    }))
+                }
+                _ => None,
+            }
+        });
+        let what = format!("overflow {overflow}, mover after commits {passes:?}");
+        assert_eq!(*seen.lock().unwrap(), vec![expect.to_string()], "{what}");
+        assert_eq!(c.payload(T, 6), vec![100 + COMMITS as u64], "{what}");
     }
 }
 

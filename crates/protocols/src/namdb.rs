@@ -93,9 +93,10 @@ impl Protocol for NamDb {
     const LOCK_WORD: LockWord = LockWord::CommitId;
     // Deletions as RSI's (`rsi::delete`), unlocked at the deletion's commit id.
     const DELETES: bool = true;
-    // Records keep `--rsi-versions` versions (TODO(#12): the overflow area, its mover and
-    // GC), old headers apart from their payloads: one READ of the head and the headers
-    // chooses the version, a second READ fetches an old payload only when one is needed.
+    // Records keep `--rsi-versions` versions, old headers apart from their payloads: one
+    // READ of the head and the headers chooses the version, a second READ fetches an old
+    // payload only when one is needed; with `--overflow-versions`, older ones in the
+    // overflow area the version mover fills ([`crate::mover`]).
     const MULTI_VERSION: bool = true;
     const OLD_VERSIONS: OldVersions = OldVersions::HeadersApart;
     const STAGES: &'static [Stage] = &[
@@ -200,6 +201,15 @@ impl Protocol for NamDb {
 
     fn node_task_wanted(cfg: &TxnConfig) -> bool {
         cfg.vector_fetcher
+    }
+
+    fn memory_task_wanted(catalog: &atoll_storage::Catalog) -> bool {
+        crate::mover::wanted(catalog)
+    }
+
+    /// The version mover ([`crate::mover`]).
+    async fn memory_task(task: NodeTask) {
+        crate::mover::run(task).await
     }
 
     /// The detached fetcher: copies of the vector back to back, one READ outstanding, each
@@ -344,7 +354,7 @@ pub async fn read_seeing(
             pending.extend(rsi::take_version(tx, i, res.read(j), seen, by_version)?);
         }
     }
-    rsi::fetch_pending(tx, &pending).await
+    rsi::fetch_pending(tx, &pending, seen).await
 }
 
 /// The commit id an entry's read saw, which its lock CAS expects.

@@ -17,7 +17,8 @@
 //! | 2    | `RTS`     | read timestamp / lease end (SUNDIAL, MVCC); bit 63 `FROZEN` while a |
 //! |      |           | writer holds the record, so no lease or read can extend it          |
 //! | 3    | `WTS`     | write timestamp of the current version (SUNDIAL, MVCC)              |
-//! | 4    | `AUX`     | protocol counter: WAITDIE's count of old waiters (starvation fix)   |
+//! | 4    | `AUX`     | protocol word: WAITDIE's count of old waiters (starvation fix);     |
+//! |      |           | NAM-DB's overflow chain (1 + its newest entry, 0 for none)          |
 //! | 5    | `KEY`     | the record's key, so a cached location can be verified             |
 //!
 //! After the payload, a multi-version table keeps `version_slots - 1` older versions, each a
@@ -29,6 +30,11 @@
 //! only when one is needed). See [`TableLayout::old_header_offset`]. A slot (the current
 //! version's `WTS`, or an old slot's `wts`) holding [`WTS_WRITING`] is being overwritten
 //! and holds no version a reader may choose.
+//!
+//! A table with an overflow area (NAM-DB's, [`Catalog::with_overflow`]) keeps it after the
+//! records: `overflow_entries` entries of `[next, commit id, sealed version, payload]`,
+//! where `next` is 1 + the next older entry of the same record's chain (0 ends it). Only
+//! the node's version mover writes them.
 //!
 //! Payload: the engine owns its first [`ENGINE_PAYLOAD_WORDS`] words in every table, so
 //! every read can be checked and every history carries the values actually read:
@@ -92,6 +98,9 @@ impl LockWord {
 pub const RTS_FROZEN: u64 = 1 << 63;
 /// Words of each older version's header: `wts` (or commit id), then `version`.
 pub const OLD_SLOT_HEADER_WORDS: u32 = 2;
+
+/// Words of an overflow entry before its payload: `next`, commit id, sealed version.
+pub const OVERFLOW_ENTRY_HEADER_WORDS: u32 = 3;
 
 /// Where a multi-version record keeps its older versions' headers (the protocol decides,
 /// once per run; a record slot's size is the same in both forms).
@@ -307,6 +316,10 @@ pub struct TableLayout {
     /// Where the older versions' headers are.
     pub old_versions: OldVersions,
     pub capacity: u32,
+    /// Word offset of the overflow area (after the records).
+    pub overflow_base: u32,
+    /// Entries of the overflow area (0: none).
+    pub overflow_entries: u32,
 }
 
 impl TableLayout {
@@ -366,7 +379,34 @@ impl TableLayout {
             version_slots,
             old_versions: OldVersions::Inline,
             capacity: spec.capacity_per_node,
+            overflow_base: total as u32,
+            overflow_entries: 0,
         }
+    }
+
+    /// Words of an overflow area of `per_record` entries per record slot of `spec`.
+    pub fn overflow_words_needed(spec: &TableSpec, per_record: u32) -> u64 {
+        let entry = OVERFLOW_ENTRY_HEADER_WORDS as u64
+            + spec.payload_words as u64
+            + ENGINE_PAYLOAD_WORDS as u64;
+        spec.capacity_per_node as u64 * per_record as u64 * entry
+    }
+
+    /// Words of one overflow entry.
+    #[inline]
+    pub fn overflow_entry_words(&self) -> u32 {
+        OVERFLOW_ENTRY_HEADER_WORDS + self.payload_words
+    }
+
+    /// Word offset, within the table's region, of overflow entry `e`.
+    #[inline]
+    pub fn overflow_entry_offset(&self, e: u32) -> u32 {
+        debug_assert!(
+            e < self.overflow_entries,
+            "overflow entry {e} of {}",
+            self.overflow_entries
+        );
+        self.overflow_base + e * self.overflow_entry_words()
     }
 
     /// Word offset, within a record, of older version `j` (0-based, `j < version_slots - 1`)
@@ -429,7 +469,8 @@ impl TableLayout {
     }
 
     pub fn region_words(&self) -> usize {
-        self.records_base as usize + self.capacity as usize * self.record_words as usize
+        self.overflow_base as usize
+            + self.overflow_entries as usize * self.overflow_entry_words() as usize
     }
 
     /// Word offset of record slot `idx`.
@@ -548,6 +589,24 @@ impl Catalog {
     /// The catalog with records whose `LOCK` word holds `lock_word`'s format.
     pub fn with_lock_word(mut self, lock_word: LockWord) -> Self {
         self.lock_word = lock_word;
+        self
+    }
+
+    /// The catalog whose tables each keep an overflow area of `per_record` entries per
+    /// record slot on every node holding them (NAM-DB's; its size counted by
+    /// [`TableLayout::overflow_words_needed`] before).
+    pub fn with_overflow(mut self, per_record: u32) -> Self {
+        for (spec, l) in &mut self.tables {
+            let entries = spec.capacity_per_node as u64 * per_record as u64;
+            let total =
+                l.overflow_base as u64 + TableLayout::overflow_words_needed(spec, per_record);
+            assert!(
+                total <= REGION_WORDS_MAX && entries <= u32::MAX as u64,
+                "table {} with {per_record} overflow entries per record needs {total} words per node, over the 2^32-word region limit",
+                spec.name
+            );
+            l.overflow_entries = entries as u32;
+        }
         self
     }
 

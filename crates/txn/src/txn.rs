@@ -72,9 +72,19 @@ pub trait Protocol: 'static {
     /// A compute node's background task (NAM-DB's detached fetcher), on the node's first
     /// worker, until `task.over` says the run is over.
     async fn node_task(_task: NodeTask) {}
+
+    /// Whether every memory node runs [`Protocol::memory_task`] (on its first worker).
+    fn memory_task_wanted(_catalog: &atoll_storage::Catalog) -> bool {
+        false
+    }
+
+    /// A memory node's background task (NAM-DB's version mover), until `task.over` says
+    /// the run is over.
+    async fn memory_task(_task: NodeTask) {}
 }
 
-/// What a compute node's background task ([`Protocol::node_task`]) works with.
+/// What a node's background task ([`Protocol::node_task`], [`Protocol::memory_task`])
+/// works with.
 pub struct NodeTask {
     pub ep: atoll_fabric::Endpoint,
     pub catalog: std::sync::Arc<atoll_storage::Catalog>,

@@ -51,8 +51,8 @@ pub mod participant;
 use atoll_fabric::{Completions, Doorbell, NodeId, RemotePtr, Words};
 use atoll_storage::layout::{
     payload_check, payload_intact, LockWord, OldVersions, TableLayout, CID_LOCKED, HEADER_WORDS,
-    H_KEY, H_LOCK, H_VERSION, OLD_SLOT_HEADER_WORDS, P_CHECK, P_TAG, VERSION_ABSENT,
-    VERSION_KEY_BITS, VERSION_KEY_MASK,
+    H_AUX, H_KEY, H_LOCK, H_VERSION, OLD_SLOT_HEADER_WORDS, OVERFLOW_ENTRY_HEADER_WORDS, P_CHECK,
+    P_TAG, VERSION_ABSENT, VERSION_KEY_BITS, VERSION_KEY_MASK,
 };
 use atoll_txn::stages::{self, check_tuple};
 use atoll_txn::tsvc::TsService;
@@ -362,7 +362,7 @@ pub async fn read(tx: &mut TxnCore<'_, RsiEntry>, idxs: &[usize]) -> Result<(), 
         }
         if !again {
             // Old payloads past the headers read (none when the whole block is read).
-            return fetch_pending(tx, &pending).await;
+            return fetch_pending(tx, &pending, |cid| cid <= snap).await;
         }
         snap = snapshot_covering_own(tx).await?;
     }
@@ -533,7 +533,7 @@ pub fn visible(
                 return Err(Abort::Conflict);
             };
             consider(
-                w[at],
+                w[at] & !MOVED,
                 incarnation_bits | key_version,
                 layout.old_payload_offset(j) as usize,
             );
@@ -574,6 +574,15 @@ pub fn unseal_version(cid: u64, word: u64) -> Option<u64> {
     (word >> SEAL_SHIFT == seal_of(cid)).then_some(word & ((1 << SEAL_SHIFT) - 1))
 }
 
+/// Set in an old header's commit id word (which never holds a lock) once the node's
+/// version mover copied that version into the overflow area: an install overwrites it.
+pub const MOVED: u64 = CID_LOCKED;
+
+/// Hops of an overflow chain a read follows at most before it gives up (`SnapshotTooOld`):
+/// a chain holds copies of versions still in the record too, and an entry the ring reused
+/// can lead anywhere.
+pub const OVERFLOW_HOPS_MAX: u32 = 16;
+
 /// An old version a snapshot needs whose payload lies past the words read (headers apart
 /// from data): a second READ of `payload_words` at offset `at` of the record fetches it,
 /// and [`take_payload`] checks and takes it.
@@ -586,6 +595,20 @@ pub struct Pending {
     version: u64,
     head_cid: u64,
     evict: u32,
+    /// No version the record keeps is visible: walk its overflow chain instead (`at` then
+    /// unused until a version is found).
+    chain: Option<ChainWalk>,
+}
+
+/// Where a walk down a record's overflow chain is: the next entry to READ, and the key
+/// version just below the lowest one seen (every one seen is invisible), which is the only
+/// one it may take next: versions are consecutive, so a chain that skips it lost it.
+#[derive(Clone, Copy, Debug)]
+struct ChainWalk {
+    entry: u32,
+    below: u64,
+    incarnation_bits: u64,
+    hops: u32,
 }
 
 /// Takes block `w` read for entry `i` (at least its [`TableLayout::headers_words`]) at a
@@ -616,10 +639,39 @@ pub fn take_version(
     check_tuple(tx, i, w)?;
     let e = &tx.entries[i];
     let layout = tx.c.catalog.layout(e.table);
-    let Some((cid, version, at)) = visible(layout, w, sees, rank)? else {
-        return Err(Abort::SnapshotTooOld);
-    };
     let head_cid = head & !CID_LOCKED;
+    let Some((cid, version, at)) = visible(layout, w, sees, rank)? else {
+        // Older than every version kept: NAM-DB's overflow chain may have it (an update
+        // needs the current version, so it aborts as without one).
+        let aux = w[H_AUX as usize];
+        if layout.overflow_entries == 0 || aux == 0 || aux > layout.overflow_entries as u64 {
+            return Err(Abort::SnapshotTooOld);
+        }
+        if e.is_write() {
+            return Err(Abort::SnapshotTooOld);
+        }
+        let lowest = (0..layout.version_slots - 1)
+            .map(|j| layout.old_header_offset(j) as usize)
+            .filter(|&at| w[at + 1] != 0)
+            .filter_map(|at| unseal_version(w[at], w[at + 1]))
+            .chain([key_version_of(w[H_VERSION as usize])])
+            .min()
+            .expect("the head's version");
+        return Ok(Some(Pending {
+            i,
+            at: 0,
+            cid: 0,
+            version: 0,
+            head_cid,
+            evict: oldest_slot(layout, w),
+            chain: Some(ChainWalk {
+                entry: (aux - 1) as u32,
+                below: lowest,
+                incarnation_bits: w[H_VERSION as usize] & !VERSION_ABSENT & !VERSION_KEY_MASK,
+                hops: 0,
+            }),
+        }));
+    };
     let current = at == HEADER_WORDS as usize;
     if current && head & CID_LOCKED != 0 && layout.version_slots == 1 {
         // A writer is installing over the only version kept.
@@ -642,6 +694,7 @@ pub fn take_version(
         version,
         head_cid,
         evict,
+        chain: None,
     };
     if end > w.len() {
         return Ok(Some(p));
@@ -683,16 +736,28 @@ pub fn take_payload(
     Ok(())
 }
 
-/// Fetches and takes the old payloads `pending` names: own-node ones loaded in place, the
-/// others with one READ each in one doorbell (the second READ of a version found by
-/// headers apart from data).
+/// The key version of a version word (no incarnation, no `ABSENT`).
+fn key_version_of(word: u64) -> u64 {
+    word & VERSION_KEY_MASK
+}
+
+/// Fetches and takes what `pending` names: old payloads (own-node ones loaded in place, the
+/// others with one READ each in one doorbell: the second READ of a version found by headers
+/// apart from data), then overflow chains, one entry per READ and hop, every walk's in one
+/// doorbell, the version taken the first one `sees` accepts, consecutive below the record's.
 pub async fn fetch_pending(
     tx: &mut TxnCore<'_, RsiEntry>,
     pending: &[Pending],
+    sees: impl Fn(u64) -> bool,
 ) -> Result<(), Abort> {
     let mut remote = smallvec::SmallVec::<[&Pending; 8]>::new();
+    let mut walks = smallvec::SmallVec::<[Pending; 4]>::new();
     let mut payload = Vec::new();
     for p in pending {
+        if p.chain.is_some() {
+            walks.push(*p);
+            continue;
+        }
         let e = &tx.entries[p.i];
         let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot()).add(p.at);
         if tx.c.ep.in_place_on(e.node) {
@@ -703,20 +768,109 @@ pub async fn fetch_pending(
             remote.push(p);
         }
     }
-    if remote.is_empty() {
-        return Ok(());
+    if !remote.is_empty() {
+        let mut d = tx.c.ep.doorbell_for(remote.len());
+        for p in &remote {
+            let e = &tx.entries[p.i];
+            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot()).add(p.at);
+            d.read(ptr, tx.c.catalog.layout(e.table).payload_words);
+        }
+        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+        for (j, p) in remote.iter().enumerate() {
+            take_payload(tx, p, res.read(j))?;
+        }
     }
-    let mut d = tx.c.ep.doorbell_for(remote.len());
-    for p in &remote {
-        let e = &tx.entries[p.i];
-        let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot()).add(p.at);
-        d.read(ptr, tx.c.catalog.layout(e.table).payload_words);
-    }
-    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-    for (j, p) in remote.iter().enumerate() {
-        take_payload(tx, p, res.read(j))?;
+    // Each round READs every unfinished walk's next entry; a walk ends or hops on.
+    let mut entry = Vec::new();
+    while !walks.is_empty() {
+        let ptr_of = |tx: &TxnCore<'_, RsiEntry>, p: &Pending| {
+            let e = &tx.entries[p.i];
+            let layout = tx.c.catalog.layout(e.table);
+            let at = layout.overflow_entry_offset(p.chain.expect("a walk").entry);
+            (
+                RemotePtr::new(e.node, atoll_fabric::RegionId(e.table.0), at),
+                layout.overflow_entry_words(),
+            )
+        };
+        let mut read = smallvec::SmallVec::<[usize; 4]>::new();
+        let mut results: Vec<Vec<u64>> = vec![Vec::new(); walks.len()];
+        let mut d = tx.c.ep.doorbell_for(walks.len());
+        for (k, p) in walks.iter().enumerate() {
+            let (ptr, words) = ptr_of(tx, p);
+            if tx.c.ep.in_place_on(ptr.node) {
+                entry.resize(words as usize, 0);
+                tx.c.ep.load_in_place(ptr, &mut entry);
+                results[k] = entry.clone();
+            } else {
+                d.read(ptr, words);
+                read.push(k);
+            }
+        }
+        if !read.is_empty() {
+            let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+            for (j, &k) in read.iter().enumerate() {
+                results[k] = res.read(j).to_vec();
+            }
+        }
+        let mut next = smallvec::SmallVec::<[Pending; 4]>::new();
+        for (p, w) in walks.iter().zip(&results) {
+            if let Some(p) = chain_step(tx, p, w, &sees)? {
+                next.push(p);
+            }
+        }
+        walks = next;
     }
     Ok(())
+}
+
+/// One hop of walk `p` over overflow entry `w` (`[next, commit id, sealed version,
+/// payload]`): takes the entry's version if it is the one just below those seen and
+/// visible, skips a copy of one seen, and gives up (`SnapshotTooOld`) on a gap, an entry
+/// not of this record (the ring reused it, or it was read while rewritten), the chain's end
+/// or [`OVERFLOW_HOPS_MAX`]. `Some` to go on.
+fn chain_step(
+    tx: &mut TxnCore<'_, RsiEntry>,
+    p: &Pending,
+    w: &[u64],
+    sees: &impl Fn(u64) -> bool,
+) -> Result<Option<Pending>, Abort> {
+    let mut walk = p.chain.expect("a walk");
+    let e = &tx.entries[p.i];
+    let layout = tx.c.catalog.layout(e.table);
+    let cid = w[1];
+    let payload = &w[OVERFLOW_ENTRY_HEADER_WORDS as usize..];
+    let Some(kv) = unseal_version(cid, w[2]) else {
+        return Err(Abort::SnapshotTooOld);
+    };
+    if !payload_intact(e.table, e.key, payload) || payload[P_TAG as usize] != cid {
+        return Err(Abort::SnapshotTooOld);
+    }
+    if kv + 1 == walk.below {
+        if sees(cid) {
+            let found = Pending {
+                cid,
+                version: walk.incarnation_bits | kv,
+                chain: None,
+                ..*p
+            };
+            take_payload(tx, &found, payload)?;
+            return Ok(None);
+        }
+        walk.below = kv;
+    } else if kv < walk.below {
+        // The version between was overwritten before the mover copied it.
+        return Err(Abort::SnapshotTooOld);
+    }
+    walk.hops += 1;
+    let next = w[0];
+    if next == 0 || next > layout.overflow_entries as u64 || walk.hops >= OVERFLOW_HOPS_MAX {
+        return Err(Abort::SnapshotTooOld);
+    }
+    walk.entry = (next - 1) as u32;
+    Ok(Some(Pending {
+        chain: Some(walk),
+        ..*p
+    }))
 }
 
 /// The old slot holding the oldest version of block `w` (a never-written one first), by
