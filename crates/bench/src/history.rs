@@ -56,7 +56,9 @@
 //! committed at `(slot s, timestamp t)` is in snapshot `V` iff `t <= V[s]`. The same
 //! anomalies are named from each record's version order, plus "an inconsistent snapshot":
 //! a reader whose vector does not cover, slot by slot, that of a transaction it read from
-//! (a torn read of the vector can see a transaction without what it saw).
+//! (a torn read of the vector can see a transaction without what it saw), and "a long
+//! fork": two snapshots each seeing a commit the other does not (every snapshot must lie
+//! on one chain of the history's commits, as one order of time would place them).
 //!
 //! Versions are key versions (`atoll_storage::layout::key_version`): a version word's bits
 //! above them count the incarnations of the record slot, which a reused slot raises, so a
@@ -1293,6 +1295,72 @@ fn vector_snapshot_checks(
     }
 }
 
+/// Snapshot isolation places every snapshot at one instant of a single order of time
+/// (Adya's start points), so of any two committed transactions' snapshots one sees every
+/// commit the other sees. Vector snapshots are ordered only partly, so this is checked: a
+/// snapshot is taken as the set of the history's commits it sees (per slot, how many of
+/// that slot's commits), and these sets, sorted by size, must each contain the one before.
+/// Two that do not are "a long fork": each sees a commit the other does not, which no
+/// single order of time allows (and which the per-read checks cannot see when neither
+/// reads from the other's writers).
+fn vector_snapshot_chain(h: &[TxnRecord], anomalies: &mut Anomalies) {
+    let committed = |r: &TxnRecord| r.aborted.is_none();
+    let mut by_slot: BTreeMap<u32, Vec<(u64, usize)>> = BTreeMap::new();
+    for (t, r) in h.iter().enumerate().filter(|(_, r)| committed(r)) {
+        if let (Some(s), Some(c)) = (r.commit_slot, r.commit) {
+            by_slot.entry(s).or_default().push((c, t));
+        }
+    }
+    let slots: Vec<(u32, Vec<(u64, usize)>)> = by_slot
+        .into_iter()
+        .map(|(s, mut cs)| {
+            cs.sort_unstable();
+            (s, cs)
+        })
+        .collect();
+    // How many of the i-th slot's commits snapshot `v` sees.
+    let seen_in = |v: &[u64], i: usize| -> usize {
+        let (s, cs) = &slots[i];
+        let upto = v.get(*s as usize).copied().unwrap_or(0);
+        cs.partition_point(|&(c, _)| c <= upto)
+    };
+    let mut order: Vec<(usize, usize)> = h
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| committed(r))
+        .filter_map(|(t, r)| {
+            let v = r.snapshot_vector.as_deref()?;
+            Some(((0..slots.len()).map(|i| seen_in(v, i)).sum(), t))
+        })
+        .collect();
+    order.sort_unstable();
+    let vector = |t: usize| h[t].snapshot_vector.as_deref().unwrap_or(&[]);
+    for pair in order.windows(2) {
+        let (a, b) = (pair[0].1, pair[1].1);
+        let counts = |i: usize| (seen_in(vector(a), i), seen_in(vector(b), i));
+        // `a` sees no more commits than `b`: any it sees that `b` does not is a fork.
+        let Some(i) = (0..slots.len()).find(|&i| counts(i).0 > counts(i).1) else {
+            continue;
+        };
+        let j = (0..slots.len())
+            .find(|&j| counts(j).1 > counts(j).0)
+            .expect("a snapshot no larger than another that misses one of its commits sees one the other does not");
+        let commit = |k: usize, n: usize| {
+            let (s, cs) = &slots[k];
+            let (c, w) = cs[n];
+            format!("{} (commit {s}:{c})", name_of(h, w))
+        };
+        let (only_a, only_b) = (commit(i, counts(i).1), commit(j, counts(j).0));
+        anomalies.push(|| {
+            format!(
+                "{} sees {only_a} but not {only_b}, and {} sees {only_b} but not {only_a}: a long fork, snapshots that no single order of time holds",
+                name_of(h, a),
+                name_of(h, b)
+            )
+        });
+    }
+}
+
 /// Finds a cycle with an iterative depth-first search, or returns a topological order.
 fn find_cycle(g: &Graph) -> Result<Vec<usize>, Vec<(usize, Edge)>> {
     const WHITE: u8 = 0;
@@ -1358,6 +1426,7 @@ pub fn check(h: &[TxnRecord], mode: Mode) -> Verdict {
             let (g, writers) = build(h, &mut anomalies, Some(&mut seen));
             if h.iter().any(|r| r.snapshot_vector.is_some()) {
                 vector_snapshot_checks(h, &writers, &seen, &mut anomalies);
+                vector_snapshot_chain(h, &mut anomalies);
             } else {
                 snapshot_checks(h, &writers, &seen, &mut anomalies);
             }
@@ -2044,6 +2113,20 @@ mod tests {
     }
 
     #[test]
+    fn vector_snapshots_that_differ_only_where_nothing_committed_lie_on_one_chain() {
+        // Slots 1 and 2 committed nothing in this history, so [1, 5, 0] and [1, 0, 7] see
+        // the same commits: no fork, though the vectors are incomparable.
+        let h = vec![
+            nam(1, &[0, 0, 0], Some((0, 1)), vec![w(X, 2)]),
+            nam(2, &[1, 5, 0], None, vec![r(X, 2, 1)]),
+            nam(3, &[1, 0, 7], None, vec![r(X, 2, 1)]),
+            nam(4, &[0, 9, 9], None, vec![r(X, 1, L)]),
+        ];
+        let (v, text) = verdict(&h, Mode::Snapshot);
+        assert_eq!(v.anomalies_total, 0, "{text}");
+    }
+
+    #[test]
     fn vector_snapshots_each_anomaly_is_named() {
         let cases: Vec<(&str, Vec<TxnRecord>)> = vec![
             (
@@ -2074,6 +2157,17 @@ mod tests {
                     nam(1, &[0, 0], Some((0, 1)), vec![w(X, 2)]),
                     nam(2, &[1, 0], Some((1, 1)), vec![r(X, 2, 1), w(Y, 2)]),
                     nam(3, &[0, 1], None, vec![r(Y, 2, 2), r(X, 1, L)]),
+                ],
+            ),
+            (
+                // Two writers of disjoint keys; each reader sees one of them and not the
+                // other, and reads nothing of the other's: only the chain sees it.
+                "T3 sees T1 (commit 0:1) but not T2 (commit 1:1), and T4 sees T2 (commit 1:1) but not T1 (commit 0:1): a long fork",
+                vec![
+                    nam(1, &[0, 0], Some((0, 1)), vec![w(X, 2)]),
+                    nam(2, &[0, 0], Some((1, 1)), vec![w(Y, 2)]),
+                    nam(3, &[1, 0], None, vec![r(X, 2, 1), r(Y, 1, L)]),
+                    nam(4, &[0, 1], None, vec![r(X, 1, L), r(Y, 2, 2)]),
                 ],
             ),
             (

@@ -10,8 +10,9 @@
 //! 1. **snapshot**: a copy of the vector, one READ (the previous commit's publishing WRITE
 //!    rides ahead of it), read again until two copies agree: a READ of several words is
 //!    not atomic, and a torn copy could see a transaction but not one it read from (one
-//!    READ where the backend's READs are whole: the simulator without tearing). The
-//!    coordinator's own slot is its own last commit (it knows it locally);
+//!    READ where the backend's READs are whole: the simulator without tearing), never
+//!    patched (so all snapshots lie on one chain); with a slot per coordinator it shows
+//!    the coordinator's own last commit, read again until it does;
 //! 2. **read**: whole-block READs; the newest version the snapshot sees
 //!    ([`rsi::visible`]), else `SnapshotTooOld`;
 //! 3. **lock + validate**: per written record one CAS from the commit id read to locked,
@@ -36,10 +37,12 @@
 //!   operation (a snapshot may be older: still one instant of the vector).
 //!
 //! The global-counter baseline of the slides is RSI ([`crate::rsi`]: a FETCH_ADD per
-//! commit, a READ of the read timestamp per snapshot). Not built yet (issue #12): the
-//! old-version buffer with headers apart from data, the overflow area with its mover and
-//! garbage collector, and requests to CPUs (every stage is one-sided; RSI's plans cover
-//! the two-sided baselines).
+//! commit, a READ of the read timestamp per snapshot). Old versions: headers apart from
+//! their payloads (`OldVersions::HeadersApart`), and with `--overflow-versions` an overflow
+//! area that the version mover ([`crate::mover`]) fills. Not built yet (issue #12): a
+//! garbage collector below the oldest live snapshot (the overflow ring's wrap frees today)
+//! and requests to CPUs (every stage is one-sided; RSI's plans cover the two-sided
+//! baselines).
 
 use crate::rsi::{self, RsiEntry};
 use atoll_fabric::{Endpoint, OpError, Words};
@@ -264,38 +267,49 @@ pub async fn copy_vector(
     Ok(None)
 }
 
-/// Takes the attempt's snapshot, once: copies of the vector until two agree (the first
-/// carries the coordinator's deferred publishing WRITE ahead of it, same node), with the
-/// coordinator's own slot at its own last commit.
+/// Takes the attempt's snapshot, once: the fetcher's copy, or copies of the vector until two
+/// agree (the first carries the coordinator's deferred publishing WRITE ahead of it, same
+/// node). Either is the vector at one instant, so every snapshot lies on one chain. (A
+/// snapshot made of a copy with the coordinator's own slot raised to its last commit was
+/// not: two coordinators each seeing their own last commit and not the other's forked, a
+/// long fork adya rejects, found by seed 20 of the Cycle seeds with the fetcher.)
+///
+/// With a slot per coordinator, the snapshot also covers the coordinator's own last commit
+/// (its client reads its own writes, and an update of its own last write would otherwise
+/// abort at the lock): a fetched copy that predates it is not used, and a copy that still
+/// does not show it (a backend that lets the READ pass the publishing WRITE) is read again
+/// after a pause, at most [`rsi::SNAPSHOT_WAIT_ROUNDS_MAX`] times, then `SnapshotTooOld`.
 pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
     if !tx.snapshot_vector.is_empty() {
         return Ok(());
     }
-    let cached = if tx.c.cfg.vector_fetcher {
-        tx.c.node_clock.cached()
-    } else {
-        None
-    };
-    let mut v = match cached {
-        // The fetcher's copy (its deferred WRITE, if any, rides with the reads).
-        Some(v) => v.as_ref().clone(),
-        None => {
-            let vector = tx.c.ts_vector();
-            let deferred = tx.c.take_deferred();
-            match copy_vector(&tx.c.ep, vector, deferred).await {
-                Ok(Some(v)) => v,
-                Ok(None) => return Err(Abort::SnapshotTooOld),
-                Err(e) => return Err(tx.op_failed(e)),
-            }
+    let own = (tx.c.cfg.vector_slots == VectorSlots::Coordinator)
+        .then_some((tx.c.id as usize, tx.c.last_commit_ts));
+    let covers_own = |v: &[u64]| own.is_none_or(|(s, last)| v[s] >= last);
+    if tx.c.cfg.vector_fetcher {
+        if let Some(v) = tx.c.node_clock.cached().filter(|v| covers_own(v)) {
+            // The fetcher's copy (the deferred WRITE, if any, rides with the reads).
+            tx.snapshot_vector = v.as_ref().clone();
+            return Ok(());
         }
-    };
-    if tx.c.cfg.vector_slots == VectorSlots::Coordinator {
-        // Its own slot is its own: its last commit, whether or not the WRITE landed yet.
-        let own = &mut v[tx.c.id as usize];
-        *own = (*own).max(tx.c.last_commit_ts);
     }
-    tx.snapshot_vector = v;
-    Ok(())
+    let vector = tx.c.ts_vector();
+    for round in 0..rsi::SNAPSHOT_WAIT_ROUNDS_MAX {
+        if round > 0 {
+            tx.c.ep.sleep(rsi::SNAPSHOT_WAIT_NS).await;
+        }
+        let deferred = tx.c.take_deferred();
+        let v = match copy_vector(&tx.c.ep, vector, deferred).await {
+            Ok(Some(v)) => v,
+            Ok(None) => return Err(Abort::SnapshotTooOld),
+            Err(e) => return Err(tx.op_failed(e)),
+        };
+        if covers_own(&v) {
+            tx.snapshot_vector = v;
+            return Ok(());
+        }
+    }
+    Err(Abort::SnapshotTooOld)
 }
 
 /// NAM-DB ranks a block's versions by version number: its commit ids are not ordered
