@@ -285,6 +285,10 @@ struct BenchArgs {
     /// snapshots still find theirs (default 0: none, no mover).
     #[arg(long)]
     overflow_versions: Option<u32>,
+    /// NAM-DB only, with --overflow-versions: microseconds between the version mover's
+    /// passes over a memory node's records (default 1000, the paper's 1 ms; 1..=1000000).
+    #[arg(long)]
+    mover_interval_us: Option<u64>,
     /// WAITDIE only: the starvation fix (waiters raise a FETCH_ADD counter that makes
     /// younger lockers die).
     #[arg(long)]
@@ -354,6 +358,7 @@ struct FileConfig {
     mvcc_slots: Option<u32>,
     rsi_versions: Option<u32>,
     overflow_versions: Option<u32>,
+    mover_interval_us: Option<u64>,
     os_threads: Option<usize>,
     attempts_max: Option<u32>,
     repeat: Option<u32>,
@@ -590,6 +595,15 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
     }
     if let Some(n) = a.overflow_versions.or(file.overflow_versions) {
         cfg.overflow_versions = n;
+    }
+    if let Some(us) = a.mover_interval_us.or(file.mover_interval_us) {
+        if cfg.overflow_versions == 0 {
+            return Err(format!(
+                "mover-interval-us={us} paces NAM-DB's version mover, which runs only with an \
+                 overflow area: it needs --overflow-versions 1 or more (with --protocol namdb)"
+            ));
+        }
+        cfg.mover_interval_us = us;
     }
     cfg.os_threads = a.os_threads.or(file.os_threads);
     let mut params = Params::new();

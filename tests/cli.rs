@@ -892,6 +892,30 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
         ],
         &["overflow_versions=65 is out of range: expected 0..=64"],
     );
+    // The mover's pace: only with an overflow area, and within 1 µs .. 1 s.
+    bad(
+        &["bench", "--protocol", "namdb", "--mover-interval-us", "500"],
+        &[
+            "mover-interval-us=500",
+            "needs --overflow-versions 1 or more",
+        ],
+    );
+    for us in ["0", "1000001"] {
+        bad(
+            &[
+                "bench",
+                "--protocol",
+                "namdb",
+                "--rsi-versions",
+                "2",
+                "--overflow-versions",
+                "1",
+                "--mover-interval-us",
+                us,
+            ],
+            &[&format!("mover-interval-us={us} is outside 1..=1000000")],
+        );
+    }
     // A shared-data run: the header names the roles, every check passes.
     let (code, out, err) = atoll(&[
         "bench",

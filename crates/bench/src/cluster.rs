@@ -869,6 +869,7 @@ fn layout<W: Workload, P: Protocol>(
         waitdie_counter: cfg.waitdie_counter,
         vector_slots: cfg.vector_slots,
         vector_fetcher: cfg.vector_fetcher,
+        mover_interval_ns: cfg.mover_interval_us * 1000,
     });
     let topology = cfg.topology();
     let catalog = Arc::new(

@@ -15,6 +15,11 @@ pub const THREADS_MAX: u16 = 64;
 pub const COROUTINES_MAX: u16 = 256;
 /// Most versions a multi-version protocol keeps per record.
 pub const VERSIONS_MAX: u32 = 64;
+/// NAM-DB's version mover: its default pause between passes, microseconds (the paper's 1 ms).
+pub const MOVER_INTERVAL_US_DEFAULT: u64 = atoll_protocols::mover::MOVER_INTERVAL_NS / 1000;
+/// The longest pause between the mover's passes, microseconds (one second: a slower mover
+/// is none in runs of seconds).
+pub const MOVER_INTERVAL_US_MAX: u64 = 1_000_000;
 /// Longest warm-up accepted, in seconds.
 pub const WARMUP_S_MAX: f64 = 3_600.0;
 /// Seconds a run's clock may pass its end: the last transactions finish, retries back off
@@ -90,6 +95,8 @@ pub struct RunConfig {
     pub rsi_versions: u32,
     /// NAM-DB's overflow area: entries per record slot (0: none, no mover).
     pub overflow_versions: u32,
+    /// NAM-DB's version mover: microseconds between its passes.
+    pub mover_interval_us: u64,
     /// WAITDIE's starvation fix (a FETCH_ADD waiter counter).
     pub waitdie_counter: bool,
     /// NAM-DB's timestamp vector: a slot per coordinator or per compute node (compression).
@@ -139,6 +146,7 @@ impl Default for RunConfig {
             mvcc_slots: 4,
             rsi_versions: 1,
             overflow_versions: 0,
+            mover_interval_us: MOVER_INTERVAL_US_DEFAULT,
             cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
             cpu_scale: 1.0,
         }
@@ -281,6 +289,13 @@ impl RunConfig {
                 self.overflow_versions,
                 self.protocol.name(),
                 self.rsi_versions
+            )));
+        }
+        if !(1..=MOVER_INTERVAL_US_MAX).contains(&self.mover_interval_us) {
+            return Err(ConfigError(format!(
+                "mover-interval-us={} is outside 1..={MOVER_INTERVAL_US_MAX} (microseconds \
+                 between the version mover's passes)",
+                self.mover_interval_us
             )));
         }
         // Refused on every fabric, so a bad value never waits for `--fabric sim` to show.
@@ -427,6 +442,7 @@ pub struct ConfigReport {
     pub mvcc_slots: u32,
     pub rsi_versions: u32,
     pub overflow_versions: u32,
+    pub mover_interval_us: u64,
     pub vector_slots: &'static str,
     pub vector_fetcher: bool,
     /// Words of each coordinator's log ring (from the workload's largest write set).

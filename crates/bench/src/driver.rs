@@ -13,6 +13,7 @@ use crate::report::*;
 use crate::stats::NodeStats;
 use atoll_fabric::{NodeId, VerbCounters, VerbKind};
 use atoll_fabric_sim as sim;
+use atoll_txn::versions::VersionEvent;
 use atoll_txn::{Abort, Protocol, Stage};
 use atoll_workloads::Workload;
 use serde::de::DeserializeOwned;
@@ -105,6 +106,20 @@ pub fn report<W: Workload, P: Protocol>(
         .filter_map(|s| s.stopped_ns)
         .min()
         .unwrap_or(u64::MAX);
+    let mut version_counts = [0u64; VersionEvent::COUNT];
+    for s in &summaries {
+        for (sum, x) in version_counts.iter_mut().zip(s.versions) {
+            *sum += x;
+        }
+    }
+    // Reported where some table keeps an overflow area, or anything was counted.
+    let versions =
+        (cfg.overflow_versions > 0 || version_counts.iter().any(|&x| x > 0)).then(|| {
+            VersionEvent::ALL
+                .iter()
+                .map(|e| (e.name().to_string(), version_counts[*e as usize]))
+                .collect::<BTreeMap<String, u64>>()
+        });
     // Every attempt, ordered by end time (ties by id), whichever node ran it.
     let mut history: Vec<TxnRecord> = summaries.into_iter().flat_map(|s| s.history).collect();
     history.sort_by_key(|r| (r.end_ns, r.id));
@@ -304,6 +319,7 @@ pub fn report<W: Workload, P: Protocol>(
             mvcc_slots: cfg.mvcc_slots,
             rsi_versions: cfg.rsi_versions,
             overflow_versions: cfg.overflow_versions,
+            mover_interval_us: cfg.mover_interval_us,
             vector_slots: cfg.vector_slots.name(),
             vector_fetcher: cfg.vector_fetcher,
             log_ring_words: facts.log_ring_words,
@@ -320,6 +336,7 @@ pub fn report<W: Workload, P: Protocol>(
         wall_s: facts.sim.is_none().then_some(facts.wall_s),
         sim_wall_s: 0.0,
         ucx: None,
+        versions,
         history,
         sim: facts.sim.map(|s| SimInfo {
             committed_total: all.committed_all,

@@ -36,6 +36,8 @@ pub struct NodeRuntime<W: Workload> {
     began: AtomicBool,
     /// What its coordinators share of NAM-DB's timestamp vector.
     pub clock: Arc<atoll_txn::tsvc::NodeClock>,
+    /// Its tasks' and coordinators' counts of old versions (NAM-DB's overflow area).
+    pub versions: Arc<atoll_txn::versions::VersionCounters>,
 }
 
 /// What the node's workers handed over when their last co-routine ended.
@@ -65,6 +67,10 @@ pub struct NodeSummary<L> {
     /// node process); `None` where the driver has them from the fabric itself.
     #[serde(default)]
     pub rpcs_served: Option<u64>,
+    /// Its counts of old versions, indexed by [`atoll_txn::versions::VersionEvent`], over
+    /// the whole run.
+    #[serde(default)]
+    pub versions: [u64; atoll_txn::versions::VersionEvent::COUNT],
 }
 
 /// A node's checks of its own records against the merged ledger.
@@ -101,6 +107,7 @@ impl<W: Workload> NodeRuntime<W> {
             failed_after_log: Mutex::new(None),
             began: AtomicBool::new(false),
             clock: Arc::default(),
+            versions: Arc::default(),
         })
     }
 
@@ -192,6 +199,7 @@ impl<W: Workload> NodeRuntime<W> {
                 .expect("no poisoned flag")
                 .map(|(n, t)| (n.0, t)),
             rpcs_served: None,
+            versions: self.versions.get(),
         }
     }
 

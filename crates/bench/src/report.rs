@@ -179,6 +179,11 @@ pub struct Report {
     /// each verb.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ucx: Option<UcxReport>,
+    /// Old versions outside the records (NAM-DB's overflow area: `--overflow-versions`),
+    /// summed over nodes, whole run: the mover's copies and the reads that walked chains
+    /// ([`atoll_txn::versions::VersionEvent`] names the keys).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versions: Option<BTreeMap<String, u64>>,
     /// Build, machine and process: not determined by the seed, even in the simulator.
     pub env: crate::env::EnvReport,
     /// Every attempt, ordered by end time, when recording was asked for.
@@ -352,6 +357,23 @@ impl Report {
             v.doorbells_per_txn,
             v.round_trips_per_txn
         );
+        if let Some(m) = &self.versions {
+            let n = |k: &str| m.get(k).copied().unwrap_or(0);
+            let _ = writeln!(
+                o,
+                "versions    mover: {} passes, {} versions moved ({} moved bits set, {} lost to installs), ring wrapped {} times; reads: {} chain walks of {} hops, {} served from overflow, {} beyond the kept versions, and {} updates behind them (both aborted snapshot_too_old); whole run",
+                n("mover_passes"),
+                n("versions_moved"),
+                n("moved_bits_set"),
+                n("moved_bits_lost_to_installs"),
+                n("overflow_ring_wraps"),
+                n("chain_walks"),
+                n("chain_hops"),
+                n("reads_served_from_overflow"),
+                n("reads_beyond_kept_versions"),
+                n("updates_behind_kept_versions")
+            );
+        }
         if let Some(r) = &v.rpcs_served_by_role {
             let _ = writeln!(
                 o,

@@ -283,6 +283,7 @@ fn run_with<W: Workload, P: Protocol>(
         waitdie_counter: cfg.waitdie_counter,
         vector_slots: cfg.vector_slots,
         vector_fetcher: cfg.vector_fetcher,
+        mover_interval_ns: cfg.mover_interval_us * 1000,
     });
     let catalog = Arc::new(
         Catalog::with_versions(
@@ -605,6 +606,7 @@ pub(crate) fn worker_coroutines<W: Workload, P: Protocol>(
             catalog: shared.catalog.clone(),
             cfg: shared.txn.clone(),
             clock: node.clock.clone(),
+            versions: node.versions.clone(),
             over: Box::new(move |now| run.over(&rt, now)),
         };
         tasks.push(Box::pin(P::node_task(task)));
@@ -629,6 +631,7 @@ pub(crate) fn memory_task<W: Workload, P: Protocol>(
         catalog: shared.catalog.clone(),
         cfg: shared.txn.clone(),
         clock: node.clock.clone(),
+        versions: node.versions.clone(),
         over: Box::new(move |now| run.over(&rt, now)),
     };
     vec![Box::pin(P::memory_task(task))]
@@ -664,6 +667,7 @@ pub(crate) async fn coroutine<W: Workload, P: Protocol>(
     let mut rng = Rng::derive(run.cfg.seed, id as u64);
     let mut c = Coordinator::new(ep.clone(), run.catalog.clone(), run.txn.clone(), id);
     c.node_clock = node.clock.clone();
+    c.versions = node.versions.clone();
     // Bounded by the run's end time: each iteration runs one transaction to completion.
     loop {
         let start_ns = c.now_ns();

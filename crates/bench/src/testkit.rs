@@ -120,6 +120,7 @@ impl TestCluster {
             waitdie_counter: false,
             vector_slots: Default::default(),
             vector_fetcher: false,
+            mover_interval_ns: atoll_protocols::mover::MOVER_INTERVAL_NS,
         });
         let catalog = Arc::new(
             Catalog::with_versions(

@@ -630,15 +630,17 @@ fn namdb_a_snapshot_older_than_every_version_a_record_keeps_reads_it_from_the_ov
     use atoll_txn::Txn;
     use std::sync::{Arc, Mutex};
     const COMMITS: u32 = 3;
+    use atoll_txn::versions::{VersionCounters, VersionEvent as E};
     // (overflow entries per record, the commits after which the mover passes, what the old
-    // reader gets). Missing the second commit's version, the chain skips from the third to
-    // the first: a gap, which the reader cannot tell invisible, so it aborts.
+    // reader gets, and what is counted: chain walks, reads served from overflow, reads
+    // beyond the kept versions). Missing the second commit's version, the chain skips from
+    // the third to the first: a gap, which the reader cannot tell invisible, so it aborts.
     let every: &[u32] = &[0, 1, 2];
-    for (overflow, passes, expect) in [
-        (0, every, "Err(SnapshotTooOld)"),
-        (2, every, "Ok(100)"),
-        (2, &[0, 2][..], "Err(SnapshotTooOld)"),
-        (2, &[2][..], "Err(SnapshotTooOld)"),
+    for (overflow, passes, expect, counted) in [
+        (0, every, "Err(SnapshotTooOld)", [0, 0, 1]),
+        (2, every, "Ok(100)", [1, 1, 0]),
+        (2, &[0, 2][..], "Err(SnapshotTooOld)", [1, 0, 1]),
+        (2, &[2][..], "Err(SnapshotTooOld)", [1, 0, 1]),
     ] {
         let spec = TableSpec {
             name: "t".into(),
@@ -664,8 +666,10 @@ fn namdb_a_snapshot_older_than_every_version_a_record_keeps_reads_it_from_the_ov
         let seen: Arc<Mutex<Vec<String>>> = Arc::default();
         let steps = Steps::default();
         let catalog = c.catalog.clone();
+        let counts: Arc<VersionCounters> = Arc::default();
         c.run(&|core, k| {
             let (seen, steps, catalog) = (seen.clone(), steps.clone(), catalog.clone());
+            let counts = counts.clone();
             match (core.id.node, k) {
                 (NodeId(0), 0) => {
                     // The memory node's mover, one pass when told.
@@ -675,7 +679,7 @@ fn namdb_a_snapshot_older_than_every_version_a_record_keeps_reads_it_from_the_ov
                         for n in 0..COMMITS {
                             steps.wait(&ep, 2 + 2 * n).await;
                             if passes.contains(&n) {
-                                mover.pass(&ep, &catalog).await.unwrap();
+                                mover.pass(&ep, &catalog, &counts).await.unwrap();
                             }
                             steps.reach(3 + 2 * n);
                         }
@@ -687,6 +691,7 @@ fn namdb_a_snapshot_older_than_every_version_a_record_keeps_reads_it_from_the_ov
                         let ep = co.ep.clone();
                         if k == 0 {
                             // The old reader: its snapshot is taken by its first read.
+                            co.versions = counts;
                             let mut tx = Txn::<NamDb>::begin(&mut co);
                             tx.read(T, 5).await.unwrap();
                             steps.reach(1);
@@ -715,6 +720,47 @@ fn namdb_a_snapshot_older_than_every_version_a_record_keeps_reads_it_from_the_ov
         });
         let what = format!("overflow {overflow}, mover after commits {passes:?}");
         assert_eq!(*seen.lock().unwrap(), vec![expect.to_string()], "{what}");
+        let n = counts.get();
+        assert_eq!(
+            [E::ChainWalk, E::ChainRead, E::BeyondKept].map(|e| n[e as usize]),
+            counted,
+            "{what}: {n:?}"
+        );
+        // Each pass after a commit copies the version that commit pushed out of the head,
+        // and sets its moved bit (nothing rewrites it in between).
+        let moved = if overflow == 0 {
+            0
+        } else {
+            passes.len() as u64
+        };
+        assert_eq!(n[E::VersionMoved as usize], moved, "{what}: {n:?}");
+        assert_eq!(n[E::MovedBitSet as usize], moved, "{what}: {n:?}");
+        assert_eq!(n[E::MovedBitLost as usize], 0, "{what}: {n:?}");
+        // From state: each moved bit names a version the overflow area holds.
+        let moved_check = || {
+            atoll_workloads::storage_checks(&c.stores)
+                .into_iter()
+                .find(|r| r.name == "storage.moved_versions_copied")
+        };
+        match moved_check() {
+            None => assert_eq!(overflow, 0, "{what}: the check runs with an overflow area"),
+            Some(r) => {
+                assert!(r.passed, "{what}: {}", r.detail);
+                // The same moved bit with the overflow area wiped: the check must see it.
+                let layout = *c.catalog.layout(T);
+                let region = c.stores[0].region(T);
+                let words = layout.overflow_entries * layout.overflow_entry_words();
+                for w in 0..words {
+                    region.store((layout.overflow_base + w) as usize, 0);
+                }
+                let r = moved_check().unwrap();
+                assert!(
+                    !r.passed && r.detail.contains("t:6"),
+                    "{what}: {}",
+                    r.detail
+                );
+            }
+        }
         assert_eq!(c.payload(T, 6), vec![100 + COMMITS as u64], "{what}");
     }
 }

@@ -4,7 +4,8 @@
 //! "detached version-mover thread" copies old versions to overflow and sets their moved
 //! bit).
 //!
-//! Every [`MOVER_INTERVAL_NS`] (1 ms, seed-mechanisms.md §2.4) the mover scans the next
+//! Every [`MOVER_INTERVAL_NS`] (1 ms, seed-mechanisms.md §2.4; `--mover-interval-us`) the
+//! mover scans the next
 //! [`MOVER_RECORDS_PER_PASS`] record slots of each table with an overflow area (a cursor
 //! goes round), with the node's own verbs, so its work costs what the fabric charges for it:
 //!
@@ -31,10 +32,11 @@ use atoll_storage::layout::{
     payload_intact, TableId, TableLayout, H_AUX, H_KEY, P_TAG, VERSION_KEY_MASK,
 };
 use atoll_storage::Catalog;
+use atoll_txn::versions::{VersionCounters, VersionEvent};
 use atoll_txn::NodeTask;
 
-/// Pause between the mover's passes (NAM-DB's mover "runs every 1 ms on the memory
-/// server", seed-mechanisms.md §2.4).
+/// Pause between the mover's passes by default (NAM-DB's mover "runs every 1 ms on the
+/// memory server", seed-mechanisms.md §2.4); `--mover-interval-us` sets another.
 pub const MOVER_INTERVAL_NS: u64 = 1_000_000;
 /// Record slots of each table one pass scans, at most: a pass is bounded work however
 /// large the table (a cursor continues where the last pass stopped).
@@ -81,13 +83,14 @@ impl Mover {
         &mut self,
         ep: &Endpoint,
         catalog: &Catalog,
+        counts: &VersionCounters,
     ) -> Result<(), atoll_fabric::OpError> {
         for c in &mut self.cursors {
             let layout = *catalog.layout(c.table);
             let pass_end = c.record.saturating_add(MOVER_RECORDS_PER_PASS);
             while c.record < pass_end.min(layout.capacity) {
                 let n = MOVER_BATCH_RECORDS.min(layout.capacity - c.record);
-                move_batch(ep, &layout, c, n).await?;
+                move_batch(ep, &layout, c, n, counts).await?;
                 c.record += n;
             }
             if c.record >= layout.capacity {
@@ -104,10 +107,15 @@ pub async fn run(task: NodeTask) {
     // Bounded by the run's end.
     while !(task.over)(task.ep.now_ns()) {
         // A failed op (the node itself is down): the run reports it elsewhere.
-        if mover.pass(&task.ep, &task.catalog).await.is_err() {
+        if mover
+            .pass(&task.ep, &task.catalog, &task.versions)
+            .await
+            .is_err()
+        {
             return;
         }
-        task.ep.sleep(MOVER_INTERVAL_NS).await;
+        task.versions.add(VersionEvent::MoverPass, 1);
+        task.ep.sleep(task.cfg.mover_interval_ns).await;
     }
 }
 
@@ -128,6 +136,7 @@ async fn move_batch(
     layout: &TableLayout,
     c: &mut TableCursor,
     n: u32,
+    counts: &VersionCounters,
 ) -> Result<(), atoll_fabric::OpError> {
     let node = ep.node();
     let region = RegionId(c.table.0);
@@ -177,6 +186,8 @@ async fn move_batch(
     }
     let payloads = d.submit().await?;
     let mut d = ep.doorbell_for(candidates.len() * 3);
+    // (op index, commit id) of each moved-bit CAS, to count which found its header.
+    let mut moved_cas: Vec<(usize, u64)> = Vec::with_capacity(candidates.len());
     let mut k = 0;
     while k < candidates.len() {
         let record = candidates[k].record;
@@ -193,6 +204,10 @@ async fn move_batch(
             if payload_intact(c.table, key, payload) && payload[P_TAG as usize] == m.cid {
                 let e = c.entry;
                 c.entry = (c.entry + 1) % layout.overflow_entries;
+                if c.entry == 0 {
+                    counts.add(VersionEvent::RingWrap, 1);
+                }
+                counts.add(VersionEvent::VersionMoved, 1);
                 let mut words = Vec::with_capacity(layout.overflow_entry_words() as usize);
                 words.extend_from_slice(&[link, m.cid, m.sealed]);
                 words.extend_from_slice(payload);
@@ -213,11 +228,19 @@ async fn move_batch(
         d.cas(record_ptr(record).add(H_AUX), chain, link);
         for m in moved {
             debug_assert!(m.key_version <= VERSION_KEY_MASK);
-            d.cas(record_ptr(record).add(m.header_at), m.cid, m.cid | MOVED);
+            let j = d.cas(record_ptr(record).add(m.header_at), m.cid, m.cid | MOVED);
+            moved_cas.push((j, m.cid));
         }
     }
     if !d.is_empty() {
-        d.submit().await?;
+        let res = d.submit().await?;
+        // A CAS returns the word it found: the header as read, or rewritten by an install.
+        let set = moved_cas
+            .iter()
+            .filter(|&&(j, cid)| res.cas(j) == cid)
+            .count() as u64;
+        counts.add(VersionEvent::MovedBitSet, set);
+        counts.add(VersionEvent::MovedBitLost, moved_cas.len() as u64 - set);
     }
     Ok(())
 }

@@ -82,6 +82,10 @@ pub enum LockWord {
 /// The lock bit of a [`LockWord::CommitId`] word.
 pub const CID_LOCKED: u64 = 1 << 63;
 
+/// Set in an old header's commit id word (which never holds a lock) once the node's
+/// version mover copied that version into the overflow area: an install overwrites it.
+pub const OLD_MOVED: u64 = CID_LOCKED;
+
 impl LockWord {
     /// Whether lock word `w` is held by a transaction.
     #[inline]

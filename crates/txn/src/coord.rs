@@ -41,6 +41,8 @@ pub struct TxnConfig {
     /// NAM-DB: a detached fetcher on each compute node keeps a copy of the vector that
     /// snapshots take instead of reading it.
     pub vector_fetcher: bool,
+    /// NAM-DB: the pause between the version mover's passes over a memory node's records.
+    pub mover_interval_ns: u64,
 }
 
 impl TxnConfig {
@@ -154,6 +156,9 @@ pub struct Coordinator {
     /// runner hands every coordinator of a node the same one; a coordinator alone has its
     /// own).
     pub node_clock: Arc<crate::tsvc::NodeClock>,
+    /// The node's counters of old versions read outside the record (the runner hands every
+    /// coordinator of a node the same one).
+    pub versions: Arc<crate::versions::VersionCounters>,
 }
 
 /// An op left to ride in a coordinator's next doorbell ([`Coordinator::defer`]).
@@ -237,6 +242,7 @@ impl Coordinator {
             last_commit_ts: 0,
             next_snapshot: None,
             node_clock: Arc::default(),
+            versions: Arc::default(),
         }
     }
 
@@ -832,6 +838,7 @@ mod tests {
                 waitdie_counter: false,
                 vector_slots: Default::default(),
                 vector_fetcher: false,
+                mover_interval_ns: 1_000_000,
             };
             let mut rings: HashMap<u16, Vec<u32>> = HashMap::new();
             for id in 0..computes * per_node {

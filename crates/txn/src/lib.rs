@@ -14,6 +14,7 @@ pub mod stages;
 pub mod ts;
 pub mod tsvc;
 mod txn;
+pub mod versions;
 
 pub use abort::Abort;
 pub use coord::{

@@ -91,6 +91,8 @@ pub struct NodeTask {
     pub cfg: std::sync::Arc<crate::TxnConfig>,
     /// What the node's coordinators share with it.
     pub clock: std::sync::Arc<crate::tsvc::NodeClock>,
+    /// The node's counters of old versions (the version mover's).
+    pub versions: std::sync::Arc<crate::versions::VersionCounters>,
     /// Whether the run is over at worker time `now_ns`: the task ends then.
     pub over: Box<dyn Fn(u64) -> bool>,
 }

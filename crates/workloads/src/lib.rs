@@ -28,7 +28,8 @@ pub mod ycsb;
 use atoll_fabric::rng::Rng;
 use atoll_fabric::NodeId;
 use atoll_storage::layout::{
-    payload_intact, HEADER_WORDS, H_KEY, H_LOCK, H_VERSION, VERSION_ABSENT,
+    payload_intact, HEADER_WORDS, H_KEY, H_LOCK, H_VERSION, OLD_MOVED, OVERFLOW_ENTRY_HEADER_WORDS,
+    P_TAG, VERSION_ABSENT,
 };
 use atoll_storage::{Store, TableId, TableSpec};
 use atoll_txn::{Abort, Isolation, Protocol, Txn};
@@ -357,6 +358,23 @@ pub struct StorageCheck {
     /// Live records still locked, with the first few named.
     pub locked: u64,
     pub locked_examples: Vec<String>,
+    /// Tables with an overflow area (NAM-DB's), on this node.
+    #[serde(default)]
+    pub overflow_tables: u64,
+    /// Old headers whose moved bit is set.
+    #[serde(default)]
+    pub moved: u64,
+    /// Of those, ones whose version no overflow entry holds (a true copy: that commit id
+    /// and sealed version, a payload intact for the record's key and tagged by that commit),
+    /// with the first few named.
+    #[serde(default)]
+    pub moved_uncopied: u64,
+    #[serde(default)]
+    pub moved_uncopied_examples: Vec<String>,
+    /// Moved bits in tables whose overflow ring has come round (its wrap frees the oldest
+    /// entries, so a copy may be gone by design): not checked.
+    #[serde(default)]
+    pub moved_unchecked: u64,
 }
 
 /// Checks `store`'s live records: each payload passes its check word (one write's, for this
@@ -384,8 +402,73 @@ pub fn storage_check_node(s: &Store) -> StorageCheck {
                 push_example(&mut c.locked_examples, name);
             }
         }
+        // A compute node of a shared-data run registers no table memory.
+        if layout.overflow_entries > 0 && s.region(t).len_words() > 0 {
+            moved_versions_copied(s, t, &mut c);
+        }
     }
     c
+}
+
+/// The overflow part of [`storage_check_node`] for table `t`: every old header whose moved
+/// bit is set has a true copy in the overflow area (the mover writes the copy before it
+/// sets the bit), unless the ring has come round.
+fn moved_versions_copied(s: &Store, t: TableId, c: &mut StorageCheck) {
+    let layout = *s.catalog.layout(t);
+    let region = s.region(t);
+    c.overflow_tables += 1;
+    let entry_words = layout.overflow_entry_words() as usize;
+    let mut entry = vec![0u64; entry_words];
+    // (commit id, sealed version) -> the entries holding it.
+    let mut copies: std::collections::HashMap<(u64, u64), Vec<u32>> = Default::default();
+    for e in 0..layout.overflow_entries {
+        region.read_into(layout.overflow_entry_offset(e) as usize, &mut entry);
+        if entry[2] != 0 {
+            copies.entry((entry[1], entry[2])).or_default().push(e);
+        }
+    }
+    // The mover fills the ring from entry 0: with the last written, it has come round (or
+    // is about to), and the oldest copies may be gone.
+    region.read_into(
+        layout.overflow_entry_offset(layout.overflow_entries - 1) as usize,
+        &mut entry,
+    );
+    let wrapped = entry[2] != 0;
+    let mut headers = vec![0u64; layout.headers_words() as usize];
+    for idx in 0..s.used_slots(t) {
+        region.read_into(layout.record_offset(idx) as usize, &mut headers);
+        let key = headers[H_KEY as usize];
+        for j in 0..layout.version_slots - 1 {
+            let at = layout.old_header_offset(j) as usize;
+            let (cid, sealed) = (headers[at], headers[at + 1]);
+            if sealed == 0 || cid & OLD_MOVED == 0 {
+                continue;
+            }
+            c.moved += 1;
+            if wrapped {
+                c.moved_unchecked += 1;
+                continue;
+            }
+            let cid = cid & !OLD_MOVED;
+            let copied = copies.get(&(cid, sealed)).is_some_and(|es| {
+                es.iter().any(|&e| {
+                    region.read_into(layout.overflow_entry_offset(e) as usize, &mut entry);
+                    let payload = &entry[OVERFLOW_ENTRY_HEADER_WORDS as usize..];
+                    payload_intact(t, key, payload) && payload[P_TAG as usize] == cid
+                })
+            });
+            if !copied {
+                c.moved_uncopied += 1;
+                push_example(&mut c.moved_uncopied_examples, || {
+                    format!(
+                        "{}:{key} on node {} (old slot {j}, commit id {cid:#x})",
+                        s.catalog.spec(t).name,
+                        s.node.0
+                    )
+                });
+            }
+        }
+    }
 }
 
 /// The shared checks' verdicts from every node's part.
@@ -395,6 +478,13 @@ pub fn storage_check_cluster(parts: &[StorageCheck]) -> Vec<CheckResult> {
         all.records += p.records;
         all.torn += p.torn;
         all.locked += p.locked;
+        all.overflow_tables += p.overflow_tables;
+        all.moved += p.moved;
+        all.moved_uncopied += p.moved_uncopied;
+        all.moved_unchecked += p.moved_unchecked;
+        for e in &p.moved_uncopied_examples {
+            push_example(&mut all.moved_uncopied_examples, || e.clone());
+        }
         for e in &p.torn_examples {
             push_example(&mut all.torn_examples, || e.clone());
         }
@@ -403,7 +493,7 @@ pub fn storage_check_cluster(parts: &[StorageCheck]) -> Vec<CheckResult> {
         }
     }
     let records = all.records;
-    vec![
+    let mut checks = vec![
         CheckResult {
             name: "storage.payloads_intact".into(),
             binds: Binds::Always,
@@ -433,7 +523,30 @@ pub fn storage_check_cluster(parts: &[StorageCheck]) -> Vec<CheckResult> {
                 )
             },
         },
-    ]
+    ];
+    if all.overflow_tables > 0 {
+        checks.push(CheckResult {
+            name: "storage.moved_versions_copied".into(),
+            binds: Binds::Always,
+            passed: all.moved_uncopied == 0,
+            detail: if all.moved_uncopied == 0 {
+                format!(
+                    "each of {} old versions marked moved has its copy in the overflow area \
+                     ({} more not checked: their ring came round)",
+                    all.moved - all.moved_unchecked,
+                    all.moved_unchecked
+                )
+            } else {
+                format!(
+                    "{} of {} old versions marked moved have no copy in the overflow area: {}",
+                    all.moved_uncopied,
+                    all.moved - all.moved_unchecked,
+                    all.moved_uncopied_examples.join(", ")
+                )
+            },
+        });
+    }
+    checks
 }
 
 /// [`storage_check_node`] and [`storage_check_cluster`] over stores in one process (tests).

@@ -56,6 +56,7 @@ use atoll_storage::layout::{
 };
 use atoll_txn::stages::{self, check_tuple};
 use atoll_txn::tsvc::TsService;
+use atoll_txn::versions::VersionEvent;
 use atoll_txn::{
     Abort, Access, Coordinator, Deferred, EntryState, Idxs, Isolation, Plan, PlanError, Primitive,
     Protocol, Stage, Timestamp, TxnCore,
@@ -574,9 +575,8 @@ pub fn unseal_version(cid: u64, word: u64) -> Option<u64> {
     (word >> SEAL_SHIFT == seal_of(cid)).then_some(word & ((1 << SEAL_SHIFT) - 1))
 }
 
-/// Set in an old header's commit id word (which never holds a lock) once the node's
-/// version mover copied that version into the overflow area: an install overwrites it.
-pub const MOVED: u64 = CID_LOCKED;
+/// The moved bit of an old header ([`atoll_storage::layout::OLD_MOVED`]).
+pub const MOVED: u64 = atoll_storage::layout::OLD_MOVED;
 
 /// Hops of an overflow chain a read follows at most before it gives up (`SnapshotTooOld`):
 /// a chain holds copies of versions still in the record too, and an entry the ring reused
@@ -644,12 +644,17 @@ pub fn take_version(
         // Older than every version kept: NAM-DB's overflow chain may have it (an update
         // needs the current version, so it aborts as without one).
         let aux = w[H_AUX as usize];
-        if layout.overflow_entries == 0 || aux == 0 || aux > layout.overflow_entries as u64 {
-            return Err(Abort::SnapshotTooOld);
-        }
+        let no_chain =
+            layout.overflow_entries == 0 || aux == 0 || aux > layout.overflow_entries as u64;
         if e.is_write() {
+            tx.c.versions.add(VersionEvent::UpdateBehind, 1);
             return Err(Abort::SnapshotTooOld);
         }
+        if no_chain {
+            tx.c.versions.add(VersionEvent::BeyondKept, 1);
+            return Err(Abort::SnapshotTooOld);
+        }
+        tx.c.versions.add(VersionEvent::ChainWalk, 1);
         let lowest = (0..layout.version_slots - 1)
             .map(|j| layout.old_header_offset(j) as usize)
             .filter(|&at| w[at + 1] != 0)
@@ -829,6 +834,23 @@ pub async fn fetch_pending(
 /// not of this record (the ring reused it, or it was read while rewritten), the chain's end
 /// or [`OVERFLOW_HOPS_MAX`]. `Some` to go on.
 fn chain_step(
+    tx: &mut TxnCore<'_, RsiEntry>,
+    p: &Pending,
+    w: &[u64],
+    sees: &impl Fn(u64) -> bool,
+) -> Result<Option<Pending>, Abort> {
+    tx.c.versions.add(VersionEvent::ChainHop, 1);
+    let step = chain_hop(tx, p, w, sees);
+    match &step {
+        Ok(None) => tx.c.versions.add(VersionEvent::ChainRead, 1),
+        Err(Abort::SnapshotTooOld) => tx.c.versions.add(VersionEvent::BeyondKept, 1),
+        _ => {}
+    }
+    step
+}
+
+/// [`chain_step`] uncounted.
+fn chain_hop(
     tx: &mut TxnCore<'_, RsiEntry>,
     p: &Pending,
     w: &[u64],
