@@ -880,16 +880,9 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
         &["bench", "--protocol", "namdb", "--overflow-versions", "1"],
         &["overflow-versions=1", "--rsi-versions 2 or more (not 1)"],
     );
+    let with_overflow = ["bench", "--protocol", "namdb", "--rsi-versions", "2"];
     bad(
-        &[
-            "bench",
-            "--protocol",
-            "namdb",
-            "--rsi-versions",
-            "2",
-            "--overflow-versions",
-            "65",
-        ],
+        &[&with_overflow[..], &["--overflow-versions", "65"]].concat(),
         &["overflow_versions=65 is out of range: expected 0..=64"],
     );
     // The mover's pace: only with an overflow area, and within 1 µs .. 1 s.
@@ -903,16 +896,10 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
     for us in ["0", "1000001"] {
         bad(
             &[
-                "bench",
-                "--protocol",
-                "namdb",
-                "--rsi-versions",
-                "2",
-                "--overflow-versions",
-                "1",
-                "--mover-interval-us",
-                us,
-            ],
+                &with_overflow[..],
+                &["--overflow-versions", "1", "--mover-interval-us", us],
+            ]
+            .concat(),
             &[&format!("mover-interval-us={us} is outside 1..=1000000")],
         );
     }

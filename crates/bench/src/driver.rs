@@ -362,7 +362,9 @@ fn fabric_checks(facts: &RunFacts) -> Vec<CheckReport> {
         name: "fabric.every_coroutine_finished".into(),
         passed: facts.coroutines_hung == 0,
         detail: match (facts.coroutines_hung, stopped) {
-            (0, 0) => "every co-routine finished".into(),
+            (0, 0) if crashed.is_empty() => "every co-routine finished".into(),
+            // A crashed node that ran no co-routine (a memory or timestamp node) is named too.
+            (0, 0) => format!("every co-routine finished; crashed: {crashed}"),
             (0, _) => format!(
                 "every co-routine of a live node finished; {stopped} stopped with their crashed node: {crashed}"
             ),

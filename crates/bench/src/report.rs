@@ -358,20 +358,21 @@ impl Report {
             v.round_trips_per_txn
         );
         if let Some(m) = &self.versions {
-            let n = |k: &str| m.get(k).copied().unwrap_or(0);
+            use atoll_txn::versions::VersionEvent as E;
+            let n = |e: E| m.get(e.name()).copied().unwrap_or(0);
             let _ = writeln!(
                 o,
                 "versions    mover: {} passes, {} versions moved ({} moved bits set, {} lost to installs), ring wrapped {} times; reads: {} chain walks of {} hops, {} served from overflow, {} beyond the kept versions, and {} updates behind them (both aborted snapshot_too_old); whole run",
-                n("mover_passes"),
-                n("versions_moved"),
-                n("moved_bits_set"),
-                n("moved_bits_lost_to_installs"),
-                n("overflow_ring_wraps"),
-                n("chain_walks"),
-                n("chain_hops"),
-                n("reads_served_from_overflow"),
-                n("reads_beyond_kept_versions"),
-                n("updates_behind_kept_versions")
+                n(E::MoverPass),
+                n(E::VersionMoved),
+                n(E::MovedBitSet),
+                n(E::MovedBitLost),
+                n(E::RingWrap),
+                n(E::ChainWalk),
+                n(E::ChainHop),
+                n(E::ChainRead),
+                n(E::BeyondKept),
+                n(E::UpdateBehind)
             );
         }
         if let Some(r) = &v.rpcs_served_by_role {

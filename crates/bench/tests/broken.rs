@@ -614,6 +614,54 @@ impl Protocol for NamDbSeeingOneAhead {
     async fn rollback(_tx: &mut TxnCore<'_, rsi::RsiEntry>) {}
 }
 
+/// NAM-DB (a slot per coordinator, the detached fetcher) whose snapshot is the fetcher's
+/// copy with the coordinator's own slot raised to its last commit, as NAM-DB's snapshot did
+/// before session 17: two coordinators each seeing their own last commit and not the
+/// other's fork (a long fork, which no single order of time holds).
+struct NamDbRaisingOwnSlot;
+
+impl Protocol for NamDbRaisingOwnSlot {
+    const NAME: &'static str = "namdb-raising-own-slot";
+    const ISOLATION: atoll_txn::Isolation = atoll_txn::Isolation::Snapshot;
+    const LOCK_WORD: atoll_storage::layout::LockWord = atoll_storage::layout::LockWord::CommitId;
+    const DELETES: bool = false;
+    const MULTI_VERSION: bool = true;
+    const OLD_VERSIONS: atoll_storage::layout::OldVersions = atoll_protocols::NamDb::OLD_VERSIONS;
+    const STAGES: &'static [Stage] = atoll_protocols::NamDb::STAGES;
+    type EntryState = rsi::RsiEntry;
+
+    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
+        atoll_protocols::NamDb::check_plan(plan)
+    }
+
+    fn node_task_wanted(cfg: &atoll_txn::TxnConfig) -> bool {
+        atoll_protocols::NamDb::node_task_wanted(cfg)
+    }
+
+    async fn node_task(task: atoll_txn::NodeTask) {
+        <atoll_protocols::NamDb as Protocol>::node_task(task).await
+    }
+
+    async fn fetch(tx: &mut TxnCore<'_, rsi::RsiEntry>, idxs: &[usize]) -> Result<(), Abort> {
+        if tx.snapshot_vector.is_empty() {
+            if let Some(v) = tx.c.node_clock.cached() {
+                // The defect: a copy of one instant, patched with its own last commit.
+                let mut v = v.as_ref().clone();
+                let own = tx.c.cfg.vector_slot_of(tx.c.id) as usize;
+                v[own] = v[own].max(tx.c.last_commit_ts);
+                tx.snapshot_vector = v;
+            }
+        }
+        namdb::read(tx, idxs).await
+    }
+
+    async fn commit(tx: &mut TxnCore<'_, rsi::RsiEntry>) -> Result<(), Abort> {
+        <atoll_protocols::NamDb as Protocol>::commit(tx).await
+    }
+
+    async fn rollback(_tx: &mut TxnCore<'_, rsi::RsiEntry>) {}
+}
+
 /// NAM-DB with one slot per compute node (`--vector-slots node`) whose committer writes
 /// its own timestamp into the node's slot as soon as its installs are done, not the highest
 /// below which all of the node's ended: a snapshot then includes a timestamp of the node
@@ -867,6 +915,11 @@ fn node_slots(cfg: &mut RunConfig) {
     cfg.vector_slots = atoll_txn::tsvc::VectorSlots::Node;
 }
 
+/// A slot per coordinator, snapshots taken from the detached fetcher's copy.
+fn fetcher(cfg: &mut RunConfig) {
+    cfg.vector_fetcher = true;
+}
+
 /// As [`node_slots`], snapshots taken from the detached fetcher's copy.
 fn node_slots_fetcher(cfg: &mut RunConfig) {
     node_slots(cfg);
@@ -899,6 +952,14 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
             seeds,
             base,
         ),
+        row_with::<NamDbRaisingOwnSlot>(
+            ProtocolKind::NamDb,
+            &ONE_SIDED_ONLY,
+            " (fetcher)",
+            &fetcher,
+            seeds,
+            base,
+        ),
     ];
     // Controls: the real protocols under the same runs are caught by nothing.
     let controls = vec![
@@ -914,6 +975,14 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
             &ONE_SIDED_ONLY,
             " (node slots, fetcher)",
             &node_slots_fetcher,
+            seeds,
+            base,
+        ),
+        row_with::<atoll_protocols::NamDb>(
+            ProtocolKind::NamDb,
+            &ONE_SIDED_ONLY,
+            " (fetcher)",
+            &fetcher,
             seeds,
             base,
         ),

@@ -283,8 +283,10 @@ pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
     if !tx.snapshot_vector.is_empty() {
         return Ok(());
     }
-    let own = (tx.c.cfg.vector_slots == VectorSlots::Coordinator)
-        .then_some((tx.c.id as usize, tx.c.last_commit_ts));
+    let own = (tx.c.cfg.vector_slots == VectorSlots::Coordinator).then_some((
+        tx.c.cfg.vector_slot_of(tx.c.id) as usize,
+        tx.c.last_commit_ts,
+    ));
     let covers_own = |v: &[u64]| own.is_none_or(|(s, last)| v[s] >= last);
     if tx.c.cfg.vector_fetcher {
         if let Some(v) = tx.c.node_clock.cached().filter(|v| covers_own(v)) {
