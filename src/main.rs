@@ -289,6 +289,11 @@ struct BenchArgs {
     /// passes over a memory node's records (default 1000, the paper's 1 ms; 1..=1000000).
     #[arg(long)]
     mover_interval_us: Option<u64>,
+    /// NAM-DB only, with --overflow-versions: the least microseconds an overflow entry is
+    /// kept when no live snapshot needs it any more (default 0; the slides keep 1 s,
+    /// 1000000; 0..=60000000).
+    #[arg(long)]
+    overflow_keep_us: Option<u64>,
     /// WAITDIE only: the starvation fix (waiters raise a FETCH_ADD counter that makes
     /// younger lockers die).
     #[arg(long)]
@@ -359,6 +364,7 @@ struct FileConfig {
     rsi_versions: Option<u32>,
     overflow_versions: Option<u32>,
     mover_interval_us: Option<u64>,
+    overflow_keep_us: Option<u64>,
     os_threads: Option<usize>,
     attempts_max: Option<u32>,
     repeat: Option<u32>,
@@ -604,6 +610,16 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
             ));
         }
         cfg.mover_interval_us = us;
+    }
+    if let Some(us) = a.overflow_keep_us.or(file.overflow_keep_us) {
+        if cfg.overflow_versions == 0 {
+            return Err(format!(
+                "overflow-keep-us={us} is how long NAM-DB's garbage collector keeps an overflow \
+                 entry, which exists only with an overflow area: it needs --overflow-versions 1 \
+                 or more (with --protocol namdb)"
+            ));
+        }
+        cfg.overflow_keep_us = us;
     }
     cfg.os_threads = a.os_threads.or(file.os_threads);
     let mut params = Params::new();

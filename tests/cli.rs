@@ -903,6 +903,22 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
             &[&format!("mover-interval-us={us} is outside 1..=1000000")],
         );
     }
+    // The collector's least keep: only with an overflow area, and at most a minute.
+    bad(
+        &[&with_overflow[..], &["--overflow-keep-us", "1000"]].concat(),
+        &[
+            "overflow-keep-us=1000",
+            "needs --overflow-versions 1 or more",
+        ],
+    );
+    bad(
+        &[
+            &with_overflow[..],
+            &["--overflow-versions", "1", "--overflow-keep-us", "60000001"],
+        ]
+        .concat(),
+        &["overflow-keep-us=60000001 is outside 0..=60000000"],
+    );
     // A shared-data run: the header names the roles, every check passes.
     let (code, out, err) = atoll(&[
         "bench",

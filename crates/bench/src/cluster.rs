@@ -29,7 +29,7 @@ use crate::driver::RunFacts;
 use crate::hosts::Host;
 use crate::node::{NodeChecks, NodeRuntime, NodeSummary};
 use crate::report::Report;
-use crate::run::{memory_task, worker_coroutines, RunError, RunShared, LOC_CACHE_ENTRIES_MAX};
+use crate::run::{memory_task, worker_coroutines, RunError, RunShared};
 use crate::stats::Interval;
 use atoll_fabric::{Coroutine, NodeId};
 use atoll_fabric_ucx::{self as ucx, Bootstrap, NodeAddresses, RunWatch, Transports};
@@ -858,19 +858,7 @@ fn layout<W: Workload, P: Protocol>(
         1
     };
     let sizing = crate::sizing::size(cfg, w, version_slots)?;
-    let txn_cfg = Arc::new(TxnConfig {
-        plan: cfg.plan,
-        log_replicas: cfg.log_replicas,
-        log_ring_words: sizing.log_ring_words,
-        coordinators_total: cfg.coordinators_total(),
-        coordinators_per_node: cfg.coordinators_per_node(),
-        log_slots: cfg.topology().log_slots(cfg.log_replicas),
-        loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
-        waitdie_counter: cfg.waitdie_counter,
-        vector_slots: cfg.vector_slots,
-        vector_fetcher: cfg.vector_fetcher,
-        mover_interval_ns: cfg.mover_interval_us * 1000,
-    });
+    let txn_cfg = Arc::new(cfg.txn_config(sizing.log_ring_words));
     let topology = cfg.topology();
     let catalog = Arc::new(
         Catalog::with_versions(

@@ -20,6 +20,9 @@ pub const MOVER_INTERVAL_US_DEFAULT: u64 = atoll_protocols::mover::MOVER_INTERVA
 /// The longest pause between the mover's passes, microseconds (one second: a slower mover
 /// is none in runs of seconds).
 pub const MOVER_INTERVAL_US_MAX: u64 = 1_000_000;
+/// The longest an overflow entry is kept for no snapshot, microseconds (a minute: longer
+/// than any run's ring could hold).
+pub const OVERFLOW_KEEP_US_MAX: u64 = 60_000_000;
 /// Longest warm-up accepted, in seconds.
 pub const WARMUP_S_MAX: f64 = 3_600.0;
 /// Seconds a run's clock may pass its end: the last transactions finish, retries back off
@@ -97,6 +100,9 @@ pub struct RunConfig {
     pub overflow_versions: u32,
     /// NAM-DB's version mover: microseconds between its passes.
     pub mover_interval_us: u64,
+    /// NAM-DB's garbage collector: the least microseconds an overflow entry is kept when no
+    /// snapshot needs it (0: freed as soon as none does; the slides' choice is 1 s).
+    pub overflow_keep_us: u64,
     /// WAITDIE's starvation fix (a FETCH_ADD waiter counter).
     pub waitdie_counter: bool,
     /// NAM-DB's timestamp vector: a slot per coordinator or per compute node (compression).
@@ -147,6 +153,7 @@ impl Default for RunConfig {
             rsi_versions: 1,
             overflow_versions: 0,
             mover_interval_us: MOVER_INTERVAL_US_DEFAULT,
+            overflow_keep_us: 0,
             cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
             cpu_scale: 1.0,
         }
@@ -298,6 +305,13 @@ impl RunConfig {
                 self.mover_interval_us
             )));
         }
+        if self.overflow_keep_us > OVERFLOW_KEEP_US_MAX {
+            return Err(ConfigError(format!(
+                "overflow-keep-us={} is outside 0..={OVERFLOW_KEEP_US_MAX} (microseconds an \
+                 overflow entry is kept at least)",
+                self.overflow_keep_us
+            )));
+        }
         // Refused on every fabric, so a bad value never waits for `--fabric sim` to show.
         self.sim_cpu()?;
         if let Fabric::Sim { net, faults } = &self.fabric {
@@ -366,6 +380,27 @@ impl RunConfig {
         match self.roles {
             Roles::Partitioned => self.nodes,
             Roles::SharedData { memory_nodes, .. } => memory_nodes,
+        }
+    }
+
+    /// The engine's configuration for this run, with each coordinator's log ring of
+    /// `log_ring_words` (from the sizing).
+    pub fn txn_config(&self, log_ring_words: u32) -> atoll_txn::TxnConfig {
+        atoll_txn::TxnConfig {
+            plan: self.plan,
+            log_replicas: self.log_replicas,
+            log_ring_words,
+            coordinators_total: self.coordinators_total(),
+            coordinators_per_node: self.coordinators_per_node(),
+            log_slots: self.topology().log_slots(self.log_replicas),
+            loc_cache_entries_max: crate::run::LOC_CACHE_ENTRIES_MAX,
+            waitdie_counter: self.waitdie_counter,
+            vector_slots: self.vector_slots,
+            vector_fetcher: self.vector_fetcher,
+            mover_interval_ns: self.mover_interval_us * 1000,
+            // The overflow area is NAM-DB's only (validated): its collector comes with it.
+            overflow_gc: self.overflow_versions > 0,
+            overflow_keep_ns: self.overflow_keep_us * 1000,
         }
     }
 
@@ -443,6 +478,7 @@ pub struct ConfigReport {
     pub rsi_versions: u32,
     pub overflow_versions: u32,
     pub mover_interval_us: u64,
+    pub overflow_keep_us: u64,
     pub vector_slots: &'static str,
     pub vector_fetcher: bool,
     /// Words of each coordinator's log ring (from the workload's largest write set).

@@ -320,6 +320,7 @@ pub fn report<W: Workload, P: Protocol>(
             rsi_versions: cfg.rsi_versions,
             overflow_versions: cfg.overflow_versions,
             mover_interval_us: cfg.mover_interval_us,
+            overflow_keep_us: cfg.overflow_keep_us,
             vector_slots: cfg.vector_slots.name(),
             vector_fetcher: cfg.vector_fetcher,
             log_ring_words: facts.log_ring_words,

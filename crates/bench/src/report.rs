@@ -362,12 +362,14 @@ impl Report {
             let n = |e: E| m.get(e.name()).copied().unwrap_or(0);
             let _ = writeln!(
                 o,
-                "versions    mover: {} passes, {} versions moved ({} moved bits set, {} lost to installs), ring wrapped {} times; reads: {} chain walks of {} hops, {} served from overflow, {} beyond the kept versions, and {} updates behind them (both aborted snapshot_too_old); whole run",
+                "versions    mover: {} passes, {} versions moved ({} moved bits set, {} lost to installs), ring wrapped {} times, {} entries reclaimed, {} versions waited for a free entry; reads: {} chain walks of {} hops, {} served from overflow, {} beyond the kept versions, and {} updates behind them (both aborted snapshot_too_old); whole run",
                 n(E::MoverPass),
                 n(E::VersionMoved),
                 n(E::MovedBitSet),
                 n(E::MovedBitLost),
                 n(E::RingWrap),
+                n(E::EntryReclaimed),
+                n(E::MoverBlocked),
                 n(E::ChainWalk),
                 n(E::ChainHop),
                 n(E::ChainRead),

@@ -272,19 +272,7 @@ fn run_with<W: Workload, P: Protocol>(
         _ => None,
     };
     let topology = cfg.topology();
-    let txn_cfg = Arc::new(TxnConfig {
-        plan: cfg.plan,
-        log_replicas: cfg.log_replicas,
-        log_ring_words: sizing.log_ring_words,
-        coordinators_total: cfg.coordinators_total(),
-        coordinators_per_node: cfg.coordinators_per_node(),
-        log_slots: topology.log_slots(cfg.log_replicas),
-        loc_cache_entries_max: LOC_CACHE_ENTRIES_MAX,
-        waitdie_counter: cfg.waitdie_counter,
-        vector_slots: cfg.vector_slots,
-        vector_fetcher: cfg.vector_fetcher,
-        mover_interval_ns: cfg.mover_interval_us * 1000,
-    });
+    let txn_cfg = Arc::new(cfg.txn_config(sizing.log_ring_words));
     let catalog = Arc::new(
         Catalog::with_versions(
             topology.memory_nodes(),

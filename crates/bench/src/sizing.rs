@@ -130,6 +130,8 @@ pub struct Sizing {
     pub ts_service_region_words: u64,
     /// Words of NAM-DB's timestamp vector's region each node registers (used on one).
     pub ts_vector_region_words: u64,
+    /// Words of NAM-DB's snapshot floors' region each node registers (used on one).
+    pub ts_floors_region_words: u64,
     /// Words of each table's region on each node, by table name.
     pub table_region_words: Vec<(String, u64)>,
     /// Heap bytes, at most, of each node's ordered indexes (full tables, and a mark per
@@ -140,6 +142,9 @@ pub struct Sizing {
     /// and the copy it is compared with, each one word per slot): with a slot per
     /// coordinator this grows with the square of the coordinators.
     pub snapshot_vectors_bytes: u64,
+    /// NAM-DB's garbage collector, on each memory node: the mover's note per overflow
+    /// entry (the commit id that replaced the entry's version, and when it was moved).
+    pub mover_bytes: u64,
 }
 
 impl Sizing {
@@ -152,6 +157,7 @@ impl Sizing {
                 self.log_region_words,
                 self.ts_service_region_words,
                 self.ts_vector_region_words,
+                self.ts_floors_region_words,
             ])
             .collect()
     }
@@ -169,6 +175,7 @@ impl Sizing {
         self.region_bytes()
             + self.ordered_index_bytes * self.memory_nodes as u64
             + self.snapshot_vectors_bytes
+            + self.mover_bytes * self.memory_nodes as u64
     }
 
     /// The one line a run prints at start-up.
@@ -330,16 +337,27 @@ pub fn size<W: Workload>(
         ts_vector_region_words: atoll_txn::tsvc::TsVector::region_words_for(
             cfg.vector_slots_total(),
         ) as u64,
+        ts_floors_region_words: atoll_txn::tsvc::SnapshotFloors::region_words_for(
+            cfg.overflow_versions > 0,
+            cfg.topology().compute_nodes() as u32,
+            cfg.vector_slots_total(),
+        ) as u64,
         table_region_words,
         ordered_index_bytes,
         snapshot_vectors_bytes: if cfg.protocol == atoll_protocols::ProtocolKind::NamDb {
-            SNAPSHOT_COPIES_PER_COORDINATOR
+            // With the collector, each coordinator's snapshot is registered with its node.
+            (SNAPSHOT_COPIES_PER_COORDINATOR + (cfg.overflow_versions > 0) as u64)
                 * cfg.coordinators_total() as u64
                 * cfg.vector_slots_total() as u64
                 * WORD_BYTES
         } else {
             0
         },
+        mover_bytes: specs
+            .iter()
+            .map(|s| s.capacity_per_node as u64 * cfg.overflow_versions as u64)
+            .sum::<u64>()
+            * atoll_protocols::mover::NOTE_BYTES_PER_ENTRY,
     };
     let (limit, source) = memory_limit_bytes();
     let need = sizing.total_bytes();
@@ -479,9 +497,14 @@ mod tests {
             log_region_words: 1 << 10,
             ts_service_region_words: 1 << 6,
             ts_vector_region_words: 1 << 3,
-            table_region_words: vec![("t".into(), (1 << 20) - (1 << 10) - (1 << 6) - (1 << 3))],
+            ts_floors_region_words: 1,
+            table_region_words: vec![(
+                "t".into(),
+                (1 << 20) - (1 << 10) - (1 << 6) - (1 << 3) - 1,
+            )],
             ordered_index_bytes: 0,
             snapshot_vectors_bytes: 0,
+            mover_bytes: 0,
         }
     }
 

@@ -121,6 +121,8 @@ impl TestCluster {
             vector_slots: Default::default(),
             vector_fetcher: false,
             mover_interval_ns: atoll_protocols::mover::MOVER_INTERVAL_NS,
+            overflow_gc: shape.overflow_per_record > 0,
+            overflow_keep_ns: 0,
         });
         let catalog = Arc::new(
             Catalog::with_versions(

@@ -675,7 +675,7 @@ fn namdb_a_snapshot_older_than_every_version_a_record_keeps_reads_it_from_the_ov
                     // The memory node's mover, one pass when told.
                     let ep = atoll_fabric::Endpoint::new(core.clone(), atoll_fabric::TaskId(0));
                     Some(Box::pin(async move {
-                        let mut mover = Mover::new(&catalog);
+                        let mut mover = Mover::new(&catalog, None);
                         for n in 0..COMMITS {
                             steps.wait(&ep, 2 + 2 * n).await;
                             if passes.contains(&n) {
@@ -1149,5 +1149,155 @@ fn rsi_a_blind_write_and_a_read_then_write_commit_and_the_second_of_two_racing_w
         assert_eq!(c.payload(T, 2), vec![5], "{prim:?}");
         assert_eq!(c.payload(T, 3), vec![101], "{prim:?}");
         assert_eq!(c.payload(T, 4), vec![110], "{prim:?}");
+    }
+}
+
+#[test]
+fn namdb_the_overflow_collector_keeps_an_entry_a_live_snapshot_needs_and_reclaims_it_once_the_snapshot_moves_on(
+) {
+    use atoll_bench::testkit::{RecordShape, Steps, TestCluster};
+    use atoll_fabric::NodeId;
+    use atoll_protocols::{mover, namdb, NamDb};
+    use atoll_storage::{Partition, TableSpec, Topology};
+    use atoll_txn::tsvc::{NodeClock, SnapshotFloors};
+    use atoll_txn::versions::{VersionCounters, VersionEvent as E};
+    use atoll_txn::Txn;
+    use std::sync::{Arc, Mutex};
+    // One overflow entry per record: a ring of 16. Key 6's loaded version goes to entry 0,
+    // then 16 versions of other keys come round to it, then key 6 is updated again, so the
+    // old reader (snapshot before all of it) finds its version only in entry 0.
+    let others = [0u64, 1, 2, 3, 4, 5, 7];
+    let mut commits = vec![6u64];
+    commits.extend((0..16).map(|n| others[n % others.len()]));
+    commits.push(6);
+    let n_commits = commits.len() as u32;
+    // Steps: commit n at 1 + 2n, the mover's pass after it at 2 + 2n; the old reader reads at
+    // 1 + 2N and reaches 2 + 2N with a new snapshot; the writer publishes the floor then
+    // (3 + 2N), and the mover passes once more.
+    let last = 3 + 2 * n_commits;
+    for gc in [true, false] {
+        let spec = TableSpec {
+            name: "t".into(),
+            payload_words: 1,
+            capacity_per_node: 16,
+            partition: Partition::Modulo,
+            ordered: false,
+            gone_keys_max_per_node: 0,
+        };
+        let mut shape = RecordShape::of::<NamDb>(2);
+        shape.overflow_per_record = 1;
+        let c = TestCluster::with_topology(
+            Topology::shared_data(1, 1, TsPlacement::Own),
+            0,
+            vec![spec],
+            Plan::uniform(atoll_txn::Primitive::OneSided),
+            2,
+            shape,
+        );
+        assert!(c.txn.overflow_gc, "the test kit runs the collector with an overflow area");
+        for k in 0..8 {
+            c.stores[0].insert(T, k, &[100]).unwrap();
+        }
+        let floors = SnapshotFloors::of(&c.catalog, c.txn.vector_slots_total())
+            .expect("the catalog registers the floors' region");
+        let collector = gc.then_some(mover::Gc { floors, keep_ns: 0 });
+        let clock: Arc<NodeClock> = Arc::default();
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let steps = Steps::default();
+        let catalog = c.catalog.clone();
+        let counts: Arc<VersionCounters> = Arc::default();
+        // Counters after the reader's read, and at the end.
+        let at_read: Arc<Mutex<Vec<u64>>> = Arc::default();
+        c.run(&|core, k| {
+            let (seen, steps, catalog) = (seen.clone(), steps.clone(), catalog.clone());
+            let (counts, at_read, clock) = (counts.clone(), at_read.clone(), clock.clone());
+            let commits = commits.clone();
+            match (core.id.node, k) {
+                (NodeId(0), 0) => {
+                    let ep = atoll_fabric::Endpoint::new(core.clone(), atoll_fabric::TaskId(0));
+                    Some(Box::pin(async move {
+                        let mut m = mover::Mover::new(&catalog, collector);
+                        let after_commits = (0..n_commits).map(|n| 2 + 2 * n);
+                        for step in after_commits.chain([last]) {
+                            steps.wait(&ep, step).await;
+                            m.pass(&ep, &catalog, &counts).await.unwrap();
+                            steps.reach(step + 1);
+                        }
+                    }))
+                }
+                (NodeId(1), _) => {
+                    let mut co = c.coordinator(core, k);
+                    co.node_clock = clock;
+                    Some(Box::pin(async move {
+                        let ep = co.ep.clone();
+                        if k == 0 {
+                            co.versions = counts.clone();
+                            let mut tx = Txn::<NamDb>::begin(&mut co);
+                            tx.read(T, 5).await.unwrap();
+                            steps.reach(1);
+                            steps.wait(&ep, 1 + 2 * n_commits).await;
+                            let r = tx.read(T, 6).await.map(|v| v[0]);
+                            seen.lock().unwrap().push(format!("{r:?}"));
+                            *at_read.lock().unwrap() = counts.get().to_vec();
+                            tx.rollback().await;
+                            // A new snapshot replaces the old one: nothing needs entry 0 now.
+                            let mut tx = Txn::<NamDb>::begin(&mut co);
+                            tx.read(T, 5).await.unwrap();
+                            tx.rollback().await;
+                            steps.reach(2 + 2 * n_commits);
+                        } else {
+                            for (n, &key) in commits.iter().enumerate() {
+                                steps.wait(&ep, 1 + 2 * n as u32).await;
+                                let mut tx = Txn::<NamDb>::begin(&mut co);
+                                let v = tx.read(T, key).await.unwrap();
+                                tx.write(T, key, &[v[0] + 1]);
+                                tx.commit().await.unwrap();
+                                co.flush_deferred().await.unwrap();
+                                namdb::publish_floor(&ep, &co.node_clock, floors, 0)
+                                    .await
+                                    .unwrap();
+                                steps.reach(2 + 2 * n as u32);
+                            }
+                            steps.wait(&ep, 2 + 2 * n_commits).await;
+                            namdb::publish_floor(&ep, &co.node_clock, floors, 0)
+                                .await
+                                .unwrap();
+                            steps.reach(3 + 2 * n_commits);
+                        }
+                    }))
+                }
+                _ => None,
+            }
+        });
+        let what = format!("collector {gc}");
+        let at_read = at_read.lock().unwrap().clone();
+        let end = counts.get();
+        if gc {
+            // Entry 0 was kept for the old reader: the pass that came round to it stopped,
+            // and key 6's newer version stayed unmoved, so its chain leads right to it.
+            assert_eq!(*seen.lock().unwrap(), vec!["Ok(100)".to_string()], "{what}");
+            assert_eq!(at_read[E::VersionMoved as usize], 16, "{what}: {at_read:?}");
+            assert_eq!(at_read[E::EntryReclaimed as usize], 0, "{what}: {at_read:?}");
+            assert!(at_read[E::MoverBlocked as usize] >= 2, "{what}: {at_read:?}");
+            // Once the reader's node published a floor above it, the ring moved on: entry 0
+            // and the next are reused for the two versions left behind.
+            assert_eq!(end[E::EntryReclaimed as usize], 2, "{what}: {end:?}");
+            assert_eq!(end[E::VersionMoved as usize], 18, "{what}: {end:?}");
+        } else {
+            // The ring's wrap wrote over entry 0: the chain shows a gap.
+            assert_eq!(
+                *seen.lock().unwrap(),
+                vec!["Err(SnapshotTooOld)".to_string()],
+                "{what}"
+            );
+            assert_eq!(at_read[E::MoverBlocked as usize], 0, "{what}: {at_read:?}");
+            assert_eq!(at_read[E::VersionMoved as usize], 18, "{what}: {at_read:?}");
+        }
+        assert_eq!(c.payload(T, 6), vec![102], "{what}");
+        let moved = atoll_workloads::storage_checks(&c.stores)
+            .into_iter()
+            .find(|r| r.name == "storage.moved_versions_copied")
+            .expect("the check runs with an overflow area");
+        assert!(moved.passed, "{what}: {}", moved.detail);
     }
 }

@@ -39,16 +39,17 @@
 //! The global-counter baseline of the slides is RSI ([`crate::rsi`]: a FETCH_ADD per
 //! commit, a READ of the read timestamp per snapshot). Old versions: headers apart from
 //! their payloads (`OldVersions::HeadersApart`), and with `--overflow-versions` an overflow
-//! area that the version mover ([`crate::mover`]) fills. Not built yet (issue #12): a
-//! garbage collector below the oldest live snapshot (the overflow ring's wrap frees today)
-//! and requests to CPUs (every stage is one-sided; RSI's plans cover the two-sided
-//! baselines).
+//! area that the version mover ([`crate::mover`]) fills and frees below the oldest live
+//! snapshot: each compute node registers its coordinators' snapshots with its
+//! [`atoll_txn::tsvc::NodeClock`] and publishes their minimum ([`publish_floor`], by its
+//! background task every mover interval). Not built: requests to CPUs (every stage is
+//! one-sided; RSI's plans cover the two-sided baselines).
 
 use crate::rsi::{self, RsiEntry};
 use atoll_fabric::{Endpoint, OpError, Words};
 use atoll_storage::layout::{LockWord, OldVersions, CID_LOCKED};
 use atoll_txn::stages::{self};
-use atoll_txn::tsvc::{TsVector, VectorSlots};
+use atoll_txn::tsvc::{NodeClock, SnapshotFloors, TsVector, VectorSlots};
 use atoll_txn::{
     Abort, Deferred, Idxs, Isolation, NodeTask, Plan, PlanError, Primitive, Protocol, Stage,
     Timestamp, TxnConfig, TxnCore,
@@ -203,7 +204,7 @@ impl Protocol for NamDb {
     }
 
     fn node_task_wanted(cfg: &TxnConfig) -> bool {
-        cfg.vector_fetcher
+        cfg.vector_fetcher || cfg.overflow_gc
     }
 
     fn memory_task_wanted(catalog: &atoll_storage::Catalog) -> bool {
@@ -216,13 +217,29 @@ impl Protocol for NamDb {
     }
 
     /// The detached fetcher: copies of the vector back to back, one READ outstanding, each
-    /// kept for the node's snapshots, until the run is over.
+    /// kept for the node's snapshots; and with the garbage collector, the node's snapshot
+    /// floor published every mover interval. Until the run is over.
     async fn node_task(task: NodeTask) {
         let Some(vector) = TsVector::of(&task.catalog) else {
             return;
         };
+        let floors = SnapshotFloors::of(&task.catalog, task.cfg.vector_slots_total())
+            .filter(|_| task.cfg.overflow_gc)
+            .zip(task.catalog.topology().compute_index(task.ep.node()));
+        let mut floor_due_ns = 0;
         // Bounded by the run's end.
         while !(task.over)(task.ep.now_ns()) {
+            if let Some((floors, row)) = floors {
+                if task.ep.now_ns() >= floor_due_ns {
+                    // A failed WRITE leaves the row lower than it could be: GC only waits.
+                    let _ = publish_floor(&task.ep, &task.clock, floors, row as u32).await;
+                    floor_due_ns = task.ep.now_ns() + task.cfg.mover_interval_ns;
+                }
+            }
+            if !task.cfg.vector_fetcher {
+                task.ep.sleep(task.cfg.mover_interval_ns).await;
+                continue;
+            }
             match copy_vector(&task.ep, vector, None).await {
                 Ok(Some(v)) => task.clock.set_cached(v),
                 // No two copies agreed: the last copy stays, and the next round tries again.
@@ -239,6 +256,22 @@ impl Protocol for NamDb {
 
 /// How long the fetcher waits after a failed READ of the vector before the next.
 pub const FETCH_RETRY_NS: u64 = 100_000;
+
+/// Publishes compute node row `row`'s snapshot floor: one signaled WRITE of the oldest
+/// snapshot `clock` knows of (every live one and every one still to be taken is at least
+/// it, slot by slot), into the node's row of `floors`. Rows only grow
+/// ([`NodeClock::oldest_snapshot`]), and one task per node writes its row.
+pub async fn publish_floor(
+    ep: &Endpoint,
+    clock: &NodeClock,
+    floors: SnapshotFloors,
+    row: u32,
+) -> Result<(), OpError> {
+    let oldest = clock.oldest_snapshot(floors.slots);
+    let mut d = ep.doorbell_for(1);
+    d.write(floors.row(row), Words::from_slice(&oldest));
+    d.submit().await.map(|_| ())
+}
 
 /// A copy of `vector` at one instant: one READ where the backend's READs are whole (the
 /// simulator without tearing), else copies until two consecutive ones agree (each slot only
@@ -288,12 +321,24 @@ pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
         tx.c.last_commit_ts,
     ));
     let covers_own = |v: &[u64]| own.is_none_or(|(s, last)| v[s] >= last);
+    // With the overflow area's collector, the node knows every live snapshot (registered
+    // before the copy is made, so no floor published meanwhile is above it).
+    let gc = tx.c.cfg.overflow_gc;
+    let id = tx.c.id;
     if tx.c.cfg.vector_fetcher {
-        if let Some(v) = tx.c.node_clock.cached().filter(|v| covers_own(v)) {
+        let v = if gc {
+            tx.c.node_clock.snapshot_from_cache(id, covers_own)
+        } else {
+            tx.c.node_clock.cached().filter(|v| covers_own(v))
+        };
+        if let Some(v) = v {
             // The fetcher's copy (the deferred WRITE, if any, rides with the reads).
             tx.snapshot_vector = v.as_ref().clone();
             return Ok(());
         }
+    }
+    if gc {
+        tx.c.node_clock.snapshot_starts(id);
     }
     let vector = tx.c.ts_vector();
     for round in 0..rsi::SNAPSHOT_WAIT_ROUNDS_MAX {
@@ -307,6 +352,11 @@ pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
             Err(e) => return Err(tx.op_failed(e)),
         };
         if covers_own(&v) {
+            if gc {
+                // The fetcher's copy, when it runs, may be older: it stays the floor.
+                let raises = !tx.c.cfg.vector_fetcher;
+                tx.c.node_clock.snapshot_taken(id, &v, raises);
+            }
             tx.snapshot_vector = v;
             return Ok(());
         }

@@ -43,27 +43,46 @@ pub struct TxnConfig {
     pub vector_fetcher: bool,
     /// NAM-DB: the pause between the version mover's passes over a memory node's records.
     pub mover_interval_ns: u64,
+    /// NAM-DB with an overflow area: the garbage collector runs. Compute nodes publish
+    /// their oldest live snapshot ([`crate::tsvc::SnapshotFloors`]) and the version mover
+    /// reuses an overflow entry only once every one sees the version that replaced the
+    /// entry's (and the entry is [`TxnConfig::overflow_keep_ns`] old); without it the
+    /// overflow ring's wrap frees entries, needed or not.
+    pub overflow_gc: bool,
+    /// NAM-DB: the least time an overflow entry is kept, even when no snapshot needs it
+    /// (the slides delete "when older than every cached T_R, or after 1 s, whichever is
+    /// later").
+    pub overflow_keep_ns: u64,
 }
 
 impl TxnConfig {
     /// Sizes of the regions every node registers after its tables', in the catalog's
     /// extra-region order: the log ([`LOG_EXTRA_REGION`]), then the timestamp service
     /// ([`crate::tsvc::TS_SERVICE_EXTRA_REGION`]) and NAM-DB's timestamp vector
-    /// ([`crate::tsvc::TS_VECTOR_EXTRA_REGION`]), both used on the timestamp node only.
+    /// ([`crate::tsvc::TS_VECTOR_EXTRA_REGION`]) and its snapshot floors
+    /// ([`crate::tsvc::TS_FLOORS_EXTRA_REGION`]), all used on the timestamp node only.
     pub fn extra_region_words(&self) -> Vec<usize> {
         vec![
             self.log_region_words(),
             crate::tsvc::TsService::region_words_for(self.coordinators_total),
             crate::tsvc::TsVector::region_words_for(self.vector_slots_total()),
+            crate::tsvc::SnapshotFloors::region_words_for(
+                self.overflow_gc,
+                self.compute_nodes(),
+                self.vector_slots_total(),
+            ),
         ]
+    }
+
+    /// Compute nodes in the cluster (coordinators are spread evenly over them).
+    pub fn compute_nodes(&self) -> u32 {
+        self.coordinators_total / self.coordinators_per_node.max(1)
     }
 
     /// Slots of NAM-DB's timestamp vector: one per coordinator, or one per compute node.
     pub fn vector_slots_total(&self) -> u32 {
-        self.vector_slots.count(
-            self.coordinators_total,
-            self.coordinators_total / self.coordinators_per_node.max(1),
-        )
+        self.vector_slots
+            .count(self.coordinators_total, self.compute_nodes())
     }
 
     /// The slot of NAM-DB's vector that coordinator `id` commits in.
@@ -839,6 +858,8 @@ mod tests {
                 vector_slots: Default::default(),
                 vector_fetcher: false,
                 mover_interval_ns: 1_000_000,
+                overflow_gc: false,
+                overflow_keep_ns: 0,
             };
             let mut rings: HashMap<u16, Vec<u32>> = HashMap::new();
             for id in 0..computes * per_node {

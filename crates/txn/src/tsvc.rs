@@ -210,6 +210,65 @@ impl TsVector {
     }
 }
 
+/// The catalog's extra region that holds NAM-DB's snapshot floors (after the vector's).
+pub const TS_FLOORS_EXTRA_REGION: usize = TS_VECTOR_EXTRA_REGION + 1;
+
+/// NAM-DB's snapshot floors, on the timestamp node: a row per compute node, one word per
+/// slot of the vector, that the node's publisher ([`NodeClock::oldest_snapshot`]) writes and
+/// the version movers read. Row `n` is at most every snapshot node `n`'s coordinators hold
+/// or will take, slot by slot (so an overflow entry whose successor every row sees is needed
+/// by no snapshot: the garbage collector's test, [`crate::TxnConfig::overflow_gc`]). Each
+/// row only grows, so a READ torn across a row's WRITE still gives, slot by slot, a bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotFloors {
+    pub node: NodeId,
+    pub region: RegionId,
+    /// Rows: one per compute node.
+    pub rows: u32,
+    /// Words of a row: the vector's slots.
+    pub slots: u32,
+}
+
+impl SnapshotFloors {
+    /// Words of the floors' region: a row of `slots` words per compute node when the
+    /// garbage collector runs, else one word (every run registers the region).
+    pub fn region_words_for(gc: bool, compute_nodes: u32, slots: u32) -> usize {
+        if gc {
+            (compute_nodes as usize * slots as usize).max(1)
+        } else {
+            1
+        }
+    }
+
+    /// The run's floors at the topology's timestamp node, `slots` words a row; `None` if the
+    /// catalog registers no region large enough for one row per compute node (no garbage
+    /// collector, or a test's bare catalog).
+    pub fn of(catalog: &Catalog, slots: u32) -> Option<Self> {
+        if catalog.extra_region_count() <= TS_FLOORS_EXTRA_REGION || slots == 0 {
+            return None;
+        }
+        let rows = catalog.topology().compute_nodes() as u32;
+        let words = catalog.extra_region_words(TS_FLOORS_EXTRA_REGION);
+        (rows > 0 && words >= rows as usize * slots as usize).then(|| SnapshotFloors {
+            node: catalog.topology().ts_node(),
+            region: catalog.extra_region(TS_FLOORS_EXTRA_REGION),
+            rows,
+            slots,
+        })
+    }
+
+    /// Every row, for one READ of `rows × slots` words.
+    pub fn all(&self) -> RemotePtr {
+        RemotePtr::new(self.node, self.region, 0)
+    }
+
+    /// Row `row`'s first word.
+    pub fn row(&self, row: u32) -> RemotePtr {
+        assert!(row < self.rows, "snapshot floor row {row} of {}", self.rows);
+        RemotePtr::new(self.node, self.region, row * self.slots)
+    }
+}
+
 /// What owns a slot of NAM-DB's timestamp vector.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum VectorSlots {
@@ -281,6 +340,15 @@ struct ClockState {
     publishing: bool,
     /// The fetcher's copy of the vector.
     cached: Option<std::sync::Arc<Vec<u64>>>,
+    /// With the overflow area's garbage collector: each coordinator's snapshot (or, while
+    /// it copies the vector, the floor when it began: its copy will be at least that), by
+    /// coordinator id. Replaced by the coordinator's next snapshot, never removed: a
+    /// coordinator between transactions keeps its last one (a bound that is only low).
+    live: std::collections::BTreeMap<u32, std::sync::Arc<Vec<u64>>>,
+    /// At most every snapshot a coordinator of the node takes from now on, slot by slot:
+    /// the latest copy of the vector that the next snapshots cannot be older than (the
+    /// fetcher's, when it runs; else any coordinator's). Empty: nothing known yet (zeros).
+    floor: std::sync::Arc<Vec<u64>>,
 }
 
 impl NodeClock {
@@ -333,9 +401,69 @@ impl NodeClock {
         self.lock().cached.clone()
     }
 
-    /// Replaces the cached copy with `v` (a copy taken at one instant).
+    /// Replaces the cached copy with `v` (a copy taken at one instant, later than the
+    /// last): the node's next snapshots are at least it.
     pub fn set_cached(&self, v: Vec<u64>) {
-        self.lock().cached = Some(std::sync::Arc::new(v));
+        let mut st = self.lock();
+        let v = std::sync::Arc::new(v);
+        st.floor = v.clone();
+        st.cached = Some(v);
+    }
+
+    /// Coordinator `id` takes the fetcher's copy as its snapshot if `usable` accepts it,
+    /// and registers it as live in the same step (so no floor published meanwhile misses
+    /// it).
+    pub fn snapshot_from_cache(
+        &self,
+        id: u32,
+        usable: impl Fn(&[u64]) -> bool,
+    ) -> Option<std::sync::Arc<Vec<u64>>> {
+        let mut st = self.lock();
+        let v = st.cached.clone().filter(|v| usable(v))?;
+        st.live.insert(id, v.clone());
+        Some(v)
+    }
+
+    /// Coordinator `id` starts copying the vector for its snapshot: registered at the
+    /// node's floor (its copy, which starts after this, is at least that, slot by slot:
+    /// each slot only grows).
+    pub fn snapshot_starts(&self, id: u32) {
+        let mut st = self.lock();
+        let floor = st.floor.clone();
+        st.live.insert(id, floor);
+    }
+
+    /// Coordinator `id`'s snapshot is `v`, a copy it made; it raises the node's floor when
+    /// `raises_floor` (no fetcher runs, whose older copy a later snapshot could take).
+    pub fn snapshot_taken(&self, id: u32, v: &[u64], raises_floor: bool) {
+        let mut st = self.lock();
+        st.live.insert(id, std::sync::Arc::new(v.to_vec()));
+        if raises_floor {
+            let raised: Vec<u64> = (0..v.len().max(st.floor.len()))
+                .map(|s| {
+                    let (a, b) = (v.get(s), st.floor.get(s));
+                    *a.max(b).unwrap_or(&0)
+                })
+                .collect();
+            st.floor = std::sync::Arc::new(raised);
+        }
+    }
+
+    /// The slot-by-slot minimum of every live snapshot of the node and of its floor, over
+    /// `slots` slots (a slot nothing names yet is 0): at most every snapshot the node's
+    /// coordinators hold or will take. It only grows: a snapshot registered later is at
+    /// least the floor, and the floor only grows.
+    pub fn oldest_snapshot(&self, slots: u32) -> Vec<u64> {
+        let st = self.lock();
+        let at = |v: &Vec<u64>, s: usize| v.get(s).copied().unwrap_or(0);
+        (0..slots as usize)
+            .map(|s| {
+                st.live
+                    .values()
+                    .map(|v| at(v, s))
+                    .fold(at(&st.floor, s), u64::min)
+            })
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClockState> {
@@ -373,6 +501,44 @@ mod tests {
         );
         let g = c.take_ts();
         assert_eq!(c.end_ts(g), Some(g), "the next to end takes it");
+    }
+
+    #[test]
+    fn tsvc_a_nodes_oldest_snapshot_is_below_every_live_snapshot_and_every_one_still_to_be_taken()
+    {
+        let c = NodeClock::default();
+        assert_eq!(c.oldest_snapshot(2), vec![0, 0], "nothing known: zeros");
+        c.snapshot_taken(0, &[5, 7], true);
+        c.snapshot_taken(1, &[6, 7], true);
+        assert_eq!(c.oldest_snapshot(2), vec![5, 7], "coordinator 0's is the oldest");
+        c.snapshot_starts(0);
+        assert_eq!(
+            c.oldest_snapshot(2),
+            vec![6, 7],
+            "0 copies anew: it will see at least the floor, the newest copy made"
+        );
+        c.snapshot_taken(0, &[9, 9], true);
+        assert_eq!(c.oldest_snapshot(2), vec![6, 7], "1 still holds its own");
+        c.snapshot_taken(1, &[9, 9], true);
+        assert_eq!(c.oldest_snapshot(2), vec![9, 9]);
+        // The fetcher's copy is the floor: a coordinator's own newer copy does not raise it
+        // (the next snapshot may be the fetcher's older one).
+        let f = NodeClock::default();
+        f.set_cached(vec![3, 3]);
+        f.snapshot_taken(0, &[8, 8], false);
+        assert_eq!(f.oldest_snapshot(2), vec![3, 3]);
+        assert_eq!(
+            f.snapshot_from_cache(1, |v| v[0] >= 4),
+            None,
+            "not usable: not taken, not registered"
+        );
+        assert_eq!(*f.snapshot_from_cache(1, |_| true).unwrap(), vec![3, 3]);
+        f.set_cached(vec![10, 10]);
+        assert_eq!(
+            f.oldest_snapshot(2),
+            vec![3, 3],
+            "coordinator 1 still holds the older copy"
+        );
     }
 
     fn service() -> (TsService, Region) {

@@ -19,8 +19,14 @@ pub enum VersionEvent {
     /// A copied version's header rewritten by an install before its moved bit was set
     /// (the copy stays true; the slot holds another version now).
     MovedBitLost,
-    /// The overflow ring came round to its first entry again (its wrap frees the oldest).
+    /// The overflow ring came round to its first entry again.
     RingWrap,
+    /// An overflow entry that held a version written over: no live snapshot needed it (the
+    /// garbage collector's test), or, without the collector, the ring came round to it.
+    EntryReclaimed,
+    /// An old version the mover left in its record because the ring's next entry is still
+    /// needed by a live snapshot (or kept for `--overflow-keep-us`): the pass stops there.
+    MoverBlocked,
     /// A read whose snapshot sees no version the record keeps, walking its chain.
     ChainWalk,
     /// An overflow entry such a walk read.
@@ -37,13 +43,15 @@ pub enum VersionEvent {
 }
 
 impl VersionEvent {
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 12;
     pub const ALL: [VersionEvent; Self::COUNT] = [
         VersionEvent::MoverPass,
         VersionEvent::VersionMoved,
         VersionEvent::MovedBitSet,
         VersionEvent::MovedBitLost,
         VersionEvent::RingWrap,
+        VersionEvent::EntryReclaimed,
+        VersionEvent::MoverBlocked,
         VersionEvent::ChainWalk,
         VersionEvent::ChainHop,
         VersionEvent::ChainRead,
@@ -59,6 +67,8 @@ impl VersionEvent {
             VersionEvent::MovedBitSet => "moved_bits_set",
             VersionEvent::MovedBitLost => "moved_bits_lost_to_installs",
             VersionEvent::RingWrap => "overflow_ring_wraps",
+            VersionEvent::EntryReclaimed => "overflow_entries_reclaimed",
+            VersionEvent::MoverBlocked => "versions_waiting_for_a_free_entry",
             VersionEvent::ChainWalk => "chain_walks",
             VersionEvent::ChainHop => "chain_hops",
             VersionEvent::ChainRead => "reads_served_from_overflow",
