@@ -498,10 +498,7 @@ mod tests {
             ts_service_region_words: 1 << 6,
             ts_vector_region_words: 1 << 3,
             ts_floors_region_words: 1,
-            table_region_words: vec![(
-                "t".into(),
-                (1 << 20) - (1 << 10) - (1 << 6) - (1 << 3) - 1,
-            )],
+            table_region_words: vec![("t".into(), (1 << 20) - (1 << 10) - (1 << 6) - (1 << 3) - 1)],
             ordered_index_bytes: 0,
             snapshot_vectors_bytes: 0,
             mover_bytes: 0,

@@ -1194,7 +1194,10 @@ fn namdb_the_overflow_collector_keeps_an_entry_a_live_snapshot_needs_and_reclaim
             2,
             shape,
         );
-        assert!(c.txn.overflow_gc, "the test kit runs the collector with an overflow area");
+        assert!(
+            c.txn.overflow_gc,
+            "the test kit runs the collector with an overflow area"
+        );
         for k in 0..8 {
             c.stores[0].insert(T, k, &[100]).unwrap();
         }
@@ -1277,8 +1280,15 @@ fn namdb_the_overflow_collector_keeps_an_entry_a_live_snapshot_needs_and_reclaim
             // and key 6's newer version stayed unmoved, so its chain leads right to it.
             assert_eq!(*seen.lock().unwrap(), vec!["Ok(100)".to_string()], "{what}");
             assert_eq!(at_read[E::VersionMoved as usize], 16, "{what}: {at_read:?}");
-            assert_eq!(at_read[E::EntryReclaimed as usize], 0, "{what}: {at_read:?}");
-            assert!(at_read[E::MoverBlocked as usize] >= 2, "{what}: {at_read:?}");
+            assert_eq!(
+                at_read[E::EntryReclaimed as usize],
+                0,
+                "{what}: {at_read:?}"
+            );
+            assert!(
+                at_read[E::MoverBlocked as usize] >= 2,
+                "{what}: {at_read:?}"
+            );
             // Once the reader's node published a floor above it, the ring moved on: entry 0
             // and the next are reused for the two versions left behind.
             assert_eq!(end[E::EntryReclaimed as usize], 2, "{what}: {end:?}");

@@ -256,10 +256,7 @@ fn successor_of(layout: &TableLayout, w: &[u64], key_version: u64) -> Option<u64
     if head & CID_LOCKED != 0 {
         return None;
     }
-    let mut next = (
-        w[H_VERSION as usize] & VERSION_KEY_MASK,
-        head & !CID_LOCKED,
-    );
+    let mut next = (w[H_VERSION as usize] & VERSION_KEY_MASK, head & !CID_LOCKED);
     for j in 0..layout.version_slots - 1 {
         let at = layout.old_header_offset(j) as usize;
         let cid = w[at] & !MOVED;

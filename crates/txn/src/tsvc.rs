@@ -504,13 +504,16 @@ mod tests {
     }
 
     #[test]
-    fn tsvc_a_nodes_oldest_snapshot_is_below_every_live_snapshot_and_every_one_still_to_be_taken()
-    {
+    fn tsvc_a_nodes_oldest_snapshot_is_below_every_live_snapshot_and_every_one_still_to_be_taken() {
         let c = NodeClock::default();
         assert_eq!(c.oldest_snapshot(2), vec![0, 0], "nothing known: zeros");
         c.snapshot_taken(0, &[5, 7], true);
         c.snapshot_taken(1, &[6, 7], true);
-        assert_eq!(c.oldest_snapshot(2), vec![5, 7], "coordinator 0's is the oldest");
+        assert_eq!(
+            c.oldest_snapshot(2),
+            vec![5, 7],
+            "coordinator 0's is the oldest"
+        );
         c.snapshot_starts(0);
         assert_eq!(
             c.oldest_snapshot(2),
