@@ -294,6 +294,10 @@ struct BenchArgs {
     /// 1000000; 0..=60000000).
     #[arg(long)]
     overflow_keep_us: Option<u64>,
+    /// `atoll cluster` only: coalesce the UCX active messages a worker sends one peer worker
+    /// within an event-loop turn into one (on, the default), or send each at once (off).
+    #[arg(long)]
+    coalesce: Option<String>,
     /// WAITDIE only: the starvation fix (waiters raise a FETCH_ADD counter that makes
     /// younger lockers die).
     #[arg(long)]
@@ -780,6 +784,13 @@ fn plan_all(cfg: RunConfig, json: Option<&PathBuf>) -> ExitCode {
 }
 
 fn bench(a: BenchArgs) -> ExitCode {
+    if let Some(v) = &a.coalesce {
+        eprintln!(
+            "error: --coalesce {v} sets how atoll cluster's node processes send UCX messages; \
+             atoll bench runs in one process (run it as atoll cluster ... bench --coalesce {v})"
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let Resolved {
         cfg,
         plan_all: all,
@@ -1095,6 +1106,14 @@ fn resolve_cluster_bench(args: &[String]) -> Result<(RunConfig, BenchArgs), Stri
     }
     if r.repeat > 1 {
         return Err(format!("--repeat {} with cluster: run it again", r.repeat));
+    }
+    let mut r = r;
+    if let Some(v) = &a.coalesce {
+        r.cfg.coalesce = match v.as_str() {
+            "on" => true,
+            "off" => false,
+            _ => return Err(format!("--coalesce {v}: accepted are on, off")),
+        };
     }
     Ok((r.cfg, a))
 }

@@ -919,6 +919,11 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
         .concat(),
         &["overflow-keep-us=60000001 is outside 0..=60000000"],
     );
+    // Message coalescing is a property of atoll cluster's processes.
+    bad(
+        &["bench", "--coalesce", "off"],
+        &["--coalesce off sets how atoll cluster's node processes send UCX messages"],
+    );
     // A shared-data run: the header names the roles, every check passes.
     let (code, out, err) = atoll(&[
         "bench",

@@ -128,6 +128,63 @@ fn ucx_cluster_3_processes_over_tcp_pass_every_check_for_every_protocol_and_plan
 }
 
 #[test]
+fn ucx_cluster_sends_each_message_on_its_own_with_coalesce_off_and_says_which_it_did() {
+    let _one = serial();
+    if !ucx_built() {
+        return;
+    }
+    for (coalesce, plan, said) in [
+        ("off", "rpc", "each active message sent at once"),
+        ("off", "one-sided", "each active message sent at once"),
+        ("on", "rpc", "coalesced"),
+    ] {
+        let json = std::env::temp_dir().join(format!("atoll-coalesce-{coalesce}-{plan}.json"));
+        let args = [
+            "cluster",
+            "--nodes",
+            "2",
+            "--transport",
+            "tcp",
+            "bench",
+            "--workload",
+            "ycsb",
+            "--protocol",
+            "occ",
+            "--plan",
+            plan,
+            "--duration",
+            "0.2",
+            "--warmup",
+            "0.05",
+            "--coroutines",
+            "4",
+            "-p",
+            "records=2000",
+            "--coalesce",
+            coalesce,
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        let (code, out, err) = cluster(&args);
+        assert_eq!(code, 0, "{args:?} exited {code}:\n{out}\n{err}");
+        assert!(!out.contains("FAIL"), "{args:?}:\n{out}");
+        let j = std::fs::read_to_string(&json).unwrap();
+        assert!(
+            j.contains(said),
+            "{args:?}: the JSON's ucx.verbs.messages:\n{j}"
+        );
+        let _ = std::fs::remove_file(&json);
+    }
+    // A value it does not know: exit 2, naming it and what is accepted.
+    let (code, _, err) = cluster(&["cluster", "--nodes", "2", "bench", "--coalesce", "yes"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--coalesce yes: accepted are on, off"),
+        "{err}"
+    );
+}
+
+#[test]
 fn ucx_cluster_3_processes_run_the_write_skew_probe_and_checkout_with_every_check_passing() {
     let _one = serial();
     if !ucx_built() {

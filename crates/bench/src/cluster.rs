@@ -918,6 +918,7 @@ fn node_with<W: Workload, P: Protocol>(
         // (a TPC-C NewOrder's reads): room for each coordinator's whole doorbell.
         am_inbox_messages_max: ucx::AM_INBOX_MESSAGES_DEFAULT
             .max(cfg.coordinators_total() as usize * AM_INBOX_MESSAGES_PER_COORDINATOR),
+        coalesce: cfg.coalesce,
     };
     // Progress lines stay in the node: the coordinator prints the summary only.
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
@@ -1556,7 +1557,7 @@ fn coordinate_nodes<W: Workload, P: Protocol>(
     report.ucx = Some(crate::report::UcxReport {
         transport: cc.transport.name().to_string(),
         processes: cfg.nodes,
-        verbs: ucx::describe(cc.transport)
+        verbs: ucx::describe(cc.transport, cfg.coalesce)
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),

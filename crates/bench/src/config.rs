@@ -103,6 +103,9 @@ pub struct RunConfig {
     /// NAM-DB's garbage collector: the least microseconds an overflow entry is kept when no
     /// snapshot needs it (0: freed as soon as none does; the slides' choice is 1 s).
     pub overflow_keep_us: u64,
+    /// `atoll cluster`: coalesce each worker's UCX messages to a peer worker within an
+    /// event-loop turn into one.
+    pub coalesce: bool,
     /// WAITDIE's starvation fix (a FETCH_ADD waiter counter).
     pub waitdie_counter: bool,
     /// NAM-DB's timestamp vector: a slot per coordinator or per compute node (compression).
@@ -154,6 +157,7 @@ impl Default for RunConfig {
             overflow_versions: 0,
             mover_interval_us: MOVER_INTERVAL_US_DEFAULT,
             overflow_keep_us: 0,
+            coalesce: true,
             cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
             cpu_scale: 1.0,
         }

@@ -358,6 +358,8 @@ pub(crate) fn serve_node(
         threads_per_node: 1,
         op_timeout_ns: ucx::OP_TIMEOUT_MS_DEFAULT * 1_000_000,
         am_inbox_messages_max: ucx::AM_INBOX_MESSAGES_DEFAULT,
+        // Each op's own latency and rate, as ucx_perftest measures them.
+        coalesce: false,
         // Both nodes are children of this machine's `fabric-bench`: UCX's defaults find them.
         settings: Vec::new(),
     };
@@ -611,7 +613,7 @@ pub fn run(
 
 /// One transport's rows from the initiator's phases (a latency and a rate phase per op).
 fn transport_report(t: Transports, figures: &[PhaseFigures]) -> TransportReport {
-    let verbs: BTreeMap<String, String> = ucx::describe(t)
+    let verbs: BTreeMap<String, String> = ucx::describe(t, false)
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();

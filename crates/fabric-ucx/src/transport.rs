@@ -17,6 +17,11 @@
 //!   once ([`execute_local`]): UCX's atomics here are executed by CPU atomics on the target
 //!   (shared memory, or the target worker's progress for emulated ones), which are coherent
 //!   with our own.
+//! - With [`UcxConfig::coalesce`], the active messages a worker sends one peer worker (its
+//!   requests, replies, and over tcp its verbs) wait in that peer's batch until the event
+//!   loop's next turn and go as one [`AM_BATCH`] message (at most [`BATCH_BYTES_MAX`]), whose
+//!   frames the receiver delivers in order: over tcp each message costs both sides a trip
+//!   through the kernel and UCX.
 //! - Every posted op carries a token; a pending op completes with its result, with
 //!   `Failed(Unreachable)` when UCX reports its peer failed, or with `Failed(TimedOut)` after
 //!   `op_timeout_ns`; a late completion of a timed-out op is dropped.
@@ -70,6 +75,19 @@ const VERB_READ: u8 = 0;
 const VERB_WRITE: u8 = 1;
 const VERB_CAS: u8 = 2;
 const VERB_FETCH_ADD: u8 = 3;
+/// Active message id of a batch: the messages one worker sent one peer worker within one
+/// event-loop turn (with [`UcxConfig::coalesce`]), framed back to back in its data (each
+/// [`FRAME_HEADER_BYTES`]: id, header length, data length; then header and data), its
+/// header the frame count. Over tcp each message costs the sender and the receiver a trip
+/// through the kernel and UCX (~5-7 µs here): a batch pays it once for a turn's messages.
+const AM_BATCH: u16 = 5;
+/// Bytes of a batch's header: its frame count.
+const BATCH_HEADER_BYTES: usize = 4;
+/// Bytes of a frame's own header: id, header length, data length.
+const FRAME_HEADER_BYTES: usize = 2 + 2 + 4;
+/// A batch is sent at once when its frames reach this many bytes (else at the turn's end),
+/// so a batch stays below UCX's rendezvous threshold in the common case and bounded always.
+pub const BATCH_BYTES_MAX: usize = 32 << 10;
 const VERB_STATUS_DONE: u8 = 0;
 /// The target refused it, changing nothing: not its words, or a malformed verb.
 const VERB_STATUS_REFUSED: u8 = 1;
@@ -106,6 +124,9 @@ pub struct UcxConfig {
     pub op_timeout_ns: u64,
     /// Received active messages each worker holds (see [`WorkerConfig`]).
     pub am_inbox_messages_max: usize,
+    /// Coalesce the active messages a worker sends one peer worker within an event-loop turn
+    /// into one ([`AM_BATCH`]); otherwise each goes at once as its own.
+    pub coalesce: bool,
 }
 
 /// What one node tells its peers at start-up: its workers' addresses (by thread) and its
@@ -178,7 +199,22 @@ impl From<UcxError> for NodeRunError {
 
 /// How each verb travels over `transports`, for reports: `(verb, how)`. Seen on this
 /// machine with `UCX_LOG_LEVEL=info` (UCX 1.13 prints each endpoint's lanes).
-pub fn describe(transports: Transports) -> Vec<(&'static str, String)> {
+pub fn describe(transports: Transports, coalesce: bool) -> Vec<(&'static str, String)> {
+    let mut d = describe_verbs(transports);
+    d.push((
+        "messages",
+        if coalesce {
+            "coalesced: the active messages (requests, replies, and over tcp the verbs) a \
+             worker sends one peer worker within an event-loop turn go as one"
+        } else {
+            "each active message sent at once, on its own"
+        }
+        .into(),
+    ));
+    d
+}
+
+fn describe_verbs(transports: Transports) -> Vec<(&'static str, String)> {
     let rpc = "active message served by the target worker's event loop (the node's RPC \
                handler); the reply an active message back";
     let own = "own node: on this CPU at once (execute_local), coherent with UCX's atomics";
@@ -416,6 +452,8 @@ struct UcxTransport {
     link: Link,
     /// One-sided verbs go as [`AM_VERB`] messages rather than UCX's RMA and atomics (tcp).
     verbs_by_am: bool,
+    /// [`UcxConfig::coalesce`].
+    coalesce: bool,
     memory: Arc<NodeMemory>,
     handler: Arc<dyn RpcHandler>,
     origin: Instant,
@@ -429,6 +467,24 @@ struct UcxTransport {
     /// Replies to this worker's own held requests, answered by this worker.
     local_done: RefCell<VecDeque<(SlotId, u32, Completion)>>,
     scratch: RefCell<Vec<crate::Completion>>,
+    /// With [`UcxConfig::coalesce`]: each peer worker's batch being filled this turn.
+    outbox: RefCell<Vec<Batch>>,
+    /// Peer workers whose batch holds frames, in the order they got their first.
+    outbox_used: RefCell<Vec<u32>>,
+    /// Sent batches that carry requests: the batch's token, the requests' tokens (failed
+    /// together if the send fails).
+    batches: RefCell<IntMap<u64, Vec<u64>>>,
+    /// Requests whose send failed outside `poll`: failed at the next turn.
+    send_failed: RefCell<Vec<u64>>,
+}
+
+/// The frames bound for one peer worker ([`AM_BATCH`]), and the tokens of the requests
+/// among them.
+#[derive(Default)]
+struct Batch {
+    frames: Vec<u8>,
+    count: u32,
+    requests: Vec<u64>,
 }
 
 /// The header of an [`AM_VERB`] message.
@@ -493,6 +549,84 @@ fn verb_op(memory: &NodeMemory, h: &[u8], data: &[u8]) -> Option<Op> {
     in_bounds.then_some(op)
 }
 
+/// One frame of a batch: active message id, header, data.
+type Frame<'a> = (u16, &'a [u8], &'a [u8]);
+
+/// Appends one frame of a batch: [`FRAME_HEADER_BYTES`] of id, header length and data
+/// length, then the header and the data.
+fn put_frame(out: &mut Vec<u8>, id: u16, header: &[u8], data: &[u8]) {
+    // Lengths fit: headers are ours (tens of bytes), data a record, a request or a reply,
+    // bounded by the regions and the handlers far below 4 GiB.
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(header);
+    out.extend_from_slice(data);
+}
+
+/// The frames `(id, header, data)` of a batch with header `header` and data `frames`, or
+/// what is wrong with it: a header that is not a count, a frame past the data, a batch in a
+/// batch, bytes after the last frame.
+fn batch_frames<'a>(header: &[u8], frames: &'a [u8]) -> Result<Vec<Frame<'a>>, String> {
+    if header.len() != BATCH_HEADER_BYTES {
+        return Err(format!(
+            "a batch with a {}-byte header is none of ours ({BATCH_HEADER_BYTES} expected)",
+            header.len()
+        ));
+    }
+    let count = u32_at(header, 0);
+    // Each frame takes at least its own header: a count the data cannot hold is refused
+    // before anything is allocated for it.
+    if count as usize > frames.len() / FRAME_HEADER_BYTES {
+        return Err(format!(
+            "a batch of {count} frames in {} bytes",
+            frames.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    let mut at = 0;
+    for k in 0..count {
+        let malformed = || {
+            format!(
+                "frame {k} of {count} of a batch ends past its {} bytes",
+                frames.len()
+            )
+        };
+        let f = frames
+            .get(at..at + FRAME_HEADER_BYTES)
+            .ok_or_else(malformed)?;
+        let id = u16::from_le_bytes([f[0], f[1]]);
+        let h_at = at + FRAME_HEADER_BYTES;
+        let d_at = h_at + u16::from_le_bytes([f[2], f[3]]) as usize;
+        let end = d_at
+            .checked_add(u32_at(f, 4) as usize)
+            .ok_or_else(malformed)?;
+        if end > frames.len() {
+            return Err(malformed());
+        }
+        if id == AM_BATCH {
+            return Err(format!("frame {k} of {count} of a batch is a batch"));
+        }
+        out.push((id, &frames[h_at..d_at], &frames[d_at..end]));
+        at = end;
+    }
+    if at != frames.len() {
+        return Err(format!(
+            "a batch of {count} frames has {} bytes after them",
+            frames.len() - at
+        ));
+    }
+    Ok(out)
+}
+
+/// An op's completion when its peer is gone.
+fn unreachable_peer(p: &Pending) -> Completion {
+    Completion::Failed(OpError {
+        node: p.node,
+        kind: FailureKind::Unreachable,
+    })
+}
+
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
@@ -533,15 +667,163 @@ impl UcxTransport {
         r.push(status);
         r.extend_from_slice(&old.to_le_bytes());
         // A reply that cannot be sent has a dead requester: nothing waits for it here.
-        let _ = self.link.with_peer(worker, |p| {
-            p.ep.am_send(
-                AM_VERB_REPLY,
-                r,
-                words,
-                AmSendOptions::default(),
-                SUB_REPLY_SENT,
-            )
+        self.send(worker, AM_VERB_REPLY, r, words, None);
+    }
+
+    /// Sends active message `id` to peer worker `worker`: at once, or into its batch with
+    /// [`UcxConfig::coalesce`]. `request`: the token of the op it asks (a failed send fails
+    /// the op); `None` for a reply, whose loss only its requester's timeout sees.
+    fn send(&self, worker: u32, id: u16, header: Vec<u8>, data: Vec<u8>, request: Option<u64>) {
+        if !self.coalesce {
+            let sub = request.map_or(SUB_REPLY_SENT, |t| t << 2 | SUB_REQUEST_SENT);
+            let sent = self.link.with_peer(worker, |p| {
+                p.ep.am_send(id, header, data, AmSendOptions::default(), sub)
+            });
+            if let (Err(_), Some(t)) = (sent, request) {
+                self.send_failed.borrow_mut().push(t);
+            }
+            return;
+        }
+        let full = {
+            let mut outbox = self.outbox.borrow_mut();
+            let b = &mut outbox[worker as usize];
+            if b.count == 0 {
+                self.outbox_used.borrow_mut().push(worker);
+            }
+            put_frame(&mut b.frames, id, &header, &data);
+            b.count += 1;
+            b.requests.extend(request);
+            b.frames.len() >= BATCH_BYTES_MAX
+        };
+        if full {
+            self.send_batch(worker);
+        }
+    }
+
+    /// Sends peer worker `worker`'s batch, if it holds frames.
+    fn send_batch(&self, worker: u32) {
+        let b = std::mem::take(&mut self.outbox.borrow_mut()[worker as usize]);
+        if b.count == 0 {
+            return;
+        }
+        let header = b.count.to_le_bytes().to_vec();
+        let sub = if b.requests.is_empty() {
+            SUB_REPLY_SENT
+        } else {
+            let token = self.next_token.get();
+            self.next_token.set(token + 1);
+            token << 2 | SUB_REQUEST_SENT
+        };
+        let sent = self.link.with_peer(worker, |p| {
+            // Eager: a batch of replies with records' words can pass UCX's rendezvous
+            // threshold, whose handshake would cost the round trip the batch saves.
+            let eager = AmSendOptions {
+                protocol: crate::AmProtocol::Eager,
+                ..AmSendOptions::default()
+            };
+            p.ep.am_send(AM_BATCH, header, b.frames, eager, sub)
         });
+        match sent {
+            Ok(()) if !b.requests.is_empty() => {
+                self.batches.borrow_mut().insert(sub >> 2, b.requests);
+            }
+            Ok(()) => {}
+            Err(_) => self.send_failed.borrow_mut().extend(b.requests),
+        }
+    }
+
+    /// Sends every batch filled since the last call (each peer's messages in their order).
+    fn send_batches(&self) {
+        let used = std::mem::take(&mut *self.outbox_used.borrow_mut());
+        for &w in &used {
+            self.send_batch(w);
+        }
+        let mut u = self.outbox_used.borrow_mut();
+        if u.is_empty() {
+            // Keeps the vector's room for the next turn.
+            *u = used;
+            u.clear();
+        }
+    }
+
+    /// Hands active message `id` (not a batch) to the worker: a request to its handler, a
+    /// reply or a verb's reply to the op it completes; serves a verb.
+    fn deliver(&self, sink: &mut dyn FnMut(Delivery), id: u16, header: &[u8], data: Vec<u8>) {
+        match id {
+            AM_REQUEST if header.len() == REQUEST_HEADER_BYTES => {
+                let h = &header;
+                let target = NodeId(u16::from_le_bytes([h[20], h[21]]));
+                assert_eq!(
+                    target, self.link.node,
+                    "node {}: a request for node {} arrived here",
+                    self.link.node.0, target.0
+                );
+                sink(Delivery::Request {
+                    from: ReplyTo {
+                        worker: u32_at(h, 0),
+                        slot: SlotId(u32_at(h, 4)),
+                        index: u32_at(h, 8),
+                        posted_ns: u64_at(h, 12),
+                    },
+                    node: target,
+                    req: data,
+                });
+            }
+            AM_REPLY if header.len() == REPLY_HEADER_BYTES => {
+                let h = &header;
+                let (slot, index, token) = (SlotId(u32_at(h, 0)), u32_at(h, 4), u64_at(h, 8));
+                if token == 0 {
+                    // A held own-node request answered by another worker of this node.
+                    sink(Delivery::Completion {
+                        slot,
+                        index,
+                        completion: Completion::Rpc(data),
+                    });
+                } else {
+                    self.complete(sink, token, move |_| Completion::Rpc(data));
+                }
+            }
+            AM_VERB if header.len() == VERB_HEADER_BYTES => self.serve_verb(header, &data),
+            AM_VERB_REPLY if header.len() == VERB_REPLY_HEADER_BYTES => {
+                let h = &header;
+                let (token, status, old) = (u64_at(h, 0), h[8], u64_at(h, 9));
+                let (me, data) = (self.link.node, data);
+                self.complete(sink, token, move |p| {
+                    // We checked the words against the peer's announced region before
+                    // sending: a refusal means the peers disagree about their layout.
+                    assert_eq!(
+                        status, VERB_STATUS_DONE,
+                        "node {}: node {} refused a one-sided verb within the region it announced",
+                        me.0, p.node.0
+                    );
+                    match p.kind {
+                        PendingKind::Read => Completion::Read(
+                            data.chunks_exact(8)
+                                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                                .collect(),
+                        ),
+                        PendingKind::Write => Completion::Write,
+                        PendingKind::Cas => Completion::Cas(old),
+                        PendingKind::FetchAdd => Completion::FetchAdd(old),
+                        PendingKind::Rpc => unreachable!("an RPC's token on a verb's reply"),
+                    }
+                });
+            }
+            id => panic!(
+                "node {}: an active message with id {id} and a {}-byte header is none of ours",
+                self.link.node.0,
+                header.len()
+            ),
+        }
+    }
+
+    /// Delivers the frames of an [`AM_BATCH`] message in order.
+    fn deliver_batch(&self, sink: &mut dyn FnMut(Delivery), header: &[u8], frames: &[u8]) {
+        let parsed = batch_frames(header, frames)
+            .unwrap_or_else(|e| panic!("node {}: {e}", self.link.node.0));
+        for (id, h, data) in parsed {
+            self.deliver(sink, id, h, data.to_vec());
+        }
     }
 
     /// Posts `op` to its node's serving worker with token `token`.
@@ -549,7 +831,7 @@ impl UcxTransport {
         let l = &self.link;
         let node = op.node();
         let t = token << 2;
-        l.with_peer(l.target(node), |p| match op {
+        let message = l.with_peer(l.target(node), |p| match op {
             Op::Read { .. } | Op::Write { .. } | Op::Cas { .. } | Op::FetchAdd { .. }
                 if self.verbs_by_am =>
             {
@@ -577,19 +859,12 @@ impl UcxTransport {
                     len_words,
                 )?;
                 let h = verb_header(l.me, token, ptr, kind, a, b);
-                p.ep.am_send(
-                    AM_VERB,
-                    h,
-                    data,
-                    AmSendOptions::default(),
-                    t | SUB_REQUEST_SENT,
-                )
+                Ok(Some((AM_VERB, h, data)))
             }
-            Op::Read { ptr, len_words } => l.region(p, node, ptr.region)?.get(
-                ptr.offset_words as u64,
-                len_words as u64,
-                t | SUB_RESULT,
-            ),
+            Op::Read { ptr, len_words } => l
+                .region(p, node, ptr.region)?
+                .get(ptr.offset_words as u64, len_words as u64, t | SUB_RESULT)
+                .map(|()| None),
             Op::Write { ptr, data } => {
                 l.region(p, node, ptr.region)?.put(
                     ptr.offset_words as u64,
@@ -598,19 +873,16 @@ impl UcxTransport {
                 )?;
                 // The flush completes when the put is done at the target: the WRITE's
                 // completion, as an RDMA WRITE's.
-                p.ep.flush(t | SUB_RESULT)
+                p.ep.flush(t | SUB_RESULT).map(|()| None)
             }
-            Op::Cas { ptr, expect, new } => l.region(p, node, ptr.region)?.atomic_cswap64(
-                ptr.offset_words as u64,
-                expect,
-                new,
-                t | SUB_RESULT,
-            ),
-            Op::FetchAdd { ptr, add } => l.region(p, node, ptr.region)?.atomic_fetch_add64(
-                ptr.offset_words as u64,
-                add,
-                t | SUB_RESULT,
-            ),
+            Op::Cas { ptr, expect, new } => l
+                .region(p, node, ptr.region)?
+                .atomic_cswap64(ptr.offset_words as u64, expect, new, t | SUB_RESULT)
+                .map(|()| None),
+            Op::FetchAdd { ptr, add } => l
+                .region(p, node, ptr.region)?
+                .atomic_fetch_add64(ptr.offset_words as u64, add, t | SUB_RESULT)
+                .map(|()| None),
             Op::Rpc { node, req } => {
                 let mut h = Vec::with_capacity(REQUEST_HEADER_BYTES);
                 h.extend_from_slice(&l.me.to_le_bytes());
@@ -618,15 +890,15 @@ impl UcxTransport {
                 h.extend_from_slice(&index.to_le_bytes());
                 h.extend_from_slice(&token.to_le_bytes());
                 h.extend_from_slice(&node.0.to_le_bytes());
-                p.ep.am_send(
-                    AM_REQUEST,
-                    h,
-                    req,
-                    AmSendOptions::default(),
-                    t | SUB_REQUEST_SENT,
-                )
+                Ok(Some((AM_REQUEST, h, req)))
             }
-        })
+        })?;
+        // A message (not UCX's own RMA or atomic): sent, or batched, outside the peer's
+        // borrow.
+        if let Some((id, h, data)) = message {
+            self.send(l.target(node), id, h, data, Some(token));
+        }
+        Ok(())
     }
 
     fn complete(
@@ -715,7 +987,13 @@ impl Transport for UcxTransport {
 
     fn poll(&self, sink: &mut dyn FnMut(Delivery)) {
         let w = &self.link.worker;
+        // What the co-routines posted and the node's handler answered since the last turn.
+        self.send_batches();
         w.progress();
+        let failed = std::mem::take(&mut *self.send_failed.borrow_mut());
+        for token in failed {
+            self.complete(sink, token, unreachable_peer);
+        }
         loop {
             let next = self.local_done.borrow_mut().pop_front();
             let Some((slot, index, completion)) = next else {
@@ -731,6 +1009,17 @@ impl Transport for UcxTransport {
         w.poll_completions(|c| done.push(c));
         for c in done.drain(..) {
             let (token, sub) = (c.token >> 2, c.token & 3);
+            if sub == SUB_REQUEST_SENT {
+                let batch = self.batches.borrow_mut().remove(&token);
+                if let Some(requests) = batch {
+                    if c.result.is_err() {
+                        for t in requests {
+                            self.complete(sink, t, unreachable_peer);
+                        }
+                    }
+                    continue;
+                }
+            }
             match (sub, &c.result) {
                 (SUB_REPLY_SENT, _) | (SUB_PUT | SUB_REQUEST_SENT, Ok(_)) => continue,
                 _ => {}
@@ -749,76 +1038,14 @@ impl Transport for UcxTransport {
         *self.scratch.borrow_mut() = done;
         // Bounded by the inbox: messages arriving meanwhile wait for the next turn.
         while let Some(m) = w.take_am() {
-            match m.id {
-                AM_REQUEST if m.header.len() == REQUEST_HEADER_BYTES => {
-                    let h = &m.header;
-                    let target = NodeId(u16::from_le_bytes([h[20], h[21]]));
-                    assert_eq!(
-                        target, self.link.node,
-                        "node {}: a request for node {} arrived here",
-                        self.link.node.0, target.0
-                    );
-                    sink(Delivery::Request {
-                        from: ReplyTo {
-                            worker: u32_at(h, 0),
-                            slot: SlotId(u32_at(h, 4)),
-                            index: u32_at(h, 8),
-                            posted_ns: u64_at(h, 12),
-                        },
-                        node: target,
-                        req: m.data,
-                    });
-                }
-                AM_REPLY if m.header.len() == REPLY_HEADER_BYTES => {
-                    let h = &m.header;
-                    let (slot, index, token) = (SlotId(u32_at(h, 0)), u32_at(h, 4), u64_at(h, 8));
-                    if token == 0 {
-                        // A held own-node request answered by another worker of this node.
-                        sink(Delivery::Completion {
-                            slot,
-                            index,
-                            completion: Completion::Rpc(m.data),
-                        });
-                    } else {
-                        let data = m.data;
-                        self.complete(sink, token, move |_| Completion::Rpc(data));
-                    }
-                }
-                AM_VERB if m.header.len() == VERB_HEADER_BYTES => {
-                    self.serve_verb(&m.header, &m.data)
-                }
-                AM_VERB_REPLY if m.header.len() == VERB_REPLY_HEADER_BYTES => {
-                    let h = &m.header;
-                    let (token, status, old) = (u64_at(h, 0), h[8], u64_at(h, 9));
-                    let (me, data) = (self.link.node, m.data);
-                    self.complete(sink, token, move |p| {
-                        // We checked the words against the peer's announced region before
-                        // sending: a refusal means the peers disagree about their layout.
-                        assert_eq!(
-                            status, VERB_STATUS_DONE,
-                            "node {}: node {} refused a one-sided verb within the region it announced",
-                            me.0, p.node.0
-                        );
-                        match p.kind {
-                            PendingKind::Read => Completion::Read(
-                                data.chunks_exact(8)
-                                    .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-                                    .collect(),
-                            ),
-                            PendingKind::Write => Completion::Write,
-                            PendingKind::Cas => Completion::Cas(old),
-                            PendingKind::FetchAdd => Completion::FetchAdd(old),
-                            PendingKind::Rpc => unreachable!("an RPC's token on a verb's reply"),
-                        }
-                    });
-                }
-                id => panic!(
-                    "node {}: an active message with id {id} and a {}-byte header is none of ours",
-                    self.link.node.0,
-                    m.header.len()
-                ),
+            if m.id == AM_BATCH {
+                self.deliver_batch(sink, &m.header, &m.data);
+            } else {
+                self.deliver(sink, m.id, &m.header, m.data);
             }
         }
+        // Replies to the verbs served above go this turn.
+        self.send_batches();
         // Deadlines of completed ops go now, oldest first (bounded by the queue), so the queue
         // holds about the outstanding ops, not every op of the last `op_timeout_ns` (millions
         // at a high rate: `atoll fabric-bench` saw it grow and fault in pages); and the clock,
@@ -888,9 +1115,7 @@ impl Transport for UcxTransport {
         h.extend_from_slice(&to.index.to_le_bytes());
         h.extend_from_slice(&to.posted_ns.to_le_bytes());
         // A reply that cannot be sent has a dead requester: nothing waits for it here.
-        let _ = self.link.with_peer(to.worker, |p| {
-            p.ep.am_send(AM_REPLY, h, reply, AmSendOptions::default(), SUB_REPLY_SENT)
-        });
+        self.send(to.worker, AM_REPLY, h, reply, None);
     }
 }
 
@@ -965,6 +1190,7 @@ pub fn run_node(
                             w.receive_am(AM_REPLY)?;
                             w.receive_am(AM_VERB)?;
                             w.receive_am(AM_VERB_REPLY)?;
+                            w.receive_am(AM_BATCH)?;
                             Ok(w)
                         }) {
                             Ok(w) => w,
@@ -1018,6 +1244,15 @@ pub fn run_node(
                             timers: RefCell::new(BinaryHeap::new()),
                             local_done: RefCell::new(VecDeque::new()),
                             scratch: RefCell::new(Vec::new()),
+                            coalesce: cfg.coalesce,
+                            outbox: RefCell::new(
+                                (0..cfg.nodes as usize * threads as usize)
+                                    .map(|_| Batch::default())
+                                    .collect(),
+                            ),
+                            outbox_used: RefCell::new(Vec::new()),
+                            batches: RefCell::new(IntMap::default()),
+                            send_failed: RefCell::new(Vec::new()),
                         };
                         let core = WorkerCore::new(
                             id,
@@ -1147,6 +1382,39 @@ mod tests {
             offset_words,
         };
         verb_header(7, 42, ptr, kind, a, b)
+    }
+
+    #[test]
+    fn ucx_a_batch_gives_back_its_frames_in_order_and_a_malformed_one_is_refused() {
+        let msgs: [(u16, &[u8], &[u8]); 3] = [
+            (AM_REQUEST, &[1, 2, 3], &[9; 40]),
+            (AM_REPLY, &[], &[]),
+            (AM_VERB_REPLY, &[4; 17], &[5; 8]),
+        ];
+        let mut frames = Vec::new();
+        for (id, h, d) in msgs {
+            put_frame(&mut frames, id, h, d);
+        }
+        let count = |n: u32| n.to_le_bytes().to_vec();
+        assert_eq!(batch_frames(&count(3), &frames).unwrap(), msgs.to_vec());
+        assert_eq!(batch_frames(&count(0), &[]).unwrap(), vec![]);
+        // Each way a batch can be wrong is named, and nothing past the data is read.
+        let refused = |h: &[u8], f: &[u8], what: &str| {
+            let e = batch_frames(h, f).unwrap_err();
+            assert!(e.contains(what), "{e}");
+        };
+        refused(&[3, 0], &frames, "2-byte header");
+        refused(&count(4), &frames, "frame 3 of 4");
+        refused(&count(2), &frames, "bytes after them");
+        refused(&count(3), &frames[..frames.len() - 1], "frame 2 of 3");
+        refused(&count(u32::MAX), &frames, "frames in");
+        let mut nested = Vec::new();
+        put_frame(&mut nested, AM_BATCH, &count(0), &[]);
+        refused(&count(1), &nested, "is a batch");
+        let mut long = Vec::new();
+        put_frame(&mut long, AM_REPLY, &[0; 16], &[]);
+        long[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        refused(&count(1), &long, "ends past");
     }
 
     #[test]
