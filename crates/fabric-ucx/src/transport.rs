@@ -18,8 +18,9 @@
 //!   (shared memory, or the target worker's progress for emulated ones), which are coherent
 //!   with our own.
 //! - With [`UcxConfig::coalesce`], the active messages a worker sends one peer worker (its
-//!   requests, replies, and over tcp its verbs) wait in that peer's batch until the event
-//!   loop's next turn and go as one [`AM_BATCH`] message (at most [`BATCH_BYTES_MAX`]), whose
+//!   requests, replies, and over tcp its verbs) wait in that peer's batch until the end of
+//!   the event loop's turn (every ready co-routine ran once; `Transport::end_turn`) and go
+//!   as one [`AM_BATCH`] message (at most [`BATCH_BYTES_MAX`]), whose
 //!   frames the receiver delivers in order: over tcp each message costs both sides a trip
 //!   through the kernel and UCX.
 //! - Every posted op carries a token; a pending op completes with its result, with
@@ -987,8 +988,6 @@ impl Transport for UcxTransport {
 
     fn poll(&self, sink: &mut dyn FnMut(Delivery)) {
         let w = &self.link.worker;
-        // What the co-routines posted and the node's handler answered since the last turn.
-        self.send_batches();
         w.progress();
         let failed = std::mem::take(&mut *self.send_failed.borrow_mut());
         for token in failed {
@@ -1044,8 +1043,6 @@ impl Transport for UcxTransport {
                 self.deliver(sink, m.id, &m.header, m.data);
             }
         }
-        // Replies to the verbs served above go this turn.
-        self.send_batches();
         // Deadlines of completed ops go now, oldest first (bounded by the queue), so the queue
         // holds about the outstanding ops, not every op of the last `op_timeout_ns` (millions
         // at a high rate: `atoll fabric-bench` saw it grow and fault in pages); and the clock,
@@ -1101,6 +1098,11 @@ impl Transport for UcxTransport {
                 completion: Completion::Timer,
             });
         }
+    }
+
+    fn end_turn(&self) {
+        // What every co-routine posted and the node's handler answered this turn.
+        self.send_batches();
     }
 
     fn reply(&self, to: ReplyTo, reply: Vec<u8>) {
@@ -1269,6 +1271,7 @@ pub fn run_node(
                         // cluster is done or failed.
                         loop {
                             let n = exec.run_ready() + exec.core().progress();
+                            exec.core().end_turn();
                             if !done && exec.live_tasks() == 0 {
                                 done = true;
                                 finished.fetch_add(1, Ordering::AcqRel);

@@ -93,6 +93,10 @@ pub trait Transport {
     fn compute(&self, ns: u64) -> bool;
     /// Charges a switch to a co-routine (the simulator's CPU model; free elsewhere).
     fn on_switch(&self) {}
+    /// The worker's event loop finished a turn: every ready co-routine ran once and what
+    /// arrived was handled. A backend that holds messages back to send them together sends
+    /// them now (UCX's coalescing); nothing to do elsewhere.
+    fn end_turn(&self) {}
     /// Hands over everything that arrived since the last call.
     fn poll(&self, sink: &mut dyn FnMut(Delivery));
     /// Sends the reply of a served request.
@@ -433,6 +437,12 @@ impl WorkerCore {
         }
         *self.deferred_buf.borrow_mut() = ready;
         n
+    }
+
+    /// Ends a turn of the worker's event loop ([`Transport::end_turn`]): called by the loop
+    /// after each pass over the ready co-routines and the progress after it.
+    pub fn end_turn(&self) {
+        self.transport.end_turn();
     }
 
     /// Whether the node's handler holds requests that it must keep polling.
