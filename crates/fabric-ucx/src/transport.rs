@@ -455,6 +455,8 @@ struct UcxTransport {
     verbs_by_am: bool,
     /// [`UcxConfig::coalesce`].
     coalesce: bool,
+    /// UCX's progress ran this turn (see `poll`).
+    progressed: Cell<bool>,
     memory: Arc<NodeMemory>,
     handler: Arc<dyn RpcHandler>,
     origin: Instant,
@@ -988,7 +990,12 @@ impl Transport for UcxTransport {
 
     fn poll(&self, sink: &mut dyn FnMut(Delivery)) {
         let w = &self.link.worker;
-        w.progress();
+        // UCX's progress once per turn: over tcp each is a system call (epoll_wait), and the
+        // executor polls before every co-routine; what arrives meanwhile waits for the
+        // turn's end at most, as the turn's messages out do.
+        if !self.progressed.replace(true) {
+            w.progress();
+        }
         let failed = std::mem::take(&mut *self.send_failed.borrow_mut());
         for token in failed {
             self.complete(sink, token, unreachable_peer);
@@ -1103,6 +1110,7 @@ impl Transport for UcxTransport {
     fn end_turn(&self) {
         // What every co-routine posted and the node's handler answered this turn.
         self.send_batches();
+        self.progressed.set(false);
     }
 
     fn reply(&self, to: ReplyTo, reply: Vec<u8>) {
@@ -1247,6 +1255,7 @@ pub fn run_node(
                             local_done: RefCell::new(VecDeque::new()),
                             scratch: RefCell::new(Vec::new()),
                             coalesce: cfg.coalesce,
+                            progressed: Cell::new(false),
                             outbox: RefCell::new(
                                 (0..cfg.nodes as usize * threads as usize)
                                     .map(|_| Batch::default())
