@@ -107,6 +107,27 @@ impl Region {
         }
     }
 
+    /// Reads `out.len() / 8` words in ascending order into `out` as little-endian bytes: a
+    /// record copied once, from the region straight into the message that carries it.
+    #[inline]
+    pub fn read_into_le_bytes(&self, offset: usize, out: &mut [u8]) {
+        assert!(
+            out.len() % 8 == 0,
+            "a read into {} bytes, not whole words",
+            out.len()
+        );
+        let end = offset + out.len() / 8;
+        assert!(
+            end <= self.words.len(),
+            "read of {} words at {offset} overruns a {}-word region",
+            out.len() / 8,
+            self.words.len()
+        );
+        for (o, s) in out.chunks_exact_mut(8).zip(&self.words[offset..end]) {
+            o.copy_from_slice(&s.load(Ordering::Acquire).to_le_bytes());
+        }
+    }
+
     /// The `len` words at `offset`, loaded in ascending order as they are iterated.
     #[inline]
     pub fn load_range(&self, offset: usize, len: usize) -> impl ExactSizeIterator<Item = u64> + '_ {
@@ -119,6 +140,30 @@ impl Region {
         self.words[offset..end]
             .iter()
             .map(|w| w.load(Ordering::Acquire))
+    }
+
+    /// Writes the little-endian words of `bytes` in ascending order (a payload installed
+    /// straight from the message that carried it).
+    #[inline]
+    pub fn write_from_le_bytes(&self, offset: usize, bytes: &[u8]) {
+        assert!(
+            bytes.len() % 8 == 0,
+            "a write of {} bytes, not whole words",
+            bytes.len()
+        );
+        let end = offset + bytes.len() / 8;
+        assert!(
+            end <= self.words.len(),
+            "write of {} words at {offset} overruns a {}-word region",
+            bytes.len() / 8,
+            self.words.len()
+        );
+        for (w, b) in self.words[offset..end].iter().zip(bytes.chunks_exact(8)) {
+            w.store(
+                u64::from_le_bytes(b.try_into().expect("8 bytes")),
+                Ordering::Release,
+            );
+        }
     }
 
     /// Writes `data` in ascending order.

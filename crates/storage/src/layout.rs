@@ -191,6 +191,20 @@ pub fn seal(table: TableId, key: u64, tag: u64, user: &[u64], out: &mut Vec<u64>
     out.extend_from_slice(user);
 }
 
+/// Seals in place a whole payload whose workload words were changed where they lie: `tag`
+/// and the check word of the words as they are now (as [`seal`], without copying them).
+pub fn reseal(table: TableId, key: u64, tag: u64, payload: &mut [u64]) {
+    assert!(
+        payload.len() >= ENGINE_PAYLOAD_WORDS as usize,
+        "table {}, key {key}: a payload of {} words has no room for its seal",
+        table.0,
+        payload.len()
+    );
+    let (engine, user) = payload.split_at_mut(ENGINE_PAYLOAD_WORDS as usize);
+    engine[P_TAG as usize] = tag;
+    engine[P_CHECK as usize] = payload_check(table, key, tag, user);
+}
+
 /// Whether a whole payload (as stored) is one write's, for record `(table, key)`.
 #[inline]
 pub fn payload_intact(table: TableId, key: u64, payload: &[u64]) -> bool {

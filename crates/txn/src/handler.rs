@@ -97,6 +97,20 @@ impl Local {
 
     /// As [`Self::read_item`], the payload into `data` (replaced).
     pub fn read_item_into(&self, it: &Item, loc: u32, data: &mut Words) -> Option<TupleHead> {
+        let n = self.store.catalog.layout(it.table).payload_words as usize;
+        data.clear();
+        data.resize(n, 0);
+        self.read_item_with(it, loc, |r, off| r.read_into(off, data))
+    }
+
+    /// As [`Self::read_item_into`], the payload read by `payload(region, word offset)`
+    /// wherever it copies it (each attempt reads it whole again).
+    pub fn read_item_with(
+        &self,
+        it: &Item,
+        loc: u32,
+        mut payload: impl FnMut(&Region, usize),
+    ) -> Option<TupleHead> {
         let off = self.store.catalog.layout(it.table).record_offset(loc) as usize;
         let r = self.store.region(it.table);
         let mut t = None;
@@ -105,7 +119,7 @@ impl Local {
             if v0 & VERSION_ABSENT != 0 || r.load(off + H_KEY as usize) != it.key {
                 return None;
             }
-            let read = self.consistent_read_into(it.table, loc, data);
+            let read = self.consistent_read_with(it.table, loc, &mut payload);
             if read.version == v0 {
                 return Some(read);
             }
@@ -136,14 +150,26 @@ impl Local {
 
     /// As [`Self::consistent_read`], the payload into `data` (replaced).
     pub fn consistent_read_into(&self, t: TableId, loc: u32, data: &mut Words) -> TupleHead {
+        let n = self.store.catalog.layout(t).payload_words as usize;
+        data.clear();
+        data.resize(n, 0);
+        self.consistent_read_with(t, loc, |r, off| r.read_into(off, data))
+    }
+
+    /// As [`Self::consistent_read_into`], the payload read by `payload(region, word
+    /// offset)` wherever it copies it (a reply's bytes: `TuplesWriter::tuple_in_place`).
+    pub fn consistent_read_with(
+        &self,
+        t: TableId,
+        loc: u32,
+        mut payload: impl FnMut(&Region, usize),
+    ) -> TupleHead {
         let layout = self.store.catalog.layout(t);
         let r = self.store.region(t);
         let off = layout.record_offset(loc) as usize;
-        data.clear();
-        data.resize(layout.payload_words as usize, 0);
         for _ in 0..CONSISTENT_READ_ATTEMPTS_MAX {
             let v1 = r.load(off + H_VERSION as usize);
-            r.read_into(off + HEADER_WORDS as usize, data);
+            payload(r, off + HEADER_WORDS as usize);
             // A writer locks before touching the payload, so a free lock read after the
             // payload, with the version unchanged, means the payload is that version's.
             let lock = r.load(off + H_LOCK as usize);
@@ -217,17 +243,74 @@ impl Local {
     /// Installs one item of a checked write-back: payload, then `WTS`/`RTS` (if `set_ts`),
     /// then the version, then (with `release`) the unlock.
     pub fn write_back_one(&self, wb: &WriteBack, t: TableId, loc: u32, payload: &[u64]) {
+        self.install(wb.ts, wb.release, wb.set_ts, t, loc, |r, off| {
+            r.write_from(off, payload)
+        });
+    }
+
+    /// As [`Self::write_back_one`], the payload written by `payload(region, word offset)`.
+    fn install(
+        &self,
+        ts: u64,
+        release: bool,
+        set_ts: u64,
+        t: TableId,
+        loc: u32,
+        payload: impl FnOnce(&Region, usize),
+    ) {
         let (r, off) = self.record(t, loc);
-        r.write_from(off + HEADER_WORDS as usize, payload);
-        if wb.set_ts != 0 {
-            r.store(off + H_WTS as usize, wb.set_ts);
-            r.store(off + H_RTS as usize, wb.set_ts);
+        payload(r, off + HEADER_WORDS as usize);
+        if set_ts != 0 {
+            r.store(off + H_WTS as usize, set_ts);
+            r.store(off + H_RTS as usize, set_ts);
         }
         let v = r.load(off + H_VERSION as usize);
         r.store(off + H_VERSION as usize, v + 1);
-        if wb.release {
-            Self::unlock(r, off, wb.ts);
+        if release {
+            Self::unlock(r, off, ts);
         }
+    }
+
+    /// `WriteBack { ts, release, set_ts, items }` from its bytes: checked whole first, as
+    /// [`Self::write_back_valid`] checks a decoded one (every item decodes, is a slot of
+    /// this store, has a whole payload and is locked by `ts`; else `BadRequest` and nothing
+    /// written), then each payload installed from the request's bytes (no `Words` per item).
+    fn serve_write_back(
+        &self,
+        mut d: WordReader<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), DecodeError> {
+        let ts = d.w()?;
+        let release = d.bool()?;
+        let set_ts = d.w()?;
+        let n = d.len()?;
+        let items = d.clone();
+        let mut valid = true;
+        for _ in 0..n {
+            let (t, loc, payload) = (d.table()?, d.u32()?, d.word_bytes()?);
+            valid = valid
+                && self.valid_loc(t, loc)
+                && payload.len() / 8 + HEADER_WORDS as usize
+                    == self.store.catalog.layout(t).tuple_words as usize
+                && {
+                    let (r, off) = self.record(t, loc);
+                    r.load(off + H_LOCK as usize) == ts
+                };
+        }
+        d.done()?;
+        if !valid {
+            Reply::BadRequest.encode(out);
+            return Ok(());
+        }
+        let mut d = items;
+        for _ in 0..n {
+            let (t, loc, payload) = (d.table()?, d.u32()?, d.word_bytes()?);
+            self.install(ts, release, set_ts, t, loc, |r, off| {
+                r.write_from_le_bytes(off, payload)
+            });
+        }
+        Reply::Ok.encode(out);
+        Ok(())
     }
 
     /// Releases a lock held by `ts`, first thawing a frozen `RTS`. Not held by `ts`: no-op.
@@ -243,9 +326,9 @@ impl Local {
         r.cas(off + H_LOCK as usize, ts, 0);
     }
 
-    /// Serves a read or a lock request straight from its bytes into `out` (no decoded
-    /// request, no [`Tuple`] per record: issue #9), or `None` for any other request.
-    /// Either is checked whole (every item decodes and names a table) before it touches a
+    /// Serves a read, a lock or a write-back request straight from its bytes into `out`
+    /// (no decoded request, no [`Tuple`] or payload buffer per record: issue #9), or `None`
+    /// for any other request. Each is checked whole (every item decodes and names a table) before it touches a
     /// record, as a decoded request would be.
     fn serve_bytes(&self, req: &[u8], out: &mut Vec<u8>) -> Option<Result<(), DecodeError>> {
         let mut d = WordReader::new(req, "request");
@@ -253,6 +336,7 @@ impl Local {
         match tag {
             RequestTag::Read => Some(self.serve_read(d, out)),
             RequestTag::Lock => Some(self.serve_lock(d, out)),
+            RequestTag::WriteBack => Some(self.serve_write_back(d, out)),
             _ => None,
         }
     }
@@ -290,14 +374,15 @@ impl Local {
         let n = d.len()?;
         out.reserve(self.check_items(d.clone(), n, true)?);
         let mut w = TuplesWriter::begin(out, n);
-        let mut data = Words::new();
         for _ in 0..n {
             let it = d.item()?;
-            match self
-                .loc_of(&it)
-                .and_then(|loc| self.read_item_into(&it, loc, &mut data))
-            {
-                Some(h) => w.tuple(&h, &data),
+            match self.loc_of(&it) {
+                Some(loc) => {
+                    let words = self.store.catalog.layout(it.table).payload_words as usize;
+                    w.tuple_in_place(words, |out| {
+                        self.read_item_with(&it, loc, |r, off| r.read_into_le_bytes(off, out))
+                    })
+                }
                 None => w.none(),
             }
         }
@@ -322,7 +407,6 @@ impl Local {
         let start = out.len();
         let mut w = TuplesWriter::begin(out, n);
         let mut held = smallvec::SmallVec::<[(&Region, usize); 16]>::new();
-        let mut data = Words::new();
         let mut refused = None;
         for i in 0..n {
             let it = d.item()?;
@@ -347,16 +431,23 @@ impl Local {
                 break;
             }
             let frozen_rts = freeze.then(|| Self::freeze(r, off));
-            let mut h = if want_data {
-                self.consistent_read_into(it.table, loc, &mut data)
-            } else {
-                data.clear();
-                self.header_of(it.table, loc, ts)
+            let with_rts = |mut h: TupleHead| {
+                if let Some(rts) = frozen_rts {
+                    h.rts = rts;
+                }
+                h
             };
-            if let Some(rts) = frozen_rts {
-                h.rts = rts;
+            if want_data {
+                let words = store.catalog.layout(it.table).payload_words as usize;
+                w.tuple_in_place(words, |out| {
+                    let h = self.consistent_read_with(it.table, loc, |r, off| {
+                        r.read_into_le_bytes(off, out)
+                    });
+                    Some(with_rts(h))
+                });
+            } else {
+                w.tuple(&with_rts(self.header_of(it.table, loc, ts)), &[]);
             }
-            w.tuple(&h, &data);
         }
         match refused {
             None => w.finish(),
@@ -708,6 +799,51 @@ mod tests {
         assert_eq!(r, Reply::NotFound { index: 1 });
         assert_eq!(locked(&store, 4), 0);
         assert_eq!(locked(&store, 3), 7, "the holder keeps its lock");
+    }
+
+    #[test]
+    fn handler_a_write_back_installs_every_payload_and_unlocks_or_writes_none_if_one_is_not_held() {
+        let (h, store) = node();
+        let loc = |k| store.lookup(TableId(0), k).unwrap();
+        let payload = |k: u64| Words::from_slice(&[90 + k, 91, 92, 93, 94 + k]);
+        let wb = |ts, keys: &[u64]| {
+            Request::WriteBack(WriteBack {
+                ts,
+                release: true,
+                set_ts: 0,
+                items: keys
+                    .iter()
+                    .map(|&k| (TableId(0), loc(k), payload(k)))
+                    .collect(),
+            })
+            .to_bytes()
+        };
+        let read = |k| {
+            let Reply::Tuples(ts) = ask(&h, &Request::read_bytes(&[item(k)])) else {
+                panic!("a read answers with tuples")
+            };
+            ts[0].clone().expect("the key exists")
+        };
+        ask(
+            &h,
+            &Request::lock_bytes(4, false, false, &[item(1), item(2)]),
+        );
+        // Key 5 is not locked by 4: the whole write-back is refused, key 1 untouched.
+        assert_eq!(ask(&h, &wb(4, &[1, 5])), Reply::BadRequest);
+        assert_eq!(
+            (read(1).version, locked(&store, 1)),
+            (layout_initial_version(), 4)
+        );
+        assert_eq!(&read(1).data[ENGINE_WORDS..], &[1, 2, 3]);
+        assert_eq!(ask(&h, &wb(4, &[1, 2])), Reply::Ok);
+        for k in [1, 2] {
+            let t = read(k);
+            assert_eq!(t.data, payload(k), "key {k}'s payload installed");
+            assert_eq!((t.version, t.lock), (layout_initial_version() + 1, 0));
+        }
+        let mut cut = wb(4, &[3]);
+        cut.truncate(cut.len() - 8);
+        assert_eq!(ask(&h, &cut), Reply::BadRequest, "a truncated payload");
     }
 
     #[test]

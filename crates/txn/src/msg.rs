@@ -114,6 +114,42 @@ impl<'a> TuplesWriter<'a> {
         write_tuple(&mut self.e, h, data);
     }
 
+    /// An entry for an item whose payload of `payload_words` words `read` copies into the
+    /// reply where it lies (little-endian words) and whose header it returns; `None` from
+    /// `read` makes it the entry of an absent item. The record is copied once, from memory
+    /// into the reply (no payload buffer between).
+    pub fn tuple_in_place(
+        &mut self,
+        payload_words: usize,
+        read: impl FnOnce(&mut [u8]) -> Option<TupleHead>,
+    ) {
+        self.entry();
+        let out = &mut *self.e.0;
+        let at = out.len();
+        let payload_at = at + TUPLE_HEAD_WORDS * 8;
+        out.resize(payload_at + payload_words * 8, 0);
+        match read(&mut out[payload_at..]) {
+            Some(h) => {
+                let head = [
+                    1,
+                    h.loc.0 as u64,
+                    h.lock,
+                    h.version,
+                    h.wts,
+                    h.rts,
+                    payload_words as u64,
+                ];
+                for (b, v) in out[at..payload_at].chunks_exact_mut(8).zip(head) {
+                    b.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            None => {
+                out.truncate(at);
+                self.e.w(0);
+            }
+        }
+    }
+
     /// Every declared entry was written.
     pub fn finish(self) {
         assert_eq!(
@@ -500,12 +536,15 @@ impl WordWriter<'_> {
     pub fn tag<T: Into<u8>>(&mut self, t: T) {
         self.w(t.into() as u64);
     }
-    /// A length, then the words (room for all made once).
+    /// A length, then the words (room for all made once, the words copied as one run: a
+    /// push per word was most of a 1000-byte record's encoding).
     pub fn words(&mut self, ws: &[u64]) {
         self.0.reserve((1 + ws.len()) * 8);
         self.w(ws.len() as u64);
-        for &v in ws {
-            self.w(v);
+        let start = self.0.len();
+        self.0.resize(start + ws.len() * 8, 0);
+        for (b, v) in self.0[start..].chunks_exact_mut(8).zip(ws) {
+            b.copy_from_slice(&v.to_le_bytes());
         }
     }
     pub fn item(&mut self, i: &Item) {
@@ -596,6 +635,14 @@ impl<'a> WordReader<'a> {
         let mut out = Words::with_capacity(ws.len());
         out.extend(ws);
         Ok(out)
+    }
+
+    /// As [`Self::words`], the run's little-endian bytes where they lie.
+    pub fn word_bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+        let n = self.len()?;
+        let (h, t) = self.b.split_at(n * 8);
+        self.b = t;
+        Ok(h)
     }
 
     /// As [`Self::words`], into a `Vec` (for runs longer than `Words` holds inline).
@@ -1235,6 +1282,23 @@ mod tests {
             }),
             Ok(ReplyView::Other(Reply::Ok))
         ));
+        // Entries whose payloads are copied in place: the same bytes, an absent one too.
+        let mut in_place = Vec::new();
+        let mut w = TuplesWriter::begin(&mut in_place, 3);
+        w.tuple_in_place(3, |out| {
+            out.copy_from_slice(&[7u64, 8, 9].map(u64::to_le_bytes).concat());
+            Some(head)
+        });
+        w.tuple_in_place(3, |out| {
+            out.fill(0xee);
+            None
+        });
+        w.tuple_in_place(0, |_| Some(TupleHead { lock: 5, ..head }));
+        w.finish();
+        assert_eq!(
+            in_place, b,
+            "tuple_in_place writes tuple's and none's bytes"
+        );
     }
 
     #[test]

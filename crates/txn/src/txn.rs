@@ -263,6 +263,41 @@ impl<'c, P: Protocol> Txn<'c, P> {
         self.fetch_one(i).await
     }
 
+    /// Reads a record this transaction will write and changes its workload words where
+    /// they lie (`change` gets them as read, or as this attempt last wrote them), sealed as
+    /// this attempt's write: the record is not copied out and back, as a
+    /// [`Self::read_for_update`] then [`Self::write`] copies it.
+    pub async fn update(
+        &mut self,
+        t: TableId,
+        key: u64,
+        change: impl FnOnce(&mut [u64]),
+    ) -> Result<(), Abort> {
+        assert!(
+            !self.core.c.catalog.is_replicated(t),
+            "table {} is replicated and read-only",
+            t.0
+        );
+        let i = self.entry(t, key, Access::Update);
+        if !self.core.entries[i].fetched && !self.core.entries[i].dirty {
+            P::fetch(&mut self.core, &[i]).await?;
+        }
+        let tag = self.core.tag;
+        let words = self.core.c.catalog.spec(t).payload_words as usize;
+        let e = &mut self.core.entries[i];
+        assert_eq!(
+            e.user_words().len(),
+            words,
+            "table {}, key {key}: updating a payload of {} words, expected {words}",
+            t.0,
+            e.user_words().len()
+        );
+        change(&mut e.data[atoll_storage::layout::ENGINE_PAYLOAD_WORDS as usize..]);
+        atoll_storage::layout::reseal(t, key, tag, &mut e.data);
+        e.dirty = true;
+        Ok(())
+    }
+
     /// Fetches several records in one batch (one doorbell per stage): `(table, key, for_update)`.
     pub async fn fetch(&mut self, accesses: &[(TableId, u64, bool)]) -> Result<(), Abort> {
         let mut idxs = crate::Idxs::new();

@@ -504,10 +504,11 @@ impl Workload for Ycsb {
             if !w {
                 continue;
             }
-            let mut p = tx.read_for_update(USERTABLE, k).await?;
-            let count = p[0] + 1;
-            self.payload(k, count, &mut p);
-            tx.write(USERTABLE, k, &p);
+            tx.update(USERTABLE, k, |p| {
+                let count = p[0] + 1;
+                self.payload(k, count, p);
+            })
+            .await?;
             written.written_keys.push(k);
         }
         Ok(written)
