@@ -46,6 +46,25 @@ impl Region {
         }
     }
 
+    /// The `len` words at `offset`; `what` ("read", "write") names the access that overran.
+    #[inline]
+    fn span(&self, what: &str, offset: usize, len: usize) -> &[AtomicU64] {
+        match self.words.get(offset..offset + len) {
+            Some(ws) => ws,
+            None => panic!(
+                "{what} of {len} words at {offset} overruns a {}-word region",
+                self.words.len()
+            ),
+        }
+    }
+
+    /// The words of `bytes` little-endian words long; `what` names the access.
+    #[inline]
+    fn whole_words(what: &str, bytes: usize) -> usize {
+        assert!(bytes % 8 == 0, "a {what} of {bytes} bytes, not whole words");
+        bytes / 8
+    }
+
     #[inline]
     pub fn load(&self, offset: usize) -> u64 {
         self.word(offset).load(Ordering::Acquire)
@@ -87,14 +106,7 @@ impl Region {
     /// a 1000-byte record is 125 words, and a loop test per word was most of its copy.
     #[inline]
     pub fn read_into_uninit(&self, offset: usize, out: &mut [MaybeUninit<u64>]) {
-        let end = offset + out.len();
-        assert!(
-            end <= self.words.len(),
-            "read of {} words at {offset} overruns a {}-word region",
-            out.len(),
-            self.words.len()
-        );
-        let src = &self.words[offset..end];
+        let src = self.span("read", offset, out.len());
         let mut outs = out.chunks_exact_mut(LOADS_PER_TURN);
         let mut srcs = src.chunks_exact(LOADS_PER_TURN);
         for (o, s) in (&mut outs).zip(&mut srcs) {
@@ -111,33 +123,16 @@ impl Region {
     /// record copied once, from the region straight into the message that carries it.
     #[inline]
     pub fn read_into_le_bytes(&self, offset: usize, out: &mut [u8]) {
-        assert!(
-            out.len() % 8 == 0,
-            "a read into {} bytes, not whole words",
-            out.len()
-        );
-        let end = offset + out.len() / 8;
-        assert!(
-            end <= self.words.len(),
-            "read of {} words at {offset} overruns a {}-word region",
-            out.len() / 8,
-            self.words.len()
-        );
-        for (o, s) in out.chunks_exact_mut(8).zip(&self.words[offset..end]) {
-            o.copy_from_slice(&s.load(Ordering::Acquire).to_le_bytes());
+        let words = Self::whole_words("read", out.len());
+        for (o, v) in out.chunks_exact_mut(8).zip(self.load_range(offset, words)) {
+            o.copy_from_slice(&v.to_le_bytes());
         }
     }
 
     /// The `len` words at `offset`, loaded in ascending order as they are iterated.
     #[inline]
     pub fn load_range(&self, offset: usize, len: usize) -> impl ExactSizeIterator<Item = u64> + '_ {
-        let end = offset + len;
-        assert!(
-            end <= self.words.len(),
-            "read of {len} words at {offset} overruns a {}-word region",
-            self.words.len()
-        );
-        self.words[offset..end]
+        self.span("read", offset, len)
             .iter()
             .map(|w| w.load(Ordering::Acquire))
     }
@@ -146,19 +141,12 @@ impl Region {
     /// straight from the message that carried it).
     #[inline]
     pub fn write_from_le_bytes(&self, offset: usize, bytes: &[u8]) {
-        assert!(
-            bytes.len() % 8 == 0,
-            "a write of {} bytes, not whole words",
-            bytes.len()
-        );
-        let end = offset + bytes.len() / 8;
-        assert!(
-            end <= self.words.len(),
-            "write of {} words at {offset} overruns a {}-word region",
-            bytes.len() / 8,
-            self.words.len()
-        );
-        for (w, b) in self.words[offset..end].iter().zip(bytes.chunks_exact(8)) {
+        let words = Self::whole_words("write", bytes.len());
+        for (w, b) in self
+            .span("write", offset, words)
+            .iter()
+            .zip(bytes.chunks_exact(8))
+        {
             w.store(
                 u64::from_le_bytes(b.try_into().expect("8 bytes")),
                 Ordering::Release,
@@ -169,14 +157,7 @@ impl Region {
     /// Writes `data` in ascending order.
     #[inline]
     pub fn write_from(&self, offset: usize, data: &[u64]) {
-        let end = offset + data.len();
-        assert!(
-            end <= self.words.len(),
-            "write of {} words at {offset} overruns a {}-word region",
-            data.len(),
-            self.words.len()
-        );
-        for (w, d) in self.words[offset..end].iter().zip(data) {
+        for (w, d) in self.span("write", offset, data.len()).iter().zip(data) {
             w.store(*d, Ordering::Release);
         }
     }

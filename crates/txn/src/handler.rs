@@ -229,15 +229,21 @@ impl Local {
     /// Whether every item of a write-back names a valid record of the right payload size,
     /// locked by `ts` (writing a record one does not hold would corrupt it).
     pub fn write_back_valid(&self, wb: &WriteBack) -> bool {
-        wb.items.iter().all(|(t, loc, payload)| {
-            self.valid_loc(*t, *loc)
-                && payload.len() + HEADER_WORDS as usize
-                    == self.store.catalog.layout(*t).tuple_words as usize
-                && {
-                    let (r, off) = self.record(*t, *loc);
-                    r.load(off + H_LOCK as usize) == wb.ts
-                }
-        })
+        wb.items
+            .iter()
+            .all(|(t, loc, payload)| self.installable(wb.ts, *t, *loc, payload.len()))
+    }
+
+    /// Whether a write-back by `ts` may install `payload_words` words at `(t, loc)`: a slot
+    /// of this store, a whole payload, locked by `ts`.
+    fn installable(&self, ts: u64, t: TableId, loc: u32, payload_words: usize) -> bool {
+        self.valid_loc(t, loc)
+            && payload_words + HEADER_WORDS as usize
+                == self.store.catalog.layout(t).tuple_words as usize
+            && {
+                let (r, off) = self.record(t, loc);
+                r.load(off + H_LOCK as usize) == ts
+            }
     }
 
     /// Installs one item of a checked write-back: payload, then `WTS`/`RTS` (if `set_ts`),
@@ -288,14 +294,7 @@ impl Local {
         let mut valid = true;
         for _ in 0..n {
             let (t, loc, payload) = (d.table()?, d.u32()?, d.word_bytes()?);
-            valid = valid
-                && self.valid_loc(t, loc)
-                && payload.len() / 8 + HEADER_WORDS as usize
-                    == self.store.catalog.layout(t).tuple_words as usize
-                && {
-                    let (r, off) = self.record(t, loc);
-                    r.load(off + H_LOCK as usize) == ts
-                };
+            valid = valid && self.installable(ts, t, loc, payload.len() / 8);
         }
         d.done()?;
         if !valid {

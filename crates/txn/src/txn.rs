@@ -240,10 +240,26 @@ impl<'c, P: Protocol> Txn<'c, P> {
     /// Fetches entry `i` if needed and returns the workload's words of its payload (what
     /// this transaction wrote, if it wrote it).
     async fn fetch_one(&mut self, i: usize) -> Result<Words, Abort> {
+        self.ensure_fetched(i).await?;
+        Ok(Words::from_slice(self.core.entries[i].user_words()))
+    }
+
+    /// Fetches entry `i` unless this attempt has read or written it already.
+    async fn ensure_fetched(&mut self, i: usize) -> Result<(), Abort> {
         if !self.core.entries[i].fetched && !self.core.entries[i].dirty {
             P::fetch(&mut self.core, &[i]).await?;
         }
-        Ok(Words::from_slice(self.core.entries[i].user_words()))
+        Ok(())
+    }
+
+    /// Entry `i` of a record this transaction will write (replicated tables are read-only).
+    fn entry_for_update(&mut self, t: TableId, key: u64) -> usize {
+        assert!(
+            !self.core.c.catalog.is_replicated(t),
+            "table {} is replicated and read-only",
+            t.0
+        );
+        self.entry(t, key, Access::Update)
     }
 
     /// Reads a record.
@@ -254,12 +270,7 @@ impl<'c, P: Protocol> Txn<'c, P> {
 
     /// Reads a record that this transaction will write.
     pub async fn read_for_update(&mut self, t: TableId, key: u64) -> Result<Words, Abort> {
-        assert!(
-            !self.core.c.catalog.is_replicated(t),
-            "table {} is replicated and read-only",
-            t.0
-        );
-        let i = self.entry(t, key, Access::Update);
+        let i = self.entry_for_update(t, key);
         self.fetch_one(i).await
     }
 
@@ -273,15 +284,8 @@ impl<'c, P: Protocol> Txn<'c, P> {
         key: u64,
         change: impl FnOnce(&mut [u64]),
     ) -> Result<(), Abort> {
-        assert!(
-            !self.core.c.catalog.is_replicated(t),
-            "table {} is replicated and read-only",
-            t.0
-        );
-        let i = self.entry(t, key, Access::Update);
-        if !self.core.entries[i].fetched && !self.core.entries[i].dirty {
-            P::fetch(&mut self.core, &[i]).await?;
-        }
+        let i = self.entry_for_update(t, key);
+        self.ensure_fetched(i).await?;
         let tag = self.core.tag;
         let words = self.core.c.catalog.spec(t).payload_words as usize;
         let e = &mut self.core.entries[i];
