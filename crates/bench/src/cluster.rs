@@ -942,6 +942,8 @@ fn node_with<W: Workload, P: Protocol>(
         Err(ucx::NodeRunError::Ucx(e)) => {
             return Err(ClusterError::BadInput(format!("node {}: {e}", node.0)))
         }
+        // Its message names the node and what was wrong.
+        Err(ucx::NodeRunError::Malformed(m)) => return Err(ClusterError::BadInput(m)),
         Err(e) => return Err(ClusterError::Failed(e.to_string())),
     }
     let mut summary = runtime.summary(&shared.w);

@@ -387,6 +387,8 @@ pub(crate) fn serve_node(
         Err(ucx::NodeRunError::Ucx(e)) => {
             return Err(ClusterError::BadInput(format!("node {}: {e}", node.0)))
         }
+        // Its message names the node and what was wrong.
+        Err(ucx::NodeRunError::Malformed(m)) => return Err(ClusterError::BadInput(m)),
         Err(e) => return Err(ClusterError::Failed(format!("node {}: {e}", node.0))),
     }
     // The worker, and with it every co-routine, is gone: the tallies are final.

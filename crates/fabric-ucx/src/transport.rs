@@ -155,6 +155,7 @@ pub struct RunWatch<'a> {
     finished: &'a AtomicUsize,
     workers: usize,
     failure: &'a Mutex<Option<WorkerPanic>>,
+    wire: &'a WireFault,
 }
 
 impl RunWatch<'_> {
@@ -163,9 +164,35 @@ impl RunWatch<'_> {
         self.finished.load(Ordering::Acquire) == self.workers
     }
 
-    /// A worker of this node panicked (its message), if one did.
-    pub fn failure(&self) -> Option<WorkerPanic> {
-        self.failure.lock().ok().and_then(|f| f.clone())
+    /// Why this node's workers stopped early, if they did: a worker panicked, or one
+    /// refused a message from the wire.
+    pub fn failure(&self) -> Option<String> {
+        if let Some(m) = self.wire.refused() {
+            return Some(m.to_string());
+        }
+        self.failure
+            .lock()
+            .ok()
+            .and_then(|f| f.as_ref().map(|p| p.to_string()))
+    }
+}
+
+/// The first message from the wire a worker of this node refused, malformed or not meant for
+/// it (a forged header, an unknown id, a verb's reply that does not fit its request): the
+/// node's run stops and reports it as bad input, instead of a worker panicking on it.
+#[derive(Debug, Default)]
+pub struct WireFault {
+    first: OnceLock<String>,
+}
+
+impl WireFault {
+    /// Notes `message` (the first one wins: later ones follow from it).
+    fn refuse(&self, message: String) {
+        let _ = self.first.set(message);
+    }
+
+    fn refused(&self) -> Option<&str> {
+        self.first.get().map(String::as_str)
     }
 }
 
@@ -178,6 +205,9 @@ pub enum NodeRunError {
     Bootstrap(String),
     /// A worker panicked; the others were stopped.
     Panicked(WorkerPanic),
+    /// A message from the wire was malformed or not for this node (its description); the
+    /// workers were stopped, having changed nothing for it.
+    Malformed(String),
 }
 
 impl std::fmt::Display for NodeRunError {
@@ -186,6 +216,7 @@ impl std::fmt::Display for NodeRunError {
             NodeRunError::Ucx(e) => write!(f, "{e}"),
             NodeRunError::Bootstrap(e) => write!(f, "{e}"),
             NodeRunError::Panicked(p) => write!(f, "{p}"),
+            NodeRunError::Malformed(m) => write!(f, "{m}"),
         }
     }
 }
@@ -366,6 +397,8 @@ struct Pending {
     index: u32,
     node: NodeId,
     kind: PendingKind,
+    /// A READ's length: the words its reply must carry.
+    read_words: u32,
 }
 
 /// The UCX half of one worker: its UCX worker and endpoints; built on the worker's thread.
@@ -479,6 +512,81 @@ struct UcxTransport {
     batches: RefCell<IntMap<u64, Vec<u64>>>,
     /// Requests whose send failed outside `poll`: failed at the next turn.
     send_failed: RefCell<Vec<u64>>,
+    /// This worker's own-node requests the handler held (`(slot, index)` as
+    /// [`held_key`]): the only ones another worker of this node may answer with token 0.
+    held: RefCell<IntMap<u64, ()>>,
+    /// Where a worker notes a message from the wire it refused (shared by the node).
+    wire: Arc<WireFault>,
+}
+
+/// Key of a held own-node request in [`UcxTransport::held`].
+fn held_key(slot: SlotId, index: u32) -> u64 {
+    (slot.0 as u64) << 32 | index as u64
+}
+
+/// An RPC request's header (`header.len()` checked), refused unless it names this node
+/// (`me`) as its target and a worker of the cluster (below `workers`) as its requester: a
+/// reply to another would have nowhere to go.
+fn request_from(h: &[u8], me: NodeId, workers: usize) -> Result<ReplyTo, String> {
+    let target = NodeId(u16::from_le_bytes([h[20], h[21]]));
+    if target != me {
+        return Err(format!(
+            "a request for node {} arrived at node {}",
+            target.0, me.0
+        ));
+    }
+    let worker = u32_at(h, 0);
+    if worker as usize >= workers {
+        return Err(format!(
+            "a request from worker {worker}, of {workers} in the cluster"
+        ));
+    }
+    Ok(ReplyTo {
+        worker,
+        slot: SlotId(u32_at(h, 4)),
+        index: u32_at(h, 8),
+        posted_ns: u64_at(h, 12),
+    })
+}
+
+/// A one-sided verb's reply, checked against the op it answers: done (a refusal means the
+/// peers disagree about a region they announced), and a READ's words exactly the length
+/// asked for.
+fn verb_completion(p: &Pending, status: u8, old: u64, data: &[u8]) -> Result<Completion, String> {
+    if status != VERB_STATUS_DONE {
+        return Err(format!(
+            "node {} refused a one-sided verb within the region it announced (status {status})",
+            p.node.0
+        ));
+    }
+    let expected_bytes = match p.kind {
+        PendingKind::Read => p.read_words as usize * 8,
+        _ => 0,
+    };
+    if data.len() != expected_bytes {
+        return Err(format!(
+            "node {} answered a {:?} with {} bytes, {expected_bytes} expected",
+            p.node.0,
+            p.kind,
+            data.len()
+        ));
+    }
+    Ok(match p.kind {
+        PendingKind::Read => Completion::Read(
+            data.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect(),
+        ),
+        PendingKind::Write => Completion::Write,
+        PendingKind::Cas => Completion::Cas(old),
+        PendingKind::FetchAdd => Completion::FetchAdd(old),
+        PendingKind::Rpc => {
+            return Err(format!(
+                "node {} answered an RPC as a one-sided verb",
+                p.node.0
+            ))
+        }
+    })
 }
 
 /// The frames bound for one peer worker ([`AM_BATCH`]), and the tokens of the requests
@@ -749,33 +857,41 @@ impl UcxTransport {
         }
     }
 
+    /// Notes a message from the wire this worker refused: the node's run stops.
+    fn refuse(&self, why: String) {
+        self.wire.refuse(format!(
+            "node {}: a malformed message from the wire: {why}",
+            self.link.node.0
+        ));
+    }
+
     /// Hands active message `id` (not a batch) to the worker: a request to its handler, a
-    /// reply or a verb's reply to the op it completes; serves a verb.
+    /// reply or a verb's reply to the op it completes; serves a verb. A message that is
+    /// malformed or not meant for this node is refused ([`WireFault`]), changing nothing.
     fn deliver(&self, sink: &mut dyn FnMut(Delivery), id: u16, header: &[u8], data: Vec<u8>) {
         match id {
             AM_REQUEST if header.len() == REQUEST_HEADER_BYTES => {
-                let h = &header;
-                let target = NodeId(u16::from_le_bytes([h[20], h[21]]));
-                assert_eq!(
-                    target, self.link.node,
-                    "node {}: a request for node {} arrived here",
-                    self.link.node.0, target.0
-                );
-                sink(Delivery::Request {
-                    from: ReplyTo {
-                        worker: u32_at(h, 0),
-                        slot: SlotId(u32_at(h, 4)),
-                        index: u32_at(h, 8),
-                        posted_ns: u64_at(h, 12),
-                    },
-                    node: target,
-                    req: data,
-                });
+                let workers = self.link.peers.borrow().len();
+                match request_from(header, self.link.node, workers) {
+                    Ok(from) => sink(Delivery::Request {
+                        from,
+                        node: self.link.node,
+                        req: data,
+                    }),
+                    Err(why) => self.refuse(why),
+                }
             }
             AM_REPLY if header.len() == REPLY_HEADER_BYTES => {
                 let h = &header;
                 let (slot, index, token) = (SlotId(u32_at(h, 0)), u32_at(h, 4), u64_at(h, 8));
-                if token == 0 {
+                if token != 0 {
+                    self.complete(sink, token, move |_| Completion::Rpc(data));
+                } else if self
+                    .held
+                    .borrow_mut()
+                    .remove(&held_key(slot, index))
+                    .is_some()
+                {
                     // A held own-node request answered by another worker of this node.
                     sink(Delivery::Completion {
                         slot,
@@ -783,49 +899,47 @@ impl UcxTransport {
                         completion: Completion::Rpc(data),
                     });
                 } else {
-                    self.complete(sink, token, move |_| Completion::Rpc(data));
+                    self.refuse(format!(
+                        "a reply for op {index} of slot {} that this worker holds no request for",
+                        slot.0
+                    ));
                 }
             }
             AM_VERB if header.len() == VERB_HEADER_BYTES => self.serve_verb(header, &data),
             AM_VERB_REPLY if header.len() == VERB_REPLY_HEADER_BYTES => {
                 let h = &header;
                 let (token, status, old) = (u64_at(h, 0), h[8], u64_at(h, 9));
-                let (me, data) = (self.link.node, data);
-                self.complete(sink, token, move |p| {
-                    // We checked the words against the peer's announced region before
-                    // sending: a refusal means the peers disagree about their layout.
-                    assert_eq!(
-                        status, VERB_STATUS_DONE,
-                        "node {}: node {} refused a one-sided verb within the region it announced",
-                        me.0, p.node.0
-                    );
-                    match p.kind {
-                        PendingKind::Read => Completion::Read(
-                            data.chunks_exact(8)
-                                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-                                .collect(),
-                        ),
-                        PendingKind::Write => Completion::Write,
-                        PendingKind::Cas => Completion::Cas(old),
-                        PendingKind::FetchAdd => Completion::FetchAdd(old),
-                        PendingKind::Rpc => unreachable!("an RPC's token on a verb's reply"),
-                    }
+                let wire = &self.wire;
+                let me = self.link.node;
+                self.complete(sink, token, |p| {
+                    verb_completion(p, status, old, &data).unwrap_or_else(|why| {
+                        wire.refuse(format!(
+                            "node {}: a malformed message from the wire: {why}",
+                            me.0
+                        ));
+                        Completion::Failed(OpError {
+                            node: p.node,
+                            kind: FailureKind::Unreachable,
+                        })
+                    })
                 });
             }
-            id => panic!(
-                "node {}: an active message with id {id} and a {}-byte header is none of ours",
-                self.link.node.0,
+            id => self.refuse(format!(
+                "an active message with id {id} and a {}-byte header is none of ours",
                 header.len()
-            ),
+            )),
         }
     }
 
-    /// Delivers the frames of an [`AM_BATCH`] message in order.
+    /// Delivers the frames of an [`AM_BATCH`] message in order, or refuses it whole.
     fn deliver_batch(&self, sink: &mut dyn FnMut(Delivery), header: &[u8], frames: &[u8]) {
-        let parsed = batch_frames(header, frames)
-            .unwrap_or_else(|e| panic!("node {}: {e}", self.link.node.0));
-        for (id, h, data) in parsed {
-            self.deliver(sink, id, h, data.to_vec());
+        match batch_frames(header, frames) {
+            Ok(parsed) => {
+                for (id, h, data) in parsed {
+                    self.deliver(sink, id, h, data.to_vec());
+                }
+            }
+            Err(why) => self.refuse(why),
         }
     }
 
@@ -936,8 +1050,16 @@ impl Transport for UcxTransport {
                 index,
                 posted_ns: 0,
             };
-            return execute_local(&self.memory, self.handler.as_ref(), from, op);
+            let posted = execute_local(&self.memory, self.handler.as_ref(), from, op);
+            if matches!(posted, Posted::Held) {
+                self.held.borrow_mut().insert(held_key(slot, index), ());
+            }
+            return posted;
         }
+        let read_words = match op {
+            Op::Read { len_words, .. } => len_words,
+            _ => 0,
+        };
         let kind = match op {
             Op::Read { .. } => PendingKind::Read,
             Op::Write { .. } => PendingKind::Write,
@@ -955,6 +1077,7 @@ impl Transport for UcxTransport {
                 index,
                 node,
                 kind,
+                read_words,
             },
         );
         match self.post_remote(slot, index, token, op) {
@@ -1115,6 +1238,7 @@ impl Transport for UcxTransport {
 
     fn reply(&self, to: ReplyTo, reply: Vec<u8>) {
         if to.worker == self.link.me {
+            self.held.borrow_mut().remove(&held_key(to.slot, to.index));
             self.local_done
                 .borrow_mut()
                 .push_back((to.slot, to.index, Completion::Rpc(reply)));
@@ -1173,6 +1297,7 @@ pub fn run_node(
     let finished = AtomicUsize::new(0);
     let failure: Mutex<Option<WorkerPanic>> = Mutex::new(None);
     let failed = AtomicBool::new(false);
+    let wire = Arc::new(WireFault::default());
     let go = AtomicBool::new(false);
     let stop = AtomicBool::new(false);
     let origin: OnceLock<Instant> = OnceLock::new();
@@ -1184,6 +1309,7 @@ pub fn run_node(
             let (dir_tx, dir_rx) = mpsc::channel::<Arc<Directory>>();
             dir_senders.push(dir_tx);
             let to_main = to_main.clone();
+            let wire = wire.clone();
             let (context, finished, failure, failed, go, stop, origin, reports) = (
                 &context, &finished, &failure, &failed, &go, &stop, &origin, &reports,
             );
@@ -1264,6 +1390,8 @@ pub fn run_node(
                             outbox_used: RefCell::new(Vec::new()),
                             batches: RefCell::new(IntMap::default()),
                             send_failed: RefCell::new(Vec::new()),
+                            held: RefCell::new(IntMap::default()),
+                            wire: wire.clone(),
                         };
                         let core = WorkerCore::new(
                             id,
@@ -1285,7 +1413,10 @@ pub fn run_node(
                                 done = true;
                                 finished.fetch_add(1, Ordering::AcqRel);
                             }
-                            if stop.load(Ordering::Relaxed) || failed.load(Ordering::Relaxed) {
+                            if stop.load(Ordering::Relaxed)
+                                || failed.load(Ordering::Relaxed)
+                                || wire.refused().is_some()
+                            {
                                 break;
                             }
                             if n == 0 {
@@ -1364,6 +1495,7 @@ pub fn run_node(
                 finished: &finished,
                 workers: threads as usize,
                 failure: &failure,
+                wire: &wire,
             };
             boot.wait_stop(&watch).map_err(NodeRunError::Bootstrap)
         };
@@ -1374,6 +1506,11 @@ pub fn run_node(
     });
     let panicked = failure.into_inner().unwrap_or_else(|e| e.into_inner());
     drop(regions);
+    // A refused message stops the workers, which the bootstrap then reports as a failure:
+    // the message is the cause.
+    if let Some(m) = wire.refused() {
+        return Err(NodeRunError::Malformed(m.to_string()));
+    }
     if let Some(p) = panicked {
         return Err(NodeRunError::Panicked(p));
     }
@@ -1427,6 +1564,50 @@ mod tests {
         put_frame(&mut long, AM_REPLY, &[0; 16], &[]);
         long[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
         refused(&count(1), &long, "ends past");
+    }
+
+    #[test]
+    fn ucx_a_verbs_reply_completes_its_op_only_when_it_fits_it() {
+        let pending = |kind, read_words| Pending {
+            slot: SlotId(0),
+            index: 0,
+            node: NodeId(2),
+            kind,
+            read_words,
+        };
+        let read = pending(PendingKind::Read, 2);
+        let words = [7u8; 16];
+        match verb_completion(&read, VERB_STATUS_DONE, 0, &words) {
+            Ok(Completion::Read(w)) => assert_eq!(&w[..], &[u64::from_le_bytes([7; 8]); 2]),
+            c => panic!("a READ's reply completed as {c:?}"),
+        }
+        match verb_completion(&pending(PendingKind::Cas, 0), VERB_STATUS_DONE, 5, &[]) {
+            Ok(Completion::Cas(5)) => {}
+            c => panic!("a CAS's reply completed as {c:?}"),
+        }
+        let refused = |p: &Pending, status, data: &[u8], what: &str| {
+            let e = verb_completion(p, status, 0, data).unwrap_err();
+            assert!(e.contains(what), "{e}");
+        };
+        refused(&read, VERB_STATUS_REFUSED, &words, "node 2 refused");
+        refused(
+            &read,
+            VERB_STATUS_DONE,
+            &words[..8],
+            "with 8 bytes, 16 expected",
+        );
+        refused(
+            &pending(PendingKind::Write, 0),
+            VERB_STATUS_DONE,
+            &words,
+            "with 16 bytes, 0",
+        );
+        refused(
+            &pending(PendingKind::Rpc, 0),
+            VERB_STATUS_DONE,
+            &[],
+            "an RPC",
+        );
     }
 
     #[test]
