@@ -222,6 +222,11 @@ fn write_msg(s: &mut TcpStream, m: &Msg) -> std::io::Result<()> {
 }
 
 fn read_msg(s: &mut impl Read) -> Result<Msg, ReadError> {
+    read_frame(s).and_then(|body| decode_msg(&body))
+}
+
+/// A message's bytes, its length checked.
+fn read_frame(s: &mut impl Read) -> Result<Vec<u8>, ReadError> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).map_err(|_| ReadError::Closed)?;
     let len = u32::from_le_bytes(len) as usize;
@@ -232,7 +237,11 @@ fn read_msg(s: &mut impl Read) -> Result<Msg, ReadError> {
     }
     let mut body = vec![0u8; len];
     s.read_exact(&mut body).map_err(|_| ReadError::Closed)?;
-    serde_json::from_slice(&body).map_err(|e| {
+    Ok(body)
+}
+
+fn decode_msg(body: &[u8]) -> Result<Msg, ReadError> {
+    serde_json::from_slice(body).map_err(|e| {
         let head = String::from_utf8_lossy(&body[..body.len().min(40)]).into_owned();
         ReadError::Malformed(format!("{head:?} is not a message: {e}"))
     })
@@ -307,8 +316,11 @@ impl Conn {
     }
 
     fn send(&self, m: &Msg) -> std::io::Result<()> {
+        // Encoded before the writer is taken: a large message (a summary carrying its
+        // history) takes seconds to encode, and the heartbeat skips a busy writer.
+        let f = frame(m);
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        write_msg(&mut out, m)
+        out.write_all(&f)
     }
 
     /// How long the other end has been silent, if longer than a heartbeat silence.
@@ -347,7 +359,13 @@ fn reader(
     tx: mpsc::Sender<(u16, Result<Msg, ReadError>)>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || loop {
-        let m = read_msg(&mut stream);
+        let body = read_frame(&mut stream);
+        // Decoding a large message (a summary carrying its history) takes seconds in which
+        // the beats behind it wait unread: the other end's silence is not watched meanwhile
+        // (it was alive: its message arrived whole), and counts again from the decoded end.
+        stream.heard_ms.store(UNHEARD_MS, Ordering::Release);
+        let m = body.and_then(|b| decode_msg(&b));
+        stream.heard_ms.store(now_ms(), Ordering::Release);
         if matches!(m, Ok(Msg::Beat)) {
             continue;
         }
@@ -893,7 +911,27 @@ fn node_with<W: Workload, P: Protocol>(
 ) -> Result<(), ClusterError> {
     cfg.validate()?;
     let (_, txn_cfg, catalog) = layout::<W, P>(cfg, &w)?;
-    let runtime = Arc::new(NodeRuntime::load(node, catalog.clone(), &w)?);
+    let ucfg = ucx::UcxConfig {
+        transports,
+        settings,
+        nodes: cfg.nodes,
+        threads_per_node: cfg.threads,
+        op_timeout_ns: ucx::OP_TIMEOUT_MS_DEFAULT * 1_000_000,
+        // Over tcp every one-sided op is a message too, and a doorbell carries tens of them
+        // (a TPC-C NewOrder's reads): room for each coordinator's whole doorbell.
+        am_inbox_messages_max: ucx::AM_INBOX_MESSAGES_DEFAULT
+            .max(cfg.coordinators_total() as usize * AM_INBOX_MESSAGES_PER_COORDINATOR),
+        coalesce: cfg.coalesce,
+    };
+    // UCX allocates the node's words, so peers on this machine map them (real RMA over shm).
+    let (arena, memory) = ucx::NodeArena::allocate(&ucfg, node, &catalog.region_words_of(node))
+        .map_err(|e| ClusterError::BadInput(format!("node {}: {e}", node.0)))?;
+    let runtime = Arc::new(NodeRuntime::load_into(
+        node,
+        catalog.clone(),
+        &w,
+        Arc::new(memory),
+    )?);
     let setup = runtime.setup();
     let shared = Arc::new(RunShared {
         w,
@@ -908,18 +946,6 @@ fn node_with<W: Workload, P: Protocol>(
         history_out: None,
         txn_cpu_ns: None,
     });
-    let ucfg = ucx::UcxConfig {
-        transports,
-        settings,
-        nodes: cfg.nodes,
-        threads_per_node: cfg.threads,
-        op_timeout_ns: ucx::OP_TIMEOUT_MS_DEFAULT * 1_000_000,
-        // Over tcp every one-sided op is a message too, and a doorbell carries tens of them
-        // (a TPC-C NewOrder's reads): room for each coordinator's whole doorbell.
-        am_inbox_messages_max: ucx::AM_INBOX_MESSAGES_DEFAULT
-            .max(cfg.coordinators_total() as usize * AM_INBOX_MESSAGES_PER_COORDINATOR),
-        coalesce: cfg.coalesce,
-    };
     // Progress lines stay in the node: the coordinator prints the summary only.
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     let drain = std::thread::spawn(move || for _ in rx_iv {});
@@ -930,7 +956,7 @@ fn node_with<W: Workload, P: Protocol>(
         }
         worker_coroutines::<W, P>(core, &shared, &runtime, cfg.coroutines, &tx_iv)
     };
-    let ran = ucx::run_node(&ucfg, &setup, link, &spawn);
+    let ran = ucx::run_node(&ucfg, arena, &setup, link, &spawn);
     drop(tx_iv);
     let _ = drain.join();
     let served = match &ran {

@@ -5,9 +5,11 @@
 //! Two `atoll node` processes, started and bootstrapped as `atoll cluster` starts them
 //! ([`crate::cluster::with_nodes`], [`crate::cluster::Hub::run_nodes`]) in the node's
 //! second mode ([`MODE`]): node 0, the initiator, runs [`WINDOW_COROUTINES`] co-routines on
-//! one UCX worker against node 1's registered region; node 1, the target, runs none and
-//! only serves (its event loop's progress answers UCX's emulated one-sided ops, and its RPC
-//! handler, [`Echo`], replies to each request with its own bytes; no transaction code).
+//! one UCX worker against node 1's region (allocated by UCX, as `atoll cluster`'s nodes'
+//! are, so over shm node 0 maps it and its one-sided ops are its own loads, stores and
+//! atomics); node 1, the target, runs none and only serves (over tcp its event loop answers
+//! the one-sided ops' messages, and its RPC handler, [`Echo`], replies to each request with
+//! its own bytes; no transaction code).
 //!
 //! For each op (READ, WRITE, CAS, FETCH_ADD of one 8-byte word, an RPC of 8 bytes each way,
 //! and a doorbell of [`MIXED_DOORBELL`]'s 8 ops) two phases run one after the other:
@@ -20,8 +22,8 @@ use crate::cluster::{self, ClusterError, Msg};
 use crate::config::ConfigError;
 use crate::stats::{new_histogram, WorkerStats};
 use atoll_fabric::{
-    Bytes, Coroutine, Endpoint, Handled, NodeId, NodeMemory, NodeSetup, OpError, RegionId,
-    RemotePtr, ReplyTo, RpcHandler, TaskId, Words, WorkerCore,
+    Bytes, Coroutine, Endpoint, Handled, NodeId, NodeSetup, OpError, RegionId, RemotePtr, ReplyTo,
+    RpcHandler, TaskId, Words, WorkerCore,
 };
 use atoll_fabric_ucx::{self as ucx, Transports};
 use hdrhistogram::Histogram;
@@ -347,11 +349,6 @@ pub(crate) fn serve_node(
         + Duration::from_nanos(timetable.end_ns)
         + Duration::from_secs(cluster::STARTUP_S_MAX)
         + Duration::from_secs_f64(cluster::RUN_MARGIN_S);
-    // Both nodes register the same region, as the directory expects of every node.
-    let setup = NodeSetup {
-        memory: Arc::new(NodeMemory::new(node, &[REGION_WORDS])),
-        handler: Arc::new(Echo),
-    };
     let ucfg = ucx::UcxConfig {
         transports,
         nodes: NODES,
@@ -362,6 +359,14 @@ pub(crate) fn serve_node(
         coalesce: false,
         // Both nodes are children of this machine's `fabric-bench`: UCX's defaults find them.
         settings: Vec::new(),
+    };
+    // Both nodes register the same region, as the directory expects of every node; UCX
+    // allocates it, as `atoll cluster`'s nodes do, so the peer maps it over shm.
+    let (arena, memory) = ucx::NodeArena::allocate(&ucfg, node, &[REGION_WORDS])
+        .map_err(|e| ClusterError::BadInput(format!("node {}: {e}", node.0)))?;
+    let setup = NodeSetup {
+        memory: Arc::new(memory),
+        handler: Arc::new(Echo),
     };
     let tallies: Arc<Mutex<Vec<Tally>>> = Arc::new(Mutex::new(
         timetable.phases.iter().map(|_| Tally::new()).collect(),
@@ -381,7 +386,7 @@ pub(crate) fn serve_node(
             })
             .collect()
     };
-    let ran = ucx::run_node(&ucfg, &setup, link, &spawn);
+    let ran = ucx::run_node(&ucfg, arena, &setup, link, &spawn);
     match ran {
         Ok(_) => {}
         Err(ucx::NodeRunError::Ucx(e)) => {

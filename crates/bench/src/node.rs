@@ -87,6 +87,26 @@ impl<W: Workload> NodeRuntime<W> {
     /// node holding no records registers empty table regions and loads nothing).
     pub fn load(node: NodeId, catalog: Arc<Catalog>, w: &W) -> Result<Self, RunError> {
         let mem = Arc::new(NodeMemory::new(node, &catalog.region_words_of(node)));
+        Self::load_into(node, catalog, w, mem)
+    }
+
+    /// As [`NodeRuntime::load`], into memory a backend allocated (zeroed, laid out as
+    /// `catalog.region_words_of(node)` says).
+    pub fn load_into(
+        node: NodeId,
+        catalog: Arc<Catalog>,
+        w: &W,
+        mem: Arc<NodeMemory>,
+    ) -> Result<Self, RunError> {
+        let sizes: Vec<usize> = (0..mem.region_count())
+            .map(|r| mem.region(atoll_fabric::RegionId(r as u16)).len_words())
+            .collect();
+        assert_eq!(
+            sizes,
+            catalog.region_words_of(node),
+            "node {}: memory laid out otherwise than the catalog says",
+            node.0
+        );
         let holds_records = catalog.topology().holds_records(node);
         let store = Store::new(catalog, mem);
         if holds_records {

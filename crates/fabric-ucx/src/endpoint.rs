@@ -228,6 +228,26 @@ impl RemoteRegion {
         self.inner.len_words
     }
 
+    /// The peer's words are mapped into this process (`ucp_rkey_ptr`): UCX reaches them with
+    /// this CPU's loads, stores and atomics, the target's CPU never involved (real RMA over
+    /// shared memory). False for words a peer did not let UCX allocate, and over tcp.
+    pub fn mapped(&self) -> bool {
+        self.mapped_words().is_some()
+    }
+
+    /// Where the peer's first word is mapped into this process, if it is (see
+    /// [`RemoteRegion::mapped`]); valid for [`RemoteRegion::len_words`] words for as long
+    /// as this key lives.
+    pub fn mapped_words(&self) -> Option<std::ptr::NonNull<std::sync::atomic::AtomicU64>> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the key is live (we hold it); UCX only writes the out-pointer.
+        let status = unsafe { sys::ucp_rkey_ptr(self.inner.rkey, self.inner.base_addr, &mut p) };
+        if status != sys::UCS_OK || p as usize % 8 != 0 {
+            return None;
+        }
+        std::ptr::NonNull::new(p as *mut std::sync::atomic::AtomicU64)
+    }
+
     /// Refuses an access of `len_words` at `offset_words` beyond the region, or over a failed
     /// endpoint: what every op checks before UCX sees it, for ops carried another way.
     pub fn check(

@@ -59,7 +59,7 @@ pub use endpoint::{Endpoint, RemoteRegion, CLOSE_WAIT_MS_MAX};
 pub use error::UcxError;
 pub use memory::{MemRegion, RegionDescriptor, RKEY_BYTES_MAX};
 pub use transport::{
-    describe, run_node, Bootstrap, NodeAddresses, NodeRunError, RunWatch, UcxConfig,
+    describe, run_node, Bootstrap, NodeAddresses, NodeArena, NodeRunError, RunWatch, UcxConfig,
     IDLE_TURNS_BEFORE_YIELD, OP_TIMEOUT_MS_DEFAULT, STARTUP_WAIT_S_MAX,
 };
 pub use worker::{

@@ -1,6 +1,7 @@
-//! `MemRegion`: an existing buffer of `AtomicU64` words registered with a context
-//! (`ucp_mem_map`), and the `RegionDescriptor` a peer needs to reach it (base address,
-//! length, packed remote key), encoded for the wire.
+//! `MemRegion`: a buffer of `AtomicU64` words registered with a context (`ucp_mem_map`),
+//! either an existing one or one UCX allocates (so that peers on this machine can map it),
+//! and the `RegionDescriptor` a peer needs to reach it (base address, length, packed remote
+//! key), encoded for the wire.
 
 use crate::context::{Context, ContextInner};
 use crate::error::{check, UcxError};
@@ -22,7 +23,9 @@ pub struct MemRegion {
     memh: sys::ucp_mem_h,
     base: *const AtomicU64,
     len_words: usize,
-    _owner: Arc<dyn AsRef<[AtomicU64]> + Send + Sync>,
+    /// The words' owner when they are not UCX's (`map`); `None` when UCX allocated them
+    /// (`allocate`) and frees them at the unmap.
+    _owner: Option<Arc<dyn AsRef<[AtomicU64]> + Send + Sync>>,
     context: Arc<ContextInner>,
 }
 
@@ -64,9 +67,67 @@ impl MemRegion {
             memh,
             base,
             len_words,
-            _owner: owner,
+            _owner: Some(owner),
             context: context.inner.clone(),
         })
+    }
+
+    /// Registers `len_words` words that UCX allocates (`UCP_MEM_MAP_ALLOCATE`): through a
+    /// shared-memory domain when the context has one (sysv, posix), whose remote keys let a
+    /// peer on this machine map the words and reach them with loads, stores and CPU atomics
+    /// (real RMA, [`crate::RemoteRegion::mapped`]); otherwise plain memory. The words' contents
+    /// are unspecified: the caller zeroes them.
+    pub fn allocate(context: &Context, len_words: usize) -> Result<MemRegion, UcxError> {
+        let bytes = len_words.checked_mul(8).filter(|&b| b > 0).ok_or_else(|| {
+            UcxError::invalid(
+                "ucp_mem_map",
+                format!("cannot allocate a region of {len_words} words"),
+            )
+        })?;
+        // SAFETY: an all-zero ucp_mem_map_params_t selects no field; we select ours.
+        let mut params: sys::ucp_mem_map_params_t = unsafe { std::mem::zeroed() };
+        params.field_mask = (sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+            | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+            | sys::UCP_MEM_MAP_PARAM_FIELD_FLAGS) as u64;
+        params.address = std::ptr::null_mut();
+        params.length = bytes as sys::size_t;
+        params.flags = sys::UCP_MEM_MAP_ALLOCATE;
+        let mut memh: sys::ucp_mem_h = std::ptr::null_mut();
+        // SAFETY: the context is live; UCX allocates the range and owns it until the unmap.
+        check("ucp_mem_map", unsafe {
+            sys::ucp_mem_map(context.inner.handle, &params, &mut memh)
+        })?;
+        // SAFETY: an all-zero ucp_mem_attr_t selects no field; we select ours.
+        let mut attr: sys::ucp_mem_attr_t = unsafe { std::mem::zeroed() };
+        attr.field_mask = (sys::UCP_MEM_ATTR_FIELD_ADDRESS | sys::UCP_MEM_ATTR_FIELD_LENGTH) as u64;
+        // SAFETY: memh is live; attr is a valid out-parameter.
+        let queried = check("ucp_mem_query", unsafe {
+            sys::ucp_mem_query(memh, &mut attr)
+        });
+        let region = MemRegion {
+            memh,
+            base: attr.address as *const AtomicU64,
+            len_words,
+            _owner: None,
+            context: context.inner.clone(),
+        };
+        queried?;
+        if region.base.is_null() || region.base as usize % 8 != 0 || (attr.length as usize) < bytes
+        {
+            return Err(UcxError::invalid(
+                "ucp_mem_query",
+                format!(
+                    "UCX allocated {} bytes at {:p} for {bytes} word-aligned bytes",
+                    attr.length, region.base
+                ),
+            ));
+        }
+        Ok(region)
+    }
+
+    /// The registered words' first word.
+    pub fn base(&self) -> std::ptr::NonNull<AtomicU64> {
+        std::ptr::NonNull::new(self.base as *mut AtomicU64).expect("checked at registration")
     }
 
     /// The registered words, for this process's own accesses.

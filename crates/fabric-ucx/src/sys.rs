@@ -122,6 +122,19 @@ pub struct ucp_mem {
 pub type ucp_mem_h = *mut ucp_mem;
 #[repr(C)]
 #[derive(Copy, Clone)]
+pub struct ucp_mem_attr {
+    pub field_mask: u64,
+    pub address: *mut ::std::os::raw::c_void,
+    pub length: size_t,
+    pub mem_type: ucs_memory_type_t,
+}
+pub type ucp_mem_attr_t = ucp_mem_attr;
+pub const UCP_MEM_ATTR_FIELD_ADDRESS: ucp_mem_attr_field = 1;
+pub const UCP_MEM_ATTR_FIELD_LENGTH: ucp_mem_attr_field = 2;
+pub const UCP_MEM_ATTR_FIELD_MEM_TYPE: ucp_mem_attr_field = 4;
+pub type ucp_mem_attr_field = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Copy, Clone)]
 pub struct ucp_worker {
     _unused: [u8; 0],
 }
@@ -262,6 +275,10 @@ pub const UCP_DATATYPE_GENERIC: ucp_dt_type = 7;
 pub const UCP_DATATYPE_SHIFT: ucp_dt_type = 3;
 pub const UCP_DATATYPE_CLASS_MASK: ucp_dt_type = 7;
 pub type ucp_dt_type = ::std::os::raw::c_uint;
+pub const UCP_MEM_MAP_NONBLOCK: _bindgen_ty_4 = 1;
+pub const UCP_MEM_MAP_ALLOCATE: _bindgen_ty_4 = 2;
+pub const UCP_MEM_MAP_FIXED: _bindgen_ty_4 = 4;
+pub type _bindgen_ty_4 = ::std::os::raw::c_uint;
 pub const UCP_AM_FLAG_WHOLE_MSG: ucp_am_cb_flags = 1;
 pub const UCP_AM_FLAG_PERSISTENT_DATA: ucp_am_cb_flags = 2;
 pub type ucp_am_cb_flags = ::std::os::raw::c_uint;
@@ -471,6 +488,9 @@ extern "C" {
     pub fn ucp_mem_unmap(context: ucp_context_h, memh: ucp_mem_h) -> ucs_status_t;
 }
 extern "C" {
+    pub fn ucp_mem_query(memh: ucp_mem_h, attr: *mut ucp_mem_attr_t) -> ucs_status_t;
+}
+extern "C" {
     pub fn ucp_rkey_pack(
         context: ucp_context_h,
         memh: ucp_mem_h,
@@ -486,6 +506,13 @@ extern "C" {
         ep: ucp_ep_h,
         rkey_buffer: *const ::std::os::raw::c_void,
         rkey_p: *mut ucp_rkey_h,
+    ) -> ucs_status_t;
+}
+extern "C" {
+    pub fn ucp_rkey_ptr(
+        rkey: ucp_rkey_h,
+        raddr: u64,
+        addr_p: *mut *mut ::std::os::raw::c_void,
     ) -> ucs_status_t;
 }
 extern "C" {

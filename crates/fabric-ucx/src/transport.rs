@@ -278,32 +278,32 @@ fn describe_verbs(transports: Transports) -> Vec<(&'static str, String)> {
             ("rpc", format!("tcp: {rpc}")),
             ("local", own.into()),
         ],
-        // UCX 1.13 lists rma and amo lanes on sysv/posix, but those reach only memory UCX
-        // allocated itself: for our registered words a get or CAS completed only once the
-        // target worker progressed (checked with the target idle), so it is UCX's software
-        // path over shared-memory messages.
+        // The nodes' words are allocated by UCX (`NodeArena::allocate`) in shared memory,
+        // so a peer's remote key maps them into this process (`ucp_rkey_ptr`) and each verb
+        // is this CPU's load, store or atomic on them at once. Words UCX did not allocate
+        // (`NodeArena::register`) are reached by UCX's software path instead, which the
+        // target's progress answers; a node says so on stderr at start-up.
         Transports::SharedMemory | Transports::Environment => vec![
             (
                 "read",
-                "shm: READ emulated by UCX over shared-memory messages (sysv/posix lanes; our \
-                 words are not UCX-allocated, so no direct mapping): the target worker's \
-                 progress answers it, no transaction code runs"
+                "shm: READ by this CPU from the target's words mapped into this process \
+                 (UCX allocated them in shared memory; ucp_rkey_ptr), done at once: the \
+                 target's CPU takes no part"
                     .into(),
             ),
             (
                 "write",
-                "shm: WRITE emulated likewise, then an endpoint flush: complete at the target"
-                    .into(),
+                "shm: WRITE by this CPU into the target's mapped words, as READ".into(),
             ),
             (
                 "cas",
-                "shm: CAS emulated by UCX over shared-memory messages: a CPU atomic by the \
-                 target worker's progress"
+                "shm: CAS by a CPU atomic on the target's mapped words, coherent with the \
+                 target's own atomics"
                     .into(),
             ),
             (
                 "fetch_add",
-                "shm: FETCH_ADD emulated by UCX over shared-memory messages".into(),
+                "shm: FETCH_ADD by a CPU atomic on the target's mapped words, as CAS".into(),
             ),
             ("rpc", format!("shm: {rpc}")),
             ("local", own.into()),
@@ -320,6 +320,75 @@ struct RegionOwner {
 impl AsRef<[AtomicU64]> for RegionOwner {
     fn as_ref(&self) -> &[AtomicU64] {
         self.memory.region(self.region).words()
+    }
+}
+
+/// A node's UCX context and its regions registered with it, made before the node runs:
+/// [`NodeArena::allocate`] has UCX allocate the words (so peers on this machine map them:
+/// real RMA over shm) and returns the node's memory over them, to be loaded;
+/// [`NodeArena::register`] registers memory that exists (UCX then emulates one-sided ops
+/// to it over shm, the target's progress answering them).
+pub struct NodeArena {
+    context: Context,
+    /// By region id; `None` for an empty region (nothing to register).
+    regions: Vec<Option<Arc<MemRegion>>>,
+}
+
+impl NodeArena {
+    fn context(cfg: &UcxConfig) -> Result<Context, UcxError> {
+        Context::new(&ContextConfig {
+            transports: cfg.transports,
+            settings: cfg.settings.clone(),
+        })
+    }
+
+    /// Regions of `region_words` words (by region id) for node `node`, allocated and
+    /// registered by UCX, zeroed, and the node's memory over them.
+    pub fn allocate(
+        cfg: &UcxConfig,
+        node: NodeId,
+        region_words: &[usize],
+    ) -> Result<(NodeArena, NodeMemory), UcxError> {
+        let context = Self::context(cfg)?;
+        let mut regions = Vec::with_capacity(region_words.len());
+        let mut memory = Vec::with_capacity(region_words.len());
+        for &n in region_words {
+            if n == 0 {
+                regions.push(None);
+                memory.push(atoll_fabric::Region::new(0));
+                continue;
+            }
+            let m = Arc::new(MemRegion::allocate(&context, n)?);
+            // SAFETY: `allocate` checked the words are word-aligned and at least `n` long;
+            // UCX keeps them mapped until the MemRegion, which the region keeps alive, is
+            // dropped; nothing else in this process has touched them yet.
+            let r = unsafe { atoll_fabric::Region::foreign(m.base(), n, m.clone()) };
+            regions.push(Some(m));
+            memory.push(r);
+        }
+        Ok((
+            NodeArena { context, regions },
+            NodeMemory::with_regions(node, memory),
+        ))
+    }
+
+    /// Registers the words `memory` already holds.
+    pub fn register(cfg: &UcxConfig, memory: &Arc<NodeMemory>) -> Result<NodeArena, UcxError> {
+        let context = Self::context(cfg)?;
+        let mut regions = Vec::with_capacity(memory.region_count());
+        for r in 0..memory.region_count() {
+            let id = RegionId(r as u16);
+            if memory.region(id).len_words() == 0 {
+                regions.push(None);
+                continue;
+            }
+            let owner = Arc::new(RegionOwner {
+                memory: memory.clone(),
+                region: id,
+            });
+            regions.push(Some(Arc::new(MemRegion::map(&context, owner)?)));
+        }
+        Ok(NodeArena { context, regions })
     }
 }
 
@@ -408,6 +477,10 @@ struct Link {
     thread: u16,
     threads: u16,
     dir: Arc<Directory>,
+    /// By node, then region id: the peers' regions mapped into this process (over shm,
+    /// when UCX allocated them), set once by `connect_peers`. Views into mappings the
+    /// peers' remote keys hold: declared before the peers, dropped first.
+    mapped: RefCell<Vec<Vec<Option<atoll_fabric::Region>>>>,
     /// By global worker index (node-major); declared before the worker, dropped first.
     peers: RefCell<Vec<Option<Peer>>>,
     worker: Worker,
@@ -463,18 +536,61 @@ impl Link {
 
     /// Connects to this thread's peer on every other node and attaches their regions, so a
     /// bad address or key shows at start-up.
-    fn connect_peers(&self, nodes: u16) -> Result<(), UcxError> {
+    /// Connects to worker `thread` of every other node and attaches its regions; returns how
+    /// many of them are not mapped into this process (see [`crate::RemoteRegion::mapped`]).
+    fn connect_peers(&self, nodes: u16) -> Result<usize, UcxError> {
+        let mut unmapped = 0;
+        let mut mapped: Vec<Vec<Option<atoll_fabric::Region>>> =
+            (0..nodes).map(|_| Vec::new()).collect();
         for n in (0..nodes).map(NodeId).filter(|&n| n != self.node) {
             self.with_peer(self.target(n), |p| {
                 for r in 0..p.regions.len() {
+                    let mut view = None;
                     if self.dir.regions[n.0 as usize][r].is_some() {
-                        self.region(p, n, RegionId(r as u16))?;
+                        let region = self.region(p, n, RegionId(r as u16))?;
+                        match region.mapped_words() {
+                            // SAFETY: UCX maps the peer's words for as long as the remote
+                            // key lives, which `peers` holds past this view (dropped
+                            // first), and every process accesses them atomically.
+                            Some(base) => {
+                                view = Some(unsafe {
+                                    atoll_fabric::Region::borrowed(
+                                        base,
+                                        region.len_words() as usize,
+                                    )
+                                })
+                            }
+                            None => unmapped += 1,
+                        }
                     }
+                    mapped[n.0 as usize].push(view);
                 }
                 Ok(())
             })?;
         }
-        Ok(())
+        *self.mapped.borrow_mut() = mapped;
+        Ok(unmapped)
+    }
+
+    /// Runs one-sided `op` on the target's words if they are mapped into this process (a
+    /// load, store or CPU atomic, as UCX's shared-memory RMA would: the target's CPU takes
+    /// no part); gives `op` back otherwise.
+    fn on_mapped(&self, op: Op) -> Result<Completion, Op> {
+        let ptr = match &op {
+            Op::Read { ptr, .. }
+            | Op::Write { ptr, .. }
+            | Op::Cas { ptr, .. }
+            | Op::FetchAdd { ptr, .. } => *ptr,
+            Op::Rpc { .. } => return Err(op),
+        };
+        let mapped = self.mapped.borrow();
+        match mapped
+            .get(ptr.node.0 as usize)
+            .and_then(|n| n.get(ptr.region.0 as usize))
+        {
+            Some(Some(region)) => Ok(atoll_fabric::verbs::execute_on(region, op)),
+            _ => Err(op),
+        }
     }
 }
 
@@ -1056,6 +1172,11 @@ impl Transport for UcxTransport {
             }
             return posted;
         }
+        // Over shm, a peer's words UCX allocated are mapped here: done at once.
+        let op = match self.link.on_mapped(op) {
+            Ok(c) => return Posted::Done(c),
+            Err(op) => op,
+        };
         let read_words = match op {
             Op::Read { len_words, .. } => len_words,
             _ => 0,
@@ -1264,34 +1385,34 @@ enum ThreadMsg {
 /// and returns their counters once `boot` says stop.
 pub fn run_node(
     cfg: &UcxConfig,
+    arena: NodeArena,
     setup: &NodeSetup,
     boot: &mut dyn Bootstrap,
     spawn: &Spawner<'_>,
 ) -> Result<Vec<WorkerReport>, NodeRunError> {
     let node = setup.memory.node;
     let threads = cfg.threads_per_node;
-    let context = Context::new(&ContextConfig {
-        transports: cfg.transports,
-        settings: cfg.settings.clone(),
-    })?;
-    // Registered for the whole run, unmapped only after every worker (and so every
-    // endpoint peers could reach through) is gone.
-    let mut regions: Vec<Option<MemRegion>> = Vec::new();
+    let NodeArena { context, regions } = arena;
+    assert_eq!(
+        regions.len(),
+        setup.memory.region_count(),
+        "node {}: the arena registered another memory's regions",
+        node.0
+    );
     let mut descriptors = Vec::new();
-    for r in 0..setup.memory.region_count() {
-        let id = RegionId(r as u16);
-        if setup.memory.region(id).len_words() == 0 {
-            regions.push(None);
-            descriptors.push(Vec::new());
-            continue;
+    for (r, m) in regions.iter().enumerate() {
+        let words = setup.memory.region(RegionId(r as u16)).words();
+        match m {
+            Some(m) => {
+                assert!(
+                    std::ptr::eq(m.words(), words),
+                    "node {}: region {r} is not the words the arena registered",
+                    node.0
+                );
+                descriptors.push(m.descriptor()?.to_bytes());
+            }
+            None => descriptors.push(Vec::new()),
         }
-        let owner = Arc::new(RegionOwner {
-            memory: setup.memory.clone(),
-            region: id,
-        });
-        let m = MemRegion::map(&context, owner)?;
-        descriptors.push(m.descriptor()?.to_bytes());
-        regions.push(Some(m));
     }
     let region_count = regions.len();
     let finished = AtomicUsize::new(0);
@@ -1351,9 +1472,25 @@ pub fn run_node(
                                     .collect(),
                             ),
                             dir,
+                            mapped: RefCell::new(Vec::new()),
                             worker,
                         };
                         let connected = link.connect_peers(cfg.nodes);
+                        if let (Ok(unmapped @ 1..), Transports::SharedMemory) =
+                            (&connected, cfg.transports)
+                        {
+                            // Only thread 0 says it: every thread attaches the same regions.
+                            if t == 0 {
+                                eprintln!(
+                                    "atoll node {}: {unmapped} of the peers' regions are not \
+                                     mapped into this process: UCX emulates one-sided ops to \
+                                     them over shared-memory messages (the peers' words were not \
+                                     allocated in shared memory)",
+                                    node.0
+                                );
+                            }
+                        }
+                        let connected = connected.map(|_| ());
                         let ok = connected.is_ok();
                         let _ = to_main.send(ThreadMsg::Connected(connected));
                         if !ok {

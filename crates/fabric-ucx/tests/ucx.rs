@@ -138,6 +138,7 @@ over_tcp_and_shm!(
     ucx_an_access_beyond_the_remote_region_is_refused_before_ucx_sees_it,
     ucx_an_op_to_a_destroyed_peer_fails_within_bounded_time,
     ucx_a_full_inbox_drops_eager_messages_and_counts_them,
+    ucx_words_ucx_allocates_are_mapped_by_a_peer_over_shm_and_reached_with_the_target_idle,
 );
 
 fn ucx_put_then_get_round_trips_a_multi_word_buffer(t: Transports) {
@@ -576,4 +577,56 @@ fn ucx_without_ucx_every_constructor_says_how_to_install_it() {
     } else {
         println!("UCX {}", Context::ucx_version().unwrap());
     }
+}
+
+/// Waits for `token` progressing only `worker`: the target's CPU takes no part.
+fn wait_alone(worker: &Worker, token: u64) -> Completion {
+    wait(worker, &[], token)
+}
+
+fn ucx_words_ucx_allocates_are_mapped_by_a_peer_over_shm_and_reached_with_the_target_idle(
+    t: Transports,
+) {
+    let Some(p) = pair(t) else { return };
+    let context = Context::new(&ContextConfig::new(t)).unwrap();
+    let target = Worker::new(&context, &WorkerConfig::default()).unwrap();
+    let words = MemRegion::allocate(&context, REGION_WORDS).unwrap();
+    assert_eq!(words.len_words(), REGION_WORDS);
+    for (i, w) in words.words().iter().enumerate() {
+        w.store(1000 + i as u64, Ordering::Release);
+    }
+    let wire = WorkerAddress::from_bytes(&target.address().unwrap().to_bytes()).unwrap();
+    let to_target = p.a.worker.connect(&wire).unwrap();
+    // Wire-up over shm needs both sides' progress once.
+    to_target.flush(1).unwrap();
+    ok(wait(&p.a.worker, &[&target], 1));
+    let remote = to_target
+        .attach(&RegionDescriptor::from_bytes(&words.descriptor().unwrap().to_bytes()).unwrap())
+        .unwrap();
+    let registered = p.b_region.mapped();
+    assert!(!registered, "words UCX did not allocate are never mapped");
+    if t == Transports::Tcp {
+        assert!(!remote.mapped(), "nothing is mapped over tcp");
+        return;
+    }
+    assert!(remote.mapped(), "UCX-allocated words are mapped over shm");
+    // With the target worker idle from here on, each op completes by this side alone.
+    remote.get(3, 2, 2).unwrap();
+    assert_eq!(
+        ok(wait_alone(&p.a.worker, 2)),
+        Outcome::Words(vec![1003, 1004])
+    );
+    remote.atomic_cswap64(7, 1007, 5, 3).unwrap();
+    assert_eq!(ok(wait_alone(&p.a.worker, 3)), Outcome::Old(1007));
+    remote.atomic_fetch_add64(8, 2, 4).unwrap();
+    assert_eq!(ok(wait_alone(&p.a.worker, 4)), Outcome::Old(1008));
+    remote.put(9, vec![77], 5).unwrap();
+    ok(wait_alone(&p.a.worker, 5));
+    to_target.flush(6).unwrap();
+    ok(wait_alone(&p.a.worker, 6));
+    let seen: Vec<u64> = words.words()[7..10]
+        .iter()
+        .map(|w| w.load(Ordering::Acquire))
+        .collect();
+    assert_eq!(seen, vec![5, 1010, 77], "the CAS, FETCH_ADD and put landed");
 }

@@ -7,8 +7,8 @@
 use atoll_fabric::core::{NodeSetup, ReplyTo};
 use atoll_fabric::{Bytes, Handled, NodeId, NodeMemory, RpcHandler};
 use atoll_fabric_ucx::{
-    run_node, AmSendOptions, Bootstrap, Context, ContextConfig, NodeAddresses, NodeRunError,
-    RunWatch, Transports, UcxConfig, UcxError, Worker, WorkerAddress, WorkerConfig,
+    run_node, AmSendOptions, Bootstrap, Context, ContextConfig, NodeAddresses, NodeArena,
+    NodeRunError, RunWatch, Transports, UcxConfig, UcxError, Worker, WorkerAddress, WorkerConfig,
     AM_INBOX_MESSAGES_DEFAULT,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -73,8 +73,17 @@ fn forge(t: Transports, id: u16, header: Vec<u8>, data: Vec<u8>) -> Option<NodeR
         am_inbox_messages_max: AM_INBOX_MESSAGES_DEFAULT,
         coalesce: true,
     };
+    let memory = Arc::new(NodeMemory::new(NodeId(0), &[64]));
+    let arena = match NodeArena::register(&cfg, &memory) {
+        Ok(a) => a,
+        Err(UcxError::NotBuilt) => {
+            println!("skipped: {}", UcxError::NotBuilt);
+            return None;
+        }
+        Err(e) => panic!("registering the node's memory: {e}"),
+    };
     let setup = NodeSetup {
-        memory: Arc::new(NodeMemory::new(NodeId(0), &[64])),
+        memory,
         handler: Arc::new(Untouchable),
     };
     let (tx, rx) = mpsc::channel::<Vec<u8>>();
@@ -96,7 +105,9 @@ fn forge(t: Transports, id: u16, header: Vec<u8>, data: Vec<u8>) -> Option<NodeR
             }
             Ok(())
         });
-        let ran = run_node(&cfg, &setup, &mut Forged { address: tx }, &|_| Vec::new());
+        let ran = run_node(&cfg, arena, &setup, &mut Forged { address: tx }, &|_| {
+            Vec::new()
+        });
         done.store(true, Ordering::Release);
         (ran, forger.join().expect("the forger does not panic"))
     });

@@ -8,40 +8,107 @@
 
 use crate::ids::{NodeId, RegionId};
 use std::mem::MaybeUninit;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Words a multi-word read loads per loop turn.
 const LOADS_PER_TURN: usize = 4;
 
-/// One registered memory region.
+/// One registered memory region: words this process allocated, or words a backend's
+/// allocator handed over (UCX's `ucp_mem_map` with `ALLOCATE`, so that peers on this
+/// machine can map them), kept alive by the region.
 pub struct Region {
-    words: Box<[AtomicU64]>,
+    base: NonNull<AtomicU64>,
+    len_words: usize,
+    _storage: Storage,
 }
+
+/// What holds a region's words: held only to keep them alive, never read.
+#[allow(dead_code)]
+enum Storage {
+    Heap(Box<[AtomicU64]>),
+    /// An allocation outside this crate: its owner, dropped (and so the words freed) after
+    /// the region.
+    Foreign(Arc<dyn Send + Sync>),
+    /// Words someone else keeps alive for longer than the region (another process's words
+    /// mapped into this one).
+    Borrowed,
+}
+
+// SAFETY: the words are atomics (any thread may access them through `&Region`), and the
+// storage that keeps them alive is Send + Sync itself.
+unsafe impl Send for Region {}
+// SAFETY: as for Send; `&Region` only hands out `&AtomicU64`.
+unsafe impl Sync for Region {}
 
 impl Region {
     pub fn new(len_words: usize) -> Self {
-        let words = (0..len_words).map(|_| AtomicU64::new(0)).collect();
-        Region { words }
+        let words: Box<[AtomicU64]> = (0..len_words).map(|_| AtomicU64::new(0)).collect();
+        Region {
+            // A boxed slice's pointer is never null (dangling but aligned when empty).
+            base: NonNull::new(words.as_ptr() as *mut AtomicU64).expect("a boxed slice"),
+            len_words,
+            _storage: Storage::Heap(words),
+        }
+    }
+
+    /// A region over `len_words` words at `base` that `owner` keeps allocated, zeroed here.
+    ///
+    /// # Safety
+    /// `base` is 8-byte aligned and the `len_words` words after it are readable and
+    /// writable for as long as `owner` lives, and nothing else in this process holds a
+    /// Rust reference to them (other processes may access them, atomically).
+    pub unsafe fn foreign(
+        base: NonNull<AtomicU64>,
+        len_words: usize,
+        owner: Arc<dyn Send + Sync>,
+    ) -> Self {
+        // SAFETY: the caller vouches for the range; zero bytes are zero atomics.
+        unsafe { std::ptr::write_bytes(base.as_ptr(), 0, len_words) };
+        Region {
+            base,
+            len_words,
+            _storage: Storage::Foreign(owner),
+        }
+    }
+
+    /// A view of `len_words` words at `base` that the caller keeps mapped (another
+    /// process's region, mapped into this one): accessed as any region is, never zeroed
+    /// or freed by it.
+    ///
+    /// # Safety
+    /// `base` is 8-byte aligned and the `len_words` words after it stay readable and
+    /// writable for as long as the region lives; every access to them, from any process,
+    /// is atomic.
+    pub unsafe fn borrowed(base: NonNull<AtomicU64>, len_words: usize) -> Self {
+        Region {
+            base,
+            len_words,
+            _storage: Storage::Borrowed,
+        }
     }
 
     pub fn len_words(&self) -> usize {
-        self.words.len()
+        self.len_words
     }
 
     /// The region's words, for a backend that registers them with its NIC (UCX's
     /// `ucp_mem_map`): the NIC then reads and writes the same atomics the CPU does.
+    #[inline]
     pub fn words(&self) -> &[AtomicU64] {
-        &self.words
+        // SAFETY: base and len_words describe the words the storage keeps alive as long as
+        // self (see `new` and `foreign`).
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.len_words) }
     }
 
     #[inline]
     fn word(&self, offset: usize) -> &AtomicU64 {
-        match self.words.get(offset) {
+        match self.words().get(offset) {
             Some(w) => w,
             None => panic!(
                 "memory access out of bounds: word {offset} of a {}-word region",
-                self.words.len()
+                self.len_words
             ),
         }
     }
@@ -49,11 +116,11 @@ impl Region {
     /// The `len` words at `offset`; `what` ("read", "write") names the access that overran.
     #[inline]
     fn span(&self, what: &str, offset: usize, len: usize) -> &[AtomicU64] {
-        match self.words.get(offset..offset + len) {
+        match self.words().get(offset..offset + len) {
             Some(ws) => ws,
             None => panic!(
                 "{what} of {len} words at {offset} overruns a {}-word region",
-                self.words.len()
+                self.len_words
             ),
         }
     }
@@ -188,12 +255,17 @@ impl NodeMemory {
     /// Registers regions of the given sizes (in words), numbered from 0; their keys are in
     /// [`NodeMemory::keys`].
     pub fn new(node: NodeId, region_words: &[usize]) -> Self {
+        Self::with_regions(node, region_words.iter().map(|&n| Region::new(n)).collect())
+    }
+
+    /// A node's memory over regions made elsewhere (a backend's allocator), numbered from 0.
+    pub fn with_regions(node: NodeId, regions: Vec<Region>) -> Self {
         NodeMemory {
             node,
-            regions: region_words.iter().map(|&n| Region::new(n)).collect(),
-            keys: (0..region_words.len())
+            keys: (0..regions.len())
                 .map(|r| RegionKey::local(node, RegionId(r as u16)))
                 .collect(),
+            regions,
         }
     }
 
@@ -258,5 +330,40 @@ impl NodeDirectory {
             .get(memory.node.0 as usize)
             .map(|k| k.as_slice())
             == Some(memory.keys())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Words that outlive every region over them, as a backend's allocation would.
+    struct Words(Box<[AtomicU64]>);
+
+    #[test]
+    fn region_over_foreign_words_zeroes_them_keeps_them_alive_and_a_borrowed_view_shares_them() {
+        let words = Arc::new(Words((0..8).map(|i| AtomicU64::new(100 + i)).collect()));
+        let base = NonNull::new(words.0.as_ptr() as *mut AtomicU64).unwrap();
+        // SAFETY: 8 aligned words, alive as long as `words`, which the region holds.
+        let owned = unsafe { Region::foreign(base, 8, words.clone()) };
+        assert_eq!(owned.len_words(), 8);
+        assert!(
+            (0..8).all(|i| owned.load(i) == 0),
+            "foreign words start zeroed"
+        );
+        // SAFETY: `owned` keeps the words alive past the view, dropped first below.
+        let view = unsafe { Region::borrowed(base, 8) };
+        assert_eq!(view.cas(3, 0, 7), 0);
+        assert_eq!(
+            owned.load(3),
+            7,
+            "a CAS through the view lands in the words"
+        );
+        owned.store(5, 9);
+        assert_eq!(view.load(5), 9, "and the view sees the owner's stores");
+        drop(view);
+        assert_eq!(Arc::strong_count(&words), 2, "the region holds its owner");
+        drop(owned);
+        assert_eq!(Arc::strong_count(&words), 1, "and lets it go when dropped");
     }
 }

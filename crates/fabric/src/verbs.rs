@@ -2,7 +2,7 @@
 //! with the per-kind counters every run reports.
 
 use crate::ids::{NodeId, RemotePtr};
-use crate::memory::NodeMemory;
+use crate::memory::{NodeMemory, Region};
 use smallvec::SmallVec;
 
 /// Words moved by a READ or WRITE; inline up to a typical tuple (header + 64-byte payload).
@@ -148,28 +148,37 @@ impl Completion {
 /// Executes a one-sided op against the memory of the node it targets (what the NIC does).
 /// RPCs are not one-sided and are rejected here.
 pub fn execute_one_sided(mem: &NodeMemory, op: Op) -> Completion {
+    let region = match &op {
+        Op::Read { ptr, .. }
+        | Op::Write { ptr, .. }
+        | Op::Cas { ptr, .. }
+        | Op::FetchAdd { ptr, .. } => mem.region(ptr.region),
+        Op::Rpc { node, .. } => panic!("RPC to node {} passed to execute_one_sided", node.0),
+    };
+    execute_on(region, op)
+}
+
+/// Executes one-sided `op` on `region`, the region its pointer names (a node's own, or a
+/// peer's mapped into this process): what the NIC does at the target.
+pub fn execute_on(region: &Region, op: Op) -> Completion {
     match op {
         // Copied once, straight from the region (no zero-filled buffer first).
         Op::Read { ptr, len_words } => Completion::Read(
-            mem.region(ptr.region)
+            region
                 .load_range(ptr.offset_words as usize, len_words as usize)
                 .collect(),
         ),
         Op::Write { ptr, data } => {
-            mem.region(ptr.region)
-                .write_from(ptr.offset_words as usize, &data);
+            region.write_from(ptr.offset_words as usize, &data);
             Completion::Write
         }
-        Op::Cas { ptr, expect, new } => Completion::Cas(mem.region(ptr.region).cas(
-            ptr.offset_words as usize,
-            expect,
-            new,
-        )),
-        Op::FetchAdd { ptr, add } => Completion::FetchAdd(
-            mem.region(ptr.region)
-                .fetch_add(ptr.offset_words as usize, add),
-        ),
-        Op::Rpc { node, .. } => panic!("RPC to node {} passed to execute_one_sided", node.0),
+        Op::Cas { ptr, expect, new } => {
+            Completion::Cas(region.cas(ptr.offset_words as usize, expect, new))
+        }
+        Op::FetchAdd { ptr, add } => {
+            Completion::FetchAdd(region.fetch_add(ptr.offset_words as usize, add))
+        }
+        Op::Rpc { node, .. } => panic!("RPC to node {} passed to execute_on", node.0),
     }
 }
 
