@@ -1329,7 +1329,16 @@ pub async fn commit_and_release<S: EntryState>(tx: &mut TxnCore<'_, S>, opts: Co
     let plan = *tx.c.plan();
     let same = plan.get(Stage::Commit) == plan.get(Stage::Release);
     let t0 = tx.now_ns();
-    let ws = tx.select(|e| e.locked && e.is_write());
+    // With one primitive for both, every lock the attempt holds goes in the write-back's
+    // doorbell: the written records installed and unlocked, the others (2PL's read locks)
+    // only unlocked (`write_back` releases a clean entry as `release_held` would). The
+    // attempt is past its commit point, so its read locks may go while its writes land;
+    // the written records stay locked until theirs do. The round trip is charged to commit.
+    let ws = if same {
+        tx.select(|e| e.locked)
+    } else {
+        tx.select(|e| e.locked && e.is_write())
+    };
     let wb = WriteBackOpts {
         primitive: plan.get(Stage::Commit),
         release: same,
