@@ -186,9 +186,13 @@ pub struct WireFault {
 }
 
 impl WireFault {
-    /// Notes `message` (the first one wins: later ones follow from it).
-    fn refuse(&self, message: String) {
-        let _ = self.first.set(message);
+    /// Notes that node `node` refused a message for `why` (the first one wins: later ones
+    /// follow from it).
+    fn refuse(&self, node: NodeId, why: &str) {
+        let _ = self.first.set(format!(
+            "node {}: a malformed message from the wire: {why}",
+            node.0
+        ));
     }
 
     fn refused(&self) -> Option<&str> {
@@ -975,10 +979,7 @@ impl UcxTransport {
 
     /// Notes a message from the wire this worker refused: the node's run stops.
     fn refuse(&self, why: String) {
-        self.wire.refuse(format!(
-            "node {}: a malformed message from the wire: {why}",
-            self.link.node.0
-        ));
+        self.wire.refuse(self.link.node, &why);
     }
 
     /// Hands active message `id` (not a batch) to the worker: a request to its handler, a
@@ -1029,10 +1030,7 @@ impl UcxTransport {
                 let me = self.link.node;
                 self.complete(sink, token, |p| {
                     verb_completion(p, status, old, &data).unwrap_or_else(|why| {
-                        wire.refuse(format!(
-                            "node {}: a malformed message from the wire: {why}",
-                            me.0
-                        ));
+                        wire.refuse(me, &why);
                         Completion::Failed(OpError {
                             node: p.node,
                             kind: FailureKind::Unreachable,

@@ -3,6 +3,9 @@
 //! by exchanging worker addresses, every wait bounded. Built without UCX, each test prints
 //! that it was skipped.
 
+#[macro_use]
+mod common;
+
 use atoll_fabric_ucx::{
     AmProtocol, AmSendOptions, Completion, Context, ContextConfig, Endpoint, MemRegion, Outcome,
     RegionDescriptor, RemoteRegion, Transports, UcxError, Worker, WorkerAddress, WorkerConfig,
@@ -109,23 +112,6 @@ fn wait(worker: &Worker, others: &[&Worker], token: u64) -> Completion {
 fn ok(c: Completion) -> Outcome {
     c.result
         .unwrap_or_else(|e| panic!("op {} failed: {e}", c.token))
-}
-
-/// Runs a specification once over TCP and once over shared memory.
-macro_rules! over_tcp_and_shm {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::*;
-            #[test]
-            fn tcp() {
-                super::$name(Transports::Tcp)
-            }
-            #[test]
-            fn shm() {
-                super::$name(Transports::SharedMemory)
-            }
-        }
-    )*};
 }
 
 over_tcp_and_shm!(

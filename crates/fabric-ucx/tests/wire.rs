@@ -4,6 +4,9 @@
 //! naming what was wrong, never a panic, and never reach the node's handler. Built without
 //! UCX, each test prints that it was skipped.
 
+#[macro_use]
+mod common;
+
 use atoll_fabric::core::{NodeSetup, ReplyTo};
 use atoll_fabric::{Bytes, Handled, NodeId, NodeMemory, RpcHandler};
 use atoll_fabric_ucx::{
@@ -181,23 +184,6 @@ fn wire_a_batch_whose_frames_overrun_it_is_refused(t: Transports) {
         forge(t, AM_BATCH, 1000u32.to_le_bytes().to_vec(), vec![0; 16]),
         "a batch of 1000 frames in 16 bytes",
     );
-}
-
-/// Runs a specification once over TCP and once over shared memory.
-macro_rules! over_tcp_and_shm {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::*;
-            #[test]
-            fn tcp() {
-                super::$name(Transports::Tcp)
-            }
-            #[test]
-            fn shm() {
-                super::$name(Transports::SharedMemory)
-            }
-        }
-    )*};
 }
 
 over_tcp_and_shm!(
