@@ -56,8 +56,10 @@ use std::time::{Duration, Instant};
 
 /// Version of the coordinator-node protocol; both ends must speak the same. 2: `claim`
 /// (a coordinator dialing a listening node) and `beat` (heartbeats). 3: over tcp the nodes'
-/// one-sided verbs are Atoll's own active messages (`AM_VERB` in atoll-fabric-ucx).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// one-sided verbs are Atoll's own active messages (`AM_VERB` in atoll-fabric-ucx). 4: a
+/// payload's check word is seeded from the key's index hash (`payload_check_hashed`), so
+/// nodes of older builds would find every record written by newer ones torn.
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Largest message accepted (a summary with in-memory history can be large).
 pub const MESSAGE_BYTES_MAX: usize = 1 << 30;
 /// Received active messages a node's worker may hold per coordinator of the cluster.

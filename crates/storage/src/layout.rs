@@ -153,14 +153,23 @@ pub const WTS_WRITING: u64 = u64::MAX;
 /// 1000-byte record's check cost ~5 cycles a word, four overlap (issue #9).
 #[inline]
 pub fn payload_check(table: TableId, key: u64, tag: u64, user: &[u64]) -> u64 {
+    payload_check_hashed(table, hash_key(key), tag, user)
+}
+
+/// [`payload_check`] given the key's [`hash_key`] (the index's hash, which a transaction
+/// computes once per record for both).
+#[inline]
+pub fn payload_check_hashed(table: TableId, key_hash: u64, tag: u64, user: &[u64]) -> u64 {
     const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+    // Seeds differ per table: the same key in two tables must not share a check word.
+    const TABLE_MIX: u64 = 0xD6E8_FEB8_6659_FD93;
     const LANE: [u64; CHECK_LANES] = [
         0x243F_6A88_85A3_08D3,
         0x1319_8A2E_0370_7344,
         0xA409_3822_299F_31D0,
         0x082E_FA98_EC4E_6C89,
     ];
-    let seed = hash_key(key ^ ((table.0 as u64) << 48)) ^ tag.wrapping_mul(MIX);
+    let seed = key_hash ^ (table.0 as u64 + 1).wrapping_mul(TABLE_MIX) ^ tag.wrapping_mul(MIX);
     let mut h = LANE.map(|l| seed ^ l);
     let mut chunks = user.chunks_exact(CHECK_LANES);
     for c in &mut chunks {
@@ -208,11 +217,17 @@ pub fn reseal(table: TableId, key: u64, tag: u64, payload: &mut [u64]) {
 /// Whether a whole payload (as stored) is one write's, for record `(table, key)`.
 #[inline]
 pub fn payload_intact(table: TableId, key: u64, payload: &[u64]) -> bool {
+    payload_intact_hashed(table, hash_key(key), payload)
+}
+
+/// [`payload_intact`] given the key's [`hash_key`].
+#[inline]
+pub fn payload_intact_hashed(table: TableId, key_hash: u64, payload: &[u64]) -> bool {
     payload.len() >= ENGINE_PAYLOAD_WORDS as usize
         && payload[P_CHECK as usize]
-            == payload_check(
+            == payload_check_hashed(
                 table,
-                key,
+                key_hash,
                 payload[P_TAG as usize],
                 &payload[ENGINE_PAYLOAD_WORDS as usize..],
             )
@@ -511,7 +526,13 @@ impl TableLayout {
     /// The index group where the probe for `key` starts.
     #[inline]
     pub fn home_group(&self, key: u64) -> u32 {
-        (hash_key(key) & (self.index_groups as u64 - 1)) as u32
+        self.home_group_of_hash(hash_key(key))
+    }
+
+    /// [`TableLayout::home_group`] given the key's [`hash_key`].
+    #[inline]
+    pub fn home_group_of_hash(&self, key_hash: u64) -> u32 {
+        (key_hash & (self.index_groups as u64 - 1)) as u32
     }
 
     #[inline]
@@ -859,7 +880,12 @@ mod tests {
         let mut p = Vec::new();
         seal(t, 7, 42, &[1, 2, 3], &mut p);
         assert!(payload_intact(t, 7, &p));
+        assert!(
+            payload_intact_hashed(t, hash_key(7), &p),
+            "the hashed form checks the same"
+        );
         assert!(!payload_intact(t, 8, &p), "another key's payload");
+        assert!(!payload_intact(TableId(0), 7, &p), "table 0's payload");
         assert!(
             !payload_intact(TableId(2), 7, &p),
             "another table's payload"

@@ -7,7 +7,7 @@ use crate::ts::{Timestamp, TsGen, TsSource, TxnTimestamps};
 use atoll_fabric::memory::Region;
 use atoll_fabric::{Completions, Endpoint, NodeId, OpError, RemotePtr};
 use atoll_storage::layout::{
-    payload_intact, ENGINE_PAYLOAD_WORDS, LOADER_TAG, P_TAG, VERSION_ABSENT,
+    hash_key, payload_intact_hashed, ENGINE_PAYLOAD_WORDS, LOADER_TAG, P_TAG, VERSION_ABSENT,
 };
 use atoll_storage::{Catalog, TableId};
 use std::any::Any;
@@ -420,6 +420,8 @@ impl EntryState for () {}
 pub struct Entry<S = ()> {
     pub table: TableId,
     pub key: u64,
+    /// `hash_key(key)`, computed once: the index's home group and the payload check's seed.
+    pub key_hash: u64,
     pub node: NodeId,
     /// Record slot on `node`, once located.
     pub loc: Option<Loc>,
@@ -483,6 +485,7 @@ impl<S> Entry<S> {
 
     /// [`Entry::fill`] with the `words` words at `offset` of an own-node `region`, loaded
     /// straight into the entry (one copy, no zero-fill first; issue #9).
+    #[inline]
     pub fn fill_from_region(&mut self, version: u64, region: &Region, offset: usize, words: usize) {
         if self.dirty {
             return;
@@ -507,7 +510,7 @@ impl<S> Entry<S> {
         self.observed = Some(Observed {
             version: version & !VERSION_ABSENT,
             tag: self.data.get(P_TAG as usize).copied().unwrap_or(LOADER_TAG),
-            intact: payload_intact(self.table, self.key, &self.data),
+            intact: payload_intact_hashed(self.table, self.key_hash, &self.data),
         });
         self.fetched = true;
     }
@@ -672,6 +675,7 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
         self.entries.push(Entry {
             table: t,
             key,
+            key_hash: hash_key(key),
             node,
             loc,
             access,

@@ -127,7 +127,7 @@ pub fn item<S: EntryState>(tx: &TxnCore<'_, S>, i: usize) -> Item {
 fn locate_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(), Abort> {
     let e = &tx.entries[i];
     let layout = tx.c.catalog.layout(e.table);
-    let mut group = layout.home_group(e.key);
+    let mut group = layout.home_group_of_hash(e.key_hash);
     // Bounded by the table's groups: a full index has been probed through once.
     for _ in 0..layout.index_groups {
         let ptr = tx.c.catalog.group_ptr(e.table, e.node, group);
@@ -178,7 +178,7 @@ pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> R
         .map(|&i| {
             tx.c.catalog
                 .layout(tx.entries[i].table)
-                .home_group(tx.entries[i].key)
+                .home_group_of_hash(tx.entries[i].key_hash)
         })
         .collect();
     let mut probes = 0u32;
