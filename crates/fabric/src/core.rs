@@ -108,6 +108,15 @@ pub trait Transport {
     fn runs_local_inline(&self) -> bool {
         false
     }
+    /// The memory of another node, when this backend would run a one-sided op to it at once
+    /// on this CPU, with the target's CPU not involved and nothing charged or delayed (the
+    /// in-process backend without injected latency). The core then runs a doorbell of such
+    /// ops where they lie, as it runs own-node ones ([`WorkerCore::run_inline`]), instead
+    /// of posting each op and moving a [`Completion`] back through a slot. `None` (the
+    /// default): every op to `node` is posted.
+    fn direct_memory(&self, _node: NodeId) -> Option<&NodeMemory> {
+        None
+    }
     /// Whether a READ of several words copies them at one instant, so no write lands
     /// between its first and last word: true only for the simulator without tearing (its
     /// model of a READ); NICs and the CPU's copies do not promise it beyond a cache line.
@@ -278,17 +287,28 @@ impl WorkerCore {
         Some((s.results, s.remote))
     }
 
-    /// Runs a doorbell whose ops are all one-sided on this node at once, when the backend
-    /// allows it (see [`Transport::runs_local_inline`]); else `None`. The ops are executed
-    /// where they lie and their results are small values plus one arena holding every
-    /// READ's words, each copied once from the region: no `Completion` per op, no buffer
-    /// per READ (issue #9: moving and spilling those was a fifth of a local transaction).
+    /// Runs a doorbell whose ops are all one-sided at once, when the backend lets every op's
+    /// node be reached where its words lie: this node's own ([`Transport::runs_local_inline`])
+    /// or another's ([`Transport::direct_memory`]); else `None` and the doorbell is posted.
+    /// The ops are executed in order and their results are small values plus one arena
+    /// holding every READ's words, each copied once from the region: no `Completion` per op,
+    /// no slot, no buffer per READ (issue #9: moving and spilling those was a fifth of a
+    /// local transaction, and a third of a two-node one). Counted as the posted path counts
+    /// them: an op to another node (not the machine peer) is remote, and a doorbell with one
+    /// is a round trip.
     fn run_inline(&self, ops: &[Op]) -> Option<Completions> {
-        let inline = self.local_inline
-            && ops
-                .iter()
-                .all(|op| op.node() == self.id.node && !matches!(op, Op::Rpc { .. }));
-        if !inline {
+        let me = self.id.node;
+        let memory_of = |node: NodeId| -> Option<&NodeMemory> {
+            if node == me {
+                self.local_inline.then_some(&*self.local)
+            } else {
+                self.transport.direct_memory(node)
+            }
+        };
+        let runnable = ops
+            .iter()
+            .all(|op| !matches!(op, Op::Rpc { .. }) && memory_of(op.node()).is_some());
+        if !runnable {
             return None;
         }
         let read_words: usize = ops
@@ -300,14 +320,29 @@ impl WorkerCore {
             .sum();
         let mut words = Vec::with_capacity(read_words);
         let mut values = Vec::with_capacity(ops.len());
+        let peer = self.machine_peer.get();
+        let mut any_remote = false;
         let mut ctr = self.counters.borrow_mut();
         for op in ops {
-            ctr.local_ops[op.kind() as usize] += 1;
+            let (node, kind) = (op.node(), op.kind() as usize);
+            if node == me || Some(node) == peer {
+                ctr.local_ops[kind] += 1;
+            } else {
+                any_remote = true;
+                ctr.remote_ops[kind] += 1;
+                ctr.remote_bytes[kind] += op.request_bytes()
+                    + match *op {
+                        Op::Read { len_words, .. } => len_words as u64 * 8,
+                        Op::Cas { .. } | Op::FetchAdd { .. } => 8,
+                        _ => 0,
+                    };
+            }
+            let memory = memory_of(node).expect("every op's memory was checked above");
             values.push(match *op {
                 Op::Read { ptr, len_words } => {
                     let start = words.len() as u32;
                     words.extend(
-                        self.local
+                        memory
                             .region(ptr.region)
                             .load_range(ptr.offset_words as usize, len_words as usize),
                     );
@@ -317,23 +352,27 @@ impl WorkerCore {
                     }
                 }
                 Op::Write { ptr, ref data } => {
-                    self.local
+                    memory
                         .region(ptr.region)
                         .write_from(ptr.offset_words as usize, data);
                     InlineResult::Write
                 }
-                Op::Cas { ptr, expect, new } => InlineResult::Cas(
-                    self.local
-                        .region(ptr.region)
-                        .cas(ptr.offset_words as usize, expect, new),
-                ),
+                Op::Cas { ptr, expect, new } => InlineResult::Cas(memory.region(ptr.region).cas(
+                    ptr.offset_words as usize,
+                    expect,
+                    new,
+                )),
                 Op::FetchAdd { ptr, add } => InlineResult::FetchAdd(
-                    self.local
+                    memory
                         .region(ptr.region)
                         .fetch_add(ptr.offset_words as usize, add),
                 ),
                 Op::Rpc { .. } => unreachable!("an RPC is never run inline (checked above)"),
             });
+        }
+        if any_remote {
+            ctr.doorbells += 1;
+            ctr.round_trips += 1;
         }
         Some(Completions(Results::Inline { values, words }))
     }
