@@ -39,7 +39,10 @@ fn commit() -> String {
     let Some(head) = git(&["rev-parse", "--short", "HEAD"]).filter(|h| !h.is_empty()) else {
         return UNKNOWN.into();
     };
-    match git(&["status", "--porcelain"]) {
+    // `--no-optional-locks`: status must not refresh (rewrite) the index, which this script
+    // watches: after a fresh checkout that made every later cargo command rerun the script
+    // and rebuild the binary and every test that runs it, once per profile.
+    match git(&["--no-optional-locks", "status", "--porcelain"]) {
         Some(s) if s.is_empty() => head,
         Some(_) => format!("{head}-dirty"),
         // Status unknown: do not claim the tree was clean.

@@ -7,7 +7,7 @@
 # a deliberately broken protocol, so "not serializable" is exercised too.
 #
 # Snapshot-isolation histories (`"isolation":"snapshot"`: a snapshot-isolation protocol's,
-# and the hand-built `si-sample-*` of crates/bench/tests/si_samples.rs) go to
+# and the hand-built `si-sample-*` of crates/bench/tests/all/si_samples.rs) go to
 # `check-history --isolation snapshot` and to adya's `snapshot-isolation` model (G1, G-SI,
 # G-nonadjacent, and ww/wr cycles extended by one rw edge, over the version order our
 # export gives it). Ours judges from each attempt's snapshot and commit timestamps, which
@@ -17,7 +17,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-target/tmp/histories}
-atoll=${CARGO_TARGET_DIR:-target}/release/atoll
+# `BIN=path/to/atoll` (the CI's is target/ci/atoll), else the release build.
+atoll=${BIN:-${CARGO_TARGET_DIR:-target}/release/atoll}
+if [ ! -x "$atoll" ]; then echo "no atoll binary at $atoll (build it, or set BIN)" >&2; exit 1; fi
 n=0; bad=0; broken_seen=0; si_n=0; si_both=0; si_ours_only=0
 shopt -s nullglob
 verdict() { case $1 in 0) echo "$2";; 1) echo "not $2";; *) echo "error $1";; esac; }
