@@ -1025,7 +1025,7 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
 /// and 4 co-routines per node, 2 nodes) for `ATOLL_INPROC_S` seconds (default 2): the fixed
 /// write-back commits no inconsistent read; the old one is caught. Wall-clock and timing
 /// dependent, so it runs on demand:
-/// `cargo test --profile ci -p atoll-bench --test all -- --ignored broken::`.
+/// `cargo test --profile ci --workspace --test all -- --ignored broken::`.
 #[test]
 #[ignore]
 fn mvcc_cycle_on_real_threads_fixed_is_clean_and_old_write_back_is_caught() {

@@ -1,6 +1,6 @@
 //! The bench crate's end-to-end tests, one module per subject, linked into one test binary:
 //! the engine's generic code is compiled and linked once for all of them, not once per file.
-//! `cargo test --profile ci -p atoll-bench --test all -- sim::` runs one module.
+//! `cargo test --profile ci --workspace --test all -- sim::` runs one module.
 
 mod broken;
 mod checkout;
