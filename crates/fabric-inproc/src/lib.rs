@@ -75,6 +75,8 @@ struct Shared {
     inboxes: Vec<Inbox>,
     threads_per_node: u16,
     latency_ns: [u64; VerbKind::COUNT],
+    /// No verb class has injected latency: one-sided ops to any node run at once.
+    no_latency: bool,
     clock: Clock,
 }
 
@@ -172,7 +174,7 @@ impl Transport for InprocTransport {
     fn direct_memory(&self, node: NodeId) -> Option<&NodeMemory> {
         // What `post` does for a one-sided op to another node when no latency is injected
         // (or to the machine's own peer): run it at once on this CPU.
-        if self.shared.latency_ns.iter().all(|&l| l == 0) || Some(node) == self.peer {
+        if self.shared.no_latency || Some(node) == self.peer {
             self.shared.memory.get(node.0 as usize).map(|m| &**m)
         } else {
             None
@@ -333,6 +335,7 @@ pub fn run(
             .collect(),
         threads_per_node: cfg.threads_per_node,
         latency_ns: cfg.net_latency_ns,
+        no_latency: cfg.net_latency_ns.iter().all(|&l| l == 0),
         clock: Clock::start(),
     });
     // Counts workers whose co-routines are all done; a thread keeps serving RPCs until every

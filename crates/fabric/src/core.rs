@@ -320,24 +320,18 @@ impl WorkerCore {
             .sum();
         let mut words = Vec::with_capacity(read_words);
         let mut values = Vec::with_capacity(ops.len());
-        let peer = self.machine_peer.get();
         let mut any_remote = false;
         let mut ctr = self.counters.borrow_mut();
         for op in ops {
-            let (node, kind) = (op.node(), op.kind() as usize);
-            if node == me || Some(node) == peer {
+            let kind = op.kind() as usize;
+            if self.counts_local(op) {
                 ctr.local_ops[kind] += 1;
             } else {
                 any_remote = true;
                 ctr.remote_ops[kind] += 1;
-                ctr.remote_bytes[kind] += op.request_bytes()
-                    + match *op {
-                        Op::Read { len_words, .. } => len_words as u64 * 8,
-                        Op::Cas { .. } | Op::FetchAdd { .. } => 8,
-                        _ => 0,
-                    };
+                ctr.remote_bytes[kind] += op.request_bytes() + op.one_sided_reply_bytes();
             }
-            let memory = memory_of(node).expect("every op's memory was checked above");
+            let memory = memory_of(op.node()).expect("every op's memory was checked above");
             values.push(match *op {
                 Op::Read { ptr, len_words } => {
                     let start = words.len() as u32;
@@ -377,6 +371,13 @@ impl WorkerCore {
         Some(Completions(Results::Inline { values, words }))
     }
 
+    /// Whether `op` counts as a local op, not a remote one (nor part of a round trip): it
+    /// targets this node, or is one-sided to the machine peer, which this CPU reaches.
+    fn counts_local(&self, op: &Op) -> bool {
+        op.node() == self.id.node
+            || (Some(op.node()) == self.machine_peer.get() && !matches!(op, Op::Rpc { .. }))
+    }
+
     /// Posts a doorbell: every op goes to the transport, which runs own-node ops at once or
     /// not as its backend decides; the counters tell own-node ops from remote ones.
     fn post(&self, task: TaskId, ops: Vec<Op>) -> SlotId {
@@ -384,8 +385,7 @@ impl WorkerCore {
         let mut any_remote = false;
         for (i, op) in ops.into_iter().enumerate() {
             let kind = op.kind() as usize;
-            let local = op.node() == self.id.node
-                || (Some(op.node()) == self.machine_peer.get() && !matches!(op, Op::Rpc { .. }));
+            let local = self.counts_local(&op);
             {
                 let mut ctr = self.counters.borrow_mut();
                 if local {

@@ -115,7 +115,7 @@ impl Region {
 
     /// The `len` words at `offset`; `what` ("read", "write") names the access that overran.
     #[inline]
-    fn span(&self, what: &str, offset: usize, len: usize) -> &[AtomicU64] {
+    pub fn span(&self, what: &str, offset: usize, len: usize) -> &[AtomicU64] {
         match self.words().get(offset..offset + len) {
             Some(ws) => ws,
             None => panic!(

@@ -60,6 +60,16 @@ impl Op {
     }
 
     /// Payload bytes this op puts on the wire in the request direction.
+    /// Bytes a one-sided op's completion carries back (its [`Completion::reply_bytes`],
+    /// known before it runs); an RPC's reply size is not known in advance: 0.
+    pub fn one_sided_reply_bytes(&self) -> u64 {
+        match self {
+            Op::Read { len_words, .. } => *len_words as u64 * 8,
+            Op::Cas { .. } | Op::FetchAdd { .. } => 8,
+            Op::Write { .. } | Op::Rpc { .. } => 0,
+        }
+    }
+
     pub fn request_bytes(&self) -> u64 {
         match self {
             Op::Read { .. } => 0,

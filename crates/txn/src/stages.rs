@@ -134,14 +134,10 @@ fn locate_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(
         let region = tx.c.ep.local_memory().region(ptr.region);
         let at = ptr.offset_words as usize;
         // One bounds check for the group, none per word (`w` < GROUP_WORDS).
-        let words: &[std::sync::atomic::AtomicU64; GROUP_WORDS as usize] =
-            match region.words().get(at..at + GROUP_WORDS as usize) {
-                Some(g) => g.try_into().expect("a span of GROUP_WORDS words"),
-                None => panic!(
-                    "{:?} group {group} at word {at} overruns its region on node {}",
-                    e.table, e.node.0
-                ),
-            };
+        let words: &[std::sync::atomic::AtomicU64; GROUP_WORDS as usize] = region
+            .span("index group probe", at, GROUP_WORDS as usize)
+            .try_into()
+            .expect("a span of GROUP_WORDS words");
         match probe_group_by(e.key, |w| {
             words[w as usize].load(std::sync::atomic::Ordering::Acquire)
         }) {
