@@ -22,6 +22,52 @@ use std::task::{Context, Poll, Waker};
 /// Ops a doorbell usually carries; more only cost a reallocation.
 const DOORBELL_OPS_TYPICAL: usize = 8;
 
+/// Buffers of each kind a worker keeps for reuse: more than its co-routines hold at once
+/// (one doorbell or one set of results each, a few while a stage holds two).
+const SPARES_PER_KIND_MAX: usize = 64;
+
+/// Largest buffer kept for reuse: a rare huge doorbell (a TPC-C Delivery, a long scan) must
+/// not make the worker hold its memory for good.
+const SPARE_BYTES_MAX: usize = 64 << 10;
+
+/// Buffers a worker's doorbells reuse (issue #9: a doorbell allocated its op vector and its
+/// slot's results, or run inline its values and words, and freed them when its results were
+/// dropped: two or three allocations and frees a doorbell, ~10% of a two-node SmallBank
+/// transaction's instructions). Shared with the [`Completions`] a worker hands out, which
+/// give theirs back when dropped.
+#[derive(Default)]
+struct Spares {
+    ops: Vec<Vec<Op>>,
+    results: Vec<Vec<Option<Completion>>>,
+    values: Vec<Vec<InlineResult>>,
+    words: Vec<Vec<u64>>,
+}
+
+/// An empty vector with room for `cap` elements, reused from `pool` when it has one.
+fn take_spare<T>(
+    pool: &RefCell<Spares>,
+    kind: fn(&mut Spares) -> &mut Vec<Vec<T>>,
+    cap: usize,
+) -> Vec<T> {
+    match kind(&mut pool.borrow_mut()).pop() {
+        Some(mut v) => {
+            v.reserve(cap);
+            v
+        }
+        None => Vec::with_capacity(cap),
+    }
+}
+
+/// Keeps `v`, emptied, for reuse, unless the pool is full or `v` is empty or huge.
+fn give_spare<T>(pool: &mut Vec<Vec<T>>, mut v: Vec<T>) {
+    let bytes = v.capacity() * std::mem::size_of::<T>();
+    if v.capacity() == 0 || bytes > SPARE_BYTES_MAX || pool.len() >= SPARES_PER_KIND_MAX {
+        return;
+    }
+    v.clear();
+    pool.push(v);
+}
+
 /// Index of a co-routine within its worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskId(pub u32);
@@ -171,6 +217,7 @@ pub struct WorkerCore {
     machine_peer: Cell<Option<NodeId>>,
     slots: RefCell<Vec<Option<Slot>>>,
     free_slots: RefCell<Vec<u32>>,
+    spares: Rc<RefCell<Spares>>,
     ready: RefCell<VecDeque<TaskId>>,
     counters: RefCell<VerbCounters>,
     reply_buf: RefCell<Vec<u8>>,
@@ -203,6 +250,7 @@ impl WorkerCore {
             transport,
             slots: RefCell::new(Vec::new()),
             free_slots: RefCell::new(Vec::new()),
+            spares: Rc::default(),
             ready: RefCell::new(VecDeque::new()),
             counters: RefCell::new(VerbCounters::default()),
             reply_buf: RefCell::new(Vec::new()),
@@ -236,9 +284,11 @@ impl WorkerCore {
     }
 
     fn alloc_slot(&self, task: TaskId, n: usize) -> SlotId {
+        let mut results = take_spare(&self.spares, |s| &mut s.results, n);
+        results.resize_with(n, || None);
         let slot = Slot {
             task,
-            results: (0..n).map(|_| None).collect(),
+            results,
             remaining: n as u32,
             remote: false,
         };
@@ -318,8 +368,8 @@ impl WorkerCore {
                 _ => 0,
             })
             .sum();
-        let mut words = Vec::with_capacity(read_words);
-        let mut values = Vec::with_capacity(ops.len());
+        let mut words = take_spare(&self.spares, |s| &mut s.words, read_words);
+        let mut values = take_spare(&self.spares, |s| &mut s.values, ops.len());
         let mut any_remote = false;
         let mut ctr = self.counters.borrow_mut();
         for op in ops {
@@ -368,7 +418,10 @@ impl WorkerCore {
             ctr.doorbells += 1;
             ctr.round_trips += 1;
         }
-        Some(Completions(Results::Inline { values, words }))
+        Some(Completions {
+            results: Results::Inline { values, words },
+            spares: Some(self.spares.clone()),
+        })
     }
 
     /// Whether `op` counts as a local op, not a remote one (nor part of a round trip): it
@@ -380,10 +433,10 @@ impl WorkerCore {
 
     /// Posts a doorbell: every op goes to the transport, which runs own-node ops at once or
     /// not as its backend decides; the counters tell own-node ops from remote ones.
-    fn post(&self, task: TaskId, ops: Vec<Op>) -> SlotId {
+    fn post(&self, task: TaskId, ops: &mut Vec<Op>) -> SlotId {
         let slot = self.alloc_slot(task, ops.len());
         let mut any_remote = false;
-        for (i, op) in ops.into_iter().enumerate() {
+        for (i, op) in ops.drain(..).enumerate() {
             let kind = op.kind() as usize;
             let local = self.counts_local(&op);
             {
@@ -625,7 +678,7 @@ impl Endpoint {
     pub fn doorbell_for(&self, ops: usize) -> Doorbell<'_> {
         Doorbell {
             ep: self,
-            ops: Vec::with_capacity(ops),
+            ops: take_spare(&self.core.spares, |s| &mut s.ops, ops),
         }
     }
 
@@ -736,9 +789,12 @@ impl Doorbell<'_> {
     /// Rings the doorbell and waits for every op; results are indexed as the ops were added.
     /// If any op failed, the first failure (in posting order) instead: the doorbell waits for
     /// every op either way, so no completion arrives for a slot after it was freed.
-    pub async fn submit(self) -> Result<Completions, OpError> {
+    pub async fn submit(mut self) -> Result<Completions, OpError> {
         if self.ops.is_empty() {
-            return Ok(Completions(Results::Posted(Vec::new())));
+            return Ok(Completions {
+                results: Results::Posted(Vec::new()),
+                spares: None,
+            });
         }
         let core = &self.ep.core;
         // Own-node one-sided ops on a coherent backend: done before this returns, as the
@@ -746,7 +802,7 @@ impl Doorbell<'_> {
         if let Some(done) = core.run_inline(&self.ops) {
             return Ok(done);
         }
-        let slot = core.post(self.ep.task, self.ops);
+        let slot = core.post(self.ep.task, &mut self.ops);
         let (results, remote) = match core.take_if_done(slot) {
             Some(r) => r,
             None => Wait { core, slot }.await,
@@ -760,7 +816,18 @@ impl Doorbell<'_> {
         }) {
             return Err(e);
         }
-        Ok(Completions(Results::Posted(results)))
+        Ok(Completions {
+            results: Results::Posted(results),
+            spares: Some(core.spares.clone()),
+        })
+    }
+}
+
+/// The op vector goes back to the worker's spares, submitted or not.
+impl Drop for Doorbell<'_> {
+    fn drop(&mut self) {
+        let ops = std::mem::take(&mut self.ops);
+        give_spare(&mut self.ep.core.spares.borrow_mut().ops, ops);
     }
 }
 
@@ -780,7 +847,28 @@ impl Future for Wait<'_> {
 }
 
 /// The results of a doorbell, indexed as its ops were added.
-pub struct Completions(Results);
+pub struct Completions {
+    results: Results,
+    /// Where the result buffers go when dropped: the worker's spares (`None`: nothing to
+    /// give back).
+    spares: Option<Rc<RefCell<Spares>>>,
+}
+
+impl Drop for Completions {
+    fn drop(&mut self) {
+        let Some(spares) = self.spares.take() else {
+            return;
+        };
+        let mut s = spares.borrow_mut();
+        match std::mem::replace(&mut self.results, Results::Posted(Vec::new())) {
+            Results::Posted(r) => give_spare(&mut s.results, r),
+            Results::Inline { values, words } => {
+                give_spare(&mut s.values, values);
+                give_spare(&mut s.words, words);
+            }
+        }
+    }
+}
 
 enum Results {
     /// As the transport delivered them: every entry is `Some` (a slot is handed over only
@@ -804,7 +892,7 @@ enum InlineResult {
 
 impl Completions {
     pub fn len(&self) -> usize {
-        match &self.0 {
+        match &self.results {
             Results::Posted(c) => c.len(),
             Results::Inline { values, .. } => values.len(),
         }
@@ -815,7 +903,7 @@ impl Completions {
     }
 
     fn mismatch(&self, i: usize, want: &str) -> ! {
-        match &self.0 {
+        match &self.results {
             Results::Posted(c) => panic!("op {i} completed as {:?}, not {want}", c[i]),
             Results::Inline { values, .. } => {
                 panic!("op {i} completed inline as {:?}, not {want}", values[i])
@@ -824,7 +912,7 @@ impl Completions {
     }
 
     pub fn read(&self, i: usize) -> &[u64] {
-        match &self.0 {
+        match &self.results {
             Results::Posted(c) => match &c[i] {
                 Some(Completion::Read(w)) => w,
                 _ => self.mismatch(i, "a READ"),
@@ -837,7 +925,7 @@ impl Completions {
     }
 
     pub fn into_read(mut self, i: usize) -> Words {
-        match &mut self.0 {
+        match &mut self.results {
             Results::Posted(c) => match c[i].take() {
                 Some(Completion::Read(w)) => w,
                 other => panic!("op {i} completed as {other:?}, not a READ"),
@@ -847,7 +935,7 @@ impl Completions {
     }
 
     pub fn cas(&self, i: usize) -> u64 {
-        match &self.0 {
+        match &self.results {
             Results::Posted(c) => match c[i] {
                 Some(Completion::Cas(v)) => v,
                 _ => self.mismatch(i, "a CAS"),
@@ -860,7 +948,7 @@ impl Completions {
     }
 
     pub fn fetch_add(&self, i: usize) -> u64 {
-        match &self.0 {
+        match &self.results {
             Results::Posted(c) => match c[i] {
                 Some(Completion::FetchAdd(v)) => v,
                 _ => self.mismatch(i, "a FETCH_ADD"),
@@ -873,7 +961,7 @@ impl Completions {
     }
 
     pub fn rpc(&self, i: usize) -> &[u8] {
-        match &self.0 {
+        match &self.results {
             Results::Posted(c) => match &c[i] {
                 Some(Completion::Rpc(b)) => b,
                 _ => self.mismatch(i, "an RPC"),
@@ -883,7 +971,7 @@ impl Completions {
     }
 
     pub fn into_rpc(mut self, i: usize) -> Vec<u8> {
-        match &mut self.0 {
+        match &mut self.results {
             Results::Posted(c) => match c[i].take() {
                 Some(Completion::Rpc(b)) => b,
                 other => panic!("op {i} completed as {other:?}, not an RPC"),

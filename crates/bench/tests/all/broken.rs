@@ -1091,6 +1091,19 @@ fn in_place_write_back_storing_after_the_unlock_is_caught_on_real_threads_and_ev
 ) {
     // One node: every record is the coordinator's own, so lock, read, validation,
     // write-back and release all run in place (2 threads x 4 co-routines, hot records).
+    in_place_and_direct_runs_catch_the_late_store(1, 2);
+}
+
+#[test]
+fn direct_peer_write_back_storing_after_the_unlock_is_caught_on_real_threads_and_every_protocol_is_clean(
+) {
+    // Two in-process nodes with no injected latency: a coordinator's doorbells to the other
+    // node run at once on the peer's words (`Transport::direct_memory`, no slot, no
+    // completion), its own records in place; the same late store must be caught there.
+    in_place_and_direct_runs_catch_the_late_store(2, 1);
+}
+
+fn in_place_and_direct_runs_catch_the_late_store(nodes: u16, threads: u16) {
     let cfg = |workload, protocol| RunConfig {
         fabric: Fabric::InProc,
         workload,
@@ -1100,13 +1113,13 @@ fn in_place_write_back_storing_after_the_unlock_is_caught_on_real_threads_and_ev
             .collect::<Params>(),
         protocol,
         plan: Plan::parse("one-sided").unwrap(),
-        nodes: 1,
-        threads: 2,
+        nodes,
+        threads,
         coroutines: 4,
         duration_s: IN_PLACE_RUN_S,
         warmup_s: 0.0,
         // One node has no other to log to.
-        log_replicas: 0,
+        log_replicas: nodes - 1,
         seed: 1,
         record_history: true,
         ..RunConfig::default()
@@ -1122,11 +1135,21 @@ fn in_place_write_back_storing_after_the_unlock_is_caught_on_real_threads_and_ev
             let r = atoll_bench::run(&cfg(w, p), &|_| {}).unwrap();
             assert!(
                 r.summary.committed > 100,
-                "{} / {}: {:?}",
+                "{} / {} on {nodes} node(s): {:?}",
                 w.name(),
                 p.name(),
                 r.summary
             );
+            if nodes > 1 {
+                // The direct path must have carried the other node's ops: remote ops counted,
+                // as the posted path counts them.
+                assert!(
+                    r.verbs.remote_ops_per_txn > 0.0,
+                    "{} / {}: no remote op on {nodes} nodes",
+                    w.name(),
+                    p.name()
+                );
+            }
             if caught(&r, p) {
                 flagged.push(format!("{} / {}", w.name(), p.name()));
             }
@@ -1134,7 +1157,7 @@ fn in_place_write_back_storing_after_the_unlock_is_caught_on_real_threads_and_ev
     }
     assert!(
         flagged.is_empty(),
-        "correct protocols flagged in place: {flagged:?}"
+        "correct protocols flagged on {nodes} in-process node(s): {flagged:?}"
     );
     let missed: Vec<_> = workloads
         .into_iter()
@@ -1147,7 +1170,7 @@ fn in_place_write_back_storing_after_the_unlock_is_caught_on_real_threads_and_ev
         .collect();
     assert!(
         missed.is_empty(),
-        "a write-back storing after the unlock went unnoticed in place on: {missed:?}"
+        "a write-back storing after the unlock went unnoticed on {nodes} in-process node(s): {missed:?}"
     );
 }
 

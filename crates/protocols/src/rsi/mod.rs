@@ -816,6 +816,8 @@ pub async fn fetch_pending(
             for (j, &k) in read.iter().enumerate() {
                 results[k] = res.read(j).to_vec();
             }
+        } else {
+            drop(d);
         }
         let mut next = smallvec::SmallVec::<[Pending; 4]>::new();
         for (p, w) in walks.iter().zip(&results) {
