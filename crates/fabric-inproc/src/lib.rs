@@ -94,9 +94,18 @@ impl Inbox {
 }
 
 impl Shared {
-    fn send(&self, worker: usize, msg: Msg) {
+    /// Moves `msgs` into `worker`'s inbox under one lock, leaving `msgs` empty.
+    fn hand_over(&self, worker: usize, msgs: &mut Vec<Msg>) {
         let inbox = &self.inboxes[worker];
-        inbox.lock().push(msg);
+        {
+            let mut held = inbox.lock();
+            if held.is_empty() {
+                // The buffers trade places: no copy, and both keep their capacity.
+                std::mem::swap(&mut *held, msgs);
+            } else {
+                held.append(msgs);
+            }
+        }
         inbox.nonempty.store(true, Ordering::Release);
     }
 }
@@ -138,9 +147,27 @@ struct InprocTransport {
     peer: Option<NodeId>,
     delayed: RefCell<BinaryHeap<Delayed>>,
     batch: RefCell<Vec<Msg>>,
+    /// Messages (requests and replies) this worker sent during the current turn of its
+    /// event loop, per target worker, handed over at the turn's end ([`Transport::end_turn`])
+    /// with one lock of the target's inbox: a cross-core hand-over costs a few cache-line
+    /// transfers, and one per message was most of an RPC plan's time (issue #9). Bounded by
+    /// what a turn sends: one doorbell per ready co-routine and one reply per request
+    /// received.
+    outbox: RefCell<Vec<Vec<Msg>>>,
+    /// Targets whose `outbox` holds messages, in the order first sent to.
+    outbox_targets: RefCell<Vec<u32>>,
 }
 
 impl InprocTransport {
+    /// Queues `msg` for worker `target`, sent at the end of this turn.
+    fn send(&self, target: usize, msg: Msg) {
+        let mut out = self.outbox.borrow_mut();
+        if out[target].is_empty() {
+            self.outbox_targets.borrow_mut().push(target as u32);
+        }
+        out[target].push(msg);
+    }
+
     fn delay(
         &self,
         posted_ns: u64,
@@ -208,7 +235,7 @@ impl Transport for InprocTransport {
                     index,
                     posted_ns: now,
                 };
-                self.shared.send(target, Msg::Request { from, node, req });
+                self.send(target, Msg::Request { from, node, req });
                 Posted::Pending
             }
             op => {
@@ -294,8 +321,15 @@ impl Transport for InprocTransport {
     }
 
     fn reply(&self, to: ReplyTo, reply: Vec<u8>) {
-        self.shared
-            .send(to.worker as usize, Msg::Reply { to, reply });
+        self.send(to.worker as usize, Msg::Reply { to, reply });
+    }
+
+    fn end_turn(&self) {
+        let mut out = self.outbox.borrow_mut();
+        for target in self.outbox_targets.borrow_mut().drain(..) {
+            self.shared
+                .hand_over(target as usize, &mut out[target as usize]);
+        }
     }
 
     /// Threads of one process share coherent atomics, and local work costs only itself.
@@ -392,6 +426,10 @@ pub fn run(
                                     ),
                                     delayed: RefCell::new(BinaryHeap::new()),
                                     batch: RefCell::new(Vec::new()),
+                                    outbox: RefCell::new(
+                                        (0..workers).map(|_| Vec::new()).collect(),
+                                    ),
+                                    outbox_targets: RefCell::new(Vec::new()),
                                 };
                                 let core = WorkerCore::new(
                                     id,
@@ -414,6 +452,7 @@ pub fn run(
                                 current.set(Some(e.core().id));
                                 e.run_ready();
                                 e.core().progress();
+                                e.core().end_turn();
                                 if !done[i] && e.live_tasks() == 0 {
                                     done[i] = true;
                                     finished.fetch_add(1, Ordering::AcqRel);
