@@ -657,6 +657,19 @@ impl Endpoint {
             .fetch_add(ptr.offset_words as usize, add)
     }
 
+    /// Starts loading the `len_words` words at `ptr` into this CPU's cache, where this
+    /// endpoint accesses them in place ([`Endpoint::in_place_on`]); elsewhere nothing. A hint
+    /// only ([`Region::prefetch`]): no op, no count, no effect on any result.
+    #[inline(always)]
+    pub fn prefetch_in_place(&self, ptr: crate::ids::RemotePtr, len_words: u32) {
+        if self.in_place_on(ptr.node) {
+            self.core
+                .local
+                .region(ptr.region)
+                .prefetch(ptr.offset_words as usize, len_words as usize);
+        }
+    }
+
     /// Whether `node`'s records are accessed in place by this endpoint: its own node's, on a
     /// backend that allows it.
     #[inline(always)]
