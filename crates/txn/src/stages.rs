@@ -231,7 +231,7 @@ pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> R
 /// touches them in place one after another: their cache misses overlap instead of adding
 /// up, as a NIC's outstanding READs would (issue #9: 1.5-1.7x a local YCSB transaction).
 /// A hint only: nothing read, counted or ordered by it.
-fn prefetch_own_records<S: EntryState>(tx: &TxnCore<'_, S>, idxs: &[usize]) {
+pub fn prefetch_own_records<S: EntryState>(tx: &TxnCore<'_, S>, idxs: &[usize]) {
     if !tx.c.ep.local_inline() {
         return;
     }
