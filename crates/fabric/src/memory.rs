@@ -121,18 +121,20 @@ impl Region {
     /// hint with no effect on what any access returns or on its ordering, so a caller that
     /// is about to touch several cold records of its own node pays their misses together
     /// rather than one after another (issue #9: a local YCSB transaction spent most of its
-    /// time on 32 misses in sequence, an index group and a record per key). Words outside
-    /// the region are not touched.
+    /// time on 32 misses in sequence, an index group and a record per key).
     #[inline]
     pub fn prefetch(&self, offset: usize, len: usize) {
         #[cfg(target_arch = "x86_64")]
-        if let Some(ws) = self.words().get(offset..offset + len) {
-            let start = ws.as_ptr() as usize;
-            let end = start + std::mem::size_of_val(ws);
+        {
+            // Addresses only, no bounds check: a prefetch never faults, so even a span past
+            // the region's end would be harmless, and `wrapping_add` keeps the arithmetic
+            // defined for any offset.
+            let start = (self.base.as_ptr() as *const u8).wrapping_add(offset * 8) as usize;
+            let end = start.wrapping_add(len * 8);
             let mut line = start & !(CACHE_LINE_BYTES - 1);
             while line < end {
-                // SAFETY: a prefetch never faults and has no architectural effect; the
-                // address lies in (or at the line start of) this region's words.
+                // SAFETY: PREFETCHT0 has no architectural effect and never faults, whatever
+                // the address; SSE, which it needs, is part of x86-64.
                 unsafe {
                     core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
                         line as *const i8,

@@ -124,10 +124,14 @@ pub fn item<S: EntryState>(tx: &TxnCore<'_, S>, i: usize) -> Item {
 
 /// Finds entry `i`'s record slot by probing its own node's index groups in place (the
 /// same probe sequence the READs below take, without copying a group through a verb).
-fn locate_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(), Abort> {
+fn locate_in_place<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    i: usize,
+    home_group: u32,
+) -> Result<(), Abort> {
     let e = &tx.entries[i];
     let layout = tx.c.catalog.layout(e.table);
-    let mut group = layout.home_group_of_hash(e.key_hash);
+    let mut group = home_group;
     // Bounded by the table's groups: a full index has been probed through once.
     for _ in 0..layout.index_groups {
         let ptr = tx.c.catalog.group_ptr(e.table, e.node, group);
@@ -142,6 +146,10 @@ fn locate_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(
             words[w as usize].load(std::sync::atomic::Ordering::Acquire)
         }) {
             GroupProbe::Found(loc) => {
+                // The record's lines asked for now, as each key is found: the stage after
+                // this one touches every record in turn, and their misses overlap.
+                let slot = tx.c.catalog.record_ptr(e.table, e.node, loc);
+                tx.c.ep.prefetch_in_place(slot, layout.record_words);
                 tx.entries[i].loc = Some(Loc(loc));
                 return Ok(());
             }
@@ -157,26 +165,33 @@ fn locate_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(
 /// is consulted when an entry is added).
 pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> Result<(), Abort> {
     let (me, inline) = (tx.c.node(), tx.c.ep.local_inline());
+    // Own-node entries to locate in place and their home groups, whose lines are all asked
+    // for first: their misses overlap.
+    let mut here: smallvec::SmallVec<[(usize, u32); 16]> = smallvec::SmallVec::new();
     if inline {
-        // Every own-node home group's lines asked for first: their misses overlap.
         for &i in idxs {
             let e = &tx.entries[i];
             if e.loc.is_none() && e.node == me {
                 let group = tx.c.catalog.layout(e.table).home_group_of_hash(e.key_hash);
-                let ptr = tx.c.catalog.group_ptr(e.table, e.node, group);
-                tx.c.ep.prefetch_in_place(ptr, GROUP_WORDS);
+                tx.c.ep
+                    .prefetch_in_place(tx.c.catalog.group_ptr(e.table, e.node, group), GROUP_WORDS);
+                here.push((i, group));
             }
         }
+    }
+    for &(i, group) in &here {
+        locate_in_place(tx, i, group)?;
     }
     let mut todo = Idxs::new();
     for &i in idxs {
         let e = &tx.entries[i];
-        if e.loc.is_some() {
-            continue;
-        }
-        if inline && e.node == me {
-            locate_in_place(tx, i)?;
-        } else {
+        if e.loc.is_none() {
+            debug_assert!(
+                !(inline && e.node == me),
+                "{:?} key {} of this node was not located in place",
+                e.table,
+                e.key
+            );
             todo.push(i);
         }
     }
@@ -227,24 +242,6 @@ pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> R
     Ok(())
 }
 
-/// Asks for the lines of every located own-node record of `idxs` at once, before a stage
-/// touches them in place one after another: their cache misses overlap instead of adding
-/// up, as a NIC's outstanding READs would (issue #9: 1.5-1.7x a local YCSB transaction).
-/// A hint only: nothing read, counted or ordered by it.
-pub fn prefetch_own_records<S: EntryState>(tx: &TxnCore<'_, S>, idxs: &[usize]) {
-    if !tx.c.ep.local_inline() {
-        return;
-    }
-    for &i in idxs {
-        let e = &tx.entries[i];
-        if let (true, Some(loc)) = (tx.c.ep.in_place_on(e.node), e.loc) {
-            let words = tx.c.catalog.layout(e.table).tuple_words;
-            tx.c.ep
-                .prefetch_in_place(tx.c.catalog.record_ptr(e.table, e.node, loc.0), words);
-        }
-    }
-}
-
 /// Checks a one-sided tuple READ against the entry: right key and live. On a stale cached
 /// location, forgets it so the retry looks the key up again.
 pub fn check_tuple<S: EntryState>(
@@ -292,7 +289,6 @@ pub async fn read<S: EntryState>(
         Primitive::OneSided => {
             locate(tx, idxs).await?;
             let (me, inline) = (tx.c.node(), tx.c.ep.local_inline());
-            prefetch_own_records(tx, idxs);
             let mut remote = Idxs::new();
             for &i in idxs {
                 if inline && tx.entries[i].node == me {
@@ -418,7 +414,6 @@ pub async fn lock<S: EntryState>(
                 peek_locks(tx, idxs).await?;
             }
             let mut outcome = Ok(());
-            prefetch_own_records(tx, idxs);
             let mut to_freeze: smallvec::SmallVec<[(usize, u64); 8]> = smallvec::SmallVec::new();
             // Own-node records first, in place: the CAS, then the READ that follows it in
             // the doorbell. The first refusal ends the stage before any other lock is taken

@@ -110,7 +110,6 @@ pub async fn read(
         return Ok(());
     }
     locate(tx, idxs).await?;
-    stages::prefetch_own_records(tx, idxs);
     let ep = tx.c.ep.clone();
     let mut pending: Idxs = idxs.iter().copied().collect();
     for _ in 0..READ_ATTEMPTS_MAX {
