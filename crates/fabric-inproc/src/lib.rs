@@ -152,20 +152,21 @@ struct InprocTransport {
     /// with one lock of the target's inbox: a cross-core hand-over costs a few cache-line
     /// transfers, and one per message was most of an RPC plan's time (issue #9). Bounded by
     /// what a turn sends: one doorbell per ready co-routine and one reply per request
-    /// received.
-    outbox: RefCell<Vec<Vec<Msg>>>,
-    /// Targets whose `outbox` holds messages, in the order first sent to.
-    outbox_targets: RefCell<Vec<u32>>,
+    /// received. One entry per worker this one has talked to (its buffer kept for the next
+    /// turns), searched in order: a worker talks to few (its thread index on each node and
+    /// its requesters), and a dense vector per worker would be quadratic in the cluster.
+    outbox: RefCell<Vec<(u32, Vec<Msg>)>>,
 }
 
 impl InprocTransport {
     /// Queues `msg` for worker `target`, sent at the end of this turn.
     fn send(&self, target: usize, msg: Msg) {
         let mut out = self.outbox.borrow_mut();
-        if out[target].is_empty() {
-            self.outbox_targets.borrow_mut().push(target as u32);
+        let target = target as u32;
+        match out.iter_mut().find(|(t, _)| *t == target) {
+            Some((_, msgs)) => msgs.push(msg),
+            None => out.push((target, vec![msg])),
         }
-        out[target].push(msg);
     }
 
     fn delay(
@@ -325,10 +326,10 @@ impl Transport for InprocTransport {
     }
 
     fn end_turn(&self) {
-        let mut out = self.outbox.borrow_mut();
-        for target in self.outbox_targets.borrow_mut().drain(..) {
-            self.shared
-                .hand_over(target as usize, &mut out[target as usize]);
+        for (target, msgs) in self.outbox.borrow_mut().iter_mut() {
+            if !msgs.is_empty() {
+                self.shared.hand_over(*target as usize, msgs);
+            }
         }
     }
 
@@ -426,10 +427,7 @@ pub fn run(
                                     ),
                                     delayed: RefCell::new(BinaryHeap::new()),
                                     batch: RefCell::new(Vec::new()),
-                                    outbox: RefCell::new(
-                                        (0..workers).map(|_| Vec::new()).collect(),
-                                    ),
-                                    outbox_targets: RefCell::new(Vec::new()),
+                                    outbox: RefCell::new(Vec::new()),
                                 };
                                 let core = WorkerCore::new(
                                     id,
