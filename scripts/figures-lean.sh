@@ -4,7 +4,8 @@
 # same session (`atoll floor`). Usage: OLD NEW. Run on an idle machine (check `uptime`).
 # Shapes: YCSB 1 node x 2 threads x 1 co-routine, 2 M records, 16 ops, 10% writes, zipf 0.6,
 # no compute, no log backups, OCC one-sided, at 104 and 1000 bytes; SmallBank OCC
-# 2 nodes x 1 thread x 8 co-routines, one-sided and rpc.
+# 2 nodes x 1 thread x 8 co-routines, one-sided and rpc. Each run's report carries the
+# cross-core round trip measured before it (env.core_round_trip_ns_start), listed per run.
 set -euo pipefail
 old=$1 new=$2
 reps=${REPS:-5}
@@ -41,7 +42,8 @@ def runs(name, which):
     rs = []
     for r in range(1, reps + 1):
         j = json.load(open(f"{out}/{name}-{which}-{r}.json"))
-        rs.append((j["summary"]["committed_per_s"], j["env"].get("cpu_us_per_txn") or float("nan")))
+        rs.append((j["summary"]["committed_per_s"], j["env"].get("cpu_us_per_txn") or float("nan"),
+                   j["env"].get("core_round_trip_ns_start")))
     return rs
 floor = {b: med(json.load(open(f"{out}/floor{b}-{r}.json"))["tx_per_s"] for r in range(1, reps + 1))
          for b in (104, 1000, "sb")}
@@ -53,6 +55,12 @@ for name in ("ycsb104", "ycsb1000", "sb-one-sided", "sb-rpc"):
     fl = floor[104 if name == "ycsb104" else 1000 if name == "ycsb1000" else "sb"]
     fls = f"{fl:>11.0f} {mn / fl:>9.2f}" if fl else f"{'':>11} {'':>9}"
     print(f"{name:<14} {mo:>10.0f} {mn:>10.0f} {mn / mo:>8.2f} {med(x[1] for x in o):>7.2f} {med(x[1] for x in n):>7.2f} {100 * spread:>9.1f}% {fls}")
+# The cross-core round trip before each run (binaries that measure it): RPC plans move
+# with it, so each run is listed beside it.
+for name in ("sb-one-sided", "sb-rpc"):
+    n = runs(name, "new")
+    print(f"{name} new runs, tx/s @ cross-core round trip ns:",
+          ", ".join(f"{x[0] / 1e3:.0f}K@{x[2]:.0f}" if x[2] else f"{x[0] / 1e3:.0f}K" for x in n))
 print("(tx/s: medians of", reps, "interleaved runs of", dur, "s; us: process CPU per committed transaction over the measured window;"
       " spread = (max - min) / median of the new runs)")
 PY

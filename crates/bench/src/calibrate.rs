@@ -358,7 +358,7 @@ fn txn_run(
 /// Measures every cost `reps` times; prints nothing.
 pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, ConfigError> {
     cfg.validate()?;
-    let probe = crate::env::Probe::start();
+    let probe = crate::env::Probe::start(true);
     // Never opened: the process's CPU over a window means nothing here.
     let window = crate::env::CpuWindow::default();
     let mut rng = Rng::new(SEED);

@@ -1479,7 +1479,9 @@ fn coordinate<W: Workload, P: Protocol>(
         &sizing,
         &crate::sizing::Machine::this(),
     )?;
-    let probe = crate::env::Probe::start();
+    // Node processes on this machine's cores, or other machines' (then the probe still
+    // tells whether this one moved).
+    let probe = crate::env::Probe::start(true);
     let hub = match &cc.hosts {
         Some(hosts) => dial_nodes(hosts)?,
         None => start_nodes(cfg.nodes, &cc.exe)?,

@@ -1,12 +1,14 @@
 //! Where and how a report's numbers were made: the build (commit, profile, target), the
-//! machine (CPU model, cores, load average) and the process (CPU time per committed
-//! transaction, peak resident memory). Read from `/proc` and `getrusage`; anything that
-//! cannot be read is reported as unknown rather than failing the run.
+//! machine (CPU model, cores, load average, what a cache line costs between two cores) and
+//! the process (CPU time per committed transaction, peak resident memory). Read from `/proc`
+//! and `getrusage`, or measured in a few milliseconds; anything that cannot be read is
+//! reported as unknown rather than failing the run.
 
 use serde::Serialize;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// A 1-minute load average above this many runnable tasks per core at the start of a run
 /// means other work held a good part of the machine: at 0.5 per core, on average half the
@@ -70,6 +72,13 @@ pub struct EnvReport {
     /// Peak resident memory of the process so far (VmHWM): with `--repeat`, of all runs
     /// up to this one.
     pub rss_peak_bytes: Option<u64>,
+    /// What one cache line's round trip between two of this process's cores took just
+    /// before the run and just after it ([`core_round_trip_ns`]; None: one core, a
+    /// simulated run, or the probe's threads never met). On a VM it moves with where the
+    /// hypervisor puts the virtual CPUs, 0.07-0.4 us on the 2-core machines here, and a
+    /// run whose workers talk across cores moves with it (issue #9).
+    pub core_round_trip_ns_start: Option<f64>,
+    pub core_round_trip_ns_end: Option<f64>,
 }
 
 /// Process CPU time (user + system) in microseconds, every thread included.
@@ -136,6 +145,78 @@ fn parse_kb_field(text: &str, field: &str) -> Option<u64> {
     Some(kb * KIB)
 }
 
+/// How long [`core_round_trip_ns`] bounces its line at most: long enough for tens of
+/// thousands of round trips on an idle machine, short beside any run.
+const BOUNCE_PROBE: Duration = Duration::from_millis(5);
+/// Round trips timed together (one clock read per batch, not per trip).
+const BOUNCE_BATCH: u32 = 64;
+/// Spins between two looks at the probe's deadline, so a partner thread that is never
+/// scheduled costs at most the deadline.
+const BOUNCE_SPINS_PER_CHECK: u32 = 1024;
+
+/// A cache line of its own (two, for the adjacent-line prefetcher).
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+/// The median time of one cache line's round trip between the first two cores this process
+/// may use (two threads pinned there hand a counter back and forth for at most
+/// `BOUNCE_PROBE`), in nanoseconds; None with one core or if no batch of round trips
+/// finished in time (the machine was too busy to schedule both threads). The caller's
+/// own thread is left where it was.
+pub fn core_round_trip_ns() -> Option<f64> {
+    let ids = core_affinity::get_core_ids().unwrap_or_default();
+    let (&a, &b) = (ids.first()?, ids.get(1)?);
+    let line = Line(AtomicU64::new(0));
+    let stop = Line(AtomicU64::new(0));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            core_affinity::set_for_current(b);
+            // Answers every odd value with the next even one until told to stop.
+            while stop.0.load(Ordering::Relaxed) == 0 {
+                let v = line.0.load(Ordering::Acquire);
+                if v % 2 == 1 {
+                    line.0.store(v + 1, Ordering::Release);
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let timer = s.spawn(|| {
+            core_affinity::set_for_current(a);
+            let deadline = Instant::now() + BOUNCE_PROBE;
+            let mut batches_ns: Vec<f64> = Vec::new();
+            let mut v = 0u64;
+            'probe: while Instant::now() < deadline {
+                let t = Instant::now();
+                for _ in 0..BOUNCE_BATCH {
+                    line.0.store(v + 1, Ordering::Release);
+                    let mut spins = 0u32;
+                    while line.0.load(Ordering::Acquire) != v + 2 {
+                        spins += 1;
+                        if spins % BOUNCE_SPINS_PER_CHECK == 0 && Instant::now() >= deadline {
+                            break 'probe;
+                        }
+                        std::hint::spin_loop();
+                    }
+                    v += 2;
+                }
+                batches_ns.push(t.elapsed().as_nanos() as f64 / BOUNCE_BATCH as f64);
+            }
+            stop.0.store(1, Ordering::Relaxed);
+            median(&mut batches_ns)
+        });
+        timer.join().ok().flatten()
+    })
+}
+
+fn median(xs: &mut [f64]) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(f64::total_cmp);
+    Some(xs[xs.len() / 2])
+}
+
 /// Cores this process may use.
 pub fn cores() -> usize {
     std::thread::available_parallelism()
@@ -196,12 +277,20 @@ impl CpuWindow {
 #[derive(Debug)]
 pub struct Probe {
     loadavg_1m_start: Option<f64>,
+    /// Whether the run's threads are real ones on this machine's cores (not simulated), so
+    /// the cross-core round trip bears on its numbers.
+    real_cores: bool,
+    core_round_trip_ns_start: Option<f64>,
 }
 
 impl Probe {
-    pub fn start() -> Self {
+    /// Readings before a run; `real_cores`: its workers are threads on this machine (the
+    /// cross-core round trip is measured before and after it).
+    pub fn start(real_cores: bool) -> Self {
         Probe {
             loadavg_1m_start: loadavg_1m(),
+            real_cores,
+            core_round_trip_ns_start: real_cores.then(core_round_trip_ns).flatten(),
         }
     }
 
@@ -220,6 +309,8 @@ impl Probe {
                 .filter(|_| committed > 0)
                 .map(|s| s * 1e6 / committed as f64),
             rss_peak_bytes: rss_peak_bytes(),
+            core_round_trip_ns_start: self.core_round_trip_ns_start,
+            core_round_trip_ns_end: self.real_cores.then(core_round_trip_ns).flatten(),
         }
     }
 }
@@ -257,6 +348,15 @@ impl EnvReport {
             load(self.loadavg_1m_start),
             load(self.loadavg_1m_end)
         );
+        if self.core_round_trip_ns_start.is_some() || self.core_round_trip_ns_end.is_some() {
+            let ns = |n: Option<f64>| n.map_or("unknown".into(), |n| format!("{n:.0} ns"));
+            let _ = writeln!(
+                o,
+                "cores       a cache line's round trip between two cores: {} before the run, {} after",
+                ns(self.core_round_trip_ns_start),
+                ns(self.core_round_trip_ns_end)
+            );
+        }
         let _ = writeln!(
             o,
             "process     {} CPU us per committed txn ({} CPU s measured), peak RSS {}",
@@ -324,5 +424,36 @@ mod tests {
         w.mark_end();
         assert!(w.seconds().is_some_and(|s| s >= 0.0));
         assert!(rss_peak_bytes().is_some_and(|b| b > 0));
+    }
+
+    #[test]
+    fn the_cross_core_probe_returns_within_its_bound_and_measures_only_with_two_cores() {
+        let t = Instant::now();
+        let rt = core_round_trip_ns();
+        // Its own bound plus two thread starts: far under a second even on a busy machine.
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "took {:?}",
+            t.elapsed()
+        );
+        let two = core_affinity::get_core_ids().is_some_and(|c| c.len() >= 2);
+        if !two {
+            assert_eq!(rt, None, "one core has no round trip between cores");
+        }
+        // With two cores the partner may never be scheduled on a loaded machine (None), but
+        // a measured trip is a real one: positive and under the probe's whole duration.
+        if let Some(ns) = rt {
+            assert!(
+                ns > 0.0 && ns < BOUNCE_PROBE.as_nanos() as f64,
+                "round trip {ns} ns"
+            );
+        }
+        let p = Probe::start(false);
+        let r = p.finish(&CpuWindow::default(), 0);
+        assert_eq!(
+            (r.core_round_trip_ns_start, r.core_round_trip_ns_end),
+            (None, None),
+            "a simulated run does not probe the cores"
+        );
     }
 }

@@ -572,7 +572,7 @@ pub fn run(
     exe: &std::path::Path,
 ) -> Result<FabricBenchReport, ClusterError> {
     cluster::ucx_available()?;
-    let probe = crate::env::Probe::start();
+    let probe = crate::env::Probe::start(true);
     let plan = NodePlan {
         duration_ms: cfg.duration_ms,
     };

@@ -261,7 +261,7 @@ fn run_with<W: Workload, P: Protocol>(
     };
     // Everything below allocates: first refuse what cannot fit.
     let sizing = crate::sizing::size(cfg, &w, version_slots)?;
-    let probe = crate::env::Probe::start();
+    let probe = crate::env::Probe::start(!matches!(cfg.fabric, Fabric::Sim { .. }));
     // The history file is created only once everything else was accepted, so a refused
     // configuration leaves an existing file as it was.
     let history_out = match (&cfg.history_file, cfg.record_history) {
