@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue-9 wall-clock figures: OLD and NEW binaries interleaved run by run (the machine's
 # noise hits both alike), median of REPS, each beside the memory floor measured in the
-# same session (`atoll floor`). Usage: OLD NEW. Run on an idle machine (check `uptime`).
+# same session (`atoll floor`, also with `--index-probe`: each record found through a hash
+# index first). Usage: OLD NEW. Run on an idle machine (check `uptime`).
 # Shapes: YCSB 1 node x 2 threads x 1 co-routine, 2 M records, 16 ops, 10% writes, zipf 0.6,
 # no compute, no log backups, OCC one-sided, at 104 and 1000 bytes; SmallBank OCC
 # 2 nodes x 1 thread x 8 co-routines, one-sided and rpc. Each run's report carries the
@@ -29,6 +30,10 @@ for r in $(seq 1 "$reps"); do
   done
   "$new" floor --records 2000000 --record-bytes 104 --accesses 16 --threads 2 --duration 3 --json "$out/floor104-$r.json" >/dev/null
   "$new" floor --records 2000000 --record-bytes 1000 --accesses 16 --threads 2 --duration 3 --json "$out/floor1000-$r.json" >/dev/null
+  # The same, each record found through a hash index first (a dependent miss, as the
+  # engine's index probe is): the floor of a store that must look its records up.
+  "$new" floor --records 2000000 --record-bytes 104 --accesses 16 --threads 2 --duration 3 --index-probe --json "$out/floor104i-$r.json" >/dev/null
+  "$new" floor --records 2000000 --record-bytes 1000 --accesses 16 --threads 2 --duration 3 --index-probe --json "$out/floor1000i-$r.json" >/dev/null
   # SmallBank: 2 nodes x 100,000 accounts x 3 tables of small records; the issue's floor
   # counts ~12 cold memory operations per transaction (index, lock, read, validate, write,
   # unlock of 1-3 records).
@@ -46,14 +51,17 @@ def runs(name, which):
                    j["env"].get("core_round_trip_ns_start")))
     return rs
 floor = {b: med(json.load(open(f"{out}/floor{b}-{r}.json"))["tx_per_s"] for r in range(1, reps + 1))
-         for b in (104, 1000, "sb")}
-print(f"{'shape':<14} {'old tx/s':>10} {'new tx/s':>10} {'new/old':>8} {'old us':>7} {'new us':>7} {'spread new':>10} {'floor tx/s':>11} {'new/floor':>9}")
+         for b in (104, 1000, "sb", "104i", "1000i")}
+print(f"{'shape':<14} {'old tx/s':>10} {'new tx/s':>10} {'new/old':>8} {'old us':>7} {'new us':>7} {'spread new':>10} {'floor tx/s':>11} {'new/floor':>9} {'idx floor':>10} {'new/idx':>7}")
 for name in ("ycsb104", "ycsb1000", "sb-one-sided", "sb-rpc"):
     o, n = runs(name, "old"), runs(name, "new")
     mo, mn = med(x[0] for x in o), med(x[0] for x in n)
     spread = (max(x[0] for x in n) - min(x[0] for x in n)) / mn
     fl = floor[104 if name == "ycsb104" else 1000 if name == "ycsb1000" else "sb"]
     fls = f"{fl:>11.0f} {mn / fl:>9.2f}" if fl else f"{'':>11} {'':>9}"
+    fi = floor.get({"ycsb104": "104i", "ycsb1000": "1000i"}.get(name))
+    if fi:
+        fls += f" {fi:>10.0f} {mn / fi:>7.2f}"
     print(f"{name:<14} {mo:>10.0f} {mn:>10.0f} {mn / mo:>8.2f} {med(x[1] for x in o):>7.2f} {med(x[1] for x in n):>7.2f} {100 * spread:>9.1f}% {fls}")
 # The cross-core round trip before each run (binaries that measure it): RPC plans move
 # with it, so each run is listed beside it.

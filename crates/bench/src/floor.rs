@@ -2,8 +2,12 @@
 //! transaction touches achieves, with no engine in between (issue #9's yardstick: "a loop
 //! copying 16 random 1000-byte records" for YCSB, "~12 cold memory operations" for
 //! SmallBank). Engine throughput is quoted as a ratio of this, measured in the same run.
+//!
+//! With `index_probe` every access first finds its record through a hash index, as an
+//! engine must: a dependent cache miss before the copy's, which the bare copy loop lacks.
 
 use crate::sizing::{human_bytes, memory_limit_bytes};
+use atoll_storage::layout::hash_key;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -18,6 +22,9 @@ pub struct FloorConfig {
     pub threads: u16,
     pub duration: Duration,
     pub seed: u64,
+    /// Find each record through an open-addressing hash index first (its slot, then the
+    /// record it names), instead of computing its position.
+    pub index_probe: bool,
 }
 
 /// What the loop achieved.
@@ -27,6 +34,7 @@ pub struct FloorReport {
     pub record_bytes: u64,
     pub accesses_per_txn: u32,
     pub threads: u16,
+    pub index_probe: bool,
     pub txns: u64,
     pub seconds: f64,
     pub tx_per_s: f64,
@@ -42,6 +50,21 @@ const THREADS_MAX: u16 = 256;
 
 /// Transactions between two reads of the clock: a clock read must not weigh in the floor.
 const TXNS_PER_CLOCK_READ: u64 = 64;
+
+/// Words of an index slot: the key plus one (0: empty), then the record's position.
+const INDEX_SLOT_WORDS: usize = 2;
+/// Index slots per record at most: a power of two at least twice the records (load factor
+/// at most 1/2, so a probe mostly reads one slot, as the engine's grouped index does).
+const INDEX_SLOTS_PER_RECORD_MAX: u64 = 4;
+const WORD_BYTES: u64 = 8;
+
+/// Index slots for `records` (0 when the index does not fit a u64 count).
+fn index_slots(records: u64) -> u64 {
+    records
+        .checked_mul(2)
+        .and_then(u64::checked_next_power_of_two)
+        .unwrap_or(0)
+}
 
 /// Checks the shape; the error names the bad value and what is accepted.
 pub fn validate(cfg: &FloorConfig) -> Result<(), String> {
@@ -68,14 +91,33 @@ pub fn validate(cfg: &FloorConfig) -> Result<(), String> {
             cfg.threads
         ));
     }
-    let bytes = cfg.records.checked_mul(cfg.record_bytes);
+    let index_bytes = if cfg.index_probe {
+        match index_slots(cfg.records) {
+            0 => None,
+            n => {
+                debug_assert!(n <= cfg.records * INDEX_SLOTS_PER_RECORD_MAX);
+                n.checked_mul(INDEX_SLOT_WORDS as u64 * WORD_BYTES)
+            }
+        }
+    } else {
+        Some(0)
+    };
+    let bytes = cfg
+        .records
+        .checked_mul(cfg.record_bytes)
+        .and_then(|b| b.checked_add(index_bytes?));
     let (limit, why) = memory_limit_bytes();
     match bytes {
         Some(b) if b <= limit => Ok(()),
         _ => Err(format!(
-            "floor records={} x record_bytes={} needs more than the {} allowed ({why})",
+            "floor records={} x record_bytes={}{} needs more than the {} allowed ({why})",
             cfg.records,
             cfg.record_bytes,
+            if cfg.index_probe {
+                " with its index"
+            } else {
+                ""
+            },
             human_bytes(limit)
         )),
     }
@@ -90,13 +132,18 @@ pub fn run(cfg: &FloorConfig) -> Result<FloorReport, String> {
     let table: Vec<u64> = (0..cfg.records as usize * words)
         .map(|i| i as u64)
         .collect();
+    let index = if cfg.index_probe {
+        build_index(cfg.records)
+    } else {
+        Vec::new()
+    };
     let start = Instant::now();
     let counts: Vec<u64> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.threads)
             .map(|t| {
-                let table = &table;
+                let (table, index) = (&table, &index);
                 let seed = cfg.seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                s.spawn(move || copy_loop(table, words, cfg, seed, start))
+                s.spawn(move || copy_loop(table, index, words, cfg, seed, start))
             })
             .collect();
         handles
@@ -112,6 +159,7 @@ pub fn run(cfg: &FloorConfig) -> Result<FloorReport, String> {
         record_bytes: cfg.record_bytes,
         accesses_per_txn: cfg.accesses_per_txn,
         threads: cfg.threads,
+        index_probe: cfg.index_probe,
         txns,
         seconds,
         tx_per_s,
@@ -119,14 +167,54 @@ pub fn run(cfg: &FloorConfig) -> Result<FloorReport, String> {
     })
 }
 
-fn copy_loop(table: &[u64], words: usize, cfg: &FloorConfig, seed: u64, start: Instant) -> u64 {
+/// An open-addressing index of keys `0..records`, each naming its record's position
+/// (the key itself: the hash scatters the slots, not the records).
+fn build_index(records: u64) -> Vec<u64> {
+    let slots = index_slots(records) as usize;
+    let mask = slots - 1;
+    let mut index = vec![0u64; slots * INDEX_SLOT_WORDS];
+    for key in 0..records {
+        let mut s = hash_key(key) as usize & mask;
+        while index[s * INDEX_SLOT_WORDS] != 0 {
+            s = (s + 1) & mask;
+        }
+        index[s * INDEX_SLOT_WORDS] = key + 1;
+        index[s * INDEX_SLOT_WORDS + 1] = key;
+    }
+    index
+}
+
+/// The record position `index` names for `key` (which it holds: the probe ends at it).
+#[inline]
+fn probe(index: &[u64], key: u64) -> usize {
+    let mask = index.len() / INDEX_SLOT_WORDS - 1;
+    let mut s = hash_key(key) as usize & mask;
+    while index[s * INDEX_SLOT_WORDS] != key + 1 {
+        s = (s + 1) & mask;
+    }
+    index[s * INDEX_SLOT_WORDS + 1] as usize
+}
+
+fn copy_loop(
+    table: &[u64],
+    index: &[u64],
+    words: usize,
+    cfg: &FloorConfig,
+    seed: u64,
+    start: Instant,
+) -> u64 {
     let mut rng = atoll_fabric::rng::Rng::new(seed);
     let mut buf = vec![0u64; words * cfg.accesses_per_txn as usize];
     let mut txns = 0u64;
     loop {
         for _ in 0..TXNS_PER_CLOCK_READ {
             for a in 0..cfg.accesses_per_txn as usize {
-                let r = rng.below(cfg.records) as usize;
+                let key = rng.below(cfg.records);
+                let r = if index.is_empty() {
+                    key as usize
+                } else {
+                    probe(index, key)
+                };
                 buf[a * words..(a + 1) * words].copy_from_slice(&table[r * words..(r + 1) * words]);
             }
             std::hint::black_box(&mut buf);
@@ -150,7 +238,23 @@ mod tests {
             threads: 2,
             duration: Duration::from_millis(20),
             seed: 1,
+            index_probe: false,
         }
+    }
+
+    #[test]
+    fn floor_index_names_every_record_and_the_probing_loop_runs() {
+        let index = build_index(1000);
+        assert_eq!(index.len(), 2048 * INDEX_SLOT_WORDS);
+        for key in 0..1000 {
+            assert_eq!(probe(&index, key), key as usize);
+        }
+        let r = run(&FloorConfig {
+            index_probe: true,
+            ..shape()
+        })
+        .unwrap();
+        assert!(r.index_probe && r.txns >= 2 * TXNS_PER_CLOCK_READ, "{r:?}");
     }
 
     #[test]
@@ -197,6 +301,15 @@ mod tests {
                     ..shape()
                 },
                 "needs more than",
+            ),
+            (
+                FloorConfig {
+                    records: u64::MAX / 2,
+                    record_bytes: 8,
+                    index_probe: true,
+                    ..shape()
+                },
+                "with its index needs more than",
             ),
         ] {
             let e = validate(&bad).unwrap_err();
