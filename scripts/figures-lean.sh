@@ -5,8 +5,8 @@
 # index first). Usage: OLD NEW. Run on an idle machine (check `uptime`).
 # Shapes: YCSB 1 node x 2 threads x 1 co-routine, 2 M records, 16 ops, 10% writes, zipf 0.6,
 # no compute, no log backups, OCC one-sided, at 104 and 1000 bytes; SmallBank OCC
-# 2 nodes x 1 thread x 8 co-routines, one-sided and rpc. Each run's report carries the
-# cross-core round trip measured before it (env.core_round_trip_ns_start), listed per run.
+# 2 nodes x 1 thread x 8 co-routines, one-sided and rpc (and NOWAIT rpc). Each run's report carries the
+# cross-core round trip measured before and after it (env.core_round_trip_ns_*), listed per run.
 set -euo pipefail
 old=$1 new=$2
 reps=${REPS:-5}
@@ -18,7 +18,8 @@ ycsb="--workload ycsb --nodes 1 --threads 2 --coroutines 1 -p records=2000000 -p
       --log-replicas 0 --protocol occ --plan one-sided"
 sb="--workload smallbank --nodes 2 --threads 1 --coroutines 8 --protocol occ"
 shapes=("ycsb104|$ycsb -p record_bytes=104" "ycsb1000|$ycsb -p record_bytes=1000"
-        "sb-one-sided|$sb --plan one-sided" "sb-rpc|$sb --plan rpc")
+        "sb-one-sided|$sb --plan one-sided" "sb-rpc|$sb --plan rpc"
+        "sb-rpc-nowait|${sb/--protocol occ/--protocol nowait} --plan rpc")
 for r in $(seq 1 "$reps"); do
   for s in "${shapes[@]}"; do
     name=${s%%|*} flags=${s#*|}
@@ -48,12 +49,12 @@ def runs(name, which):
     for r in range(1, reps + 1):
         j = json.load(open(f"{out}/{name}-{which}-{r}.json"))
         rs.append((j["summary"]["committed_per_s"], j["env"].get("cpu_us_per_txn") or float("nan"),
-                   j["env"].get("core_round_trip_ns_start")))
+                   j["env"].get("core_round_trip_ns_start"), j["env"].get("core_round_trip_ns_end")))
     return rs
 floor = {b: med(json.load(open(f"{out}/floor{b}-{r}.json"))["tx_per_s"] for r in range(1, reps + 1))
          for b in (104, 1000, "sb", "104i", "1000i")}
 print(f"{'shape':<14} {'old tx/s':>10} {'new tx/s':>10} {'new/old':>8} {'old us':>7} {'new us':>7} {'spread new':>10} {'floor tx/s':>11} {'new/floor':>9} {'idx floor':>10} {'new/idx':>7}")
-for name in ("ycsb104", "ycsb1000", "sb-one-sided", "sb-rpc"):
+for name in ("ycsb104", "ycsb1000", "sb-one-sided", "sb-rpc", "sb-rpc-nowait"):
     o, n = runs(name, "old"), runs(name, "new")
     mo, mn = med(x[0] for x in o), med(x[0] for x in n)
     spread = (max(x[0] for x in n) - min(x[0] for x in n)) / mn
@@ -65,10 +66,10 @@ for name in ("ycsb104", "ycsb1000", "sb-one-sided", "sb-rpc"):
     print(f"{name:<14} {mo:>10.0f} {mn:>10.0f} {mn / mo:>8.2f} {med(x[1] for x in o):>7.2f} {med(x[1] for x in n):>7.2f} {100 * spread:>9.1f}% {fls}")
 # The cross-core round trip before each run (binaries that measure it): RPC plans move
 # with it, so each run is listed beside it.
-for name in ("sb-one-sided", "sb-rpc"):
+for name in ("sb-one-sided", "sb-rpc", "sb-rpc-nowait"):
     n = runs(name, "new")
-    print(f"{name} new runs, tx/s @ cross-core round trip ns:",
-          ", ".join(f"{x[0] / 1e3:.0f}K@{x[2]:.0f}" if x[2] else f"{x[0] / 1e3:.0f}K" for x in n))
+    print(f"{name} new runs, tx/s @ cross-core round trip ns before>after:",
+          ", ".join(f"{x[0] / 1e3:.0f}K@{x[2]:.0f}>{x[3]:.0f}" if x[2] and x[3] else f"{x[0] / 1e3:.0f}K" for x in n))
 print("(tx/s: medians of", reps, "interleaved runs of", dur, "s; us: process CPU per committed transaction over the measured window;"
       " spread = (max - min) / median of the new runs)")
 PY

@@ -320,6 +320,11 @@ pub fn is_busy(load: Option<f64>, cores: usize) -> bool {
     load.is_some_and(|l| l > BUSY_LOAD_PER_CORE * cores as f64)
 }
 
+/// Round trips before and after a run further apart than this factor mean the machine
+/// changed under it: the two regimes seen here are ~80 and ~380 ns, while a steady machine's
+/// probes agree within ~20%.
+pub const CORES_MOVED_RATIO: f64 = 1.5;
+
 /// Bytes per MiB, for the printed peak RSS.
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -370,6 +375,21 @@ impl EnvReport {
         if let Some(w) = self.busy_warning() {
             let _ = writeln!(o, "warning     {w}");
         }
+        if let Some(w) = self.cores_moved_warning() {
+            let _ = writeln!(o, "warning     {w}");
+        }
+    }
+
+    /// The warning when the cross-core round trip before and after the run differ by more
+    /// than [`CORES_MOVED_RATIO`]: the machine changed under the run (on a VM, the
+    /// hypervisor moved the vCPUs), so its numbers mix two regimes. Else None.
+    pub fn cores_moved_warning(&self) -> Option<String> {
+        let (a, b) = (self.core_round_trip_ns_start?, self.core_round_trip_ns_end?);
+        (a.max(b) > CORES_MOVED_RATIO * a.min(b)).then(|| {
+            format!(
+                "the cores changed under the run: a cache line's round trip between two cores took {a:.0} ns before it and {b:.0} ns after (more than {CORES_MOVED_RATIO}x apart); cross-core figures mix both"
+            )
+        })
     }
 
     /// The warning when the machine was busy at the start, else None.
@@ -448,6 +468,17 @@ mod tests {
                 "round trip {ns} ns"
             );
         }
+        let mut r = Probe::start(false).finish(&CpuWindow::default(), 0);
+        assert_eq!(
+            r.cores_moved_warning(),
+            None,
+            "nothing measured, nothing to warn of"
+        );
+        (r.core_round_trip_ns_start, r.core_round_trip_ns_end) = (Some(50.0), Some(60.0));
+        assert_eq!(r.cores_moved_warning(), None, "a steady machine");
+        r.core_round_trip_ns_end = Some(390.0);
+        let w = r.cores_moved_warning().expect("the vCPUs moved");
+        assert!(w.contains("50 ns before it and 390 ns after"), "{w}");
         let p = Probe::start(false);
         let r = p.finish(&CpuWindow::default(), 0);
         assert_eq!(
