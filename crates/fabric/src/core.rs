@@ -183,7 +183,9 @@ pub fn execute_local(
 ) -> Posted {
     match op {
         Op::Rpc { node, req } => {
-            let mut reply = Vec::new();
+            // The room its request was given (sized by its encoder for a typical reply), so
+            // writing the reply does not regrow it.
+            let mut reply = Vec::with_capacity(req.capacity());
             match handler.handle(node, from, &req, &mut reply) {
                 Handled::Replied => Posted::Done(Completion::Rpc(reply)),
                 Handled::Deferred => Posted::Held,

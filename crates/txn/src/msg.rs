@@ -718,10 +718,21 @@ impl<'a> WordReader<'a> {
     }
 }
 
+/// Least capacity of a request's buffer. The fabric answers an RPC in its request's own
+/// buffer (and a local RPC's reply gets the room its request had), so a request encoded into
+/// a buffer sized for itself alone regrew when its reply was written: an allocation and a
+/// copy, ~3 a SmallBank RPC transaction (issue #9). A reply of a few small tuples fits here.
+pub const REQUEST_BUFFER_BYTES_MIN: usize = 512;
+
+/// An empty buffer for a request of `len` bytes, with room for a typical reply.
+pub fn request_buffer(len: usize) -> Vec<u8> {
+    Vec::with_capacity(len.max(REQUEST_BUFFER_BYTES_MIN))
+}
+
 /// The bytes of a request of `family` whose body `body` writes: what [`Request::Family`]
 /// encodes to, without building the body separately.
 pub fn family_request(family: FamilyId, body: impl FnOnce(&mut WordWriter<'_>)) -> Vec<u8> {
-    let mut v = Vec::with_capacity(64);
+    let mut v = request_buffer(0);
     let mut e = WordWriter(&mut v);
     e.tag(RequestTag::Family);
     e.w(family.0 as u64);
@@ -847,7 +858,7 @@ impl Request {
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::new();
+        let mut v = request_buffer(self.encoded_len());
         self.encode(&mut v);
         v
     }
@@ -860,7 +871,7 @@ impl Request {
     /// The bytes of `Request::Read { items }` from borrowed items (a stage names its
     /// records from its entries: no vector built per request only to be encoded).
     pub fn read_bytes(items: &[Item]) -> Vec<u8> {
-        let mut v = Vec::with_capacity((2 + ITEM_WORDS * items.len()) * 8);
+        let mut v = request_buffer((2 + ITEM_WORDS * items.len()) * 8);
         Self::encode_read(&mut WordWriter(&mut v), items);
         v
     }
@@ -875,7 +886,7 @@ impl Request {
 
     /// The bytes of `Request::Lock { .. }` from borrowed items (as [`Self::read_bytes`]).
     pub fn lock_bytes(ts: u64, want_data: bool, freeze: bool, items: &[Item]) -> Vec<u8> {
-        let mut v = Vec::with_capacity((5 + ITEM_WORDS * items.len()) * 8);
+        let mut v = request_buffer((5 + ITEM_WORDS * items.len()) * 8);
         Self::encode_lock(&mut WordWriter(&mut v), ts, want_data, freeze, items);
         v
     }
@@ -889,7 +900,7 @@ impl Request {
     /// The bytes of `Request::Log { offset, words }` from borrowed words (a log record goes
     /// to every backup: no copy of it per backup).
     pub fn log_bytes(offset: u32, words: &[u64]) -> Vec<u8> {
-        let mut v = Vec::with_capacity((3 + words.len()) * 8);
+        let mut v = request_buffer((3 + words.len()) * 8);
         Self::encode_log(&mut WordWriter(&mut v), offset, words);
         v
     }
