@@ -70,6 +70,16 @@ for name in ("sb-one-sided", "sb-rpc", "sb-rpc-nowait"):
     n = runs(name, "new")
     print(f"{name} new runs, tx/s @ cross-core round trip ns before>after:",
           ", ".join(f"{x[0] / 1e3:.0f}K@{x[2]:.0f}>{x[3]:.0f}" if x[2] and x[3] else f"{x[0] / 1e3:.0f}K" for x in n))
+# Medians of the new runs per cross-core regime: both probes under FAST_NS (the vCPUs close)
+# or both over SLOW_NS (far apart); a run whose probes disagree straddled a move and counts
+# in neither.
+FAST_NS, SLOW_NS = 150, 250
+for name in ("ycsb104", "ycsb1000", "sb-one-sided", "sb-rpc", "sb-rpc-nowait"):
+    n = [x for x in runs(name, "new") if x[2] and x[3]]
+    fast = [x[0] for x in n if max(x[2], x[3]) < FAST_NS]
+    slow = [x[0] for x in n if min(x[2], x[3]) > SLOW_NS]
+    show = lambda xs: f"{med(xs):.0f} (n={len(xs)}, spread {100 * (max(xs) - min(xs)) / med(xs):.1f}%)" if xs else "-"
+    print(f"{name} new by regime: fast {show(fast)}, slow {show(slow)}")
 print("(tx/s: medians of", reps, "interleaved runs of", dur, "s; us: process CPU per committed transaction over the measured window;"
       " spread = (max - min) / median of the new runs)")
 PY
