@@ -1089,7 +1089,11 @@ fn configurations_that_cannot_fit_are_refused_with_the_figure_and_the_limit_befo
     // Every region of 64 nodes with 10^8 accounts each: far beyond any machine's memory.
     bad(
         &["bench", "--nodes", "64", "-p", "accounts=100000000"],
-        &["the configuration needs", "× 64 nodes), over the limit of"],
+        &[
+            "the configuration needs",
+            "× 64 nodes), over the limit of",
+            "the co-routines' location caches 512.0 MiB of it",
+        ],
     );
     bad(
         &["bench", "--fabric", "sim", "--faults", "spikes=100000000"],

@@ -397,7 +397,7 @@ impl RunConfig {
             coordinators_total: self.coordinators_total(),
             coordinators_per_node: self.coordinators_per_node(),
             log_slots: self.topology().log_slots(self.log_replicas),
-            loc_cache_entries_max: crate::run::LOC_CACHE_ENTRIES_MAX,
+            loc_cache_entries_max: crate::run::loc_cache_entries_max(self.coordinators_total()),
             waitdie_counter: self.waitdie_counter,
             vector_slots: self.vector_slots,
             vector_fetcher: self.vector_fetcher,

@@ -36,8 +36,25 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Location-cache entries per coordinator before it is cleared.
+/// Location-cache entries per coordinator before it is cleared, at most.
 pub(crate) const LOC_CACHE_ENTRIES_MAX: usize = 1 << 16;
+
+/// Bytes all coordinators' location caches may hold together. A cache keeps every remote key
+/// its coordinator met until it is cleared, ~3 MB at `LOC_CACHE_ENTRIES_MAX`: with that cap
+/// per co-routine, a long run of many co-routines could outgrow the machine's memory (4,096
+/// co-routines, all full: ~13 GB). Each coordinator's cap is its share of this bound, so the
+/// caches' memory is bounded whatever the co-routine count (and counted by the sizing).
+pub(crate) const LOC_CACHES_BYTES_MAX: u64 = 512 << 20;
+
+/// Heap bytes per cached location, at most: the key (table, node, key), the location and the
+/// hash table's slack (it keeps at least an eighth of its slots free, and doubles).
+pub(crate) const LOC_CACHE_BYTES_PER_ENTRY: u64 = 64;
+
+/// Each coordinator's location-cache cap when `coordinators` share `LOC_CACHES_BYTES_MAX`.
+pub(crate) fn loc_cache_entries_max(coordinators: u32) -> usize {
+    let share = LOC_CACHES_BYTES_MAX / (coordinators.max(1) as u64 * LOC_CACHE_BYTES_PER_ENTRY);
+    (share.min(LOC_CACHE_ENTRIES_MAX as u64) as usize).max(1)
+}
 /// Randomised back-off after an abort: drawn below `BACKOFF_NS_MIN << aborts so far`, which
 /// doubles per abort up to `BACKOFF_NS_MAX` (after ten). A cap of 64 µs let a contended run
 /// collapse into a retry storm: at RCC's shape (simulated, hot_prob 0.9) NOWAIT's rpc plan

@@ -145,6 +145,9 @@ pub struct Sizing {
     /// NAM-DB's garbage collector, on each memory node: the mover's note per overflow
     /// entry (the commit id that replaced the entry's version, and when it was moved).
     pub mover_bytes: u64,
+    /// Every coordinator's location cache, full (each capped at its share of
+    /// `run::LOC_CACHES_BYTES_MAX`).
+    pub loc_cache_bytes: u64,
 }
 
 impl Sizing {
@@ -176,6 +179,7 @@ impl Sizing {
             + self.ordered_index_bytes * self.memory_nodes as u64
             + self.snapshot_vectors_bytes
             + self.mover_bytes * self.memory_nodes as u64
+            + self.loc_cache_bytes
     }
 
     /// The one line a run prints at start-up.
@@ -358,6 +362,9 @@ pub fn size<W: Workload>(
             .map(|s| s.capacity_per_node as u64 * cfg.overflow_versions as u64)
             .sum::<u64>()
             * atoll_protocols::mover::NOTE_BYTES_PER_ENTRY,
+        loc_cache_bytes: cfg.coordinators_total() as u64
+            * crate::run::loc_cache_entries_max(cfg.coordinators_total()) as u64
+            * crate::run::LOC_CACHE_BYTES_PER_ENTRY,
     };
     let (limit, source) = memory_limit_bytes();
     let need = sizing.total_bytes();
@@ -381,12 +388,13 @@ pub fn size<W: Workload>(
             (String::new(), "")
         };
         return Err(ConfigError(format!(
-            "the configuration needs {} of memory (per node holding records: tables {}, log {}, ordered indexes {}; {holders}){vectors}, over the limit of {} ({source}): expected fewer nodes, records or co-routines{vector_hint} ({})",
+            "the configuration needs {} of memory (per node holding records: tables {}, log {}, ordered indexes {}; {holders}){vectors}, over the limit of {} ({source}), the co-routines' location caches {} of it: expected fewer nodes, records or co-routines{vector_hint} ({})",
             human_bytes(need),
             human_bytes(sizing.table_region_words.iter().map(|(_, w)| w).sum::<u64>() * WORD_BYTES),
             human_bytes(sizing.log_region_words * WORD_BYTES),
             human_bytes(sizing.ordered_index_bytes),
             human_bytes(limit),
+            human_bytes(sizing.loc_cache_bytes),
             knobs(w)
         )));
     }
@@ -502,6 +510,31 @@ mod tests {
             ordered_index_bytes: 0,
             snapshot_vectors_bytes: 0,
             mover_bytes: 0,
+            loc_cache_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn sizing_location_caches_share_one_bound_whatever_the_co_routine_count() {
+        use crate::run::{loc_cache_entries_max, LOC_CACHES_BYTES_MAX, LOC_CACHE_ENTRIES_MAX};
+        // Few coordinators keep the full cap; many share the bound, down to one entry.
+        assert_eq!(loc_cache_entries_max(16), LOC_CACHE_ENTRIES_MAX);
+        assert_eq!(loc_cache_entries_max(0), LOC_CACHE_ENTRIES_MAX);
+        assert_eq!(loc_cache_entries_max(4096), 2048);
+        assert_eq!(loc_cache_entries_max(u32::MAX), 1);
+        for (nodes, threads, coroutines) in [(2, 1, 8), (4, 10, 10), (64, 16, 255)] {
+            let cfg = RunConfig {
+                nodes,
+                threads,
+                coroutines,
+                ..RunConfig::default()
+            };
+            let Ok(s) = sizing(&cfg) else { continue };
+            assert!(
+                s.loc_cache_bytes > 0 && s.loc_cache_bytes <= LOC_CACHES_BYTES_MAX,
+                "{nodes} x {threads} x {coroutines}: {}",
+                s.loc_cache_bytes
+            );
         }
     }
 
