@@ -203,18 +203,10 @@ pub fn core_round_trip_ns() -> Option<f64> {
                 batches_ns.push(t.elapsed().as_nanos() as f64 / BOUNCE_BATCH as f64);
             }
             stop.0.store(1, Ordering::Relaxed);
-            median(&mut batches_ns)
+            (!batches_ns.is_empty()).then(|| crate::repeat::median_and_spread(&batches_ns).0)
         });
         timer.join().ok().flatten()
     })
-}
-
-fn median(xs: &mut [f64]) -> Option<f64> {
-    if xs.is_empty() {
-        return None;
-    }
-    xs.sort_by(f64::total_cmp);
-    Some(xs[xs.len() / 2])
 }
 
 /// Cores this process may use.
