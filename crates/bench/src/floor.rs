@@ -102,10 +102,13 @@ pub fn validate(cfg: &FloorConfig) -> Result<(), String> {
     } else {
         Some(0)
     };
+    // Each thread also copies a transaction's records into a buffer of its own.
+    let buffers_bytes = cfg.threads as u64 * cfg.accesses_per_txn as u64 * cfg.record_bytes;
     let bytes = cfg
         .records
         .checked_mul(cfg.record_bytes)
-        .and_then(|b| b.checked_add(index_bytes?));
+        .and_then(|b| b.checked_add(index_bytes?))
+        .and_then(|b| b.checked_add(buffers_bytes));
     let (limit, why) = memory_limit_bytes();
     match bytes {
         Some(b) if b <= limit => Ok(()),
