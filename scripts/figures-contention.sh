@@ -6,8 +6,8 @@
 #   THREADS=10 COROUTINES=10 DURATION=0.05 WARMUP=0.01 scripts/figures-contention.sh   # RCC's shape
 #   RECORDS_PER_THREAD=10000 ... sizes the table by threads as RCC does (default: 100,000 per node)
 #   BIN=path/to/atoll uses that binary (default: build this tree)
-#   CPU_PROFILE=xeon ... the simulator's CPU profile (default calibrated; NOTES-issue9-contention.md's
-#   tables were made under xeon, the default before NOTES-issue9-calibration.md)
+#   CPU_PROFILE=xeon ... the simulator's CPU profile (default calibrated; docs/performance.md's contention
+#   tables were made under xeon, the default before the calibration, docs/simulator.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 nodes=${NODES:-4}; threads=${THREADS:-2}; coroutines=${COROUTINES:-8}

@@ -1,12 +1,12 @@
 //! The `atoll` command line: parses flags and config files into a run configuration, runs
 //! benchmarks, prints progress and summaries, writes JSON. The only place that knows clap.
 
-use atoll_bench::config::Fabric;
-use atoll_bench::config::FaultConfig;
-use atoll_bench::config::{Roles, NODES_MAX};
-use atoll_bench::interrupt::{self, EXIT_INTERRUPTED};
-use atoll_bench::{ProgressLine, RunConfig};
 use atoll_protocols::ProtocolKind;
+use atoll_runner::config::Fabric;
+use atoll_runner::config::FaultConfig;
+use atoll_runner::config::{Roles, NODES_MAX};
+use atoll_runner::interrupt::{self, EXIT_INTERRUPTED};
+use atoll_runner::{ProgressLine, RunConfig};
 use atoll_storage::{Architecture, TsPlacement};
 use atoll_txn::{Plan, Primitive};
 use atoll_workloads::{Params, WorkloadKind};
@@ -30,7 +30,7 @@ const EXIT_CHECK_FAILED: u8 = 1;
 
 /// Prints a run's report, writes its JSON if asked, and names every failed check: the exit
 /// code to end with when the file cannot be written or a check failed.
-fn finish_report(report: &atoll_bench::Report, json: Option<&PathBuf>) -> Result<(), ExitCode> {
+fn finish_report(report: &atoll_runner::Report, json: Option<&PathBuf>) -> Result<(), ExitCode> {
     print!("{}", report.render());
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(report).expect("reports serialise");
@@ -49,14 +49,14 @@ fn finish_report(report: &atoll_bench::Report, json: Option<&PathBuf>) -> Result
 }
 
 /// Prints why a run produced no report; returns the exit code: bad input, or a failed run.
-fn run_failed(e: &atoll_bench::RunError, context: &str) -> ExitCode {
+fn run_failed(e: &atoll_runner::RunError, context: &str) -> ExitCode {
     eprintln!("error: {context}{e}");
     match e {
-        atoll_bench::RunError::Config(_) => ExitCode::from(EXIT_BAD_INPUT),
-        atoll_bench::RunError::Panicked(_)
-        | atoll_bench::RunError::NodeFailed { .. }
-        | atoll_bench::RunError::Load { .. }
-        | atoll_bench::RunError::Crashed { .. } => ExitCode::from(EXIT_CHECK_FAILED),
+        atoll_runner::RunError::Config(_) => ExitCode::from(EXIT_BAD_INPUT),
+        atoll_runner::RunError::Panicked(_)
+        | atoll_runner::RunError::NodeFailed { .. }
+        | atoll_runner::RunError::Load { .. }
+        | atoll_runner::RunError::Crashed { .. } => ExitCode::from(EXIT_CHECK_FAILED),
     }
 }
 
@@ -572,7 +572,7 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
         other => other.to_string(),
     });
     if let Some(s) = a.net_latency_us.as_ref().or(file_latency.as_ref()) {
-        cfg.net_latency_us = atoll_bench::config::parse_latency_us(s).map_err(|e| e.0)?;
+        cfg.net_latency_us = atoll_runner::config::parse_latency_us(s).map_err(|e| e.0)?;
     }
     // Unless asked for explicitly, log to one backup when there is another node to hold it.
     cfg.colocate = a.colocate || file.colocate.unwrap_or(false);
@@ -662,7 +662,7 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
         );
     }
     let repeat = a.repeat.or(file.repeat).unwrap_or(1);
-    atoll_bench::repeat::check(repeat, cfg.record_history, plan_all).map_err(|e| e.0)?;
+    atoll_runner::repeat::check(repeat, cfg.record_history, plan_all).map_err(|e| e.0)?;
     Ok(Resolved {
         cfg,
         plan_all,
@@ -671,7 +671,7 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
 }
 
 /// The plan a report ran.
-fn plan_of(r: &atoll_bench::Report) -> Plan {
+fn plan_of(r: &atoll_runner::Report) -> Plan {
     Plan::parse(&r.config.plan).expect("reports carry a valid plan")
 }
 
@@ -699,7 +699,7 @@ fn plan_all(cfg: RunConfig, json: Option<&PathBuf>) -> ExitCode {
             plan: *plan,
             ..cfg.clone()
         };
-        match atoll_bench::run(&run, &|_| {}) {
+        match atoll_runner::run(&run, &|_| {}) {
             Ok(r) => {
                 all_passed &= r.passed;
                 eprintln!(
@@ -807,7 +807,7 @@ fn bench(a: BenchArgs) -> ExitCode {
         }
     };
     // What the configuration needs, refused before anything is allocated if it cannot fit.
-    match atoll_bench::sizing::sizing(&cfg) {
+    match atoll_runner::sizing::sizing(&cfg) {
         Ok(s) => println!("{}", s.line()),
         Err(e) => {
             eprintln!("error: {e}");
@@ -835,7 +835,7 @@ fn bench(a: BenchArgs) -> ExitCode {
     if repeat > 1 {
         return bench_repeated(&cfg, repeat, &print, a.json.as_ref());
     }
-    let report = match atoll_bench::run(&cfg, &print) {
+    let report = match atoll_runner::run(&cfg, &print) {
         Ok(r) => r,
         Err(e) => return run_failed(&e, ""),
     };
@@ -856,8 +856,8 @@ fn bench_repeated(
     json: Option<&PathBuf>,
 ) -> ExitCode {
     let mut line =
-        |i: usize, r: &atoll_bench::Report| println!("{}", atoll_bench::repeat::line(i, n, r));
-    let rep = match atoll_bench::repeat::run(cfg, n, print, &mut line) {
+        |i: usize, r: &atoll_runner::Report| println!("{}", atoll_runner::repeat::line(i, n, r));
+    let rep = match atoll_runner::repeat::run(cfg, n, print, &mut line) {
         Ok(r) => r,
         Err(e) => return run_failed(&e, ""),
     };
@@ -893,7 +893,7 @@ fn order_path(out: &std::path::Path) -> PathBuf {
 const CHECK_BYTES_PER_FILE_BYTE: u64 = 4;
 
 fn check_history(a: CheckArgs) -> ExitCode {
-    use atoll_bench::history;
+    use atoll_check as history;
     use atoll_txn::Isolation;
     let isolation = match a.isolation.as_deref() {
         None => Isolation::Serializable,
@@ -926,7 +926,7 @@ fn check_history(a: CheckArgs) -> ExitCode {
         mib(file_bytes),
         mib(need_bytes)
     );
-    if let Some(avail) = atoll_bench::env::mem_available_bytes() {
+    if let Some(avail) = atoll_runner::env::mem_available_bytes() {
         if need_bytes > avail {
             eprintln!(
                 "error: {} needs about {:.0} MiB to check, more than the {:.0} MiB available: record a shorter run",
@@ -992,7 +992,7 @@ fn check_history(a: CheckArgs) -> ExitCode {
 }
 
 fn calibrate(a: CalibrateArgs) -> ExitCode {
-    use atoll_bench::calibrate::{calibrate, CalibrateConfig};
+    use atoll_runner::calibrate::{calibrate, CalibrateConfig};
     let cfg = CalibrateConfig {
         reps: a.reps,
         ops: a.ops,
@@ -1022,7 +1022,7 @@ fn calibrate(a: CalibrateArgs) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    atoll_bench::env::set_build(atoll_bench::env::Build {
+    atoll_runner::env::set_build(atoll_runner::env::Build {
         git_commit: env!("ATOLL_GIT_COMMIT").into(),
         profile: env!("ATOLL_BUILD_PROFILE").into(),
         target: env!("ATOLL_BUILD_TARGET").into(),
@@ -1043,7 +1043,7 @@ fn main() -> ExitCode {
 const FLOOR_SECONDS_MAX: f64 = 3600.0;
 
 fn floor(a: FloorArgs) -> ExitCode {
-    use atoll_bench::floor;
+    use atoll_runner::floor;
     if !(a.duration > 0.0 && a.duration <= FLOOR_SECONDS_MAX) {
         eprintln!(
             "error: floor --duration {} is not accepted: expected seconds in (0, {FLOOR_SECONDS_MAX}]",
@@ -1125,11 +1125,11 @@ fn resolve_cluster_bench(args: &[String]) -> Result<(RunConfig, BenchArgs), Stri
     Ok((r.cfg, a))
 }
 
-fn cluster_failed(e: &atoll_bench::cluster::ClusterError) -> ExitCode {
+fn cluster_failed(e: &atoll_cluster::ClusterError) -> ExitCode {
     eprintln!("error: {e}");
     match e {
-        atoll_bench::cluster::ClusterError::BadInput(_) => ExitCode::from(EXIT_BAD_INPUT),
-        atoll_bench::cluster::ClusterError::Failed(_) => ExitCode::from(EXIT_CHECK_FAILED),
+        atoll_cluster::ClusterError::BadInput(_) => ExitCode::from(EXIT_BAD_INPUT),
+        atoll_cluster::ClusterError::Failed(_) => ExitCode::from(EXIT_CHECK_FAILED),
     }
 }
 
@@ -1137,11 +1137,8 @@ fn cluster_failed(e: &atoll_bench::cluster::ClusterError) -> ExitCode {
 const CLUSTER_NODES_DEFAULT: u16 = 2;
 
 fn cluster(a: ClusterArgs) -> ExitCode {
-    use atoll_bench::cluster::{self, ClusterConfig, ClusterError};
+    use atoll_cluster::{self as cluster, ClusterConfig, ClusterError};
     let bad = |m: String| cluster_failed(&ClusterError::BadInput(m));
-    if let Err(e) = cluster::ucx_available() {
-        return cluster_failed(&e);
-    }
     let Some((first, rest)) = a.command.split_first() else {
         return bad("cluster needs a command: bench".into());
     };
@@ -1154,7 +1151,7 @@ fn cluster(a: ClusterArgs) -> ExitCode {
                 "--nodes {n} with --hosts {h}: give one (with --hosts the node count is the list's length)"
             ))
         }
-        (None, Some(h)) => match atoll_bench::hosts::parse_hosts(h) {
+        (None, Some(h)) => match atoll_cluster::hosts::parse_hosts(h) {
             Ok(hosts) => (Some(hosts.len() as u16), Some(hosts), "--hosts' length"),
             Err(e) => return bad(e.0),
         },
@@ -1200,9 +1197,13 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         };
         return bad(format!("{what} disagrees with {source} {nodes}"));
     }
-    match atoll_bench::sizing::sizing(&cfg) {
+    match atoll_runner::sizing::sizing(&cfg) {
         Ok(s) => println!("{}", s.line()),
         Err(e) => return bad(e.to_string()),
+    }
+    // Only now: bad input is named as such whether or not this build has UCX.
+    if let Err(e) = cluster::ucx_available() {
+        return cluster_failed(&e);
     }
     let exe = match std::env::current_exe() {
         Ok(p) => p,
@@ -1225,7 +1226,7 @@ fn cluster(a: ClusterArgs) -> ExitCode {
 }
 
 fn node(a: NodeArgs) -> ExitCode {
-    use atoll_bench::cluster::{self, ClusterError};
+    use atoll_cluster::{self as cluster, ClusterError};
     let resolve = |args: &[String]| resolve_cluster_bench(args).map(|(cfg, _)| cfg);
     let (r, who) = match (&a.listen, &a.coordinator, a.node) {
         (Some(l), _, _) => (
@@ -1258,7 +1259,7 @@ struct FabricBenchArgs {
     #[arg(long, default_value = "both")]
     transport: String,
     /// Measured milliseconds per phase (each op has a latency and a rate phase).
-    #[arg(long, default_value_t = atoll_bench::fabric_bench::DURATION_MS_DEFAULT)]
+    #[arg(long, default_value_t = atoll_cluster::fabric_bench::DURATION_MS_DEFAULT)]
     duration_ms: u64,
     /// Write the figures of every op and transport to this file.
     #[arg(long, value_name = "FILE")]
@@ -1266,7 +1267,7 @@ struct FabricBenchArgs {
 }
 
 fn fabric_bench(a: FabricBenchArgs) -> ExitCode {
-    use atoll_bench::fabric_bench::{self as fb, FabricBenchConfig};
+    use atoll_cluster::fabric_bench::{self as fb, FabricBenchConfig};
     let cfg = match FabricBenchConfig::parse(&a.transport, a.duration_ms) {
         Ok(c) => c,
         Err(e) => {

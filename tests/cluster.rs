@@ -26,18 +26,16 @@ fn atoll() -> Command {
     Command::new(env!("CARGO_BIN_EXE_atoll"))
 }
 
-/// Whether this build has UCX: `atoll cluster` says how to install it, exit 2, if not.
+/// Whether this build has UCX (the test links the same fabric crate the binary does); the
+/// tests that need it print that they were skipped if not.
 fn ucx_built() -> bool {
-    let out = atoll()
-        .args(["cluster", "--nodes", "1", "bench", "--duration", "-1"])
-        .output()
-        .expect("run atoll");
-    let err = String::from_utf8_lossy(&out.stderr);
-    if err.contains("built without UCX") {
-        println!("skipped: {}", err.trim());
-        return false;
+    match atoll_cluster::ucx_available() {
+        Ok(()) => true,
+        Err(e) => {
+            println!("skipped: {e}");
+            false
+        }
     }
-    true
 }
 
 /// Runs a cluster to completion; (exit code, stdout, stderr).
@@ -550,6 +548,20 @@ fn ucx_cluster_refuses_bad_input_with_exit_2() {
     }
 }
 
+#[test]
+fn ucx_cluster_built_without_ucx_says_how_to_install_it_with_exit_2_after_checking_the_input() {
+    if ucx_built() {
+        println!("skipped: this build has UCX (ATOLL_UCX=off builds one without; .ci/run does)");
+        return;
+    }
+    let (code, _, err) = cluster(&["cluster", "--nodes", "2", "bench", "--duration", "0.1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("built without UCX") && err.contains("libucx-dev"),
+        "{err}"
+    );
+}
+
 /// Ports tried for one listening node before giving up: a free port can be taken by
 /// someone else between our probe and the node's bind, rarely twice in a row.
 const PORT_TRIES_MAX: usize = 20;
@@ -783,7 +795,7 @@ fn ucx_cluster_a_node_stopped_with_sigstop_is_named_by_the_heartbeat_exit_1_and_
     if !ucx_built() {
         return;
     }
-    let silence = Duration::from_millis(atoll_bench::cluster::HEARTBEAT_SILENCE_MS_MAX);
+    let silence = Duration::from_millis(atoll_cluster::HEARTBEAT_SILENCE_MS_MAX);
     // Generous: ten times the heartbeat's limit (a busy machine delays the watcher too).
     let bound = silence * 10;
     for transport in ["tcp", "shm"] {
@@ -852,7 +864,7 @@ fn ucx_cluster_refuses_more_node_processes_than_this_machine_can_run_with_exit_2
         return;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let bound = cores * atoll_bench::sizing::OVERSUBSCRIPTION_MAX as usize;
+    let bound = cores * atoll_runner::sizing::OVERSUBSCRIPTION_MAX as usize;
     let over = (bound + 1).to_string();
     let threads = (bound / 4 + 1).to_string();
     for (args, named) in [

@@ -88,7 +88,7 @@ impl CpuProfile {
     /// nanoseconds to post a verb (the MMIO doorbell, Kalia et al. ATC'16), and about half a
     /// microsecond to serve a small RPC (FaSST, OSDI'16, reports a few million RPCs per
     /// second per core). It charges nothing for the coordinator's own work, which is why it
-    /// runs optimistic (issue 9; NOTES-issue9-calibration.md).
+    /// runs optimistic (issue 9; docs/simulator.md).
     pub fn xeon() -> Self {
         CpuProfile {
             name: "xeon".into(),
@@ -103,7 +103,7 @@ impl CpuProfile {
     }
 
     /// Measured on Atoll's own code by `atoll calibrate` (2026-11-23 19:08, build 28fcfe3, on a 2-core AMD EPYC family 25 model 17 KVM guest, medians of 5
-    /// repetitions; NOTES-issue9-calibration.md has the table), then multiplied by
+    /// repetitions; docs/simulator.md has the table), then multiplied by
     /// [`CALIBRATION_SCALE`] to stand for the papers' Xeon E5-2670 v3 (RCC) / E5-2650 v4
     /// (DrTM+H) cores.
     pub fn calibrated() -> Self {
@@ -154,7 +154,7 @@ impl CpuProfile {
 // its repetitions, on the engine with issue 9's lean local path (build 28fcfe3) and a quiet
 // machine (load 0.9). The first calibration (17:09, pre-lean engine c2a682b, load 5.4) had
 // post 159.7, switch 37.8, local 132.3, handler 485.9, txn 1219.4, per access 269.0. See
-// [`CpuProfile::calibrated`] and NOTES-issue9-calibration.md.
+// [`CpuProfile::calibrated`] and docs/simulator.md, "Calibration".
 
 /// Posting and polling one one-sided verb to another node, less the access itself (8 per
 /// doorbell).

@@ -57,7 +57,7 @@ const AM_REPLY: u16 = 2;
 ///   the endpoint's requests (`ucp_ep_reqs_purge` -> `ucp_request_memory_dereg`: 8 of 200
 ///   test runs);
 /// - a target whose requester left mid-put died in UCX (`ucp_put_handler`: "Fatal:
-///   unexpected error: Endpoint timeout", NOTES-hosts.md);
+///   unexpected error: Endpoint timeout", docs/cluster.md);
 ///
 /// Both cost a message per verb that the target's progress answers, so ours costs about
 /// what UCX's did (Deneva's YCSB shape over tcp, OCC one-sided: 5,604 tx/s against 5,995

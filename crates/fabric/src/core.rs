@@ -6,7 +6,9 @@
 //! completion slot it owns; completing the slot re-queues the owner. No waker is needed, so
 //! the same code runs under real threads and under the single-threaded simulator.
 
+// The ids a reply is addressed by live with the other ids (the verbs name them too).
 use crate::ids::{NodeId, WorkerId};
+pub use crate::ids::{ReplyTo, SlotId};
 use crate::memory::{NodeDirectory, NodeMemory, Region};
 use crate::verbs::{
     execute_one_sided, Completion, Handled, Op, OpError, RpcHandler, VerbCounters, Words,
@@ -71,24 +73,6 @@ fn give_spare<T>(pool: &mut Vec<Vec<T>>, mut v: Vec<T>) {
 /// Index of a co-routine within its worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskId(pub u32);
-
-/// Index of an in-flight doorbell's completion slot within its worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SlotId(pub u32);
-
-/// Where a served RPC's reply goes: the requesting worker's slot and op index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReplyTo {
-    pub worker: u32,
-    pub slot: SlotId,
-    pub index: u32,
-    /// When the request was posted, in the requester's clock (for latency injection); 0 for
-    /// a node's own request held by its handler, whose reply is never delayed. A backend
-    /// that injects no latency may put its own tag of the request here instead (UCX: the
-    /// requester's op token, echoed in the reply so a late reply to a timed-out request
-    /// cannot complete a later op in the same slot); handlers only carry it back.
-    pub posted_ns: u64,
-}
 
 /// Something the transport hands the worker's event loop.
 pub enum Delivery {

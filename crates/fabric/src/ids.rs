@@ -69,3 +69,21 @@ impl fmt::Debug for RemotePtr {
         )
     }
 }
+
+/// Index of an in-flight doorbell's completion slot within its worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotId(pub u32);
+
+/// Where a served RPC's reply goes: the requesting worker's slot and op index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyTo {
+    pub worker: u32,
+    pub slot: SlotId,
+    pub index: u32,
+    /// When the request was posted, in the requester's clock (for latency injection); 0 for
+    /// a node's own request held by its handler, whose reply is never delayed. A backend
+    /// that injects no latency may put its own tag of the request here instead (UCX: the
+    /// requester's op token, echoed in the reply so a late reply to a timed-out request
+    /// cannot complete a later op in the same slot); handlers only carry it back.
+    pub posted_ns: u64,
+}

@@ -276,7 +276,7 @@ pub trait RpcHandler: Send + Sync {
     fn handle(
         &self,
         node: NodeId,
-        from: crate::core::ReplyTo,
+        from: crate::ids::ReplyTo,
         req: &[u8],
         reply: &mut Bytes,
     ) -> Handled;
@@ -284,7 +284,7 @@ pub trait RpcHandler: Send + Sync {
     /// Called by each of `node`'s workers on every event-loop turn: pushes the replies of
     /// held requests that can now be answered. Returns whether requests are still held (so
     /// a simulated worker keeps polling).
-    fn poll_deferred(&self, _node: NodeId, _out: &mut Vec<(crate::core::ReplyTo, Bytes)>) -> bool {
+    fn poll_deferred(&self, _node: NodeId, _out: &mut Vec<(crate::ids::ReplyTo, Bytes)>) -> bool {
         false
     }
 }

@@ -8,7 +8,6 @@ use atoll_txn::handler::Participant;
 use atoll_txn::Protocol;
 use std::sync::Arc;
 
-pub mod mover;
 pub mod mvcc;
 pub mod namdb;
 pub mod nowait;

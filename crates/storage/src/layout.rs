@@ -55,8 +55,14 @@
 //! A reader that takes a slot's `meta` with a stale `key` word lands on a record whose
 //! `KEY` word differs: every record access checks it.
 
+// The words a history records (table ids, key versions, the loader's tag) are the history
+// format's, shared with the independent checker; the layout builds on them.
 use crate::topology::Topology;
 use atoll_fabric::{NodeId, RegionId, RemotePtr};
+pub use atoll_history::{
+    key_version, TableId, INITIAL_VERSION, LOADER_TAG, VERSION_ABSENT, VERSION_KEY_BITS,
+    VERSION_KEY_MASK,
+};
 use std::sync::Arc;
 
 pub const HEADER_WORDS: u32 = 6;
@@ -138,8 +144,6 @@ pub const ENGINE_PAYLOAD_WORDS: u32 = 2;
 pub const REGION_WORDS_MAX: u64 = u32::MAX as u64;
 pub const P_TAG: u32 = 0;
 pub const P_CHECK: u32 = 1;
-/// The tag of records written by a workload's loader (the initial state).
-pub const LOADER_TAG: u64 = 0;
 
 /// Marks a version slot whose payload is being overwritten: written to the slot's `wts`
 /// before its payload and replaced by the real `wts` after it, so a reader that chooses
@@ -233,21 +237,6 @@ pub fn payload_intact_hashed(table: TableId, key_hash: u64, payload: &[u64]) -> 
             )
 }
 
-/// The version of every record a loader or an insert into a fresh slot creates.
-pub const INITIAL_VERSION: u64 = 1;
-
-/// Set in the version word of a record slot that holds no live record.
-pub const VERSION_ABSENT: u64 = 1 << 63;
-
-/// Low bits of a version word holding the key's version (its commit count); the bits
-/// above, up to [`VERSION_ABSENT`], hold the slot's incarnation: how often the slot was
-/// reclaimed for another key. A key's version continues across the slots it lives in, so
-/// histories compare key versions; a slot's whole word only ever grows across its keys, so
-/// a coordinator comparing a word it read with the slot's current one (validation) never
-/// takes another key's record, or another incarnation of its own, for the one it read.
-/// 2^40 commits of one key need over 64 million a second for the longest run allowed.
-pub const VERSION_KEY_BITS: u32 = 40;
-pub const VERSION_KEY_MASK: u64 = (1 << VERSION_KEY_BITS) - 1;
 /// Most incarnations of one record slot; a slot at this incarnation is not reclaimed again.
 pub const INCARNATION_MAX: u64 = (VERSION_ABSENT >> VERSION_KEY_BITS) - 1;
 
@@ -257,13 +246,6 @@ pub const INCARNATION_MAX: u64 = (VERSION_ABSENT >> VERSION_KEY_BITS) - 1;
 pub fn make_version(incarnation: u64, key_version: u64) -> u64 {
     debug_assert!(incarnation <= INCARNATION_MAX && key_version <= VERSION_KEY_MASK);
     (incarnation << VERSION_KEY_BITS) | key_version
-}
-
-/// The key's version in a version word (what histories record), without incarnation or
-/// `ABSENT`.
-#[inline]
-pub fn key_version(word: u64) -> u64 {
-    word & VERSION_KEY_MASK
 }
 
 /// The slot's incarnation in a version word.
@@ -285,10 +267,6 @@ pub const GROUP_WORDS: u32 = GROUP_SLOTS * SLOT_WORDS;
 pub const META_EMPTY: u64 = 0;
 pub const META_TOMBSTONE: u64 = 1;
 pub const META_USED_BASE: u64 = 2;
-
-/// A table's identifier; also its region id on every node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TableId(pub u16);
 
 /// How a table's keys map to nodes.
 #[derive(Clone)]

@@ -111,8 +111,7 @@ impl TxnConfig {
     }
 }
 
-/// The catalog's extra region holding coordinators' log rings.
-pub const LOG_EXTRA_REGION: usize = 0;
+pub use crate::regions::LOG_EXTRA_REGION;
 
 /// A fast hasher for the location cache: keys are already well mixed by `hash_key`.
 #[derive(Default)]
@@ -752,47 +751,7 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
     }
 }
 
-/// A range scan as it ran: the range and the `(key, version)` pairs it returned.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScanObs {
-    pub table: TableId,
-    pub lo: u64,
-    /// The end of the range the scan covered: its `hi`, or the last key returned when the
-    /// scan stopped at its limit.
-    pub hi: u64,
-    /// `(key, version word)` of every key the scan met; a deleted key's version has
-    /// `VERSION_ABSENT` (it was absent, at that version).
-    pub seen: Vec<(u64, u64)>,
-}
-
-/// How a write changed a record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteKind {
-    Update,
-    Insert,
-    Delete,
-}
-
-/// One operation of a recorded transaction, as observed: reads carry the version word and
-/// the tag and check of the payload actually returned; writes the version installed and
-/// the attempt's tag.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum HistOp {
-    Read {
-        table: TableId,
-        key: u64,
-        version: u64,
-        tag: u64,
-        intact: bool,
-    },
-    Write {
-        table: TableId,
-        key: u64,
-        version: u64,
-        kind: WriteKind,
-    },
-    Scan(ScanObs),
-}
+pub use atoll_history::{HistOp, ScanObs, WriteKind};
 
 impl<S> TxnCore<'_, S> {
     /// What this attempt read and installed, in entry order (reads before writes per key),

@@ -10,6 +10,7 @@ pub mod coord;
 pub mod handler;
 pub mod msg;
 pub mod plan;
+pub mod regions;
 pub mod stages;
 pub mod ts;
 pub mod tsvc;

@@ -3,32 +3,7 @@
 
 use std::fmt;
 
-/// The isolation level a protocol guarantees, which decides how its histories are checked
-/// and which workload invariants must hold (write skew is allowed under snapshot isolation).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Isolation {
-    /// Conflict-serializable: the dependency graph of committed transactions is acyclic.
-    Serializable,
-    /// Snapshot isolation: each transaction reads the newest versions committed before its
-    /// snapshot timestamp, and of two concurrent writers of a record only the first to commit
-    /// does (first-committer-wins).
-    Snapshot,
-}
-
-impl Isolation {
-    pub const ALL: [Isolation; 2] = [Isolation::Serializable, Isolation::Snapshot];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Isolation::Serializable => "serializable",
-            Isolation::Snapshot => "snapshot",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Isolation> {
-        Self::ALL.into_iter().find(|i| i.name() == s)
-    }
-}
+pub use atoll_history::Isolation;
 
 /// The stages of a transaction whose primitive a plan chooses (RCC Figure 13).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

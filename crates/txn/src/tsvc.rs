@@ -18,7 +18,7 @@ use atoll_fabric::{NodeId, Region, RegionId, RemotePtr};
 use atoll_storage::Catalog;
 
 /// The catalog's extra region that holds the service (after the log's).
-pub const TS_SERVICE_EXTRA_REGION: usize = crate::coord::LOG_EXTRA_REGION + 1;
+pub const TS_SERVICE_EXTRA_REGION: usize = crate::regions::LOG_EXTRA_REGION + 1;
 
 /// The counter FETCH_ADDs take commit timestamps from.
 pub const W_COUNTER: u32 = 0;

@@ -77,7 +77,7 @@ const QUANTITY_MAX_DEFAULT: u64 = 10;
 const QUANTITY_MAX_LIMIT: u64 = RESTOCK_UNITS;
 /// Orders a run may add per node by default: room for the default 10 s run at 200,000
 /// checkouts a second over two nodes (2 in-process nodes on a busy 2-core machine ran
-/// 91,000: NOTES-workloads-si.md), in about 450 MiB of order and line tables per node.
+/// 91,000: docs/workloads.md), in about 450 MiB of order and line tables per node.
 const ORDERS_MAX_DEFAULT: u64 = 1_000_000;
 /// Most orders per node: every order's lines fit a table's 32-bit slot count.
 const ORDERS_MAX_LIMIT: u64 = u32::MAX as u64 / LINES as u64;
@@ -369,6 +369,10 @@ impl Workload for Checkout {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "checkout";
+
+    fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
+        Checkout::from_params(p, shape.nodes).map(|w| w.striped(shape.stripe.0, shape.stripe.1))
+    }
 
     fn txn_types(&self) -> &'static [&'static str] {
         &TYPES

@@ -255,6 +255,10 @@ impl Workload for Cycle {
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "cycle";
 
+    fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
+        Cycle::from_params(p, shape.nodes)
+    }
+
     fn largest_write_set(&self) -> Vec<TableId> {
         // A pair's two records (`record_words` >= 1 each) outweigh a range's guard and key
         // (one word each); no transaction writes more records than two.

@@ -207,6 +207,12 @@ pub trait Workload: Send + Sync + 'static {
 
     const NAME: &'static str;
 
+    /// The workload its knobs (`-p name=value`) describe on a cluster of `shape`: parsed and
+    /// checked once, into its typed parameters; a bad knob names itself and what is accepted.
+    fn configure(p: &Params, shape: &WorkloadShape) -> Result<Self, ParamError>
+    where
+        Self: Sized;
+
     /// Transaction type names; `generate` returns an index into this.
     fn txn_types(&self) -> &'static [&'static str];
 
@@ -286,7 +292,66 @@ pub enum WorkloadKind {
     Checkout,
 }
 
+/// What a workload's knobs are read against: the cluster it runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkloadShape {
+    /// Nodes holding records (the memory nodes on the shared-data architecture).
+    pub nodes: u16,
+    /// Worker threads per node.
+    pub threads: u16,
+    /// `(index, count)`: this process is the `index`-th of `count` processes drawing
+    /// transactions for the same nodes (`atoll cluster`'s node processes); `(0, 1)` when one
+    /// process draws them all. A workload whose inserted keys must not collide across
+    /// processes (checkout's orders) stripes them by it.
+    pub stripe: (u16, u16),
+}
+
+impl WorkloadShape {
+    /// One process drawing every transaction.
+    pub fn new(nodes: u16, threads: u16) -> Self {
+        WorkloadShape {
+            nodes,
+            threads,
+            stripe: (0, 1),
+        }
+    }
+}
+
+/// Work done with a configured workload, its type chosen at run time
+/// ([`WorkloadKind::dispatch`]), as the protocols' visitor does for protocols.
+pub trait WorkloadVisitor {
+    type Out;
+    fn visit<W: Workload>(self, w: W) -> Self::Out;
+}
+
 impl WorkloadKind {
+    /// Configures the workload from its knobs on `shape` and calls `v` with it: the one place
+    /// that maps a selected workload to its code (a run, a node process, a sizing all go
+    /// through it).
+    pub fn dispatch<V: WorkloadVisitor>(
+        self,
+        p: &Params,
+        shape: &WorkloadShape,
+        v: V,
+    ) -> Result<V::Out, ParamError> {
+        fn with<W: Workload, V: WorkloadVisitor>(
+            p: &Params,
+            shape: &WorkloadShape,
+            v: V,
+        ) -> Result<V::Out, ParamError> {
+            Ok(v.visit(W::configure(p, shape)?))
+        }
+        match self {
+            WorkloadKind::SmallBank => with::<smallbank::SmallBank, V>(p, shape, v),
+            WorkloadKind::Ycsb => with::<ycsb::Ycsb, V>(p, shape, v),
+            WorkloadKind::Cycle => with::<cycle::Cycle, V>(p, shape, v),
+            WorkloadKind::Tpcc => with::<tpcc::Tpcc, V>(p, shape, v),
+            WorkloadKind::Micro => with::<micro::Micro, V>(p, shape, v),
+            WorkloadKind::Skew => with::<skew::Skew, V>(p, shape, v),
+            WorkloadKind::Checkout => with::<checkout::Checkout, V>(p, shape, v),
+        }
+    }
+
     pub const ALL: [WorkloadKind; 7] = [
         WorkloadKind::SmallBank,
         WorkloadKind::Ycsb,

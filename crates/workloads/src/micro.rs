@@ -217,6 +217,10 @@ impl Workload for Micro {
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "micro";
 
+    fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
+        Micro::from_params(p, shape.nodes)
+    }
+
     fn txn_types(&self) -> &'static [&'static str] {
         &TYPES
     }

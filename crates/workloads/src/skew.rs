@@ -201,6 +201,10 @@ impl Workload for Skew {
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "skew";
 
+    fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
+        Skew::from_params(p, shape.nodes)
+    }
+
     fn txn_types(&self) -> &'static [&'static str] {
         &TYPES
     }

@@ -433,6 +433,10 @@ impl Workload for Ycsb {
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "ycsb";
 
+    fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
+        Ycsb::from_params(p, shape.nodes, shape.threads)
+    }
+
     fn largest_write_set(&self) -> Vec<TableId> {
         // Every operation may be a write (read for update) unless none ever is.
         let writes = if self.write_fraction > 0.0 {

@@ -287,6 +287,10 @@ impl Workload for Tpcc {
     type NodeCheck = NodeCheck;
     const NAME: &'static str = Tpcc::NAME_STR;
 
+    fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
+        Tpcc::from_params(p, shape.nodes)
+    }
+
     fn txn_types(&self) -> &'static [&'static str] {
         &TYPES
     }

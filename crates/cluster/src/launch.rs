@@ -1,0 +1,663 @@
+//! The coordinator's side (`atoll cluster`): starts or dials the nodes, drives the
+//! bootstrap, merges their summaries and reports as the in-process driver does.
+
+use crate::hosts::Host;
+use atoll_fabric_ucx::{self as ucx, Transports};
+use atoll_protocols::ProtocolVisitor;
+use atoll_runner::config::RunConfig;
+use atoll_runner::driver::RunFacts;
+use atoll_runner::node::{NodeChecks, NodeSummary};
+use atoll_runner::report::Report;
+use atoll_runner::run::RunError;
+use atoll_txn::Protocol;
+use atoll_workloads::{Workload, WorkloadShape, WorkloadVisitor};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::node::*;
+use crate::wire::*;
+
+/// How `atoll cluster` runs: the processes and what they run.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub transport: Transports,
+    /// The `bench` flags, as given (every node resolves them as the coordinator did).
+    pub bench_args: Vec<String>,
+    /// The `atoll` binary the nodes run (this one), when the nodes are started here.
+    pub exe: std::path::PathBuf,
+    /// `--hosts`: the nodes wait there (`atoll node --listen`), node `i` the `i`-th; `None`
+    /// starts `cfg.nodes` children here.
+    pub hosts: Option<Vec<Host>>,
+}
+
+/// The node processes; killed and reaped when dropped unless they ended.
+pub(crate) struct Children {
+    procs: Vec<Child>,
+}
+
+impl Children {
+    /// The first child that exited, with how.
+    pub(crate) fn exited(&mut self) -> Option<(u16, String)> {
+        self.procs.iter_mut().enumerate().find_map(|(i, c)| {
+            c.try_wait()
+                .ok()
+                .flatten()
+                .map(|st| (i as u16, describe_exit(st)))
+        })
+    }
+
+    /// Waits up to `within` for every child to exit by itself; kills what is left.
+    pub(crate) fn reap(&mut self, within: Duration) {
+        let until = Instant::now() + within;
+        for c in &mut self.procs {
+            while Instant::now() < until {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        self.kill_all();
+    }
+
+    /// SIGKILL (which also ends a stopped process) and reap every child still there.
+    pub(crate) fn kill_all(&mut self) {
+        for c in &mut self.procs {
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+pub(crate) fn describe_exit(st: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, Some(s)) => format!("was killed by signal {s}"),
+        _ => "exited".into(),
+    }
+}
+
+/// The coordinator's connections and the children behind them.
+pub(crate) struct Hub {
+    conns: Vec<Conn>,
+    rx: mpsc::Receiver<(u16, Result<Msg, ReadError>)>,
+    children: Children,
+    /// Each node as messages name it: `node 1 (pid 4242)`, `node 1 (10.0.0.2:7000)`.
+    labels: Vec<String>,
+    /// Stops the coordinator's heartbeat thread.
+    beats: Arc<AtomicBool>,
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.beats.store(true, Ordering::Release);
+    }
+}
+
+impl Hub {
+    /// The hub over one connected stream per node (in node order): a reader thread each,
+    /// and the heartbeat to all of them.
+    pub(crate) fn open(
+        streams: Vec<TcpStream>,
+        children: Children,
+        labels: Vec<String>,
+    ) -> Result<Hub, ClusterError> {
+        let (tx, rx) = mpsc::channel();
+        let mut conns = Vec::with_capacity(streams.len());
+        for (i, s) in streams.into_iter().enumerate() {
+            conns.push(Conn::open(s, i as u16, tx.clone(), true).map_err(|e| {
+                ClusterError::Failed(format!("{}: its connection: {e}", labels[i]))
+            })?);
+        }
+        let beats = Arc::new(AtomicBool::new(false));
+        heartbeat(conns.clone(), beats.clone());
+        Ok(Hub {
+            conns,
+            rx,
+            children,
+            labels,
+            beats,
+        })
+    }
+
+    pub(crate) fn send(&mut self, node: u16, m: &Msg) -> Result<(), ClusterError> {
+        self.conns[node as usize].send(m).map_err(|e| {
+            ClusterError::Failed(format!(
+                "{}: its connection failed: {e}",
+                self.labels[node as usize]
+            ))
+        })
+    }
+
+    pub(crate) fn broadcast(&mut self, m: &Msg) -> Result<(), ClusterError> {
+        for n in 0..self.conns.len() as u16 {
+            self.send(n, m)?;
+        }
+        Ok(())
+    }
+
+    /// Tells every node the run failed, as far as each can still be told.
+    pub(crate) fn tell_failed(&mut self, e: &ClusterError) {
+        let m = Msg::Failed {
+            bad_input: false,
+            message: e.to_string(),
+        };
+        for c in &self.conns {
+            let _ = c.send(&m);
+        }
+    }
+
+    /// Bootstrap steps 2 to 6: `config` (`args`, `transport`) to every node, their `joined`,
+    /// the `directory`, their `ready`, `start`, their `done` (within `run` and the margins),
+    /// `stop`. Returns when every node had joined (loaded and registered its memory).
+    pub(crate) fn run_nodes(
+        &mut self,
+        args: &[String],
+        transport: Transports,
+        run: Duration,
+    ) -> Result<Instant, ClusterError> {
+        self.broadcast(&Msg::Config {
+            version: PROTOCOL_VERSION,
+            args: args.to_vec(),
+            transport: transport.name().to_string(),
+        })?;
+        let startup = Instant::now() + Duration::from_secs(STARTUP_S_MAX);
+        let joined = self.gather("joined", startup)?;
+        let joined_at = Instant::now();
+        let nodes = joined
+            .into_iter()
+            .map(|m| match m {
+                Msg::Joined { workers, regions } => (workers, regions),
+                _ => unreachable!("gather checked the name"),
+            })
+            .collect();
+        self.broadcast(&Msg::Directory { nodes })?;
+        self.gather("ready", startup)?;
+        self.broadcast(&Msg::Start)?;
+        let run_end = Instant::now()
+            + run
+            + Duration::from_secs_f64(RUN_MARGIN_S)
+            + Duration::from_millis(ucx::OP_TIMEOUT_MS_DEFAULT);
+        self.gather("done", run_end)?;
+        self.broadcast(&Msg::Stop)?;
+        Ok(joined_at)
+    }
+
+    /// One `want` message from every node, in node order; any other message, a closed
+    /// connection, an exited child, a node silent for a heartbeat silence or the deadline
+    /// ends the run, naming the node.
+    pub(crate) fn gather(&mut self, want: &str, until: Instant) -> Result<Vec<Msg>, ClusterError> {
+        let n = self.conns.len();
+        let mut got: Vec<Option<Msg>> = (0..n).map(|_| None).collect();
+        while got.iter().any(Option::is_none) {
+            let now = Instant::now();
+            if now > until {
+                let missing: Vec<&str> = got
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| m.is_none())
+                    .map(|(i, _)| self.labels[i].as_str())
+                    .collect();
+                return Err(ClusterError::Failed(format!(
+                    "{} sent no '{want}' in time",
+                    missing.join(", ")
+                )));
+            }
+            let wait = until
+                .saturating_duration_since(now)
+                .min(Duration::from_millis(WATCH_INTERVAL_MS));
+            match self.rx.recv_timeout(wait) {
+                Ok((i, Ok(m))) if m.name() == want && got[i as usize].is_none() => {
+                    got[i as usize] = Some(m)
+                }
+                Ok((i, Ok(Msg::Failed { bad_input, message }))) => {
+                    return Err(if bad_input {
+                        ClusterError::BadInput(message)
+                    } else {
+                        ClusterError::Failed(format!(
+                            "{} failed: {message}",
+                            self.labels[i as usize]
+                        ))
+                    })
+                }
+                Ok((i, Ok(m))) => {
+                    return Err(ClusterError::BadInput(format!(
+                        "{} sent '{}' where '{want}' was expected",
+                        self.labels[i as usize],
+                        m.name()
+                    )))
+                }
+                Ok((i, Err(ReadError::Malformed(e)))) => {
+                    return Err(ClusterError::BadInput(format!(
+                        "malformed message from {}: {e}",
+                        self.labels[i as usize]
+                    )))
+                }
+                Ok((i, Err(ReadError::Closed))) => {
+                    // Give its exit status a moment to appear, to say how it ended.
+                    std::thread::sleep(Duration::from_millis(WATCH_INTERVAL_MS));
+                    let how = self
+                        .children
+                        .procs
+                        .get_mut(i as usize)
+                        .and_then(|c| c.try_wait().ok().flatten())
+                        .map(describe_exit)
+                        .unwrap_or_else(|| "closed its connection".into());
+                    return Err(ClusterError::Failed(format!(
+                        "{} {how} (waiting for '{want}')",
+                        self.labels[i as usize]
+                    )));
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(ClusterError::Failed("every node connection closed".into()))
+                }
+            }
+            if let Some((i, how)) = self.children.exited() {
+                if got[i as usize].is_none() || want != "bye" {
+                    return Err(ClusterError::Failed(format!(
+                        "{} {how} (waiting for '{want}')",
+                        self.labels[i as usize]
+                    )));
+                }
+            }
+            if let Some((i, d)) = self
+                .conns
+                .iter()
+                .enumerate()
+                .find_map(|(i, c)| c.silent_for().map(|d| (i, d)))
+            {
+                return Err(ClusterError::Failed(format!(
+                    "{} hangs: it sent nothing for {:.1} s, more than {HEARTBEAT_MISSED_MAX} heartbeats of {HEARTBEAT_INTERVAL_MS} ms (stopped or wedged; waiting for '{want}')",
+                    self.labels[i],
+                    d.as_secs_f64()
+                )));
+            }
+        }
+        Ok(got.into_iter().map(|m| m.expect("all arrived")).collect())
+    }
+}
+
+/// Starts the node processes and connects to each: the hub, once every node said hello.
+pub(crate) fn start_nodes(nodes: u16, exe: &std::path::Path) -> Result<Hub, ClusterError> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| ClusterError::BadInput(format!("cannot listen on 127.0.0.1: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ClusterError::Failed(format!("listener: {e}")))?;
+    let mut children = Children { procs: Vec::new() };
+    for n in 0..nodes {
+        let child = Command::new(exe)
+            .args([
+                "node",
+                "--coordinator",
+                &addr.to_string(),
+                "--node",
+                &n.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| {
+                ClusterError::Failed(format!("cannot start node {n} ({}): {e}", exe.display()))
+            })?;
+        children.procs.push(child);
+    }
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| ClusterError::Failed(format!("listener: {e}")))?;
+    let until = Instant::now() + Duration::from_secs(STARTUP_S_MAX);
+    let mut outs: Vec<Option<TcpStream>> = (0..nodes).map(|_| None).collect();
+    let mut accepted = 0;
+    while accepted < nodes {
+        if Instant::now() > until {
+            return Err(ClusterError::Failed(format!(
+                "only {accepted} of {nodes} nodes connected within {STARTUP_S_MAX} s"
+            )));
+        }
+        if let Some((i, how)) = children.exited() {
+            return Err(ClusterError::Failed(format!(
+                "node {i} {how} before it joined"
+            )));
+        }
+        let mut s = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Err(e) => return Err(ClusterError::Failed(format!("accept: {e}"))),
+        };
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(STARTUP_S_MAX)));
+        let node = match read_msg(&mut s) {
+            Ok(Msg::Hello { version, node }) => {
+                if version != PROTOCOL_VERSION {
+                    return Err(ClusterError::BadInput(format!(
+                        "a node speaks protocol version {version}, the coordinator {PROTOCOL_VERSION}"
+                    )));
+                }
+                if node >= nodes || outs[node as usize].is_some() {
+                    return Err(ClusterError::BadInput(format!(
+                        "a node said hello as node {node}: not one of 0..{nodes} still expected"
+                    )));
+                }
+                node
+            }
+            Ok(m) => {
+                return Err(ClusterError::BadInput(format!(
+                    "a node's first message was '{}', not 'hello'",
+                    m.name()
+                )))
+            }
+            Err(ReadError::Malformed(e)) => {
+                return Err(ClusterError::BadInput(format!(
+                    "malformed message from a joining node: {e}"
+                )))
+            }
+            Err(ReadError::Closed) => continue,
+        };
+        outs[node as usize] = Some(s);
+        accepted += 1;
+    }
+    let labels = children
+        .procs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("node {i} (pid {})", c.id()))
+        .collect();
+    let streams = outs.into_iter().map(|s| s.expect("every node")).collect();
+    Hub::open(streams, children, labels)
+}
+
+/// Dials the nodes waiting at `hosts` (`atoll node --listen`) and claims node `i` at the
+/// `i`-th: the hub, once every node said hello. An address that cannot be reached or does
+/// not answer as a free atoll node is bad input naming the entry; the nodes already
+/// claimed are told the run failed (they exit), so nothing is left waiting for this run.
+pub(crate) fn dial_nodes(hosts: &[Host]) -> Result<Hub, ClusterError> {
+    let nodes = hosts.len() as u16;
+    let mut streams: Vec<TcpStream> = Vec::with_capacity(hosts.len());
+    let claim = |i: u16, h: &Host| -> Result<TcpStream, ClusterError> {
+        let entry = format!("--hosts entry '{}' (node {i})", h.given);
+        let mut s = TcpStream::connect_timeout(&h.addr, Duration::from_secs(CONNECT_S_MAX))
+            .map_err(|e| ClusterError::BadInput(format!("cannot reach {entry}: {e}")))?;
+        let _ = s.set_nodelay(true);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(HANDSHAKE_S_MAX)));
+        let _ = s.set_write_timeout(Some(Duration::from_secs(HANDSHAKE_S_MAX)));
+        write_msg(
+            &mut s,
+            &Msg::Claim {
+                version: PROTOCOL_VERSION,
+                node: i,
+                nodes,
+            },
+        )
+        .map_err(|e| ClusterError::BadInput(format!("cannot claim {entry}: {e}")))?;
+        match read_msg(&mut s) {
+            Ok(Msg::Hello { version, node }) if version == PROTOCOL_VERSION && node == i => Ok(s),
+            Ok(Msg::Hello { version, node }) => Err(ClusterError::BadInput(format!(
+                "{entry} answered as node {node} speaking protocol version {version}, expected node {i} and version {PROTOCOL_VERSION}"
+            ))),
+            Ok(Msg::Failed { message, .. }) => {
+                Err(ClusterError::BadInput(format!("{entry}: {message}")))
+            }
+            Ok(m) => Err(ClusterError::BadInput(format!(
+                "{entry} sent '{}' where 'hello' was expected",
+                m.name()
+            ))),
+            Err(ReadError::Malformed(e)) => Err(ClusterError::BadInput(format!(
+                "{entry} is not an atoll node: {e}"
+            ))),
+            Err(ReadError::Closed) => Err(ClusterError::BadInput(format!(
+                "{entry} closed the connection or did not answer within {HANDSHAKE_S_MAX} s: is `atoll node --listen {}` waiting there?",
+                h.given
+            ))),
+        }
+    };
+    for (i, h) in hosts.iter().enumerate() {
+        match claim(i as u16, h) {
+            Ok(s) => streams.push(s),
+            Err(e) => {
+                let m = Msg::Failed {
+                    bad_input: true,
+                    message: e.to_string(),
+                };
+                for s in &mut streams {
+                    let _ = write_msg(s, &m);
+                }
+                return Err(e);
+            }
+        }
+    }
+    let labels = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| format!("node {i} ({})", h.given))
+        .collect();
+    Hub::open(streams, Children { procs: Vec::new() }, labels)
+}
+
+/// Whether this build can run a cluster: `BadInput` saying how to install UCX if not.
+pub fn ucx_available() -> Result<(), ClusterError> {
+    match ucx::Context::ucx_version() {
+        Err(e @ ucx::UcxError::NotBuilt) => Err(ClusterError::BadInput(e.to_string())),
+        _ => Ok(()),
+    }
+}
+
+/// `atoll cluster ... bench`: runs `cfg` on `cfg.nodes` node processes over UCX and
+/// returns the same report `atoll bench` builds, with the transport's verbs described.
+pub fn run_cluster(cfg: &RunConfig, cc: &ClusterConfig) -> Result<Report, ClusterError> {
+    cfg.validate()?;
+    ucx_available()?;
+    struct V<'a> {
+        cfg: &'a RunConfig,
+        cc: &'a ClusterConfig,
+    }
+    impl ProtocolVisitor for V<'_> {
+        type Out = Result<Report, ClusterError>;
+        fn visit<P: Protocol>(self) -> Self::Out {
+            let (cfg, cc) = (self.cfg, self.cc);
+            atoll_txn::check_plan::<P>(&cfg.plan)
+                .map_err(|e| ClusterError::BadInput(format!("plan {}: {e}", cfg.plan)))?;
+            struct Coordinate<'a, P> {
+                cfg: &'a RunConfig,
+                cc: &'a ClusterConfig,
+                protocol: std::marker::PhantomData<fn() -> P>,
+            }
+            impl<P: Protocol> WorkloadVisitor for Coordinate<'_, P> {
+                type Out = Result<Report, ClusterError>;
+                fn visit<W: Workload>(self, w: W) -> Self::Out {
+                    coordinate::<W, P>(self.cfg, w, self.cc)
+                }
+            }
+            let v = Coordinate::<P> {
+                cfg,
+                cc,
+                protocol: std::marker::PhantomData,
+            };
+            cfg.workload
+                .dispatch(&cfg.params, &cfg.workload_shape(), v)
+                .map_err(|e| ClusterError::BadInput(e.0))?
+        }
+    }
+    cfg.protocol.dispatch(V { cfg, cc })
+}
+
+pub(crate) fn coordinate<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    w: W,
+    cc: &ClusterConfig,
+) -> Result<Report, ClusterError> {
+    let wall = Instant::now();
+    let (sizing, _, _) = layout::<W, P>(cfg, &w)?;
+    // Only the nodes on this machine count against its cores and memory.
+    let (local, what) = match &cc.hosts {
+        Some(hosts) => {
+            let local = hosts.iter().filter(|h| h.is_local()).count() as u16;
+            (local, format!("{local} --hosts entries on this machine"))
+        }
+        None => (cfg.nodes, format!("--nodes {}", cfg.nodes)),
+    };
+    atoll_runner::sizing::cluster_fits(
+        local,
+        cfg.threads,
+        &what,
+        &sizing,
+        &atoll_runner::sizing::Machine::this(),
+    )?;
+    // Node processes on this machine's cores, or other machines' (then the probe still
+    // tells whether this one moved).
+    let probe = atoll_runner::env::Probe::start(true);
+    let hub = match &cc.hosts {
+        Some(hosts) => dial_nodes(hosts)?,
+        None => start_nodes(cfg.nodes, &cc.exe)?,
+    };
+    with_hub(hub, |hub| {
+        coordinate_nodes::<W, P>(cfg, &w, cc, hub, wall, &sizing, &probe)
+    })
+}
+
+/// Starts `nodes` node processes of `exe` and runs `body` with their hub ([`with_hub`]).
+pub(crate) fn with_nodes<T>(
+    nodes: u16,
+    exe: &std::path::Path,
+    body: impl FnOnce(&mut Hub) -> Result<T, ClusterError>,
+) -> Result<T, ClusterError> {
+    with_hub(start_nodes(nodes, exe)?, body)
+}
+
+/// Runs `body` with `hub`'s nodes, then ends them: reaped when `body` succeeded, told and
+/// killed when it failed. No child outlives the call.
+pub(crate) fn with_hub<T>(
+    mut hub: Hub,
+    body: impl FnOnce(&mut Hub) -> Result<T, ClusterError>,
+) -> Result<T, ClusterError> {
+    let r = body(&mut hub);
+    match &r {
+        Ok(_) => hub.children.reap(Duration::from_secs(FINISH_S_MAX)),
+        Err(e) => {
+            hub.tell_failed(e);
+            hub.children.kill_all();
+        }
+    }
+    r
+}
+
+pub(crate) fn coordinate_nodes<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    w: &W,
+    cc: &ClusterConfig,
+    hub: &mut Hub,
+    wall: Instant,
+    sizing: &atoll_runner::sizing::Sizing,
+    probe: &atoll_runner::env::Probe,
+) -> Result<Report, ClusterError> {
+    let run = Duration::from_secs_f64(cfg.warmup_s + cfg.duration_s);
+    let joined_at = hub.run_nodes(&cc.bench_args, cc.transport, run)?;
+    let load_s = joined_at.duration_since(wall).as_secs_f64();
+    let finish = Instant::now() + Duration::from_secs(FINISH_S_MAX);
+    let mut summaries: Vec<NodeSummary<W::Ledger>> = Vec::new();
+    for (i, m) in hub.gather("summary", finish)?.into_iter().enumerate() {
+        let Msg::Summary { summary } = m else {
+            unreachable!("gather checked the name")
+        };
+        summaries.push(serde_json::from_value(summary).map_err(|e| {
+            ClusterError::BadInput(format!("malformed summary from node {i}: {e}"))
+        })?);
+    }
+    if let Some((node, txn)) = atoll_runner::driver::failed_after_log(&summaries) {
+        // A process that died is named by the failure itself (no injected crashes here).
+        return Err(RunError::NodeFailed {
+            node,
+            txn,
+            crashed: Vec::new(),
+        }
+        .into());
+    }
+    let ledger = atoll_runner::driver::merge_ledgers(w, &summaries);
+    hub.broadcast(&Msg::Ledger {
+        ledger: json("the merged ledger", &ledger),
+    })?;
+    let mut checks: Vec<NodeChecks<W::NodeCheck>> = Vec::new();
+    for (i, m) in hub.gather("checks", finish)?.into_iter().enumerate() {
+        let Msg::Checks { checks: c } = m else {
+            unreachable!("gather checked the name")
+        };
+        // A node holding no records has none to check.
+        let c: Option<NodeChecks<W::NodeCheck>> = serde_json::from_value(c)
+            .map_err(|e| ClusterError::BadInput(format!("malformed checks from node {i}: {e}")))?;
+        checks.extend(c);
+    }
+    hub.broadcast(&Msg::Bye)?;
+    let facts = RunFacts {
+        warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
+        progress: Vec::new(),
+        load_s,
+        wall_s: wall.elapsed().as_secs_f64(),
+        os_threads: cfg.nodes as usize * cfg.threads as usize,
+        sim: None,
+        log_ring_words: sizing.log_ring_words,
+        memory_bytes: sizing.total_bytes(),
+        coroutines_hung: 0,
+        crashed: Vec::new(),
+        rpcs_served_by_node: summaries
+            .iter()
+            .map(|s| s.rpcs_served)
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default(),
+    };
+    let cpu = atoll_runner::env::CpuWindow::default();
+    let mut report = atoll_runner::driver::report::<W, P>(
+        cfg,
+        w,
+        facts,
+        summaries,
+        &ledger,
+        checks,
+        |committed| probe.finish(&cpu, committed),
+    );
+    report.config.fabric = "ucx";
+    report.ucx = Some(atoll_runner::report::UcxReport {
+        transport: cc.transport.name().to_string(),
+        processes: cfg.nodes,
+        verbs: ucx::describe(cc.transport, cfg.coalesce)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    });
+    if let Some(path) = &cfg.history_file {
+        let out = atoll_history::HistoryWriter::create(path, cfg.protocol.isolation())
+            .map_err(ClusterError::BadInput)?;
+        let mut h = std::mem::take(&mut report.history);
+        out.append(&mut h);
+        let (passed, detail) = match out.finish() {
+            Ok(n) => (
+                true,
+                format!("{n} attempts gathered from the nodes' summaries"),
+            ),
+            Err(e) => (false, e),
+        };
+        report.passed &= passed;
+        report.checks.push(atoll_runner::report::CheckReport {
+            name: "history.written".into(),
+            passed,
+            detail,
+        });
+    }
+    Ok(report)
+}

@@ -1,0 +1,553 @@
+//! The history format: what a transaction attempt read and installed, as both the engine
+//! (which records it) and the independent checker (which reads it) understand it.
+//!
+//! A crate of its own so that the checker (`atoll-check`) depends on no protocol, workload,
+//! transaction or fabric crate: the words a history is written in live here, and the
+//! storage and transaction crates re-export them. It holds the table id, the parts of a
+//! version word a history records ([`key_version`]), the loader's tag, the isolation levels,
+//! the observed operations ([`HistOp`]), one attempt ([`TxnRecord`]) and the file format
+//! (a header line, then one JSON object per attempt).
+
+use serde_json::{json, Value};
+
+/// A table's identifier; also its region id on every node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableId(pub u16);
+
+/// The tag of records written by a workload's loader (the initial state).
+pub const LOADER_TAG: u64 = 0;
+
+/// The version of every record a loader or an insert into a fresh slot creates.
+pub const INITIAL_VERSION: u64 = 1;
+
+/// Set in the version word of a record slot that holds no live record.
+pub const VERSION_ABSENT: u64 = 1 << 63;
+
+/// Low bits of a version word holding the key's version (its commit count); the bits
+/// above, up to [`VERSION_ABSENT`], hold the slot's incarnation: how often the slot was
+/// reclaimed for another key. A key's version continues across the slots it lives in, so
+/// histories compare key versions; a slot's whole word only ever grows across its keys, so
+/// a coordinator comparing a word it read with the slot's current one (validation) never
+/// takes another key's record, or another incarnation of its own, for the one it read.
+/// 2^40 commits of one key need over 64 million a second for the longest run allowed.
+pub const VERSION_KEY_BITS: u32 = 40;
+pub const VERSION_KEY_MASK: u64 = (1 << VERSION_KEY_BITS) - 1;
+
+/// The key's version in a version word (what histories record), without incarnation or
+/// `ABSENT`.
+#[inline]
+pub fn key_version(word: u64) -> u64 {
+    word & VERSION_KEY_MASK
+}
+
+/// The isolation level a protocol guarantees, which decides how its histories are checked
+/// and which workload invariants must hold (write skew is allowed under snapshot isolation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isolation {
+    /// Conflict-serializable: the dependency graph of committed transactions is acyclic.
+    Serializable,
+    /// Snapshot isolation: each transaction reads the newest versions committed before its
+    /// snapshot timestamp, and of two concurrent writers of a record only the first to commit
+    /// does (first-committer-wins).
+    Snapshot,
+}
+
+impl Isolation {
+    pub const ALL: [Isolation; 2] = [Isolation::Serializable, Isolation::Snapshot];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::Serializable => "serializable",
+            Isolation::Snapshot => "snapshot",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Isolation> {
+        Self::ALL.into_iter().find(|i| i.name() == s)
+    }
+}
+
+/// A range scan as it ran: the range and the `(key, version)` pairs it returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanObs {
+    pub table: TableId,
+    pub lo: u64,
+    /// The end of the range the scan covered: its `hi`, or the last key returned when the
+    /// scan stopped at its limit.
+    pub hi: u64,
+    /// `(key, version word)` of every key the scan met; a deleted key's version has
+    /// `VERSION_ABSENT` (it was absent, at that version).
+    pub seen: Vec<(u64, u64)>,
+}
+
+/// How a write changed a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteKind {
+    Update,
+    Insert,
+    Delete,
+}
+
+/// One operation of a recorded transaction, as observed: reads carry the version word and
+/// the tag and check of the payload actually returned; writes the version installed and
+/// the attempt's tag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HistOp {
+    Read {
+        table: TableId,
+        key: u64,
+        version: u64,
+        tag: u64,
+        intact: bool,
+    },
+    Write {
+        table: TableId,
+        key: u64,
+        version: u64,
+        kind: WriteKind,
+    },
+    Scan(ScanObs),
+}
+
+pub const FORMAT: &str = "atoll-history";
+/// Version 3 added each attempt's snapshot and commit timestamps (snapshot isolation) and
+/// the run's isolation level in the header line; version 4 vector snapshots (`vector`,
+/// `slot`: NAM-DB's timestamp vector).
+pub const FORMAT_VERSION: u64 = 4;
+/// The oldest version this reader still reads: version 2 is version 3 without timestamps
+/// (both absent) and without an isolation level (every protocol then was serializable).
+pub const FORMAT_VERSION_OLDEST_READ: u64 = 2;
+
+/// One attempt of a transaction, committed or aborted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnRecord {
+    /// The attempt's timestamp (WAITDIE's retries keep their first one).
+    pub id: u64,
+    /// The attempt's tag: unique in the run, written into every payload it installs.
+    pub tag: u64,
+    /// 1 for the first attempt of a transaction, then 2, 3, ... for its retries.
+    pub attempt: u32,
+    /// Cluster-wide co-routine index that ran it.
+    pub coord: u32,
+    /// `None` when committed, else the abort reason.
+    pub aborted: Option<String>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The snapshot a snapshot-isolation attempt read at (`Txn::snapshot_ts` in `atoll_txn`);
+    /// `None` for serializable protocols.
+    pub snapshot: Option<u64>,
+    /// Its commit timestamp (`Txn::commit_ts` in `atoll_txn`); `None` for serializable
+    /// protocols, and for a snapshot-isolation attempt that aborted before taking one or
+    /// committed read-only without one. With a vector snapshot, the timestamp within
+    /// `commit_slot`.
+    pub commit: Option<u64>,
+    /// A vector snapshot (NAM-DB's timestamp vector, format 4): per slot, the newest commit
+    /// timestamp of that slot the attempt sees. `snapshot` is then unused.
+    pub snapshot_vector: Option<Vec<u64>>,
+    /// With a vector snapshot: the slot whose timestamps `commit` counts in.
+    pub commit_slot: Option<u32>,
+    pub ops: Vec<HistOp>,
+}
+
+/// How a history line names a write's kind (`u`, `i`, `d`).
+pub fn kind_name(k: WriteKind) -> &'static str {
+    match k {
+        WriteKind::Update => "u",
+        WriteKind::Insert => "i",
+        WriteKind::Delete => "d",
+    }
+}
+
+fn op_json(op: &HistOp) -> Value {
+    match op {
+        HistOp::Read {
+            table,
+            key,
+            version,
+            tag,
+            intact,
+        } => json!(["r", table.0, key, version, tag, *intact as u8]),
+        HistOp::Write {
+            table,
+            key,
+            version,
+            kind,
+        } => json!(["w", table.0, key, version, kind_name(*kind)]),
+        HistOp::Scan(s) => json!(["s", s.table.0, s.lo, s.hi, s.seen]),
+    }
+}
+
+/// A history file written while the run goes: workers hand over batches of records, which
+/// are appended as JSON lines behind the header. The first write error is kept and reported
+/// at the end; the records after it are dropped (the run itself goes on).
+pub struct HistoryWriter {
+    path: std::path::PathBuf,
+    out: std::sync::Mutex<HistoryOut>,
+}
+
+struct HistoryOut {
+    file: std::io::BufWriter<std::fs::File>,
+    records: u64,
+    error: Option<String>,
+}
+
+impl HistoryWriter {
+    /// Creates (or truncates) `path` and writes the header line, which names the isolation
+    /// level the run's protocol guarantees.
+    pub fn create(path: &std::path::Path, isolation: Isolation) -> Result<Self, String> {
+        use std::io::Write as _;
+        let f = std::fs::File::create(path)
+            .map_err(|e| format!("cannot create history file {}: {e}", path.display()))?;
+        let mut file = std::io::BufWriter::new(f);
+        writeln!(file, "{}", header_line(isolation))
+            .map_err(|e| format!("cannot write history file {}: {e}", path.display()))?;
+        Ok(HistoryWriter {
+            path: path.to_path_buf(),
+            out: std::sync::Mutex::new(HistoryOut {
+                file,
+                records: 0,
+                error: None,
+            }),
+        })
+    }
+
+    /// Appends `batch` (emptied) to the file.
+    pub fn append(&self, batch: &mut Vec<TxnRecord>) {
+        use std::io::Write as _;
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        if out.error.is_none() {
+            for r in batch.iter() {
+                if let Err(e) = writeln!(out.file, "{}", r.to_json_line()) {
+                    out.error = Some(format!("writing history {}: {e}", self.path.display()));
+                    break;
+                }
+                out.records += 1;
+            }
+        }
+        batch.clear();
+    }
+
+    /// Flushes the file: the records written, or the first error met.
+    pub fn finish(&self) -> Result<u64, String> {
+        use std::io::Write as _;
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = &out.error {
+            return Err(e.clone());
+        }
+        out.file
+            .flush()
+            .map_err(|e| format!("writing history {}: {e}", self.path.display()))?;
+        Ok(out.records)
+    }
+}
+
+/// The first line of a history file: the format, its version, and the isolation level the
+/// run's protocol guarantees (what `atoll check-history` is asked to check, and which model
+/// `.ci/adya-crosscheck` gives adya).
+pub fn header_line(isolation: Isolation) -> String {
+    json!({"format": FORMAT, "version": FORMAT_VERSION, "isolation": isolation.name()}).to_string()
+}
+
+/// What a history file's header line says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub version: u64,
+    /// The isolation level the run's protocol guarantees (version 2: serializable).
+    pub isolation: Isolation,
+}
+
+impl TxnRecord {
+    pub fn to_json_line(&self) -> String {
+        self.to_json_value().to_string()
+    }
+
+    fn to_json_value(&self) -> Value {
+        let ops: Vec<Value> = self.ops.iter().map(op_json).collect();
+        let mut v = json!({
+            "id": self.id,
+            "tag": self.tag,
+            "coord": self.coord,
+            "attempt": self.attempt,
+            "status": if self.aborted.is_some() { "aborted" } else { "committed" },
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "ops": ops,
+        });
+        if let Some(r) = &self.aborted {
+            v["reason"] = json!(r);
+        }
+        if let Some(s) = self.snapshot {
+            v["snapshot"] = json!(s);
+        }
+        if let Some(c) = self.commit {
+            v["commit"] = json!(c);
+        }
+        if let Some(vector) = &self.snapshot_vector {
+            v["vector"] = json!(vector);
+        }
+        if let Some(slot) = self.commit_slot {
+            v["slot"] = json!(slot);
+        }
+        v
+    }
+
+    fn from_json(line_no: usize, v: &Value) -> Result<TxnRecord, String> {
+        let bad = |what: &str| format!("history line {line_no}: {what}");
+        let u = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| bad(&format!("field '{k}' missing or not a whole number")))
+        };
+        // Timestamps are absent for serializable protocols (and in version-2 files).
+        let optional = |k: &str| match v.get(k) {
+            None => Ok(None),
+            Some(x) => x
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| bad(&format!("field '{k}' is not a whole number: {x}"))),
+        };
+        let aborted = match v.get("status").and_then(Value::as_str) {
+            Some("committed") => None,
+            Some("aborted") => Some(
+                v.get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown")
+                    .to_string(),
+            ),
+            other => {
+                return Err(bad(&format!(
+                    "status {other:?} is not \"committed\" or \"aborted\""
+                )))
+            }
+        };
+        let mut ops = Vec::new();
+        for (i, op) in v
+            .get("ops")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("field 'ops' missing or not a list"))?
+            .iter()
+            .enumerate()
+        {
+            let a = op
+                .as_array()
+                .filter(|a| !a.is_empty())
+                .ok_or_else(|| bad(&format!("op {i} is not a non-empty list")))?;
+            let shape = |n: usize, what: &str| {
+                if a.len() == n {
+                    Ok(())
+                } else {
+                    Err(bad(&format!("op {i} is not {what}")))
+                }
+            };
+            let n = |j: usize| {
+                a[j].as_u64()
+                    .ok_or_else(|| bad(&format!("op {i}: element {j} is not a whole number")))
+            };
+            let table = |j: usize| -> Result<TableId, String> {
+                Ok(TableId(u16::try_from(n(j)?).map_err(|_| {
+                    bad(&format!("op {i}: table id out of range"))
+                })?))
+            };
+            ops.push(match a[0].as_str() {
+                Some("r") => {
+                    shape(6, "[\"r\", table, key, version, tag, intact]")?;
+                    HistOp::Read {
+                        table: table(1)?,
+                        key: n(2)?,
+                        version: n(3)?,
+                        tag: n(4)?,
+                        intact: n(5)? != 0,
+                    }
+                }
+                Some("w") => {
+                    shape(5, "[\"w\", table, key, version, kind]")?;
+                    let kind = match a[4].as_str() {
+                        Some("u") => WriteKind::Update,
+                        Some("i") => WriteKind::Insert,
+                        Some("d") => WriteKind::Delete,
+                        other => {
+                            return Err(bad(&format!(
+                                "op {i}: write kind {other:?} is not \"u\", \"i\" or \"d\""
+                            )))
+                        }
+                    };
+                    HistOp::Write {
+                        table: table(1)?,
+                        key: n(2)?,
+                        version: n(3)?,
+                        kind,
+                    }
+                }
+                Some("s") => {
+                    shape(5, "[\"s\", table, lo, hi, [[key, version], ...]]")?;
+                    let seen = a[4]
+                        .as_array()
+                        .ok_or_else(|| bad(&format!("op {i}: scan results are not a list")))?
+                        .iter()
+                        .map(|p| {
+                            let kv = p.as_array().filter(|p| p.len() == 2);
+                            match kv.map(|kv| (kv[0].as_u64(), kv[1].as_u64())) {
+                                Some((Some(k), Some(v))) => Ok((k, v)),
+                                _ => Err(bad(&format!(
+                                    "op {i}: a scan result is not [key, version]"
+                                ))),
+                            }
+                        })
+                        .collect::<Result<_, _>>()?;
+                    HistOp::Scan(ScanObs {
+                        table: table(1)?,
+                        lo: n(2)?,
+                        hi: n(3)?,
+                        seen,
+                    })
+                }
+                other => {
+                    return Err(bad(&format!(
+                        "op {i}: kind {other:?} is not \"r\", \"w\" or \"s\""
+                    )))
+                }
+            });
+        }
+        Ok(TxnRecord {
+            id: u("id")?,
+            tag: u("tag")?,
+            coord: u32::try_from(u("coord")?).map_err(|_| bad("coord out of range"))?,
+            attempt: u32::try_from(u("attempt")?).map_err(|_| bad("attempt out of range"))?,
+            aborted,
+            start_ns: u("start_ns")?,
+            end_ns: u("end_ns")?,
+            snapshot: optional("snapshot")?,
+            commit: optional("commit")?,
+            snapshot_vector: match v.get("vector") {
+                None => None,
+                Some(x) => Some(
+                    x.as_array()
+                        .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
+                        .ok_or_else(|| {
+                            bad(&format!(
+                                "field 'vector' is not a list of whole numbers: {x}"
+                            ))
+                        })?,
+                ),
+            },
+            commit_slot: optional("slot")?
+                .map(|s| u32::try_from(s).map_err(|_| bad(&format!("slot {s} out of range"))))
+                .transpose()?,
+            ops,
+        })
+    }
+}
+
+/// Records as the objects of history lines, for a node's summary: the same form and the
+/// same validation as a history file's.
+pub mod records {
+    use super::TxnRecord;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use serde_json::Value;
+
+    pub fn serialize<S: Serializer>(h: &[TxnRecord], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(h.iter().map(TxnRecord::to_json_value))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<TxnRecord>, D::Error> {
+        Vec::<Value>::deserialize(d)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| TxnRecord::from_json(i + 1, v).map_err(serde::de::Error::custom))
+            .collect()
+    }
+}
+
+/// A whole history file: the header line, then one line per attempt.
+pub fn to_text(h: &[TxnRecord], isolation: Isolation) -> String {
+    let mut text = String::with_capacity(h.len() * 160 + 64);
+    text.push_str(&header_line(isolation));
+    text.push('\n');
+    for r in h {
+        text.push_str(&r.to_json_line());
+        text.push('\n');
+    }
+    text
+}
+
+/// Parses a history written by `--history`: a header line naming the format and its
+/// version, then one JSON object per attempt.
+pub fn parse(text: &str) -> Result<Vec<TxnRecord>, String> {
+    parse_reader(text.as_bytes())
+}
+
+/// [`parse`] line by line from a reader: only the typed records are kept, never the file's
+/// text or its JSON values (a history file can be many gigabytes).
+pub fn parse_reader(r: impl std::io::BufRead) -> Result<Vec<TxnRecord>, String> {
+    parse_with_header(r).map(|(_, h)| h)
+}
+
+/// [`parse_reader`], with what the header line says.
+pub fn parse_with_header(r: impl std::io::BufRead) -> Result<(Header, Vec<TxnRecord>), String> {
+    let mut out = Vec::new();
+    let mut lines = r
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            l.map(|l| (i, l))
+                .map_err(|e| format!("history line {}: {e}", i + 1))
+        })
+        .filter(|l| !matches!(l, Ok((_, t)) if t.trim().is_empty()));
+    let readable =
+        format!("this atoll reads versions {FORMAT_VERSION_OLDEST_READ} to {FORMAT_VERSION}");
+    let header = match lines.next().transpose()? {
+        None => {
+            return Ok((
+                Header {
+                    version: FORMAT_VERSION,
+                    isolation: Isolation::Serializable,
+                },
+                out,
+            ))
+        }
+        Some((i, first)) => {
+            let line = i + 1;
+            let v: Value = serde_json::from_str(&first)
+                .map_err(|e| format!("history line {line}: not JSON: {e}"))?;
+            let (format, version) = (v.get("format"), v.get("version").and_then(Value::as_u64));
+            if format.and_then(Value::as_str) != Some(FORMAT) {
+                return Err(format!(
+                    "history line {line}: not an {FORMAT} file (its first line must be like {})",
+                    header_line(Isolation::Serializable)
+                ));
+            }
+            let version = match version {
+                Some(v) if (FORMAT_VERSION_OLDEST_READ..=FORMAT_VERSION).contains(&v) => v,
+                Some(found) => {
+                    return Err(format!(
+                        "history line {line}: format version {found}, {readable}"
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "history line {line}: no format version (\"version\" missing or not a whole number), {readable}"
+                    ))
+                }
+            };
+            let isolation = match v.get("isolation") {
+                None => Isolation::Serializable,
+                Some(x) => x.as_str().and_then(Isolation::parse).ok_or_else(|| {
+                    format!(
+                        "history line {line}: isolation {x} is not one of {}",
+                        Isolation::ALL
+                            .map(|i| format!("\"{}\"", i.name()))
+                            .join(", ")
+                    )
+                })?,
+            };
+            Header { version, isolation }
+        }
+    };
+    for l in lines {
+        let (i, line) = l?;
+        let v: Value = serde_json::from_str(&line)
+            .map_err(|e| format!("history line {}: not JSON: {e}", i + 1))?;
+        out.push(TxnRecord::from_json(i + 1, &v)?);
+    }
+    Ok((header, out))
+}

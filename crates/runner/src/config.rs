@@ -1,0 +1,610 @@
+//! The resolved configuration of one run, validated before anything starts.
+
+use atoll_fabric::VerbKind;
+pub use atoll_fabric_sim::faults::FaultConfig;
+use atoll_protocols::ProtocolKind;
+use atoll_storage::{Topology, TsPlacement};
+use atoll_txn::Plan;
+use atoll_workloads::{Params, WorkloadKind, WorkloadShape};
+use serde::Serialize;
+
+/// Location-cache entries per coordinator before it is cleared, at most.
+pub const LOC_CACHE_ENTRIES_MAX: usize = 1 << 16;
+
+/// Bytes all coordinators' location caches may hold together. A cache keeps every remote key
+/// its coordinator met until it is cleared, ~3 MB at `LOC_CACHE_ENTRIES_MAX`: with that cap
+/// per co-routine, a long run of many co-routines could outgrow the machine's memory (4,096
+/// co-routines, all full: ~13 GB). Each coordinator's cap is its share of this bound, so the
+/// caches' memory is bounded whatever the co-routine count (and counted by the sizing).
+pub const LOC_CACHES_BYTES_MAX: u64 = 512 << 20;
+
+/// Heap bytes per cached location, at most: the key (table, node, key), the location and the
+/// hash table's slack (it keeps at least an eighth of its slots free, and doubles).
+pub const LOC_CACHE_BYTES_PER_ENTRY: u64 = 64;
+
+/// Each coordinator's location-cache cap when `coordinators` share `LOC_CACHES_BYTES_MAX`.
+pub fn loc_cache_entries_max(coordinators: u32) -> usize {
+    let share = LOC_CACHES_BYTES_MAX / (coordinators.max(1) as u64 * LOC_CACHE_BYTES_PER_ENTRY);
+    (share.min(LOC_CACHE_ENTRIES_MAX as u64) as usize).max(1)
+}
+
+/// Largest cluster shape accepted per dimension; the product is bounded further by the
+/// co-routine ids a timestamp holds ([`atoll_txn::ts::COROUTINES_MAX`]).
+pub const NODES_MAX: u16 = 1024;
+pub const THREADS_MAX: u16 = 64;
+pub const COROUTINES_MAX: u16 = 256;
+/// Most versions a multi-version protocol keeps per record.
+pub const VERSIONS_MAX: u32 = 64;
+/// NAM-DB's version mover: its default pause between passes, microseconds (the paper's 1 ms).
+pub const MOVER_INTERVAL_US_DEFAULT: u64 = atoll_protocols::namdb::mover::MOVER_INTERVAL_NS / 1000;
+/// The longest pause between the mover's passes, microseconds (one second: a slower mover
+/// is none in runs of seconds).
+pub const MOVER_INTERVAL_US_MAX: u64 = 1_000_000;
+/// The longest an overflow entry is kept for no snapshot, microseconds (a minute: longer
+/// than any run's ring could hold).
+pub const OVERFLOW_KEEP_US_MAX: u64 = 60_000_000;
+/// Longest warm-up accepted, in seconds.
+pub const WARMUP_S_MAX: f64 = 3_600.0;
+/// Seconds a run's clock may pass its end: the last transactions finish, retries back off
+/// and clocks adjusted to later timestamps run ahead, all far less than this.
+pub const CLOCK_MARGIN_S: f64 = 600.0;
+/// Nanoseconds per second.
+const NS_PER_S: f64 = 1e9;
+
+/// Longest warm-up plus measured seconds: a timestamp's clock part holds
+/// `64 - TS_ID_BITS` bits of nanoseconds (about 4.9 hours), less [`CLOCK_MARGIN_S`].
+pub fn run_s_max() -> f64 {
+    (1u64 << (64 - atoll_txn::ts::TS_ID_BITS)) as f64 / NS_PER_S - CLOCK_MARGIN_S
+}
+
+/// Which fabric carries the run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fabric {
+    /// Real threads in this process (the default).
+    InProc,
+    /// The deterministic simulator: network profile by name, and faults.
+    Sim { net: String, faults: FaultConfig },
+}
+
+impl Fabric {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fabric::InProc => "inproc",
+            Fabric::Sim { .. } => "sim",
+        }
+    }
+}
+
+/// What the run's nodes do ([`atoll_storage::Architecture`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Roles {
+    /// Every node holds a partition and runs coordinators.
+    Partitioned,
+    /// The first `memory_nodes` nodes hold the records; the timestamp service is at `ts`;
+    /// the other nodes are compute nodes.
+    SharedData { memory_nodes: u16, ts: TsPlacement },
+}
+
+/// Everything a run needs.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub fabric: Fabric,
+    pub workload: WorkloadKind,
+    pub params: Params,
+    pub protocol: ProtocolKind,
+    pub plan: Plan,
+    /// Every node of the run, whatever its role.
+    pub nodes: u16,
+    pub roles: Roles,
+    /// Shared-data only: compute node `i` on memory node `i`'s machine, reaching its
+    /// records without the network (NAM-DB's locality).
+    pub colocate: bool,
+    pub threads: u16,
+    pub coroutines: u16,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub seed: u64,
+    /// Injected round-trip latency per verb class, indexed by `VerbKind`.
+    pub net_latency_us: [f64; VerbKind::COUNT],
+    pub pin_threads: bool,
+    /// OS threads for the in-process fabric; `None` means one per core, at most one per worker.
+    pub os_threads: Option<usize>,
+    pub log_replicas: u16,
+    /// Attempts of one transaction before the driver gives up on it.
+    pub attempts_max: u32,
+    /// MVCC's versions kept per record.
+    pub mvcc_slots: u32,
+    /// RSI's versions per record block.
+    pub rsi_versions: u32,
+    /// NAM-DB's overflow area: entries per record slot (0: none, no mover).
+    pub overflow_versions: u32,
+    /// NAM-DB's version mover: microseconds between its passes.
+    pub mover_interval_us: u64,
+    /// NAM-DB's garbage collector: the least microseconds an overflow entry is kept when no
+    /// snapshot needs it (0: freed as soon as none does; the slides' choice is 1 s).
+    pub overflow_keep_us: u64,
+    /// `atoll cluster`: coalesce each worker's UCX messages to a peer worker within an
+    /// event-loop turn into one.
+    pub coalesce: bool,
+    /// WAITDIE's starvation fix (a FETCH_ADD waiter counter).
+    pub waitdie_counter: bool,
+    /// NAM-DB's timestamp vector: a slot per coordinator or per compute node (compression).
+    pub vector_slots: atoll_txn::tsvc::VectorSlots,
+    /// NAM-DB's detached fetcher: snapshots take a compute node's cached copy of the vector.
+    pub vector_fetcher: bool,
+    /// Record every attempt's reads and writes for the history checker.
+    pub record_history: bool,
+    /// With `record_history`: stream the history to this file as the run goes (memory stays
+    /// bounded whatever the duration) instead of returning it in the report.
+    pub history_file: Option<std::path::PathBuf>,
+    /// Print a progress line per interval.
+    pub progress_interval_s: f64,
+    /// The simulator's CPU profile by name (`atoll_fabric_sim::net::CPU_PROFILES`), and the
+    /// factor every cost of it is multiplied by.
+    pub cpu_profile: String,
+    pub cpu_scale: f64,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            fabric: Fabric::InProc,
+            workload: WorkloadKind::SmallBank,
+            params: Params::new(),
+            protocol: ProtocolKind::Occ,
+            plan: Plan::uniform(atoll_txn::Primitive::OneSided),
+            nodes: 2,
+            roles: Roles::Partitioned,
+            colocate: false,
+            threads: 1,
+            coroutines: 8,
+            duration_s: 10.0,
+            warmup_s: 1.0,
+            seed: 1,
+            net_latency_us: [0.0; VerbKind::COUNT],
+            pin_threads: false,
+            os_threads: None,
+            log_replicas: 1,
+            attempts_max: 10_000,
+            progress_interval_s: 1.0,
+            record_history: false,
+            history_file: None,
+            waitdie_counter: false,
+            vector_slots: atoll_txn::tsvc::VectorSlots::Coordinator,
+            vector_fetcher: false,
+            mvcc_slots: 4,
+            rsi_versions: 1,
+            overflow_versions: 0,
+            mover_interval_us: MOVER_INTERVAL_US_DEFAULT,
+            overflow_keep_us: 0,
+            coalesce: true,
+            cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
+            cpu_scale: 1.0,
+        }
+    }
+}
+
+/// A configuration value outside what is accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn range<T: PartialOrd + std::fmt::Display>(
+    name: &str,
+    v: T,
+    lo: T,
+    hi: T,
+) -> Result<(), ConfigError> {
+    if v < lo || v > hi {
+        return Err(ConfigError(format!(
+            "{name}={v} is out of range: expected {lo}..={hi}"
+        )));
+    }
+    Ok(())
+}
+
+impl RunConfig {
+    /// Checks every value; the first bad one is reported with what is accepted.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        range("nodes", self.nodes, 1, NODES_MAX)?;
+        if let Roles::SharedData { memory_nodes, ts } = self.roles {
+            let own = u16::from(ts == TsPlacement::Own);
+            if memory_nodes == 0 || memory_nodes + own >= self.nodes {
+                return Err(ConfigError(format!(
+                    "shared-data needs at least one memory node and one compute node: {} nodes with {memory_nodes} memory node{}{} leave {} compute nodes (expected --memory-nodes >= 1 and --compute-nodes >= 1)",
+                    self.nodes,
+                    if memory_nodes == 1 { "" } else { "s" },
+                    if own == 1 { " and a timestamp node" } else { "" },
+                    self.nodes.saturating_sub(memory_nodes + own),
+                )));
+            }
+        }
+        if self.colocate && self.roles == Roles::Partitioned {
+            return Err(ConfigError(
+                "--colocate needs --architecture shared-data (a partitioned node already holds the records it runs transactions on)".into(),
+            ));
+        }
+        range("threads", self.threads, 1, THREADS_MAX)?;
+        range("coroutines", self.coroutines, 1, COROUTINES_MAX)?;
+        let ids = self.coordinators_total() as u64;
+        if ids >= atoll_txn::ts::COROUTINES_MAX {
+            return Err(ConfigError(format!(
+                "nodes × threads × coroutines = {} × {} × {} = {ids} co-routines is out of range: a timestamp's {} id bits name fewer than {} (expected fewer nodes, threads or coroutines)",
+                self.nodes,
+                self.threads,
+                self.coroutines,
+                atoll_txn::ts::TS_ID_BITS,
+                atoll_txn::ts::COROUTINES_MAX
+            )));
+        }
+        if !self.warmup_s.is_finite() || !(0.0..=WARMUP_S_MAX).contains(&self.warmup_s) {
+            return Err(ConfigError(format!(
+                "warmup={} is out of range: expected seconds in 0..={WARMUP_S_MAX}",
+                self.warmup_s
+            )));
+        }
+        let run_max = run_s_max();
+        if !self.duration_s.is_finite()
+            || self.duration_s <= 0.0
+            || self.duration_s + self.warmup_s > run_max
+        {
+            return Err(ConfigError(format!(
+                "duration={} is out of range: expected seconds in (0, {:.0}] with warmup={} (warm-up plus duration at most {run_max:.0} s: a timestamp's clock holds {:.0} s of nanoseconds, less {CLOCK_MARGIN_S} s for the last transactions)",
+                self.duration_s,
+                run_max - self.warmup_s,
+                self.warmup_s,
+                run_max + CLOCK_MARGIN_S
+            )));
+        }
+        for (k, us) in VerbKind::ALL.iter().zip(self.net_latency_us) {
+            if !us.is_finite() || !(0.0..=1_000_000.0).contains(&us) {
+                return Err(ConfigError(format!(
+                    "net-latency-us {}={us} is out of range: expected microseconds in 0..=1000000",
+                    k.name()
+                )));
+            }
+        }
+        let topology = self.topology();
+        if self.log_replicas > topology.log_replicas_max() {
+            return Err(ConfigError(format!(
+                "log_replicas={} is out of range: expected 0..={} ({})",
+                self.log_replicas,
+                topology.log_replicas_max(),
+                match self.roles {
+                    Roles::Partitioned => "fewer backups than nodes",
+                    Roles::SharedData { .. } if self.colocate => {
+                        "at most one backup per memory node on another machine than the coordinator's"
+                    }
+                    Roles::SharedData { .. } => "at most one backup per memory node",
+                }
+            )));
+        }
+        range("attempts_max", self.attempts_max, 1, 1_000_000)?;
+        if let Some(t) = self.os_threads {
+            range("os_threads", t, 1, 1024)?;
+        }
+        if self.waitdie_counter && self.protocol != ProtocolKind::WaitDie {
+            return Err(ConfigError(format!(
+                "waitdie-counter is WAITDIE's starvation fix: it needs --protocol waitdie, not {}",
+                self.protocol.name()
+            )));
+        }
+        let vector_default =
+            self.vector_slots == atoll_txn::tsvc::VectorSlots::Coordinator && !self.vector_fetcher;
+        if !vector_default && self.protocol != ProtocolKind::NamDb {
+            return Err(ConfigError(format!(
+                "vector-slots={} and vector-fetcher={} are NAM-DB's timestamp vector: they need \
+                 --protocol namdb, not {}",
+                self.vector_slots.name(),
+                self.vector_fetcher,
+                self.protocol.name()
+            )));
+        }
+        range("mvcc_slots", self.mvcc_slots, 1, VERSIONS_MAX)?;
+        range("rsi_versions", self.rsi_versions, 1, VERSIONS_MAX)?;
+        range("overflow_versions", self.overflow_versions, 0, VERSIONS_MAX)?;
+        if self.overflow_versions > 0
+            && (self.protocol != ProtocolKind::NamDb || self.rsi_versions < 2)
+        {
+            return Err(ConfigError(format!(
+                "overflow-versions={} is NAM-DB's overflow area for the old versions its mover \
+                 takes from a record's buffer: it needs --protocol namdb (not {}) with \
+                 --rsi-versions 2 or more (not {})",
+                self.overflow_versions,
+                self.protocol.name(),
+                self.rsi_versions
+            )));
+        }
+        if !(1..=MOVER_INTERVAL_US_MAX).contains(&self.mover_interval_us) {
+            return Err(ConfigError(format!(
+                "mover-interval-us={} is outside 1..={MOVER_INTERVAL_US_MAX} (microseconds \
+                 between the version mover's passes)",
+                self.mover_interval_us
+            )));
+        }
+        if self.overflow_keep_us > OVERFLOW_KEEP_US_MAX {
+            return Err(ConfigError(format!(
+                "overflow-keep-us={} is outside 0..={OVERFLOW_KEEP_US_MAX} (microseconds an \
+                 overflow entry is kept at least)",
+                self.overflow_keep_us
+            )));
+        }
+        // Refused on every fabric, so a bad value never waits for `--fabric sim` to show.
+        self.sim_cpu()?;
+        if let Fabric::Sim { net, faults } = &self.fabric {
+            atoll_fabric_sim::net::profile(net).map_err(ConfigError)?;
+            if let Some((node, _)) = faults.crash {
+                if node.0 >= self.nodes {
+                    return Err(ConfigError(format!(
+                        "faults crash_node={} names no node: expected 0..{}",
+                        node.0, self.nodes
+                    )));
+                }
+            }
+        }
+        self.protocol
+            .check_plan(&self.plan)
+            .map_err(|e| ConfigError(format!("plan {}: {e}", self.plan)))?;
+        if self.workload.deletes() && !self.protocol.deletes() {
+            let without: Vec<&str> = WorkloadKind::ALL
+                .into_iter()
+                .filter(|w| !w.deletes())
+                .map(|w| w.name())
+                .collect();
+            return Err(ConfigError(format!(
+                "--protocol {} does not delete records yet, and workload {} does: expected a workload without deletes ({})",
+                self.protocol.name(),
+                self.workload.name(),
+                without.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// The simulator's CPU profile this configuration names, scaled.
+    pub fn sim_cpu(&self) -> Result<atoll_fabric_sim::net::CpuProfile, ConfigError> {
+        atoll_fabric_sim::net::cpu_profile(&self.cpu_profile, self.cpu_scale).map_err(ConfigError)
+    }
+
+    /// Backups a commit logs to unless told otherwise: one, or none on a single node (which
+    /// has no other node to hold a backup).
+    pub fn default_log_replicas(nodes: u16) -> u16 {
+        1.min(nodes.saturating_sub(1))
+    }
+
+    /// The roles of the run's nodes (for a configuration [`RunConfig::validate`] accepted).
+    pub fn topology(&self) -> Topology {
+        match self.roles {
+            Roles::Partitioned => Topology::partitioned(self.nodes),
+            Roles::SharedData { memory_nodes, ts } => {
+                let own = u16::from(ts == TsPlacement::Own);
+                let t = Topology::shared_data(
+                    memory_nodes,
+                    self.nodes.saturating_sub(memory_nodes + own).max(1),
+                    ts,
+                );
+                if self.colocate {
+                    t.colocated()
+                } else {
+                    t
+                }
+            }
+        }
+    }
+
+    /// Nodes holding records: what a workload spreads its tables over.
+    pub fn memory_nodes(&self) -> u16 {
+        match self.roles {
+            Roles::Partitioned => self.nodes,
+            Roles::SharedData { memory_nodes, .. } => memory_nodes,
+        }
+    }
+
+    /// The engine's configuration for this run, with each coordinator's log ring of
+    /// `log_ring_words` (from the sizing).
+    pub fn txn_config(&self, log_ring_words: u32) -> atoll_txn::TxnConfig {
+        atoll_txn::TxnConfig {
+            plan: self.plan,
+            log_replicas: self.log_replicas,
+            log_ring_words,
+            coordinators_total: self.coordinators_total(),
+            coordinators_per_node: self.coordinators_per_node(),
+            log_slots: self.topology().log_slots(self.log_replicas),
+            loc_cache_entries_max: loc_cache_entries_max(self.coordinators_total()),
+            waitdie_counter: self.waitdie_counter,
+            vector_slots: self.vector_slots,
+            vector_fetcher: self.vector_fetcher,
+            mover_interval_ns: self.mover_interval_us * 1000,
+            // The overflow area is NAM-DB's only (validated): its collector comes with it.
+            overflow_gc: self.overflow_versions > 0,
+            overflow_keep_ns: self.overflow_keep_us * 1000,
+        }
+    }
+
+    /// Co-routines running transactions, on every compute node.
+    pub fn coordinators_total(&self) -> u32 {
+        self.topology().compute_nodes() as u32 * self.threads as u32 * self.coroutines as u32
+    }
+
+    /// The cluster the workload's knobs are read against, as one process draws every
+    /// transaction.
+    pub fn workload_shape(&self) -> WorkloadShape {
+        WorkloadShape::new(self.memory_nodes(), self.threads)
+    }
+
+    /// Versions each record keeps under `protocol` (a multi-version one's knob, else 1).
+    pub fn version_slots(&self, protocol: ProtocolKind) -> u32 {
+        match protocol {
+            ProtocolKind::Mvcc => self.mvcc_slots,
+            ProtocolKind::Rsi | ProtocolKind::NamDb => self.rsi_versions,
+            _ => 1,
+        }
+    }
+
+    pub fn coordinators_per_node(&self) -> u32 {
+        self.threads as u32 * self.coroutines as u32
+    }
+
+    /// Slots of NAM-DB's timestamp vector ([`atoll_txn::TxnConfig::vector_slots_total`]).
+    pub fn vector_slots_total(&self) -> u32 {
+        self.vector_slots.count(
+            self.coordinators_total(),
+            self.topology().compute_nodes() as u32,
+        )
+    }
+}
+
+/// The resolved configuration as reports show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConfigReport {
+    pub fabric: &'static str,
+    /// The simulator's network profile and where its numbers come from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net_profile: Option<NetReport>,
+    /// The simulator's CPU profile (costs in ns of the simulated core).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_profile: Option<CpuReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<String>,
+    pub workload: &'static str,
+    pub workload_knobs: std::collections::BTreeMap<String, String>,
+    pub protocol: &'static str,
+    /// The isolation level the protocol guarantees (`serializable`, `snapshot`): which
+    /// workload checks bind the run ([`atoll_workloads::Binds`]) and how its history is
+    /// checked.
+    pub isolation: &'static str,
+    pub plan: String,
+    pub nodes: u16,
+    /// `partitioned`, or `shared-data` with the roles' node counts.
+    pub architecture: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_nodes: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute_nodes: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ts_node: Option<u16>,
+    /// Shared-data: compute node `i` beside memory node `i` on one machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub colocated: Option<bool>,
+    pub threads: u16,
+    pub coroutines: u16,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub seed: u64,
+    pub net_latency_us: std::collections::BTreeMap<String, f64>,
+    pub pin_threads: bool,
+    pub os_threads: usize,
+    pub log_replicas: u16,
+    pub attempts_max: u32,
+    pub waitdie_counter: bool,
+    pub mvcc_slots: u32,
+    pub rsi_versions: u32,
+    pub overflow_versions: u32,
+    pub mover_interval_us: u64,
+    pub overflow_keep_us: u64,
+    pub vector_slots: &'static str,
+    pub vector_fetcher: bool,
+    /// Words of each coordinator's log ring (from the workload's largest write set).
+    pub log_ring_words: u32,
+    /// Bytes of every node's regions and ordered indexes, as computed before allocating.
+    pub memory_bytes: u64,
+}
+
+/// Parses `--net-latency-us`: one number for every verb class, or per class
+/// `read=1.5,write=1,cas=2,fetch_add=2,rpc=3` (classes not named get 0).
+pub fn parse_latency_us(s: &str) -> Result<[f64; VerbKind::COUNT], ConfigError> {
+    let num = |v: &str, what: &str| -> Result<f64, ConfigError> {
+        v.trim().parse::<f64>().map_err(|_| {
+            ConfigError(format!(
+                "net-latency-us {what}'{v}' is not a number of microseconds"
+            ))
+        })
+    };
+    if !s.contains('=') {
+        return Ok([num(s, "")?; VerbKind::COUNT]);
+    }
+    let mut out = [0.0; VerbKind::COUNT];
+    for part in s.split(',') {
+        let (k, v) = part.split_once('=').ok_or_else(|| {
+            ConfigError(format!(
+                "net-latency-us entry '{part}' is not CLASS=MICROSECONDS"
+            ))
+        })?;
+        let kind = VerbKind::parse(k.trim()).ok_or_else(|| {
+            ConfigError(format!(
+                "net-latency-us: unknown verb class '{}': accepted are read, write, cas, fetch_add, rpc",
+                k.trim()
+            ))
+        })?;
+        out[kind as usize] = num(v, &format!("{}=", kind.name()))?;
+    }
+    Ok(out)
+}
+
+/// The network profile a simulated run used.
+#[derive(Clone, Debug, Serialize)]
+pub struct NetReport {
+    pub name: &'static str,
+    pub source: &'static str,
+    pub rtt_ns: std::collections::BTreeMap<String, u64>,
+    pub bandwidth_bytes_per_s: f64,
+    pub nic_msgs_per_s: f64,
+    pub qp_cache_peers: u32,
+    pub qp_miss_ns: u64,
+    pub one_sided_in_nic: bool,
+    pub atomic_word_ns: u64,
+}
+
+impl NetReport {
+    pub fn of(p: &atoll_fabric_sim::net::NetProfile) -> Self {
+        NetReport {
+            name: p.name,
+            source: p.source,
+            rtt_ns: VerbKind::ALL
+                .iter()
+                .map(|k| (k.name().to_string(), p.rtt_ns[*k as usize]))
+                .collect(),
+            bandwidth_bytes_per_s: p.bandwidth_bytes_per_s,
+            nic_msgs_per_s: p.nic_msgs_per_s,
+            qp_cache_peers: p.qp_cache_peers,
+            qp_miss_ns: p.qp_miss_ns,
+            one_sided_in_nic: p.one_sided_in_nic,
+            atomic_word_ns: p.atomic_word_ns,
+        }
+    }
+}
+
+/// The CPU profile a simulated run used.
+#[derive(Clone, Debug, Serialize)]
+pub struct CpuReport {
+    pub name: String,
+    pub switch_ns: u64,
+    pub post_ns: u64,
+    pub local_op_ns: u64,
+    pub rpc_handler_ns: u64,
+    pub rpc_handler_ns_per_byte: f64,
+    pub txn_ns: u64,
+    pub txn_ns_per_access: u64,
+}
+
+impl CpuReport {
+    pub fn of(p: &atoll_fabric_sim::net::CpuProfile) -> Self {
+        CpuReport {
+            name: p.name.clone(),
+            switch_ns: p.switch_ns,
+            post_ns: p.post_ns,
+            local_op_ns: p.local_op_ns,
+            rpc_handler_ns: p.rpc_handler_ns,
+            rpc_handler_ns_per_byte: p.rpc_handler_ns_per_byte,
+            txn_ns: p.txn_ns,
+            txn_ns_per_access: p.txn_ns_per_access,
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! The driver: merges the nodes' summaries ([`crate::node`]), hands the merged ledger back
+//! for each node's checks, and builds the report from merged data only: totals, histograms
+//! (merged exactly), abort reasons, verbs, stage times and the check verdicts.
+//!
+//! The summaries and check parts reach it through a [`SummaryWire`]: in memory when the
+//! nodes share the driver's process, or serialized as they cross a network; both give the
+//! same report (a test compares them byte for byte).
+
+use crate::config::{ConfigReport, Fabric, RunConfig};
+use crate::node::{NodeChecks, NodeSummary};
+use crate::report::*;
+use crate::stats::NodeStats;
+use atoll_fabric::{NodeId, VerbCounters, VerbKind};
+use atoll_fabric_sim as sim;
+use atoll_history::TxnRecord;
+use atoll_txn::versions::VersionEvent;
+use atoll_txn::{Abort, Protocol, Stage};
+use atoll_workloads::Workload;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// How summaries, the merged ledger and check parts travel between nodes and the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SummaryWire {
+    /// As they are: nodes and driver share a process.
+    InMemory,
+    /// Serialized to JSON and parsed back, as between processes.
+    Json,
+}
+
+impl SummaryWire {
+    /// Hands `value` over; a value that does not survive the trip is the engine's bug (the
+    /// types serialize what they hold), reported with what failed.
+    pub fn carry<T: Serialize + DeserializeOwned>(self, what: &str, value: T) -> T {
+        match self {
+            SummaryWire::InMemory => value,
+            SummaryWire::Json => {
+                let text = serde_json::to_string(&value)
+                    .unwrap_or_else(|e| panic!("{what} does not serialize: {e}"));
+                serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("{what} does not parse back: {e}"))
+            }
+        }
+    }
+}
+
+/// The nodes' ledgers merged, in node order.
+pub fn merge_ledgers<W: Workload>(w: &W, summaries: &[NodeSummary<W::Ledger>]) -> W::Ledger {
+    let mut ledger = W::Ledger::default();
+    for s in summaries {
+        w.merge(&mut ledger, s.ledger.clone());
+    }
+    ledger
+}
+
+/// The first transaction (in node order) whose op failed after its log was written.
+pub fn failed_after_log<L>(summaries: &[NodeSummary<L>]) -> Option<(NodeId, u64)> {
+    summaries
+        .iter()
+        .find_map(|s| s.failed_after_log)
+        .map(|(n, t)| (NodeId(n), t))
+}
+
+/// What the driver knows of a run besides the nodes' summaries: the process's and the
+/// fabric's facts.
+pub struct RunFacts {
+    pub warmup_end_ns: u64,
+    pub progress: Vec<ProgressLine>,
+    pub load_s: f64,
+    pub wall_s: f64,
+    pub os_threads: usize,
+    pub sim: Option<SimInfo>,
+    pub log_ring_words: u32,
+    pub memory_bytes: u64,
+    /// Co-routines of live nodes that waited with nothing left to happen (a hang).
+    pub coroutines_hung: usize,
+    /// Nodes the fabric crashed: when (ns), and how many co-routines stopped with them.
+    pub crashed: Vec<(NodeId, u64, usize)>,
+    /// RPCs each node's CPU served over the whole run (warm-up included), from the
+    /// fabric's worker counters; empty where the fabric does not report them.
+    pub rpcs_served_by_node: Vec<u64>,
+}
+
+/// The report of a run from every node's summary and checks, in node order.
+pub fn report<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    w: &W,
+    facts: RunFacts,
+    summaries: Vec<NodeSummary<W::Ledger>>,
+    ledger: &W::Ledger,
+    checks: Vec<NodeChecks<W::NodeCheck>>,
+    env: impl FnOnce(u64) -> crate::env::EnvReport,
+) -> Report {
+    let types = w.txn_types();
+    let topology = cfg.topology();
+    let shared_data = topology.architecture() == atoll_storage::Architecture::SharedData;
+    let mut all = NodeStats::new(types.len());
+    for s in &summaries {
+        all.merge(&s.stats);
+    }
+    let verbs: VerbCounters = all.verbs.clone();
+    // Seconds measured: the whole duration, or up to the first worker that saw a stop.
+    let stopped_ns = summaries
+        .iter()
+        .filter_map(|s| s.stopped_ns)
+        .min()
+        .unwrap_or(u64::MAX);
+    let mut version_counts = [0u64; VersionEvent::COUNT];
+    for s in &summaries {
+        for (sum, x) in version_counts.iter_mut().zip(s.versions) {
+            *sum += x;
+        }
+    }
+    // Reported where some table keeps an overflow area, or anything was counted.
+    let versions =
+        (cfg.overflow_versions > 0 || version_counts.iter().any(|&x| x > 0)).then(|| {
+            VersionEvent::ALL
+                .iter()
+                .map(|e| (e.name().to_string(), version_counts[*e as usize]))
+                .collect::<BTreeMap<String, u64>>()
+        });
+    // Every attempt, ordered by end time (ties by id), whichever node ran it.
+    let mut history: Vec<TxnRecord> = summaries.into_iter().flat_map(|s| s.history).collect();
+    history.sort_by_key(|r| (r.end_ns, r.id));
+    let partial = stopped_ns != u64::MAX;
+    let measured_s = if partial {
+        (stopped_ns.saturating_sub(facts.warmup_end_ns) as f64 / 1e9).min(cfg.duration_s)
+    } else {
+        cfg.duration_s
+    };
+    // A run stopped in warm-up measured nothing: no rate rather than a division by zero.
+    let secs = if measured_s > 0.0 {
+        measured_s
+    } else {
+        f64::INFINITY
+    };
+    let committed: u64 = all.committed.iter().sum();
+    let reason_map = |counts: &dyn Fn(Abort) -> u64| -> BTreeMap<String, u64> {
+        Abort::ALL
+            .iter()
+            .map(|a| (a.name().to_string(), counts(*a)))
+            .collect()
+    };
+    let aborted: u64 = all.aborts.iter().flat_map(|r| r.iter()).sum();
+    let mut lat_all = crate::stats::new_histogram();
+    for h in &all.latency_ns {
+        lat_all.add(h).expect("same bounds");
+    }
+    let per_txn = |x: u64| {
+        if committed == 0 {
+            0.0
+        } else {
+            x as f64 / committed as f64
+        }
+    };
+    let summary = Summary {
+        committed,
+        committed_per_s: committed as f64 / secs,
+        aborted,
+        abort_rate: if committed + aborted == 0 {
+            0.0
+        } else {
+            aborted as f64 / (committed + aborted) as f64
+        },
+        user_aborted: all.user_aborted.iter().sum(),
+        aborts_by_reason: reason_map(&|a| {
+            if a == Abort::UserAbort {
+                all.user_aborted.iter().sum()
+            } else {
+                all.aborts.iter().map(|r| r[a.index()]).sum()
+            }
+        }),
+        gave_up: all.gave_up,
+        latency_us: Latency::of(&lat_all),
+        fidelity: {
+            let mut t = crate::stats::Touched::default();
+            for x in &all.touched {
+                t.merge(x);
+            }
+            Fidelity::of(&t, committed, committed)
+        },
+    };
+    let txn_types = types
+        .iter()
+        .enumerate()
+        .map(|(t, name)| TypeReport {
+            name: name.to_string(),
+            committed: all.committed[t],
+            committed_per_s: all.committed[t] as f64 / secs,
+            aborts_by_reason: reason_map(&|a| {
+                if a == Abort::UserAbort {
+                    all.user_aborted[t]
+                } else {
+                    all.aborts[t][a.index()]
+                }
+            }),
+            latency_us: Latency::of(&all.latency_ns[t]),
+            fidelity: Fidelity::of(&all.touched[t], all.committed[t], committed),
+        })
+        .collect();
+    let stage_us_mean = Stage::ALL
+        .iter()
+        .map(|s| {
+            (
+                s.name().to_string(),
+                per_txn(all.stage_ns[*s as usize]) / 1000.0,
+            )
+        })
+        .collect();
+    let by_kind = VerbKind::ALL
+        .iter()
+        .map(|k| {
+            let i = *k as usize;
+            (
+                k.name().to_string(),
+                VerbReport {
+                    remote_ops: verbs.remote_ops[i],
+                    remote_bytes: verbs.remote_bytes[i],
+                    local_ops: verbs.local_ops[i],
+                    remote_ops_per_txn: per_txn(verbs.remote_ops[i]),
+                },
+            )
+        })
+        .collect();
+    let verbs_report = VerbsReport {
+        by_kind,
+        remote_ops_per_txn: per_txn(verbs.total_remote_ops()),
+        doorbells_per_txn: per_txn(verbs.doorbells),
+        round_trips_per_txn: per_txn(verbs.round_trips),
+        rpcs_served: verbs.rpcs_served,
+        rpcs_served_by_role: (shared_data && !facts.rpcs_served_by_node.is_empty()).then(|| {
+            let by = |keep: &dyn Fn(NodeId) -> bool| -> u64 {
+                (0..facts.rpcs_served_by_node.len())
+                    .filter(|&n| keep(NodeId(n as u16)))
+                    .map(|n| facts.rpcs_served_by_node[n])
+                    .sum()
+            };
+            let ts = topology.ts_node();
+            RpcsByRole {
+                memory_nodes: by(&|n| topology.holds_records(n)),
+                compute_nodes: by(&|n| topology.runs_coordinators(n)),
+                ts_node: by(&|n| n == ts && !topology.holds_records(n)),
+            }
+        }),
+    };
+    let torn = atoll_workloads::CheckResult {
+        name: "txn.no_torn_read_committed".into(),
+        binds: atoll_workloads::Binds::Always,
+        passed: all.committed_torn_reads == 0,
+        detail: format!(
+            "{} committed transactions had read a payload that failed its check word (torn, or another record's)",
+            all.committed_torn_reads
+        ),
+    };
+    let (storage, parts): (Vec<_>, Vec<_>) =
+        checks.into_iter().map(|c| (c.storage, c.workload)).unzip();
+    let mut checks: Vec<CheckReport> = std::iter::once(torn)
+        .chain(atoll_workloads::storage_check_cluster(&storage))
+        // A check of what only serializability guarantees (write skew) binds only a
+        // serializable protocol's run.
+        .chain(w.check_cluster(parts, ledger))
+        .map(|c| c.under(P::ISOLATION))
+        .map(|c| CheckReport {
+            name: c.name,
+            passed: c.passed,
+            detail: c.detail,
+        })
+        .collect();
+    checks.extend(fabric_checks(&facts));
+    let passed = checks.iter().all(|c| c.passed);
+    Report {
+        format: FORMAT,
+        format_version: FORMAT_VERSION,
+        partial,
+        measured_s,
+        env: env(committed),
+        config: ConfigReport {
+            fabric: cfg.fabric.name(),
+            net_profile: match &cfg.fabric {
+                Fabric::Sim { net, .. } => sim::net::profile(net)
+                    .ok()
+                    .map(|p| crate::config::NetReport::of(&p)),
+                Fabric::InProc => None,
+            },
+            cpu_profile: match &cfg.fabric {
+                Fabric::Sim { .. } => cfg.sim_cpu().ok().map(|p| crate::config::CpuReport::of(&p)),
+                Fabric::InProc => None,
+            },
+            faults: match &cfg.fabric {
+                Fabric::Sim { faults, .. } => Some(format!("{faults:?}")),
+                Fabric::InProc => None,
+            },
+            workload: W::NAME,
+            workload_knobs: w.knobs(),
+            protocol: P::NAME,
+            isolation: P::ISOLATION.name(),
+            plan: cfg.plan.to_string(),
+            nodes: cfg.nodes,
+            architecture: topology.architecture().name(),
+            memory_nodes: shared_data.then(|| topology.memory_nodes()),
+            compute_nodes: shared_data.then(|| topology.compute_nodes()),
+            ts_node: shared_data.then(|| topology.ts_node().0),
+            colocated: shared_data.then(|| topology.is_colocated()),
+            threads: cfg.threads,
+            coroutines: cfg.coroutines,
+            duration_s: cfg.duration_s,
+            warmup_s: cfg.warmup_s,
+            seed: cfg.seed,
+            net_latency_us: VerbKind::ALL
+                .iter()
+                .map(|k| (k.name().to_string(), cfg.net_latency_us[*k as usize]))
+                .collect(),
+            pin_threads: cfg.pin_threads,
+            os_threads: facts.os_threads,
+            log_replicas: cfg.log_replicas,
+            attempts_max: cfg.attempts_max,
+            waitdie_counter: cfg.waitdie_counter,
+            mvcc_slots: cfg.mvcc_slots,
+            rsi_versions: cfg.rsi_versions,
+            overflow_versions: cfg.overflow_versions,
+            mover_interval_us: cfg.mover_interval_us,
+            overflow_keep_us: cfg.overflow_keep_us,
+            vector_slots: cfg.vector_slots.name(),
+            vector_fetcher: cfg.vector_fetcher,
+            log_ring_words: facts.log_ring_words,
+            memory_bytes: facts.memory_bytes,
+        },
+        summary,
+        txn_types,
+        stage_us_mean,
+        verbs: verbs_report,
+        progress: facts.progress,
+        checks,
+        passed,
+        load_s: facts.sim.is_none().then_some(facts.load_s),
+        wall_s: facts.sim.is_none().then_some(facts.wall_s),
+        sim_wall_s: 0.0,
+        ucx: None,
+        versions,
+        history,
+        sim: facts.sim.map(|s| SimInfo {
+            committed_total: all.committed_all,
+            ..s
+        }),
+    }
+}
+
+/// The fabric's own checks: no co-routine of a live node hung; a crashed node's co-routines
+/// stopped with it, which is named but is no failure (the crash was injected).
+fn fabric_checks(facts: &RunFacts) -> Vec<CheckReport> {
+    let stopped: usize = facts.crashed.iter().map(|c| c.2).sum();
+    let crashed = facts
+        .crashed
+        .iter()
+        .map(|(n, at_ns, k)| format!("node {} at {} µs ({k} co-routines)", n.0, at_ns / 1000))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if facts.sim.is_none() && facts.crashed.is_empty() {
+        return Vec::new();
+    }
+    vec![CheckReport {
+        name: "fabric.every_coroutine_finished".into(),
+        passed: facts.coroutines_hung == 0,
+        detail: match (facts.coroutines_hung, stopped) {
+            (0, 0) if crashed.is_empty() => "every co-routine finished".into(),
+            // A crashed node that ran no co-routine (a memory or timestamp node) is named too.
+            (0, 0) => format!("every co-routine finished; crashed: {crashed}"),
+            (0, _) => format!(
+                "every co-routine of a live node finished; {stopped} stopped with their crashed node: {crashed}"
+            ),
+            (hung, _) => format!(
+                "{hung} co-routines of live nodes still waited when the simulation had nothing left to do (a hang); crashed: {}",
+                if crashed.is_empty() { "none".to_string() } else { crashed }
+            ),
+        },
+    }]
+}

@@ -1,0 +1,233 @@
+//! The node runtime: what one node does in a run on its own — load its partition, carry its
+//! workers' results, check its own records — and the serializable summary and check parts
+//! it hands the driver (the driver).
+//!
+//! The in-process and simulated fabrics run every node's runtime in one process; a run with
+//! a process per node runs one per process, and the same summaries cross the network. What
+//! a node reports is sums, histograms (which merge exactly) and its workers' ledgers; the
+//! driver merges them, hands the merged ledger back, and each node checks its own records
+//! against it (two rounds, since a coordinator's committed effects land on every node).
+
+use crate::error::RunError;
+use crate::stats::{NodeStats, WorkerStats};
+use atoll_fabric::{NodeId, NodeMemory, NodeSetup};
+use atoll_history::TxnRecord;
+use atoll_storage::{Catalog, Store};
+use atoll_txn::handler::StoreHandler;
+use atoll_workloads::{StorageCheck, Workload};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One node of a run.
+pub struct NodeRuntime<W: Workload> {
+    pub node: NodeId,
+    store: Arc<Store>,
+    handed_over: Mutex<HandedOver<W::Ledger>>,
+    /// Earliest worker time at which one of this node's workers saw a stop request
+    /// (`u64::MAX`: none).
+    stopped_ns: AtomicU64,
+    /// The first of this node's transactions whose op failed after its log was written, and
+    /// the node it failed at.
+    failed_after_log: Mutex<Option<(NodeId, u64)>>,
+    /// One of its co-routines began a transaction (set once: read-mostly, so it costs the
+    /// transactions' path no shared write).
+    began: AtomicBool,
+    /// What its coordinators share of NAM-DB's timestamp vector.
+    pub clock: Arc<atoll_txn::tsvc::NodeClock>,
+    /// Its tasks' and coordinators' counts of old versions (NAM-DB's overflow area).
+    pub versions: Arc<atoll_txn::versions::VersionCounters>,
+}
+
+/// What the node's workers handed over when their last co-routine ended.
+struct HandedOver<L> {
+    stats: Vec<WorkerStats>,
+    history: Vec<TxnRecord>,
+    ledgers: Vec<L>,
+}
+
+/// What a node reports to the driver after its workers finished.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(bound = "L: Serialize + DeserializeOwned")]
+pub struct NodeSummary<L> {
+    pub node: u16,
+    /// Its workers' statistics, merged.
+    pub stats: NodeStats,
+    /// Its workers' committed effects, merged.
+    pub ledger: L,
+    /// Attempts recorded by its co-routines, when the history stays in memory.
+    #[serde(with = "atoll_history::records")]
+    pub history: Vec<TxnRecord>,
+    /// When its first worker saw a stop request, if any did.
+    pub stopped_ns: Option<u64>,
+    /// `(node, transaction)`: an op to `node` failed after the transaction's log was written.
+    pub failed_after_log: Option<(u16, u64)>,
+    /// RPCs its CPUs served over the whole run, where its fabric reports them to it (a
+    /// node process); `None` where the driver has them from the fabric itself.
+    #[serde(default)]
+    pub rpcs_served: Option<u64>,
+    /// Its counts of old versions, indexed by [`atoll_txn::versions::VersionEvent`], over
+    /// the whole run.
+    #[serde(default)]
+    pub versions: [u64; atoll_txn::versions::VersionEvent::COUNT],
+}
+
+/// A node's checks of its own records against the merged ledger.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(bound = "C: Serialize + DeserializeOwned")]
+pub struct NodeChecks<C> {
+    pub node: u16,
+    pub storage: StorageCheck,
+    pub workload: C,
+}
+
+impl<W: Workload> NodeRuntime<W> {
+    /// Registers the node's memory as the catalog lays it out and loads its partition (a
+    /// node holding no records registers empty table regions and loads nothing).
+    pub fn load(node: NodeId, catalog: Arc<Catalog>, w: &W) -> Result<Self, RunError> {
+        let mem = Arc::new(NodeMemory::new(node, &catalog.region_words_of(node)));
+        Self::load_into(node, catalog, w, mem)
+    }
+
+    /// As [`NodeRuntime::load`], into memory a backend allocated (zeroed, laid out as
+    /// `catalog.region_words_of(node)` says).
+    pub fn load_into(
+        node: NodeId,
+        catalog: Arc<Catalog>,
+        w: &W,
+        mem: Arc<NodeMemory>,
+    ) -> Result<Self, RunError> {
+        let sizes: Vec<usize> = (0..mem.region_count())
+            .map(|r| mem.region(atoll_fabric::RegionId(r as u16)).len_words())
+            .collect();
+        assert_eq!(
+            sizes,
+            catalog.region_words_of(node),
+            "node {}: memory laid out otherwise than the catalog says",
+            node.0
+        );
+        let holds_records = catalog.topology().holds_records(node);
+        let store = Store::new(catalog, mem);
+        if holds_records {
+            w.load(&store).map_err(|e| RunError::Load {
+                node,
+                message: e.to_string(),
+            })?;
+        }
+        Ok(NodeRuntime {
+            node,
+            store: Arc::new(store),
+            handed_over: Mutex::new(HandedOver {
+                stats: Vec::new(),
+                history: Vec::new(),
+                ledgers: Vec::new(),
+            }),
+            stopped_ns: AtomicU64::new(u64::MAX),
+            failed_after_log: Mutex::new(None),
+            began: AtomicBool::new(false),
+            clock: Arc::default(),
+            versions: Arc::default(),
+        })
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// What the node's fabric backend serves: its memory, and a handler for the shared
+    /// requests and every registered protocol family's.
+    pub fn setup(&self) -> NodeSetup {
+        NodeSetup {
+            memory: self.store.memory().clone(),
+            handler: Arc::new(StoreHandler::new(
+                self.store.clone(),
+                self.store
+                    .catalog
+                    .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
+                atoll_protocols::participants(),
+            )),
+        }
+    }
+
+    /// A co-routine of this node begins a transaction.
+    pub fn begin_txn(&self) {
+        if !self.began.load(Ordering::Relaxed) {
+            self.began.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether any co-routine of this node began a transaction.
+    pub fn began_txns(&self) -> bool {
+        self.began.load(Ordering::Relaxed)
+    }
+
+    /// A worker's co-routine saw a stop request at worker time `now_ns`.
+    pub fn stopped_at(&self, now_ns: u64) {
+        self.stopped_ns.fetch_min(now_ns, Ordering::Relaxed);
+    }
+
+    /// Transaction `txn` of this node had an op fail at `node` after its log was written.
+    pub fn failed_after_log(&self, node: NodeId, txn: u64) {
+        self.failed_after_log
+            .lock()
+            .expect("no poisoned flag")
+            .get_or_insert((node, txn));
+    }
+
+    /// A worker's last co-routine hands over what the worker gathered.
+    pub fn hand_over(&self, stats: WorkerStats, history: &mut Vec<TxnRecord>, ledger: W::Ledger) {
+        let mut h = self.handed_over.lock().expect("no poisoned hand-over");
+        h.stats.push(stats);
+        h.history.append(history);
+        h.ledgers.push(ledger);
+    }
+
+    /// The node's summary, once its workers finished (takes what they handed over).
+    pub fn summary(&self, w: &W) -> NodeSummary<W::Ledger> {
+        let h = std::mem::replace(
+            &mut *self.handed_over.lock().expect("no poisoned hand-over"),
+            HandedOver {
+                stats: Vec::new(),
+                history: Vec::new(),
+                ledgers: Vec::new(),
+            },
+        );
+        let mut stats = NodeStats::new(w.txn_types().len());
+        for s in &h.stats {
+            stats.add_worker(s);
+        }
+        let mut ledger = W::Ledger::default();
+        for l in h.ledgers {
+            w.merge(&mut ledger, l);
+        }
+        let stopped_ns = self.stopped_ns.load(Ordering::Relaxed);
+        NodeSummary {
+            node: self.node.0,
+            stats,
+            ledger,
+            history: h.history,
+            stopped_ns: (stopped_ns != u64::MAX).then_some(stopped_ns),
+            failed_after_log: self
+                .failed_after_log
+                .lock()
+                .expect("no poisoned flag")
+                .map(|(n, t)| (n.0, t)),
+            rpcs_served: None,
+            versions: self.versions.get(),
+        }
+    }
+
+    /// Checks the node's records against the whole run's committed effects; `None` on a
+    /// node holding no records (compute, timestamp).
+    pub fn check(&self, w: &W, ledger: &W::Ledger) -> Option<NodeChecks<W::NodeCheck>> {
+        if !self.store.catalog.topology().holds_records(self.node) {
+            return None;
+        }
+        Some(NodeChecks {
+            node: self.node.0,
+            storage: atoll_workloads::storage_check_node(&self.store),
+            workload: w.check_node(&self.store, ledger),
+        })
+    }
+}

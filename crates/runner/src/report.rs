@@ -1,0 +1,439 @@
+//! The results of a run: what `--json` writes and what the summary prints.
+
+use crate::config::ConfigReport;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// TPC-C's NewOrder, whose committed rate per minute is the benchmark's metric (tpmC).
+const TPCC_NEW_ORDER: &str = atoll_workloads::tpcc::TYPES[atoll_workloads::tpcc::NEW_ORDER_TYPE];
+const SECONDS_PER_MINUTE: f64 = 60.0;
+
+/// Latency percentiles in microseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+impl Latency {
+    pub fn of(h: &hdrhistogram::Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Latency::default();
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        Latency {
+            p50: us(h.value_at_quantile(0.50)),
+            p90: us(h.value_at_quantile(0.90)),
+            p99: us(h.value_at_quantile(0.99)),
+            p999: us(h.value_at_quantile(0.999)),
+            max: us(h.max()),
+            mean: h.mean() / 1000.0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub committed: u64,
+    pub committed_per_s: f64,
+    /// Attempts aborted by concurrency control (each retry that aborts counts once).
+    pub aborted: u64,
+    /// aborted / (committed + aborted): the concurrency-control abort rate.
+    pub abort_rate: f64,
+    /// Transactions whose logic decided to abort (SmallBank's insufficient funds); a
+    /// complete outcome, neither retried nor in `abort_rate`.
+    pub user_aborted: u64,
+    pub aborts_by_reason: BTreeMap<String, u64>,
+    /// Transactions abandoned: a final non-user abort (not found) or `attempts_max` reached.
+    pub gave_up: u64,
+    pub latency_us: Latency,
+    /// Measured over every committed transaction (`committed_share` is 1).
+    pub fidelity: Fidelity,
+}
+
+/// What committed transactions actually did, measured from their read and write sets (not
+/// from the knobs that drew them): the workload's fidelity.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Fidelity {
+    /// Share of all committed transactions (measured window).
+    pub committed_share: f64,
+    /// Share of these committed transactions that touched a record on another node than
+    /// their coordinator's.
+    pub remote_fraction: f64,
+    /// Distinct records per committed transaction.
+    pub records_per_txn: f64,
+    /// writes / (reads + writes), an update counting as one read and one write, an insert
+    /// or delete as one write.
+    pub write_ratio: f64,
+}
+
+impl Fidelity {
+    pub fn of(t: &crate::stats::Touched, committed: u64, all_committed: u64) -> Self {
+        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        Fidelity {
+            committed_share: ratio(committed, all_committed),
+            remote_fraction: ratio(t.remote_txns, committed),
+            records_per_txn: ratio(t.records, committed),
+            write_ratio: ratio(t.writes, t.reads + t.writes),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TypeReport {
+    pub name: String,
+    pub committed: u64,
+    pub committed_per_s: f64,
+    pub aborts_by_reason: BTreeMap<String, u64>,
+    pub latency_us: Latency,
+    pub fidelity: Fidelity,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VerbReport {
+    pub remote_ops: u64,
+    pub remote_bytes: u64,
+    pub local_ops: u64,
+    pub remote_ops_per_txn: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VerbsReport {
+    pub by_kind: BTreeMap<String, VerbReport>,
+    pub remote_ops_per_txn: f64,
+    pub doorbells_per_txn: f64,
+    pub round_trips_per_txn: f64,
+    pub rpcs_served: u64,
+    /// Under shared-data: RPCs served by each role's CPUs over the whole run (warm-up
+    /// included), where the fabric counts them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rpcs_served_by_role: Option<RpcsByRole>,
+}
+
+/// RPCs served per node role (shared-data), over the whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RpcsByRole {
+    pub memory_nodes: u64,
+    pub compute_nodes: u64,
+    /// The timestamp service's own node (0 when it is a role of memory node 0).
+    pub ts_node: u64,
+}
+
+/// One progress interval, cluster-wide.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgressLine {
+    pub t_s: f64,
+    pub committed_per_s: f64,
+    pub abort_rate: f64,
+    pub p99_us: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
+/// What a JSON report names itself, so a reader can refuse something else.
+pub const FORMAT: &str = "atoll-report";
+/// Raised whenever a field changes meaning or goes away (adding one does not).
+pub const FORMAT_VERSION: u64 = 1;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Always `FORMAT` and `FORMAT_VERSION`.
+    pub format: &'static str,
+    pub format_version: u64,
+    /// The run was interrupted (Ctrl-C): the numbers cover `measured_s` only.
+    pub partial: bool,
+    /// Seconds actually measured: `config.duration_s`, or less when partial.
+    pub measured_s: f64,
+    pub config: ConfigReport,
+    pub summary: Summary,
+    pub txn_types: Vec<TypeReport>,
+    /// Mean time per committed transaction spent in each stage, in microseconds.
+    pub stage_us_mean: BTreeMap<String, f64>,
+    pub verbs: VerbsReport,
+    pub progress: Vec<ProgressLine>,
+    pub checks: Vec<CheckReport>,
+    /// All checks passed.
+    pub passed: bool,
+    /// Wall-clock seconds (in-process runs only: a simulated run's JSON holds only what
+    /// the seed determines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall_s: Option<f64>,
+    /// Wall-clock seconds the simulator ran, for the printed simulation speed.
+    #[serde(skip)]
+    pub sim_wall_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim: Option<SimInfo>,
+    /// A cluster of processes over UCX (`atoll cluster`): the transport and how it carries
+    /// each verb.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ucx: Option<UcxReport>,
+    /// Old versions outside the records (NAM-DB's overflow area: `--overflow-versions`),
+    /// summed over nodes, whole run: the mover's copies and the reads that walked chains
+    /// ([`atoll_txn::versions::VersionEvent`] names the keys).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versions: Option<BTreeMap<String, u64>>,
+    /// Build, machine and process: not determined by the seed, even in the simulator.
+    pub env: crate::env::EnvReport,
+    /// Every attempt, ordered by end time, when recording was asked for.
+    #[serde(skip)]
+    pub history: Vec<atoll_history::TxnRecord>,
+}
+
+/// How a UCX cluster ran: one process per node, over `transport`.
+#[derive(Clone, Debug, Serialize)]
+pub struct UcxReport {
+    /// `shm` or `tcp`.
+    pub transport: String,
+    pub processes: u16,
+    /// Verb (`read`, `write`, `cas`, `fetch_add`, `rpc`, `local`) -> how UCX carries it.
+    pub verbs: BTreeMap<String, String>,
+}
+
+/// What the simulator did (deterministic for a seed).
+#[derive(Clone, Debug, Serialize)]
+pub struct SimInfo {
+    /// Virtual seconds simulated.
+    pub virtual_s: f64,
+    /// Events processed.
+    pub events: u64,
+    /// Transactions committed in the whole simulated run, warm-up included.
+    pub committed_total: u64,
+    /// Share of the virtual time the simulated cores were busy (the CPU profile's costs),
+    /// mean and highest over workers, whole run: near 1 a stage's time is mostly
+    /// co-routines queueing for their core.
+    pub cores_busy_mean: f64,
+    pub cores_busy_max: f64,
+}
+
+impl Report {
+    /// The human-readable summary.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let c = &self.config;
+        let s = &self.summary;
+        let nodes = match (c.memory_nodes, c.compute_nodes) {
+            (Some(m), Some(cn)) => format!(
+                "shared-data {m} memory + {cn} compute{} nodes{}",
+                if c.nodes > m + cn {
+                    " + 1 timestamp"
+                } else {
+                    ""
+                },
+                if c.colocated == Some(true) {
+                    " (co-located in pairs)"
+                } else {
+                    ""
+                }
+            ),
+            _ => format!("{} nodes", c.nodes),
+        };
+        let _ = writeln!(
+            o,
+            "== {} / {} / plan {} | {nodes} x {} threads x {} co-routines | {} fabric, {:.*} s measured",
+            c.workload,
+            c.protocol,
+            c.plan,
+            c.threads,
+            c.coroutines,
+            c.fabric,
+            // Short simulated runs last milliseconds: enough places to show them.
+            if self.measured_s < 1.0 { 3 } else { 1 },
+            self.measured_s
+        );
+        if let Some(n) = c.workload_knobs.get("table_records") {
+            let per_node = c.workload_knobs.get("records").map_or("?", |s| s.as_str());
+            let _ = writeln!(o, "table       {n} records ({per_node} per node)");
+        }
+        if self.partial {
+            let _ = writeln!(
+                o,
+                "partial     interrupted after {:.2} of {:.2} s measured: every number covers that part only",
+                self.measured_s, c.duration_s
+            );
+        }
+        let _ = writeln!(
+            o,
+            "throughput  {:>12.0} committed tx/s   ({} committed, {} aborted attempts, abort rate {:.2}%, {} user aborts, gave up {})",
+            s.committed_per_s,
+            s.committed,
+            s.aborted,
+            s.abort_rate * 100.0,
+            s.user_aborted,
+            s.gave_up
+        );
+        // TPC-C's metric: committed NewOrders per minute, beside tx/s.
+        if c.workload == atoll_workloads::tpcc::Tpcc::NAME_STR {
+            if let Some(t) = self.txn_types.iter().find(|t| t.name == TPCC_NEW_ORDER) {
+                let share = t.committed as f64 * 100.0 / s.committed.max(1) as f64;
+                let _ = writeln!(
+                    o,
+                    "tpmC        {:>12.0} committed NewOrders per minute ({share:.1}% of committed transactions)",
+                    t.committed_per_s * SECONDS_PER_MINUTE
+                );
+            }
+        }
+        // Measured from what committed transactions touched, per type.
+        let types: Vec<String> = self
+            .txn_types
+            .iter()
+            .filter(|t| t.committed > 0)
+            .map(|t| {
+                format!(
+                    "{} {:.1}% (remote {:.1}%, writes {:.1}%)",
+                    t.name,
+                    t.fidelity.committed_share * 100.0,
+                    t.fidelity.remote_fraction * 100.0,
+                    t.fidelity.write_ratio * 100.0
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "fidelity    write ratio {:.1}%, remote {:.1}% of committed, {:.1} records/txn; {}",
+            s.fidelity.write_ratio * 100.0,
+            s.fidelity.remote_fraction * 100.0,
+            s.fidelity.records_per_txn,
+            types.join(", ")
+        );
+        let reasons: Vec<String> = s
+            .aborts_by_reason
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "aborts      {}",
+            if reasons.is_empty() {
+                "none".into()
+            } else {
+                reasons.join(", ")
+            }
+        );
+        let _ = writeln!(
+            o,
+            "latency us  {:<18} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "type", "p50", "p90", "p99", "p99.9", "max"
+        );
+        let row = |o: &mut String, name: &str, l: &Latency| {
+            let _ = writeln!(
+                o,
+                "            {:<18} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                name, l.p50, l.p90, l.p99, l.p999, l.max
+            );
+        };
+        row(&mut o, "all", &s.latency_us);
+        for t in &self.txn_types {
+            row(&mut o, &t.name, &t.latency_us);
+        }
+        let v = &self.verbs;
+        let kinds: Vec<String> = v
+            .by_kind
+            .iter()
+            .filter(|(_, r)| r.remote_ops > 0)
+            .map(|(k, r)| format!("{k} {:.2}", r.remote_ops_per_txn))
+            .collect();
+        let _ = writeln!(
+            o,
+            "verbs/txn   {:.2} remote ({}), {:.2} doorbells, {:.2} round trips",
+            v.remote_ops_per_txn,
+            if kinds.is_empty() {
+                "none".into()
+            } else {
+                kinds.join(", ")
+            },
+            v.doorbells_per_txn,
+            v.round_trips_per_txn
+        );
+        if let Some(m) = &self.versions {
+            use atoll_txn::versions::VersionEvent as E;
+            let n = |e: E| m.get(e.name()).copied().unwrap_or(0);
+            let _ = writeln!(
+                o,
+                "versions    mover: {} passes, {} versions moved ({} moved bits set, {} lost to installs), ring wrapped {} times, {} entries reclaimed, {} versions waited for a free entry; reads: {} chain walks of {} hops, {} served from overflow, {} beyond the kept versions, and {} updates behind them (both aborted snapshot_too_old); whole run",
+                n(E::MoverPass),
+                n(E::VersionMoved),
+                n(E::MovedBitSet),
+                n(E::MovedBitLost),
+                n(E::RingWrap),
+                n(E::EntryReclaimed),
+                n(E::MoverBlocked),
+                n(E::ChainWalk),
+                n(E::ChainHop),
+                n(E::ChainRead),
+                n(E::BeyondKept),
+                n(E::UpdateBehind)
+            );
+        }
+        if let Some(r) = &v.rpcs_served_by_role {
+            let _ = writeln!(
+                o,
+                "served      RPCs served over the whole run (warm-up included): memory nodes {}, compute nodes {}, timestamp node {}",
+                r.memory_nodes, r.compute_nodes, r.ts_node
+            );
+        }
+        let stages: Vec<String> = atoll_txn::Stage::ALL
+            .iter()
+            .filter_map(|st| {
+                self.stage_us_mean
+                    .get(st.name())
+                    .map(|us| format!("{} {:.2}", st.name(), us))
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "stages us   {} (mean per committed txn)",
+            stages.join(", ")
+        );
+        if let Some(u) = &self.ucx {
+            let _ = writeln!(
+                o,
+                "ucx         {} processes over {}: {}",
+                u.processes,
+                u.transport,
+                u.verbs
+                    .iter()
+                    .filter(|(k, _)| *k == "read" || *k == "cas")
+                    .map(|(_, v)| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        if let Some(sim) = &self.sim {
+            let _ = writeln!(
+                o,
+                "simulation  {:.4} virtual s in {:.2} wall s: {:.0} committed tx per wall second ({:.1} M per minute), {:.0} events/s; simulated cores busy {:.1}% (mean), {:.1}% (busiest)",
+                sim.virtual_s,
+                self.sim_wall_s,
+                sim.committed_total as f64 / self.sim_wall_s.max(1e-9),
+                sim.committed_total as f64 * 60.0 / self.sim_wall_s.max(1e-9) / 1e6,
+                sim.events as f64 / self.sim_wall_s.max(1e-9),
+                sim.cores_busy_mean * 100.0,
+                sim.cores_busy_max * 100.0
+            );
+        }
+        self.env.render(&mut o);
+        for ch in &self.checks {
+            let _ = writeln!(
+                o,
+                "check       {:<44} {}  {}",
+                ch.name,
+                if ch.passed { "PASS" } else { "FAIL" },
+                ch.detail
+            );
+        }
+        o
+    }
+}

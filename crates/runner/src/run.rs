@@ -1,0 +1,757 @@
+//! Runs one benchmark: sizes and lays out the cluster, starts a [`NodeRuntime`] per node
+//! (each loads its own partition, in parallel), runs every node's coordinator co-routines
+//! on the chosen fabric (in-process threads or the simulator), then has the driver
+//! ([`crate::driver`]) merge the nodes' summaries and check parts into the report.
+
+use crate::config::{ConfigError, Fabric, RunConfig};
+use crate::driver::{RunFacts, SummaryWire};
+pub use crate::error::RunError;
+use crate::node::NodeRuntime;
+use crate::report::*;
+use crate::stats::{Interval, WorkerStats};
+use atoll_fabric::rng::Rng;
+use atoll_fabric::{
+    panic_message, Coroutine, Endpoint, NodeDirectory, NodeId, NodeMemory, NodeSetup, TaskId,
+    VerbCounters, WorkerPanic,
+};
+use atoll_fabric_inproc::{self as inproc, InprocConfig};
+use atoll_fabric_sim::{self as sim, SimConfig};
+use atoll_history::TxnRecord;
+use atoll_protocols::ProtocolVisitor;
+use atoll_storage::Catalog;
+use atoll_txn::{Abort, Coordinator, Protocol, Stage, Txn, TxnConfig};
+use atoll_workloads::{Workload, WorkloadVisitor};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Randomised back-off after an abort: drawn below `BACKOFF_NS_MIN << aborts so far`, which
+/// doubles per abort up to `BACKOFF_NS_MAX` (after ten). A cap of 64 µs let a contended run
+/// collapse into a retry storm: at RCC's shape (simulated, hot_prob 0.9) NOWAIT's rpc plan
+/// committed 1,500 tx/s with every core busy on failing attempts and on serving their lock
+/// and release RPCs, so lock holders waited behind them; growing to 1 ms it committed
+/// 152,700 (docs/performance.md, "Contention").
+const BACKOFF_NS_MIN: u64 = 1_000;
+const BACKOFF_NS_MAX: u64 = 1_000_000;
+const BACKOFF_DOUBLINGS_MAX: u32 = 10;
+
+/// Runs a benchmark as `cfg` says; `progress` sees one line per interval.
+pub fn run(cfg: &RunConfig, progress: &(dyn Fn(&ProgressLine) + Sync)) -> Result<Report, RunError> {
+    run_via(cfg, SummaryWire::InMemory, progress)
+}
+
+/// [`run`], with the nodes' summaries handed to the driver over `wire`.
+pub fn run_via(
+    cfg: &RunConfig,
+    wire: SummaryWire,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Result<Report, RunError> {
+    struct Run<'a> {
+        cfg: &'a RunConfig,
+        wire: SummaryWire,
+        progress: &'a (dyn Fn(&ProgressLine) + Sync),
+    }
+    impl ProtocolVisitor for Run<'_> {
+        type Out = Result<Report, RunError>;
+        fn visit<P: Protocol>(self) -> Self::Out {
+            run_protocol_via::<P>(self.cfg, self.wire, self.progress)
+        }
+    }
+    cfg.protocol.dispatch(Run {
+        cfg,
+        wire,
+        progress,
+    })
+}
+
+/// Runs with the protocol given as a type, whatever `cfg.protocol` says: tests use it for
+/// variants no user can select (a deliberately broken one, to show the checker fails).
+pub fn run_protocol<P: Protocol>(
+    cfg: &RunConfig,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Result<Report, RunError> {
+    run_protocol_via::<P>(cfg, SummaryWire::InMemory, progress)
+}
+
+/// [`run_protocol`], with the nodes' summaries handed to the driver over `wire`.
+pub fn run_protocol_via<P: Protocol>(
+    cfg: &RunConfig,
+    wire: SummaryWire,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Result<Report, RunError> {
+    cfg.validate()?;
+    atoll_txn::check_plan::<P>(&cfg.plan)
+        .map_err(|e| ConfigError(format!("plan {}: {e}", cfg.plan)))?;
+    struct RunWith<'a, P> {
+        cfg: &'a RunConfig,
+        wire: SummaryWire,
+        progress: &'a (dyn Fn(&ProgressLine) + Sync),
+        protocol: std::marker::PhantomData<fn() -> P>,
+    }
+    impl<P: Protocol> WorkloadVisitor for RunWith<'_, P> {
+        type Out = Result<Report, RunError>;
+        fn visit<W: Workload>(self, w: W) -> Self::Out {
+            run_with::<W, P>(self.cfg, w, self.wire, self.progress)
+        }
+    }
+    let v = RunWith::<P> {
+        cfg,
+        wire,
+        progress,
+        protocol: std::marker::PhantomData,
+    };
+    cfg.workload
+        .dispatch(&cfg.params, &cfg.workload_shape(), v)
+        .map_err(|e| ConfigError(e.0))?
+}
+
+/// What the co-routines of one worker share.
+pub struct WorkerShared<W: Workload> {
+    pub stats: RefCell<WorkerStats>,
+    pub live: std::cell::Cell<usize>,
+    pub history: RefCell<Vec<TxnRecord>>,
+    pub ledger: RefCell<W::Ledger>,
+}
+
+/// What every co-routine of the run shares.
+pub struct RunShared<W> {
+    pub w: W,
+    pub catalog: Arc<Catalog>,
+    pub txn: Arc<TxnConfig>,
+    pub cfg: RunConfig,
+    pub warmup_end_ns: u64,
+    pub end_ns: u64,
+    pub interval_ns: u64,
+    /// Set when a transaction's op failed after its log was written (its node's summary
+    /// says which): every worker stops, and the run returns [`RunError::NodeFailed`].
+    pub failed_after_log: std::sync::atomic::AtomicBool,
+    pub cpu: crate::env::CpuWindow,
+    /// Where the history streams to (`cfg.history_file`), if it does not stay in memory.
+    pub history_out: Option<atoll_history::HistoryWriter>,
+    /// Under the simulator: the coordinator's own CPU per attempt and per record touched
+    /// (`CpuProfile::txn_ns`, `txn_ns_per_access`), charged to its simulated core; `None`
+    /// on a real fabric, whose CPU spends it for real.
+    pub txn_cpu_ns: Option<(u64, u64)>,
+}
+
+/// Records a worker keeps before handing them to the history file: one lock and one write
+/// per batch, and a bounded buffer per worker.
+const HISTORY_BATCH_RECORDS: usize = 1024;
+
+impl<W: Workload> RunShared<W> {
+    /// Whether the run is over at worker time `now` for a worker of `node`: its end
+    /// reached, or a stop (Ctrl-C) requested, which is then dated `now` at the latest.
+    fn over(&self, node: &NodeRuntime<W>, now: u64) -> bool {
+        if now >= self.end_ns || self.failed_after_log.load(Ordering::Relaxed) {
+            return true;
+        }
+        if crate::interrupt::requested() {
+            node.stopped_at(now);
+            return true;
+        }
+        false
+    }
+}
+
+fn run_with<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    w: W,
+    wire: SummaryWire,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Result<Report, RunError> {
+    let wall = Instant::now();
+    // A variant no user selects (a broken one) keeps what its kind's knob says.
+    let version_slots = if P::MULTI_VERSION {
+        cfg.version_slots(cfg.protocol)
+    } else {
+        1
+    };
+    // Everything below allocates: first refuse what cannot fit.
+    let sizing = crate::sizing::size(cfg, &w, version_slots)?;
+    let probe = crate::env::Probe::start(!matches!(cfg.fabric, Fabric::Sim { .. }));
+    // The history file is created only once everything else was accepted, so a refused
+    // configuration leaves an existing file as it was.
+    let history_out = match (&cfg.history_file, cfg.record_history) {
+        (Some(path), true) => Some(
+            atoll_history::HistoryWriter::create(path, cfg.protocol.isolation())
+                .map_err(ConfigError)?,
+        ),
+        _ => None,
+    };
+    let topology = cfg.topology();
+    let txn_cfg = Arc::new(cfg.txn_config(sizing.log_ring_words));
+    let catalog = Arc::new(
+        Catalog::with_versions(
+            topology.memory_nodes(),
+            w.tables(topology.memory_nodes()),
+            txn_cfg.extra_region_words(),
+            version_slots,
+        )
+        .with_topology(topology)
+        .with_lock_word(P::LOCK_WORD)
+        .with_old_versions(P::OLD_VERSIONS)
+        .with_overflow(if P::MULTI_VERSION {
+            cfg.overflow_versions
+        } else {
+            0
+        }),
+    );
+    debug_assert!(
+        (0..cfg.nodes).all(|n| catalog
+            .region_words_of(NodeId(n))
+            .iter()
+            .map(|&w| w as u64)
+            .eq(sizing.node_region_words(topology.holds_records(NodeId(n))))),
+        "the sizing and the catalog disagree"
+    );
+
+    // Start every node's runtime in parallel: each registers its memory and loads its own
+    // partition (nodes holding no records load nothing).
+    let nodes: Vec<Arc<NodeRuntime<W>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..cfg.nodes)
+            .map(|n| {
+                let (catalog, w) = (catalog.clone(), &w);
+                s.spawn(move || NodeRuntime::load(NodeId(n), catalog, w).map(Arc::new))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(n, h)| {
+                h.join().map_err(|payload| {
+                    RunError::Panicked(WorkerPanic {
+                        worker: None,
+                        message: format!("loading node {n}: {}", panic_message(payload.as_ref())),
+                    })
+                })?
+            })
+            .collect::<Result<_, _>>()
+    })?;
+    let load_s = wall.elapsed().as_secs_f64();
+    // Each node's backend is built from its own memory and handler and the directory of the
+    // region keys every node's registration returned, exchanged here at start-up.
+    let memory: Vec<Arc<NodeMemory>> = nodes.iter().map(|n| n.store().memory().clone()).collect();
+    let directory = NodeDirectory::of(&memory);
+    let setups: Vec<NodeSetup> = nodes.iter().map(|n| n.setup()).collect();
+
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let workers = cfg.nodes as usize * cfg.threads as usize;
+    let os_threads = match cfg.fabric {
+        Fabric::InProc => cfg.os_threads.unwrap_or(cores).min(workers),
+        Fabric::Sim { .. } => 1,
+    };
+    let icfg = InprocConfig {
+        nodes: cfg.nodes,
+        threads_per_node: cfg.threads,
+        os_threads,
+        pin_threads: cfg.pin_threads,
+        net_latency_ns: cfg.net_latency_us.map(|us| (us * 1000.0) as u64),
+        machine_pairs: cfg.topology().machine_pairs(),
+    };
+    let shared = Arc::new(RunShared {
+        w,
+        catalog: catalog.clone(),
+        txn: txn_cfg,
+        cfg: cfg.clone(),
+        warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
+        end_ns: ((cfg.warmup_s + cfg.duration_s) * 1e9) as u64,
+        interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
+        failed_after_log: Default::default(),
+        cpu: Default::default(),
+        history_out,
+        txn_cpu_ns: match cfg.fabric {
+            Fabric::Sim { .. } => {
+                let p = cfg.sim_cpu()?;
+                Some((p.txn_ns, p.txn_ns_per_access))
+            }
+            Fabric::InProc => None,
+        },
+    });
+    let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
+    let mut lines = Vec::new();
+    let mut sim = None;
+    let mut sim_wall_s = 0.0;
+    // Co-routines of live nodes the simulator found waiting with nothing left to happen (a
+    // hang), and the nodes it crashed.
+    let (mut hung, mut crashed) = (0, Vec::new());
+    let mut served = vec![0u64; cfg.nodes as usize];
+    let mut failure = None;
+    std::thread::scope(|s| {
+        let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
+        // A worker's co-routines belong to its node's runtime; a node that runs no
+        // coordinators (a memory or timestamp node) has none, and its workers only serve.
+        let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
+            let node = &nodes[core.node().0 as usize];
+            if !topology.runs_coordinators(core.node()) {
+                return memory_task::<W, P>(core, &shared, node);
+            }
+            worker_coroutines::<W, P>(core, &shared, node, cfg.coroutines, &tx_iv)
+        };
+        sim = match &cfg.fabric {
+            Fabric::InProc => {
+                match inproc::run(&icfg, &setups, &directory, &spawn) {
+                    Ok(reports) => {
+                        for r in reports {
+                            served[r.id.node.0 as usize] += r.counters.rpcs_served;
+                        }
+                    }
+                    Err(e) => failure = Some(e),
+                }
+                None
+            }
+            Fabric::Sim { net, faults } => {
+                let scfg = SimConfig {
+                    nodes: cfg.nodes,
+                    threads_per_node: cfg.threads,
+                    net: sim::net::profile(net).expect("validated profile"),
+                    cpu: cfg.sim_cpu().expect("validated profile"),
+                    faults: sim::faults::plan(faults, cfg.nodes, shared.end_ns, cfg.seed),
+                    op_timeout_ns: faults.op_timeout_ns(),
+                    machine_pairs: cfg.topology().machine_pairs(),
+                };
+                let t0 = Instant::now();
+                // The simulator runs every worker on this thread: a panic ends them all.
+                match std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    sim::run(&scfg, &setups, &directory, &spawn)
+                })) {
+                    Ok(r) => {
+                        sim_wall_s = t0.elapsed().as_secs_f64();
+                        hung = r.unfinished;
+                        crashed = r.crashed;
+                        for w in &r.workers {
+                            served[w.id.node.0 as usize] += w.counters.rpcs_served;
+                        }
+                        let busy = |ns: u64| ns as f64 / r.virtual_ns.max(1) as f64;
+                        let workers = r.cpu_busy_ns.len().max(1) as f64;
+                        Some(SimInfo {
+                            virtual_s: r.virtual_ns as f64 / 1e9,
+                            events: r.events,
+                            committed_total: 0,
+                            cores_busy_mean: r.cpu_busy_ns.iter().map(|&b| busy(b)).sum::<f64>()
+                                / workers,
+                            cores_busy_max: r
+                                .cpu_busy_ns
+                                .iter()
+                                .map(|&b| busy(b))
+                                .fold(0.0, f64::max),
+                        })
+                    }
+                    Err(payload) => {
+                        failure = Some(WorkerPanic {
+                            worker: None,
+                            message: panic_message(payload.as_ref()),
+                        });
+                        None
+                    }
+                }
+            }
+        };
+        drop(tx_iv);
+        lines = printer.join().expect("progress thread panicked");
+    });
+    if let Some(p) = failure {
+        return Err(RunError::Panicked(p));
+    }
+    // The driver's part: every node's summary, the merged ledger handed back, every node's
+    // check of its own records, then the report from merged data only.
+    let summaries: Vec<_> = nodes
+        .iter()
+        .map(|n| wire.carry("a node summary", n.summary(&shared.w)))
+        .collect();
+    if let Some((node, txn)) = crate::driver::failed_after_log(&summaries) {
+        let crashed = crashed.iter().map(|c| c.0).collect();
+        return Err(RunError::NodeFailed { node, txn, crashed });
+    }
+    if let Some(&(node, at_ns, _)) = crashed.iter().find(|c| nodes[c.0 .0 as usize].began_txns()) {
+        return Err(RunError::Crashed { node, at_ns });
+    }
+    let ledger = crate::driver::merge_ledgers(&shared.w, &summaries);
+    // Only nodes holding records check them (a workload's parts are per memory node).
+    let checks: Vec<_> = nodes
+        .iter()
+        .filter_map(|n| {
+            // In memory every node reads the driver's ledger; over a wire each gets a copy.
+            let carried;
+            let ledger = match wire {
+                SummaryWire::InMemory => &ledger,
+                SummaryWire::Json => {
+                    carried = wire.carry("the merged ledger", ledger.clone());
+                    &carried
+                }
+            };
+            wire.carry("a node's checks", n.check(&shared.w, ledger))
+        })
+        .collect();
+    let facts = RunFacts {
+        warmup_end_ns: shared.warmup_end_ns,
+        progress: lines,
+        load_s,
+        wall_s: wall.elapsed().as_secs_f64(),
+        os_threads,
+        sim,
+        log_ring_words: sizing.log_ring_words,
+        memory_bytes: sizing.total_bytes(),
+        coroutines_hung: hung,
+        crashed,
+        rpcs_served_by_node: served,
+    };
+    let mut report = crate::driver::report::<W, P>(
+        cfg,
+        &shared.w,
+        facts,
+        summaries,
+        &ledger,
+        checks,
+        |committed| probe.finish(&shared.cpu, committed),
+    );
+    report.sim_wall_s = sim_wall_s;
+    if let Some(out) = &shared.history_out {
+        let (passed, detail) = match out.finish() {
+            Ok(n) => (true, format!("{n} attempts written as the run went")),
+            Err(e) => (false, e),
+        };
+        report.passed &= passed;
+        report.checks.push(CheckReport {
+            name: "history.written".into(),
+            passed,
+            detail,
+        });
+    }
+    Ok(report)
+}
+
+fn collect_progress(
+    rx: mpsc::Receiver<Interval>,
+    workers: usize,
+    interval_ns: u64,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Vec<ProgressLine> {
+    let mut pending: BTreeMap<u64, (usize, Interval)> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for iv in rx {
+        let e = pending
+            .entry(iv.index)
+            .or_insert_with(|| (0, Interval::new(iv.index)));
+        e.0 += 1;
+        e.1.committed += iv.committed;
+        e.1.aborted += iv.aborted;
+        e.1.latency_ns.add(&iv.latency_ns).expect("same bounds");
+        if e.0 == workers {
+            let (_, iv) = pending.remove(&iv.index).expect("just seen");
+            let secs = interval_ns as f64 / 1e9;
+            let total = iv.committed + iv.aborted;
+            let line = ProgressLine {
+                t_s: ((iv.index + 1) * interval_ns) as f64 / 1e9,
+                committed_per_s: iv.committed as f64 / secs,
+                abort_rate: if total == 0 {
+                    0.0
+                } else {
+                    iv.aborted as f64 / total as f64
+                },
+                p99_us: if iv.latency_ns.is_empty() {
+                    0.0
+                } else {
+                    iv.latency_ns.value_at_quantile(0.99) as f64 / 1000.0
+                },
+            };
+            progress(&line);
+            lines.push(line);
+        }
+    }
+    lines
+}
+
+/// A worker's co-routines, which belong to its node's runtime `node`: every backend spawns
+/// them the same way (one shared state per worker, cluster-wide co-routine ids).
+pub fn worker_coroutines<W: Workload, P: Protocol>(
+    core: &Rc<atoll_fabric::WorkerCore>,
+    shared: &Arc<RunShared<W>>,
+    node: &Arc<NodeRuntime<W>>,
+    coroutines: u16,
+    progress: &mpsc::Sender<Interval>,
+) -> Vec<Coroutine> {
+    let ws = Rc::new(WorkerShared::<W> {
+        stats: RefCell::new(WorkerStats::new(shared.w.txn_types().len())),
+        live: (coroutines as usize).into(),
+        history: RefCell::new(Vec::new()),
+        ledger: RefCell::new(W::Ledger::default()),
+    });
+    let mut tasks: Vec<Coroutine> = (0..coroutines as u32)
+        .map(|k| {
+            let ep = Endpoint::new(core.clone(), TaskId(k));
+            let id = coordinator_id(&shared.catalog, core, shared.cfg.threads, coroutines, k);
+            let fut = coroutine::<W, P>(
+                shared.clone(),
+                node.clone(),
+                ws.clone(),
+                ep,
+                id,
+                progress.clone(),
+            );
+            Box::pin(fut) as Coroutine
+        })
+        .collect();
+    if core.id.thread == 0 && P::node_task_wanted(&shared.txn) {
+        // The node's background task rides on its first worker, after its co-routines.
+        let (run, rt) = (shared.clone(), node.clone());
+        let task = atoll_txn::NodeTask {
+            ep: Endpoint::new(core.clone(), TaskId(coroutines as u32)),
+            catalog: shared.catalog.clone(),
+            cfg: shared.txn.clone(),
+            clock: node.clock.clone(),
+            versions: node.versions.clone(),
+            over: Box::new(move |now| run.over(&rt, now)),
+        };
+        tasks.push(Box::pin(P::node_task(task)));
+    }
+    tasks
+}
+
+/// The background task of a node that holds records ([`Protocol::memory_task`], NAM-DB's
+/// version mover) on its first worker, if the protocol runs one; nothing else runs there.
+pub fn memory_task<W: Workload, P: Protocol>(
+    core: &Rc<atoll_fabric::WorkerCore>,
+    shared: &Arc<RunShared<W>>,
+    node: &Arc<NodeRuntime<W>>,
+) -> Vec<Coroutine> {
+    let holds = shared.catalog.topology().holds_records(core.node());
+    if core.id.thread != 0 || !holds || !P::memory_task_wanted(&shared.catalog) {
+        return Vec::new();
+    }
+    let (run, rt) = (shared.clone(), node.clone());
+    let task = atoll_txn::NodeTask {
+        ep: Endpoint::new(core.clone(), TaskId(0)),
+        catalog: shared.catalog.clone(),
+        cfg: shared.txn.clone(),
+        clock: node.clock.clone(),
+        versions: node.versions.clone(),
+        over: Box::new(move |now| run.over(&rt, now)),
+    };
+    vec![Box::pin(P::memory_task(task))]
+}
+
+/// The cluster-wide index of co-routine `k` of worker `core`: compute nodes in order, their
+/// workers, then their co-routines (so ids are dense over the coordinators only).
+pub fn coordinator_id(
+    catalog: &Catalog,
+    core: &atoll_fabric::WorkerCore,
+    threads: u16,
+    coroutines: u16,
+    k: u32,
+) -> u32 {
+    let topology = catalog.topology();
+    let compute = topology
+        .compute_index(core.node())
+        .unwrap_or_else(|| panic!("node {} runs no coordinators", core.node().0));
+    (compute as u32 * threads as u32 + core.id.thread as u32) * coroutines as u32 + k
+}
+
+pub async fn coroutine<W: Workload, P: Protocol>(
+    run: Arc<RunShared<W>>,
+    node: Arc<NodeRuntime<W>>,
+    ws: Rc<WorkerShared<W>>,
+    ep: Endpoint,
+    id: u32,
+    progress: mpsc::Sender<Interval>,
+) {
+    // Workloads pick keys among the memory nodes, "local" ones on the coordinator's home.
+    let nodes = run.catalog.nodes;
+    let home = run.catalog.topology().home_of(ep.node());
+    let mut rng = Rng::derive(run.cfg.seed, id as u64);
+    let mut c = Coordinator::new(ep.clone(), run.catalog.clone(), run.txn.clone(), id);
+    c.node_clock = node.clock.clone();
+    c.versions = node.versions.clone();
+    // Bounded by the run's end time: each iteration runs one transaction to completion.
+    loop {
+        let start_ns = c.now_ns();
+        tick(&run, &ws, &ep, start_ns, &progress);
+        if run.over(&node, start_ns) {
+            run.cpu.mark_end();
+            break;
+        }
+        let (ty, input) = run.w.generate(&mut rng, nodes, home);
+        node.begin_txn();
+        let mut attempts = 0;
+        let mut first_ts = None;
+        let outcome: Result<(W::Effect, [u64; Stage::COUNT], atoll_txn::Footprint), Abort> = loop {
+            attempts += 1;
+            let attempt_start_ns = c.now_ns();
+            let mut tx = match first_ts {
+                None => Txn::<P>::begin(&mut c),
+                Some(ts) => Txn::<P>::retry(&mut c, ts),
+            };
+            first_ts.get_or_insert(tx.ts());
+            if let Some((txn_ns, _)) = run.txn_cpu_ns {
+                // The simulated core pays the attempt's own logic and bookkeeping.
+                tx.compute(txn_ns).await;
+            }
+            let executed = run.w.execute(&mut tx, &input).await;
+            if let Some((_, per_access_ns)) = run.txn_cpu_ns {
+                let touched = u64::from(tx.footprint().records);
+                tx.compute(per_access_ns * touched).await;
+            }
+            let r = match executed {
+                Ok(effect) => match tx.commit().await {
+                    // What the committed attempt touched, for the measured fidelity.
+                    Ok(stages) => Ok((effect, stages, tx.footprint())),
+                    Err(a) => Err(a),
+                },
+                Err(a) => {
+                    tx.rollback().await;
+                    Err(a)
+                }
+            };
+            if let Some(e) = tx.failed_after_log() {
+                node.failed_after_log(e.node, tx.ts().word());
+                run.failed_after_log.store(true, Ordering::Relaxed);
+            }
+            if r.is_ok() && tx.torn_reads() > 0 {
+                ws.stats.borrow_mut().committed_torn_reads += 1;
+            }
+            if run.cfg.record_history {
+                let rec = TxnRecord {
+                    id: tx.ts().word(),
+                    tag: tx.tag(),
+                    coord: id,
+                    attempt: attempts,
+                    aborted: r.as_ref().err().map(|a| a.name().to_string()),
+                    start_ns: attempt_start_ns,
+                    end_ns: tx.now_ns(),
+                    snapshot: tx.snapshot_ts().map(|t| t.word()),
+                    commit: tx.commit_ts().map(|t| t.word()),
+                    snapshot_vector: tx.snapshot_vector().map(<[u64]>::to_vec),
+                    commit_slot: tx.commit_slot(),
+                    ops: tx.history_ops(),
+                };
+                let mut h = ws.history.borrow_mut();
+                h.push(rec);
+                if let Some(out) = &run.history_out {
+                    if h.len() >= HISTORY_BATCH_RECORDS {
+                        out.append(&mut h);
+                    }
+                }
+            }
+            tx.end();
+            match r {
+                Ok(x) => break Ok(x),
+                Err(a) => {
+                    let now = c.now_ns();
+                    // Each attempt counts by its own start: a transaction begun in the
+                    // warm-up may retry throughout the measured window, and those retries
+                    // are work the window did (a retry storm would otherwise go unseen).
+                    if attempt_start_ns >= run.warmup_end_ns && a != Abort::UserAbort {
+                        let mut st = ws.stats.borrow_mut();
+                        st.aborts[ty][a.index()] += 1;
+                        st.interval.aborted += 1;
+                    }
+                    if !a.is_retryable() || attempts >= run.cfg.attempts_max || run.over(&node, now)
+                    {
+                        break Err(a);
+                    }
+                    // Randomised exponential back-off, so conflicting retries spread out.
+                    let cap =
+                        (BACKOFF_NS_MIN << attempts.min(BACKOFF_DOUBLINGS_MAX)).min(BACKOFF_NS_MAX);
+                    c.ep.sleep(rng.below(cap)).await;
+                }
+            }
+        };
+        let end_ns = c.now_ns();
+        let measured = start_ns >= run.warmup_end_ns;
+        {
+            let mut st = ws.stats.borrow_mut();
+            match outcome {
+                Ok((effect, stages, footprint)) => {
+                    run.w.record(&mut ws.ledger.borrow_mut(), effect);
+                    st.committed_all += 1;
+                    if measured {
+                        st.committed[ty] += 1;
+                        st.touched[ty].add(footprint);
+                        WorkerStats::record_latency(&mut st.latency_ns[ty], end_ns - start_ns);
+                        st.interval.committed += 1;
+                        WorkerStats::record_latency(&mut st.interval.latency_ns, end_ns - start_ns);
+                        for (acc, ns) in st.stage_ns.iter_mut().zip(stages) {
+                            *acc += ns;
+                        }
+                    }
+                }
+                Err(a) => {
+                    if measured {
+                        if a == Abort::UserAbort {
+                            st.user_aborted[ty] += 1;
+                        } else if !run.over(&node, end_ns) {
+                            // Retries stop at the end of the run; those are cut off, not
+                            // given up.
+                            st.gave_up += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // One transaction per turn: the event loop and the other co-routines get the core
+        // even when a transaction touched only local records and never waited.
+        c.ep.yield_now().await;
+    }
+    // A protocol's unsignaled notice still waiting for a next transaction (RSI's outcome to
+    // the timestamp service) goes out now. A failed node cannot be told; the run reports
+    // the failure where it met it.
+    let _ = c.flush_deferred().await;
+    let left = ws.live.get() - 1;
+    ws.live.set(left);
+    if left == 0 {
+        let mut st = ws.stats.borrow_mut();
+        if st.verbs_at_end.is_none() {
+            st.verbs_at_end = Some(ep.counters());
+        }
+        if st.verbs_at_start.is_none() {
+            st.verbs_at_start = Some(VerbCounters::default());
+        }
+        let mut history = ws.history.borrow_mut();
+        if let Some(out) = &run.history_out {
+            out.append(&mut history);
+        }
+        node.hand_over(
+            st.clone(),
+            &mut history,
+            std::mem::take(&mut *ws.ledger.borrow_mut()),
+        );
+    }
+}
+
+/// Per-transaction bookkeeping of a worker's clock: counter snapshots at the window edges
+/// and progress intervals.
+fn tick<W: Workload>(
+    run: &RunShared<W>,
+    ws: &WorkerShared<W>,
+    ep: &Endpoint,
+    now: u64,
+    progress: &mpsc::Sender<Interval>,
+) {
+    let mut st = ws.stats.borrow_mut();
+    if now >= run.warmup_end_ns && st.verbs_at_start.is_none() {
+        st.verbs_at_start = Some(ep.counters());
+        run.cpu.mark_start();
+    }
+    if now >= run.end_ns && st.verbs_at_end.is_none() {
+        st.verbs_at_end = Some(ep.counters());
+    }
+    if now < run.warmup_end_ns {
+        return;
+    }
+    // Intervals count from the end of warm-up. Every finished one is reported, empty ones
+    // included, so the collector can close each; the last one ends with the run.
+    let idx = (now - run.warmup_end_ns) / run.interval_ns;
+    let intervals = (run.end_ns - run.warmup_end_ns).div_ceil(run.interval_ns);
+    while st.interval.index < idx.min(intervals) {
+        let next = Interval::new(st.interval.index + 1);
+        let done = std::mem::replace(&mut st.interval, next);
+        // The receiver outlives every co-routine; a send error cannot happen.
+        let _ = progress.send(done);
+    }
+}

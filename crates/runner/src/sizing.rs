@@ -1,0 +1,572 @@
+//! What a configuration needs before anything is allocated: each coordinator's log ring
+//! (from the workload's largest write set), the words of every region and the bytes of every
+//! node. A run whose needs exceed a limit is refused with the figures, before it allocates.
+
+use crate::config::{ConfigError, RunConfig};
+use atoll_storage::layout::REGION_WORDS_MAX;
+use atoll_storage::ordered;
+use atoll_storage::{TableLayout, TableSpec};
+use atoll_txn::stages::log_record_words;
+use atoll_workloads::{Workload, WorkloadVisitor};
+
+/// Largest log records a coordinator's ring holds before it wraps: a few, so the ring is
+/// not the record's size exactly and consecutive commits land at different offsets.
+pub const LOG_RING_RECORDS: u64 = 8;
+
+/// Bytes of a memory word.
+const WORD_BYTES: u64 = 8;
+/// Bytes of a kibibyte, /proc/meminfo's unit.
+const KIB_BYTES: u64 = 1024;
+/// Share of physical memory, in percent, a run's regions and indexes may take: the rest is
+/// for the operating system, the process's other heaps (caches, histories in flight) and
+/// other programs.
+pub const MEMORY_PERCENT_MAX: u64 = 75;
+/// Copies of the timestamp vector a NAM-DB coordinator holds at once: its snapshot, and
+/// the previous copy it compares a new one with (the fetcher's shared copy is one per node).
+pub const SNAPSHOT_COPIES_PER_COORDINATOR: u64 = 2;
+/// The cap when physical memory cannot be read (16 GiB: a common workstation's memory).
+pub const MEMORY_BYTES_FALLBACK: u64 = 16 << 30;
+
+/// Busy worker threads a cluster may run per core of this machine. Every node process's
+/// `--threads` workers poll their UCX worker without sleeping (an idle one yields its core
+/// every `IDLE_TURNS_BEFORE_YIELD` turns, no more), so each gets about cores / threads of a
+/// core. At 8 per core a worker still runs every few scheduler slices (tens of ms), far
+/// inside the heartbeat's 2 s and the ops' 5 s timeout, and the bootstrap's start-up
+/// stays in seconds (16 processes on 2 cores ran and passed over shm and tcp, see
+/// docs/cluster.md); beyond
+/// it, timeouts would fire from starvation rather than failure, and the figures would
+/// measure the scheduler.
+pub const OVERSUBSCRIPTION_MAX: u64 = 8;
+/// Memory a node process needs beside its regions and indexes: the binary, the UCX
+/// context and workers (their bounce buffers and shared-memory segments), the allocator's
+/// arenas, thread stacks, the summary in flight. A node with 0.4 MiB of regions peaked at
+/// 26 MiB resident over tcp and 54 MiB over shm (its segments are resident too;
+/// docs/cluster.md): 64 MiB covers both.
+pub const NODE_PROCESS_BYTES: u64 = 64 << 20;
+
+/// What this machine offers a cluster's processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// Cores this process may use (`available_parallelism`).
+    pub cores: u64,
+    /// `MemAvailable` of `/proc/meminfo`, in bytes; `None` where it cannot be read.
+    pub mem_available_bytes: Option<u64>,
+}
+
+impl Machine {
+    /// This machine, now.
+    pub fn this() -> Machine {
+        Machine {
+            cores: crate::env::cores() as u64,
+            mem_available_bytes: std::fs::read_to_string("/proc/meminfo")
+                .ok()
+                .and_then(|m| meminfo_bytes(&m, "MemAvailable:")),
+        }
+    }
+}
+
+/// Refuses `processes` node processes on `machine` (each running `threads` busy-polling
+/// workers and holding one node's share of `sizing`) that it cannot run: more busy threads
+/// than [`OVERSUBSCRIPTION_MAX`] per core, or more memory than is available. `what` names
+/// where the process count came from (`--nodes 1024`).
+pub fn cluster_fits(
+    processes: u16,
+    threads: u16,
+    what: &str,
+    sizing: &Sizing,
+    machine: &Machine,
+) -> Result<(), ConfigError> {
+    if processes == 0 {
+        return Ok(());
+    }
+    let busy = processes as u64 * threads as u64;
+    let busy_max = OVERSUBSCRIPTION_MAX * machine.cores.max(1);
+    if busy > busy_max {
+        return Err(ConfigError(format!(
+            "{what} × --threads {threads} is {busy} busy-polling worker threads on this machine's {} core{}, over the bound of {busy_max} ({OVERSUBSCRIPTION_MAX} per core: each worker polls without sleeping, and beyond that heartbeats and op timeouts fire from starvation, not failure): expected at most {busy_max} node processes × threads here, or nodes on other machines (--hosts)",
+            machine.cores,
+            if machine.cores == 1 { "" } else { "s" },
+        )));
+    }
+    if let Some(avail) = machine.mem_available_bytes {
+        let per_node = sizing.total_bytes() / sizing.nodes.max(1) as u64 + NODE_PROCESS_BYTES;
+        let need = per_node * processes as u64;
+        if need > avail {
+            return Err(ConfigError(format!(
+                "{what} needs {} of memory on this machine ({} per node process: its regions and indexes {} + {} for the process), over the {} available (/proc/meminfo MemAvailable): expected at most {} node processes here, fewer records, or nodes on other machines (--hosts)",
+                human_bytes(need),
+                human_bytes(per_node),
+                human_bytes(per_node - NODE_PROCESS_BYTES),
+                human_bytes(NODE_PROCESS_BYTES),
+                human_bytes(avail),
+                avail / per_node
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What one run needs, computed from its configuration alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sizing {
+    pub nodes: u16,
+    /// Nodes holding records (the first `memory_nodes`): the others register their tables'
+    /// regions empty.
+    pub memory_nodes: u16,
+    /// The largest log record one transaction of the workload can write.
+    pub log_record_words_max: u64,
+    /// Each coordinator's log ring on each of its backups.
+    pub log_ring_words: u32,
+    /// Words of the log region each node registers.
+    pub log_region_words: u64,
+    /// Words of the timestamp service's region each node registers (used on one).
+    pub ts_service_region_words: u64,
+    /// Words of NAM-DB's timestamp vector's region each node registers (used on one).
+    pub ts_vector_region_words: u64,
+    /// Words of NAM-DB's snapshot floors' region each node registers (used on one).
+    pub ts_floors_region_words: u64,
+    /// Words of each table's region on each node, by table name.
+    pub table_region_words: Vec<(String, u64)>,
+    /// Heap bytes, at most, of each node's ordered indexes (full tables, and a mark per
+    /// deleted key they keep) and of its deleted keys' versions (`gone_keys_max_per_node`
+    /// of each table).
+    pub ordered_index_bytes: u64,
+    /// NAM-DB: the copies of the timestamp vector its coordinators hold at once (a snapshot
+    /// and the copy it is compared with, each one word per slot): with a slot per
+    /// coordinator this grows with the square of the coordinators.
+    pub snapshot_vectors_bytes: u64,
+    /// NAM-DB's garbage collector, on each memory node: the mover's note per overflow
+    /// entry (the commit id that replaced the entry's version, and when it was moved).
+    pub mover_bytes: u64,
+    /// Every coordinator's location cache, full (each capped at its share of
+    /// `config::LOC_CACHES_BYTES_MAX`).
+    pub loc_cache_bytes: u64,
+}
+
+impl Sizing {
+    /// Words of every region of one node, which holds records or not.
+    pub fn node_region_words(&self, holds_records: bool) -> Vec<u64> {
+        self.table_region_words
+            .iter()
+            .map(|(_, w)| if holds_records { *w } else { 0 })
+            .chain([
+                self.log_region_words,
+                self.ts_service_region_words,
+                self.ts_vector_region_words,
+                self.ts_floors_region_words,
+            ])
+            .collect()
+    }
+
+    /// Bytes of every region of every node.
+    pub fn region_bytes(&self) -> u64 {
+        let words = |holds| self.node_region_words(holds).iter().sum::<u64>();
+        (words(true) * self.memory_nodes as u64
+            + words(false) * (self.nodes - self.memory_nodes) as u64)
+            * WORD_BYTES
+    }
+
+    /// Bytes of every region and ordered index of every node: what the limit applies to.
+    pub fn total_bytes(&self) -> u64 {
+        self.region_bytes()
+            + self.ordered_index_bytes * self.memory_nodes as u64
+            + self.snapshot_vectors_bytes
+            + self.mover_bytes * self.memory_nodes as u64
+            + self.loc_cache_bytes
+    }
+
+    /// The one line a run prints at start-up.
+    pub fn line(&self) -> String {
+        let indexes = if self.ordered_index_bytes > 0 {
+            format!(
+                " and up to {} of ordered indexes and deleted keys",
+                human_bytes(self.ordered_index_bytes * self.memory_nodes as u64)
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "memory: {} of regions{indexes} across {} node{} (per {}node: log {}, tables {})",
+            human_bytes(self.region_bytes()),
+            self.nodes,
+            if self.nodes == 1 { "" } else { "s" },
+            if self.memory_nodes < self.nodes {
+                "memory "
+            } else {
+                ""
+            },
+            human_bytes(self.log_region_words * WORD_BYTES),
+            human_bytes(self.table_region_words.iter().map(|(_, w)| w).sum::<u64>() * WORD_BYTES),
+        )
+    }
+}
+
+/// `bytes` in the largest binary unit that keeps it at least 1.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// What `cfg` needs, for the workload and protocol it names.
+pub fn sizing(cfg: &RunConfig) -> Result<Sizing, ConfigError> {
+    struct Size<'a>(&'a RunConfig);
+    impl WorkloadVisitor for Size<'_> {
+        type Out = Result<Sizing, ConfigError>;
+        fn visit<W: Workload>(self, w: W) -> Self::Out {
+            size(self.0, &w, self.0.version_slots(self.0.protocol))
+        }
+    }
+    cfg.workload
+        .dispatch(&cfg.params, &cfg.workload_shape(), Size(cfg))
+        .map_err(|e| ConfigError(e.0))?
+}
+
+/// What `cfg` needs with workload `w` and `version_slots` versions per record; refuses a
+/// region whose word offsets would not fit.
+pub fn size<W: Workload>(
+    cfg: &RunConfig,
+    w: &W,
+    version_slots: u32,
+) -> Result<Sizing, ConfigError> {
+    let specs: Vec<TableSpec> = w.tables(cfg.memory_nodes());
+    let mut table_region_words = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        let words = TableLayout::region_words_needed(spec, version_slots)
+            + TableLayout::overflow_words_needed(spec, cfg.overflow_versions);
+        if words > REGION_WORDS_MAX {
+            return Err(ConfigError(format!(
+                "{} table {} needs {words} words per node ({} records of {} payload words{}), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer or smaller records ({})",
+                W::NAME,
+                spec.name,
+                spec.capacity_per_node,
+                spec.payload_words,
+                match (version_slots, cfg.overflow_versions) {
+                    (1, _) => String::new(),
+                    (v, 0) => format!(", {v} versions each"),
+                    (v, o) => format!(", {v} versions each and {o} overflow entries"),
+                },
+                knobs(w)
+            )));
+        }
+        table_region_words.push((spec.name.clone(), words));
+    }
+    let payload_words = |t: atoll_storage::TableId| {
+        specs[t.0 as usize].payload_words as u64
+            + atoll_storage::layout::ENGINE_PAYLOAD_WORDS as u64
+    };
+    let write_set = w.largest_write_set();
+    let log_record_words_max = log_record_words(write_set.iter().map(|&t| payload_words(t)));
+    let ring = LOG_RING_RECORDS * log_record_words_max;
+    let rings =
+        cfg.topology().log_slots(cfg.log_replicas) as u64 * cfg.coordinators_per_node() as u64;
+    let log_region_words = ring * rings;
+    if log_region_words > REGION_WORDS_MAX {
+        return Err(ConfigError(format!(
+            "the log region needs {log_region_words} words per node ({rings} rings (log slots × threads × coroutines = {} × {} × {}) of {ring} words: {LOG_RING_RECORDS} records of up to {log_record_words_max} words, as {} writes up to {} records), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer threads, coroutines or log replicas, or a smaller write set ({})",
+            cfg.topology().log_slots(cfg.log_replicas),
+            cfg.threads,
+            cfg.coroutines,
+            W::NAME,
+            write_set.len(),
+            knobs(w)
+        )));
+    }
+    let ordered_index_bytes = specs
+        .iter()
+        .map(|s| {
+            let gone = s.gone_keys_max_per_node as u64;
+            let ordered_keys = if s.ordered {
+                s.capacity_per_node as u64 + gone
+            } else {
+                0
+            };
+            ordered_keys * ordered::BYTES_PER_KEY_MAX + gone * atoll_storage::GONE_BYTES_PER_KEY_MAX
+        })
+        .sum();
+    let sizing = Sizing {
+        nodes: cfg.nodes,
+        memory_nodes: cfg.memory_nodes(),
+        log_record_words_max,
+        log_ring_words: ring as u32,
+        log_region_words,
+        ts_service_region_words: atoll_txn::tsvc::TsService::region_words_for(
+            cfg.coordinators_total(),
+        ) as u64,
+        ts_vector_region_words: atoll_txn::tsvc::TsVector::region_words_for(
+            cfg.vector_slots_total(),
+        ) as u64,
+        ts_floors_region_words: atoll_txn::tsvc::SnapshotFloors::region_words_for(
+            cfg.overflow_versions > 0,
+            cfg.topology().compute_nodes() as u32,
+            cfg.vector_slots_total(),
+        ) as u64,
+        table_region_words,
+        ordered_index_bytes,
+        snapshot_vectors_bytes: if cfg.protocol == atoll_protocols::ProtocolKind::NamDb {
+            // With the collector, each coordinator's snapshot is registered with its node.
+            (SNAPSHOT_COPIES_PER_COORDINATOR + (cfg.overflow_versions > 0) as u64)
+                * cfg.coordinators_total() as u64
+                * cfg.vector_slots_total() as u64
+                * WORD_BYTES
+        } else {
+            0
+        },
+        mover_bytes: specs
+            .iter()
+            .map(|s| s.capacity_per_node as u64 * cfg.overflow_versions as u64)
+            .sum::<u64>()
+            * atoll_protocols::namdb::mover::NOTE_BYTES_PER_ENTRY,
+        loc_cache_bytes: cfg.coordinators_total() as u64
+            * crate::config::loc_cache_entries_max(cfg.coordinators_total()) as u64
+            * crate::config::LOC_CACHE_BYTES_PER_ENTRY,
+    };
+    let (limit, source) = memory_limit_bytes();
+    let need = sizing.total_bytes();
+    if need > limit {
+        // Tables live on the nodes holding records; every node has its log and the rest.
+        let holders = match cfg.roles {
+            crate::config::Roles::Partitioned => format!("× {} nodes", cfg.nodes),
+            crate::config::Roles::SharedData { memory_nodes, .. } => {
+                format!("× {memory_nodes} memory nodes of {}", cfg.nodes)
+            }
+        };
+        let (vectors, vector_hint) = if sizing.snapshot_vectors_bytes > 0 {
+            (
+                format!(
+                    " and NAM-DB's snapshot vectors {}",
+                    human_bytes(sizing.snapshot_vectors_bytes)
+                ),
+                ", or --vector-slots node",
+            )
+        } else {
+            (String::new(), "")
+        };
+        return Err(ConfigError(format!(
+            "the configuration needs {} of memory (per node holding records: tables {}, log {}, ordered indexes {}; {holders}){vectors}, over the limit of {} ({source}), the co-routines' location caches {} of it: expected fewer nodes, records or co-routines{vector_hint} ({})",
+            human_bytes(need),
+            human_bytes(sizing.table_region_words.iter().map(|(_, w)| w).sum::<u64>() * WORD_BYTES),
+            human_bytes(sizing.log_region_words * WORD_BYTES),
+            human_bytes(sizing.ordered_index_bytes),
+            human_bytes(limit),
+            human_bytes(sizing.loc_cache_bytes),
+            knobs(w)
+        )));
+    }
+    Ok(sizing)
+}
+
+/// The memory a run may use: a share of this machine's physical memory, or a fixed cap
+/// where that cannot be read; with where the figure comes from.
+pub fn memory_limit_bytes() -> (u64, String) {
+    match mem_total_bytes() {
+        Some(total) => (
+            total / 100 * MEMORY_PERCENT_MAX,
+            format!(
+                "{MEMORY_PERCENT_MAX}% of this machine's {} of physical memory",
+                human_bytes(total)
+            ),
+        ),
+        None => (
+            MEMORY_BYTES_FALLBACK,
+            "a fixed cap: /proc/meminfo MemTotal could not be read".to_string(),
+        ),
+    }
+}
+
+/// `MemTotal` of `/proc/meminfo`, in bytes.
+fn mem_total_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_total(&text)
+}
+
+fn parse_mem_total(meminfo: &str) -> Option<u64> {
+    meminfo_bytes(meminfo, "MemTotal:")
+}
+
+/// The field `key` (with its colon) of `/proc/meminfo`'s text, in bytes (it says kB).
+fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with(key))?;
+    let mut parts = line[key.len()..].split_whitespace();
+    let kib: u64 = parts.next()?.parse().ok()?;
+    (parts.next() == Some("kB")).then_some(kib.checked_mul(KIB_BYTES)?)
+}
+
+/// The workload's knobs as a report shows them.
+fn knobs<W: Workload>(w: &W) -> String {
+    w.knobs()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_workloads::WorkloadKind;
+
+    #[test]
+    fn sizing_rings_hold_a_few_of_the_workloads_largest_log_records() {
+        let ycsb = RunConfig {
+            workload: WorkloadKind::Ycsb,
+            params: [("record_bytes", "4096"), ("ops_per_txn", "2")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..RunConfig::default()
+        };
+        let s = sizing(&ycsb).unwrap();
+        // Two entries of 512 stored words each, plus their heads, the record's head and tail.
+        assert_eq!(s.log_record_words_max, 3 + 2 * (4 + 512) + 1);
+        assert_eq!(s.log_ring_words as u64, LOG_RING_RECORDS * 1036);
+        let smallbank = sizing(&RunConfig::default()).unwrap();
+        // Amalgamate's three one-word balances (three stored words each).
+        assert_eq!(smallbank.log_record_words_max, 3 + 3 * (4 + 3) + 1);
+    }
+
+    #[test]
+    fn sizing_reads_mem_total_in_kib_and_refuses_other_units() {
+        let meminfo = "MemTotal:        8000000 kB\nMemFree:  100 kB\n";
+        assert_eq!(parse_mem_total(meminfo), Some(8_000_000 * 1024));
+        assert_eq!(parse_mem_total("MemTotal: 8 MB\n"), None);
+        assert_eq!(parse_mem_total("MemFree: 8 kB\n"), None);
+        let (limit, source) = memory_limit_bytes();
+        assert!(limit > 0 && !source.is_empty());
+    }
+
+    #[test]
+    fn sizing_log_regions_hold_rings_of_the_nodes_logging_to_them_only() {
+        let cfg = RunConfig {
+            nodes: 8,
+            threads: 2,
+            coroutines: 4,
+            log_replicas: 2,
+            ..RunConfig::default()
+        };
+        let s = sizing(&cfg).unwrap();
+        assert_eq!(
+            s.log_region_words,
+            2 * 2 * 4 * s.log_ring_words as u64,
+            "log_replicas × threads × coroutines rings, whatever the node count"
+        );
+    }
+
+    fn small_sizing(nodes: u16) -> Sizing {
+        Sizing {
+            nodes,
+            memory_nodes: nodes,
+            log_record_words_max: 8,
+            log_ring_words: 64,
+            log_region_words: 1 << 10,
+            ts_service_region_words: 1 << 6,
+            ts_vector_region_words: 1 << 3,
+            ts_floors_region_words: 1,
+            table_region_words: vec![("t".into(), (1 << 20) - (1 << 10) - (1 << 6) - (1 << 3) - 1)],
+            ordered_index_bytes: 0,
+            snapshot_vectors_bytes: 0,
+            mover_bytes: 0,
+            loc_cache_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn sizing_location_caches_share_one_bound_whatever_the_co_routine_count() {
+        use crate::config::{loc_cache_entries_max, LOC_CACHES_BYTES_MAX, LOC_CACHE_ENTRIES_MAX};
+        // Few coordinators keep the full cap; many share the bound, down to one entry.
+        assert_eq!(loc_cache_entries_max(16), LOC_CACHE_ENTRIES_MAX);
+        assert_eq!(loc_cache_entries_max(0), LOC_CACHE_ENTRIES_MAX);
+        assert_eq!(loc_cache_entries_max(4096), 2048);
+        assert_eq!(loc_cache_entries_max(u32::MAX), 1);
+        for (nodes, threads, coroutines) in [(2, 1, 8), (4, 10, 10), (64, 16, 255)] {
+            let cfg = RunConfig {
+                nodes,
+                threads,
+                coroutines,
+                ..RunConfig::default()
+            };
+            let Ok(s) = sizing(&cfg) else { continue };
+            assert!(
+                s.loc_cache_bytes > 0 && s.loc_cache_bytes <= LOC_CACHES_BYTES_MAX,
+                "{nodes} x {threads} x {coroutines}: {}",
+                s.loc_cache_bytes
+            );
+        }
+    }
+
+    #[test]
+    fn sizing_a_cluster_over_8_busy_threads_per_core_is_refused_naming_the_value_and_the_bound() {
+        let m = Machine {
+            cores: 2,
+            mem_available_bytes: Some(64 << 30),
+        };
+        assert!(cluster_fits(16, 1, "--nodes 16", &small_sizing(16), &m).is_ok());
+        assert!(cluster_fits(8, 2, "--nodes 8", &small_sizing(8), &m).is_ok());
+        let e = cluster_fits(17, 1, "--nodes 17", &small_sizing(17), &m)
+            .unwrap_err()
+            .0;
+        assert!(e.contains("--nodes 17") && e.contains("bound of 16"), "{e}");
+        assert!(e.contains("2 cores") && e.contains("8 per core"), "{e}");
+        let e = cluster_fits(9, 2, "--nodes 9", &small_sizing(9), &m)
+            .unwrap_err()
+            .0;
+        assert!(e.contains("18 busy-polling"), "{e}");
+        let e = cluster_fits(1024, 1, "--nodes 1024", &small_sizing(1024), &m)
+            .unwrap_err()
+            .0;
+        assert!(e.contains("--nodes 1024"), "{e}");
+        assert_eq!(e.lines().count(), 1);
+    }
+
+    #[test]
+    fn sizing_a_cluster_needing_more_than_the_available_memory_is_refused_with_the_figures() {
+        // 8 MiB of regions per node + 64 MiB per process = 72 MiB per node.
+        let m = Machine {
+            cores: 64,
+            mem_available_bytes: Some(500 << 20),
+        };
+        assert!(cluster_fits(6, 1, "--nodes 6", &small_sizing(6), &m).is_ok());
+        let e = cluster_fits(7, 1, "--nodes 7", &small_sizing(7), &m)
+            .unwrap_err()
+            .0;
+        assert!(e.contains("--nodes 7 needs 504.0 MiB"), "{e}");
+        assert!(e.contains("72.0 MiB per node process"), "{e}");
+        assert!(
+            e.contains("MemAvailable") && e.contains("at most 6 node"),
+            "{e}"
+        );
+        // Unknown memory: only the cores bound applies; no process on this machine: none.
+        let unknown = Machine {
+            cores: 64,
+            mem_available_bytes: None,
+        };
+        assert!(cluster_fits(7, 1, "--nodes 7", &small_sizing(7), &unknown).is_ok());
+        assert!(cluster_fits(0, 1, "--hosts", &small_sizing(7), &m).is_ok());
+    }
+
+    #[test]
+    fn sizing_reads_mem_available_in_kib() {
+        let meminfo = "MemTotal:  8000000 kB\nMemAvailable:    123 kB\n";
+        assert_eq!(meminfo_bytes(meminfo, "MemAvailable:"), Some(123 * 1024));
+        assert_eq!(
+            meminfo_bytes("MemAvailable: 99999999999999999999 kB", "MemAvailable:"),
+            None
+        );
+    }
+
+    #[test]
+    fn sizing_human_bytes_picks_the_largest_unit() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+    }
+}

@@ -1,0 +1,1313 @@
+//! The shared-data architecture end to end: memory nodes hold every record and run no
+//! co-routine, compute nodes run every transaction and hold no record; every protocol runs
+//! there, clean under its checks and its history checker, and which CPUs serve RPCs is
+//! counted per role.
+
+use atoll_check::{self as history, Mode};
+use atoll_protocols::ProtocolKind;
+use atoll_runner::config::{Fabric, FaultConfig, Roles};
+use atoll_runner::{run, Report, RunConfig};
+use atoll_storage::TsPlacement;
+use atoll_testkit::{params, FAULTS_MIXED};
+use atoll_txn::Plan;
+use atoll_workloads::{Params, WorkloadKind};
+
+/// `memory` memory nodes, `compute` compute nodes, the timestamp service at `ts`.
+fn config(
+    workload: WorkloadKind,
+    protocol: ProtocolKind,
+    plan: &str,
+    (memory, compute, ts): (u16, u16, TsPlacement),
+    seed: u64,
+) -> RunConfig {
+    let params = match workload {
+        WorkloadKind::SmallBank => params(&[("accounts", "40"), ("hot_accounts", "4")]),
+        // Small records: under tearing a READ moves 2 words per step, so YCSB's default
+        // 1000-byte records (several versions each under MVCC) take milliseconds per read,
+        // and a few-millisecond run may commit nothing.
+        WorkloadKind::Ycsb => params(&[
+            ("records", "400"),
+            ("write_fraction", "0.4"),
+            ("record_bytes", "128"),
+            ("ops_per_txn", "4"),
+        ]),
+        WorkloadKind::Checkout => params(&[
+            ("products", "200"),
+            ("product_bytes", "128"),
+            ("orders_max", "2000"),
+        ]),
+        // A scaled population; inserts and deletes (NewOrder, Delivery) under every protocol.
+        WorkloadKind::Tpcc => params(&[
+            ("customers_per_district", "30"),
+            ("items", "100"),
+            ("new_orders_max", "50"),
+        ]),
+        // Fewer slots than keys: inserts reclaim deleted keys' slots.
+        WorkloadKind::Cycle => params(&[
+            ("pairs", "6"),
+            ("record_words", "3"),
+            ("ranges", "2"),
+            ("range_keys", "8"),
+            ("dyn_slots", "10"),
+        ]),
+        _ => Params::new(),
+    };
+    // TPC-C's transactions touch ~40 records: a longer run for a few dozen commits.
+    let duration_s = if workload == WorkloadKind::Tpcc {
+        0.02
+    } else {
+        0.003
+    };
+    RunConfig {
+        fabric: Fabric::Sim {
+            net: "edr-ib".into(),
+            faults: FaultConfig::parse(FAULTS_MIXED).unwrap(),
+        },
+        workload,
+        params,
+        protocol,
+        plan: Plan::parse(plan).unwrap(),
+        nodes: memory + compute + u16::from(ts == TsPlacement::Own),
+        roles: Roles::SharedData {
+            memory_nodes: memory,
+            ts,
+        },
+        threads: 2,
+        coroutines: 4,
+        duration_s,
+        warmup_s: 0.0005,
+        seed,
+        record_history: true,
+        ..RunConfig::default()
+    }
+}
+
+fn served(r: &Report) -> &atoll_runner::report::RpcsByRole {
+    r.verbs
+        .rpcs_served_by_role
+        .as_ref()
+        .expect("a shared-data run counts RPCs per role")
+}
+
+#[test]
+fn shared_data_every_protocol_runs_clean_on_memory_and_compute_nodes_with_faults_and_co_located() {
+    for protocol in ProtocolKind::ALL {
+        for workload in [
+            WorkloadKind::SmallBank,
+            WorkloadKind::Ycsb,
+            WorkloadKind::Checkout,
+            WorkloadKind::Tpcc,
+            WorkloadKind::Cycle,
+        ] {
+            for (seed, shape, colocate) in [
+                (1, (2, 2, TsPlacement::Memory), false),
+                (2, (1, 3, TsPlacement::Own), false),
+                (3, (2, 2, TsPlacement::Memory), true),
+            ] {
+                let mut cfg = config(workload, protocol, "one-sided", shape, seed);
+                cfg.colocate = colocate;
+                let what = format!(
+                    "{} / {} / {shape:?} colocate={colocate} / seed {seed}",
+                    protocol.name(),
+                    workload.name()
+                );
+                let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(r.passed, "{what}: {:?}", r.checks);
+                assert!(r.summary.committed > 0, "{what}: nothing committed");
+                assert_eq!(r.config.architecture, "shared-data", "{what}");
+                let v = history::check(&r.history, Mode::from(protocol.isolation()));
+                assert!(v.ok(), "{what}: {}", history::render(&r.history, &v));
+                // Coordinators run on compute nodes only; nobody calls a compute node.
+                assert_eq!(served(&r).compute_nodes, 0, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn shared_data_co_location_takes_a_compute_nodes_home_records_off_the_network_in_the_simulator() {
+    // TPC-C works on the compute node's home warehouses (memory node i for compute node i):
+    // co-located, most of its one-sided ops are the CPU's own accesses.
+    let run_with = |colocate: bool| {
+        let mut cfg = config(
+            WorkloadKind::Tpcc,
+            ProtocolKind::NamDb,
+            "one-sided",
+            (2, 2, TsPlacement::Memory),
+            5,
+        );
+        cfg.colocate = colocate;
+        let r = run(&cfg, &|_| {}).unwrap();
+        assert!(r.passed, "colocate={colocate}: {:?}", r.checks);
+        assert_eq!(r.config.colocated, Some(colocate));
+        (r.summary.committed_per_s, r.summary.latency_us.p50)
+    };
+    let (apart, apart_p50) = run_with(false);
+    let (together, together_p50) = run_with(true);
+    assert!(
+        together > apart * 1.2 && together_p50 < apart_p50,
+        "co-located {together} tx/s, p50 {together_p50} us; apart {apart} tx/s, p50 {apart_p50} us"
+    );
+}
+
+#[test]
+fn namdb_reads_headers_apart_from_old_payloads_so_versions_kept_barely_add_read_bytes_unlike_rsis_whole_blocks(
+) {
+    // 1000-byte records, half the operations updates: every record keeps `versions`.
+    let read_bytes_per_commit = |protocol: ProtocolKind, versions: u32| {
+        let mut cfg = config(
+            WorkloadKind::Ycsb,
+            protocol,
+            "one-sided",
+            (1, 2, TsPlacement::Memory),
+            7,
+        );
+        cfg.params = params(&[
+            ("records", "400"),
+            ("write_fraction", "0.5"),
+            ("record_bytes", "1000"),
+            ("ops_per_txn", "4"),
+        ]);
+        cfg.rsi_versions = versions;
+        // No faults (tearing moves a 4 KB block a word pair per step) and long enough for a
+        // few hundred commits.
+        cfg.fabric = Fabric::Sim {
+            net: "edr-ib".into(),
+            faults: FaultConfig::default(),
+        };
+        cfg.duration_s = 0.02;
+        let what = format!("{} with {versions} versions", protocol.name());
+        let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(r.passed, "{what}: {:?}", r.checks);
+        let v = history::check(&r.history, Mode::from(protocol.isolation()));
+        assert!(v.ok(), "{what}: {}", history::render(&r.history, &v));
+        assert!(r.summary.committed > 0, "{what}: nothing committed");
+        let per_commit = r.verbs.by_kind["read"].remote_bytes as f64 / r.summary.committed as f64;
+        eprintln!(
+            "{what}: {per_commit:.0} read bytes per commit, {} commits",
+            r.summary.committed
+        );
+        per_commit
+    };
+    let namdb = read_bytes_per_commit(ProtocolKind::NamDb, 4)
+        / read_bytes_per_commit(ProtocolKind::NamDb, 1);
+    let rsi =
+        read_bytes_per_commit(ProtocolKind::Rsi, 4) / read_bytes_per_commit(ProtocolKind::Rsi, 1);
+    // NAM-DB: 16 bytes of header per old version and now and then a second READ of one
+    // old payload; RSI: every READ moves all four versions.
+    assert!(
+        namdb < 1.3,
+        "namdb read bytes per commit, 4 versions / 1: {namdb:.2}"
+    );
+    assert!(
+        rsi > 3.0,
+        "rsi read bytes per commit, 4 versions / 1: {rsi:.2}"
+    );
+}
+
+#[test]
+fn namdb_runs_clean_under_snapshot_isolation_with_its_vector_per_node_and_with_the_detached_fetcher_3_versions_per_record_and_an_overflow_area_with_faults(
+) {
+    use atoll_txn::tsvc::VectorSlots;
+    for (slots, fetcher) in [
+        (VectorSlots::Node, false),
+        (VectorSlots::Coordinator, true),
+        (VectorSlots::Node, true),
+    ] {
+        for workload in [
+            WorkloadKind::SmallBank,
+            WorkloadKind::Ycsb,
+            WorkloadKind::Checkout,
+        ] {
+            for (seed, shape) in [
+                (3, (2, 2, TsPlacement::Memory)),
+                (4, (1, 3, TsPlacement::Own)),
+            ] {
+                let mut cfg = config(workload, ProtocolKind::NamDb, "one-sided", shape, seed);
+                cfg.vector_slots = slots;
+                cfg.vector_fetcher = fetcher;
+                // Blocks of 3 versions with the fetcher: older snapshots read old slots.
+                cfg.rsi_versions = if fetcher { 3 } else { 1 };
+                // With old versions, the mover copies them to an overflow area too.
+                cfg.overflow_versions = if fetcher { 2 } else { 0 };
+                let what = format!(
+                    "namdb {slots:?} fetcher={fetcher} versions={} overflow={} / {} / {shape:?} / seed {seed}",
+                    cfg.rsi_versions,
+                    cfg.overflow_versions,
+                    workload.name()
+                );
+                let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(r.passed, "{what}: {:?}", r.checks);
+                assert!(r.summary.committed > 0, "{what}: nothing committed");
+                let v = history::check(&r.history, Mode::from(ProtocolKind::NamDb.isolation()));
+                assert!(v.ok(), "{what}: {}", history::render(&r.history, &v));
+                let compute = shape.1 as usize;
+                let vector_len = match slots {
+                    VectorSlots::Node => compute,
+                    VectorSlots::Coordinator => compute * 2 * 4,
+                };
+                let committed: Vec<_> = r
+                    .history
+                    .iter()
+                    .filter(|t| t.aborted.is_none() && t.commit_slot.is_some())
+                    .collect();
+                assert!(!committed.is_empty(), "{what}: no update committed");
+                for t in &committed {
+                    let v = t.snapshot_vector.as_ref().expect("a NAM-DB snapshot");
+                    assert_eq!(v.len(), vector_len, "{what}: {t:?}");
+                }
+                if slots == VectorSlots::Node {
+                    // A node's coordinators share its slot: the first compute node's slot is 0.
+                    assert!(
+                        committed
+                            .iter()
+                            .all(|t| (t.commit_slot.unwrap() as usize) < compute),
+                        "{what}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn namdb_snapshots_of_the_per_coordinator_vector_with_the_fetcher_lie_on_one_chain_no_long_fork() {
+    // Seed 20 of this shape forked when a snapshot raised the coordinator's own slot to its
+    // last commit: two read-only transactions each saw one of two disjoint writers and not
+    // the other (adya rejected it; the checker now names it "a long fork").
+    const FAULTS: &str = "spikes=3,spike_us=50,spike_len_us=300,pauses=2,pause_us=200,tear_words=2,tear_ns=1000,stall_permille=50,stall_us=50";
+    for seed in [20, 21, 22] {
+        let mut cfg = config(
+            WorkloadKind::Cycle,
+            ProtocolKind::NamDb,
+            "one-sided",
+            (1, 3, TsPlacement::Own),
+            seed,
+        );
+        cfg.fabric = Fabric::Sim {
+            net: "edr-ib".into(),
+            faults: FaultConfig::parse(FAULTS).unwrap(),
+        };
+        cfg.duration_s = 0.002;
+        cfg.rsi_versions = 2;
+        cfg.vector_fetcher = true;
+        let what = format!("namdb fetcher / cycle / 1+3, own ts node / seed {seed}");
+        let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(r.passed, "{what}: {:?}", r.checks);
+        let read_only = r
+            .history
+            .iter()
+            .filter(|t| t.aborted.is_none() && t.commit_slot.is_none())
+            .count();
+        assert!(read_only > 0, "{what}: no read-only commit to fork");
+        let v = history::check(&r.history, Mode::Snapshot);
+        assert!(v.ok(), "{what}: {}", history::render(&r.history, &v));
+    }
+}
+
+#[test]
+fn shared_data_rsi_updates_involve_no_memory_node_cpu_and_the_rpc_plan_is_served_by_memory_nodes() {
+    // SmallBank inserts nothing: RSI's one-sided run serves no RPC anywhere.
+    let r = run(
+        &config(
+            WorkloadKind::SmallBank,
+            ProtocolKind::Rsi,
+            "one-sided",
+            (3, 4, TsPlacement::Own),
+            3,
+        ),
+        &|_| {},
+    )
+    .unwrap();
+    assert!(r.passed, "{:?}", r.checks);
+    let s = served(&r);
+    assert_eq!(
+        (s.memory_nodes, s.compute_nodes, s.ts_node),
+        (0, 0, 0),
+        "RSI's one-sided SmallBank served RPCs"
+    );
+    // OCC over RPC: the memory nodes' CPUs serve every request (the two-sided variant).
+    let r = run(
+        &config(
+            WorkloadKind::SmallBank,
+            ProtocolKind::Occ,
+            "rpc",
+            (2, 2, TsPlacement::Memory),
+            4,
+        ),
+        &|_| {},
+    )
+    .unwrap();
+    assert!(r.passed, "{:?}", r.checks);
+    let s = served(&r);
+    assert!(s.memory_nodes > r.summary.committed, "{s:?}");
+    assert_eq!((s.compute_nodes, s.ts_node), (0, 0), "{s:?}");
+}
+
+#[test]
+fn shared_data_compute_nodes_register_no_table_memory() {
+    let partitioned = RunConfig {
+        nodes: 3,
+        ..RunConfig::default()
+    };
+    let shared = RunConfig {
+        nodes: 3,
+        roles: Roles::SharedData {
+            memory_nodes: 1,
+            ts: TsPlacement::Memory,
+        },
+        ..RunConfig::default()
+    };
+    let p = atoll_runner::sizing::sizing(&partitioned).unwrap();
+    let s = atoll_runner::sizing::sizing(&shared).unwrap();
+    let tables =
+        |z: &atoll_runner::sizing::Sizing| z.table_region_words.iter().map(|(_, w)| w).sum::<u64>();
+    // SmallBank's population is per memory node: the one memory node holds what a node of
+    // the partitioned cluster holds, the two compute nodes hold nothing.
+    assert_eq!(s.memory_nodes, 1);
+    assert_eq!(tables(&s), tables(&p));
+    assert!(s.node_region_words(false)[..s.table_region_words.len()]
+        .iter()
+        .all(|&w| w == 0));
+    assert!(
+        s.region_bytes() * 2 < p.region_bytes(),
+        "shared-data {} bytes vs partitioned {} bytes of regions",
+        s.region_bytes(),
+        p.region_bytes()
+    );
+}
+
+#[test]
+fn shared_data_shapes_that_leave_no_compute_node_or_too_many_backups_are_refused_naming_the_value()
+{
+    let no_compute = RunConfig {
+        nodes: 2,
+        roles: Roles::SharedData {
+            memory_nodes: 1,
+            ts: TsPlacement::Own,
+        },
+        ..RunConfig::default()
+    };
+    let e = no_compute.validate().unwrap_err().0;
+    assert!(e.contains("compute node"), "{e}");
+    let backups = RunConfig {
+        nodes: 4,
+        roles: Roles::SharedData {
+            memory_nodes: 2,
+            ts: TsPlacement::Memory,
+        },
+        log_replicas: 3,
+        ..RunConfig::default()
+    };
+    let e = backups.validate().unwrap_err().0;
+    assert!(e.contains("log_replicas=3") && e.contains("0..=2"), "{e}");
+}
+
+/// One coordinator on a compute node, records on a memory node, the timestamp service on a
+/// node of its own: every op it posts is remote, so its worker's counters are its verbs.
+fn rsi_one_coordinator(plan: Plan) -> atoll_testkit::TestCluster {
+    rsi_cluster(1, 1, plan)
+}
+
+/// As [`rsi_one_coordinator`], with `coroutines` co-routines and `versions` per record.
+fn rsi_cluster(coroutines: u32, versions: u32, plan: Plan) -> atoll_testkit::TestCluster {
+    use atoll_storage::{Partition, TableSpec, Topology};
+    let spec = TableSpec {
+        name: "t".into(),
+        payload_words: 1,
+        capacity_per_node: 16,
+        partition: Partition::Modulo,
+        ordered: false,
+        gone_keys_max_per_node: 0,
+    };
+    let c = atoll_testkit::TestCluster::with_topology(
+        Topology::shared_data(1, 1, TsPlacement::Own),
+        0,
+        vec![spec],
+        plan,
+        coroutines,
+        atoll_testkit::RecordShape::of::<atoll_protocols::Rsi>(versions),
+    );
+    for k in 0..8 {
+        c.stores[0].insert(T, k, &[100]).unwrap();
+    }
+    c
+}
+
+const T: atoll_storage::TableId = atoll_storage::TableId(0);
+
+/// The verbs of one RSI update transaction (read keys 3 and 4, write both, commit) by the
+/// only coordinator of [`rsi_one_coordinator`] under `plan`, after two transactions that
+/// learn the keys' places and leave an outcome deferred; and whether its own outcome is
+/// left deferred.
+fn rsi_update_verbs(plan: Plan) -> (atoll_fabric::VerbCounters, bool) {
+    update_verbs::<atoll_protocols::Rsi>(plan)
+}
+
+/// [`rsi_update_verbs`] under protocol `P` of the snapshot-isolation family.
+fn update_verbs<P: atoll_txn::Protocol>(plan: Plan) -> (atoll_fabric::VerbCounters, bool) {
+    use atoll_fabric::{NodeId, VerbCounters, VerbKind};
+    use atoll_txn::Txn;
+    use std::sync::{Arc, Mutex};
+    let c = rsi_one_coordinator(plan);
+    let seen: Arc<Mutex<Option<(VerbCounters, bool)>>> = Arc::default();
+    let update = |keys: [u64; 2]| keys.into_iter().map(|k| (T, k, true)).collect::<Vec<_>>();
+    c.run(&|core, k| {
+        if core.id.node != NodeId(1) {
+            return None;
+        }
+        let mut co = c.coordinator(core, k);
+        let seen = seen.clone();
+        Some(Box::pin(async move {
+            // Learn where keys 3 and 4 live (read-only: commits at its snapshot), then
+            // commit an update of keys 1 and 2, whose outcome is left to go unsignaled.
+            let mut tx = Txn::<P>::begin(&mut co);
+            tx.fetch(&[(T, 3, false), (T, 4, false)]).await.unwrap();
+            tx.commit().await.unwrap();
+            let mut tx = Txn::<P>::begin(&mut co);
+            tx.fetch(&update([1, 2])).await.unwrap();
+            tx.write(T, 1, &[7]);
+            tx.write(T, 2, &[7]);
+            tx.commit().await.unwrap();
+            // The measured update: read both, write both, commit.
+            let before = co.ep.counters();
+            let mut tx = Txn::<P>::begin(&mut co);
+            tx.fetch(&update([3, 4])).await.unwrap();
+            tx.write(T, 3, &[8]);
+            tx.write(T, 4, &[8]);
+            tx.commit().await.unwrap();
+            let after = co.ep.counters();
+            let mut d = after.clone();
+            for i in 0..VerbKind::COUNT {
+                d.remote_ops[i] -= before.remote_ops[i];
+            }
+            d.round_trips -= before.round_trips;
+            d.doorbells -= before.doorbells;
+            // Its own outcome waits for the next doorbell, as the previous one rode in its
+            // first.
+            let outcome_pending = co.take_deferred().is_some();
+            co.flush_deferred().await.unwrap();
+            *seen.lock().unwrap() = Some((d, outcome_pending));
+        }))
+    });
+    assert_eq!(c.payload(T, 3), vec![8]);
+    assert_eq!(c.payload(T, 4), vec![8]);
+    let seen = seen.lock().unwrap().clone();
+    seen.expect("the script ran")
+}
+
+#[test]
+fn rsi_an_update_transaction_takes_3_signaled_round_trips_and_1_unsignaled_message_and_no_memory_node_cpu(
+) {
+    use atoll_fabric::VerbKind;
+    let (d, outcome_pending) = rsi_update_verbs(Plan::uniform(atoll_txn::Primitive::OneSided));
+    let ops = |k: VerbKind| d.remote_ops[k as usize];
+    assert_eq!(
+        (d.round_trips, d.doorbells),
+        (3, 3),
+        "read, lock + validate, install: {d:?}"
+    );
+    // READs: the 2 records, `RTS` beside the lock (it bounds the outcome ring) and beside
+    // the install (the next snapshot). WRITEs: the previous transaction's outcome, riding
+    // in the read doorbell (the paper's unsignaled message), and 3 per record installed.
+    assert_eq!(ops(VerbKind::Read), 2 + 1 + 1, "{d:?}");
+    assert_eq!(ops(VerbKind::Cas), 2, "{d:?}");
+    assert_eq!(ops(VerbKind::FetchAdd), 1, "{d:?}");
+    assert_eq!(ops(VerbKind::Write), 1 + 2 * 3, "{d:?}");
+    assert_eq!(ops(VerbKind::Rpc), 0, "no CPU-served request: {d:?}");
+    assert!(outcome_pending, "the transaction's own outcome is deferred");
+}
+
+#[test]
+fn namdb_an_update_takes_its_commit_timestamp_with_no_network_op_and_publishes_it_with_one_deferred_write(
+) {
+    use atoll_fabric::VerbKind;
+    let (d, published_later) =
+        update_verbs::<atoll_protocols::NamDb>(Plan::uniform(atoll_txn::Primitive::OneSided));
+    let ops = |k: VerbKind| d.remote_ops[k as usize];
+    // Two copies of the vector until they agree (a READ of several words is not atomic),
+    // then read, lock + validate, install.
+    assert_eq!(
+        (d.round_trips, d.doorbells),
+        (2 + 3, 2 + 3),
+        "vector twice, read, lock, install: {d:?}"
+    );
+    // READs: the vector twice and the 2 records; WRITEs: the previous commit's publishing
+    // WRITE, riding in the first doorbell, and 3 per record installed.
+    assert_eq!(ops(VerbKind::Read), 2 + 2, "{d:?}");
+    assert_eq!(ops(VerbKind::Cas), 2, "{d:?}");
+    assert_eq!(
+        ops(VerbKind::FetchAdd),
+        0,
+        "the commit timestamp is local: {d:?}"
+    );
+    assert_eq!(ops(VerbKind::Write), 1 + 2 * 3, "{d:?}");
+    assert_eq!(ops(VerbKind::Rpc), 0, "no CPU-served request: {d:?}");
+    assert!(published_later, "its own publishing WRITE is deferred");
+}
+
+#[test]
+fn rsi_over_rpc_takes_the_same_3_round_trips_with_every_message_a_request_to_a_cpu() {
+    use atoll_fabric::VerbKind;
+    let (d, outcome_pending) = rsi_update_verbs(Plan::uniform(atoll_txn::Primitive::Rpc));
+    let ops = |k: VerbKind| d.remote_ops[k as usize];
+    assert_eq!((d.round_trips, d.doorbells), (3, 3), "{d:?}");
+    // Read: the memory node's read + the previous outcome; lock: the memory node's lock +
+    // the commit timestamp; install: the memory node's install + the next snapshot.
+    assert_eq!(ops(VerbKind::Rpc), 2 + 2 + 2, "{d:?}");
+    for k in [
+        VerbKind::Read,
+        VerbKind::Write,
+        VerbKind::Cas,
+        VerbKind::FetchAdd,
+    ] {
+        assert_eq!(ops(k), 0, "no one-sided {k:?}: {d:?}");
+    }
+    assert!(outcome_pending, "the transaction's own outcome is deferred");
+}
+
+#[test]
+fn rsi_a_snapshot_older_than_a_commit_reads_the_version_before_it_when_the_block_keeps_two_and_aborts_when_it_keeps_one(
+) {
+    use atoll_fabric::NodeId;
+    use atoll_testkit::Steps;
+    use atoll_txn::Txn;
+    use std::sync::{Arc, Mutex};
+    for versions in [1, 2] {
+        let c = rsi_cluster(2, versions, Plan::uniform(atoll_txn::Primitive::OneSided));
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let steps = Steps::default();
+        c.run(&|core, k| {
+            if core.id.node != NodeId(1) {
+                return None;
+            }
+            let mut co = c.coordinator(core, k);
+            let (seen, steps) = (seen.clone(), steps.clone());
+            Some(Box::pin(async move {
+                let ep = co.ep.clone();
+                if k == 0 {
+                    // The old reader: its snapshot is taken by its first read.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    tx.read(T, 5).await.unwrap();
+                    steps.reach(1);
+                    steps.wait(&ep, 2).await;
+                    let r = tx.read(T, 6).await.map(|v| v[0]);
+                    seen.lock().unwrap().push(format!("old reader {r:?}"));
+                    tx.rollback().await;
+                } else {
+                    // A writer commits key 6 after that snapshot.
+                    steps.wait(&ep, 1).await;
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    let v = tx.read(T, 6).await.unwrap();
+                    tx.write(T, 6, &[v[0] + 1]);
+                    let r = tx.commit().await.map(|_| ());
+                    seen.lock().unwrap().push(format!("writer {r:?}"));
+                    co.flush_deferred().await.unwrap();
+                    steps.reach(2);
+                }
+            }))
+        });
+        let expect = match versions {
+            1 => "old reader Err(SnapshotTooOld)",
+            _ => "old reader Ok(100)",
+        };
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec!["writer Ok(())".to_string(), expect.to_string()],
+            "{versions} versions"
+        );
+        assert_eq!(c.payload(T, 6), vec![101], "{versions} versions");
+    }
+}
+
+#[test]
+fn namdb_a_snapshot_older_than_every_version_a_record_keeps_reads_it_from_the_overflow_chain_and_aborts_on_a_gap(
+) {
+    use atoll_fabric::NodeId;
+    use atoll_protocols::{namdb::mover::Mover, NamDb};
+    use atoll_storage::{Partition, TableSpec, Topology};
+    use atoll_testkit::{RecordShape, Steps, TestCluster};
+    use atoll_txn::Txn;
+    use std::sync::{Arc, Mutex};
+    const COMMITS: u32 = 3;
+    use atoll_txn::versions::{VersionCounters, VersionEvent as E};
+    // (overflow entries per record, the commits after which the mover passes, what the old
+    // reader gets, and what is counted: chain walks, reads served from overflow, reads
+    // beyond the kept versions). Missing the second commit's version, the chain skips from
+    // the third to the first: a gap, which the reader cannot tell invisible, so it aborts.
+    let every: &[u32] = &[0, 1, 2];
+    for (overflow, passes, expect, counted) in [
+        (0, every, "Err(SnapshotTooOld)", [0, 0, 1]),
+        (2, every, "Ok(100)", [1, 1, 0]),
+        (2, &[0, 2][..], "Err(SnapshotTooOld)", [1, 0, 1]),
+        (2, &[2][..], "Err(SnapshotTooOld)", [1, 0, 1]),
+    ] {
+        let spec = TableSpec {
+            name: "t".into(),
+            payload_words: 1,
+            capacity_per_node: 16,
+            partition: Partition::Modulo,
+            ordered: false,
+            gone_keys_max_per_node: 0,
+        };
+        let mut shape = RecordShape::of::<NamDb>(2);
+        shape.overflow_per_record = overflow;
+        let c = TestCluster::with_topology(
+            Topology::shared_data(1, 1, TsPlacement::Own),
+            0,
+            vec![spec],
+            Plan::uniform(atoll_txn::Primitive::OneSided),
+            2,
+            shape,
+        );
+        for k in 0..8 {
+            c.stores[0].insert(T, k, &[100]).unwrap();
+        }
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let steps = Steps::default();
+        let catalog = c.catalog.clone();
+        let counts: Arc<VersionCounters> = Arc::default();
+        c.run(&|core, k| {
+            let (seen, steps, catalog) = (seen.clone(), steps.clone(), catalog.clone());
+            let counts = counts.clone();
+            match (core.id.node, k) {
+                (NodeId(0), 0) => {
+                    // The memory node's mover, one pass when told.
+                    let ep = atoll_fabric::Endpoint::new(core.clone(), atoll_fabric::TaskId(0));
+                    Some(Box::pin(async move {
+                        let mut mover = Mover::new(&catalog, None);
+                        for n in 0..COMMITS {
+                            steps.wait(&ep, 2 + 2 * n).await;
+                            if passes.contains(&n) {
+                                mover.pass(&ep, &catalog, &counts).await.unwrap();
+                            }
+                            steps.reach(3 + 2 * n);
+                        }
+                    }))
+                }
+                (NodeId(1), _) => {
+                    let mut co = c.coordinator(core, k);
+                    Some(Box::pin(async move {
+                        let ep = co.ep.clone();
+                        if k == 0 {
+                            // The old reader: its snapshot is taken by its first read.
+                            co.versions = counts;
+                            let mut tx = Txn::<NamDb>::begin(&mut co);
+                            tx.read(T, 5).await.unwrap();
+                            steps.reach(1);
+                            steps.wait(&ep, 1 + 2 * COMMITS).await;
+                            let r = tx.read(T, 6).await.map(|v| v[0]);
+                            seen.lock().unwrap().push(format!("{r:?}"));
+                            tx.rollback().await;
+                        } else {
+                            // A writer commits key 6 three times after that snapshot: the
+                            // record keeps the last two versions, the loaded one is gone
+                            // from it.
+                            for n in 0..COMMITS {
+                                steps.wait(&ep, 1 + 2 * n).await;
+                                let mut tx = Txn::<NamDb>::begin(&mut co);
+                                let v = tx.read(T, 6).await.unwrap();
+                                tx.write(T, 6, &[v[0] + 1]);
+                                tx.commit().await.unwrap();
+                                co.flush_deferred().await.unwrap();
+                                steps.reach(2 + 2 * n);
+                            }
+                        }
+                    }))
+                }
+                _ => None,
+            }
+        });
+        let what = format!("overflow {overflow}, mover after commits {passes:?}");
+        assert_eq!(*seen.lock().unwrap(), vec![expect.to_string()], "{what}");
+        let n = counts.get();
+        assert_eq!(
+            [E::ChainWalk, E::ChainRead, E::BeyondKept].map(|e| n[e as usize]),
+            counted,
+            "{what}: {n:?}"
+        );
+        // Each pass after a commit copies the version that commit pushed out of the head,
+        // and sets its moved bit (nothing rewrites it in between).
+        let moved = if overflow == 0 {
+            0
+        } else {
+            passes.len() as u64
+        };
+        assert_eq!(n[E::VersionMoved as usize], moved, "{what}: {n:?}");
+        assert_eq!(n[E::MovedBitSet as usize], moved, "{what}: {n:?}");
+        assert_eq!(n[E::MovedBitLost as usize], 0, "{what}: {n:?}");
+        // From state: each moved bit names a version the overflow area holds.
+        let moved_check = || {
+            atoll_workloads::storage_checks(&c.stores)
+                .into_iter()
+                .find(|r| r.name == "storage.moved_versions_copied")
+        };
+        match moved_check() {
+            None => assert_eq!(overflow, 0, "{what}: the check runs with an overflow area"),
+            Some(r) => {
+                assert!(r.passed, "{what}: {}", r.detail);
+                // The same moved bit with the overflow area wiped: the check must see it.
+                let layout = *c.catalog.layout(T);
+                let region = c.stores[0].region(T);
+                let words = layout.overflow_entries * layout.overflow_entry_words();
+                for w in 0..words {
+                    region.store((layout.overflow_base + w) as usize, 0);
+                }
+                let r = moved_check().unwrap();
+                assert!(
+                    !r.passed && r.detail.contains("t:6"),
+                    "{what}: {}",
+                    r.detail
+                );
+            }
+        }
+        assert_eq!(c.payload(T, 6), vec![100 + COMMITS as u64], "{what}");
+    }
+}
+
+#[test]
+fn rsi_a_snapshot_older_than_a_deletion_aborts_snapshot_too_old_a_newer_one_finds_nothing_and_a_reinsert_revives_the_key(
+) {
+    use atoll_fabric::NodeId;
+    use atoll_testkit::Steps;
+    use atoll_txn::Txn;
+    use std::sync::{Arc, Mutex};
+    for plan in ["one-sided", "rpc"] {
+        let c = rsi_cluster(2, 1, Plan::parse(plan).unwrap());
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let steps = Steps::default();
+        c.run(&|core, k| {
+            if core.id.node != NodeId(1) {
+                return None;
+            }
+            let mut co = c.coordinator(core, k);
+            let (seen, steps) = (seen.clone(), steps.clone());
+            Some(Box::pin(async move {
+                let ep = co.ep.clone();
+                if k == 0 {
+                    // The old reader: its snapshot is taken by its first read.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    tx.read(T, 5).await.unwrap();
+                    steps.reach(1);
+                    steps.wait(&ep, 2).await;
+                    let r = tx.read(T, 6).await.map(|v| v[0]);
+                    seen.lock().unwrap().push(format!("old reader {r:?}"));
+                    tx.rollback().await;
+                    steps.reach(3);
+                } else {
+                    // A deleter commits the deletion of key 6 after that snapshot.
+                    steps.wait(&ep, 1).await;
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    tx.delete(T, 6).await.unwrap();
+                    let r = tx.commit().await.map(|_| ());
+                    seen.lock().unwrap().push(format!("deleter {r:?}"));
+                    co.flush_deferred().await.unwrap();
+                    steps.reach(2);
+                    steps.wait(&ep, 3).await;
+                    // A snapshot taken after the deletion: the key is not there.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    let r = tx.read(T, 6).await.map(|v| v[0]);
+                    seen.lock().unwrap().push(format!("new reader {r:?}"));
+                    tx.rollback().await;
+                    // Inserted again: the key's slot is revived at the next version.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    tx.insert(T, 6, &[7]);
+                    let r = tx.commit().await.map(|_| ());
+                    seen.lock().unwrap().push(format!("inserter {r:?}"));
+                    co.flush_deferred().await.unwrap();
+                }
+            }))
+        });
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![
+                "deleter Ok(())".to_string(),
+                "old reader Err(SnapshotTooOld)".to_string(),
+                "new reader Err(NotFound)".to_string(),
+                "inserter Ok(())".to_string(),
+            ],
+            "plan {plan}"
+        );
+        assert_eq!(c.payload(T, 6), vec![7], "plan {plan}");
+    }
+}
+
+#[test]
+fn shared_data_rsi_runs_clean_under_snapshot_isolation_with_its_stages_served_by_cpus_with_faults()
+{
+    for plan in [
+        "rpc",
+        "read=rpc,timestamp=rpc",
+        "lock=rpc,commit=rpc,release=rpc",
+    ] {
+        for workload in [
+            WorkloadKind::SmallBank,
+            WorkloadKind::Ycsb,
+            WorkloadKind::Checkout,
+        ] {
+            for (seed, shape) in [
+                (5, (2, 2, TsPlacement::Memory)),
+                (6, (1, 3, TsPlacement::Own)),
+            ] {
+                let mut cfg = config(workload, ProtocolKind::Rsi, plan, shape, seed);
+                cfg.rsi_versions = 1 + seed as u32 % 2;
+                let what = format!(
+                    "rsi / {plan} / {} / {shape:?} / seed {seed}",
+                    workload.name()
+                );
+                let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(r.passed, "{what}: {:?}", r.checks);
+                assert!(r.summary.committed > 0, "{what}: nothing committed");
+                let v = history::check(&r.history, Mode::from(ProtocolKind::NamDb.isolation()));
+                assert!(v.ok(), "{what}: {}", history::render(&r.history, &v));
+                let s = served(&r);
+                assert_eq!(s.compute_nodes, 0, "{what}");
+                // Record stages over RPC are served by the memory nodes' CPUs; the timestamp
+                // service's requests by its node's (memory node 0 or its own).
+                assert!(s.memory_nodes > 0, "{what}: {s:?}");
+                if plan != "lock=rpc,commit=rpc,release=rpc" && shape.2 == TsPlacement::Own {
+                    assert!(s.ts_node > 0, "{what}: {s:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rsi_requests_that_would_corrupt_a_record_or_the_timestamp_service_are_refused_and_change_nothing(
+) {
+    use atoll_protocols::rsi::msg::{InstallItem, LockChange, RsiRequest};
+    use atoll_storage::layout::{CID_LOCKED, H_LOCK};
+    use atoll_txn::handler::StoreHandler;
+    use atoll_txn::msg::{Item, Reply};
+    let c = rsi_one_coordinator(Plan::uniform(atoll_txn::Primitive::Rpc));
+    let handler = |n: usize| {
+        let log = c.catalog.extra_region(atoll_txn::coord::LOG_EXTRA_REGION);
+        StoreHandler::new(c.stores[n].clone(), log, atoll_protocols::participants())
+    };
+    let ask = |n: usize, req: &[u8]| {
+        handler(n)
+            .answer(req)
+            .expect("an rsi request is answered at once")
+    };
+    let memory_words = |n: usize| -> Vec<Vec<u64>> {
+        let m = c.stores[n].memory();
+        (0..m.region_count())
+            .map(|r| {
+                let region = m.region(atoll_fabric::RegionId(r as u16));
+                region.load_range(0, region.len_words()).collect()
+            })
+            .collect()
+    };
+    let loc = c.stores[0].lookup(T, 5).unwrap();
+    let lock_word = {
+        let off = c.catalog.layout(T).record_offset(loc) as usize;
+        c.stores[0].region(T).load(off + H_LOCK as usize)
+    };
+    let change = |from: u64, to: u64| LockChange {
+        table: T,
+        loc,
+        from,
+        to,
+    };
+    let install = |payload: &[u64]| RsiRequest::Install {
+        cts: lock_word + 1,
+        items: vec![InstallItem {
+            table: T,
+            loc,
+            version: 9,
+            evict: 0,
+            old_slot: Default::default(),
+            payload: atoll_fabric::Words::from_slice(payload),
+        }],
+    };
+    let (memory_before, ts_before) = (memory_words(0), memory_words(2));
+    let refused: Vec<(usize, Vec<u8>, &str)> = vec![
+        (
+            0,
+            RsiRequest::Lock {
+                items: vec![change(lock_word, lock_word + 1)],
+            }
+            .to_bytes(),
+            "a lock that writes another commit id",
+        ),
+        (
+            0,
+            RsiRequest::SetLock {
+                items: vec![change(lock_word, CID_LOCKED)],
+            }
+            .to_bytes(),
+            "an unlock of an unlocked word",
+        ),
+        (
+            0,
+            install(&[1]).to_bytes(),
+            "an install of a record nobody locked",
+        ),
+        (
+            0,
+            RsiRequest::Lock {
+                items: vec![LockChange {
+                    loc: 1 << 20,
+                    ..change(lock_word, lock_word | CID_LOCKED)
+                }],
+            }
+            .to_bytes(),
+            "a lock of a slot out of range",
+        ),
+        (
+            1,
+            RsiRequest::Read {
+                items: vec![Item {
+                    table: T,
+                    key: 5,
+                    loc: None,
+                }],
+            }
+            .to_bytes(),
+            "a read at a compute node",
+        ),
+        (
+            0,
+            RsiRequest::Snapshot.to_bytes(),
+            "a snapshot at a node that runs no service",
+        ),
+        (
+            2,
+            RsiRequest::Outcome { cts: 1 << 40 }.to_bytes(),
+            "the outcome of a commit timestamp never handed out",
+        ),
+        (
+            0,
+            RsiRequest::Snapshot.to_bytes()[..8].to_vec(),
+            "a truncated request",
+        ),
+    ];
+    for (n, req, what) in &refused {
+        assert_eq!(ask(*n, req), Reply::BadRequest, "{what}");
+    }
+    assert!(
+        memory_words(0) == memory_before,
+        "a refused request changed the memory node"
+    );
+    assert!(
+        memory_words(2) == ts_before,
+        "a refused request changed the timestamp node"
+    );
+    // A locked record's install with a payload of the wrong size is refused too.
+    let Reply::Family { .. } = ask(
+        0,
+        &RsiRequest::Lock {
+            items: vec![change(lock_word, lock_word | CID_LOCKED)],
+        }
+        .to_bytes(),
+    ) else {
+        panic!("a valid lock was not answered")
+    };
+    assert_eq!(ask(0, &install(&[1, 2]).to_bytes()), Reply::BadRequest);
+    assert_eq!(c.payload(T, 5), vec![100]);
+}
+
+#[test]
+fn rsi_a_compute_node_crash_stops_the_run_naming_the_crashed_node() {
+    // The crashed node's record of what it committed goes with it, and its coordinators'
+    // commit timestamps are never reported (`RTS` stalls): the run stops naming the crash,
+    // whether it ends first (nothing can be checked) or a survivor's commit gives up
+    // waiting on the timestamp node.
+    for (duration_s, crash_us) in [(0.01, 1000), (0.3, 1000)] {
+        let mut cfg = config(
+            WorkloadKind::SmallBank,
+            ProtocolKind::Rsi,
+            "one-sided",
+            (2, 2, TsPlacement::Own),
+            7,
+        );
+        cfg.fabric = Fabric::Sim {
+            net: "edr-ib".into(),
+            faults: FaultConfig::parse(&format!("crash_node=2,crash_us={crash_us}")).unwrap(),
+        };
+        cfg.duration_s = duration_s;
+        let what = format!("{duration_s} s, crash at {crash_us} us");
+        match run(&cfg, &|_| {}) {
+            Err(e @ atoll_runner::RunError::Crashed { .. }) => {
+                assert!(
+                    e.to_string().contains("node 2 crashed at 1000 µs"),
+                    "{what}: {e}"
+                );
+            }
+            Err(e @ atoll_runner::RunError::NodeFailed { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains("the cause: node 2 crashed"), "{what}: {msg}");
+            }
+            other => panic!(
+                "{what}: expected the run to stop on the crash, got {:?}",
+                other.map(|r| r
+                    .checks
+                    .into_iter()
+                    .filter(|c| !c.passed)
+                    .collect::<Vec<_>>())
+            ),
+        }
+    }
+}
+
+#[test]
+fn shared_data_a_co_located_memory_nodes_crash_takes_its_machines_compute_node_with_it() {
+    // Found by a hostile probe: with the compute node running on, a run whose crash hit only
+    // aborting attempts ended with exit 0, as if half of a machine could fail alone.
+    let mut cfg = config(
+        WorkloadKind::Tpcc,
+        ProtocolKind::Rsi,
+        "one-sided",
+        (2, 2, TsPlacement::Memory),
+        7,
+    );
+    cfg.colocate = true;
+    cfg.fabric = Fabric::Sim {
+        net: "edr-ib".into(),
+        faults: FaultConfig::parse("crash_node=0,crash_us=5000").unwrap(),
+    };
+    cfg.duration_s = 0.01;
+    match run(&cfg, &|_| {}) {
+        Err(e @ atoll_runner::RunError::Crashed { .. }) => {
+            assert!(e.to_string().contains("node 2 crashed at 5000 µs"), "{e}");
+        }
+        other => panic!(
+            "expected the run to stop on compute node 2's crash, got {:?}",
+            other.map(|r| r.summary.committed)
+        ),
+    }
+}
+
+#[test]
+fn rsi_a_blind_write_and_a_read_then_write_commit_and_the_second_of_two_racing_writers_fails_validation_over_verbs_and_requests(
+) {
+    use atoll_fabric::NodeId;
+    use atoll_testkit::Steps;
+    use atoll_txn::Txn;
+    use std::sync::{Arc, Mutex};
+    for prim in [atoll_txn::Primitive::OneSided, atoll_txn::Primitive::Rpc] {
+        let c = rsi_cluster(2, 1, Plan::uniform(prim));
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let steps = Steps::default();
+        c.run(&|core, k| {
+            if core.id.node != NodeId(1) {
+                return None;
+            }
+            let mut co = c.coordinator(core, k);
+            let (seen, steps) = (seen.clone(), steps.clone());
+            Some(Box::pin(async move {
+                let ep = co.ep.clone();
+                let log = |s: String| seen.lock().unwrap().push(s);
+                if k == 0 {
+                    // A blind write: nothing read, its lock validates the commit id it
+                    // fetches at commit.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    tx.write(T, 2, &[5]);
+                    log(format!("blind {:?}", tx.commit().await.map(|_| ())));
+                    // A read then a write of one record: the write builds on the read.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    let v = tx.read(T, 3).await.unwrap()[0];
+                    tx.write(T, 3, &[v + 1]);
+                    log(format!(
+                        "read-then-write {:?}",
+                        tx.commit().await.map(|_| ())
+                    ));
+                    // The first of two writers that read key 4 at one snapshot.
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    let v = tx.read(T, 4).await.unwrap()[0];
+                    steps.reach(1);
+                    steps.wait(&ep, 2).await;
+                    tx.write(T, 4, &[v + 10]);
+                    log(format!("first {:?}", tx.commit().await.map(|_| ())));
+                    co.flush_deferred().await.unwrap();
+                    steps.reach(3);
+                } else {
+                    steps.wait(&ep, 1).await;
+                    let mut tx = Txn::<atoll_protocols::Rsi>::begin(&mut co);
+                    let v = tx.read(T, 4).await.unwrap()[0];
+                    steps.reach(2);
+                    steps.wait(&ep, 3).await;
+                    tx.write(T, 4, &[v + 20]);
+                    log(format!("second {:?}", tx.commit().await.map(|_| ())));
+                    co.flush_deferred().await.unwrap();
+                }
+            }))
+        });
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [
+                "blind Ok(())",
+                "read-then-write Ok(())",
+                "first Ok(())",
+                "second Err(ValidationFailed)"
+            ],
+            "{prim:?}"
+        );
+        // What the records hold: the blind value, the increment, the first writer's only.
+        assert_eq!(c.payload(T, 2), vec![5], "{prim:?}");
+        assert_eq!(c.payload(T, 3), vec![101], "{prim:?}");
+        assert_eq!(c.payload(T, 4), vec![110], "{prim:?}");
+    }
+}
+
+#[test]
+fn namdb_the_overflow_collector_keeps_an_entry_a_live_snapshot_needs_and_reclaims_it_once_the_snapshot_moves_on(
+) {
+    use atoll_fabric::NodeId;
+    use atoll_protocols::{namdb, namdb::mover, NamDb};
+    use atoll_storage::{Partition, TableSpec, Topology};
+    use atoll_testkit::{RecordShape, Steps, TestCluster};
+    use atoll_txn::tsvc::{NodeClock, SnapshotFloors};
+    use atoll_txn::versions::{VersionCounters, VersionEvent as E};
+    use atoll_txn::Txn;
+    use std::sync::{Arc, Mutex};
+    // One overflow entry per record: a ring of 16. Key 6's loaded version goes to entry 0,
+    // then 16 versions of other keys come round to it, then key 6 is updated again, so the
+    // old reader (snapshot before all of it) finds its version only in entry 0.
+    let others = [0u64, 1, 2, 3, 4, 5, 7];
+    let mut commits = vec![6u64];
+    commits.extend((0..16).map(|n| others[n % others.len()]));
+    commits.push(6);
+    let n_commits = commits.len() as u32;
+    // Steps: commit n at 1 + 2n, the mover's pass after it at 2 + 2n; the old reader reads at
+    // 1 + 2N and reaches 2 + 2N with a new snapshot; the writer publishes the floor then
+    // (3 + 2N), and the mover passes once more.
+    let last = 3 + 2 * n_commits;
+    for gc in [true, false] {
+        let spec = TableSpec {
+            name: "t".into(),
+            payload_words: 1,
+            capacity_per_node: 16,
+            partition: Partition::Modulo,
+            ordered: false,
+            gone_keys_max_per_node: 0,
+        };
+        let mut shape = RecordShape::of::<NamDb>(2);
+        shape.overflow_per_record = 1;
+        let c = TestCluster::with_topology(
+            Topology::shared_data(1, 1, TsPlacement::Own),
+            0,
+            vec![spec],
+            Plan::uniform(atoll_txn::Primitive::OneSided),
+            2,
+            shape,
+        );
+        assert!(
+            c.txn.overflow_gc,
+            "the test kit runs the collector with an overflow area"
+        );
+        for k in 0..8 {
+            c.stores[0].insert(T, k, &[100]).unwrap();
+        }
+        let floors = SnapshotFloors::of(&c.catalog, c.txn.vector_slots_total())
+            .expect("the catalog registers the floors' region");
+        let collector = gc.then_some(mover::Gc { floors, keep_ns: 0 });
+        let clock: Arc<NodeClock> = Arc::default();
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let steps = Steps::default();
+        let catalog = c.catalog.clone();
+        let counts: Arc<VersionCounters> = Arc::default();
+        // Counters after the reader's read, and at the end.
+        let at_read: Arc<Mutex<Vec<u64>>> = Arc::default();
+        c.run(&|core, k| {
+            let (seen, steps, catalog) = (seen.clone(), steps.clone(), catalog.clone());
+            let (counts, at_read, clock) = (counts.clone(), at_read.clone(), clock.clone());
+            let commits = commits.clone();
+            match (core.id.node, k) {
+                (NodeId(0), 0) => {
+                    let ep = atoll_fabric::Endpoint::new(core.clone(), atoll_fabric::TaskId(0));
+                    Some(Box::pin(async move {
+                        let mut m = mover::Mover::new(&catalog, collector);
+                        let after_commits = (0..n_commits).map(|n| 2 + 2 * n);
+                        for step in after_commits.chain([last]) {
+                            steps.wait(&ep, step).await;
+                            m.pass(&ep, &catalog, &counts).await.unwrap();
+                            steps.reach(step + 1);
+                        }
+                    }))
+                }
+                (NodeId(1), _) => {
+                    let mut co = c.coordinator(core, k);
+                    co.node_clock = clock;
+                    Some(Box::pin(async move {
+                        let ep = co.ep.clone();
+                        if k == 0 {
+                            co.versions = counts.clone();
+                            let mut tx = Txn::<NamDb>::begin(&mut co);
+                            tx.read(T, 5).await.unwrap();
+                            steps.reach(1);
+                            steps.wait(&ep, 1 + 2 * n_commits).await;
+                            let r = tx.read(T, 6).await.map(|v| v[0]);
+                            seen.lock().unwrap().push(format!("{r:?}"));
+                            *at_read.lock().unwrap() = counts.get().to_vec();
+                            tx.rollback().await;
+                            // A new snapshot replaces the old one: nothing needs entry 0 now.
+                            let mut tx = Txn::<NamDb>::begin(&mut co);
+                            tx.read(T, 5).await.unwrap();
+                            tx.rollback().await;
+                            steps.reach(2 + 2 * n_commits);
+                        } else {
+                            for (n, &key) in commits.iter().enumerate() {
+                                steps.wait(&ep, 1 + 2 * n as u32).await;
+                                let mut tx = Txn::<NamDb>::begin(&mut co);
+                                let v = tx.read(T, key).await.unwrap();
+                                tx.write(T, key, &[v[0] + 1]);
+                                tx.commit().await.unwrap();
+                                co.flush_deferred().await.unwrap();
+                                namdb::publish_floor(&ep, &co.node_clock, floors, 0)
+                                    .await
+                                    .unwrap();
+                                steps.reach(2 + 2 * n as u32);
+                            }
+                            steps.wait(&ep, 2 + 2 * n_commits).await;
+                            namdb::publish_floor(&ep, &co.node_clock, floors, 0)
+                                .await
+                                .unwrap();
+                            steps.reach(3 + 2 * n_commits);
+                        }
+                    }))
+                }
+                _ => None,
+            }
+        });
+        let what = format!("collector {gc}");
+        let at_read = at_read.lock().unwrap().clone();
+        let end = counts.get();
+        if gc {
+            // Entry 0 was kept for the old reader: the pass that came round to it stopped,
+            // and key 6's newer version stayed unmoved, so its chain leads right to it.
+            assert_eq!(*seen.lock().unwrap(), vec!["Ok(100)".to_string()], "{what}");
+            assert_eq!(at_read[E::VersionMoved as usize], 16, "{what}: {at_read:?}");
+            assert_eq!(
+                at_read[E::EntryReclaimed as usize],
+                0,
+                "{what}: {at_read:?}"
+            );
+            assert!(
+                at_read[E::MoverBlocked as usize] >= 2,
+                "{what}: {at_read:?}"
+            );
+            // Once the reader's node published a floor above it, the ring moved on: entry 0
+            // and the next are reused for the two versions left behind.
+            assert_eq!(end[E::EntryReclaimed as usize], 2, "{what}: {end:?}");
+            assert_eq!(end[E::VersionMoved as usize], 18, "{what}: {end:?}");
+        } else {
+            // The ring's wrap wrote over entry 0: the chain shows a gap.
+            assert_eq!(
+                *seen.lock().unwrap(),
+                vec!["Err(SnapshotTooOld)".to_string()],
+                "{what}"
+            );
+            assert_eq!(at_read[E::MoverBlocked as usize], 0, "{what}: {at_read:?}");
+            assert_eq!(at_read[E::VersionMoved as usize], 18, "{what}: {at_read:?}");
+        }
+        assert_eq!(c.payload(T, 6), vec![102], "{what}");
+        let moved = atoll_workloads::storage_checks(&c.stores)
+            .into_iter()
+            .find(|r| r.name == "storage.moved_versions_copied")
+            .expect("the check runs with an overflow area");
+        assert!(moved.passed, "{what}: {}", moved.detail);
+    }
+}
