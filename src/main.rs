@@ -379,6 +379,165 @@ struct FileConfig {
     params: Option<BTreeMap<String, toml::Value>>,
 }
 
+/// The config file's settings (`--config FILE.toml`), or none; unknown keys are refused with
+/// the line they are on.
+fn read_config_file(path: Option<&std::path::Path>) -> Result<FileConfig, String> {
+    Ok(match path {
+        None => FileConfig::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+            toml::from_str::<FileConfig>(&text).map_err(|e| {
+                let line = e
+                    .span()
+                    .map(|sp| text[..sp.start].matches('\n').count() + 1);
+                let at = line
+                    .map(|l| {
+                        format!(
+                            " line {l} `{}`:",
+                            text.lines().nth(l - 1).unwrap_or("").trim()
+                        )
+                    })
+                    .unwrap_or_default();
+                format!(
+                    "config file {}:{at} {}",
+                    path.display(),
+                    e.message().trim_end()
+                )
+            })?
+        }
+    })
+}
+
+/// The fabric, and the simulator's network, faults and CPU model (refused without it).
+fn resolve_fabric(cfg: &mut RunConfig, a: &BenchArgs, file: &FileConfig) -> Result<(), String> {
+    let net = a.net.as_ref().or(file.net.as_ref());
+    let faults = a.faults.as_ref().or(file.faults.as_ref());
+    let cpu_profile = a.cpu_profile.as_ref().or(file.cpu_profile.as_ref());
+    let cpu_scale = a.cpu_scale.or(file.cpu_scale);
+    match a
+        .fabric
+        .as_deref()
+        .or(file.fabric.as_deref())
+        .unwrap_or("inproc")
+    {
+        "inproc" => {
+            if let Some(n) = net {
+                return Err(format!(
+                    "--net {n} needs --fabric sim (the in-process fabric has no network model)"
+                ));
+            }
+            if let Some(f) = faults {
+                return Err(format!("--faults {f} needs --fabric sim"));
+            }
+            if let Some(p) = cpu_profile {
+                return Err(format!(
+                    "--cpu-profile {p} needs --fabric sim (the in-process fabric spends real CPU)"
+                ));
+            }
+            if let Some(x) = cpu_scale {
+                return Err(format!("--cpu-scale {x} needs --fabric sim"));
+            }
+        }
+        "sim" => {
+            cfg.fabric = Fabric::Sim {
+                net: net.cloned().unwrap_or_else(|| "edr-ib".into()),
+                faults: FaultConfig::parse(faults.map(String::as_str).unwrap_or("none"))?,
+            }
+        }
+        other => {
+            return Err(format!(
+                "unknown fabric '{other}': accepted fabrics are inproc, sim"
+            ))
+        }
+    }
+    if let Some(p) = cpu_profile {
+        cfg.cpu_profile = p.clone();
+    }
+    if let Some(x) = cpu_scale {
+        cfg.cpu_scale = x;
+    }
+    Ok(())
+}
+
+/// The knobs of one protocol family each (WAITDIE's counter, MVCC's slots, RSI's and
+/// NAM-DB's versions, NAM-DB's vector, overflow area and mover), refused with another family.
+fn resolve_family_knobs(
+    cfg: &mut RunConfig,
+    a: &BenchArgs,
+    file: &FileConfig,
+) -> Result<(), String> {
+    cfg.waitdie_counter = a.waitdie_counter || file.waitdie_counter.unwrap_or(false);
+    if let Some(v) = a.vector_slots.as_deref().or(file.vector_slots.as_deref()) {
+        cfg.vector_slots = atoll_txn::tsvc::VectorSlots::parse(v)?;
+    }
+    cfg.vector_fetcher = a.vector_fetcher || file.vector_fetcher.unwrap_or(false);
+    if let Some(n) = a.mvcc_slots.or(file.mvcc_slots) {
+        if cfg.protocol != ProtocolKind::Mvcc {
+            return Err(format!(
+                "mvcc-slots={n} needs --protocol mvcc, not {}",
+                cfg.protocol.name()
+            ));
+        }
+        cfg.mvcc_slots = n;
+    }
+    if let Some(n) = a.rsi_versions.or(file.rsi_versions) {
+        if !matches!(cfg.protocol, ProtocolKind::Rsi | ProtocolKind::NamDb) {
+            return Err(format!(
+                "rsi-versions={n} needs --protocol rsi or namdb, not {}",
+                cfg.protocol.name()
+            ));
+        }
+        cfg.rsi_versions = n;
+    }
+    if let Some(n) = a.overflow_versions.or(file.overflow_versions) {
+        cfg.overflow_versions = n;
+    }
+    if let Some(us) = a.mover_interval_us.or(file.mover_interval_us) {
+        if cfg.overflow_versions == 0 {
+            return Err(format!(
+                "mover-interval-us={us} paces NAM-DB's version mover, which runs only with an \
+                 overflow area: it needs --overflow-versions 1 or more (with --protocol namdb)"
+            ));
+        }
+        cfg.mover_interval_us = us;
+    }
+    if let Some(us) = a.overflow_keep_us.or(file.overflow_keep_us) {
+        if cfg.overflow_versions == 0 {
+            return Err(format!(
+                "overflow-keep-us={us} is how long NAM-DB's garbage collector keeps an overflow \
+                 entry, which exists only with an overflow area: it needs --overflow-versions 1 \
+                 or more (with --protocol namdb)"
+            ));
+        }
+        cfg.overflow_keep_us = us;
+    }
+    Ok(())
+}
+
+/// The workload's knobs: the config file's `[params]`, overridden by `-p KEY=VALUE`.
+fn resolve_params(
+    a: &BenchArgs,
+    file_params: Option<BTreeMap<String, toml::Value>>,
+) -> Result<Params, String> {
+    let mut params = Params::new();
+    for (k, v) in file_params.unwrap_or_default() {
+        let s = match v {
+            toml::Value::String(s) => s,
+            other => other.to_string(),
+        };
+        params.insert(k, s);
+    }
+    for p in &a.params {
+        let (k, v) = p
+            .split_once('=')
+            .filter(|(k, _)| !k.trim().is_empty())
+            .ok_or_else(|| format!("-p '{p}' is not KEY=VALUE (for example -p hot_prob=0.5)"))?;
+        params.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(params)
+}
+
 /// A resolved `bench` command: the run's configuration, and whether `--plan all` (from the
 /// flag or the config file) asks for one run per valid plan.
 struct Resolved {
@@ -456,72 +615,9 @@ const SHARED_DATA_MEMORY_NODES_DEFAULT: u16 = 1;
 const SHARED_DATA_COMPUTE_NODES_DEFAULT: u16 = 2;
 
 fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
-    let file = match &a.config {
-        None => FileConfig::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-            toml::from_str::<FileConfig>(&text).map_err(|e| {
-                let line = e
-                    .span()
-                    .map(|sp| text[..sp.start].matches('\n').count() + 1);
-                let at = line
-                    .map(|l| {
-                        format!(
-                            " line {l} `{}`:",
-                            text.lines().nth(l - 1).unwrap_or("").trim()
-                        )
-                    })
-                    .unwrap_or_default();
-                format!(
-                    "config file {}:{at} {}",
-                    path.display(),
-                    e.message().trim_end()
-                )
-            })?
-        }
-    };
+    let file = read_config_file(a.config.as_deref())?;
     let mut cfg = RunConfig::default();
-    let net = a.net.as_ref().or(file.net.as_ref());
-    let faults = a.faults.as_ref().or(file.faults.as_ref());
-    let cpu_profile = a.cpu_profile.as_ref().or(file.cpu_profile.as_ref());
-    let cpu_scale = a.cpu_scale.or(file.cpu_scale);
-    match a
-        .fabric
-        .as_deref()
-        .or(file.fabric.as_deref())
-        .unwrap_or("inproc")
-    {
-        "inproc" => {
-            if let Some(n) = net {
-                return Err(format!(
-                    "--net {n} needs --fabric sim (the in-process fabric has no network model)"
-                ));
-            }
-            if let Some(f) = faults {
-                return Err(format!("--faults {f} needs --fabric sim"));
-            }
-            if let Some(p) = cpu_profile {
-                return Err(format!(
-                    "--cpu-profile {p} needs --fabric sim (the in-process fabric spends real CPU)"
-                ));
-            }
-            if let Some(x) = cpu_scale {
-                return Err(format!("--cpu-scale {x} needs --fabric sim"));
-            }
-        }
-        "sim" => {
-            cfg.fabric = Fabric::Sim {
-                net: net.cloned().unwrap_or_else(|| "edr-ib".into()),
-                faults: FaultConfig::parse(faults.map(String::as_str).unwrap_or("none"))?,
-            }
-        }
-        other => {
-            return Err(format!(
-                "unknown fabric '{other}': accepted fabrics are inproc, sim"
-            ))
-        }
-    }
+    resolve_fabric(&mut cfg, a, &file)?;
     if let Some(w) = a.workload.as_ref().or(file.workload.as_ref()) {
         cfg.workload = WorkloadKind::parse(w).ok_or_else(|| {
             format!(
@@ -554,12 +650,6 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
             }
         };
     }
-    if let Some(p) = cpu_profile {
-        cfg.cpu_profile = p.clone();
-    }
-    if let Some(x) = cpu_scale {
-        cfg.cpu_scale = x;
-    }
     pick!(nodes, a.nodes, file.nodes);
     resolve_roles(&mut cfg, a, &file)?;
     pick!(threads, a.threads, file.threads);
@@ -584,68 +674,9 @@ fn resolve(a: &BenchArgs) -> Result<Resolved, String> {
     pick!(log_replicas, a.log_replicas, file.log_replicas);
     pick!(attempts_max, None, file.attempts_max);
     cfg.pin_threads = a.pin || file.pin.unwrap_or(false);
-    cfg.waitdie_counter = a.waitdie_counter || file.waitdie_counter.unwrap_or(false);
-    if let Some(v) = a.vector_slots.as_deref().or(file.vector_slots.as_deref()) {
-        cfg.vector_slots = atoll_txn::tsvc::VectorSlots::parse(v)?;
-    }
-    cfg.vector_fetcher = a.vector_fetcher || file.vector_fetcher.unwrap_or(false);
-    if let Some(n) = a.mvcc_slots.or(file.mvcc_slots) {
-        if cfg.protocol != ProtocolKind::Mvcc {
-            return Err(format!(
-                "mvcc-slots={n} needs --protocol mvcc, not {}",
-                cfg.protocol.name()
-            ));
-        }
-        cfg.mvcc_slots = n;
-    }
-    if let Some(n) = a.rsi_versions.or(file.rsi_versions) {
-        if !matches!(cfg.protocol, ProtocolKind::Rsi | ProtocolKind::NamDb) {
-            return Err(format!(
-                "rsi-versions={n} needs --protocol rsi or namdb, not {}",
-                cfg.protocol.name()
-            ));
-        }
-        cfg.rsi_versions = n;
-    }
-    if let Some(n) = a.overflow_versions.or(file.overflow_versions) {
-        cfg.overflow_versions = n;
-    }
-    if let Some(us) = a.mover_interval_us.or(file.mover_interval_us) {
-        if cfg.overflow_versions == 0 {
-            return Err(format!(
-                "mover-interval-us={us} paces NAM-DB's version mover, which runs only with an \
-                 overflow area: it needs --overflow-versions 1 or more (with --protocol namdb)"
-            ));
-        }
-        cfg.mover_interval_us = us;
-    }
-    if let Some(us) = a.overflow_keep_us.or(file.overflow_keep_us) {
-        if cfg.overflow_versions == 0 {
-            return Err(format!(
-                "overflow-keep-us={us} is how long NAM-DB's garbage collector keeps an overflow \
-                 entry, which exists only with an overflow area: it needs --overflow-versions 1 \
-                 or more (with --protocol namdb)"
-            ));
-        }
-        cfg.overflow_keep_us = us;
-    }
+    resolve_family_knobs(&mut cfg, a, &file)?;
     cfg.os_threads = a.os_threads.or(file.os_threads);
-    let mut params = Params::new();
-    for (k, v) in file.params.unwrap_or_default() {
-        let s = match v {
-            toml::Value::String(s) => s,
-            other => other.to_string(),
-        };
-        params.insert(k, s);
-    }
-    for p in &a.params {
-        let (k, v) = p
-            .split_once('=')
-            .filter(|(k, _)| !k.trim().is_empty())
-            .ok_or_else(|| format!("-p '{p}' is not KEY=VALUE (for example -p hot_prob=0.5)"))?;
-        params.insert(k.trim().to_string(), v.trim().to_string());
-    }
-    cfg.params = params;
+    cfg.params = resolve_params(a, file.params.clone())?;
     cfg.record_history = a.history.is_some();
     // Streamed to the file as the run goes: memory stays bounded whatever the duration.
     cfg.history_file = a.history.clone();

@@ -247,103 +247,10 @@ fn build(
     let mut adj: Vec<Vec<Edge>> = vec![Vec::new(); h.len() + 1];
     let committed = |r: &TxnRecord| r.aborted.is_none();
     let by_tag: HashMap<u64, usize> = h.iter().enumerate().map(|(i, r)| (r.tag, i)).collect();
-    // Versions installed per record, ordered by key so scans can find their ranges.
-    let mut writers: BTreeMap<Key, Versions> = BTreeMap::new();
-    // What each committed attempt installed per record: tag + record -> version.
-    let mut installed: HashMap<(usize, Key), u64> = HashMap::new();
-    for (t, r) in h.iter().enumerate().filter(|(_, r)| committed(r)) {
-        for op in &r.ops {
-            let HistOp::Write {
-                table,
-                key,
-                version,
-                kind,
-            } = *op
-            else {
-                continue;
-            };
-            let version = key_version(version);
-            if kind != WriteKind::Insert && version <= INITIAL_VERSION {
-                anomalies.push(|| {
-                    format!(
-                        "{} committed a write of t{}:{key} at version {version}, which only a load or an insert installs",
-                        name_of(h, t),
-                        table.0
-                    )
-                });
-            }
-            installed.insert((t, (table, key)), version);
-            if let Some((prev, _)) = writers
-                .entry((table, key))
-                .or_default()
-                .insert(version, (t, kind))
-            {
-                anomalies.push(|| {
-                    format!(
-                        "version {version} of t{}:{key} installed twice, by {} and {} (a lost update)",
-                        table.0,
-                        name_of(h, prev),
-                        name_of(h, t)
-                    )
-                });
-            }
-        }
-    }
-    // Every record read, written or scanned exists in the map; a loaded record's first
-    // version belongs to the initial state unless an insert installed it.
-    let touch = |k: Key, writers: &mut BTreeMap<Key, Versions>| {
-        writers.entry(k).or_default();
-    };
-    for r in h.iter().filter(|r| committed(r)) {
-        for op in &r.ops {
-            match op {
-                HistOp::Read { table, key, .. } => touch((*table, *key), &mut writers),
-                HistOp::Scan(s) => {
-                    for &(k, _) in &s.seen {
-                        touch((s.table, k), &mut writers);
-                    }
-                }
-                HistOp::Write { .. } => {}
-            }
-        }
-    }
-    for (k, vs) in writers.iter_mut() {
-        match vs.first_key_value() {
-            Some((&v, &(_, WriteKind::Insert))) if v == INITIAL_VERSION => {}
-            _ => {
-                vs.entry(INITIAL_VERSION)
-                    .or_insert((init, WriteKind::Insert));
-            }
-        }
-        // Versions are consecutive: a missing one was installed by no committed
-        // transaction (an aborted attempt's write left visible, or a lost install).
-        let vv: Vec<(u64, usize)> = vs.iter().map(|(v, (t, _))| (*v, *t)).collect();
-        for w in vv.windows(2) {
-            let ((v0, t0), (v1, t1)) = (w[0], w[1]);
-            if v1 != v0 + 1 {
-                anomalies.push(|| {
-                    format!(
-                        "versions {}..={} of t{}:{} were installed by no committed transaction (between {} and {})",
-                        v0 + 1,
-                        v1 - 1,
-                        k.0 .0,
-                        k.1,
-                        name_of(h, t0),
-                        name_of(h, t1)
-                    )
-                });
-            }
-            if t0 != t1 {
-                adj[t0].push(Edge {
-                    to: t1,
-                    kind: EdgeKind::Ww,
-                    table: k.0,
-                    key: k.1,
-                    version: v0,
-                });
-            }
-        }
-    }
+    // Versions installed per record, ordered by key so scans can find their ranges, and
+    // what each committed attempt installed per record.
+    let (mut writers, installed) = installed_versions(h, anomalies);
+    version_order(h, &mut writers, &mut adj, anomalies);
     let next_writer = |k: Key, v: u64| -> Option<usize> {
         writers
             .get(&k)
@@ -391,45 +298,11 @@ fn build(
                         });
                         continue;
                     }
-                    let (w, wv) = if *tag == LOADER_TAG {
-                        (init, INITIAL_VERSION)
-                    } else {
-                        let Some(&w) = by_tag.get(tag) else {
-                            anomalies.push(|| {
-                                format!("{who} read {r} holding tag {tag}, which no recorded attempt had")
-                            });
-                            continue;
-                        };
-                        if let Some(reason) = &h[w].aborted {
-                            anomalies.push(|| {
-                                format!(
-                                    "{who} read {r} written by {}, an attempt that aborted ({reason}): an aborted read (G1a)",
-                                    name_of(h, w)
-                                )
-                            });
-                            continue;
-                        }
-                        let Some(&wv) = installed.get(&(w, k)) else {
-                            anomalies.push(|| {
-                                format!(
-                                    "{who} read {r} holding {}'s tag, but {} never wrote {r}: another record's payload",
-                                    name_of(h, w),
-                                    name_of(h, w)
-                                )
-                            });
-                            continue;
-                        };
-                        (w, wv)
-                    };
-                    if wv != *version {
-                        anomalies.push(|| {
-                            format!(
-                                "{who} read {r} with version word {version} beside a payload {} installed as version {wv}: a version and a value from different writes (G1b)",
-                                name_of(h, w)
-                            )
-                        });
+                    let Some((w, wv)) =
+                        read_writer(h, &by_tag, &installed, t, k, *version, *tag, anomalies)
+                    else {
                         continue;
-                    }
+                    };
                     if let Some(seen) = seen.as_deref_mut() {
                         seen.push(Seen {
                             reader: t,
@@ -484,6 +357,186 @@ fn build(
         }
     }
     (Graph { adj, init }, writers)
+}
+
+/// The versions committed attempts installed, per record, with their writers; and what
+/// each committed attempt installed per record. A version installed twice is a lost update.
+fn installed_versions(
+    h: &[TxnRecord],
+    anomalies: &mut Anomalies,
+) -> (BTreeMap<Key, Versions>, HashMap<(usize, Key), u64>) {
+    let committed = |r: &TxnRecord| r.aborted.is_none();
+    let mut writers: BTreeMap<Key, Versions> = BTreeMap::new();
+    // What each committed attempt installed per record: tag + record -> version.
+    let mut installed: HashMap<(usize, Key), u64> = HashMap::new();
+    for (t, r) in h.iter().enumerate().filter(|(_, r)| committed(r)) {
+        for op in &r.ops {
+            let HistOp::Write {
+                table,
+                key,
+                version,
+                kind,
+            } = *op
+            else {
+                continue;
+            };
+            let version = key_version(version);
+            if kind != WriteKind::Insert && version <= INITIAL_VERSION {
+                anomalies.push(|| {
+                    format!(
+                        "{} committed a write of t{}:{key} at version {version}, which only a load or an insert installs",
+                        name_of(h, t),
+                        table.0
+                    )
+                });
+            }
+            installed.insert((t, (table, key)), version);
+            if let Some((prev, _)) = writers
+                .entry((table, key))
+                .or_default()
+                .insert(version, (t, kind))
+            {
+                anomalies.push(|| {
+                    format!(
+                        "version {version} of t{}:{key} installed twice, by {} and {} (a lost update)",
+                        table.0,
+                        name_of(h, prev),
+                        name_of(h, t)
+                    )
+                });
+            }
+        }
+    }
+    (writers, installed)
+}
+
+/// Completes each record's version order (every record read or scanned is in it; a loaded
+/// record's first version is the initial state's unless an insert installed it), reports
+/// gaps, and adds the ww edges.
+fn version_order(
+    h: &[TxnRecord],
+    writers: &mut BTreeMap<Key, Versions>,
+    adj: &mut [Vec<Edge>],
+    anomalies: &mut Anomalies,
+) {
+    let init = h.len();
+    let committed = |r: &TxnRecord| r.aborted.is_none();
+    // Every record read, written or scanned exists in the map; a loaded record's first
+    // version belongs to the initial state unless an insert installed it.
+    let touch = |k: Key, writers: &mut BTreeMap<Key, Versions>| {
+        writers.entry(k).or_default();
+    };
+    for r in h.iter().filter(|r| committed(r)) {
+        for op in &r.ops {
+            match op {
+                HistOp::Read { table, key, .. } => touch((*table, *key), writers),
+                HistOp::Scan(s) => {
+                    for &(k, _) in &s.seen {
+                        touch((s.table, k), writers);
+                    }
+                }
+                HistOp::Write { .. } => {}
+            }
+        }
+    }
+    for (k, vs) in writers.iter_mut() {
+        match vs.first_key_value() {
+            Some((&v, &(_, WriteKind::Insert))) if v == INITIAL_VERSION => {}
+            _ => {
+                vs.entry(INITIAL_VERSION)
+                    .or_insert((init, WriteKind::Insert));
+            }
+        }
+        // Versions are consecutive: a missing one was installed by no committed
+        // transaction (an aborted attempt's write left visible, or a lost install).
+        let vv: Vec<(u64, usize)> = vs.iter().map(|(v, (t, _))| (*v, *t)).collect();
+        for w in vv.windows(2) {
+            let ((v0, t0), (v1, t1)) = (w[0], w[1]);
+            if v1 != v0 + 1 {
+                anomalies.push(|| {
+                    format!(
+                        "versions {}..={} of t{}:{} were installed by no committed transaction (between {} and {})",
+                        v0 + 1,
+                        v1 - 1,
+                        k.0 .0,
+                        k.1,
+                        name_of(h, t0),
+                        name_of(h, t1)
+                    )
+                });
+            }
+            if t0 != t1 {
+                adj[t0].push(Edge {
+                    to: t1,
+                    kind: EdgeKind::Ww,
+                    table: k.0,
+                    key: k.1,
+                    version: v0,
+                });
+            }
+        }
+    }
+}
+
+/// The writer of what committed attempt `t` read of `k` (tag `tag`, version word
+/// `version`) and the version it installed there; `None`, with the anomaly, when the
+/// value's writer aborted, is unknown, never wrote `k`, or installed another version.
+#[allow(clippy::too_many_arguments)]
+fn read_writer(
+    h: &[TxnRecord],
+    by_tag: &HashMap<u64, usize>,
+    installed: &HashMap<(usize, Key), u64>,
+    t: usize,
+    k: Key,
+    version: u64,
+    tag: u64,
+    anomalies: &mut Anomalies,
+) -> Option<(usize, u64)> {
+    let init = h.len();
+    let (table, key) = k;
+    let (who, r) = (name_of(h, t), format!("t{}:{key}", table.0));
+    let version = &version;
+    let tag = &tag;
+    let (w, wv) = if *tag == LOADER_TAG {
+        (init, INITIAL_VERSION)
+    } else {
+        let Some(&w) = by_tag.get(tag) else {
+            anomalies.push(|| {
+                format!("{who} read {r} holding tag {tag}, which no recorded attempt had")
+            });
+            return None;
+        };
+        if let Some(reason) = &h[w].aborted {
+            anomalies.push(|| {
+                format!(
+                    "{who} read {r} written by {}, an attempt that aborted ({reason}): an aborted read (G1a)",
+                    name_of(h, w)
+                )
+            });
+            return None;
+        }
+        let Some(&wv) = installed.get(&(w, k)) else {
+            anomalies.push(|| {
+                format!(
+                    "{who} read {r} holding {}'s tag, but {} never wrote {r}: another record's payload",
+                    name_of(h, w),
+                    name_of(h, w)
+                )
+            });
+            return None;
+        };
+        (w, wv)
+    };
+    if wv != *version {
+        anomalies.push(|| {
+            format!(
+                "{who} read {r} with version word {version} beside a payload {} installed as version {wv}: a version and a value from different writes (G1b)",
+                name_of(h, w)
+            )
+        });
+        return None;
+    }
+    Some((w, wv))
 }
 
 /// Edges for keys in a scan's range that it did not meet at all: the key had no record
@@ -680,28 +733,9 @@ fn snapshot_checks(
     }
 }
 
-/// [`snapshot_checks`] for vector snapshots (NAM-DB): a version `(slot s, timestamp t)` is
-/// in snapshot `V` iff `t <= V[s]`, so snapshots are ordered only partly and each check is
-/// phrased by visibility along each record's version order instead of by commit order:
-/// - every committed transaction has a vector; one that wrote has a slot within it and a
-///   commit timestamp above the vector's entry for its own slot;
-/// - first-committer-wins: each writer of a record saw the previous version's commit in its
-///   snapshot (else its write overlapped it: "a lost update");
-/// - each observation's writer is in the reader's snapshot ("a read from the future") and
-///   no later writer of the record is ("a stale read"); a scan passed no key whose inserter
-///   it sees ("a missed insert");
-/// - a reader's vector covers, slot by slot, the vector of each transaction it read from
-///   ("an inconsistent snapshot"): a snapshot that sees a transaction sees what that one
-///   saw. NAM-DB guarantees this by reading the vector at one instant after the writer
-///   published; it is stricter than SI needs, which asks it only of the versions read.
-fn vector_snapshot_checks(
-    h: &[TxnRecord],
-    writers: &BTreeMap<Key, Versions>,
-    seen: &[Seen],
-    anomalies: &mut Anomalies,
-) {
-    let init = h.len();
-    let rec = |t: Key| format!("t{}:{}", t.0 .0, t.1);
+/// Every committed attempt of a vector-snapshot history has a snapshot vector, and one that
+/// wrote committed in a slot of it at a timestamp after its snapshot's for that slot.
+fn vector_commits(h: &[TxnRecord], anomalies: &mut Anomalies) {
     let writes = |r: &TxnRecord| r.ops.iter().any(|op| matches!(op, HistOp::Write { .. }));
     for (t, r) in h.iter().enumerate().filter(|(_, r)| r.aborted.is_none()) {
         let Some(v) = &r.snapshot_vector else {
@@ -741,6 +775,31 @@ fn vector_snapshot_checks(
             }),
         }
     }
+}
+
+/// [`snapshot_checks`] for vector snapshots (NAM-DB): a version `(slot s, timestamp t)` is
+/// in snapshot `V` iff `t <= V[s]`, so snapshots are ordered only partly and each check is
+/// phrased by visibility along each record's version order instead of by commit order:
+/// - every committed transaction has a vector; one that wrote has a slot within it and a
+///   commit timestamp above the vector's entry for its own slot;
+/// - first-committer-wins: each writer of a record saw the previous version's commit in its
+///   snapshot (else its write overlapped it: "a lost update");
+/// - each observation's writer is in the reader's snapshot ("a read from the future") and
+///   no later writer of the record is ("a stale read"); a scan passed no key whose inserter
+///   it sees ("a missed insert");
+/// - a reader's vector covers, slot by slot, the vector of each transaction it read from
+///   ("an inconsistent snapshot"): a snapshot that sees a transaction sees what that one
+///   saw. NAM-DB guarantees this by reading the vector at one instant after the writer
+///   published; it is stricter than SI needs, which asks it only of the versions read.
+fn vector_snapshot_checks(
+    h: &[TxnRecord],
+    writers: &BTreeMap<Key, Versions>,
+    seen: &[Seen],
+    anomalies: &mut Anomalies,
+) {
+    let init = h.len();
+    let rec = |t: Key| format!("t{}:{}", t.0 .0, t.1);
+    vector_commits(h, anomalies);
     // Whether `w`'s commit is in `r`'s snapshot; `None` when a timestamp is missing
     // (reported above).
     let visible = |w: usize, r: usize| -> Option<bool> {

@@ -10,7 +10,7 @@ use atoll_runner::node::{NodeChecks, NodeSummary};
 use atoll_runner::report::Report;
 use atoll_runner::run::RunError;
 use atoll_txn::Protocol;
-use atoll_workloads::{Workload, WorkloadShape, WorkloadVisitor};
+use atoll_workloads::{Workload, WorkloadVisitor};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};

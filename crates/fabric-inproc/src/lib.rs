@@ -407,61 +407,12 @@ pub fn run(
                         let mut execs: Vec<Executor> = mine
                             .iter()
                             .map(|&w| {
-                                let id = WorkerId {
-                                    node: NodeId((w / cfg.threads_per_node as usize) as u16),
-                                    thread: (w % cfg.threads_per_node as usize) as u16,
-                                };
+                                let id = worker_id(cfg, w);
                                 current.set(Some(id));
-                                let memory = shared.memory[id.node.0 as usize].clone();
-                                let handler = setups[id.node.0 as usize].handler.clone();
-                                let transport = InprocTransport {
-                                    shared: shared.clone(),
-                                    me: w as u32,
-                                    node: id.node,
-                                    thread: id.thread,
-                                    memory: memory.clone(),
-                                    handler: handler.clone(),
-                                    peer: atoll_fabric::ids::machine_peer(
-                                        &cfg.machine_pairs,
-                                        id.node,
-                                    ),
-                                    delayed: RefCell::new(BinaryHeap::new()),
-                                    batch: RefCell::new(Vec::new()),
-                                    outbox: RefCell::new(Vec::new()),
-                                };
-                                let core = WorkerCore::new(
-                                    id,
-                                    w as u32,
-                                    memory,
-                                    handler,
-                                    Box::new(transport),
-                                );
-                                core.set_machine_peer(atoll_fabric::ids::machine_peer(
-                                    &cfg.machine_pairs,
-                                    id.node,
-                                ));
-                                let tasks = spawn(&core);
-                                Executor::new(core, tasks)
+                                executor(cfg, &shared, setups, spawn, w)
                             })
                             .collect();
-                        let mut done = vec![false; execs.len()];
-                        loop {
-                            for (i, e) in execs.iter_mut().enumerate() {
-                                current.set(Some(e.core().id));
-                                e.run_ready();
-                                e.core().progress();
-                                e.core().end_turn();
-                                if !done[i] && e.live_tasks() == 0 {
-                                    done[i] = true;
-                                    finished.fetch_add(1, Ordering::AcqRel);
-                                }
-                            }
-                            if finished.load(Ordering::Acquire) == workers
-                                || failed.load(Ordering::Acquire)
-                            {
-                                break;
-                            }
-                        }
+                        event_loop(&mut execs, &current, finished, failed, workers);
                         let mut r = reports.lock();
                         for e in &execs {
                             r.push(WorkerReport {
@@ -490,6 +441,71 @@ pub fn run(
     let mut reports = reports.into_inner();
     reports.sort_by_key(|r| (r.id.node, r.id.thread));
     Ok(reports)
+}
+
+/// Worker `w`'s id: its node and its thread there.
+fn worker_id(cfg: &InprocConfig, w: usize) -> WorkerId {
+    WorkerId {
+        node: NodeId((w / cfg.threads_per_node as usize) as u16),
+        thread: (w % cfg.threads_per_node as usize) as u16,
+    }
+}
+
+/// Worker `w` with its transport on the cluster's shared inboxes and memory, and the
+/// co-routines `spawn` gives it.
+fn executor(
+    cfg: &InprocConfig,
+    shared: &Arc<Shared>,
+    setups: &[NodeSetup],
+    spawn: &Spawner<'_>,
+    w: usize,
+) -> Executor {
+    let id = worker_id(cfg, w);
+    let memory = shared.memory[id.node.0 as usize].clone();
+    let handler = setups[id.node.0 as usize].handler.clone();
+    let transport = InprocTransport {
+        shared: shared.clone(),
+        me: w as u32,
+        node: id.node,
+        thread: id.thread,
+        memory: memory.clone(),
+        handler: handler.clone(),
+        peer: atoll_fabric::ids::machine_peer(&cfg.machine_pairs, id.node),
+        delayed: RefCell::new(BinaryHeap::new()),
+        batch: RefCell::new(Vec::new()),
+        outbox: RefCell::new(Vec::new()),
+    };
+    let core = WorkerCore::new(id, w as u32, memory, handler, Box::new(transport));
+    core.set_machine_peer(atoll_fabric::ids::machine_peer(&cfg.machine_pairs, id.node));
+    let tasks = spawn(&core);
+    Executor::new(core, tasks)
+}
+
+/// One OS thread's event loop over its workers: turns until every worker of the cluster is
+/// done (others may still send this thread's workers requests) or one failed.
+fn event_loop(
+    execs: &mut [Executor],
+    current: &Cell<Option<WorkerId>>,
+    finished: &AtomicUsize,
+    failed: &AtomicBool,
+    workers: usize,
+) {
+    let mut done = vec![false; execs.len()];
+    loop {
+        for (i, e) in execs.iter_mut().enumerate() {
+            current.set(Some(e.core().id));
+            e.run_ready();
+            e.core().progress();
+            e.core().end_turn();
+            if !done[i] && e.live_tasks() == 0 {
+                done[i] = true;
+                finished.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        if finished.load(Ordering::Acquire) == workers || failed.load(Ordering::Acquire) {
+            break;
+        }
+    }
 }
 
 #[cfg(test)]

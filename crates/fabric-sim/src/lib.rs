@@ -705,101 +705,9 @@ pub fn run(
         .map(|s| s.memory.clone())
         .collect::<Vec<_>>()
         .into();
-    let workers = cfg.nodes as usize * cfg.threads_per_node as usize;
-    let peers = (cfg.nodes as u32 - 1) * cfg.threads_per_node as u32;
-    let mut nodes: Vec<NodeState> = (0..cfg.nodes).map(|_| NodeState::default()).collect();
-    let mut spikes = Vec::new();
-    let mut crashes = Vec::new();
-    let mut tear = None;
-    let mut stall = None;
-    for f in &cfg.faults {
-        match *f {
-            Fault::Spike {
-                from,
-                to,
-                start_ns,
-                end_ns,
-                extra_ns,
-            } => spikes.push((from, to, start_ns, end_ns, extra_ns)),
-            Fault::Pause {
-                node,
-                start_ns,
-                end_ns,
-            } => nodes[node.0 as usize].pauses.push((start_ns, end_ns)),
-            Fault::Crash { node, at_ns } => {
-                crashes.push((node, at_ns));
-                // A machine crashes whole: the node sharing it goes down at the same instant.
-                if let Some(peer) = atoll_fabric::ids::machine_peer(&cfg.machine_pairs, node) {
-                    crashes.push((peer, at_ns));
-                }
-            }
-            Fault::Tear {
-                chunk_words,
-                stall_ns_max,
-                seed,
-            } => {
-                tear = Some(Tear {
-                    chunk_words: chunk_words.max(1),
-                    stall_ns_max,
-                    rng: atoll_fabric::rng::Rng::new(seed),
-                })
-            }
-            Fault::Stall {
-                permille,
-                stall_ns_max,
-                seed,
-            } => stall = Some((permille, stall_ns_max, atoll_fabric::rng::Rng::new(seed))),
-        }
-    }
-    let world = Rc::new(RefCell::new(World {
-        memory: memory.clone(),
-        now_ns: 0,
-        seq: 0,
-        events: 0,
-        queue: BinaryHeap::new(),
-        workers: (0..workers).map(|_| WorkerState::default()).collect(),
-        link_last_ns: vec![0; cfg.nodes as usize * cfg.nodes as usize],
-        nodes,
-        spikes,
-        qp_penalty_ns: cfg.net.qp_penalty_ns(peers),
-        tear,
-        stall,
-        link_busy: vec![false; cfg.nodes as usize * cfg.nodes as usize],
-        link_waiting: (0..cfg.nodes as usize * cfg.nodes as usize)
-            .map(|_| VecDeque::new())
-            .collect(),
-        atomic_free_ns: HashMap::new(),
-        atomic_prune_len: ATOMIC_WORDS_PRUNE_MIN,
-        cfg: cfg.clone(),
-    }));
-    for (node, at_ns) in crashes {
-        world.borrow_mut().push(at_ns, Ev::Crash { node });
-    }
-    let mut execs: Vec<Executor> = (0..workers)
-        .map(|w| {
-            let id = WorkerId {
-                node: NodeId((w / cfg.threads_per_node as usize) as u16),
-                thread: (w % cfg.threads_per_node as usize) as u16,
-            };
-            let own = memory[id.node.0 as usize].clone();
-            let handler = setups[id.node.0 as usize].handler.clone();
-            let peer = atoll_fabric::ids::machine_peer(&cfg.machine_pairs, id.node)
-                .map(|p| (p, memory[p.0 as usize].clone()));
-            let transport = SimTransport {
-                world: world.clone(),
-                w: w as u32,
-                node: id.node,
-                thread: id.thread,
-                memory: own.clone(),
-                handler: handler.clone(),
-                peer,
-            };
-            let core = WorkerCore::new(id, w as u32, own, handler, Box::new(transport));
-            core.set_machine_peer(atoll_fabric::ids::machine_peer(&cfg.machine_pairs, id.node));
-            let tasks = spawn(&core);
-            Executor::new(core, tasks)
-        })
-        .collect();
+    let world = Rc::new(RefCell::new(World::new(cfg, memory.clone())));
+    let mut execs = executors(cfg, &world, &memory, setups, spawn);
+    let workers = execs.len();
     for w in 0..workers as u32 {
         world.borrow_mut().schedule_run(w, 0);
     }
@@ -837,18 +745,8 @@ pub fn run(
         }
         match q.ev {
             Ev::Crash { node } => {
-                wd.nodes[node.0 as usize].crashed_at = Some(q.at_ns);
+                wd.on_crash(node, q.at_ns);
                 crashed.push((node, q.at_ns));
-                // Requests it received and never answered (queued, or held by its handler)
-                // fail at their requesters; its own co-routines stop where they are.
-                let serving = std::mem::take(&mut wd.nodes[node.0 as usize].serving);
-                for ((w, slot, index), (posted_ns, _)) in serving {
-                    wd.fail_later(w, SlotId(slot), index, node, posted_ns);
-                }
-                let t = cfg.threads_per_node as usize;
-                for w in node.0 as usize * t..(node.0 as usize + 1) * t {
-                    wd.workers[w].inbox.clear();
-                }
             }
             Ev::Send {
                 from,
@@ -861,18 +759,7 @@ pub fn run(
                 let at = wd.transmit(from, to, kind, bytes, now);
                 wd.push(at, *then);
             }
-            Ev::Arrive { w, delivery } => {
-                if let Delivery::Request { from, req, .. } = &delivery {
-                    let node = wd.node_of(w).0 as usize;
-                    wd.nodes[node].serving.insert(
-                        (from.worker, from.slot.0, from.index),
-                        (from.posted_ns, req.len() as u64),
-                    );
-                }
-                wd.workers[w as usize].inbox.push_back(delivery);
-                let now = wd.now_ns;
-                wd.schedule_run(w, now);
-            }
+            Ev::Arrive { w, delivery } => wd.on_arrive(w, delivery),
             Ev::Exec {
                 src,
                 slot,
@@ -880,42 +767,16 @@ pub fn run(
                 op,
                 posted_ns,
                 cpu_reserved,
-            } => {
-                let target = op.node();
-                if !wd.cfg.net.one_sided_in_nic && !cpu_reserved {
-                    // No RDMA: the target's CPU performs the op like a small request.
-                    let tw = wd.serving_worker(target, (src % cfg.threads_per_node as u32) as u16);
-                    let start = wd.now_ns.max(wd.workers[tw as usize].cpu_free_ns);
-                    let done = start + wd.cfg.cpu.rpc_handler_ns;
-                    wd.workers[tw as usize].cpu_free_ns = done;
-                    wd.push(
-                        done,
-                        Ev::Exec {
-                            src,
-                            slot,
-                            index,
-                            op,
-                            posted_ns,
-                            cpu_reserved: true,
-                        },
-                    );
-                    continue;
-                }
-                let link = wd.link(wd.node_of(src), target);
-                let verb = Verb {
+            } => wd.on_exec(
+                Verb {
                     src,
                     slot,
                     index,
                     op,
                     posted_ns,
-                };
-                if wd.link_busy[link] {
-                    // Behind a torn verb on the same link: runs when it is done.
-                    wd.link_waiting[link].push_back(verb);
-                } else {
-                    wd.start_verb(verb, false);
-                }
-            }
+                },
+                cpu_reserved,
+            ),
             Ev::Step {
                 src,
                 slot,
@@ -923,70 +784,18 @@ pub fn run(
                 op,
                 posted_ns,
                 at_word,
-                mut buf,
-            } => {
-                let target = op.node();
-                let tear = wd.tear.as_ref().expect("torn steps only with tearing on");
-                let chunk = tear.chunk_words;
-                let (ptr, total) = match &op {
-                    Op::Read { ptr, len_words } => (*ptr, *len_words),
-                    Op::Write { ptr, data } => (*ptr, data.len() as u32),
-                    _ => unreachable!("only READs and WRITEs are torn"),
-                };
-                let end = (at_word + chunk).min(total);
-                let region = wd.memory[target.0 as usize].region(ptr.region);
-                let off = (ptr.offset_words + at_word) as usize;
-                match &op {
-                    Op::Read { .. } => {
-                        region.read_into(off, &mut buf[at_word as usize..end as usize])
-                    }
-                    Op::Write { data, .. } => {
-                        region.write_from(off, &data[at_word as usize..end as usize])
-                    }
-                    _ => unreachable!("only READs and WRITEs are torn"),
-                }
-                let now = wd.now_ns;
-                if end < total {
-                    let wire_ns = ((chunk as u64 * 8) as f64 * 1e9
-                        / wd.cfg.net.bandwidth_bytes_per_s)
-                        .ceil() as u64;
-                    let tear = wd.tear.as_mut().expect("torn steps only with tearing on");
-                    let stall = tear.rng.below(tear.stall_ns_max + 1);
-                    wd.push(
-                        now + wire_ns + stall,
-                        Ev::Step {
-                            src,
-                            slot,
-                            index,
-                            op,
-                            posted_ns,
-                            at_word: end,
-                            buf,
-                        },
-                    );
-                    continue;
-                }
-                let kind = op.kind();
-                let c = match op {
-                    Op::Read { .. } => Completion::Read(buf),
-                    _ => Completion::Write,
-                };
-                let src_node = wd.node_of(src);
-                let at = wd.transmit(target, src_node, kind, c.reply_bytes(), now);
-                wd.push(
-                    at,
-                    Ev::Arrive {
-                        w: src,
-                        delivery: Delivery::Completion {
-                            slot,
-                            index,
-                            completion: c,
-                        },
-                    },
-                );
-                let link = wd.link(src_node, target);
-                wd.release_link(link);
-            }
+                buf,
+            } => wd.on_step(
+                Verb {
+                    src,
+                    slot,
+                    index,
+                    op,
+                    posted_ns,
+                },
+                at_word,
+                buf,
+            ),
             Ev::Atomic {
                 src,
                 slot,
@@ -1006,36 +815,109 @@ pub fn run(
                 wd.release_link(link);
             }
             Ev::Run { w } => {
-                let ws = &mut wd.workers[w as usize];
-                ws.run_queued = false;
-                ws.clock_ns = q.at_ns.max(ws.cpu_free_ns);
-                let run_start_ns = ws.clock_ns;
                 drop(wd);
-                let e = &mut execs[w as usize];
-                let before = e.live_tasks();
-                e.core().progress();
-                if e.run_ready() > 0 {
+                let ran = run_worker(&world, &mut execs[w as usize], w, q.at_ns);
+                live -= ran.finished;
+                if ran.polled {
                     polled_ns = q.at_ns;
                 }
-                let after = e.live_tasks();
-                live -= before - after;
-                let more = e.core().has_ready();
-                let holding = e.core().deferred_waiting();
-                let mut wd = world.borrow_mut();
-                let clock = wd.workers[w as usize].clock_ns;
-                wd.workers[w as usize].busy_ns += clock - run_start_ns;
-                wd.workers[w as usize].cpu_free_ns = clock;
-                end_ns = end_ns.max(clock);
-                if more || !wd.workers[w as usize].inbox.is_empty() {
-                    wd.schedule_run(w, clock);
-                } else if holding {
-                    // A real event loop spins over its waiting list; poll it periodically.
-                    wd.schedule_run(w, clock + DEFERRED_POLL_NS);
-                }
+                end_ns = end_ns.max(ran.clock_ns);
             }
         }
     }
     let wd = world.borrow();
+    report(&wd, &execs, crashed, live, end_ns)
+}
+
+/// One worker per simulated thread, its transport on the shared world, its co-routines from
+/// `spawn`.
+fn executors(
+    cfg: &SimConfig,
+    world: &Rc<RefCell<World>>,
+    memory: &ClusterMemory,
+    setups: &[NodeSetup],
+    spawn: &Spawner<'_>,
+) -> Vec<Executor> {
+    let workers = cfg.nodes as usize * cfg.threads_per_node as usize;
+    (0..workers)
+        .map(|w| {
+            let id = WorkerId {
+                node: NodeId((w / cfg.threads_per_node as usize) as u16),
+                thread: (w % cfg.threads_per_node as usize) as u16,
+            };
+            let own = memory[id.node.0 as usize].clone();
+            let handler = setups[id.node.0 as usize].handler.clone();
+            let peer = atoll_fabric::ids::machine_peer(&cfg.machine_pairs, id.node)
+                .map(|p| (p, memory[p.0 as usize].clone()));
+            let transport = SimTransport {
+                world: world.clone(),
+                w: w as u32,
+                node: id.node,
+                thread: id.thread,
+                memory: own.clone(),
+                handler: handler.clone(),
+                peer,
+            };
+            let core = WorkerCore::new(id, w as u32, own, handler, Box::new(transport));
+            core.set_machine_peer(atoll_fabric::ids::machine_peer(&cfg.machine_pairs, id.node));
+            let tasks = spawn(&core);
+            Executor::new(core, tasks)
+        })
+        .collect()
+}
+
+/// What one turn of a worker's event loop did.
+struct Ran {
+    /// Co-routines that finished in it.
+    finished: usize,
+    /// Whether any co-routine was polled (progress, not a hang).
+    polled: bool,
+    /// The worker's clock after it.
+    clock_ns: u64,
+}
+
+/// A turn of worker `w`'s event loop at `at_ns` (or when its core is free): completions and
+/// requests handled, ready co-routines polled, the CPU time charged, the next turn scheduled.
+fn run_worker(world: &Rc<RefCell<World>>, e: &mut Executor, w: u32, at_ns: u64) -> Ran {
+    let run_start_ns = {
+        let mut wd = world.borrow_mut();
+        let ws = &mut wd.workers[w as usize];
+        ws.run_queued = false;
+        ws.clock_ns = at_ns.max(ws.cpu_free_ns);
+        ws.clock_ns
+    };
+    let before = e.live_tasks();
+    e.core().progress();
+    let polled = e.run_ready() > 0;
+    let after = e.live_tasks();
+    let more = e.core().has_ready();
+    let holding = e.core().deferred_waiting();
+    let mut wd = world.borrow_mut();
+    let clock = wd.workers[w as usize].clock_ns;
+    wd.workers[w as usize].busy_ns += clock - run_start_ns;
+    wd.workers[w as usize].cpu_free_ns = clock;
+    if more || !wd.workers[w as usize].inbox.is_empty() {
+        wd.schedule_run(w, clock);
+    } else if holding {
+        // A real event loop spins over its waiting list; poll it periodically.
+        wd.schedule_run(w, clock + DEFERRED_POLL_NS);
+    }
+    Ran {
+        finished: before - after,
+        polled,
+        clock_ns: clock,
+    }
+}
+
+/// What the run leaves: each worker's counters, virtual time, events, busy cores, and the
+/// co-routines left unfinished (a hang) apart from those a crash stopped.
+fn report(
+    wd: &World,
+    execs: &[Executor],
+    crashed: Vec<(NodeId, u64)>,
+    live: usize,
+    end_ns: u64,
+) -> SimReport {
     // A crashed node's co-routines stop where they were: count them apart from a hang.
     let stopped = |node: NodeId| -> usize {
         execs
@@ -1062,6 +944,220 @@ pub fn run(
         cpu_busy_ns: wd.workers.iter().map(|w| w.busy_ns).collect(),
         unfinished,
         crashed,
+    }
+}
+
+impl World {
+    /// The world of a run of `cfg`, its faults in place: spikes, pauses, crashes (a machine
+    /// crashes whole), tearing and stalls.
+    fn new(cfg: &SimConfig, memory: ClusterMemory) -> World {
+        let workers = cfg.nodes as usize * cfg.threads_per_node as usize;
+        let peers = (cfg.nodes as u32 - 1) * cfg.threads_per_node as u32;
+        let mut nodes: Vec<NodeState> = (0..cfg.nodes).map(|_| NodeState::default()).collect();
+        let mut spikes = Vec::new();
+        let mut crashes = Vec::new();
+        let mut tear = None;
+        let mut stall = None;
+        for f in &cfg.faults {
+            match *f {
+                Fault::Spike {
+                    from,
+                    to,
+                    start_ns,
+                    end_ns,
+                    extra_ns,
+                } => spikes.push((from, to, start_ns, end_ns, extra_ns)),
+                Fault::Pause {
+                    node,
+                    start_ns,
+                    end_ns,
+                } => nodes[node.0 as usize].pauses.push((start_ns, end_ns)),
+                Fault::Crash { node, at_ns } => {
+                    crashes.push((node, at_ns));
+                    // A machine crashes whole: the node sharing it goes down at the same instant.
+                    if let Some(peer) = atoll_fabric::ids::machine_peer(&cfg.machine_pairs, node) {
+                        crashes.push((peer, at_ns));
+                    }
+                }
+                Fault::Tear {
+                    chunk_words,
+                    stall_ns_max,
+                    seed,
+                } => {
+                    tear = Some(Tear {
+                        chunk_words: chunk_words.max(1),
+                        stall_ns_max,
+                        rng: atoll_fabric::rng::Rng::new(seed),
+                    })
+                }
+                Fault::Stall {
+                    permille,
+                    stall_ns_max,
+                    seed,
+                } => stall = Some((permille, stall_ns_max, atoll_fabric::rng::Rng::new(seed))),
+            }
+        }
+        let links = cfg.nodes as usize * cfg.nodes as usize;
+        let mut world = World {
+            memory,
+            now_ns: 0,
+            seq: 0,
+            events: 0,
+            queue: BinaryHeap::new(),
+            workers: (0..workers).map(|_| WorkerState::default()).collect(),
+            link_last_ns: vec![0; links],
+            nodes,
+            spikes,
+            qp_penalty_ns: cfg.net.qp_penalty_ns(peers),
+            tear,
+            stall,
+            link_busy: vec![false; links],
+            link_waiting: (0..links).map(|_| VecDeque::new()).collect(),
+            atomic_free_ns: HashMap::new(),
+            atomic_prune_len: ATOMIC_WORDS_PRUNE_MIN,
+            cfg: cfg.clone(),
+        };
+        for (node, at_ns) in crashes {
+            world.push(at_ns, Ev::Crash { node });
+        }
+        world
+    }
+
+    /// `node` crashes: requests it received and never answered (queued, or held by its
+    /// handler) fail at their requesters; its own co-routines stop where they are.
+    fn on_crash(&mut self, node: NodeId, at_ns: u64) {
+        self.nodes[node.0 as usize].crashed_at = Some(at_ns);
+        let serving = std::mem::take(&mut self.nodes[node.0 as usize].serving);
+        for ((w, slot, index), (posted_ns, _)) in serving {
+            self.fail_later(w, SlotId(slot), index, node, posted_ns);
+        }
+        let t = self.cfg.threads_per_node as usize;
+        for w in node.0 as usize * t..(node.0 as usize + 1) * t {
+            self.workers[w].inbox.clear();
+        }
+    }
+
+    /// A delivery reaches worker `w`'s inbox (a request is held as being served by its node
+    /// until answered), and the worker is scheduled.
+    fn on_arrive(&mut self, w: u32, delivery: Delivery) {
+        if let Delivery::Request { from, req, .. } = &delivery {
+            let node = self.node_of(w).0 as usize;
+            self.nodes[node].serving.insert(
+                (from.worker, from.slot.0, from.index),
+                (from.posted_ns, req.len() as u64),
+            );
+        }
+        self.workers[w as usize].inbox.push_back(delivery);
+        let now = self.now_ns;
+        self.schedule_run(w, now);
+    }
+
+    /// A one-sided verb reaches its target: without RDMA the target's CPU performs it first
+    /// (as a small request); behind a torn verb on the same link it waits its turn.
+    fn on_exec(&mut self, verb: Verb, cpu_reserved: bool) {
+        let target = verb.op.node();
+        if !self.cfg.net.one_sided_in_nic && !cpu_reserved {
+            // No RDMA: the target's CPU performs the op like a small request.
+            let threads = self.cfg.threads_per_node as u32;
+            let tw = self.serving_worker(target, (verb.src % threads) as u16);
+            let start = self.now_ns.max(self.workers[tw as usize].cpu_free_ns);
+            let done = start + self.cfg.cpu.rpc_handler_ns;
+            self.workers[tw as usize].cpu_free_ns = done;
+            let Verb {
+                src,
+                slot,
+                index,
+                op,
+                posted_ns,
+            } = verb;
+            self.push(
+                done,
+                Ev::Exec {
+                    src,
+                    slot,
+                    index,
+                    op,
+                    posted_ns,
+                    cpu_reserved: true,
+                },
+            );
+            return;
+        }
+        let link = self.link(self.node_of(verb.src), target);
+        if self.link_busy[link] {
+            // Behind a torn verb on the same link: runs when it is done.
+            self.link_waiting[link].push_back(verb);
+        } else {
+            self.start_verb(verb, false);
+        }
+    }
+
+    /// The next chunk of a torn READ or WRITE moves; after the last, its completion is sent
+    /// back and the link is released.
+    fn on_step(&mut self, verb: Verb, at_word: u32, mut buf: Words) {
+        let Verb {
+            src,
+            slot,
+            index,
+            op,
+            posted_ns,
+        } = verb;
+        let target = op.node();
+        let tear = self.tear.as_ref().expect("torn steps only with tearing on");
+        let chunk = tear.chunk_words;
+        let (ptr, total) = match &op {
+            Op::Read { ptr, len_words } => (*ptr, *len_words),
+            Op::Write { ptr, data } => (*ptr, data.len() as u32),
+            _ => unreachable!("only READs and WRITEs are torn"),
+        };
+        let end = (at_word + chunk).min(total);
+        let region = self.memory[target.0 as usize].region(ptr.region);
+        let off = (ptr.offset_words + at_word) as usize;
+        match &op {
+            Op::Read { .. } => region.read_into(off, &mut buf[at_word as usize..end as usize]),
+            Op::Write { data, .. } => region.write_from(off, &data[at_word as usize..end as usize]),
+            _ => unreachable!("only READs and WRITEs are torn"),
+        }
+        let now = self.now_ns;
+        if end < total {
+            let wire_ns = ((chunk as u64 * 8) as f64 * 1e9 / self.cfg.net.bandwidth_bytes_per_s)
+                .ceil() as u64;
+            let tear = self.tear.as_mut().expect("torn steps only with tearing on");
+            let stall = tear.rng.below(tear.stall_ns_max + 1);
+            self.push(
+                now + wire_ns + stall,
+                Ev::Step {
+                    src,
+                    slot,
+                    index,
+                    op,
+                    posted_ns,
+                    at_word: end,
+                    buf,
+                },
+            );
+            return;
+        }
+        let kind = op.kind();
+        let c = match op {
+            Op::Read { .. } => Completion::Read(buf),
+            _ => Completion::Write,
+        };
+        let src_node = self.node_of(src);
+        let at = self.transmit(target, src_node, kind, c.reply_bytes(), now);
+        self.push(
+            at,
+            Ev::Arrive {
+                w: src,
+                delivery: Delivery::Completion {
+                    slot,
+                    index,
+                    completion: c,
+                },
+            },
+        );
+        let link = self.link(src_node, target);
+        self.release_link(link);
     }
 }
 

@@ -8,7 +8,7 @@ use crate::error::{check, UcxError};
 use crate::memory::RegionDescriptor;
 use crate::sys;
 use crate::worker::{
-    post, send_am, AmSendOptions, OpKind, OpState, PeerFailure, WorkerAddress, WorkerInner,
+    post, send_am, AmSendOptions, OpKind, OpState, PeerFailure, Worker, WorkerAddress, WorkerInner,
 };
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -409,5 +409,29 @@ impl RemoteRegion {
                 sys::ucp_atomic_op_nbx(ep, opcode, buffer as *const c_void, 1, remote, rkey, param)
             }
         })
+    }
+}
+
+// Connecting lives with the endpoint it makes, so that the worker module names no endpoint.
+impl Worker {
+    /// Connects to a peer's worker, reporting its failure when the context's transports can
+    /// ([`Transports::reports_peer_failure`](crate::Transports::reports_peer_failure)): then ops on the endpoint fail, rather than
+    /// hang, once the peer is gone.
+    pub fn connect(&self, peer: &WorkerAddress) -> Result<Endpoint, UcxError> {
+        let failure = if self.inner._context.transports.reports_peer_failure() {
+            PeerFailure::Report
+        } else {
+            PeerFailure::Ignore
+        };
+        Endpoint::connect(&self.inner, peer, failure)
+    }
+
+    /// [`Worker::connect`] with the peer-failure mode chosen by the caller.
+    pub fn connect_with(
+        &self,
+        peer: &WorkerAddress,
+        failure: PeerFailure,
+    ) -> Result<Endpoint, UcxError> {
+        Endpoint::connect(&self.inner, peer, failure)
     }
 }

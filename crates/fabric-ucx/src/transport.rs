@@ -1391,6 +1391,87 @@ pub fn run_node(
     let node = setup.memory.node;
     let threads = cfg.threads_per_node;
     let NodeArena { context, regions } = arena;
+    let descriptors = region_descriptors(setup, &regions)?;
+    let sh = NodeShared::default();
+    let (to_main, from_threads) = mpsc::channel::<ThreadMsg>();
+    let mut dir_senders = Vec::new();
+    let result = std::thread::scope(|s| -> Result<(), NodeRunError> {
+        for t in 0..threads {
+            let (dir_tx, dir_rx) = mpsc::channel::<Arc<Directory>>();
+            dir_senders.push(dir_tx);
+            let to_main = to_main.clone();
+            let (context, sh) = (&context, &sh);
+            std::thread::Builder::new()
+                .name(format!("atoll-ucx-{t}"))
+                .spawn_scoped(s, move || {
+                    let id = WorkerId { node, thread: t };
+                    let body = || serve_thread(cfg, setup, spawn, context, sh, t, to_main, dir_rx);
+                    if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(body)) {
+                        let mut f = sh.failure.lock().unwrap_or_else(|e| e.into_inner());
+                        f.get_or_insert(WorkerPanic {
+                            worker: Some(id),
+                            message: panic_message(payload.as_ref()),
+                        });
+                        sh.failed.store(true, Ordering::Release);
+                    }
+                })
+                .expect("spawning a worker thread");
+        }
+        drop(to_main);
+        let meet = Meeting {
+            node,
+            descriptors: &descriptors,
+            region_count: regions.len(),
+            from_threads: &from_threads,
+            dir_senders: &dir_senders,
+        };
+        let r = meet_and_watch(cfg, boot, &sh, &meet);
+        sh.stop.store(true, Ordering::Release);
+        dir_senders.clear();
+        r
+    });
+    let panicked = sh.failure.into_inner().unwrap_or_else(|e| e.into_inner());
+    drop(regions);
+    // A refused message stops the workers, which the bootstrap then reports as a failure:
+    // the message is the cause.
+    if let Some(m) = sh.wire.refused() {
+        return Err(NodeRunError::Malformed(m.to_string()));
+    }
+    if let Some(p) = panicked {
+        return Err(NodeRunError::Panicked(p));
+    }
+    result?;
+    let mut reports = sh.reports.into_inner().expect("no poisoned reports");
+    reports.sort_by_key(|r| r.id.thread);
+    Ok(reports)
+}
+
+/// What a node's worker threads and its main thread share while it runs.
+#[derive(Default)]
+struct NodeShared {
+    /// Workers whose co-routines all finished.
+    finished: AtomicUsize,
+    /// The first worker panic.
+    failure: Mutex<Option<WorkerPanic>>,
+    failed: AtomicBool,
+    /// The first message from the wire a worker refused.
+    wire: Arc<WireFault>,
+    /// Set once every node is connected: the clocks start.
+    go: AtomicBool,
+    /// Set when the run ends (done or failed): workers leave their loops.
+    stop: AtomicBool,
+    /// The instant the node's clocks count from.
+    origin: OnceLock<Instant>,
+    reports: Mutex<Vec<WorkerReport>>,
+}
+
+/// The descriptor (remote key) of each registered region, by region id (empty for an empty
+/// region): what peers need to reach this node's words.
+fn region_descriptors(
+    setup: &NodeSetup,
+    regions: &[Option<Arc<MemRegion>>],
+) -> Result<Vec<Vec<u8>>, NodeRunError> {
+    let node = setup.memory.node;
     assert_eq!(
         regions.len(),
         setup.memory.region_count(),
@@ -1412,247 +1493,242 @@ pub fn run_node(
             None => descriptors.push(Vec::new()),
         }
     }
-    let region_count = regions.len();
-    let finished = AtomicUsize::new(0);
-    let failure: Mutex<Option<WorkerPanic>> = Mutex::new(None);
-    let failed = AtomicBool::new(false);
-    let wire = Arc::new(WireFault::default());
-    let go = AtomicBool::new(false);
-    let stop = AtomicBool::new(false);
-    let origin: OnceLock<Instant> = OnceLock::new();
-    let reports = Mutex::new(Vec::new());
-    let (to_main, from_threads) = mpsc::channel::<ThreadMsg>();
-    let mut dir_senders = Vec::new();
-    let result = std::thread::scope(|s| -> Result<(), NodeRunError> {
-        for t in 0..threads {
-            let (dir_tx, dir_rx) = mpsc::channel::<Arc<Directory>>();
-            dir_senders.push(dir_tx);
-            let to_main = to_main.clone();
-            let wire = wire.clone();
-            let (context, finished, failure, failed, go, stop, origin, reports) = (
-                &context, &finished, &failure, &failed, &go, &stop, &origin, &reports,
-            );
-            std::thread::Builder::new()
-                .name(format!("atoll-ucx-{t}"))
-                .spawn_scoped(s, move || {
-                    let id = WorkerId { node, thread: t };
-                    let body = || {
-                        let wcfg = WorkerConfig {
-                            am_inbox_messages_max: cfg.am_inbox_messages_max,
-                        };
-                        let worker = match Worker::new(context, &wcfg).and_then(|w| {
-                            w.receive_am(AM_REQUEST)?;
-                            w.receive_am(AM_REPLY)?;
-                            w.receive_am(AM_VERB)?;
-                            w.receive_am(AM_VERB_REPLY)?;
-                            w.receive_am(AM_BATCH)?;
-                            Ok(w)
-                        }) {
-                            Ok(w) => w,
-                            Err(e) => {
-                                let _ = to_main.send(ThreadMsg::Address(t, Err(e)));
-                                return;
-                            }
-                        };
-                        let addr = worker.address().map(|a| a.to_bytes());
-                        let _ = to_main.send(ThreadMsg::Address(t, addr));
-                        // The main thread drops the sender when start-up fails.
-                        let Ok(dir) = dir_rx.recv() else { return };
-                        let me = node.0 as u32 * threads as u32 + t as u32;
-                        let link = Link {
-                            node,
-                            me,
-                            thread: t,
-                            threads,
-                            peers: RefCell::new(
-                                (0..cfg.nodes as usize * threads as usize)
-                                    .map(|_| None)
-                                    .collect(),
-                            ),
-                            dir,
-                            mapped: RefCell::new(Vec::new()),
-                            worker,
-                        };
-                        let connected = link.connect_peers(cfg.nodes);
-                        if let (Ok(unmapped @ 1..), Transports::SharedMemory) =
-                            (&connected, cfg.transports)
-                        {
-                            // Only thread 0 says it: every thread attaches the same regions.
-                            if t == 0 {
-                                eprintln!(
-                                    "atoll node {}: {unmapped} of the peers' regions are not \
-                                     mapped into this process: UCX emulates one-sided ops to \
-                                     them over shared-memory messages (the peers' words were not \
-                                     allocated in shared memory)",
-                                    node.0
-                                );
-                            }
-                        }
-                        let connected = connected.map(|_| ());
-                        let ok = connected.is_ok();
-                        let _ = to_main.send(ThreadMsg::Connected(connected));
-                        if !ok {
-                            return;
-                        }
-                        // Progress while waiting: peers' wire-up needs this worker's turns.
-                        while !go.load(Ordering::Acquire) {
-                            if stop.load(Ordering::Acquire) {
-                                return;
-                            }
-                            link.worker.progress();
-                            std::thread::yield_now();
-                        }
-                        let transport = UcxTransport {
-                            link,
-                            verbs_by_am: cfg.transports == Transports::Tcp,
-                            memory: setup.memory.clone(),
-                            handler: setup.handler.clone(),
-                            origin: *origin.get().expect("set before go"),
-                            op_timeout_ns: cfg.op_timeout_ns,
-                            next_token: Cell::new(1),
-                            pending: RefCell::new(IntMap::default()),
-                            deadlines: RefCell::new(VecDeque::new()),
-                            timers: RefCell::new(BinaryHeap::new()),
-                            local_done: RefCell::new(VecDeque::new()),
-                            scratch: RefCell::new(Vec::new()),
-                            coalesce: cfg.coalesce,
-                            progressed: Cell::new(false),
-                            outbox: RefCell::new(
-                                (0..cfg.nodes as usize * threads as usize)
-                                    .map(|_| Batch::default())
-                                    .collect(),
-                            ),
-                            outbox_used: RefCell::new(Vec::new()),
-                            batches: RefCell::new(IntMap::default()),
-                            send_failed: RefCell::new(Vec::new()),
-                            held: RefCell::new(IntMap::default()),
-                            wire: wire.clone(),
-                        };
-                        let core = WorkerCore::new(
-                            id,
-                            me,
-                            setup.memory.clone(),
-                            setup.handler.clone(),
-                            Box::new(transport),
-                        );
-                        let tasks = spawn(&core);
-                        let mut exec = Executor::new(core, tasks);
-                        let mut done = false;
-                        let mut idle = 0u32;
-                        // Bounded by the stop flag, which the main thread sets when the
-                        // cluster is done or failed.
-                        loop {
-                            let n = exec.run_ready() + exec.core().progress();
-                            exec.core().end_turn();
-                            if !done && exec.live_tasks() == 0 {
-                                done = true;
-                                finished.fetch_add(1, Ordering::AcqRel);
-                            }
-                            if stop.load(Ordering::Relaxed)
-                                || failed.load(Ordering::Relaxed)
-                                || wire.refused().is_some()
-                            {
-                                break;
-                            }
-                            if n == 0 {
-                                idle += 1;
-                                if idle >= IDLE_TURNS_BEFORE_YIELD {
-                                    idle = 0;
-                                    std::thread::yield_now();
-                                }
-                            } else {
-                                idle = 0;
-                            }
-                        }
-                        reports
-                            .lock()
-                            .expect("no poisoned reports")
-                            .push(WorkerReport {
-                                id,
-                                counters: exec.core().counters(),
-                            });
-                    };
-                    if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(body)) {
-                        let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
-                        f.get_or_insert(WorkerPanic {
-                            worker: Some(id),
-                            message: panic_message(payload.as_ref()),
-                        });
-                        failed.store(true, Ordering::Release);
-                    }
-                })
-                .expect("spawning a worker thread");
+    Ok(descriptors)
+}
+
+/// A UCX worker listening for every active message Atoll sends.
+fn open_worker(context: &Context, cfg: &UcxConfig) -> Result<Worker, UcxError> {
+    let wcfg = WorkerConfig {
+        am_inbox_messages_max: cfg.am_inbox_messages_max,
+    };
+    let w = Worker::new(context, &wcfg)?;
+    for am in [AM_REQUEST, AM_REPLY, AM_VERB, AM_VERB_REPLY, AM_BATCH] {
+        w.receive_am(am)?;
+    }
+    Ok(w)
+}
+
+/// Worker thread `t`: opens its UCX worker and says its address, connects to every peer
+/// once the directory comes, waits for the start, then runs its co-routines until stopped.
+#[allow(clippy::too_many_arguments)]
+fn serve_thread(
+    cfg: &UcxConfig,
+    setup: &NodeSetup,
+    spawn: &Spawner<'_>,
+    context: &Context,
+    sh: &NodeShared,
+    t: u16,
+    to_main: mpsc::Sender<ThreadMsg>,
+    dir_rx: mpsc::Receiver<Arc<Directory>>,
+) {
+    let node = setup.memory.node;
+    let threads = cfg.threads_per_node;
+    let worker = match open_worker(context, cfg) {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = to_main.send(ThreadMsg::Address(t, Err(e)));
+            return;
         }
-        drop(to_main);
-        let wait = Duration::from_secs(STARTUP_WAIT_S_MAX);
-        let mut main = || -> Result<(), NodeRunError> {
-            let mut workers = vec![Vec::new(); threads as usize];
-            for _ in 0..threads {
-                match from_threads.recv_timeout(wait) {
-                    Ok(ThreadMsg::Address(t, a)) => workers[t as usize] = a?,
-                    Ok(ThreadMsg::Connected(..)) => unreachable!("no directory was sent yet"),
-                    Err(_) => {
-                        return Err(NodeRunError::Bootstrap(format!(
-                            "node {}: a worker thread did not start within {STARTUP_WAIT_S_MAX} s",
-                            node.0
-                        )))
-                    }
-                }
-            }
-            let all = boot
-                .exchange(NodeAddresses {
-                    workers,
-                    regions: descriptors.clone(),
-                })
-                .map_err(NodeRunError::Bootstrap)?;
-            let dir = Arc::new(
-                Directory::decode(cfg, &all, region_count).map_err(NodeRunError::Bootstrap)?,
+    };
+    let addr = worker.address().map(|a| a.to_bytes());
+    let _ = to_main.send(ThreadMsg::Address(t, addr));
+    // The main thread drops the sender when start-up fails.
+    let Ok(dir) = dir_rx.recv() else { return };
+    let me = node.0 as u32 * threads as u32 + t as u32;
+    let link = Link {
+        node,
+        me,
+        thread: t,
+        threads,
+        peers: RefCell::new(
+            (0..cfg.nodes as usize * threads as usize)
+                .map(|_| None)
+                .collect(),
+        ),
+        dir,
+        mapped: RefCell::new(Vec::new()),
+        worker,
+    };
+    let connected = link.connect_peers(cfg.nodes);
+    if let (Ok(unmapped @ 1..), Transports::SharedMemory) = (&connected, cfg.transports) {
+        // Only thread 0 says it: every thread attaches the same regions.
+        if t == 0 {
+            eprintln!(
+                "atoll node {}: {unmapped} of the peers' regions are not \
+                 mapped into this process: UCX emulates one-sided ops to \
+                 them over shared-memory messages (the peers' words were not \
+                 allocated in shared memory)",
+                node.0
             );
-            for tx in &dir_senders {
-                let _ = tx.send(dir.clone());
-            }
-            for _ in 0..threads {
-                match from_threads.recv_timeout(wait) {
-                    Ok(ThreadMsg::Connected(r)) => r?,
-                    Ok(ThreadMsg::Address(..)) => unreachable!("each thread sends one address"),
-                    Err(_) => {
-                        return Err(NodeRunError::Bootstrap(format!(
-                        "node {}: a worker thread did not connect within {STARTUP_WAIT_S_MAX} s",
-                        node.0
-                    )))
-                    }
-                }
-            }
-            boot.start().map_err(NodeRunError::Bootstrap)?;
-            origin.get_or_init(Instant::now);
-            go.store(true, Ordering::Release);
-            let watch = RunWatch {
-                finished: &finished,
-                workers: threads as usize,
-                failure: &failure,
-                wire: &wire,
-            };
-            boot.wait_stop(&watch).map_err(NodeRunError::Bootstrap)
-        };
-        let r = main();
-        stop.store(true, Ordering::Release);
-        dir_senders.clear();
-        r
-    });
-    let panicked = failure.into_inner().unwrap_or_else(|e| e.into_inner());
-    drop(regions);
-    // A refused message stops the workers, which the bootstrap then reports as a failure:
-    // the message is the cause.
-    if let Some(m) = wire.refused() {
-        return Err(NodeRunError::Malformed(m.to_string()));
+        }
     }
-    if let Some(p) = panicked {
-        return Err(NodeRunError::Panicked(p));
+    let connected = connected.map(|_| ());
+    let ok = connected.is_ok();
+    let _ = to_main.send(ThreadMsg::Connected(connected));
+    if !ok {
+        return;
     }
-    result?;
-    let mut reports = reports.into_inner().expect("no poisoned reports");
-    reports.sort_by_key(|r| r.id.thread);
-    Ok(reports)
+    // Progress while waiting: peers' wire-up needs this worker's turns.
+    while !sh.go.load(Ordering::Acquire) {
+        if sh.stop.load(Ordering::Acquire) {
+            return;
+        }
+        link.worker.progress();
+        std::thread::yield_now();
+    }
+    let transport = UcxTransport::new(cfg, link, setup, sh);
+    let id = WorkerId { node, thread: t };
+    let core = WorkerCore::new(
+        id,
+        me,
+        setup.memory.clone(),
+        setup.handler.clone(),
+        Box::new(transport),
+    );
+    let tasks = spawn(&core);
+    let mut exec = Executor::new(core, tasks);
+    worker_loop(&mut exec, sh);
+    sh.reports
+        .lock()
+        .expect("no poisoned reports")
+        .push(WorkerReport {
+            id,
+            counters: exec.core().counters(),
+        });
+}
+
+/// A worker's event loop: turns until the node stops (done, failed, or a refused message),
+/// yielding the core after a run of idle turns.
+fn worker_loop(exec: &mut Executor, sh: &NodeShared) {
+    let mut done = false;
+    let mut idle = 0u32;
+    // Bounded by the stop flag, which the main thread sets when the cluster is done or
+    // failed.
+    loop {
+        let n = exec.run_ready() + exec.core().progress();
+        exec.core().end_turn();
+        if !done && exec.live_tasks() == 0 {
+            done = true;
+            sh.finished.fetch_add(1, Ordering::AcqRel);
+        }
+        if sh.stop.load(Ordering::Relaxed)
+            || sh.failed.load(Ordering::Relaxed)
+            || sh.wire.refused().is_some()
+        {
+            break;
+        }
+        if n == 0 {
+            idle += 1;
+            if idle >= IDLE_TURNS_BEFORE_YIELD {
+                idle = 0;
+                std::thread::yield_now();
+            }
+        } else {
+            idle = 0;
+        }
+    }
+}
+
+impl UcxTransport {
+    /// The transport of a worker connected by `link`, its clock from the node's origin.
+    fn new(cfg: &UcxConfig, link: Link, setup: &NodeSetup, sh: &NodeShared) -> UcxTransport {
+        let threads = cfg.threads_per_node;
+        UcxTransport {
+            link,
+            verbs_by_am: cfg.transports == Transports::Tcp,
+            memory: setup.memory.clone(),
+            handler: setup.handler.clone(),
+            origin: *sh.origin.get().expect("set before go"),
+            op_timeout_ns: cfg.op_timeout_ns,
+            next_token: Cell::new(1),
+            pending: RefCell::new(IntMap::default()),
+            deadlines: RefCell::new(VecDeque::new()),
+            timers: RefCell::new(BinaryHeap::new()),
+            local_done: RefCell::new(VecDeque::new()),
+            scratch: RefCell::new(Vec::new()),
+            coalesce: cfg.coalesce,
+            progressed: Cell::new(false),
+            outbox: RefCell::new(
+                (0..cfg.nodes as usize * threads as usize)
+                    .map(|_| Batch::default())
+                    .collect(),
+            ),
+            outbox_used: RefCell::new(Vec::new()),
+            batches: RefCell::new(IntMap::default()),
+            send_failed: RefCell::new(Vec::new()),
+            held: RefCell::new(IntMap::default()),
+            wire: sh.wire.clone(),
+        }
+    }
+}
+
+/// What the node's main thread meets its worker threads and peers with.
+struct Meeting<'a> {
+    node: NodeId,
+    descriptors: &'a [Vec<u8>],
+    region_count: usize,
+    from_threads: &'a mpsc::Receiver<ThreadMsg>,
+    dir_senders: &'a [mpsc::Sender<Arc<Directory>>],
+}
+
+/// The node's main thread: gathers its workers' addresses, exchanges them and the regions'
+/// descriptors with every node through `boot`, hands the directory to its workers, waits
+/// until they are connected, starts the clocks at the barrier and watches the run until
+/// `boot` says stop.
+fn meet_and_watch(
+    cfg: &UcxConfig,
+    boot: &mut dyn Bootstrap,
+    sh: &NodeShared,
+    meet: &Meeting<'_>,
+) -> Result<(), NodeRunError> {
+    let (node, threads) = (meet.node, cfg.threads_per_node);
+    let wait = Duration::from_secs(STARTUP_WAIT_S_MAX);
+    let mut workers = vec![Vec::new(); threads as usize];
+    for _ in 0..threads {
+        match meet.from_threads.recv_timeout(wait) {
+            Ok(ThreadMsg::Address(t, a)) => workers[t as usize] = a?,
+            Ok(ThreadMsg::Connected(..)) => unreachable!("no directory was sent yet"),
+            Err(_) => {
+                return Err(NodeRunError::Bootstrap(format!(
+                    "node {}: a worker thread did not start within {STARTUP_WAIT_S_MAX} s",
+                    node.0
+                )))
+            }
+        }
+    }
+    let all = boot
+        .exchange(NodeAddresses {
+            workers,
+            regions: meet.descriptors.to_vec(),
+        })
+        .map_err(NodeRunError::Bootstrap)?;
+    let dir =
+        Arc::new(Directory::decode(cfg, &all, meet.region_count).map_err(NodeRunError::Bootstrap)?);
+    for tx in meet.dir_senders {
+        let _ = tx.send(dir.clone());
+    }
+    for _ in 0..threads {
+        match meet.from_threads.recv_timeout(wait) {
+            Ok(ThreadMsg::Connected(r)) => r?,
+            Ok(ThreadMsg::Address(..)) => unreachable!("each thread sends one address"),
+            Err(_) => {
+                return Err(NodeRunError::Bootstrap(format!(
+                    "node {}: a worker thread did not connect within {STARTUP_WAIT_S_MAX} s",
+                    node.0
+                )))
+            }
+        }
+    }
+    boot.start().map_err(NodeRunError::Bootstrap)?;
+    sh.origin.get_or_init(Instant::now);
+    sh.go.store(true, Ordering::Release);
+    let watch = RunWatch {
+        finished: &sh.finished,
+        workers: threads as usize,
+        failure: &sh.failure,
+        wire: &sh.wire,
+    };
+    boot.wait_stop(&watch).map_err(NodeRunError::Bootstrap)
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@
 //! so no user code and no Rust reference counting runs inside UCX.
 
 use crate::context::{Context, ContextInner};
-use crate::endpoint::{Endpoint, RemoteKeyInner};
 use crate::error::{check, UcxError};
 use crate::sys;
 use std::cell::Cell;
@@ -126,7 +125,9 @@ pub(crate) struct OpState {
     pub(crate) shared: *const Shared,
     pub(crate) kind: OpKind,
     /// Keeps the remote key (and through it the endpoint) alive while UCX may still use it.
-    pub(crate) _remote: Option<Rc<RemoteKeyInner>>,
+    /// What the op's target memory needs alive until it completes (the remote key it
+    /// addresses): held, never read, so this module need not know the key's type.
+    pub(crate) _remote: Option<Rc<dyn std::any::Any>>,
     /// The op name for errors.
     pub(crate) op: &'static str,
 }
@@ -293,27 +294,6 @@ impl Worker {
         // SAFETY: addr came from ucp_worker_get_address on this worker, released once.
         unsafe { sys::ucp_worker_release_address(self.inner.handle, addr) };
         Ok(WorkerAddress(bytes))
-    }
-
-    /// Connects to a peer's worker, reporting its failure when the context's transports can
-    /// ([`Transports::reports_peer_failure`](crate::Transports::reports_peer_failure)): then ops on the endpoint fail, rather than
-    /// hang, once the peer is gone.
-    pub fn connect(&self, peer: &WorkerAddress) -> Result<Endpoint, UcxError> {
-        let failure = if self.inner._context.transports.reports_peer_failure() {
-            PeerFailure::Report
-        } else {
-            PeerFailure::Ignore
-        };
-        Endpoint::connect(&self.inner, peer, failure)
-    }
-
-    /// [`Worker::connect`] with the peer-failure mode chosen by the caller.
-    pub fn connect_with(
-        &self,
-        peer: &WorkerAddress,
-        failure: PeerFailure,
-    ) -> Result<Endpoint, UcxError> {
-        Endpoint::connect(&self.inner, peer, failure)
     }
 
     /// Lets active messages with `id` in: they queue for [`Worker::take_am`].

@@ -213,6 +213,14 @@ fn range<T: PartialOrd + std::fmt::Display>(
 impl RunConfig {
     /// Checks every value; the first bad one is reported with what is accepted.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_shape()?;
+        self.validate_time_and_limits()?;
+        self.validate_family_knobs()?;
+        self.validate_fabric_and_plan()
+    }
+
+    /// Nodes, roles, threads and co-routines, and the co-routine ids a timestamp can name.
+    fn validate_shape(&self) -> Result<(), ConfigError> {
         range("nodes", self.nodes, 1, NODES_MAX)?;
         if let Roles::SharedData { memory_nodes, ts } = self.roles {
             let own = u16::from(ts == TsPlacement::Own);
@@ -244,6 +252,11 @@ impl RunConfig {
                 atoll_txn::ts::COROUTINES_MAX
             )));
         }
+        Ok(())
+    }
+
+    /// Warm-up, duration, injected latency, backups, attempts and OS threads.
+    fn validate_time_and_limits(&self) -> Result<(), ConfigError> {
         if !self.warmup_s.is_finite() || !(0.0..=WARMUP_S_MAX).contains(&self.warmup_s) {
             return Err(ConfigError(format!(
                 "warmup={} is out of range: expected seconds in 0..={WARMUP_S_MAX}",
@@ -290,6 +303,11 @@ impl RunConfig {
         if let Some(t) = self.os_threads {
             range("os_threads", t, 1, 1024)?;
         }
+        Ok(())
+    }
+
+    /// The knobs of one protocol family each, refused with another family.
+    fn validate_family_knobs(&self) -> Result<(), ConfigError> {
         if self.waitdie_counter && self.protocol != ProtocolKind::WaitDie {
             return Err(ConfigError(format!(
                 "waitdie-counter is WAITDIE's starvation fix: it needs --protocol waitdie, not {}",
@@ -336,6 +354,12 @@ impl RunConfig {
                 self.overflow_keep_us
             )));
         }
+        Ok(())
+    }
+
+    /// The simulator's profiles and faults (refused on every fabric), the plan, and a
+    /// workload that deletes under a protocol that cannot.
+    fn validate_fabric_and_plan(&self) -> Result<(), ConfigError> {
         // Refused on every fabric, so a bad value never waits for `--fabric sim` to show.
         self.sim_cpu()?;
         if let Fabric::Sim { net, faults } = &self.fabric {

@@ -92,34 +92,17 @@ pub fn report<W: Workload, P: Protocol>(
     checks: Vec<NodeChecks<W::NodeCheck>>,
     env: impl FnOnce(u64) -> crate::env::EnvReport,
 ) -> Report {
-    let types = w.txn_types();
-    let topology = cfg.topology();
-    let shared_data = topology.architecture() == atoll_storage::Architecture::SharedData;
-    let mut all = NodeStats::new(types.len());
+    let mut all = NodeStats::new(w.txn_types().len());
     for s in &summaries {
         all.merge(&s.stats);
     }
-    let verbs: VerbCounters = all.verbs.clone();
     // Seconds measured: the whole duration, or up to the first worker that saw a stop.
     let stopped_ns = summaries
         .iter()
         .filter_map(|s| s.stopped_ns)
         .min()
         .unwrap_or(u64::MAX);
-    let mut version_counts = [0u64; VersionEvent::COUNT];
-    for s in &summaries {
-        for (sum, x) in version_counts.iter_mut().zip(s.versions) {
-            *sum += x;
-        }
-    }
-    // Reported where some table keeps an overflow area, or anything was counted.
-    let versions =
-        (cfg.overflow_versions > 0 || version_counts.iter().any(|&x| x > 0)).then(|| {
-            VersionEvent::ALL
-                .iter()
-                .map(|e| (e.name().to_string(), version_counts[*e as usize]))
-                .collect::<BTreeMap<String, u64>>()
-        });
+    let versions = version_report(cfg, &summaries);
     // Every attempt, ordered by end time (ties by id), whichever node ran it.
     let mut history: Vec<TxnRecord> = summaries.into_iter().flat_map(|s| s.history).collect();
     history.sort_by_key(|r| (r.end_ns, r.id));
@@ -135,26 +118,89 @@ pub fn report<W: Workload, P: Protocol>(
     } else {
         f64::INFINITY
     };
-    let committed: u64 = all.committed.iter().sum();
-    let reason_map = |counts: &dyn Fn(Abort) -> u64| -> BTreeMap<String, u64> {
-        Abort::ALL
+    let summary = summary_of(&all, secs);
+    let committed = summary.committed;
+    let checks = cluster_checks::<W, P>(w, &all, checks, ledger, &facts);
+    let passed = checks.iter().all(|c| c.passed);
+    Report {
+        format: FORMAT,
+        format_version: FORMAT_VERSION,
+        partial,
+        measured_s,
+        env: env(committed),
+        config: config_report::<W, P>(cfg, w, &facts),
+        summary,
+        txn_types: type_reports(w.txn_types(), &all, secs, committed),
+        stage_us_mean: Stage::ALL
             .iter()
-            .map(|a| (a.name().to_string(), counts(*a)))
-            .collect()
-    };
+            .map(|s| {
+                let ns = per_txn(all.stage_ns[*s as usize], committed);
+                (s.name().to_string(), ns / 1000.0)
+            })
+            .collect(),
+        verbs: verbs_report(cfg, &all, &facts, committed),
+        progress: facts.progress,
+        checks,
+        passed,
+        load_s: facts.sim.is_none().then_some(facts.load_s),
+        wall_s: facts.sim.is_none().then_some(facts.wall_s),
+        sim_wall_s: 0.0,
+        ucx: None,
+        versions,
+        history,
+        sim: facts.sim.map(|s| SimInfo {
+            committed_total: all.committed_all,
+            ..s
+        }),
+    }
+}
+
+/// `x` per committed transaction (0 when none committed).
+fn per_txn(x: u64, committed: u64) -> f64 {
+    if committed == 0 {
+        0.0
+    } else {
+        x as f64 / committed as f64
+    }
+}
+
+/// Aborts by reason's name, every reason listed.
+fn reason_map(counts: &dyn Fn(Abort) -> u64) -> BTreeMap<String, u64> {
+    Abort::ALL
+        .iter()
+        .map(|a| (a.name().to_string(), counts(*a)))
+        .collect()
+}
+
+/// The version events the nodes counted; reported where some table keeps an overflow area,
+/// or anything was counted.
+fn version_report<L>(
+    cfg: &RunConfig,
+    summaries: &[NodeSummary<L>],
+) -> Option<BTreeMap<String, u64>> {
+    let mut version_counts = [0u64; VersionEvent::COUNT];
+    for s in summaries {
+        for (sum, x) in version_counts.iter_mut().zip(s.versions) {
+            *sum += x;
+        }
+    }
+    (cfg.overflow_versions > 0 || version_counts.iter().any(|&x| x > 0)).then(|| {
+        VersionEvent::ALL
+            .iter()
+            .map(|e| (e.name().to_string(), version_counts[*e as usize]))
+            .collect::<BTreeMap<String, u64>>()
+    })
+}
+
+/// The whole run's figures over `secs` measured.
+fn summary_of(all: &NodeStats, secs: f64) -> Summary {
+    let committed: u64 = all.committed.iter().sum();
     let aborted: u64 = all.aborts.iter().flat_map(|r| r.iter()).sum();
     let mut lat_all = crate::stats::new_histogram();
     for h in &all.latency_ns {
         lat_all.add(h).expect("same bounds");
     }
-    let per_txn = |x: u64| {
-        if committed == 0 {
-            0.0
-        } else {
-            x as f64 / committed as f64
-        }
-    };
-    let summary = Summary {
+    Summary {
         committed,
         committed_per_s: committed as f64 / secs,
         aborted,
@@ -180,8 +226,12 @@ pub fn report<W: Workload, P: Protocol>(
             }
             Fidelity::of(&t, committed, committed)
         },
-    };
-    let txn_types = types
+    }
+}
+
+/// Each transaction type's figures.
+fn type_reports(types: &[&str], all: &NodeStats, secs: f64, committed: u64) -> Vec<TypeReport> {
+    types
         .iter()
         .enumerate()
         .map(|(t, name)| TypeReport {
@@ -198,16 +248,14 @@ pub fn report<W: Workload, P: Protocol>(
             latency_us: Latency::of(&all.latency_ns[t]),
             fidelity: Fidelity::of(&all.touched[t], all.committed[t], committed),
         })
-        .collect();
-    let stage_us_mean = Stage::ALL
-        .iter()
-        .map(|s| {
-            (
-                s.name().to_string(),
-                per_txn(all.stage_ns[*s as usize]) / 1000.0,
-            )
-        })
-        .collect();
+        .collect()
+}
+
+/// The verbs the run posted and served, per kind and per committed transaction.
+fn verbs_report(cfg: &RunConfig, all: &NodeStats, facts: &RunFacts, committed: u64) -> VerbsReport {
+    let verbs: &VerbCounters = &all.verbs;
+    let topology = cfg.topology();
+    let shared_data = topology.architecture() == atoll_storage::Architecture::SharedData;
     let by_kind = VerbKind::ALL
         .iter()
         .map(|k| {
@@ -218,16 +266,16 @@ pub fn report<W: Workload, P: Protocol>(
                     remote_ops: verbs.remote_ops[i],
                     remote_bytes: verbs.remote_bytes[i],
                     local_ops: verbs.local_ops[i],
-                    remote_ops_per_txn: per_txn(verbs.remote_ops[i]),
+                    remote_ops_per_txn: per_txn(verbs.remote_ops[i], committed),
                 },
             )
         })
         .collect();
-    let verbs_report = VerbsReport {
+    VerbsReport {
         by_kind,
-        remote_ops_per_txn: per_txn(verbs.total_remote_ops()),
-        doorbells_per_txn: per_txn(verbs.doorbells),
-        round_trips_per_txn: per_txn(verbs.round_trips),
+        remote_ops_per_txn: per_txn(verbs.total_remote_ops(), committed),
+        doorbells_per_txn: per_txn(verbs.doorbells, committed),
+        round_trips_per_txn: per_txn(verbs.round_trips, committed),
         rpcs_served: verbs.rpcs_served,
         rpcs_served_by_role: (shared_data && !facts.rpcs_served_by_node.is_empty()).then(|| {
             let by = |keep: &dyn Fn(NodeId) -> bool| -> u64 {
@@ -243,7 +291,18 @@ pub fn report<W: Workload, P: Protocol>(
                 ts_node: by(&|n| n == ts && !topology.holds_records(n)),
             }
         }),
-    };
+    }
+}
+
+/// Every check's verdict: torn reads, the storage checks, the workload's (a check of what
+/// only serializability guarantees binds only a serializable protocol's run), the fabric's.
+fn cluster_checks<W: Workload, P: Protocol>(
+    w: &W,
+    all: &NodeStats,
+    checks: Vec<NodeChecks<W::NodeCheck>>,
+    ledger: &W::Ledger,
+    facts: &RunFacts,
+) -> Vec<CheckReport> {
     let torn = atoll_workloads::CheckResult {
         name: "txn.no_torn_read_committed".into(),
         binds: atoll_workloads::Binds::Always,
@@ -257,8 +316,6 @@ pub fn report<W: Workload, P: Protocol>(
         checks.into_iter().map(|c| (c.storage, c.workload)).unzip();
     let mut checks: Vec<CheckReport> = std::iter::once(torn)
         .chain(atoll_workloads::storage_check_cluster(&storage))
-        // A check of what only serializability guarantees (write skew) binds only a
-        // serializable protocol's run.
         .chain(w.check_cluster(parts, ledger))
         .map(|c| c.under(P::ISOLATION))
         .map(|c| CheckReport {
@@ -267,82 +324,68 @@ pub fn report<W: Workload, P: Protocol>(
             detail: c.detail,
         })
         .collect();
-    checks.extend(fabric_checks(&facts));
-    let passed = checks.iter().all(|c| c.passed);
-    Report {
-        format: FORMAT,
-        format_version: FORMAT_VERSION,
-        partial,
-        measured_s,
-        env: env(committed),
-        config: ConfigReport {
-            fabric: cfg.fabric.name(),
-            net_profile: match &cfg.fabric {
-                Fabric::Sim { net, .. } => sim::net::profile(net)
-                    .ok()
-                    .map(|p| crate::config::NetReport::of(&p)),
-                Fabric::InProc => None,
-            },
-            cpu_profile: match &cfg.fabric {
-                Fabric::Sim { .. } => cfg.sim_cpu().ok().map(|p| crate::config::CpuReport::of(&p)),
-                Fabric::InProc => None,
-            },
-            faults: match &cfg.fabric {
-                Fabric::Sim { faults, .. } => Some(format!("{faults:?}")),
-                Fabric::InProc => None,
-            },
-            workload: W::NAME,
-            workload_knobs: w.knobs(),
-            protocol: P::NAME,
-            isolation: P::ISOLATION.name(),
-            plan: cfg.plan.to_string(),
-            nodes: cfg.nodes,
-            architecture: topology.architecture().name(),
-            memory_nodes: shared_data.then(|| topology.memory_nodes()),
-            compute_nodes: shared_data.then(|| topology.compute_nodes()),
-            ts_node: shared_data.then(|| topology.ts_node().0),
-            colocated: shared_data.then(|| topology.is_colocated()),
-            threads: cfg.threads,
-            coroutines: cfg.coroutines,
-            duration_s: cfg.duration_s,
-            warmup_s: cfg.warmup_s,
-            seed: cfg.seed,
-            net_latency_us: VerbKind::ALL
-                .iter()
-                .map(|k| (k.name().to_string(), cfg.net_latency_us[*k as usize]))
-                .collect(),
-            pin_threads: cfg.pin_threads,
-            os_threads: facts.os_threads,
-            log_replicas: cfg.log_replicas,
-            attempts_max: cfg.attempts_max,
-            waitdie_counter: cfg.waitdie_counter,
-            mvcc_slots: cfg.mvcc_slots,
-            rsi_versions: cfg.rsi_versions,
-            overflow_versions: cfg.overflow_versions,
-            mover_interval_us: cfg.mover_interval_us,
-            overflow_keep_us: cfg.overflow_keep_us,
-            vector_slots: cfg.vector_slots.name(),
-            vector_fetcher: cfg.vector_fetcher,
-            log_ring_words: facts.log_ring_words,
-            memory_bytes: facts.memory_bytes,
+    checks.extend(fabric_checks(facts));
+    checks
+}
+
+/// The configuration as the report states it.
+fn config_report<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    w: &W,
+    facts: &RunFacts,
+) -> ConfigReport {
+    let topology = cfg.topology();
+    let shared_data = topology.architecture() == atoll_storage::Architecture::SharedData;
+    ConfigReport {
+        fabric: cfg.fabric.name(),
+        net_profile: match &cfg.fabric {
+            Fabric::Sim { net, .. } => sim::net::profile(net)
+                .ok()
+                .map(|p| crate::config::NetReport::of(&p)),
+            Fabric::InProc => None,
         },
-        summary,
-        txn_types,
-        stage_us_mean,
-        verbs: verbs_report,
-        progress: facts.progress,
-        checks,
-        passed,
-        load_s: facts.sim.is_none().then_some(facts.load_s),
-        wall_s: facts.sim.is_none().then_some(facts.wall_s),
-        sim_wall_s: 0.0,
-        ucx: None,
-        versions,
-        history,
-        sim: facts.sim.map(|s| SimInfo {
-            committed_total: all.committed_all,
-            ..s
-        }),
+        cpu_profile: match &cfg.fabric {
+            Fabric::Sim { .. } => cfg.sim_cpu().ok().map(|p| crate::config::CpuReport::of(&p)),
+            Fabric::InProc => None,
+        },
+        faults: match &cfg.fabric {
+            Fabric::Sim { faults, .. } => Some(format!("{faults:?}")),
+            Fabric::InProc => None,
+        },
+        workload: W::NAME,
+        workload_knobs: w.knobs(),
+        protocol: P::NAME,
+        isolation: P::ISOLATION.name(),
+        plan: cfg.plan.to_string(),
+        nodes: cfg.nodes,
+        architecture: topology.architecture().name(),
+        memory_nodes: shared_data.then(|| topology.memory_nodes()),
+        compute_nodes: shared_data.then(|| topology.compute_nodes()),
+        ts_node: shared_data.then(|| topology.ts_node().0),
+        colocated: shared_data.then(|| topology.is_colocated()),
+        threads: cfg.threads,
+        coroutines: cfg.coroutines,
+        duration_s: cfg.duration_s,
+        warmup_s: cfg.warmup_s,
+        seed: cfg.seed,
+        net_latency_us: VerbKind::ALL
+            .iter()
+            .map(|k| (k.name().to_string(), cfg.net_latency_us[*k as usize]))
+            .collect(),
+        pin_threads: cfg.pin_threads,
+        os_threads: facts.os_threads,
+        log_replicas: cfg.log_replicas,
+        attempts_max: cfg.attempts_max,
+        waitdie_counter: cfg.waitdie_counter,
+        mvcc_slots: cfg.mvcc_slots,
+        rsi_versions: cfg.rsi_versions,
+        overflow_versions: cfg.overflow_versions,
+        mover_interval_us: cfg.mover_interval_us,
+        overflow_keep_us: cfg.overflow_keep_us,
+        vector_slots: cfg.vector_slots.name(),
+        vector_fetcher: cfg.vector_fetcher,
+        log_ring_words: facts.log_ring_words,
+        memory_bytes: facts.memory_bytes,
     }
 }
 

@@ -221,6 +221,24 @@ impl Report {
     /// The human-readable summary.
     pub fn render(&self) -> String {
         let mut o = String::new();
+        self.render_head(&mut o);
+        self.render_outcome(&mut o);
+        self.render_costs(&mut o);
+        self.env.render(&mut o);
+        for ch in &self.checks {
+            let _ = writeln!(
+                o,
+                "check       {:<44} {}  {}",
+                ch.name,
+                if ch.passed { "PASS" } else { "FAIL" },
+                ch.detail
+            );
+        }
+        o
+    }
+
+    /// The title line, the table, an interruption, throughput and tpmC.
+    fn render_head(&self, o: &mut String) {
         let c = &self.config;
         let s = &self.summary;
         let nodes = match (c.memory_nodes, c.compute_nodes) {
@@ -284,6 +302,11 @@ impl Report {
                 );
             }
         }
+    }
+
+    /// Fidelity, aborts by reason and latency per type.
+    fn render_outcome(&self, o: &mut String) {
+        let s = &self.summary;
         // Measured from what committed transactions touched, per type.
         let types: Vec<String> = self
             .txn_types
@@ -334,10 +357,14 @@ impl Report {
                 name, l.p50, l.p90, l.p99, l.p999, l.max
             );
         };
-        row(&mut o, "all", &s.latency_us);
+        row(o, "all", &s.latency_us);
         for t in &self.txn_types {
-            row(&mut o, &t.name, &t.latency_us);
+            row(o, &t.name, &t.latency_us);
         }
+    }
+
+    /// Verbs, versions, RPCs by role, stages, UCX and the simulation.
+    fn render_costs(&self, o: &mut String) {
         let v = &self.verbs;
         let kinds: Vec<String> = v
             .by_kind
@@ -424,16 +451,5 @@ impl Report {
                 sim.cores_busy_max * 100.0
             );
         }
-        self.env.render(&mut o);
-        for ch in &self.checks {
-            let _ = writeln!(
-                o,
-                "check       {:<44} {}  {}",
-                ch.name,
-                if ch.passed { "PASS" } else { "FAIL" },
-                ch.detail
-            );
-        }
-        o
     }
 }

@@ -3,7 +3,7 @@
 //! on the chosen fabric (in-process threads or the simulator), then has the driver
 //! ([`crate::driver`]) merge the nodes' summaries and check parts into the report.
 
-use crate::config::{ConfigError, Fabric, RunConfig};
+use crate::config::{ConfigError, Fabric, FaultConfig, RunConfig};
 use crate::driver::{RunFacts, SummaryWire};
 pub use crate::error::RunError;
 use crate::node::NodeRuntime;
@@ -158,6 +158,10 @@ impl<W: Workload> RunShared<W> {
     }
 }
 
+/// The phases every run goes through, whatever carries it: refuse what cannot fit and lay
+/// out the catalog ([`prepare`]), load every node ([`load_nodes`]), hand the workers over to
+/// the fabric and measure ([`execute`], each fabric its part), then stop and summarise
+/// ([`summarise`]). `atoll cluster` runs the same phases across processes.
 fn run_with<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: W,
@@ -165,6 +169,72 @@ fn run_with<W: Workload, P: Protocol>(
     progress: &(dyn Fn(&ProgressLine) + Sync),
 ) -> Result<Report, RunError> {
     let wall = Instant::now();
+    let prepared = prepare::<W, P>(cfg, &w)?;
+    let nodes = load_nodes(cfg, &prepared.catalog, &w)?;
+    let load_s = wall.elapsed().as_secs_f64();
+    let os_threads = os_threads(cfg);
+    let shared = Arc::new(RunShared {
+        w,
+        catalog: prepared.catalog.clone(),
+        txn: prepared.txn_cfg.clone(),
+        cfg: cfg.clone(),
+        warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
+        end_ns: ((cfg.warmup_s + cfg.duration_s) * 1e9) as u64,
+        interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
+        failed_after_log: Default::default(),
+        cpu: Default::default(),
+        history_out: prepared.history_out,
+        txn_cpu_ns: match cfg.fabric {
+            Fabric::Sim { .. } => {
+                let p = cfg.sim_cpu()?;
+                Some((p.txn_ns, p.txn_ns_per_access))
+            }
+            Fabric::InProc => None,
+        },
+    });
+    let executed = execute::<W, P>(cfg, &nodes, &shared, os_threads, progress)?;
+    let facts = RunFacts {
+        warmup_end_ns: shared.warmup_end_ns,
+        progress: executed.lines,
+        load_s,
+        wall_s: 0.0,
+        os_threads,
+        sim: executed.sim,
+        log_ring_words: prepared.sizing.log_ring_words,
+        memory_bytes: prepared.sizing.total_bytes(),
+        coroutines_hung: executed.hung,
+        crashed: executed.crashed,
+        rpcs_served_by_node: executed.served,
+    };
+    let mut report = summarise::<W, P>(cfg, wire, &nodes, &shared, facts, wall, &prepared.probe)?;
+    report.sim_wall_s = executed.sim_wall_s;
+    if let Some(out) = &shared.history_out {
+        let (passed, detail) = match out.finish() {
+            Ok(n) => (true, format!("{n} attempts written as the run went")),
+            Err(e) => (false, e),
+        };
+        report.passed &= passed;
+        report.checks.push(CheckReport {
+            name: "history.written".into(),
+            passed,
+            detail,
+        });
+    }
+    Ok(report)
+}
+
+/// What a run has decided before it loads anything.
+struct Prepared {
+    sizing: crate::sizing::Sizing,
+    probe: crate::env::Probe,
+    history_out: Option<atoll_history::HistoryWriter>,
+    txn_cfg: Arc<TxnConfig>,
+    catalog: Arc<Catalog>,
+}
+
+/// Refuses what cannot fit (before anything is allocated), opens the history file once
+/// everything else was accepted, and lays out the catalog the sizing counted.
+fn prepare<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Prepared, RunError> {
     // A variant no user selects (a broken one) keeps what its kind's knob says.
     let version_slots = if P::MULTI_VERSION {
         cfg.version_slots(cfg.protocol)
@@ -172,7 +242,7 @@ fn run_with<W: Workload, P: Protocol>(
         1
     };
     // Everything below allocates: first refuse what cannot fit.
-    let sizing = crate::sizing::size(cfg, &w, version_slots)?;
+    let sizing = crate::sizing::size(cfg, w, version_slots)?;
     let probe = crate::env::Probe::start(!matches!(cfg.fabric, Fabric::Sim { .. }));
     // The history file is created only once everything else was accepted, so a refused
     // configuration leaves an existing file as it was.
@@ -209,13 +279,26 @@ fn run_with<W: Workload, P: Protocol>(
             .eq(sizing.node_region_words(topology.holds_records(NodeId(n))))),
         "the sizing and the catalog disagree"
     );
+    Ok(Prepared {
+        sizing,
+        probe,
+        history_out,
+        txn_cfg,
+        catalog,
+    })
+}
 
-    // Start every node's runtime in parallel: each registers its memory and loads its own
-    // partition (nodes holding no records load nothing).
-    let nodes: Vec<Arc<NodeRuntime<W>>> = std::thread::scope(|s| {
+/// Starts every node's runtime in parallel: each registers its memory and loads its own
+/// partition (nodes holding no records load nothing).
+fn load_nodes<W: Workload>(
+    cfg: &RunConfig,
+    catalog: &Arc<Catalog>,
+    w: &W,
+) -> Result<Vec<Arc<NodeRuntime<W>>>, RunError> {
+    std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.nodes)
             .map(|n| {
-                let (catalog, w) = (catalog.clone(), &w);
+                let catalog = catalog.clone();
                 s.spawn(move || NodeRuntime::load(NodeId(n), catalog, w).map(Arc::new))
             })
             .collect();
@@ -231,22 +314,85 @@ fn run_with<W: Workload, P: Protocol>(
                 })?
             })
             .collect::<Result<_, _>>()
-    })?;
-    let load_s = wall.elapsed().as_secs_f64();
+    })
+}
+
+/// OS threads carrying the workers: the simulator runs them all on one.
+fn os_threads(cfg: &RunConfig) -> usize {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let workers = cfg.nodes as usize * cfg.threads as usize;
+    match cfg.fabric {
+        Fabric::InProc => cfg.os_threads.unwrap_or(cores).min(workers),
+        Fabric::Sim { .. } => 1,
+    }
+}
+
+/// What the fabric's run of the workers leaves for the summary.
+#[derive(Default)]
+struct Executed {
+    lines: Vec<ProgressLine>,
+    sim: Option<SimInfo>,
+    sim_wall_s: f64,
+    /// Co-routines of live nodes the simulator found waiting with nothing left to happen (a
+    /// hang).
+    hung: usize,
+    /// The nodes the simulator crashed: when, and how many co-routines stopped with them.
+    crashed: Vec<(NodeId, u64, usize)>,
+    /// RPCs each node's workers served.
+    served: Vec<u64>,
+}
+
+/// Hands the nodes' workers to the fabric, which runs them to the end of the measurement,
+/// while a thread prints the progress lines they report.
+fn execute<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    nodes: &[Arc<NodeRuntime<W>>],
+    shared: &Arc<RunShared<W>>,
+    os_threads: usize,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Result<Executed, RunError> {
     // Each node's backend is built from its own memory and handler and the directory of the
     // region keys every node's registration returned, exchanged here at start-up.
     let memory: Vec<Arc<NodeMemory>> = nodes.iter().map(|n| n.store().memory().clone()).collect();
     let directory = NodeDirectory::of(&memory);
     let setups: Vec<NodeSetup> = nodes.iter().map(|n| n.setup()).collect();
-
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let topology = cfg.topology();
     let workers = cfg.nodes as usize * cfg.threads as usize;
-    let os_threads = match cfg.fabric {
-        Fabric::InProc => cfg.os_threads.unwrap_or(cores).min(workers),
-        Fabric::Sim { .. } => 1,
-    };
+    let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
+    std::thread::scope(|s| {
+        let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
+        // A worker's co-routines belong to its node's runtime; a node that runs no
+        // coordinators (a memory or timestamp node) has none, and its workers only serve.
+        let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
+            let node = &nodes[core.node().0 as usize];
+            if !topology.runs_coordinators(core.node()) {
+                return memory_task::<W, P>(core, shared, node);
+            }
+            worker_coroutines::<W, P>(core, shared, node, cfg.coroutines, &tx_iv)
+        };
+        let ran = match &cfg.fabric {
+            Fabric::InProc => execute_inproc(cfg, os_threads, &setups, &directory, &spawn),
+            Fabric::Sim { net, faults } => {
+                execute_sim(cfg, net, faults, shared.end_ns, &setups, &directory, &spawn)
+            }
+        };
+        drop(tx_iv);
+        let lines = printer.join().expect("progress thread panicked");
+        ran.map(|r| Executed { lines, ..r })
+            .map_err(RunError::Panicked)
+    })
+}
+
+/// The in-process fabric's part: real threads until the co-routines finish.
+fn execute_inproc(
+    cfg: &RunConfig,
+    os_threads: usize,
+    setups: &[NodeSetup],
+    directory: &NodeDirectory,
+    spawn: &atoll_fabric::core::Spawner<'_>,
+) -> Result<Executed, WorkerPanic> {
     let icfg = InprocConfig {
         nodes: cfg.nodes,
         threads_per_node: cfg.threads,
@@ -255,121 +401,90 @@ fn run_with<W: Workload, P: Protocol>(
         net_latency_ns: cfg.net_latency_us.map(|us| (us * 1000.0) as u64),
         machine_pairs: cfg.topology().machine_pairs(),
     };
-    let shared = Arc::new(RunShared {
-        w,
-        catalog: catalog.clone(),
-        txn: txn_cfg,
-        cfg: cfg.clone(),
-        warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
-        end_ns: ((cfg.warmup_s + cfg.duration_s) * 1e9) as u64,
-        interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
-        failed_after_log: Default::default(),
-        cpu: Default::default(),
-        history_out,
-        txn_cpu_ns: match cfg.fabric {
-            Fabric::Sim { .. } => {
-                let p = cfg.sim_cpu()?;
-                Some((p.txn_ns, p.txn_ns_per_access))
-            }
-            Fabric::InProc => None,
-        },
-    });
-    let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
-    let mut lines = Vec::new();
-    let mut sim = None;
-    let mut sim_wall_s = 0.0;
-    // Co-routines of live nodes the simulator found waiting with nothing left to happen (a
-    // hang), and the nodes it crashed.
-    let (mut hung, mut crashed) = (0, Vec::new());
     let mut served = vec![0u64; cfg.nodes as usize];
-    let mut failure = None;
-    std::thread::scope(|s| {
-        let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
-        // A worker's co-routines belong to its node's runtime; a node that runs no
-        // coordinators (a memory or timestamp node) has none, and its workers only serve.
-        let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
-            let node = &nodes[core.node().0 as usize];
-            if !topology.runs_coordinators(core.node()) {
-                return memory_task::<W, P>(core, &shared, node);
-            }
-            worker_coroutines::<W, P>(core, &shared, node, cfg.coroutines, &tx_iv)
-        };
-        sim = match &cfg.fabric {
-            Fabric::InProc => {
-                match inproc::run(&icfg, &setups, &directory, &spawn) {
-                    Ok(reports) => {
-                        for r in reports {
-                            served[r.id.node.0 as usize] += r.counters.rpcs_served;
-                        }
-                    }
-                    Err(e) => failure = Some(e),
-                }
-                None
-            }
-            Fabric::Sim { net, faults } => {
-                let scfg = SimConfig {
-                    nodes: cfg.nodes,
-                    threads_per_node: cfg.threads,
-                    net: sim::net::profile(net).expect("validated profile"),
-                    cpu: cfg.sim_cpu().expect("validated profile"),
-                    faults: sim::faults::plan(faults, cfg.nodes, shared.end_ns, cfg.seed),
-                    op_timeout_ns: faults.op_timeout_ns(),
-                    machine_pairs: cfg.topology().machine_pairs(),
-                };
-                let t0 = Instant::now();
-                // The simulator runs every worker on this thread: a panic ends them all.
-                match std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    sim::run(&scfg, &setups, &directory, &spawn)
-                })) {
-                    Ok(r) => {
-                        sim_wall_s = t0.elapsed().as_secs_f64();
-                        hung = r.unfinished;
-                        crashed = r.crashed;
-                        for w in &r.workers {
-                            served[w.id.node.0 as usize] += w.counters.rpcs_served;
-                        }
-                        let busy = |ns: u64| ns as f64 / r.virtual_ns.max(1) as f64;
-                        let workers = r.cpu_busy_ns.len().max(1) as f64;
-                        Some(SimInfo {
-                            virtual_s: r.virtual_ns as f64 / 1e9,
-                            events: r.events,
-                            committed_total: 0,
-                            cores_busy_mean: r.cpu_busy_ns.iter().map(|&b| busy(b)).sum::<f64>()
-                                / workers,
-                            cores_busy_max: r
-                                .cpu_busy_ns
-                                .iter()
-                                .map(|&b| busy(b))
-                                .fold(0.0, f64::max),
-                        })
-                    }
-                    Err(payload) => {
-                        failure = Some(WorkerPanic {
-                            worker: None,
-                            message: panic_message(payload.as_ref()),
-                        });
-                        None
-                    }
-                }
-            }
-        };
-        drop(tx_iv);
-        lines = printer.join().expect("progress thread panicked");
-    });
-    if let Some(p) = failure {
-        return Err(RunError::Panicked(p));
+    for r in inproc::run(&icfg, setups, directory, spawn)? {
+        served[r.id.node.0 as usize] += r.counters.rpcs_served;
     }
-    // The driver's part: every node's summary, the merged ledger handed back, every node's
-    // check of its own records, then the report from merged data only.
+    Ok(Executed {
+        served,
+        ..Default::default()
+    })
+}
+
+/// The simulator's part: every worker on this thread in virtual time, with the run's faults.
+fn execute_sim(
+    cfg: &RunConfig,
+    net: &str,
+    faults: &FaultConfig,
+    end_ns: u64,
+    setups: &[NodeSetup],
+    directory: &NodeDirectory,
+    spawn: &atoll_fabric::core::Spawner<'_>,
+) -> Result<Executed, WorkerPanic> {
+    let scfg = SimConfig {
+        nodes: cfg.nodes,
+        threads_per_node: cfg.threads,
+        net: sim::net::profile(net).expect("validated profile"),
+        cpu: cfg.sim_cpu().expect("validated profile"),
+        faults: sim::faults::plan(faults, cfg.nodes, end_ns, cfg.seed),
+        op_timeout_ns: faults.op_timeout_ns(),
+        machine_pairs: cfg.topology().machine_pairs(),
+    };
+    let t0 = Instant::now();
+    // The simulator runs every worker on this thread: a panic ends them all.
+    let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        sim::run(&scfg, setups, directory, spawn)
+    }))
+    .map_err(|payload| WorkerPanic {
+        worker: None,
+        message: panic_message(payload.as_ref()),
+    })?;
+    let mut served = vec![0u64; cfg.nodes as usize];
+    for w in &r.workers {
+        served[w.id.node.0 as usize] += w.counters.rpcs_served;
+    }
+    let busy = |ns: u64| ns as f64 / r.virtual_ns.max(1) as f64;
+    let workers = r.cpu_busy_ns.len().max(1) as f64;
+    Ok(Executed {
+        sim: Some(SimInfo {
+            virtual_s: r.virtual_ns as f64 / 1e9,
+            events: r.events,
+            committed_total: 0,
+            cores_busy_mean: r.cpu_busy_ns.iter().map(|&b| busy(b)).sum::<f64>() / workers,
+            cores_busy_max: r.cpu_busy_ns.iter().map(|&b| busy(b)).fold(0.0, f64::max),
+        }),
+        sim_wall_s: t0.elapsed().as_secs_f64(),
+        hung: r.unfinished,
+        crashed: r.crashed,
+        served,
+        ..Default::default()
+    })
+}
+
+/// The driver's part: every node's summary, the merged ledger handed back, every node's
+/// check of its own records, then the report from merged data only.
+fn summarise<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    wire: SummaryWire,
+    nodes: &[Arc<NodeRuntime<W>>],
+    shared: &RunShared<W>,
+    mut facts: RunFacts,
+    wall: Instant,
+    probe: &crate::env::Probe,
+) -> Result<Report, RunError> {
     let summaries: Vec<_> = nodes
         .iter()
         .map(|n| wire.carry("a node summary", n.summary(&shared.w)))
         .collect();
     if let Some((node, txn)) = crate::driver::failed_after_log(&summaries) {
-        let crashed = crashed.iter().map(|c| c.0).collect();
+        let crashed = facts.crashed.iter().map(|c| c.0).collect();
         return Err(RunError::NodeFailed { node, txn, crashed });
     }
-    if let Some(&(node, at_ns, _)) = crashed.iter().find(|c| nodes[c.0 .0 as usize].began_txns()) {
+    if let Some(&(node, at_ns, _)) = facts
+        .crashed
+        .iter()
+        .find(|c| nodes[c.0 .0 as usize].began_txns())
+    {
         return Err(RunError::Crashed { node, at_ns });
     }
     let ledger = crate::driver::merge_ledgers(&shared.w, &summaries);
@@ -389,20 +504,8 @@ fn run_with<W: Workload, P: Protocol>(
             wire.carry("a node's checks", n.check(&shared.w, ledger))
         })
         .collect();
-    let facts = RunFacts {
-        warmup_end_ns: shared.warmup_end_ns,
-        progress: lines,
-        load_s,
-        wall_s: wall.elapsed().as_secs_f64(),
-        os_threads,
-        sim,
-        log_ring_words: sizing.log_ring_words,
-        memory_bytes: sizing.total_bytes(),
-        coroutines_hung: hung,
-        crashed,
-        rpcs_served_by_node: served,
-    };
-    let mut report = crate::driver::report::<W, P>(
+    facts.wall_s = wall.elapsed().as_secs_f64();
+    Ok(crate::driver::report::<W, P>(
         cfg,
         &shared.w,
         facts,
@@ -410,21 +513,7 @@ fn run_with<W: Workload, P: Protocol>(
         &ledger,
         checks,
         |committed| probe.finish(&shared.cpu, committed),
-    );
-    report.sim_wall_s = sim_wall_s;
-    if let Some(out) = &shared.history_out {
-        let (passed, detail) = match out.finish() {
-            Ok(n) => (true, format!("{n} attempts written as the run went")),
-            Err(e) => (false, e),
-        };
-        report.passed &= passed;
-        report.checks.push(CheckReport {
-            name: "history.written".into(),
-            passed,
-            detail,
-        });
-    }
-    Ok(report)
+    ))
 }
 
 fn collect_progress(
@@ -616,27 +705,8 @@ pub async fn coroutine<W: Workload, P: Protocol>(
                 ws.stats.borrow_mut().committed_torn_reads += 1;
             }
             if run.cfg.record_history {
-                let rec = TxnRecord {
-                    id: tx.ts().word(),
-                    tag: tx.tag(),
-                    coord: id,
-                    attempt: attempts,
-                    aborted: r.as_ref().err().map(|a| a.name().to_string()),
-                    start_ns: attempt_start_ns,
-                    end_ns: tx.now_ns(),
-                    snapshot: tx.snapshot_ts().map(|t| t.word()),
-                    commit: tx.commit_ts().map(|t| t.word()),
-                    snapshot_vector: tx.snapshot_vector().map(<[u64]>::to_vec),
-                    commit_slot: tx.commit_slot(),
-                    ops: tx.history_ops(),
-                };
-                let mut h = ws.history.borrow_mut();
-                h.push(rec);
-                if let Some(out) = &run.history_out {
-                    if h.len() >= HISTORY_BATCH_RECORDS {
-                        out.append(&mut h);
-                    }
-                }
+                let aborted = r.as_ref().err().map(|a| a.name().to_string());
+                record_attempt(&run, &ws, &tx, id, attempts, aborted, attempt_start_ns);
             }
             tx.end();
             match r {
@@ -663,37 +733,7 @@ pub async fn coroutine<W: Workload, P: Protocol>(
             }
         };
         let end_ns = c.now_ns();
-        let measured = start_ns >= run.warmup_end_ns;
-        {
-            let mut st = ws.stats.borrow_mut();
-            match outcome {
-                Ok((effect, stages, footprint)) => {
-                    run.w.record(&mut ws.ledger.borrow_mut(), effect);
-                    st.committed_all += 1;
-                    if measured {
-                        st.committed[ty] += 1;
-                        st.touched[ty].add(footprint);
-                        WorkerStats::record_latency(&mut st.latency_ns[ty], end_ns - start_ns);
-                        st.interval.committed += 1;
-                        WorkerStats::record_latency(&mut st.interval.latency_ns, end_ns - start_ns);
-                        for (acc, ns) in st.stage_ns.iter_mut().zip(stages) {
-                            *acc += ns;
-                        }
-                    }
-                }
-                Err(a) => {
-                    if measured {
-                        if a == Abort::UserAbort {
-                            st.user_aborted[ty] += 1;
-                        } else if !run.over(&node, end_ns) {
-                            // Retries stop at the end of the run; those are cut off, not
-                            // given up.
-                            st.gave_up += 1;
-                        }
-                    }
-                }
-            }
-        }
+        count_outcome(&run, &node, &ws, ty, outcome, start_ns, end_ns);
         // One transaction per turn: the event loop and the other co-routines get the core
         // even when a transaction touched only local records and never waited.
         c.ep.yield_now().await;
@@ -702,6 +742,94 @@ pub async fn coroutine<W: Workload, P: Protocol>(
     // the timestamp service) goes out now. A failed node cannot be told; the run reports
     // the failure where it met it.
     let _ = c.flush_deferred().await;
+    coroutine_done(&run, &node, &ws, &ep);
+}
+
+/// Records one attempt of coordinator `coord` as it ran: what it read and installed, its
+/// outcome and timestamps; a batch full goes to the history file.
+fn record_attempt<W: Workload, P: Protocol>(
+    run: &RunShared<W>,
+    ws: &WorkerShared<W>,
+    tx: &Txn<'_, P>,
+    coord: u32,
+    attempt: u32,
+    aborted: Option<String>,
+    start_ns: u64,
+) {
+    let rec = TxnRecord {
+        id: tx.ts().word(),
+        tag: tx.tag(),
+        coord,
+        attempt,
+        aborted,
+        start_ns,
+        end_ns: tx.now_ns(),
+        snapshot: tx.snapshot_ts().map(|t| t.word()),
+        commit: tx.commit_ts().map(|t| t.word()),
+        snapshot_vector: tx.snapshot_vector().map(<[u64]>::to_vec),
+        commit_slot: tx.commit_slot(),
+        ops: tx.history_ops(),
+    };
+    let mut h = ws.history.borrow_mut();
+    h.push(rec);
+    if let Some(out) = &run.history_out {
+        if h.len() >= HISTORY_BATCH_RECORDS {
+            out.append(&mut h);
+        }
+    }
+}
+
+/// Counts a transaction of type `ty` begun at `start_ns` and ended at `end_ns`: a commit's
+/// effect into the ledger and, if measured, its latency, footprint and stages; an abort that
+/// gave up (not one the run's end cut off).
+fn count_outcome<W: Workload>(
+    run: &RunShared<W>,
+    node: &NodeRuntime<W>,
+    ws: &WorkerShared<W>,
+    ty: usize,
+    outcome: Result<(W::Effect, [u64; Stage::COUNT], atoll_txn::Footprint), Abort>,
+    start_ns: u64,
+    end_ns: u64,
+) {
+    let measured = start_ns >= run.warmup_end_ns;
+    let mut st = ws.stats.borrow_mut();
+    match outcome {
+        Ok((effect, stages, footprint)) => {
+            run.w.record(&mut ws.ledger.borrow_mut(), effect);
+            st.committed_all += 1;
+            if measured {
+                st.committed[ty] += 1;
+                st.touched[ty].add(footprint);
+                WorkerStats::record_latency(&mut st.latency_ns[ty], end_ns - start_ns);
+                st.interval.committed += 1;
+                WorkerStats::record_latency(&mut st.interval.latency_ns, end_ns - start_ns);
+                for (acc, ns) in st.stage_ns.iter_mut().zip(stages) {
+                    *acc += ns;
+                }
+            }
+        }
+        Err(a) => {
+            if measured {
+                if a == Abort::UserAbort {
+                    st.user_aborted[ty] += 1;
+                } else if !run.over(node, end_ns) {
+                    // Retries stop at the end of the run; those are cut off, not
+                    // given up.
+                    st.gave_up += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The last co-routine of a worker to finish hands its statistics, history and ledger to
+/// its node.
+fn coroutine_done<W: Workload>(
+    run: &RunShared<W>,
+    node: &NodeRuntime<W>,
+    ws: &WorkerShared<W>,
+    ep: &Endpoint,
+) {
     let left = ws.live.get() - 1;
     ws.live.set(left);
     if left == 0 {

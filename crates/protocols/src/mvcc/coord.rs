@@ -80,34 +80,7 @@ pub async fn read(
     // Compared with header words (versions' `WTS`, `RTS`) and sent as a word.
     let ctts = ts.word();
     if prim == Primitive::Rpc {
-        let (nodes, res) =
-            stages::rpc_per_node(tx, idxs, |items| MvccRequest::read_bytes(ctts, items)).await?;
-        for (j, &n) in nodes.iter().enumerate() {
-            match stages::view(res.rpc(j)) {
-                ReplyView::Tuples(tuples) => {
-                    let mine = stages::on_node(tx, idxs, n);
-                    for (i, t) in stages::tuples_for(tuples, &mine, n) {
-                        let t = t.expect("an MVCC read returns every tuple");
-                        tx.c.observe_ts(t.head.wts.max(t.head.rts));
-                        apply_tuple(tx, i, &t);
-                    }
-                }
-                ReplyView::Other(Reply::Family { body, .. }) => match MvccReply::decode(&body) {
-                    Ok(MvccReply::Refused { overflow: true, .. }) => {
-                        return Err(Abort::SlotOverflow)
-                    }
-                    Ok(MvccReply::Refused {
-                        overflow: false, ..
-                    }) => return Err(Abort::Conflict),
-                    Err(e) => panic!("mvcc read: undecodable reply from node {}: {e}", n.0),
-                },
-                ReplyView::Other(Reply::NotFound { .. }) => return Err(Abort::NotFound),
-                ReplyView::Other(r) => {
-                    panic!("mvcc read: unexpected reply {r:?} from node {}", n.0)
-                }
-            }
-        }
-        return Ok(());
+        return read_rpc(tx, idxs, ctts).await;
     }
     locate(tx, idxs).await?;
     let ep = tx.c.ep.clone();
@@ -221,6 +194,37 @@ pub async fn read(
         ep.sleep(RETRY_NS).await;
     }
     Err(Abort::Conflict)
+}
+
+/// [`read`] served by the records' nodes: each raises `RTS` and returns the version the
+/// reader sees, or refuses (the version was overwritten, or an earlier writer holds it).
+async fn read_rpc(tx: &mut TxnCore<'_, Versions>, idxs: &[usize], ctts: u64) -> Result<(), Abort> {
+    let (nodes, res) =
+        stages::rpc_per_node(tx, idxs, |items| MvccRequest::read_bytes(ctts, items)).await?;
+    for (j, &n) in nodes.iter().enumerate() {
+        match stages::view(res.rpc(j)) {
+            ReplyView::Tuples(tuples) => {
+                let mine = stages::on_node(tx, idxs, n);
+                for (i, t) in stages::tuples_for(tuples, &mine, n) {
+                    let t = t.expect("an MVCC read returns every tuple");
+                    tx.c.observe_ts(t.head.wts.max(t.head.rts));
+                    apply_tuple(tx, i, &t);
+                }
+            }
+            ReplyView::Other(Reply::Family { body, .. }) => match MvccReply::decode(&body) {
+                Ok(MvccReply::Refused { overflow: true, .. }) => return Err(Abort::SlotOverflow),
+                Ok(MvccReply::Refused {
+                    overflow: false, ..
+                }) => return Err(Abort::Conflict),
+                Err(e) => panic!("mvcc read: undecodable reply from node {}: {e}", n.0),
+            },
+            ReplyView::Other(Reply::NotFound { .. }) => return Err(Abort::NotFound),
+            ReplyView::Other(r) => {
+                panic!("mvcc read: unexpected reply {r:?} from node {}", n.0)
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Locks `idxs` with their whole records and checks Cond W1 against the frozen `RTS`.
