@@ -327,7 +327,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
         "check_node_state",
         248,
     ),
-    ("src/main.rs", "resolve", 214),
+    ("src/main.rs", "resolve", 215),
     ("src/main.rs", "plan_all", 108),
 ];
 
