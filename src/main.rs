@@ -442,7 +442,8 @@ fn resolve_fabric(cfg: &mut RunConfig, a: &BenchArgs, file: &FileConfig) -> Resu
         "sim" => {
             cfg.fabric = Fabric::Sim {
                 net: net.cloned().unwrap_or_else(|| "edr-ib".into()),
-                faults: FaultConfig::parse(faults.map(String::as_str).unwrap_or("none"))?,
+                faults: FaultConfig::parse(faults.map(String::as_str).unwrap_or("none"))
+                    .map_err(|e| e.to_string())?,
             }
         }
         other => {
@@ -469,7 +470,7 @@ fn resolve_family_knobs(
 ) -> Result<(), String> {
     cfg.waitdie_counter = a.waitdie_counter || file.waitdie_counter.unwrap_or(false);
     if let Some(v) = a.vector_slots.as_deref().or(file.vector_slots.as_deref()) {
-        cfg.vector_slots = atoll_txn::tsvc::VectorSlots::parse(v)?;
+        cfg.vector_slots = atoll_txn::tsvc::VectorSlots::parse(v).map_err(|e| e.to_string())?;
     }
     cfg.vector_fetcher = a.vector_fetcher || file.vector_fetcher.unwrap_or(false);
     if let Some(n) = a.mvcc_slots.or(file.mvcc_slots) {

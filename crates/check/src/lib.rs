@@ -1402,13 +1402,16 @@ mod tests {
     fn history_a_malformed_timestamp_or_isolation_is_an_error_naming_line_field_and_value() {
         let header = header_line(Isolation::Snapshot);
         let line = r#"{"id":1,"tag":11,"coord":0,"attempt":1,"status":"committed","start_ns":0,"end_ns":5,"snapshot":"soon","ops":[]}"#;
-        let e = parse(&format!("{header}\n{line}\n")).unwrap_err();
+        let e = parse(&format!("{header}\n{line}\n"))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("history line 2") && e.contains("'snapshot'") && e.contains("soon"),
             "{e}"
         );
         let e = parse("{\"format\":\"atoll-history\",\"version\":3,\"isolation\":\"si\"}\n")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("history line 1")
                 && e.contains("\"si\"")

@@ -412,8 +412,7 @@ pub(crate) fn serve_node(
     };
     let summary = serde_json::to_value(&figures)
         .map_err(|e| ClusterError::Failed(format!("the figures do not serialize: {e}")))?;
-    link.send(&Msg::Summary { summary })
-        .map_err(ClusterError::Failed)?;
+    link.send(&Msg::Summary { summary })?;
     link.recv("bye", Instant::now() + Duration::from_secs(FINISH_S_MAX))?;
     Ok(())
 }
@@ -441,7 +440,7 @@ async fn initiate(ep: Endpoint, task: u32, table: &Timetable, tallies: &Mutex<Ve
             seq += 1;
             if let Err(e) = submit(&ep, phase.verb, line, seq).await {
                 t.failures += 1;
-                t.first_failure = Some(e);
+                t.first_failure = Some(e.to_string());
                 break;
             }
             let t1 = ep.now_ns();
@@ -455,9 +454,22 @@ async fn initiate(ep: Endpoint, task: u32, table: &Timetable, tallies: &Mutex<Ve
     }
 }
 
+/// Why a submission failed, naming its verb.
+#[derive(Debug, thiserror::Error)]
+enum SubmitError {
+    #[error("{}: {failed}", .verb.name())]
+    Op { verb: Verb, failed: OpError },
+    #[error("{}: the RPC reply {reply:?} is not the request {request:?} echoed", .verb.name())]
+    NotEchoed {
+        verb: Verb,
+        reply: Vec<u8>,
+        request: Vec<u8>,
+    },
+}
+
 /// Posts one submission of `verb` on co-routine `line`'s words and awaits it; an error
 /// names what failed.
-async fn submit(ep: &Endpoint, verb: Verb, line: RemotePtr, seq: u64) -> Result<(), String> {
+async fn submit(ep: &Endpoint, verb: Verb, line: RemotePtr, seq: u64) -> Result<(), SubmitError> {
     let one = [verb];
     let ops: &[Verb] = if verb == Verb::Doorbell {
         &MIXED_DOORBELL
@@ -487,15 +499,14 @@ async fn submit(ep: &Endpoint, verb: Verb, line: RemotePtr, seq: u64) -> Result<
     let done = d
         .submit()
         .await
-        .map_err(|e: OpError| format!("{}: {e}", verb.name()))?;
+        .map_err(|failed: OpError| SubmitError::Op { verb, failed })?;
     for i in rpcs {
         if done.rpc(i) != request.as_slice() {
-            return Err(format!(
-                "{}: the RPC reply {:?} is not the request {:?} echoed",
-                verb.name(),
-                done.rpc(i),
-                request
-            ));
+            return Err(SubmitError::NotEchoed {
+                verb,
+                reply: done.rpc(i).to_vec(),
+                request,
+            });
         }
     }
     Ok(())

@@ -56,10 +56,10 @@ impl NodeLink {
         })
     }
 
-    pub(crate) fn send(&mut self, m: &Msg) -> Result<(), String> {
+    pub(crate) fn send(&mut self, m: &Msg) -> Result<(), ClusterError> {
         self.conn
             .send(m)
-            .map_err(|e| format!("the coordinator's connection: {e}"))
+            .map_err(|e| ClusterError::Failed(format!("the coordinator's connection: {e}")))
     }
 
     /// The coordinator is hung if it sent nothing for a heartbeat silence.
@@ -110,7 +110,8 @@ impl Bootstrap for NodeLink {
         self.send(&Msg::Joined {
             workers: mine.workers,
             regions: mine.regions,
-        })?;
+        })
+        .map_err(|e| e.to_string())?;
         match self
             .recv("directory", self.deadline)
             .map_err(|e| e.to_string())?
@@ -124,7 +125,7 @@ impl Bootstrap for NodeLink {
     }
 
     fn start(&mut self) -> Result<(), String> {
-        self.send(&Msg::Ready)?;
+        self.send(&Msg::Ready).map_err(|e| e.to_string())?;
         self.recv("start", self.deadline)
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -138,7 +139,7 @@ impl Bootstrap for NodeLink {
             }
             if !sent_done && watch.finished() {
                 sent_done = true;
-                self.send(&Msg::Done)?;
+                self.send(&Msg::Done).map_err(|e| e.to_string())?;
             }
             if Instant::now() > self.run_deadline {
                 return Err("the run did not end in time".into());
@@ -599,8 +600,7 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
     summary.rpcs_served = Some(served);
     link.send(&Msg::Summary {
         summary: json("a node summary", &summary),
-    })
-    .map_err(ClusterError::Failed)?;
+    })?;
     let finish = Instant::now() + Duration::from_secs(FINISH_S_MAX);
     let ledger: W::Ledger = match link.recv("ledger", finish)? {
         Msg::Ledger { ledger } => serde_json::from_value(ledger).map_err(|e| {
@@ -611,8 +611,7 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
     let checks = runtime.check(&shared.w, &ledger);
     link.send(&Msg::Checks {
         checks: json("a node's checks", &checks),
-    })
-    .map_err(ClusterError::Failed)?;
+    })?;
     link.recv("bye", finish)?;
     Ok(())
 }

@@ -129,24 +129,16 @@ impl Msg {
 }
 
 /// Why a cluster run (coordinator or node) ended without a report.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterError {
     /// Bad input: flags, a malformed or mismatched message, UCX missing. Exit 2.
+    #[error("{0}")]
     BadInput(String),
     /// A node failed (its process exited, its connection closed, it reported a failure),
     /// or the run did. Exit 1.
+    #[error("{0}")]
     Failed(String),
 }
-
-impl std::fmt::Display for ClusterError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ClusterError::BadInput(m) | ClusterError::Failed(m) => f.write_str(m),
-        }
-    }
-}
-
-impl std::error::Error for ClusterError {}
 
 impl From<RunError> for ClusterError {
     fn from(e: RunError) -> Self {

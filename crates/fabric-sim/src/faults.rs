@@ -85,7 +85,7 @@ impl FaultConfig {
     /// stall_permille=P,stall_us=T,crash_node=C,crash_us=U,op_timeout_us=O` (unnamed values
     /// as in `some`; `tear_words=0` turns tearing off, `stall_permille=0` stalls; a crash
     /// needs `crash_node`, at `crash_us` or 0).
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, FaultsError> {
         match s.trim() {
             "none" | "" => return Ok(FaultConfig::default()),
             "some" => return Ok(FaultConfig::some()),
@@ -95,19 +95,22 @@ impl FaultConfig {
         // `crash_us` may come before `crash_node`.
         let mut crash_at_ns = None;
         for part in s.split(',') {
-            let (k, v) = part.split_once('=').ok_or_else(|| {
-                format!("faults entry '{part}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,stall_permille=P,stall_us=T,crash_node=C,crash_us=U,op_timeout_us=O")
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| FaultsError::NotKeyValue(part.to_string()))?;
+            let v: u64 = v.trim().parse().map_err(|_| FaultsError::NotWholeNumber {
+                key: k.trim().to_string(),
+                value: v.trim().to_string(),
             })?;
-            let v: u64 = v
-                .trim()
-                .parse()
-                .map_err(|_| format!("faults {}={} is not a whole number", k.trim(), v.trim()))?;
             let key = k.trim();
-            let at_most = |max: u64, unit: &str| -> Result<u64, String> {
+            let at_most = |max: u64, unit: &'static str| -> Result<u64, FaultsError> {
                 if v > max {
-                    Err(format!(
-                        "faults {key}={v} is out of range: expected 0..={max}{unit}"
-                    ))
+                    Err(FaultsError::OutOfRange {
+                        key: key.to_string(),
+                        value: v,
+                        max,
+                        unit,
+                    })
                 } else {
                     Ok(v)
                 }
@@ -122,11 +125,12 @@ impl FaultConfig {
                 "pause_us" => f.pause_len_ns = us()?,
                 "tear_words" => f.tear_words = v.min(u32::MAX as u64) as u32,
                 "tear_ns" => {
-                    f.tear_stall_ns =
-                        at_most(FAULT_DURATION_US_MAX * NS_PER_US, " nanoseconds")?
+                    f.tear_stall_ns = at_most(FAULT_DURATION_US_MAX * NS_PER_US, " nanoseconds")?
                 }
                 "stall_permille" => f.stall_permille = at_most(PERMILLE, " per mille")? as u32,
-                "stall_us" => f.stall_ns = at_most(FAULT_DURATION_US_MAX, " microseconds")? * NS_PER_US,
+                "stall_us" => {
+                    f.stall_ns = at_most(FAULT_DURATION_US_MAX, " microseconds")? * NS_PER_US
+                }
                 "crash_node" => {
                     let node = NodeId(at_most(u16::MAX as u64, "")? as u16);
                     f.crash = Some((node, f.crash.map_or(0, |c| c.1)));
@@ -136,22 +140,37 @@ impl FaultConfig {
                     crash_at_ns = Some(at_ns);
                 }
                 "op_timeout_us" => f.op_timeout_ns = Some(us()?.max(1)),
-                other => {
-                    return Err(format!(
-                        "unknown faults key '{other}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us, tear_words, tear_ns, stall_permille, stall_us, crash_node, crash_us, op_timeout_us"
-                    ))
-                }
+                other => return Err(FaultsError::UnknownKey(other.to_string())),
             }
         }
         match (&mut f.crash, crash_at_ns) {
             (Some(c), Some(at_ns)) => c.1 = at_ns,
-            (None, Some(_)) => {
-                return Err("faults crash_us needs crash_node (the node that crashes)".into())
-            }
+            (None, Some(_)) => return Err(FaultsError::CrashWithoutNode),
             _ => {}
         }
         Ok(f)
     }
+}
+
+/// A `--faults` value that does not parse, naming the bad entry and what is accepted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FaultsError {
+    #[error("faults entry '{0}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,stall_permille=P,stall_us=T,crash_node=C,crash_us=U,op_timeout_us=O")]
+    NotKeyValue(String),
+    #[error("faults {key}={value} is not a whole number")]
+    NotWholeNumber { key: String, value: String },
+    /// `unit` follows the bound, with its leading space (or empty for a count).
+    #[error("faults {key}={value} is out of range: expected 0..={max}{unit}")]
+    OutOfRange {
+        key: String,
+        value: u64,
+        max: u64,
+        unit: &'static str,
+    },
+    #[error("unknown faults key '{0}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us, tear_words, tear_ns, stall_permille, stall_us, crash_node, crash_us, op_timeout_us")]
+    UnknownKey(String),
+    #[error("faults crash_us needs crash_node (the node that crashes)")]
+    CrashWithoutNode,
 }
 
 /// One scheduled fault.

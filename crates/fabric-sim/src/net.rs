@@ -183,22 +183,26 @@ pub const MEASURED_TXN_NS_PER_ACCESS: f64 = 209.9;
 /// core): if anything the calibrated profile is still optimistic.
 pub const CALIBRATION_SCALE: f64 = 2.596 / 2.3;
 
+/// A CPU or network profile that is not one of the named ones, or a bad CPU scale.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ProfileError {
+    #[error("cpu-scale={0} is out of range: expected a factor in (0, {CPU_SCALE_MAX}]")]
+    CpuScale(f64),
+    #[error("unknown CPU profile '{0}': accepted are {accepted}", accepted = CPU_PROFILES.join(", "))]
+    UnknownCpu(String),
+    #[error("unknown network profile '{name}': accepted are {accepted}")]
+    UnknownNet { name: String, accepted: String },
+}
+
 /// The CPU profile named `name` (see [`CPU_PROFILES`]) times `scale`, or why not.
-pub fn cpu_profile(name: &str, scale: f64) -> Result<CpuProfile, String> {
+pub fn cpu_profile(name: &str, scale: f64) -> Result<CpuProfile, ProfileError> {
     if !scale.is_finite() || scale <= 0.0 || scale > CPU_SCALE_MAX {
-        return Err(format!(
-            "cpu-scale={scale} is out of range: expected a factor in (0, {CPU_SCALE_MAX}]"
-        ));
+        return Err(ProfileError::CpuScale(scale));
     }
     let p = match name {
         "calibrated" => CpuProfile::calibrated(),
         "xeon" => CpuProfile::xeon(),
-        other => {
-            return Err(format!(
-                "unknown CPU profile '{other}': accepted are {}",
-                CPU_PROFILES.join(", ")
-            ))
-        }
+        other => return Err(ProfileError::UnknownCpu(other.to_string())),
     };
     Ok(p.scaled(scale))
 }
@@ -289,13 +293,16 @@ pub fn profiles() -> Vec<NetProfile> {
 }
 
 /// The profile named `name`, or the accepted names.
-pub fn profile(name: &str) -> Result<NetProfile, String> {
+pub fn profile(name: &str) -> Result<NetProfile, ProfileError> {
     let all = profiles();
     let names: Vec<&str> = all.iter().map(|p| p.name).collect();
-    let joined = names.join(", ");
+    let accepted = names.join(", ");
     all.into_iter()
         .find(|p| p.name == name)
-        .ok_or_else(|| format!("unknown network profile '{name}': accepted are {joined}"))
+        .ok_or_else(|| ProfileError::UnknownNet {
+            name: name.to_string(),
+            accepted,
+        })
 }
 
 impl NetProfile {
@@ -332,6 +339,7 @@ mod tests {
         assert_eq!(twice.name, "calibrated*2");
         assert!(cpu_profile("pentium", 1.0)
             .unwrap_err()
+            .to_string()
             .contains("accepted are calibrated, xeon"));
         for bad in [0.0, -1.0, f64::NAN, CPU_SCALE_MAX * 2.0] {
             assert!(cpu_profile("xeon", bad).is_err(), "{bad} accepted");

@@ -233,7 +233,22 @@ struct Args {
     transports: Vec<Transports>,
 }
 
-fn parse_args() -> Result<Args, String> {
+/// A flag this benchmark does not take, or a bad value for one.
+#[derive(Debug, thiserror::Error)]
+enum ArgsError {
+    #[error("{0} needs a value")]
+    NoValue(String),
+    #[error("--ops {0}: a positive integer")]
+    Ops(String),
+    #[error("--seconds {0}: a number in (0, 600]")]
+    Seconds(String),
+    #[error("--transports: {0:?} is not tcp or shm")]
+    Transport(String),
+    #[error("unknown flag {0} (--ops, --seconds, --transports)")]
+    UnknownFlag(String),
+}
+
+fn parse_args() -> Result<Args, ArgsError> {
     let mut args = Args {
         ops: 20_000,
         seconds: 1.0,
@@ -241,21 +256,21 @@ fn parse_args() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        let value = it.next().ok_or_else(|| ArgsError::NoValue(flag.clone()))?;
         match flag.as_str() {
             "--ops" => {
                 args.ops = value
                     .parse()
                     .ok()
                     .filter(|n| *n > 0)
-                    .ok_or(format!("--ops {value}: a positive integer"))?
+                    .ok_or_else(|| ArgsError::Ops(value.clone()))?
             }
             "--seconds" => {
                 args.seconds = value
                     .parse()
                     .ok()
                     .filter(|s: &f64| *s > 0.0 && *s <= 600.0)
-                    .ok_or(format!("--seconds {value}: a number in (0, 600]"))?
+                    .ok_or_else(|| ArgsError::Seconds(value.clone()))?
             }
             "--transports" => {
                 args.transports = value
@@ -263,15 +278,11 @@ fn parse_args() -> Result<Args, String> {
                     .map(|t| match t {
                         "tcp" => Ok(Transports::Tcp),
                         "shm" => Ok(Transports::SharedMemory),
-                        other => Err(format!("--transports: {other:?} is not tcp or shm")),
+                        other => Err(ArgsError::Transport(other.to_string())),
                     })
                     .collect::<Result<_, _>>()?
             }
-            other => {
-                return Err(format!(
-                    "unknown flag {other} (--ops, --seconds, --transports)"
-                ))
-            }
+            other => return Err(ArgsError::UnknownFlag(other.to_string())),
         }
     }
     Ok(args)

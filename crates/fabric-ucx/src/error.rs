@@ -3,14 +3,18 @@
 //! bounds) is refused before UCX sees it.
 
 use crate::sys;
-use std::fmt;
 
 /// What went wrong, and in which call.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum UcxError {
     /// The crate was compiled without UCX (pkg-config found no `ucx`, or `ATOLL_UCX=off`).
+    #[error(
+        "atoll-fabric-ucx was built without UCX: apt-get install libucx-dev (UCX 1.13 or \
+         newer, pkg-config name `ucx`) and rebuild"
+    )]
     NotBuilt,
     /// A UCX call returned an error status, or an operation completed with one.
+    #[error("{op}: {status} (ucs_status_t {code})")]
     Status {
         op: &'static str,
         /// `ucs_status_string` of the code.
@@ -18,10 +22,16 @@ pub enum UcxError {
         code: i8,
     },
     /// The endpoint's error handler reported its peer failed; ops on it are refused.
+    #[error("{op}: the endpoint's peer failed: {status}")]
     EndpointFailed { op: &'static str, status: String },
     /// A bounded wait ran out.
+    #[error("{op}: nothing completed within {waited_ms} ms")]
     TimedOut { op: &'static str, waited_ms: u64 },
     /// An access outside the remote region its descriptor announced.
+    #[error(
+        "{op}: {len_words} words at word {offset_words} are outside the remote region's \
+         {region_words} words"
+    )]
     OutOfBounds {
         op: &'static str,
         offset_words: u64,
@@ -30,42 +40,9 @@ pub enum UcxError {
     },
     /// Input refused before UCX saw it (a malformed descriptor or address, an empty region, a
     /// setting with a NUL byte, a reply handle from another worker or an earlier progress call).
+    #[error("{op}: {reason}")]
     Invalid { op: &'static str, reason: String },
 }
-
-impl fmt::Display for UcxError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            UcxError::NotBuilt => write!(
-                f,
-                "atoll-fabric-ucx was built without UCX: apt-get install libucx-dev (UCX 1.13 or \
-                 newer, pkg-config name `ucx`) and rebuild"
-            ),
-            UcxError::Status { op, status, code } => {
-                write!(f, "{op}: {status} (ucs_status_t {code})")
-            }
-            UcxError::EndpointFailed { op, status } => {
-                write!(f, "{op}: the endpoint's peer failed: {status}")
-            }
-            UcxError::TimedOut { op, waited_ms } => {
-                write!(f, "{op}: nothing completed within {waited_ms} ms")
-            }
-            UcxError::OutOfBounds {
-                op,
-                offset_words,
-                len_words,
-                region_words,
-            } => write!(
-                f,
-                "{op}: {len_words} words at word {offset_words} are outside the remote region's \
-                 {region_words} words"
-            ),
-            UcxError::Invalid { op, reason } => write!(f, "{op}: {reason}"),
-        }
-    }
-}
-
-impl std::error::Error for UcxError {}
 
 impl UcxError {
     /// The error of `op` for a UCX status code.

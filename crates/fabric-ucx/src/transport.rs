@@ -188,7 +188,7 @@ pub struct WireFault {
 impl WireFault {
     /// Notes that node `node` refused a message for `why` (the first one wins: later ones
     /// follow from it).
-    fn refuse(&self, node: NodeId, why: &str) {
+    fn refuse(&self, node: NodeId, why: impl std::fmt::Display) {
         let _ = self.first.set(format!(
             "node {}: a malformed message from the wire: {why}",
             node.0
@@ -201,36 +201,21 @@ impl WireFault {
 }
 
 /// Why a node's run ended without reports.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum NodeRunError {
     /// A UCX call failed at start-up.
-    Ucx(UcxError),
+    #[error(transparent)]
+    Ucx(#[from] UcxError),
     /// The bootstrap failed or refused what a peer sent.
+    #[error("{0}")]
     Bootstrap(String),
     /// A worker panicked; the others were stopped.
+    #[error("{0}")]
     Panicked(WorkerPanic),
     /// A message from the wire was malformed or not for this node (its description); the
     /// workers were stopped, having changed nothing for it.
+    #[error("{0}")]
     Malformed(String),
-}
-
-impl std::fmt::Display for NodeRunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NodeRunError::Ucx(e) => write!(f, "{e}"),
-            NodeRunError::Bootstrap(e) => write!(f, "{e}"),
-            NodeRunError::Panicked(p) => write!(f, "{p}"),
-            NodeRunError::Malformed(m) => write!(f, "{m}"),
-        }
-    }
-}
-
-impl std::error::Error for NodeRunError {}
-
-impl From<UcxError> for NodeRunError {
-    fn from(e: UcxError) -> Self {
-        NodeRunError::Ucx(e)
-    }
 }
 
 /// How each verb travels over `transports`, for reports: `(verb, how)`. Seen on this
@@ -647,19 +632,14 @@ fn held_key(slot: SlotId, index: u32) -> u64 {
 /// An RPC request's header (`header.len()` checked), refused unless it names this node
 /// (`me`) as its target and a worker of the cluster (below `workers`) as its requester: a
 /// reply to another would have nowhere to go.
-fn request_from(h: &[u8], me: NodeId, workers: usize) -> Result<ReplyTo, String> {
+fn request_from(h: &[u8], me: NodeId, workers: usize) -> Result<ReplyTo, WireError> {
     let target = NodeId(u16::from_le_bytes([h[20], h[21]]));
     if target != me {
-        return Err(format!(
-            "a request for node {} arrived at node {}",
-            target.0, me.0
-        ));
+        return Err(WireError::RequestNotHere { target, me });
     }
     let worker = u32_at(h, 0);
     if worker as usize >= workers {
-        return Err(format!(
-            "a request from worker {worker}, of {workers} in the cluster"
-        ));
+        return Err(WireError::UnknownWorker { worker, workers });
     }
     Ok(ReplyTo {
         worker,
@@ -672,24 +652,29 @@ fn request_from(h: &[u8], me: NodeId, workers: usize) -> Result<ReplyTo, String>
 /// A one-sided verb's reply, checked against the op it answers: done (a refusal means the
 /// peers disagree about a region they announced), and a READ's words exactly the length
 /// asked for.
-fn verb_completion(p: &Pending, status: u8, old: u64, data: &[u8]) -> Result<Completion, String> {
+fn verb_completion(
+    p: &Pending,
+    status: u8,
+    old: u64,
+    data: &[u8],
+) -> Result<Completion, WireError> {
     if status != VERB_STATUS_DONE {
-        return Err(format!(
-            "node {} refused a one-sided verb within the region it announced (status {status})",
-            p.node.0
-        ));
+        return Err(WireError::VerbRefused {
+            node: p.node,
+            status,
+        });
     }
     let expected_bytes = match p.kind {
         PendingKind::Read => p.read_words as usize * 8,
         _ => 0,
     };
     if data.len() != expected_bytes {
-        return Err(format!(
-            "node {} answered a {:?} with {} bytes, {expected_bytes} expected",
-            p.node.0,
-            p.kind,
-            data.len()
-        ));
+        return Err(WireError::ReplyLength {
+            node: p.node,
+            kind: p.kind,
+            bytes: data.len(),
+            expected: expected_bytes,
+        });
     }
     Ok(match p.kind {
         PendingKind::Read => Completion::Read(
@@ -700,13 +685,38 @@ fn verb_completion(p: &Pending, status: u8, old: u64, data: &[u8]) -> Result<Com
         PendingKind::Write => Completion::Write,
         PendingKind::Cas => Completion::Cas(old),
         PendingKind::FetchAdd => Completion::FetchAdd(old),
-        PendingKind::Rpc => {
-            return Err(format!(
-                "node {} answered an RPC as a one-sided verb",
-                p.node.0
-            ))
-        }
+        PendingKind::Rpc => return Err(WireError::RpcAsVerb(p.node)),
     })
+}
+
+/// Why a worker refuses a message from the wire: malformed, or not meant for it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum WireError {
+    #[error("a request for node {} arrived at node {}", .target.0, .me.0)]
+    RequestNotHere { target: NodeId, me: NodeId },
+    #[error("a request from worker {worker}, of {workers} in the cluster")]
+    UnknownWorker { worker: u32, workers: usize },
+    #[error("node {} refused a one-sided verb within the region it announced (status {status})", .node.0)]
+    VerbRefused { node: NodeId, status: u8 },
+    #[error("node {} answered a {kind:?} with {bytes} bytes, {expected} expected", .node.0)]
+    ReplyLength {
+        node: NodeId,
+        kind: PendingKind,
+        bytes: usize,
+        expected: usize,
+    },
+    #[error("node {} answered an RPC as a one-sided verb", .0.0)]
+    RpcAsVerb(NodeId),
+    #[error("a batch with a {0}-byte header is none of ours ({BATCH_HEADER_BYTES} expected)")]
+    BatchHeader(usize),
+    #[error("a batch of {count} frames in {bytes} bytes")]
+    BatchCount { count: u32, bytes: usize },
+    #[error("frame {k} of {count} of a batch ends past its {bytes} bytes")]
+    FramePastEnd { k: u32, count: u32, bytes: usize },
+    #[error("frame {k} of {count} of a batch is a batch")]
+    NestedBatch { k: u32, count: u32 },
+    #[error("a batch of {count} frames has {after} bytes after them")]
+    TrailingBytes { count: u32, after: usize },
 }
 
 /// The frames bound for one peer worker ([`AM_BATCH`]), and the tokens of the requests
@@ -798,31 +808,21 @@ fn put_frame(out: &mut Vec<u8>, id: u16, header: &[u8], data: &[u8]) {
 /// The frames `(id, header, data)` of a batch with header `header` and data `frames`, or
 /// what is wrong with it: a header that is not a count, a frame past the data, a batch in a
 /// batch, bytes after the last frame.
-fn batch_frames<'a>(header: &[u8], frames: &'a [u8]) -> Result<Vec<Frame<'a>>, String> {
+fn batch_frames<'a>(header: &[u8], frames: &'a [u8]) -> Result<Vec<Frame<'a>>, WireError> {
     if header.len() != BATCH_HEADER_BYTES {
-        return Err(format!(
-            "a batch with a {}-byte header is none of ours ({BATCH_HEADER_BYTES} expected)",
-            header.len()
-        ));
+        return Err(WireError::BatchHeader(header.len()));
     }
     let count = u32_at(header, 0);
+    let bytes = frames.len();
     // Each frame takes at least its own header: a count the data cannot hold is refused
     // before anything is allocated for it.
-    if count as usize > frames.len() / FRAME_HEADER_BYTES {
-        return Err(format!(
-            "a batch of {count} frames in {} bytes",
-            frames.len()
-        ));
+    if count as usize > bytes / FRAME_HEADER_BYTES {
+        return Err(WireError::BatchCount { count, bytes });
     }
     let mut out = Vec::with_capacity(count as usize);
     let mut at = 0;
     for k in 0..count {
-        let malformed = || {
-            format!(
-                "frame {k} of {count} of a batch ends past its {} bytes",
-                frames.len()
-            )
-        };
+        let malformed = || WireError::FramePastEnd { k, count, bytes };
         let f = frames
             .get(at..at + FRAME_HEADER_BYTES)
             .ok_or_else(malformed)?;
@@ -836,16 +836,16 @@ fn batch_frames<'a>(header: &[u8], frames: &'a [u8]) -> Result<Vec<Frame<'a>>, S
             return Err(malformed());
         }
         if id == AM_BATCH {
-            return Err(format!("frame {k} of {count} of a batch is a batch"));
+            return Err(WireError::NestedBatch { k, count });
         }
         out.push((id, &frames[h_at..d_at], &frames[d_at..end]));
         at = end;
     }
-    if at != frames.len() {
-        return Err(format!(
-            "a batch of {count} frames has {} bytes after them",
-            frames.len() - at
-        ));
+    if at != bytes {
+        return Err(WireError::TrailingBytes {
+            count,
+            after: bytes - at,
+        });
     }
     Ok(out)
 }
@@ -978,8 +978,8 @@ impl UcxTransport {
     }
 
     /// Notes a message from the wire this worker refused: the node's run stops.
-    fn refuse(&self, why: String) {
-        self.wire.refuse(self.link.node, &why);
+    fn refuse(&self, why: impl std::fmt::Display) {
+        self.wire.refuse(self.link.node, why);
     }
 
     /// Hands active message `id` (not a batch) to the worker: a request to its handler, a
@@ -1760,7 +1760,7 @@ mod tests {
         assert_eq!(batch_frames(&count(0), &[]).unwrap(), vec![]);
         // Each way a batch can be wrong is named, and nothing past the data is read.
         let refused = |h: &[u8], f: &[u8], what: &str| {
-            let e = batch_frames(h, f).unwrap_err();
+            let e = batch_frames(h, f).unwrap_err().to_string();
             assert!(e.contains(what), "{e}");
         };
         refused(&[3, 0], &frames, "2-byte header");
@@ -1797,7 +1797,7 @@ mod tests {
             c => panic!("a CAS's reply completed as {c:?}"),
         }
         let refused = |p: &Pending, status, data: &[u8], what: &str| {
-            let e = verb_completion(p, status, 0, data).unwrap_err();
+            let e = verb_completion(p, status, 0, data).unwrap_err().to_string();
             assert!(e.contains(what), "{e}");
         };
         refused(&read, VERB_STATUS_REFUSED, &words, "node 2 refused");

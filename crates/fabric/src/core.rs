@@ -991,7 +991,8 @@ pub struct WorkerReport {
 
 /// A worker that panicked: which one, and the panic's message. A backend that catches one
 /// stops every other worker and returns this instead of its reports.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{} panicked: {message}", panicked_worker(.worker))]
 pub struct WorkerPanic {
     /// The worker whose event loop or co-routine panicked; `None` if it panicked before any
     /// worker ran (while building them).
@@ -999,20 +1000,13 @@ pub struct WorkerPanic {
     pub message: String,
 }
 
-impl std::fmt::Display for WorkerPanic {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.worker {
-            Some(w) => write!(
-                f,
-                "worker (node {}, thread {}) panicked: {}",
-                w.node.0, w.thread, self.message
-            ),
-            None => write!(f, "a worker thread panicked: {}", self.message),
-        }
+/// The worker a [`WorkerPanic`] names: the one running, or none yet.
+fn panicked_worker(worker: &Option<crate::ids::WorkerId>) -> String {
+    match worker {
+        Some(w) => format!("worker (node {}, thread {})", w.node.0, w.thread),
+        None => "a worker thread".to_string(),
     }
 }
-
-impl std::error::Error for WorkerPanic {}
 
 /// The message a panic carried (`panic!` with a literal or with a format), or a note that it
 /// carried something else.

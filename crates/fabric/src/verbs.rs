@@ -117,19 +117,12 @@ impl FailureKind {
 }
 
 /// A failed op: the node it targeted and how it failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("an op to node {} {}", .node.0, .kind.name())]
 pub struct OpError {
     pub node: NodeId,
     pub kind: FailureKind,
 }
-
-impl std::fmt::Display for OpError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "an op to node {} {}", self.node.0, self.kind.name())
-    }
-}
-
-impl std::error::Error for OpError {}
 
 impl Completion {
     /// The verb this completes; `None` for a timer or a failure (which moved no reply).

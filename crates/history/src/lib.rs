@@ -291,8 +291,8 @@ impl TxnRecord {
         v
     }
 
-    fn from_json(line_no: usize, v: &Value) -> Result<TxnRecord, String> {
-        let bad = |what: &str| format!("history line {line_no}: {what}");
+    fn from_json(line_no: usize, v: &Value) -> Result<TxnRecord, HistoryParseError> {
+        let bad = |what: &str| HistoryParseError::new(line_no, what);
         let u = |k: &str| {
             v.get(k)
                 .and_then(Value::as_u64)
@@ -343,7 +343,7 @@ impl TxnRecord {
                 a[j].as_u64()
                     .ok_or_else(|| bad(&format!("op {i}: element {j} is not a whole number")))
             };
-            let table = |j: usize| -> Result<TableId, String> {
+            let table = |j: usize| -> Result<TableId, HistoryParseError> {
                 Ok(TableId(u16::try_from(n(j)?).map_err(|_| {
                     bad(&format!("op {i}: table id out of range"))
                 })?))
@@ -470,27 +470,47 @@ pub fn to_text(h: &[TxnRecord], isolation: Isolation) -> String {
     text
 }
 
+/// A history file that does not parse: the line, and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("history line {line}: {what}")]
+pub struct HistoryParseError {
+    /// 1-based.
+    pub line: usize,
+    pub what: String,
+}
+
+impl HistoryParseError {
+    fn new(line: usize, what: impl Into<String>) -> Self {
+        HistoryParseError {
+            line,
+            what: what.into(),
+        }
+    }
+}
+
 /// Parses a history written by `--history`: a header line naming the format and its
 /// version, then one JSON object per attempt.
-pub fn parse(text: &str) -> Result<Vec<TxnRecord>, String> {
+pub fn parse(text: &str) -> Result<Vec<TxnRecord>, HistoryParseError> {
     parse_reader(text.as_bytes())
 }
 
 /// [`parse`] line by line from a reader: only the typed records are kept, never the file's
 /// text or its JSON values (a history file can be many gigabytes).
-pub fn parse_reader(r: impl std::io::BufRead) -> Result<Vec<TxnRecord>, String> {
+pub fn parse_reader(r: impl std::io::BufRead) -> Result<Vec<TxnRecord>, HistoryParseError> {
     parse_with_header(r).map(|(_, h)| h)
 }
 
 /// [`parse_reader`], with what the header line says.
-pub fn parse_with_header(r: impl std::io::BufRead) -> Result<(Header, Vec<TxnRecord>), String> {
+pub fn parse_with_header(
+    r: impl std::io::BufRead,
+) -> Result<(Header, Vec<TxnRecord>), HistoryParseError> {
     let mut out = Vec::new();
     let mut lines = r
         .lines()
         .enumerate()
         .map(|(i, l)| {
             l.map(|l| (i, l))
-                .map_err(|e| format!("history line {}: {e}", i + 1))
+                .map_err(|e| HistoryParseError::new(i + 1, e.to_string()))
         })
         .filter(|l| !matches!(l, Ok((_, t)) if t.trim().is_empty()));
     let readable =
@@ -508,35 +528,41 @@ pub fn parse_with_header(r: impl std::io::BufRead) -> Result<(Header, Vec<TxnRec
         Some((i, first)) => {
             let line = i + 1;
             let v: Value = serde_json::from_str(&first)
-                .map_err(|e| format!("history line {line}: not JSON: {e}"))?;
+                .map_err(|e| HistoryParseError::new(line, format!("not JSON: {e}")))?;
             let (format, version) = (v.get("format"), v.get("version").and_then(Value::as_u64));
             if format.and_then(Value::as_str) != Some(FORMAT) {
-                return Err(format!(
-                    "history line {line}: not an {FORMAT} file (its first line must be like {})",
-                    header_line(Isolation::Serializable)
+                return Err(HistoryParseError::new(
+                    line,
+                    format!(
+                        "not an {FORMAT} file (its first line must be like {})",
+                        header_line(Isolation::Serializable)
+                    ),
                 ));
             }
             let version = match version {
                 Some(v) if (FORMAT_VERSION_OLDEST_READ..=FORMAT_VERSION).contains(&v) => v,
                 Some(found) => {
-                    return Err(format!(
-                        "history line {line}: format version {found}, {readable}"
+                    return Err(HistoryParseError::new(
+                        line,
+                        format!("format version {found}, {readable}"),
                     ))
                 }
                 None => {
-                    return Err(format!(
-                        "history line {line}: no format version (\"version\" missing or not a whole number), {readable}"
-                    ))
+                    let what = "no format version (\"version\" missing or not a whole number)";
+                    return Err(HistoryParseError::new(line, format!("{what}, {readable}")));
                 }
             };
             let isolation = match v.get("isolation") {
                 None => Isolation::Serializable,
                 Some(x) => x.as_str().and_then(Isolation::parse).ok_or_else(|| {
-                    format!(
-                        "history line {line}: isolation {x} is not one of {}",
-                        Isolation::ALL
-                            .map(|i| format!("\"{}\"", i.name()))
-                            .join(", ")
+                    HistoryParseError::new(
+                        line,
+                        format!(
+                            "isolation {x} is not one of {}",
+                            Isolation::ALL
+                                .map(|i| format!("\"{}\"", i.name()))
+                                .join(", ")
+                        ),
                     )
                 })?,
             };
@@ -546,7 +572,7 @@ pub fn parse_with_header(r: impl std::io::BufRead) -> Result<(Header, Vec<TxnRec
     for l in lines {
         let (i, line) = l?;
         let v: Value = serde_json::from_str(&line)
-            .map_err(|e| format!("history line {}: not JSON: {e}", i + 1))?;
+            .map_err(|e| HistoryParseError::new(i + 1, format!("not JSON: {e}")))?;
         out.push(TxnRecord::from_json(i + 1, &v)?);
     }
     Ok((header, out))

@@ -185,16 +185,9 @@ impl Default for RunConfig {
 }
 
 /// A configuration value outside what is accepted.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ConfigError(pub String);
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 fn range<T: PartialOrd + std::fmt::Display>(
     name: &str,
@@ -363,7 +356,7 @@ impl RunConfig {
         // Refused on every fabric, so a bad value never waits for `--fabric sim` to show.
         self.sim_cpu()?;
         if let Fabric::Sim { net, faults } = &self.fabric {
-            atoll_fabric_sim::net::profile(net).map_err(ConfigError)?;
+            atoll_fabric_sim::net::profile(net).map_err(|e| ConfigError(e.to_string()))?;
             if let Some((node, _)) = faults.crash {
                 if node.0 >= self.nodes {
                     return Err(ConfigError(format!(
@@ -394,7 +387,8 @@ impl RunConfig {
 
     /// The simulator's CPU profile this configuration names, scaled.
     pub fn sim_cpu(&self) -> Result<atoll_fabric_sim::net::CpuProfile, ConfigError> {
-        atoll_fabric_sim::net::cpu_profile(&self.cpu_profile, self.cpu_scale).map_err(ConfigError)
+        atoll_fabric_sim::net::cpu_profile(&self.cpu_profile, self.cpu_scale)
+            .map_err(|e| ConfigError(e.to_string()))
     }
 
     /// Backups a commit logs to unless told otherwise: one, or none on a single node (which

@@ -5,70 +5,54 @@ use crate::config::ConfigError;
 use atoll_fabric::{NodeId, WorkerPanic};
 
 /// Why a run produced no report.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RunError {
     /// The configuration was refused before anything started.
-    Config(ConfigError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// A worker (or a node's loader) panicked; every other worker was stopped.
+    #[error("the run failed: {0}")]
     Panicked(WorkerPanic),
     /// An op to `node` failed after transaction `txn`'s log was written: its outcome is for
     /// recovery to decide, which is not built yet, so the run stopped.
     /// `crashed`: nodes the simulator crashed (an injected fault), named when the op that
     /// failed was to another node (a crash stalls what waits on the crashed node: e.g. the
     /// timestamp service on its coordinators' outcomes).
+    #[error(
+        "node {} failed while transaction {txn:#x} was committing: its outcome needs recovery (not built yet){}",
+        .node.0,
+        crash_cause(*.node, .crashed)
+    )]
     NodeFailed {
         node: NodeId,
         txn: u64,
         crashed: Vec<NodeId>,
     },
     /// Loading a node's partition failed although the configuration was sized for it.
+    #[error("loading node {} failed: {message}", .node.0)]
     Load { node: NodeId, message: String },
     /// The simulator crashed `node` (an injected fault) at `at_ns` after its co-routines had
     /// begun transactions: what it committed was recorded in its memory, lost with it, and
     /// its transactions in flight need recovery (not built yet), so the run cannot be
     /// checked.
+    #[error(
+        "node {} crashed at {} µs (an injected fault) while running transactions: the record of what it committed went with it and its transactions in flight need recovery (not built yet), so the run cannot be checked",
+        .node.0,
+        .at_ns / 1_000
+    )]
     Crashed { node: NodeId, at_ns: u64 },
 }
 
-impl std::fmt::Display for RunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RunError::Config(e) => write!(f, "{e}"),
-            RunError::Panicked(p) => write!(f, "the run failed: {p}"),
-            RunError::NodeFailed { node, txn, crashed } => {
-                write!(
-                    f,
-                    "node {} failed while transaction {txn:#x} was committing: its outcome needs recovery (not built yet)",
-                    node.0
-                )?;
-                if !crashed.is_empty() && !crashed.contains(node) {
-                    let names: Vec<String> = crashed.iter().map(|n| n.0.to_string()).collect();
-                    write!(
-                        f,
-                        "; the cause: node {} crashed (an injected fault), and node {} waited on it",
-                        names.join(", node "),
-                        node.0
-                    )?;
-                }
-                Ok(())
-            }
-            RunError::Load { node, message } => {
-                write!(f, "loading node {} failed: {message}", node.0)
-            }
-            RunError::Crashed { node, at_ns } => write!(
-                f,
-                "node {} crashed at {} µs (an injected fault) while running transactions: the record of what it committed went with it and its transactions in flight need recovery (not built yet), so the run cannot be checked",
-                node.0,
-                at_ns / 1_000
-            ),
-        }
+/// The tail of [`RunError::NodeFailed`]'s message: the crashed nodes that `node` waited on,
+/// when it is not one of them itself; empty otherwise.
+fn crash_cause(node: NodeId, crashed: &[NodeId]) -> String {
+    if crashed.is_empty() || crashed.contains(&node) {
+        return String::new();
     }
-}
-
-impl std::error::Error for RunError {}
-
-impl From<ConfigError> for RunError {
-    fn from(e: ConfigError) -> Self {
-        RunError::Config(e)
-    }
+    let names: Vec<String> = crashed.iter().map(|n| n.0.to_string()).collect();
+    format!(
+        "; the cause: node {} crashed (an injected fault), and node {} waited on it",
+        names.join(", node "),
+        node.0
+    )
 }

@@ -66,30 +66,48 @@ fn index_slots(records: u64) -> u64 {
         .unwrap_or(0)
 }
 
+/// A floor shape that is refused: the bad value and what is accepted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FloorError {
+    #[error("floor records=0 is not accepted: expected at least 1")]
+    NoRecords,
+    #[error("floor record_bytes={0} is not accepted: expected a multiple of 8 in {RECORD_BYTES_MIN}..={RECORD_BYTES_MAX}")]
+    RecordBytes(u64),
+    #[error("floor accesses={0} is not accepted: expected 1..={ACCESSES_PER_TXN_MAX}")]
+    Accesses(u32),
+    #[error("floor threads={0} is not accepted: expected 1..={THREADS_MAX}")]
+    Threads(u16),
+    /// The table, its index and the threads' copy buffers exceed the memory limit (`why`
+    /// says where the limit comes from).
+    #[error(
+        "floor records={records} x record_bytes={record_bytes}{} needs more than the {} allowed ({why})",
+        if *.index_probe { " with its index" } else { "" },
+        human_bytes(*.limit)
+    )]
+    TooBig {
+        records: u64,
+        record_bytes: u64,
+        index_probe: bool,
+        limit: u64,
+        why: String,
+    },
+}
+
 /// Checks the shape; the error names the bad value and what is accepted.
-pub fn validate(cfg: &FloorConfig) -> Result<(), String> {
+pub fn validate(cfg: &FloorConfig) -> Result<(), FloorError> {
     if cfg.records == 0 {
-        return Err("floor records=0 is not accepted: expected at least 1".into());
+        return Err(FloorError::NoRecords);
     }
     if !(RECORD_BYTES_MIN..=RECORD_BYTES_MAX).contains(&cfg.record_bytes)
         || cfg.record_bytes % 8 != 0
     {
-        return Err(format!(
-            "floor record_bytes={} is not accepted: expected a multiple of 8 in {RECORD_BYTES_MIN}..={RECORD_BYTES_MAX}",
-            cfg.record_bytes
-        ));
+        return Err(FloorError::RecordBytes(cfg.record_bytes));
     }
     if !(1..=ACCESSES_PER_TXN_MAX).contains(&cfg.accesses_per_txn) {
-        return Err(format!(
-            "floor accesses={} is not accepted: expected 1..={ACCESSES_PER_TXN_MAX}",
-            cfg.accesses_per_txn
-        ));
+        return Err(FloorError::Accesses(cfg.accesses_per_txn));
     }
     if !(1..=THREADS_MAX).contains(&cfg.threads) {
-        return Err(format!(
-            "floor threads={} is not accepted: expected 1..={THREADS_MAX}",
-            cfg.threads
-        ));
+        return Err(FloorError::Threads(cfg.threads));
     }
     let index_bytes = if cfg.index_probe {
         match index_slots(cfg.records) {
@@ -112,24 +130,20 @@ pub fn validate(cfg: &FloorConfig) -> Result<(), String> {
     let (limit, why) = memory_limit_bytes();
     match bytes {
         Some(b) if b <= limit => Ok(()),
-        _ => Err(format!(
-            "floor records={} x record_bytes={}{} needs more than the {} allowed ({why})",
-            cfg.records,
-            cfg.record_bytes,
-            if cfg.index_probe {
-                " with its index"
-            } else {
-                ""
-            },
-            human_bytes(limit)
-        )),
+        _ => Err(FloorError::TooBig {
+            records: cfg.records,
+            record_bytes: cfg.record_bytes,
+            index_probe: cfg.index_probe,
+            limit,
+            why,
+        }),
     }
 }
 
 /// Fills a table (every page written, so no read lands on the shared zero page), then runs
 /// `threads` loops for `duration`, each transaction copying `accesses_per_txn` random records
 /// into a buffer.
-pub fn run(cfg: &FloorConfig) -> Result<FloorReport, String> {
+pub fn run(cfg: &FloorConfig) -> Result<FloorReport, FloorError> {
     validate(cfg)?;
     let words = (cfg.record_bytes / 8) as usize;
     let table: Vec<u64> = (0..cfg.records as usize * words)
@@ -315,7 +329,7 @@ mod tests {
                 "with its index needs more than",
             ),
         ] {
-            let e = validate(&bad).unwrap_err();
+            let e = validate(&bad).unwrap_err().to_string();
             assert!(e.contains(needle), "{e}");
         }
     }

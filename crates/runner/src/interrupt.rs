@@ -40,9 +40,13 @@ extern "C" fn on_sigint(_: libc::c_int) {
     }
 }
 
-/// Installs the SIGINT handler. Returns an error line if the kernel refuses it (the run
-/// still works; Ctrl-C then kills it as usual).
-pub fn install() -> Result<(), String> {
+/// The kernel refused the SIGINT handler (the run still works; Ctrl-C then kills it as usual).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot install the Ctrl-C handler: {0}")]
+pub struct InstallError(pub std::io::Error);
+
+/// Installs the SIGINT handler, or says why the kernel refused it.
+pub fn install() -> Result<(), InstallError> {
     // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the handler only
     // makes async-signal-safe calls; SA_RESTART keeps interrupted system calls going.
     unsafe {
@@ -51,10 +55,7 @@ pub fn install() -> Result<(), String> {
         sa.sa_flags = libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
         if libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut()) != 0 {
-            return Err(format!(
-                "cannot install the Ctrl-C handler: {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(InstallError(std::io::Error::last_os_error()));
         }
     }
     Ok(())

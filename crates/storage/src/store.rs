@@ -22,98 +22,38 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 /// Why a store operation could not be done.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
-    Duplicate {
-        table: String,
-        key: u64,
-    },
+    #[error("table {table}: key {key} already exists")]
+    Duplicate { table: String, key: u64 },
     /// Every record slot is live, or deleted but not reclaimable (locked for a moment, or
     /// at [`INCARNATION_MAX`]).
-    Full {
-        table: String,
-        capacity: u32,
-    },
+    #[error("table {table}: all {capacity} record slots of this node are used")]
+    Full { table: String, capacity: u32 },
     /// No free hash-index slot; cannot happen while a table's capacity is at most half its
     /// index slots (as layouts size them), since a key holds at most one index slot.
-    IndexFull {
-        table: String,
-        slots: u64,
-    },
-    NotHere {
-        table: String,
-        key: u64,
-        node: u16,
-    },
+    #[error("table {table}: all {slots} hash-index slots of this node are used")]
+    IndexFull { table: String, slots: u64 },
+    #[error("table {table}: key {key} does not live on node {node}")]
+    NotHere { table: String, key: u64, node: u16 },
     /// A deleted record being revived or reclaimed is locked for a moment by a coordinator
     /// holding a stale location: retry.
-    Busy {
-        table: String,
-        key: u64,
-    },
+    #[error("table {table}: the deleted record taken for key {key} is briefly locked")]
+    Busy { table: String, key: u64 },
     /// No live record of the key (a delete), or none locked by the caller (an undo).
-    NotFound {
-        table: String,
-        key: u64,
-    },
+    #[error("table {table}: key {key} has no such record here")]
+    NotFound { table: String, key: u64 },
     /// A stored payload of the wrong length.
+    #[error("table {table}: a stored payload of {words} words, expected {expected}")]
     PayloadWords {
         table: String,
         words: usize,
         expected: u32,
     },
     /// A scan of a table that keeps no ordered index.
-    NoOrderedIndex {
-        table: String,
-    },
+    #[error("table {table} has no ordered index to scan")]
+    NoOrderedIndex { table: String },
 }
-
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StoreError::Duplicate { table, key } => {
-                write!(f, "table {table}: key {key} already exists")
-            }
-            StoreError::Full { table, capacity } => {
-                write!(
-                    f,
-                    "table {table}: all {capacity} record slots of this node are used"
-                )
-            }
-            StoreError::Busy { table, key } => {
-                write!(
-                    f,
-                    "table {table}: the deleted record taken for key {key} is briefly locked"
-                )
-            }
-            StoreError::IndexFull { table, slots } => {
-                write!(
-                    f,
-                    "table {table}: all {slots} hash-index slots of this node are used"
-                )
-            }
-            StoreError::NotHere { table, key, node } => {
-                write!(f, "table {table}: key {key} does not live on node {node}")
-            }
-            StoreError::NotFound { table, key } => {
-                write!(f, "table {table}: key {key} has no such record here")
-            }
-            StoreError::PayloadWords {
-                table,
-                words,
-                expected,
-            } => write!(
-                f,
-                "table {table}: a stored payload of {words} words, expected {expected}"
-            ),
-            StoreError::NoOrderedIndex { table } => {
-                write!(f, "table {table} has no ordered index to scan")
-            }
-        }
-    }
-}
-
-impl std::error::Error for StoreError {}
 
 /// Set in an ordered-index value of a key whose slot went to another key; the low bits
 /// hold the key's deletion version, which scans report.

@@ -513,16 +513,9 @@ wire_tags! {
 }
 
 /// A malformed message.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed message: {0}")]
 pub struct DecodeError(pub String);
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "malformed message: {}", self.0)
-    }
-}
-
-impl std::error::Error for DecodeError {}
 
 /// Writes a message as little-endian words (families encode their messages with it).
 pub struct WordWriter<'a>(pub &'a mut Vec<u8>);

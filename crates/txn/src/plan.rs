@@ -82,16 +82,9 @@ pub struct Plan {
 }
 
 /// A plan that cannot be parsed or that a protocol cannot run.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct PlanError(pub String);
-
-impl fmt::Display for PlanError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for PlanError {}
 
 impl Plan {
     pub const fn uniform(p: Primitive) -> Plan {

@@ -299,13 +299,18 @@ impl VectorSlots {
         }
     }
 
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnknownVectorSlots> {
         Self::ALL
             .into_iter()
             .find(|v| v.name() == s)
-            .ok_or_else(|| format!("unknown vector slots '{s}': accepted are coordinator, node"))
+            .ok_or_else(|| UnknownVectorSlots(s.to_string()))
     }
 }
+
+/// A `--vector-slots` value that names no [`VectorSlots`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown vector slots '{0}': accepted are coordinator, node")]
+pub struct UnknownVectorSlots(pub String);
 
 /// Published values a compressed slot's publisher writes in a row before it hands the turn
 /// over (the next coordinator whose timestamp ends takes it), so no transaction publishes

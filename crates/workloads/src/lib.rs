@@ -91,19 +91,12 @@ impl CheckResult {
 }
 
 /// Why words did not decode into a workload's input.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{workload} input: {reason}")]
 pub struct InputDecodeError {
     pub workload: &'static str,
     pub reason: String,
 }
-
-impl std::fmt::Display for InputDecodeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} input: {}", self.workload, self.reason)
-    }
-}
-
-impl std::error::Error for InputDecodeError {}
 
 /// A transaction's input as words, so it can be logged or shipped to another node.
 pub trait TxnInput: Clone + std::fmt::Debug + Sized {

@@ -7,16 +7,9 @@ use std::collections::BTreeMap;
 pub type Params = BTreeMap<String, String>;
 
 /// A knob that is unknown or has a bad value.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ParamError(pub String);
-
-impl std::fmt::Display for ParamError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ParamError {}
 
 /// Reads knobs for one workload, remembering which were used.
 pub struct Knobs<'a> {
