@@ -216,11 +216,9 @@ struct BenchArgs {
     /// spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S.
     #[arg(long)]
     faults: Option<String>,
-    /// Workload: smallbank, ycsb, cycle (pairs whose invariant every read checks), tpcc,
-    /// micro (the hardware-islands local/multisite microbenchmark), skew (a write-skew
-    /// probe: pairs x + y >= 0, required only of serializable protocols), checkout (TPC-W's,
-    /// as RSI's paper ran it: 3 products read and restocked, an order and 3 lines inserted).
-    #[arg(long)]
+    // The workloads and what each is come from their registration, so a new one needs no
+    // edit here.
+    #[arg(long, help = format!("Workload: {}", WorkloadKind::described()))]
     workload: Option<String>,
     /// Protocol: nowait, waitdie, occ, mvcc, sundial, rsi, namdb.
     #[arg(long)]

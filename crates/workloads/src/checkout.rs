@@ -369,6 +369,12 @@ impl Workload for Checkout {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "checkout";
+    const ABOUT: &'static str = "TPC-W's, as RSI's paper ran it: 3 products read and restocked, an order and 3 lines inserted";
+    const SMALL_PARAMS: &'static [(&'static str, &'static str)] = &[
+        ("products", "30"),
+        ("product_bytes", "128"),
+        ("orders_max", "2000"),
+    ];
 
     fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
         Checkout::from_params(p, shape.nodes).map(|w| w.striped(shape.stripe.0, shape.stripe.1))

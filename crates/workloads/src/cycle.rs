@@ -254,6 +254,9 @@ impl Workload for Cycle {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "cycle";
+    const ABOUT: &'static str = "pairs whose invariant every read checks";
+    const SMALL_PARAMS: &'static [(&'static str, &'static str)] =
+        &[("pairs", "6"), ("ranges", "2"), ("range_keys", "8")];
 
     fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
         Cycle::from_params(p, shape.nodes)

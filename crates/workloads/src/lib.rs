@@ -200,6 +200,14 @@ pub trait Workload: Send + Sync + 'static {
 
     const NAME: &'static str;
 
+    /// What it is, in a few words: the CLI's `--workload` help lists it beside the name.
+    const ABOUT: &'static str;
+
+    /// Knobs that make a run small enough for the test matrices (few records, so
+    /// transactions meet): the end-to-end tests run every workload with these unless they
+    /// tune it by name, so a new workload is in every matrix without a test edit.
+    const SMALL_PARAMS: &'static [(&'static str, &'static str)];
+
     /// The workload its knobs (`-p name=value`) describe on a cluster of `shape`: parsed and
     /// checked once, into its typed parameters; a bad knob names itself and what is accepted.
     fn configure(p: &Params, shape: &WorkloadShape) -> Result<Self, ParamError>
@@ -384,6 +392,44 @@ impl WorkloadKind {
         Self::ALL
             .into_iter()
             .find(|w| w.name() == s.to_ascii_lowercase())
+    }
+
+    /// [`Workload::ABOUT`] of the workload.
+    pub fn about(self) -> &'static str {
+        match self {
+            WorkloadKind::SmallBank => smallbank::SmallBank::ABOUT,
+            WorkloadKind::Ycsb => ycsb::Ycsb::ABOUT,
+            WorkloadKind::Cycle => cycle::Cycle::ABOUT,
+            WorkloadKind::Tpcc => tpcc::Tpcc::ABOUT,
+            WorkloadKind::Micro => micro::Micro::ABOUT,
+            WorkloadKind::Skew => skew::Skew::ABOUT,
+            WorkloadKind::Checkout => checkout::Checkout::ABOUT,
+        }
+    }
+
+    /// [`Workload::SMALL_PARAMS`] of the workload.
+    pub fn small_params(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            WorkloadKind::SmallBank => smallbank::SmallBank::SMALL_PARAMS,
+            WorkloadKind::Ycsb => ycsb::Ycsb::SMALL_PARAMS,
+            WorkloadKind::Cycle => cycle::Cycle::SMALL_PARAMS,
+            WorkloadKind::Tpcc => tpcc::Tpcc::SMALL_PARAMS,
+            WorkloadKind::Micro => micro::Micro::SMALL_PARAMS,
+            WorkloadKind::Skew => skew::Skew::SMALL_PARAMS,
+            WorkloadKind::Checkout => checkout::Checkout::SMALL_PARAMS,
+        }
+    }
+
+    /// Every workload with what it is, for the CLI's help.
+    pub fn described() -> String {
+        Self::ALL
+            .iter()
+            .map(|w| match w.about() {
+                "" => w.name().to_string(),
+                about => format!("{} ({about})", w.name()),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     pub fn accepted() -> String {
@@ -659,6 +705,28 @@ mod tests {
                 check(true, Binds::Serializable).under(isolation),
                 check(true, Binds::Serializable)
             );
+        }
+    }
+
+    #[test]
+    fn workloads_every_small_parameter_set_configures_on_a_small_cluster() {
+        struct Named;
+        impl WorkloadVisitor for Named {
+            type Out = &'static str;
+            fn visit<W: Workload>(self, _w: W) -> &'static str {
+                W::NAME
+            }
+        }
+        for w in WorkloadKind::ALL {
+            let p: Params = w
+                .small_params()
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let shape = WorkloadShape::new(2, 2);
+            let name = w.dispatch(&p, &shape, Named);
+            assert_eq!(name.as_deref(), Ok(w.name()), "{}: {:?}", w.name(), p);
+            assert!(!w.about().is_empty(), "{} says what it is", w.name());
         }
     }
 }

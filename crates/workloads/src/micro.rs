@@ -216,6 +216,9 @@ impl Workload for Micro {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "micro";
+    const ABOUT: &'static str = "the hardware-islands local/multisite microbenchmark";
+    const SMALL_PARAMS: &'static [(&'static str, &'static str)] =
+        &[("rows_per_node", "20"), ("multisite_fraction", "0.5")];
 
     fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
         Micro::from_params(p, shape.nodes)

@@ -200,6 +200,9 @@ impl Workload for Skew {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "skew";
+    const ABOUT: &'static str =
+        "a write-skew probe: pairs x + y >= 0, required only of serializable protocols";
+    const SMALL_PARAMS: &'static [(&'static str, &'static str)] = &[("pairs", "4")];
 
     fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
         Skew::from_params(p, shape.nodes)

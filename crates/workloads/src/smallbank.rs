@@ -232,6 +232,10 @@ impl Workload for SmallBank {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "smallbank";
+    const ABOUT: &'static str =
+        "six banking transactions over checking and savings accounts, hot accounts";
+    const SMALL_PARAMS: &'static [(&'static str, &'static str)] =
+        &[("accounts", "40"), ("hot_accounts", "4")];
 
     // Accounts are keyed over the nodes as the run places them: no knob depends on the shape.
     fn configure(p: &Params, _shape: &crate::WorkloadShape) -> Result<Self, ParamError> {

@@ -432,6 +432,9 @@ impl Workload for Ycsb {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "ycsb";
+    const ABOUT: &'static str = "key-value reads and updates, zipfian or hot-set skew";
+    const SMALL_PARAMS: &'static [(&'static str, &'static str)] =
+        &[("records", "60"), ("ops_per_txn", "4")];
 
     fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
         Ycsb::from_params(p, shape.nodes, shape.threads)

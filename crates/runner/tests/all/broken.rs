@@ -770,6 +770,9 @@ fn knobs(w: WorkloadKind) -> &'static [(&'static str, &'static str)] {
             ("product_bytes", "128"),
             ("orders_max", "2000"),
         ],
+        // A workload not tuned here runs with the small knobs it declares.
+        #[allow(unreachable_patterns)]
+        other => other.small_params(),
     }
 }
 

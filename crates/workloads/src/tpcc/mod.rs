@@ -286,6 +286,12 @@ impl Workload for Tpcc {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = Tpcc::NAME_STR;
+    const ABOUT: &'static str = "the five TPC-C transactions over nine tables";
+    const SMALL_PARAMS: &'static [(&'static str, &'static str)] = &[
+        ("customers_per_district", "30"),
+        ("items", "100"),
+        ("new_orders_max", "50"),
+    ];
 
     fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
         Tpcc::from_params(p, shape.nodes)
