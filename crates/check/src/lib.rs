@@ -291,8 +291,8 @@ fn build(
                 } => {
                     let version = &key_version(*version);
                     let k = (*table, *key);
-                    let (who, r) = (name_of(h, t), format!("t{}:{key}", table.0));
                     if !intact {
+                        let (who, r) = (name_of(h, t), format!("t{}:{key}", table.0));
                         anomalies.push(|| {
                             format!("{who} read {r} at version {version}: a torn payload, or another record's (its check word does not match; tag {tag})")
                         });
