@@ -821,11 +821,11 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
     );
     bad(
         &["bench", "--protocol", "rsi", "--vector-slots", "node"],
-        &["vector-slots=node", "need --protocol namdb, not rsi"],
+        &["vector-slots=node needs --protocol namdb, not rsi"],
     );
     bad(
         &["bench", "--protocol", "occ", "--vector-fetcher"],
-        &["vector-fetcher=true", "need --protocol namdb, not occ"],
+        &["vector-fetcher=true needs --protocol namdb, not occ"],
     );
     // A slot per coordinator: every coordinator's snapshot holds the whole vector, so the
     // memory grows with the square of the coordinators (114,688 here: ~196 GiB).
@@ -855,13 +855,26 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
     bad(
         &["bench", "--protocol", "namdb", "--vector-slots", "thread"],
         &[
-            "unknown vector slots 'thread'",
+            "unknown vector_slots 'thread'",
             "accepted are coordinator, node",
         ],
     );
     bad(
         &["bench", "--protocol", "rsi", "--rsi-versions", "0"],
         &["rsi_versions=0 is out of range: expected 1..=64"],
+    );
+    // A family's knobs are config-file keys too, checked as the flags are.
+    let dir = Scratch::new("atoll-cli-knobs");
+    let knob_file = dir.join("knobs.toml");
+    std::fs::write(&knob_file, "protocol = \"occ\"\nmvcc_slots = 3\n").unwrap();
+    bad(
+        &["bench", "--config", knob_file.to_str().unwrap()],
+        &["mvcc-slots=3 needs --protocol mvcc, not occ"],
+    );
+    std::fs::write(&knob_file, "protocol = \"mvcc\"\nmvcc_slots = 0\n").unwrap();
+    bad(
+        &["bench", "--config", knob_file.to_str().unwrap()],
+        &["mvcc_slots=0 is out of range: expected 1..=64"],
     );
     // NAM-DB's overflow area holds what the mover takes from a record's old versions.
     bad(
@@ -874,7 +887,7 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
             "--overflow-versions",
             "1",
         ],
-        &["overflow-versions=1", "needs --protocol namdb (not rsi)"],
+        &["overflow-versions=1 needs --protocol namdb, not rsi"],
     );
     bad(
         &["bench", "--protocol", "namdb", "--overflow-versions", "1"],
@@ -900,7 +913,9 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
                 &["--overflow-versions", "1", "--mover-interval-us", us],
             ]
             .concat(),
-            &[&format!("mover-interval-us={us} is outside 1..=1000000")],
+            &[&format!(
+                "mover_interval_us={us} is out of range: expected 1..=1000000"
+            )],
         );
     }
     // The collector's least keep: only with an overflow area, and at most a minute.
@@ -917,7 +932,7 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
             &["--overflow-versions", "1", "--overflow-keep-us", "60000001"],
         ]
         .concat(),
-        &["overflow-keep-us=60000001 is outside 0..=60000000"],
+        &["overflow_keep_us=60000001 is out of range: expected 0..=60000000"],
     );
     // Message coalescing is a property of atoll cluster's processes.
     bad(
@@ -954,21 +969,44 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
 }
 
 #[test]
-fn bench_help_lists_every_protocol_and_workload() {
+fn bench_help_lists_every_protocol_workload_and_family_knob() {
     let (code, out, err) = atoll(&["bench", "--help"]);
     assert_eq!(code, 0, "{err}");
+    // The help line (or lines) after a flag's own.
+    let help_of = |flag: &str| -> String {
+        let mut lines = out
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with(flag));
+        lines.next();
+        lines
+            .take_while(|l| !l.trim_start().starts_with('-'))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let protocols = help_of("--protocol <");
     for p in atoll_protocols::ProtocolKind::ALL {
         assert!(
-            out.contains(p.name()),
-            "--help lacks protocol {}:\n{out}",
+            protocols.split([' ', ',']).any(|w| w == p.name()),
+            "--protocol's help lacks {}: {protocols}",
             p.name()
         );
     }
+    let workloads = help_of("--workload <");
     for w in atoll_workloads::WorkloadKind::ALL {
         assert!(
-            out.contains(w.name()),
-            "--help lacks workload {}:\n{out}",
+            workloads.split([' ', ',']).any(|x| x == w.name()),
+            "--workload's help lacks {}: {workloads}",
             w.name()
+        );
+    }
+    for (spec, families) in atoll_protocols::ProtocolKind::all_knobs() {
+        let help = help_of(&format!("--{}", spec.flag()));
+        let owners: Vec<String> = families.iter().map(|p| p.name().to_uppercase()).collect();
+        assert!(
+            help.trim_start()
+                .starts_with(&format!("{} only: ", owners.join(" and "))),
+            "--{}'s help does not name its families {owners:?}: {help}",
+            spec.flag()
         );
     }
     assert!(out.contains("all (every valid plan"), "{out}");

@@ -495,7 +495,7 @@ pub(crate) fn layout<W: Workload, P: Protocol>(
 ) -> Result<(atoll_runner::sizing::Sizing, Arc<TxnConfig>, Arc<Catalog>), ClusterError> {
     // A variant no user selects (a broken one) keeps what its kind's knob says.
     let version_slots = if P::MULTI_VERSION {
-        cfg.version_slots(cfg.protocol)
+        cfg.family_config().version_slots()
     } else {
         1
     };
@@ -506,14 +506,14 @@ pub(crate) fn layout<W: Workload, P: Protocol>(
         Catalog::with_versions(
             topology.memory_nodes(),
             w.tables(topology.memory_nodes()),
-            txn_cfg.extra_region_words(),
+            txn_cfg.extra_regions(),
             version_slots,
         )
         .with_topology(topology)
         .with_lock_word(P::LOCK_WORD)
         .with_old_versions(P::OLD_VERSIONS)
         .with_overflow(if P::MULTI_VERSION {
-            cfg.overflow_versions
+            txn_cfg.family.overflow_per_record()
         } else {
             0
         }),

@@ -5,7 +5,8 @@
 //! participant in [`participants`].
 
 use atoll_txn::handler::Participant;
-use atoll_txn::Protocol;
+use atoll_txn::knobs::KnobError;
+use atoll_txn::{FamilyConfig, KnobSpec, Knobs, Protocol};
 use std::sync::Arc;
 
 pub mod mvcc;
@@ -108,30 +109,142 @@ impl ProtocolKind {
         self.dispatch(Stages)
     }
 
+    /// The stages the family declares of its own ([`Protocol::FAMILY_STAGES`]).
+    pub fn family_stages(self) -> &'static [atoll_txn::Stage] {
+        struct Own;
+        impl ProtocolVisitor for Own {
+            type Out = &'static [atoll_txn::Stage];
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::FAMILY_STAGES
+            }
+        }
+        self.dispatch(Own)
+    }
+
+    /// Parses a plan for this protocol: the common stages and the family's own. A stage
+    /// another family declares is refused as the protocol's checks refuse a stage it does not
+    /// use (naming the stages it uses).
+    pub fn parse_plan(self, s: &str) -> Result<atoll_txn::Plan, atoll_txn::PlanError> {
+        use atoll_txn::Plan;
+        Plan::parse_for(s, self.family_stages()).map_err(|e| {
+            let foreign = Self::ALL
+                .into_iter()
+                .filter(|p| *p != self)
+                .find_map(|p| Plan::parse_for(s, p.family_stages()).ok());
+            match foreign.map(|plan| plan.check_stages(self.stages())) {
+                Some(Err(named)) => named,
+                _ => e,
+            }
+        })
+    }
+
     /// Every valid plan of the protocol: each combination of primitives over the stages it
     /// uses (the rest one-sided), minus those `check_plan` rejects (RCC §5.1's exhaustive
     /// search).
     pub fn all_plans(self) -> Vec<atoll_txn::Plan> {
         use atoll_txn::{Plan, Primitive};
         let stages = self.stages();
+        let base = Plan::uniform(Primitive::OneSided).for_family(self.family_stages());
         (0u32..1 << stages.len())
             .map(|bits| {
-                stages
-                    .iter()
-                    .enumerate()
-                    .fold(Plan::uniform(Primitive::OneSided), |p, (i, s)| {
-                        p.with(
-                            *s,
-                            if bits >> i & 1 == 1 {
-                                Primitive::Rpc
-                            } else {
-                                Primitive::OneSided
-                            },
-                        )
-                    })
+                stages.iter().enumerate().fold(base, |p, (i, s)| {
+                    p.with(
+                        *s,
+                        if bits >> i & 1 == 1 {
+                            Primitive::Rpc
+                        } else {
+                            Primitive::OneSided
+                        },
+                    )
+                })
             })
             .filter(|p| self.check_plan(p).is_ok())
             .collect()
+    }
+
+    /// The knobs the family declares ([`Protocol::KNOBS`]).
+    pub fn knobs(self) -> &'static [KnobSpec] {
+        struct Specs;
+        impl ProtocolVisitor for Specs {
+            type Out = &'static [KnobSpec];
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::KNOBS
+            }
+        }
+        self.dispatch(Specs)
+    }
+
+    /// Every knob some family declares, once, with the families declaring it (in
+    /// registration order): what the CLI and the config file accept.
+    pub fn all_knobs() -> Vec<(KnobSpec, Vec<ProtocolKind>)> {
+        let mut all: Vec<(KnobSpec, Vec<ProtocolKind>)> = Vec::new();
+        for p in Self::ALL {
+            for spec in p.knobs() {
+                match all.iter_mut().find(|(s, _)| s.name == spec.name) {
+                    Some((s, families)) => {
+                        assert_eq!(s, spec, "knob {} declared twice, differently", s.name);
+                        families.push(p);
+                    }
+                    None => all.push((*spec, vec![p])),
+                }
+            }
+        }
+        all
+    }
+
+    /// The family's knobs resolved from `given` (name, text) and its configuration
+    /// ([`Protocol::configure`]). A knob of another family is refused naming the families
+    /// that declare it.
+    pub fn configure<'a>(
+        self,
+        given: impl IntoIterator<Item = (&'a str, &'a str)> + Clone,
+    ) -> Result<(Knobs, Arc<dyn FamilyConfig>), KnobError> {
+        for (name, text) in given.clone() {
+            if self.knobs().iter().any(|s| s.name == name) {
+                continue;
+            }
+            let all = Self::all_knobs();
+            let Some((spec, families)) = all.iter().find(|(s, _)| s.name == name) else {
+                return Err(KnobError(format!(
+                    "unknown knob {name}: accepted are {}",
+                    all.iter()
+                        .map(|(s, _)| s.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            };
+            let names: Vec<&str> = families.iter().map(|p| p.name()).collect();
+            return Err(KnobError(format!(
+                "{}={} needs --protocol {}, not {} (its knobs: {})",
+                spec.flag(),
+                text.trim(),
+                names.join(" or "),
+                self.name(),
+                self.knobs_named()
+            )));
+        }
+        struct Configure<'k>(&'k Knobs);
+        impl ProtocolVisitor for Configure<'_> {
+            type Out = Result<Arc<dyn FamilyConfig>, KnobError>;
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::configure(self.0)
+            }
+        }
+        let knobs = Knobs::resolve(self.knobs(), given)?;
+        let family = self.dispatch(Configure(&knobs))?;
+        Ok((knobs, family))
+    }
+
+    /// The family's knobs as flags, or `none`.
+    fn knobs_named(self) -> String {
+        if self.knobs().is_empty() {
+            return "none".into();
+        }
+        self.knobs()
+            .iter()
+            .map(|s| format!("--{}", s.flag()))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// The isolation level the protocol guarantees.
@@ -175,4 +288,85 @@ impl ProtocolKind {
 pub trait ProtocolVisitor {
     type Out;
     fn visit<P: Protocol>(self) -> Self::Out;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_txn::Stage;
+
+    #[test]
+    fn families_configure_from_their_default_knobs() {
+        for p in ProtocolKind::ALL {
+            let (knobs, family) = p
+                .configure(std::iter::empty())
+                .unwrap_or_else(|e| panic!("{}: {e}", p.name()));
+            assert_eq!(knobs.iter().count(), p.knobs().len(), "{}", p.name());
+            assert!(family.version_slots() >= 1, "{}", p.name());
+        }
+    }
+
+    #[test]
+    fn a_knob_of_another_family_is_refused_naming_the_families_that_declare_it() {
+        let e = ProtocolKind::Occ
+            .configure([("rsi_versions", "2")])
+            .unwrap_err();
+        assert_eq!(
+            e.0,
+            "rsi-versions=2 needs --protocol rsi or namdb, not occ (its knobs: none)"
+        );
+        let e = ProtocolKind::Mvcc.configure([("speed", "2")]).unwrap_err();
+        assert!(e.0.starts_with("unknown knob speed: accepted are "), "{e}");
+    }
+
+    #[test]
+    fn a_knob_shared_by_families_is_declared_the_same_by_each() {
+        // `all_knobs` asserts two declarations of one name are equal.
+        let all = ProtocolKind::all_knobs();
+        let (_, families) = all
+            .iter()
+            .find(|(s, _)| s.name == "rsi_versions")
+            .expect("RSI's versions are a knob");
+        assert_eq!(families, &[ProtocolKind::Rsi, ProtocolKind::NamDb]);
+    }
+
+    #[test]
+    fn family_stages_are_their_own_and_used() {
+        for p in ProtocolKind::ALL {
+            for (i, s) in p.family_stages().iter().enumerate() {
+                assert!(s.is_family(), "{}: {} is a common stage", p.name(), s.name());
+                assert!(
+                    Stage::COMMON.iter().all(|c| c.name() != s.name()),
+                    "{}: stage {} shadows a common one",
+                    p.name(),
+                    s.name()
+                );
+                assert!(
+                    p.family_stages()[..i].iter().all(|o| o.index() != s.index()),
+                    "{}: two stages in slot {}",
+                    p.name(),
+                    s.index()
+                );
+                assert!(p.stages().contains(s), "{}: {} unused", p.name(), s.name());
+            }
+        }
+    }
+
+    #[test]
+    fn a_plan_names_its_familys_stages_and_refuses_another_familys() {
+        let plan = ProtocolKind::Rsi.parse_plan("read=rpc,timestamp=rpc").unwrap();
+        assert_eq!(plan.get(rsi::TIMESTAMP), atoll_txn::Primitive::Rpc);
+        assert_eq!(
+            plan.to_string(),
+            "read=rpc,lock=one-sided,validate=one-sided,log=one-sided,commit=one-sided,\
+             release=one-sided,renew=one-sided,timestamp=rpc"
+        );
+        let e = ProtocolKind::Occ.parse_plan("timestamp=rpc").unwrap_err();
+        assert!(
+            e.0.starts_with("stage timestamp set to rpc, but the protocol has no such stage"),
+            "{e}"
+        );
+        let e = ProtocolKind::Occ.parse_plan("locking=rpc").unwrap_err();
+        assert!(e.0.starts_with("unknown stage 'locking'"), "{e}");
+    }
 }

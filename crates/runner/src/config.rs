@@ -4,9 +4,10 @@ use atoll_fabric::VerbKind;
 pub use atoll_fabric_sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
 use atoll_storage::{Topology, TsPlacement};
-use atoll_txn::Plan;
+use atoll_txn::{FamilyConfig, Knobs, Plan};
 use atoll_workloads::{Params, WorkloadKind, WorkloadShape};
 use serde::Serialize;
+use std::sync::Arc;
 
 /// Location-cache entries per coordinator before it is cleared, at most.
 pub const LOC_CACHE_ENTRIES_MAX: usize = 1 << 16;
@@ -33,16 +34,6 @@ pub fn loc_cache_entries_max(coordinators: u32) -> usize {
 pub const NODES_MAX: u16 = 1024;
 pub const THREADS_MAX: u16 = 64;
 pub const COROUTINES_MAX: u16 = 256;
-/// Most versions a multi-version protocol keeps per record.
-pub const VERSIONS_MAX: u32 = 64;
-/// NAM-DB's version mover: its default pause between passes, microseconds (the paper's 1 ms).
-pub const MOVER_INTERVAL_US_DEFAULT: u64 = atoll_protocols::namdb::mover::MOVER_INTERVAL_NS / 1000;
-/// The longest pause between the mover's passes, microseconds (one second: a slower mover
-/// is none in runs of seconds).
-pub const MOVER_INTERVAL_US_MAX: u64 = 1_000_000;
-/// The longest an overflow entry is kept for no snapshot, microseconds (a minute: longer
-/// than any run's ring could hold).
-pub const OVERFLOW_KEEP_US_MAX: u64 = 60_000_000;
 /// Longest warm-up accepted, in seconds.
 pub const WARMUP_S_MAX: f64 = 3_600.0;
 /// Seconds a run's clock may pass its end: the last transactions finish, retries back off
@@ -112,26 +103,13 @@ pub struct RunConfig {
     pub log_replicas: u16,
     /// Attempts of one transaction before the driver gives up on it.
     pub attempts_max: u32,
-    /// MVCC's versions kept per record.
-    pub mvcc_slots: u32,
-    /// RSI's versions per record block.
-    pub rsi_versions: u32,
-    /// NAM-DB's overflow area: entries per record slot (0: none, no mover).
-    pub overflow_versions: u32,
-    /// NAM-DB's version mover: microseconds between its passes.
-    pub mover_interval_us: u64,
-    /// NAM-DB's garbage collector: the least microseconds an overflow entry is kept when no
-    /// snapshot needs it (0: freed as soon as none does; the slides' choice is 1 s).
-    pub overflow_keep_us: u64,
     /// `atoll cluster`: coalesce each worker's UCX messages to a peer worker within an
     /// event-loop turn into one.
     pub coalesce: bool,
-    /// WAITDIE's starvation fix (a FETCH_ADD waiter counter).
-    pub waitdie_counter: bool,
-    /// NAM-DB's timestamp vector: a slot per coordinator or per compute node (compression).
-    pub vector_slots: atoll_txn::tsvc::VectorSlots,
-    /// NAM-DB's detached fetcher: snapshots take a compute node's cached copy of the vector.
-    pub vector_fetcher: bool,
+    /// The protocol family's knobs the run sets, by name, as given (`--NAME`, TOML keys):
+    /// the family declares them ([`atoll_txn::Protocol::KNOBS`]) and makes its
+    /// configuration of them ([`RunConfig::family`]); the others keep their defaults.
+    pub knobs: std::collections::BTreeMap<String, String>,
     /// Record every attempt's reads and writes for the history checker.
     pub record_history: bool,
     /// With `record_history`: stream the history to this file as the run goes (memory stays
@@ -169,14 +147,7 @@ impl Default for RunConfig {
             progress_interval_s: 1.0,
             record_history: false,
             history_file: None,
-            waitdie_counter: false,
-            vector_slots: atoll_txn::tsvc::VectorSlots::Coordinator,
-            vector_fetcher: false,
-            mvcc_slots: 4,
-            rsi_versions: 1,
-            overflow_versions: 0,
-            mover_interval_us: MOVER_INTERVAL_US_DEFAULT,
-            overflow_keep_us: 0,
+            knobs: std::collections::BTreeMap::new(),
             coalesce: true,
             cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
             cpu_scale: 1.0,
@@ -208,7 +179,7 @@ impl RunConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_shape()?;
         self.validate_time_and_limits()?;
-        self.validate_family_knobs()?;
+        self.family()?;
         self.validate_fabric_and_plan()
     }
 
@@ -299,55 +270,33 @@ impl RunConfig {
         Ok(())
     }
 
-    /// The knobs of one protocol family each, refused with another family.
-    fn validate_family_knobs(&self) -> Result<(), ConfigError> {
-        if self.waitdie_counter && self.protocol != ProtocolKind::WaitDie {
-            return Err(ConfigError(format!(
-                "waitdie-counter is WAITDIE's starvation fix: it needs --protocol waitdie, not {}",
-                self.protocol.name()
-            )));
+    /// The family's knobs resolved and its configuration, or why they are refused (a knob
+    /// of another family, a value out of range, knobs that do not go together).
+    pub fn family(&self) -> Result<(Knobs, Arc<dyn FamilyConfig>), ConfigError> {
+        self.protocol
+            .configure(self.knobs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .map_err(|e| ConfigError(e.0))
+    }
+
+    /// The family's configuration of a validated run.
+    pub fn family_config(&self) -> Arc<dyn FamilyConfig> {
+        self.family()
+            .unwrap_or_else(|e| panic!("the run's knobs were validated at start-up: {e}"))
+            .1
+    }
+
+    /// Sets family knob `name` (its TOML key) to `value`, as `--NAME VALUE` does.
+    pub fn set_knob(&mut self, name: &str, value: impl ToString) {
+        self.knobs.insert(name.to_string(), value.to_string());
+    }
+
+    /// The cluster a family sizes its regions and memory for.
+    pub fn cluster_shape(&self) -> atoll_txn::knobs::ClusterShape {
+        atoll_txn::knobs::ClusterShape {
+            coordinators_total: self.coordinators_total(),
+            coordinators_per_node: self.coordinators_per_node(),
+            compute_nodes: self.topology().compute_nodes() as u32,
         }
-        let vector_default =
-            self.vector_slots == atoll_txn::tsvc::VectorSlots::Coordinator && !self.vector_fetcher;
-        if !vector_default && self.protocol != ProtocolKind::NamDb {
-            return Err(ConfigError(format!(
-                "vector-slots={} and vector-fetcher={} are NAM-DB's timestamp vector: they need \
-                 --protocol namdb, not {}",
-                self.vector_slots.name(),
-                self.vector_fetcher,
-                self.protocol.name()
-            )));
-        }
-        range("mvcc_slots", self.mvcc_slots, 1, VERSIONS_MAX)?;
-        range("rsi_versions", self.rsi_versions, 1, VERSIONS_MAX)?;
-        range("overflow_versions", self.overflow_versions, 0, VERSIONS_MAX)?;
-        if self.overflow_versions > 0
-            && (self.protocol != ProtocolKind::NamDb || self.rsi_versions < 2)
-        {
-            return Err(ConfigError(format!(
-                "overflow-versions={} is NAM-DB's overflow area for the old versions its mover \
-                 takes from a record's buffer: it needs --protocol namdb (not {}) with \
-                 --rsi-versions 2 or more (not {})",
-                self.overflow_versions,
-                self.protocol.name(),
-                self.rsi_versions
-            )));
-        }
-        if !(1..=MOVER_INTERVAL_US_MAX).contains(&self.mover_interval_us) {
-            return Err(ConfigError(format!(
-                "mover-interval-us={} is outside 1..={MOVER_INTERVAL_US_MAX} (microseconds \
-                 between the version mover's passes)",
-                self.mover_interval_us
-            )));
-        }
-        if self.overflow_keep_us > OVERFLOW_KEEP_US_MAX {
-            return Err(ConfigError(format!(
-                "overflow-keep-us={} is outside 0..={OVERFLOW_KEEP_US_MAX} (microseconds an \
-                 overflow entry is kept at least)",
-                self.overflow_keep_us
-            )));
-        }
-        Ok(())
     }
 
     /// The simulator's profiles and faults (refused on every fabric), the plan, and a
@@ -436,13 +385,7 @@ impl RunConfig {
             coordinators_per_node: self.coordinators_per_node(),
             log_slots: self.topology().log_slots(self.log_replicas),
             loc_cache_entries_max: loc_cache_entries_max(self.coordinators_total()),
-            waitdie_counter: self.waitdie_counter,
-            vector_slots: self.vector_slots,
-            vector_fetcher: self.vector_fetcher,
-            mover_interval_ns: self.mover_interval_us * 1000,
-            // The overflow area is NAM-DB's only (validated): its collector comes with it.
-            overflow_gc: self.overflow_versions > 0,
-            overflow_keep_ns: self.overflow_keep_us * 1000,
+            family: self.family_config(),
         }
     }
 
@@ -457,25 +400,8 @@ impl RunConfig {
         WorkloadShape::new(self.memory_nodes(), self.threads)
     }
 
-    /// Versions each record keeps under `protocol` (a multi-version one's knob, else 1).
-    pub fn version_slots(&self, protocol: ProtocolKind) -> u32 {
-        match protocol {
-            ProtocolKind::Mvcc => self.mvcc_slots,
-            ProtocolKind::Rsi | ProtocolKind::NamDb => self.rsi_versions,
-            _ => 1,
-        }
-    }
-
     pub fn coordinators_per_node(&self) -> u32 {
         self.threads as u32 * self.coroutines as u32
-    }
-
-    /// Slots of NAM-DB's timestamp vector ([`atoll_txn::TxnConfig::vector_slots_total`]).
-    pub fn vector_slots_total(&self) -> u32 {
-        self.vector_slots.count(
-            self.coordinators_total(),
-            self.topology().compute_nodes() as u32,
-        )
     }
 }
 
@@ -521,18 +447,34 @@ pub struct ConfigReport {
     pub os_threads: usize,
     pub log_replicas: u16,
     pub attempts_max: u32,
-    pub waitdie_counter: bool,
-    pub mvcc_slots: u32,
-    pub rsi_versions: u32,
-    pub overflow_versions: u32,
-    pub mover_interval_us: u64,
-    pub overflow_keep_us: u64,
-    pub vector_slots: &'static str,
-    pub vector_fetcher: bool,
+    /// The protocol family's knobs, each at its value (given or default), in the family's
+    /// order, then the fields it derives from them: shown among the configuration's own.
+    #[serde(flatten)]
+    pub family: FamilyReport,
     /// Words of each coordinator's log ring (from the workload's largest write set).
     pub log_ring_words: u32,
     /// Bytes of every node's regions and ordered indexes, as computed before allocating.
     pub memory_bytes: u64,
+}
+
+/// A family's knobs and derived fields as a report shows them, in declaration order.
+#[derive(Clone, Debug, Default)]
+pub struct FamilyReport(pub Vec<(&'static str, atoll_txn::KnobValue)>);
+
+impl Serialize for FamilyReport {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use atoll_txn::KnobValue;
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (name, v) in &self.0 {
+            match v {
+                KnobValue::Flag(b) => m.serialize_entry(name, b)?,
+                KnobValue::Number(n) => m.serialize_entry(name, n)?,
+                KnobValue::Choice(c) => m.serialize_entry(name, c)?,
+            }
+        }
+        m.end()
+    }
 }
 
 /// Parses `--net-latency-us`: one number for every verb class, or per class

@@ -131,10 +131,11 @@ pub fn report<W: Workload, P: Protocol>(
         config: config_report::<W, P>(cfg, w, &facts),
         summary,
         txn_types: type_reports(w.txn_types(), &all, secs, committed),
-        stage_us_mean: Stage::ALL
+        stage_us_mean: Stage::COMMON
             .iter()
+            .chain(cfg.protocol.family_stages())
             .map(|s| {
-                let ns = per_txn(all.stage_ns[*s as usize], committed);
+                let ns = per_txn(all.stage_ns[s.index()], committed);
                 (s.name().to_string(), ns / 1000.0)
             })
             .collect(),
@@ -184,12 +185,27 @@ fn version_report<L>(
             *sum += x;
         }
     }
-    (cfg.overflow_versions > 0 || version_counts.iter().any(|&x| x > 0)).then(|| {
-        VersionEvent::ALL
+    (cfg.family_config().overflow_per_record() > 0 || version_counts.iter().any(|&x| x > 0)).then(
+        || {
+            VersionEvent::ALL
+                .iter()
+                .map(|e| (e.name().to_string(), version_counts[*e as usize]))
+                .collect::<BTreeMap<String, u64>>()
+        },
+    )
+}
+
+/// The family's knobs at their values, then the fields it derives from them.
+fn family_report(cfg: &RunConfig) -> crate::config::FamilyReport {
+    let (knobs, family) = cfg
+        .family()
+        .unwrap_or_else(|e| panic!("the run's knobs were validated at start-up: {e}"));
+    crate::config::FamilyReport(
+        knobs
             .iter()
-            .map(|e| (e.name().to_string(), version_counts[*e as usize]))
-            .collect::<BTreeMap<String, u64>>()
-    })
+            .chain(family.report_fields(&cfg.cluster_shape()))
+            .collect(),
+    )
 }
 
 /// The whole run's figures over `secs` measured.
@@ -376,14 +392,7 @@ fn config_report<W: Workload, P: Protocol>(
         os_threads: facts.os_threads,
         log_replicas: cfg.log_replicas,
         attempts_max: cfg.attempts_max,
-        waitdie_counter: cfg.waitdie_counter,
-        mvcc_slots: cfg.mvcc_slots,
-        rsi_versions: cfg.rsi_versions,
-        overflow_versions: cfg.overflow_versions,
-        mover_interval_us: cfg.mover_interval_us,
-        overflow_keep_us: cfg.overflow_keep_us,
-        vector_slots: cfg.vector_slots.name(),
-        vector_fetcher: cfg.vector_fetcher,
+        family: family_report(cfg),
         log_ring_words: facts.log_ring_words,
         memory_bytes: facts.memory_bytes,
     }

@@ -411,12 +411,21 @@ impl Report {
                 r.memory_nodes, r.compute_nodes, r.ts_node
             );
         }
-        let stages: Vec<String> = atoll_txn::Stage::ALL
+        // The common stages in their order, then the family's own.
+        let common: Vec<&str> = atoll_txn::Stage::COMMON.iter().map(|s| s.name()).collect();
+        let own = self
+            .stage_us_mean
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !common.contains(k));
+        let stages: Vec<String> = common
             .iter()
-            .filter_map(|st| {
+            .copied()
+            .chain(own)
+            .filter_map(|name| {
                 self.stage_us_mean
-                    .get(st.name())
-                    .map(|us| format!("{} {:.2}", st.name(), us))
+                    .get(name)
+                    .map(|us| format!("{name} {us:.2}"))
             })
             .collect();
         let _ = writeln!(

@@ -237,7 +237,7 @@ struct Prepared {
 fn prepare<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Prepared, RunError> {
     // A variant no user selects (a broken one) keeps what its kind's knob says.
     let version_slots = if P::MULTI_VERSION {
-        cfg.version_slots(cfg.protocol)
+        cfg.family_config().version_slots()
     } else {
         1
     };
@@ -259,14 +259,14 @@ fn prepare<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Prepared,
         Catalog::with_versions(
             topology.memory_nodes(),
             w.tables(topology.memory_nodes()),
-            txn_cfg.extra_region_words(),
+            txn_cfg.extra_regions(),
             version_slots,
         )
         .with_topology(topology)
         .with_lock_word(P::LOCK_WORD)
         .with_old_versions(P::OLD_VERSIONS)
         .with_overflow(if P::MULTI_VERSION {
-            cfg.overflow_versions
+            txn_cfg.family.overflow_per_record()
         } else {
             0
         }),

@@ -7,22 +7,26 @@ use atoll_fabric::{
     WorkerCore,
 };
 use atoll_fabric_inproc::{self as inproc, InprocConfig};
+use atoll_protocols::ProtocolKind;
 use atoll_storage::layout::{LockWord, OldVersions};
 use atoll_storage::{Catalog, Store, TableId, TableSpec, Topology};
 use atoll_txn::handler::StoreHandler;
-use atoll_txn::{Coordinator, Plan, TxnConfig};
+use atoll_txn::knobs::FamilySet;
+use atoll_txn::{Coordinator, FamilyConfig, Knobs, Plan, TxnConfig};
 use std::rc::Rc;
 use std::sync::Arc;
 
 /// How a test cluster lays out its records: what a protocol's constants and its run's knobs
 /// decide.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RecordShape {
     pub version_slots: u32,
     pub lock_word: LockWord,
     pub old_versions: OldVersions,
     /// Overflow entries per record slot (NAM-DB's overflow area; 0 for none).
     pub overflow_per_record: u32,
+    /// The protocol family's configuration (its regions among it).
+    pub family: Arc<dyn FamilyConfig>,
 }
 
 impl RecordShape {
@@ -33,8 +37,26 @@ impl RecordShape {
             lock_word: P::LOCK_WORD,
             old_versions: P::OLD_VERSIONS,
             overflow_per_record: 0,
+            family: P::configure(&Knobs::defaults(P::KNOBS))
+                .expect("a family's default knobs go together"),
         }
     }
+}
+
+/// Every registered family's configuration at its defaults: what a cluster not built for
+/// one protocol serves (each family finds its own, and the catalog registers every
+/// family's regions).
+pub fn every_family() -> Arc<dyn FamilyConfig> {
+    Arc::new(FamilySet(
+        ProtocolKind::ALL
+            .iter()
+            .map(|p| {
+                p.configure(std::iter::empty())
+                    .expect("a family's default knobs go together")
+                    .1
+            })
+            .collect(),
+    ))
 }
 
 pub struct TestCluster {
@@ -90,6 +112,7 @@ impl TestCluster {
                 lock_word,
                 old_versions: OldVersions::Inline,
                 overflow_per_record: 0,
+                family: every_family(),
             },
         )
     }
@@ -114,18 +137,13 @@ impl TestCluster {
             coordinators_per_node: coroutines,
             log_slots: topology.log_slots(log_replicas),
             loc_cache_entries_max: 1024,
-            waitdie_counter: false,
-            vector_slots: Default::default(),
-            vector_fetcher: false,
-            mover_interval_ns: atoll_protocols::namdb::mover::MOVER_INTERVAL_NS,
-            overflow_gc: shape.overflow_per_record > 0,
-            overflow_keep_ns: 0,
+            family: shape.family.clone(),
         });
         let catalog = Arc::new(
             Catalog::with_versions(
                 topology.memory_nodes(),
                 tables,
-                txn.extra_region_words(),
+                txn.extra_regions(),
                 shape.version_slots,
             )
             .with_topology(topology)

@@ -21,9 +21,6 @@ const KIB_BYTES: u64 = 1024;
 /// for the operating system, the process's other heaps (caches, histories in flight) and
 /// other programs.
 pub const MEMORY_PERCENT_MAX: u64 = 75;
-/// Copies of the timestamp vector a NAM-DB coordinator holds at once: its snapshot, and
-/// the previous copy it compares a new one with (the fetcher's shared copy is one per node).
-pub const SNAPSHOT_COPIES_PER_COORDINATOR: u64 = 2;
 /// The cap when physical memory cannot be read (16 GiB: a common workstation's memory).
 pub const MEMORY_BYTES_FALLBACK: u64 = 16 << 30;
 
@@ -119,25 +116,20 @@ pub struct Sizing {
     pub log_ring_words: u32,
     /// Words of the log region each node registers.
     pub log_region_words: u64,
-    /// Words of the timestamp service's region each node registers (used on one).
-    pub ts_service_region_words: u64,
-    /// Words of NAM-DB's timestamp vector's region each node registers (used on one).
-    pub ts_vector_region_words: u64,
-    /// Words of NAM-DB's snapshot floors' region each node registers (used on one).
-    pub ts_floors_region_words: u64,
+    /// Words of each of the protocol family's regions each node registers, by name, in
+    /// the catalog's order ([`atoll_txn::FamilyConfig::regions`]).
+    pub family_regions: Vec<(&'static str, u64)>,
     /// Words of each table's region on each node, by table name.
     pub table_region_words: Vec<(String, u64)>,
     /// Heap bytes, at most, of each node's ordered indexes (full tables, and a mark per
     /// deleted key they keep) and of its deleted keys' versions (`gone_keys_max_per_node`
     /// of each table).
     pub ordered_index_bytes: u64,
-    /// NAM-DB: the copies of the timestamp vector its coordinators hold at once (a snapshot
-    /// and the copy it is compared with, each one word per slot): with a slot per
-    /// coordinator this grows with the square of the coordinators.
-    pub snapshot_vectors_bytes: u64,
-    /// NAM-DB's garbage collector, on each memory node: the mover's note per overflow
-    /// entry (the commit id that replaced the entry's version, and when it was moved).
-    pub mover_bytes: u64,
+    /// The protocol family's heap over the whole cluster ([`atoll_txn::knobs::FamilyHeap`];
+    /// NAM-DB's snapshot vectors grow with the square of the coordinators).
+    pub family_cluster_bytes: u64,
+    /// The protocol family's heap on each node holding records (NAM-DB's mover notes).
+    pub family_node_bytes: u64,
     /// Every coordinator's location cache, full (each capped at its share of
     /// `config::LOC_CACHES_BYTES_MAX`).
     pub loc_cache_bytes: u64,
@@ -149,12 +141,8 @@ impl Sizing {
         self.table_region_words
             .iter()
             .map(|(_, w)| if holds_records { *w } else { 0 })
-            .chain([
-                self.log_region_words,
-                self.ts_service_region_words,
-                self.ts_vector_region_words,
-                self.ts_floors_region_words,
-            ])
+            .chain(std::iter::once(self.log_region_words))
+            .chain(self.family_regions.iter().map(|(_, w)| *w))
             .collect()
     }
 
@@ -170,8 +158,8 @@ impl Sizing {
     pub fn total_bytes(&self) -> u64 {
         self.region_bytes()
             + self.ordered_index_bytes * self.memory_nodes as u64
-            + self.snapshot_vectors_bytes
-            + self.mover_bytes * self.memory_nodes as u64
+            + self.family_cluster_bytes
+            + self.family_node_bytes * self.memory_nodes as u64
             + self.loc_cache_bytes
     }
 
@@ -223,7 +211,7 @@ pub fn sizing(cfg: &RunConfig) -> Result<Sizing, ConfigError> {
     impl WorkloadVisitor for Size<'_> {
         type Out = Result<Sizing, ConfigError>;
         fn visit<W: Workload>(self, w: W) -> Self::Out {
-            size(self.0, &w, self.0.version_slots(self.0.protocol))
+            size(self.0, &w, self.0.family_config().version_slots())
         }
     }
     cfg.workload
@@ -238,11 +226,13 @@ pub fn size<W: Workload>(
     w: &W,
     version_slots: u32,
 ) -> Result<Sizing, ConfigError> {
+    let family = cfg.family_config();
+    let overflow_versions = family.overflow_per_record();
     let specs: Vec<TableSpec> = w.tables(cfg.memory_nodes());
     let mut table_region_words = Vec::with_capacity(specs.len());
     for spec in &specs {
         let words = TableLayout::region_words_needed(spec, version_slots)
-            + TableLayout::overflow_words_needed(spec, cfg.overflow_versions);
+            + TableLayout::overflow_words_needed(spec, overflow_versions);
         if words > REGION_WORDS_MAX {
             return Err(ConfigError(format!(
                 "{} table {} needs {words} words per node ({} records of {} payload words{}), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer or smaller records ({})",
@@ -250,7 +240,7 @@ pub fn size<W: Workload>(
                 spec.name,
                 spec.capacity_per_node,
                 spec.payload_words,
-                match (version_slots, cfg.overflow_versions) {
+                match (version_slots, overflow_versions) {
                     (1, _) => String::new(),
                     (v, 0) => format!(", {v} versions each"),
                     (v, o) => format!(", {v} versions each and {o} overflow entries"),
@@ -293,39 +283,27 @@ pub fn size<W: Workload>(
             ordered_keys * ordered::BYTES_PER_KEY_MAX + gone * atoll_storage::GONE_BYTES_PER_KEY_MAX
         })
         .sum();
+    let shape = cfg.cluster_shape();
+    let heap = family.heap(&shape);
     let sizing = Sizing {
         nodes: cfg.nodes,
         memory_nodes: cfg.memory_nodes(),
         log_record_words_max,
         log_ring_words: ring as u32,
         log_region_words,
-        ts_service_region_words: atoll_txn::tsvc::TsService::region_words_for(
-            cfg.coordinators_total(),
-        ) as u64,
-        ts_vector_region_words: atoll_txn::tsvc::TsVector::region_words_for(
-            cfg.vector_slots_total(),
-        ) as u64,
-        ts_floors_region_words: atoll_txn::tsvc::SnapshotFloors::region_words_for(
-            cfg.overflow_versions > 0,
-            cfg.topology().compute_nodes() as u32,
-            cfg.vector_slots_total(),
-        ) as u64,
+        family_regions: family
+            .regions(&shape)
+            .into_iter()
+            .map(|r| (r.name, r.words as u64))
+            .collect(),
         table_region_words,
         ordered_index_bytes,
-        snapshot_vectors_bytes: if cfg.protocol == atoll_protocols::ProtocolKind::NamDb {
-            // With the collector, each coordinator's snapshot is registered with its node.
-            (SNAPSHOT_COPIES_PER_COORDINATOR + (cfg.overflow_versions > 0) as u64)
-                * cfg.coordinators_total() as u64
-                * cfg.vector_slots_total() as u64
-                * WORD_BYTES
-        } else {
-            0
-        },
-        mover_bytes: specs
+        family_cluster_bytes: heap.cluster_bytes,
+        family_node_bytes: specs
             .iter()
-            .map(|s| s.capacity_per_node as u64 * cfg.overflow_versions as u64)
+            .map(|s| s.capacity_per_node as u64)
             .sum::<u64>()
-            * atoll_protocols::namdb::mover::NOTE_BYTES_PER_ENTRY,
+            * heap.per_record_bytes,
         loc_cache_bytes: cfg.coordinators_total() as u64
             * crate::config::loc_cache_entries_max(cfg.coordinators_total()) as u64
             * crate::config::LOC_CACHE_BYTES_PER_ENTRY,
@@ -340,13 +318,14 @@ pub fn size<W: Workload>(
                 format!("× {memory_nodes} memory nodes of {}", cfg.nodes)
             }
         };
-        let (vectors, vector_hint) = if sizing.snapshot_vectors_bytes > 0 {
+        let (vectors, vector_hint) = if sizing.family_cluster_bytes > 0 {
             (
                 format!(
-                    " and NAM-DB's snapshot vectors {}",
-                    human_bytes(sizing.snapshot_vectors_bytes)
+                    " and {} {}",
+                    heap.cluster_what,
+                    human_bytes(sizing.family_cluster_bytes)
                 ),
-                ", or --vector-slots node",
+                heap.cluster_hint,
             )
         } else {
             (String::new(), "")
@@ -468,13 +447,15 @@ mod tests {
             log_record_words_max: 8,
             log_ring_words: 64,
             log_region_words: 1 << 10,
-            ts_service_region_words: 1 << 6,
-            ts_vector_region_words: 1 << 3,
-            ts_floors_region_words: 1,
+            family_regions: vec![
+                ("ts_service", 1 << 6),
+                ("ts_vector", 1 << 3),
+                ("ts_floors", 1),
+            ],
             table_region_words: vec![("t".into(), (1 << 20) - (1 << 10) - (1 << 6) - (1 << 3) - 1)],
             ordered_index_bytes: 0,
-            snapshot_vectors_bytes: 0,
-            mover_bytes: 0,
+            family_cluster_bytes: 0,
+            family_node_bytes: 0,
             loc_cache_bytes: 0,
         }
     }

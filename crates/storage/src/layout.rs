@@ -572,13 +572,21 @@ pub struct Catalog {
     pub nodes: u16,
     topology: Topology,
     tables: Vec<(TableSpec, TableLayout)>,
-    extra_regions: Vec<usize>,
+    extra_regions: Vec<ExtraRegion>,
     lock_word: LockWord,
 }
 
+/// A region every node registers after its tables' (the coordinators' log, a protocol
+/// family's own), found by its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtraRegion {
+    pub name: &'static str,
+    pub words: usize,
+}
+
 impl Catalog {
-    /// `extra_regions` are sizes (words) of regions numbered after the tables' (logs, etc.).
-    pub fn new(nodes: u16, specs: Vec<TableSpec>, extra_regions: Vec<usize>) -> Self {
+    /// `extra_regions` are regions numbered after the tables' (logs, a family's own).
+    pub fn new(nodes: u16, specs: Vec<TableSpec>, extra_regions: Vec<ExtraRegion>) -> Self {
         Self::with_versions(nodes, specs, extra_regions, 1)
     }
 
@@ -586,7 +594,7 @@ impl Catalog {
     pub fn with_versions(
         nodes: u16,
         specs: Vec<TableSpec>,
-        extra_regions: Vec<usize>,
+        extra_regions: Vec<ExtraRegion>,
         version_slots: u32,
     ) -> Self {
         assert!(nodes > 0, "a catalog needs at least one node");
@@ -694,7 +702,12 @@ impl Catalog {
 
     /// Words of extra region `i`.
     pub fn extra_region_words(&self, i: usize) -> usize {
-        self.extra_regions[i]
+        self.extra_regions[i].words
+    }
+
+    /// The index of the extra region named `name`, if the catalog registers one.
+    pub fn extra_region_named(&self, name: &str) -> Option<usize> {
+        self.extra_regions.iter().position(|r| r.name == name)
     }
 
     /// Sizes of every region a node registers, in region-id order.
@@ -702,7 +715,7 @@ impl Catalog {
         self.tables
             .iter()
             .map(|(_, l)| l.region_words())
-            .chain(self.extra_regions.iter().copied())
+            .chain(self.extra_regions.iter().map(|r| r.words))
             .collect()
     }
 
@@ -713,7 +726,7 @@ impl Catalog {
         self.tables
             .iter()
             .map(|(_, l)| if holds { l.region_words() } else { 0 })
-            .chain(self.extra_regions.iter().copied())
+            .chain(self.extra_regions.iter().map(|r| r.words))
             .collect()
     }
 
@@ -785,7 +798,10 @@ mod tests {
                 spec("item", Partition::Replicated),
                 spec("custom", by_warehouse),
             ],
-            vec![64],
+            vec![ExtraRegion {
+                name: "log",
+                words: 64,
+            }],
         );
         let (range, modulo, item, custom) = (TableId(0), TableId(1), TableId(2), TableId(3));
         assert_eq!(c.home(range, 9, NodeId(2)), NodeId(0));

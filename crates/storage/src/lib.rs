@@ -10,6 +10,6 @@ pub mod ordered;
 pub mod store;
 pub mod topology;
 
-pub use layout::{Catalog, Partition, TableId, TableLayout, TableSpec};
+pub use layout::{Catalog, ExtraRegion, Partition, TableId, TableLayout, TableSpec};
 pub use store::{Store, StoreError, GONE_BYTES_PER_KEY_MAX};
 pub use topology::{Architecture, Topology, TsPlacement};

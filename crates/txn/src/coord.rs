@@ -34,44 +34,32 @@ pub struct TxnConfig {
     pub log_slots: u32,
     /// Remote record locations a coordinator caches before it starts over.
     pub loc_cache_entries_max: usize,
-    /// WAITDIE's starvation fix: waiters raise a counter that makes others die.
-    pub waitdie_counter: bool,
-    /// NAM-DB: what owns a slot of the timestamp vector.
-    pub vector_slots: crate::tsvc::VectorSlots,
-    /// NAM-DB: a detached fetcher on each compute node keeps a copy of the vector that
-    /// snapshots take instead of reading it.
-    pub vector_fetcher: bool,
-    /// NAM-DB: the pause between the version mover's passes over a memory node's records.
-    pub mover_interval_ns: u64,
-    /// NAM-DB with an overflow area: the garbage collector runs. Compute nodes publish
-    /// their oldest live snapshot ([`crate::tsvc::SnapshotFloors`]) and the version mover
-    /// reuses an overflow entry only once every one sees the version that replaced the
-    /// entry's (and the entry is [`TxnConfig::overflow_keep_ns`] old); without it the
-    /// overflow ring's wrap frees entries, needed or not.
-    pub overflow_gc: bool,
-    /// NAM-DB: the least time an overflow entry is kept, even when no snapshot needs it
-    /// (the slides delete "when older than every cached T_R, or after 1 s, whichever is
-    /// later").
-    pub overflow_keep_ns: u64,
+    /// The protocol family's own configuration, from its knobs
+    /// ([`crate::Protocol::configure`]); the family reads it with [`TxnConfig::family_as`].
+    pub family: Arc<dyn crate::knobs::FamilyConfig>,
 }
 
 impl TxnConfig {
-    /// Sizes of the regions every node registers after its tables', in the catalog's
-    /// extra-region order: the log ([`LOG_EXTRA_REGION`]), then the timestamp service
-    /// ([`crate::tsvc::TS_SERVICE_EXTRA_REGION`]) and NAM-DB's timestamp vector
-    /// ([`crate::tsvc::TS_VECTOR_EXTRA_REGION`]) and its snapshot floors
-    /// ([`crate::tsvc::TS_FLOORS_EXTRA_REGION`]), all used on the timestamp node only.
-    pub fn extra_region_words(&self) -> Vec<usize> {
-        vec![
-            self.log_region_words(),
-            crate::tsvc::TsService::region_words_for(self.coordinators_total),
-            crate::tsvc::TsVector::region_words_for(self.vector_slots_total()),
-            crate::tsvc::SnapshotFloors::region_words_for(
-                self.overflow_gc,
-                self.compute_nodes(),
-                self.vector_slots_total(),
-            ),
-        ]
+    /// The regions every node registers after its tables', in the catalog's extra-region
+    /// order: the log ([`LOG_EXTRA_REGION`]), then the family's own
+    /// ([`crate::knobs::FamilyConfig::regions`]).
+    pub fn extra_regions(&self) -> Vec<atoll_storage::ExtraRegion> {
+        let log = atoll_storage::ExtraRegion {
+            name: crate::regions::LOG_REGION,
+            words: self.log_region_words(),
+        };
+        std::iter::once(log)
+            .chain(self.family.regions(&self.shape()))
+            .collect()
+    }
+
+    /// The cluster as a family sizes its regions for.
+    pub fn shape(&self) -> crate::knobs::ClusterShape {
+        crate::knobs::ClusterShape {
+            coordinators_total: self.coordinators_total,
+            coordinators_per_node: self.coordinators_per_node,
+            compute_nodes: self.compute_nodes(),
+        }
     }
 
     /// Compute nodes in the cluster (coordinators are spread evenly over them).
@@ -79,19 +67,24 @@ impl TxnConfig {
         self.coordinators_total / self.coordinators_per_node.max(1)
     }
 
-    /// Slots of NAM-DB's timestamp vector: one per coordinator, or one per compute node.
-    pub fn vector_slots_total(&self) -> u32 {
-        self.vector_slots
-            .count(self.coordinators_total, self.compute_nodes())
-    }
-
-    /// The slot of NAM-DB's vector that coordinator `id` commits in.
-    pub fn vector_slot_of(&self, id: u32) -> u32 {
-        match self.vector_slots {
-            crate::tsvc::VectorSlots::Coordinator => id,
-            // Coordinator ids are dense per compute node, in node order.
-            crate::tsvc::VectorSlots::Node => id / self.coordinators_per_node.max(1),
-        }
+    /// The family's configuration as its own type `C`. The run configured the family whose
+    /// code reads it, so another type is a wiring bug.
+    #[inline]
+    pub fn family_as<C: crate::knobs::FamilyConfig>(&self) -> &C {
+        let family: &dyn crate::knobs::FamilyConfig = &*self.family;
+        let own = family.as_any().downcast_ref::<C>();
+        own.or_else(|| {
+            family
+                .member(std::any::TypeId::of::<C>())
+                .and_then(|m| m.downcast_ref::<C>())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the run's family configuration is {:?}, not a {}",
+                self.family,
+                std::any::type_name::<C>()
+            )
+        })
     }
 
     /// Words of the log region each node registers.
@@ -736,7 +729,7 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
 
     /// Charges the time since `start_ns` to `stage`.
     pub fn charge(&mut self, stage: Stage, start_ns: u64) {
-        self.stage_ns[stage as usize] += self.c.now_ns().saturating_sub(start_ns);
+        self.stage_ns[stage.index()] += self.c.now_ns().saturating_sub(start_ns);
     }
 
     pub fn now_ns(&self) -> u64 {
@@ -817,12 +810,7 @@ mod tests {
                 coordinators_per_node: per_node,
                 log_slots: topology.log_slots(replicas),
                 loc_cache_entries_max: 1,
-                waitdie_counter: false,
-                vector_slots: Default::default(),
-                vector_fetcher: false,
-                mover_interval_ns: 1_000_000,
-                overflow_gc: false,
-                overflow_keep_ns: 0,
+                family: Arc::new(crate::knobs::NoKnobs),
             };
             let mut rings: HashMap<u16, Vec<u32>> = HashMap::new();
             for id in 0..computes * per_node {

@@ -723,7 +723,14 @@ mod tests {
             ordered: false,
             gone_keys_max_per_node: 0,
         };
-        let catalog = Arc::new(Catalog::new(1, vec![spec], vec![LOG_WORDS]));
+        let catalog = Arc::new(Catalog::new(
+            1,
+            vec![spec],
+            vec![atoll_storage::ExtraRegion {
+                name: crate::regions::LOG_REGION,
+                words: LOG_WORDS,
+            }],
+        ));
         let memory = Arc::new(NodeMemory::new(NodeId(0), &catalog.region_words()));
         let store = Arc::new(Store::new(catalog.clone(), memory));
         for k in 0..KEYS {

@@ -8,6 +8,7 @@
 pub mod abort;
 pub mod coord;
 pub mod handler;
+pub mod knobs;
 pub mod msg;
 pub mod plan;
 pub mod regions;
@@ -22,6 +23,7 @@ pub use coord::{
     Access, Coordinator, Deferred, Entry, EntryState, HistOp, Observed, ScanObs, TxnConfig,
     TxnCore, WriteKind,
 };
+pub use knobs::{FamilyConfig, KnobKind, KnobSpec, KnobValue, Knobs};
 pub use plan::{Isolation, Plan, PlanError, Primitive, Stage};
 pub use ts::{Timestamp, TsSource, TxnTimestamps};
 pub use txn::{check_plan, Footprint, NodeTask, Protocol, Txn};

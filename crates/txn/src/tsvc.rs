@@ -17,8 +17,9 @@
 use atoll_fabric::{NodeId, Region, RegionId, RemotePtr};
 use atoll_storage::Catalog;
 
-/// The catalog's extra region that holds the service (after the log's).
-pub const TS_SERVICE_EXTRA_REGION: usize = crate::regions::LOG_EXTRA_REGION + 1;
+/// The name of the catalog's extra region that holds the service (a family using it
+/// declares it among its regions).
+pub const TS_SERVICE_REGION: &str = "ts_service";
 
 /// The counter FETCH_ADDs take commit timestamps from.
 pub const W_COUNTER: u32 = 0;
@@ -69,17 +70,15 @@ impl TsService {
     /// The run's service: at the topology's timestamp node, in the catalog's region for it (its ring
     /// fills the region); `None` if the catalog has none (a test's bare catalog).
     pub fn of(catalog: &Catalog) -> Option<Self> {
-        if catalog.extra_region_count() <= TS_SERVICE_EXTRA_REGION {
-            return None;
-        }
-        let words = catalog.extra_region_words(TS_SERVICE_EXTRA_REGION);
+        let i = catalog.extra_region_named(TS_SERVICE_REGION)?;
+        let words = catalog.extra_region_words(i);
         assert!(
             words > RING_AT as usize,
             "the timestamp service's region has {words} words, at most its header"
         );
         Some(TsService {
             node: catalog.topology().ts_node(),
-            region: catalog.extra_region(TS_SERVICE_EXTRA_REGION),
+            region: catalog.extra_region(i),
             ring_slots: (words - RING_AT as usize) as u32,
         })
     }
@@ -159,8 +158,8 @@ impl TsService {
     }
 }
 
-/// The catalog's extra region that holds NAM-DB's timestamp vector (after the service's).
-pub const TS_VECTOR_EXTRA_REGION: usize = TS_SERVICE_EXTRA_REGION + 1;
+/// The name of the catalog's extra region that holds NAM-DB's timestamp vector.
+pub const TS_VECTOR_REGION: &str = "ts_vector";
 
 /// NAM-DB's timestamp vector (VLDB'17 §4; `specs/seed-mechanisms.md` §2.3): one word per
 /// coordinator (its slot, which only it writes), on the timestamp node. Slot `i` holds the
@@ -184,13 +183,11 @@ impl TsVector {
     /// The run's vector, at the topology's timestamp node; `None` if the catalog registers
     /// no region for it (a test's bare catalog).
     pub fn of(catalog: &Catalog) -> Option<Self> {
-        if catalog.extra_region_count() <= TS_VECTOR_EXTRA_REGION {
-            return None;
-        }
+        let i = catalog.extra_region_named(TS_VECTOR_REGION)?;
         Some(TsVector {
             node: catalog.topology().ts_node(),
-            region: catalog.extra_region(TS_VECTOR_EXTRA_REGION),
-            slots: catalog.extra_region_words(TS_VECTOR_EXTRA_REGION) as u32,
+            region: catalog.extra_region(i),
+            slots: catalog.extra_region_words(i) as u32,
         })
     }
 
@@ -210,8 +207,8 @@ impl TsVector {
     }
 }
 
-/// The catalog's extra region that holds NAM-DB's snapshot floors (after the vector's).
-pub const TS_FLOORS_EXTRA_REGION: usize = TS_VECTOR_EXTRA_REGION + 1;
+/// The name of the catalog's extra region that holds NAM-DB's snapshot floors.
+pub const TS_FLOORS_REGION: &str = "ts_floors";
 
 /// NAM-DB's snapshot floors, on the timestamp node: a row per compute node, one word per
 /// slot of the vector, that the node's publisher ([`NodeClock::oldest_snapshot`]) writes and
@@ -244,14 +241,15 @@ impl SnapshotFloors {
     /// catalog registers no region large enough for one row per compute node (no garbage
     /// collector, or a test's bare catalog).
     pub fn of(catalog: &Catalog, slots: u32) -> Option<Self> {
-        if catalog.extra_region_count() <= TS_FLOORS_EXTRA_REGION || slots == 0 {
+        let i = catalog.extra_region_named(TS_FLOORS_REGION)?;
+        if slots == 0 {
             return None;
         }
         let rows = catalog.topology().compute_nodes() as u32;
-        let words = catalog.extra_region_words(TS_FLOORS_EXTRA_REGION);
+        let words = catalog.extra_region_words(i);
         (rows > 0 && words >= rows as usize * slots as usize).then(|| SnapshotFloors {
             node: catalog.topology().ts_node(),
-            region: catalog.extra_region(TS_FLOORS_EXTRA_REGION),
+            region: catalog.extra_region(i),
             rows,
             slots,
         })

@@ -48,8 +48,24 @@ pub trait Protocol: 'static {
     type EntryState: EntryState;
 
     /// The stages whose primitive changes what this protocol does (the others are ignored),
-    /// so plan enumeration varies only these.
+    /// so plan enumeration varies only these: common ones and its own.
     const STAGES: &'static [Stage];
+
+    /// The stages the family declares of its own ([`Stage::family`]), beside the common
+    /// ones: plans name them, and reports break latency down by them.
+    const FAMILY_STAGES: &'static [Stage] = &[];
+
+    /// The knobs the family declares (set as `--NAME` flags and TOML keys); a knob several
+    /// families share is declared by each, from one constant.
+    const KNOBS: &'static [crate::KnobSpec] = &[];
+
+    /// The family's configuration from its resolved knobs, built once at start-up; refuses
+    /// knobs that do not go together.
+    fn configure(
+        _knobs: &crate::Knobs,
+    ) -> Result<std::sync::Arc<dyn crate::FamilyConfig>, crate::knobs::KnobError> {
+        Ok(std::sync::Arc::new(crate::knobs::NoKnobs))
+    }
 
     /// Rejects plans this protocol cannot run, with the reason (its own rules; callers use
     /// [`check_plan`], which also refuses RPC on a stage outside `STAGES`).

@@ -20,11 +20,12 @@
 //! adjustment), so versions stay within reach of the slots.
 
 //!
-//! The family's files: `coord.rs` (each record's [`Versions`], the snapshot read, the
+//! The family's files: `config.rs` (its knob), `coord.rs` (each record's [`Versions`], the snapshot read, the
 //! writer's lock with Cond W1, the install), `version.rs` (the version choice and install
 //! steps, shared with the participant), `participant.rs` (read and install on the owner's
 //! CPU), `msg.rs` (its requests and the read's refusal).
 
+pub mod config;
 pub mod coord;
 pub mod msg;
 pub mod participant;
@@ -48,7 +49,14 @@ impl Protocol for Mvcc {
         Stage::Release,
     ];
     const MULTI_VERSION: bool = true;
+    const KNOBS: &'static [atoll_txn::KnobSpec] = &[config::SLOTS];
     type EntryState = Versions;
+
+    fn configure(
+        knobs: &atoll_txn::Knobs,
+    ) -> Result<std::sync::Arc<dyn atoll_txn::FamilyConfig>, atoll_txn::knobs::KnobError> {
+        config::configure(knobs)
+    }
 
     fn check_plan(plan: &Plan) -> Result<(), PlanError> {
         if plan.get(Stage::Lock) == Primitive::Rpc && plan.get(Stage::Commit) == Primitive::OneSided

@@ -46,6 +46,7 @@
 //! one-sided; RSI's plans cover the two-sided baselines).
 
 pub mod cid;
+pub mod config;
 pub mod mover;
 
 use crate::rsi::{self, RsiEntry};
@@ -58,6 +59,12 @@ use atoll_txn::{
     Timestamp, TxnConfig, TxnCore,
 };
 pub use cid::*;
+pub use config::NamDbConfig;
+
+/// The run's NAM-DB configuration (a copy: it is a few words).
+fn namdb_config(cfg: &TxnConfig) -> NamDbConfig {
+    *cfg.family_as::<NamDbConfig>()
+}
 
 pub struct NamDb;
 
@@ -80,7 +87,14 @@ impl Protocol for NamDb {
         Stage::Commit,
         Stage::Release,
     ];
+    const KNOBS: &'static [atoll_txn::KnobSpec] = &config::KNOBS;
     type EntryState = RsiEntry;
+
+    fn configure(
+        knobs: &atoll_txn::Knobs,
+    ) -> Result<std::sync::Arc<dyn atoll_txn::FamilyConfig>, atoll_txn::knobs::KnobError> {
+        config::configure(knobs)
+    }
 
     fn check_plan(plan: &Plan) -> Result<(), PlanError> {
         // TODO(#12): NAM-DB's stages as requests (its B+tree and catalog are two-sided).
@@ -123,11 +137,15 @@ impl Protocol for NamDb {
             rsi::release(tx, &w.ws).await;
             return Err(a);
         }
-        let (slot, ts) = match tx.c.cfg.vector_slots {
+        let nc = namdb_config(&tx.c.cfg);
+        let (slot, ts) = match nc.vector_slots {
             VectorSlots::Coordinator => (tx.c.id, tx.c.last_commit_ts + 1),
             // The node's counter: from here on the timestamp must end (publish_shared), or
             // the node's slot would stop below it.
-            VectorSlots::Node => (tx.c.cfg.vector_slot_of(tx.c.id), tx.c.node_clock.take_ts()),
+            VectorSlots::Node => (
+                nc.vector_slot_of(&tx.c.cfg.shape(), tx.c.id),
+                tx.c.node_clock.take_ts(),
+            ),
         };
         assert!(ts <= TS_MAX, "namdb: slot {slot} ran out of timestamps");
         let cid = commit_id(slot, ts);
@@ -161,7 +179,7 @@ impl Protocol for NamDb {
         rsi::delete(tx, &w.del, cid).await;
         install(tx, &upd, cid).await;
         rsi::unlock_inserted(tx, &w.ins, cid).await;
-        match tx.c.cfg.vector_slots {
+        match nc.vector_slots {
             VectorSlots::Coordinator => publish(tx, slot, ts),
             VectorSlots::Node => publish_shared(tx, slot, ts).await,
         }
@@ -174,7 +192,8 @@ impl Protocol for NamDb {
     }
 
     fn node_task_wanted(cfg: &TxnConfig) -> bool {
-        cfg.vector_fetcher || cfg.overflow_gc
+        let nc = namdb_config(cfg);
+        nc.vector_fetcher || nc.overflow_gc
     }
 
     fn memory_task_wanted(catalog: &atoll_storage::Catalog) -> bool {
@@ -193,8 +212,9 @@ impl Protocol for NamDb {
         let Some(vector) = TsVector::of(&task.catalog) else {
             return;
         };
-        let floors = SnapshotFloors::of(&task.catalog, task.cfg.vector_slots_total())
-            .filter(|_| task.cfg.overflow_gc)
+        let nc = namdb_config(&task.cfg);
+        let floors = SnapshotFloors::of(&task.catalog, nc.vector_slots_total(&task.cfg.shape()))
+            .filter(|_| nc.overflow_gc)
             .zip(task.catalog.topology().compute_index(task.ep.node()));
         let mut floor_due_ns = 0;
         // Bounded by the run's end.
@@ -203,11 +223,11 @@ impl Protocol for NamDb {
                 if task.ep.now_ns() >= floor_due_ns {
                     // A failed WRITE leaves the row lower than it could be: GC only waits.
                     let _ = publish_floor(&task.ep, &task.clock, floors, row as u32).await;
-                    floor_due_ns = task.ep.now_ns() + task.cfg.mover_interval_ns;
+                    floor_due_ns = task.ep.now_ns() + nc.mover_interval_ns;
                 }
             }
-            if !task.cfg.vector_fetcher {
-                task.ep.sleep(task.cfg.mover_interval_ns).await;
+            if !nc.vector_fetcher {
+                task.ep.sleep(nc.mover_interval_ns).await;
                 continue;
             }
             match copy_vector(&task.ep, vector, None).await {
@@ -286,16 +306,17 @@ pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
     if !tx.snapshot_vector.is_empty() {
         return Ok(());
     }
-    let own = (tx.c.cfg.vector_slots == VectorSlots::Coordinator).then_some((
-        tx.c.cfg.vector_slot_of(tx.c.id) as usize,
+    let nc = namdb_config(&tx.c.cfg);
+    let own = (nc.vector_slots == VectorSlots::Coordinator).then_some((
+        nc.vector_slot_of(&tx.c.cfg.shape(), tx.c.id) as usize,
         tx.c.last_commit_ts,
     ));
     let covers_own = |v: &[u64]| own.is_none_or(|(s, last)| v[s] >= last);
     // With the overflow area's collector, the node knows every live snapshot (registered
     // before the copy is made, so no floor published meanwhile is above it).
-    let gc = tx.c.cfg.overflow_gc;
+    let gc = nc.overflow_gc;
     let id = tx.c.id;
-    if tx.c.cfg.vector_fetcher {
+    if nc.vector_fetcher {
         let v = if gc {
             tx.c.node_clock.snapshot_from_cache(id, covers_own)
         } else {
@@ -324,7 +345,7 @@ pub async fn snapshot(tx: &mut TxnCore<'_, RsiEntry>) -> Result<(), Abort> {
         if covers_own(&v) {
             if gc {
                 // The fetcher's copy, when it runs, may be older: it stays the floor.
-                let raises = !tx.c.cfg.vector_fetcher;
+                let raises = !nc.vector_fetcher;
                 tx.c.node_clock.snapshot_taken(id, &v, raises);
             }
             tx.snapshot_vector = v;
@@ -445,7 +466,7 @@ pub fn publish(tx: &mut TxnCore<'_, RsiEntry>, slot: u32, ts: u64) {
 /// A commit timestamp taken from the node's counter ends without a commit: the node's slot
 /// may move past it (nothing carries it). A coordinator's own timestamp is simply not used.
 async fn give_up(tx: &mut TxnCore<'_, RsiEntry>, slot: u32, ts: u64) {
-    if tx.c.cfg.vector_slots == VectorSlots::Node {
+    if namdb_config(&tx.c.cfg).vector_slots == VectorSlots::Node {
         publish_shared(tx, slot, ts).await;
     }
 }

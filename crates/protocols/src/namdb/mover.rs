@@ -24,7 +24,7 @@
 //! record's or a newer version, which readers detect (each entry is checked against the
 //! record and the version the reader needs next; a gap aborts `SnapshotTooOld`).
 //!
-//! **Garbage collection** (`TxnConfig::overflow_gc`, on with every overflow area): the ring's
+//! **Garbage collection** (`NamDbConfig::overflow_gc`, on with every overflow area): the ring's
 //! next entry is written over only when no live snapshot can need the version it holds. The
 //! mover notes, per entry (private memory, counted by the sizing: [`NOTE_BYTES_PER_ENTRY`]),
 //! the commit id of the version that replaced the entry's (its *successor*: the next newer
@@ -105,14 +105,15 @@ pub struct Gc {
 }
 
 impl Gc {
-    /// The run's collector, if it runs (`cfg.overflow_gc` and a region for the floors).
+    /// The run's collector, if it runs (with an overflow area, and a region for the floors).
     pub fn of(catalog: &Catalog, cfg: &TxnConfig) -> Option<Gc> {
-        if !cfg.overflow_gc {
+        let nc = cfg.family_as::<super::NamDbConfig>();
+        if !nc.overflow_gc {
             return None;
         }
-        SnapshotFloors::of(catalog, cfg.vector_slots_total()).map(|floors| Gc {
+        SnapshotFloors::of(catalog, nc.vector_slots_total(&cfg.shape())).map(|floors| Gc {
             floors,
-            keep_ns: cfg.overflow_keep_ns,
+            keep_ns: nc.overflow_keep_ns,
         })
     }
 }
@@ -230,7 +231,8 @@ pub async fn run(task: NodeTask) {
             return;
         }
         task.versions.add(VersionEvent::MoverPass, 1);
-        task.ep.sleep(task.cfg.mover_interval_ns).await;
+        let interval_ns = task.cfg.family_as::<super::NamDbConfig>().mover_interval_ns;
+        task.ep.sleep(interval_ns).await;
     }
 }
 

@@ -45,6 +45,7 @@
 //! serving every request (over `ipoib` or `10gbe-tcp`), and the shared-memory design over
 //! two-sided verbs (over `fdr-ib`).
 
+pub mod config;
 pub mod msg;
 pub mod participant;
 
@@ -100,6 +101,10 @@ pub const RING_WAIT_NS: u64 = 10_000;
 pub const SNAPSHOT_WAIT_ROUNDS_MAX: u32 = 100;
 pub const SNAPSHOT_WAIT_NS: u64 = 1_000;
 
+/// The snapshot-isolation family's own stage: its requests to the timestamp service (read
+/// timestamp, commit timestamp, outcome), over one-sided verbs or as RPCs.
+pub const TIMESTAMP: Stage = Stage::family(0, "timestamp");
+
 impl Protocol for Rsi {
     const NAME: &'static str = "rsi";
     const ISOLATION: Isolation = Isolation::Snapshot;
@@ -115,9 +120,17 @@ impl Protocol for Rsi {
         Stage::Log,
         Stage::Commit,
         Stage::Release,
-        Stage::Timestamp,
+        TIMESTAMP,
     ];
+    const FAMILY_STAGES: &'static [Stage] = &[TIMESTAMP];
+    const KNOBS: &'static [atoll_txn::KnobSpec] = &[config::VERSIONS];
     type EntryState = RsiEntry;
+
+    fn configure(
+        knobs: &atoll_txn::Knobs,
+    ) -> Result<std::sync::Arc<dyn atoll_txn::FamilyConfig>, atoll_txn::knobs::KnobError> {
+        config::configure(knobs)
+    }
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
         // Every combination runs: a request does on its node's CPU what the verbs do, on
@@ -235,7 +248,7 @@ async fn snapshot_covering_own(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Ab
 /// outcome (same node, so it lands first).
 async fn read_rts(tx: &mut TxnCore<'_, RsiEntry>) -> Result<u64, Abort> {
     let svc = tx.c.ts_service();
-    let ts_rpc = rpc(tx, Stage::Timestamp);
+    let ts_rpc = rpc(tx, TIMESTAMP);
     let deferred = tx.c.take_deferred();
     let mut d = tx.c.ep.doorbell_for(2);
     if let Some(op) = deferred {
@@ -940,7 +953,7 @@ pub async fn lock(
     expect: fn(&atoll_txn::Entry<RsiEntry>) -> u64,
 ) -> Lock {
     let svc = tx.c.ts_service();
-    let (by_rpc, ts_rpc) = (rpc(tx, Stage::Lock), rpc(tx, Stage::Timestamp));
+    let (by_rpc, ts_rpc) = (rpc(tx, Stage::Lock), rpc(tx, TIMESTAMP));
     let deferred = tx.c.take_deferred();
     let mut d = tx.c.ep.doorbell_for(ws.len() + 3);
     // The previous outcome, if still deferred, goes ahead of the FETCH_ADD on its link.
@@ -1086,7 +1099,7 @@ pub fn stamp(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
 /// unlocks (ops to one node execute in order; own-node records are stored in place in the
 /// same order; a request does the same steps on its node's CPU).
 pub async fn install(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize], cts: u64) {
-    let (by_rpc, ts_rpc) = (rpc(tx, Stage::Commit), rpc(tx, Stage::Timestamp));
+    let (by_rpc, ts_rpc) = (rpc(tx, Stage::Commit), rpc(tx, TIMESTAMP));
     let c = &*tx.c;
     let mut d = c.ep.doorbell_for(ws.len() * 5 + 1);
     // The next attempt's snapshot, read beside the installs: every commit below it had
@@ -1336,7 +1349,7 @@ pub async fn release(tx: &mut TxnCore<'_, RsiEntry>, ws: &[usize]) {
 /// doorbell to the service, once its ring slot is free (`RTS` read as `rts_word` says so, or
 /// a re-read of it does).
 pub async fn report(tx: &mut TxnCore<'_, RsiEntry>, svc: &TsService, cts: u64, rts_word: u64) {
-    let ts_rpc = rpc(tx, Stage::Timestamp);
+    let ts_rpc = rpc(tx, TIMESTAMP);
     let mut rts_word = rts_word;
     let mut rounds = 0;
     while !svc.fits_ring(cts, rts_word) {

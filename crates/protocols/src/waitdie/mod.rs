@@ -7,12 +7,13 @@
 //! release. RPC: the participant holds the request on a waiting list its event loop serves
 //! (it never busy-waits). One-sided: CAS + READ; the failed CAS returns the holder's
 //! timestamp and the coordinator retries after a pause or dies. With the starvation fix
-//! (`TxnConfig::waitdie_counter`), a waiter raises a FETCH_ADD counter in the tuple header
+//! (`--waitdie-counter`, [`config::COUNTER`]), a waiter raises a FETCH_ADD counter in the tuple header
 //! that makes other lockers die until it has the lock.
 //!
-//! The family's files: `coord.rs` (the wait-or-die lock), `participant.rs` (the waiting
+//! The family's files: `config.rs` (its knob), `coord.rs` (the wait-or-die lock), `participant.rs` (the waiting
 //! list), `msg.rs` (its lock request). Commit is NOWAIT's (`nowait::commit_locked`).
 
+pub mod config;
 pub mod coord;
 pub mod msg;
 pub mod participant;
@@ -35,7 +36,14 @@ impl Protocol for WaitDie {
         Stage::Release,
     ];
     const KEEP_TS_ON_RETRY: bool = true;
+    const KNOBS: &'static [atoll_txn::KnobSpec] = &[config::COUNTER];
     type EntryState = ();
+
+    fn configure(
+        knobs: &atoll_txn::Knobs,
+    ) -> Result<std::sync::Arc<dyn atoll_txn::FamilyConfig>, atoll_txn::knobs::KnobError> {
+        config::configure(knobs)
+    }
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
         // As NOWAIT: the lock word holds the owner's timestamp, so any release works.
@@ -44,7 +52,7 @@ impl Protocol for WaitDie {
 
     async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
         let plan = *tx.c.plan();
-        let counter = tx.c.cfg.waitdie_counter;
+        let counter = tx.c.cfg.family_as::<config::WaitDieConfig>().counter;
         let t0 = tx.now_ns();
         let opts = WaitDieOpts {
             primitive: plan.get(Stage::Lock),

@@ -647,7 +647,7 @@ impl Protocol for NamDbRaisingOwnSlot {
             if let Some(v) = tx.c.node_clock.cached() {
                 // The defect: a copy of one instant, patched with its own last commit.
                 let mut v = v.as_ref().clone();
-                let own = tx.c.cfg.vector_slot_of(tx.c.id) as usize;
+                let own = namdb_slot_of(tx) as usize;
                 v[own] = v[own].max(tx.c.last_commit_ts);
                 tx.snapshot_vector = v;
             }
@@ -698,7 +698,7 @@ impl Protocol for NamDbPublishingAhead {
             rsi::release(tx, &ws).await;
             return Err(a);
         }
-        let slot = tx.c.cfg.vector_slot_of(tx.c.id);
+        let slot = namdb_slot_of(tx);
         let ts = tx.c.node_clock.take_ts();
         let cid = namdb::commit_id(slot, ts);
         let written: Vec<usize> = ws.iter().chain(ins.iter()).copied().collect();
@@ -788,7 +788,7 @@ fn config(workload: WorkloadKind, protocol: ProtocolKind, plan: &str, seed: u64)
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect::<Params>(),
         protocol,
-        plan: Plan::parse(plan).unwrap(),
+        plan: protocol.parse_plan(plan).unwrap(),
         nodes: 3,
         threads: 2,
         coroutines: 4,
@@ -843,7 +843,8 @@ fn try_seed_with<P: Protocol>(
     let mut c = Caught::default();
     for (plan, w) in plans.iter().flat_map(|p| WorkloadKind::ALL.map(|w| (p, w))) {
         // What the base protocol refuses (RSI: RPC reads, inserts) its variant skips.
-        if base.check_plan(&Plan::parse(plan).unwrap()).is_err() || (w.deletes() && !base.deletes())
+        if base.check_plan(&base.parse_plan(plan).unwrap()).is_err()
+            || (w.deletes() && !base.deletes())
         {
             continue;
         }
@@ -913,20 +914,27 @@ fn row_with<P: Protocol>(
     (format!("{}{suffix}", P::NAME), counts)
 }
 
+/// The slot of NAM-DB's vector the attempt's coordinator commits in.
+fn namdb_slot_of(tx: &TxnCore<'_, rsi::RsiEntry>) -> u32 {
+    tx.c.cfg
+        .family_as::<namdb::NamDbConfig>()
+        .vector_slot_of(&tx.c.cfg.shape(), tx.c.id)
+}
+
 /// NAM-DB's vector compressed to one slot per compute node.
 fn node_slots(cfg: &mut RunConfig) {
-    cfg.vector_slots = atoll_txn::tsvc::VectorSlots::Node;
+    cfg.set_knob("vector_slots", "node");
 }
 
 /// A slot per coordinator, snapshots taken from the detached fetcher's copy.
 fn fetcher(cfg: &mut RunConfig) {
-    cfg.vector_fetcher = true;
+    cfg.set_knob("vector_fetcher", true);
 }
 
 /// As [`node_slots`], snapshots taken from the detached fetcher's copy.
 fn node_slots_fetcher(cfg: &mut RunConfig) {
     node_slots(cfg);
-    cfg.vector_fetcher = true;
+    cfg.set_knob("vector_fetcher", true);
 }
 
 #[test]

@@ -8,7 +8,6 @@ use atoll_protocols::ProtocolKind;
 use atoll_runner::config::{Fabric, FaultConfig};
 use atoll_runner::{run, Report, RunConfig};
 use atoll_testkit::{params, FAULTS_MIXED};
-use atoll_txn::Plan;
 use atoll_workloads::WorkloadKind;
 
 const SEEDS: u64 = 3;
@@ -30,7 +29,7 @@ fn config(protocol: ProtocolKind, plan: &str, seed: u64) -> RunConfig {
             ("orders_max", "2000"),
         ]),
         protocol,
-        plan: Plan::parse(plan).unwrap(),
+        plan: protocol.parse_plan(plan).unwrap(),
         nodes: 3,
         threads: 2,
         coroutines: 4,
@@ -56,7 +55,7 @@ fn checkout_orders_have_three_lines_and_stock_decrease_equals_quantity_ordered_u
         for plan in PLANS {
             // What the protocol refuses (RSI: RPC stages) it skips.
             if protocol
-                .check_plan(&atoll_txn::Plan::parse(plan).unwrap())
+                .check_plan(&protocol.parse_plan(plan).unwrap())
                 .is_err()
             {
                 continue;

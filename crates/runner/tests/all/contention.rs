@@ -7,7 +7,6 @@
 use atoll_protocols::ProtocolKind;
 use atoll_runner::config::{Fabric, FaultConfig};
 use atoll_runner::{run, RunConfig};
-use atoll_txn::Plan;
 use atoll_workloads::{Params, WorkloadKind};
 
 /// A reduced RCC shape that still collapsed before issue 9's fix: 128 co-routines on a hot
@@ -39,7 +38,7 @@ fn config(protocol: ProtocolKind, plan: &str, hot_prob: &str) -> RunConfig {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect::<Params>(),
         protocol,
-        plan: Plan::parse(plan).unwrap(),
+        plan: protocol.parse_plan(plan).unwrap(),
         nodes: NODES,
         threads: THREADS,
         coroutines: COROUTINES,

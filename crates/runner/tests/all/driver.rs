@@ -6,7 +6,6 @@ use atoll_protocols::ProtocolKind;
 use atoll_runner::config::{Fabric, FaultConfig};
 use atoll_runner::{run_via, Report, RunConfig, SummaryWire};
 use atoll_testkit::FAULTS_MIXED;
-use atoll_txn::Plan;
 use atoll_workloads::{Params, WorkloadKind};
 
 /// Faults that tear, stall and pause, so the runs abort and retry for many reasons.
@@ -56,7 +55,7 @@ fn config(workload: WorkloadKind, protocol: ProtocolKind, plan: &str) -> RunConf
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect::<Params>(),
         protocol,
-        plan: Plan::parse(plan).unwrap(),
+        plan: protocol.parse_plan(plan).unwrap(),
         nodes: 3,
         threads: 2,
         coroutines: 4,

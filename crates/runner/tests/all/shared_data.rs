@@ -66,7 +66,7 @@ fn config(
         workload,
         params,
         protocol,
-        plan: Plan::parse(plan).unwrap(),
+        plan: protocol.parse_plan(plan).unwrap(),
         nodes: memory + compute + u16::from(ts == TsPlacement::Own),
         roles: Roles::SharedData {
             memory_nodes: memory,
@@ -168,7 +168,7 @@ fn namdb_reads_headers_apart_from_old_payloads_so_versions_kept_barely_add_read_
             ("record_bytes", "1000"),
             ("ops_per_txn", "4"),
         ]);
-        cfg.rsi_versions = versions;
+        cfg.set_knob("rsi_versions", versions);
         // No faults (tearing moves a 4 KB block a word pair per step) and long enough for a
         // few hundred commits.
         cfg.fabric = Fabric::Sim {
@@ -224,16 +224,16 @@ fn namdb_runs_clean_under_snapshot_isolation_with_its_vector_per_node_and_with_t
                 (4, (1, 3, TsPlacement::Own)),
             ] {
                 let mut cfg = config(workload, ProtocolKind::NamDb, "one-sided", shape, seed);
-                cfg.vector_slots = slots;
-                cfg.vector_fetcher = fetcher;
+                cfg.set_knob("vector_slots", slots.name());
+                cfg.set_knob("vector_fetcher", fetcher);
                 // Blocks of 3 versions with the fetcher: older snapshots read old slots.
-                cfg.rsi_versions = if fetcher { 3 } else { 1 };
+                let versions = if fetcher { 3 } else { 1 };
+                cfg.set_knob("rsi_versions", versions);
                 // With old versions, the mover copies them to an overflow area too.
-                cfg.overflow_versions = if fetcher { 2 } else { 0 };
+                let overflow = if fetcher { 2 } else { 0 };
+                cfg.set_knob("overflow_versions", overflow);
                 let what = format!(
-                    "namdb {slots:?} fetcher={fetcher} versions={} overflow={} / {} / {shape:?} / seed {seed}",
-                    cfg.rsi_versions,
-                    cfg.overflow_versions,
+                    "namdb {slots:?} fetcher={fetcher} versions={versions} overflow={overflow} / {} / {shape:?} / seed {seed}",
                     workload.name()
                 );
                 let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -289,8 +289,8 @@ fn namdb_snapshots_of_the_per_coordinator_vector_with_the_fetcher_lie_on_one_cha
             faults: FaultConfig::parse(FAULTS).unwrap(),
         };
         cfg.duration_s = 0.002;
-        cfg.rsi_versions = 2;
-        cfg.vector_fetcher = true;
+        cfg.set_knob("rsi_versions", 2);
+        cfg.set_knob("vector_fetcher", true);
         let what = format!("namdb fetcher / cycle / 1+3, own ts node / seed {seed}");
         let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(r.passed, "{what}: {:?}", r.checks);
@@ -411,6 +411,16 @@ fn rsi_one_coordinator(plan: Plan) -> atoll_testkit::TestCluster {
 
 /// As [`rsi_one_coordinator`], with `coroutines` co-routines and `versions` per record.
 fn rsi_cluster(coroutines: u32, versions: u32, plan: Plan) -> atoll_testkit::TestCluster {
+    si_cluster::<atoll_protocols::Rsi>(coroutines, versions, plan)
+}
+
+/// As [`rsi_cluster`], for snapshot-isolation family `P` (its records, regions and knobs at
+/// their defaults).
+fn si_cluster<P: atoll_txn::Protocol>(
+    coroutines: u32,
+    versions: u32,
+    plan: Plan,
+) -> atoll_testkit::TestCluster {
     use atoll_storage::{Partition, TableSpec, Topology};
     let spec = TableSpec {
         name: "t".into(),
@@ -426,7 +436,7 @@ fn rsi_cluster(coroutines: u32, versions: u32, plan: Plan) -> atoll_testkit::Tes
         vec![spec],
         plan,
         coroutines,
-        atoll_testkit::RecordShape::of::<atoll_protocols::Rsi>(versions),
+        atoll_testkit::RecordShape::of::<P>(versions),
     );
     for k in 0..8 {
         c.stores[0].insert(T, k, &[100]).unwrap();
@@ -437,7 +447,7 @@ fn rsi_cluster(coroutines: u32, versions: u32, plan: Plan) -> atoll_testkit::Tes
 const T: atoll_storage::TableId = atoll_storage::TableId(0);
 
 /// The verbs of one RSI update transaction (read keys 3 and 4, write both, commit) by the
-/// only coordinator of [`rsi_one_coordinator`] under `plan`, after two transactions that
+/// only coordinator of [`si_cluster`] under `plan`, after two transactions that
 /// learn the keys' places and leave an outcome deferred; and whether its own outcome is
 /// left deferred.
 fn rsi_update_verbs(plan: Plan) -> (atoll_fabric::VerbCounters, bool) {
@@ -449,7 +459,7 @@ fn update_verbs<P: atoll_txn::Protocol>(plan: Plan) -> (atoll_fabric::VerbCounte
     use atoll_fabric::{NodeId, VerbCounters, VerbKind};
     use atoll_txn::Txn;
     use std::sync::{Arc, Mutex};
-    let c = rsi_one_coordinator(plan);
+    let c = si_cluster::<P>(1, 1, plan);
     let seen: Arc<Mutex<Option<(VerbCounters, bool)>>> = Arc::default();
     let update = |keys: [u64; 2]| keys.into_iter().map(|k| (T, k, true)).collect::<Vec<_>>();
     c.run(&|core, k| {
@@ -626,7 +636,7 @@ fn namdb_a_snapshot_older_than_every_version_a_record_keeps_reads_it_from_the_ov
     use atoll_fabric::NodeId;
     use atoll_protocols::{namdb::mover::Mover, NamDb};
     use atoll_storage::{Partition, TableSpec, Topology};
-    use atoll_testkit::{RecordShape, Steps, TestCluster};
+    use atoll_testkit::{Steps, TestCluster};
     use atoll_txn::Txn;
     use std::sync::{Arc, Mutex};
     const COMMITS: u32 = 3;
@@ -650,8 +660,7 @@ fn namdb_a_snapshot_older_than_every_version_a_record_keeps_reads_it_from_the_ov
             ordered: false,
             gone_keys_max_per_node: 0,
         };
-        let mut shape = RecordShape::of::<NamDb>(2);
-        shape.overflow_per_record = overflow;
+        let shape = namdb_shape(overflow);
         let c = TestCluster::with_topology(
             Topology::shared_data(1, 1, TsPlacement::Own),
             0,
@@ -773,7 +782,7 @@ fn rsi_a_snapshot_older_than_a_deletion_aborts_snapshot_too_old_a_newer_one_find
     use atoll_txn::Txn;
     use std::sync::{Arc, Mutex};
     for plan in ["one-sided", "rpc"] {
-        let c = rsi_cluster(2, 1, Plan::parse(plan).unwrap());
+        let c = rsi_cluster(2, 1, ProtocolKind::Rsi.parse_plan(plan).unwrap());
         let seen: Arc<Mutex<Vec<String>>> = Arc::default();
         let steps = Steps::default();
         c.run(&|core, k| {
@@ -850,7 +859,7 @@ fn shared_data_rsi_runs_clean_under_snapshot_isolation_with_its_stages_served_by
                 (6, (1, 3, TsPlacement::Own)),
             ] {
                 let mut cfg = config(workload, ProtocolKind::Rsi, plan, shape, seed);
-                cfg.rsi_versions = 1 + seed as u32 % 2;
+                cfg.set_knob("rsi_versions", 1 + seed % 2);
                 let what = format!(
                     "rsi / {plan} / {} / {shape:?} / seed {seed}",
                     workload.name()
@@ -1158,7 +1167,7 @@ fn namdb_the_overflow_collector_keeps_an_entry_a_live_snapshot_needs_and_reclaim
     use atoll_fabric::NodeId;
     use atoll_protocols::{namdb, namdb::mover, NamDb};
     use atoll_storage::{Partition, TableSpec, Topology};
-    use atoll_testkit::{RecordShape, Steps, TestCluster};
+    use atoll_testkit::{Steps, TestCluster};
     use atoll_txn::tsvc::{NodeClock, SnapshotFloors};
     use atoll_txn::versions::{VersionCounters, VersionEvent as E};
     use atoll_txn::Txn;
@@ -1184,8 +1193,7 @@ fn namdb_the_overflow_collector_keeps_an_entry_a_live_snapshot_needs_and_reclaim
             ordered: false,
             gone_keys_max_per_node: 0,
         };
-        let mut shape = RecordShape::of::<NamDb>(2);
-        shape.overflow_per_record = 1;
+        let shape = namdb_shape(1);
         let c = TestCluster::with_topology(
             Topology::shared_data(1, 1, TsPlacement::Own),
             0,
@@ -1194,14 +1202,15 @@ fn namdb_the_overflow_collector_keeps_an_entry_a_live_snapshot_needs_and_reclaim
             2,
             shape,
         );
+        let nc = *c.txn.family_as::<atoll_protocols::namdb::NamDbConfig>();
         assert!(
-            c.txn.overflow_gc,
+            nc.overflow_gc,
             "the test kit runs the collector with an overflow area"
         );
         for k in 0..8 {
             c.stores[0].insert(T, k, &[100]).unwrap();
         }
-        let floors = SnapshotFloors::of(&c.catalog, c.txn.vector_slots_total())
+        let floors = SnapshotFloors::of(&c.catalog, nc.vector_slots_total(&c.txn.shape()))
             .expect("the catalog registers the floors' region");
         let collector = gc.then_some(mover::Gc { floors, keep_ns: 0 });
         let clock: Arc<NodeClock> = Arc::default();
@@ -1310,4 +1319,22 @@ fn namdb_the_overflow_collector_keeps_an_entry_a_live_snapshot_needs_and_reclaim
             .expect("the check runs with an overflow area");
         assert!(moved.passed, "{what}: {}", moved.detail);
     }
+}
+
+/// A NAM-DB test cluster's records: 2 versions each and `overflow` overflow entries per
+/// record slot, the family configured as `--rsi-versions 2 --overflow-versions OVERFLOW`
+/// configures it (the collector runs with an overflow area).
+fn namdb_shape(overflow: u32) -> atoll_testkit::RecordShape {
+    let knobs = atoll_txn::Knobs::resolve(
+        &atoll_protocols::namdb::config::KNOBS,
+        [
+            ("rsi_versions", "2"),
+            ("overflow_versions", &*overflow.to_string()),
+        ],
+    )
+    .expect("the knobs go together");
+    let mut shape = atoll_testkit::RecordShape::of::<atoll_protocols::NamDb>(2);
+    shape.overflow_per_record = overflow;
+    shape.family = atoll_protocols::namdb::config::configure(&knobs).expect("valid knobs");
+    shape
 }

@@ -99,7 +99,7 @@ fn knobs(w: WorkloadKind) -> &'static [(&'static str, &'static str)] {
 fn plans(p: ProtocolKind, base: u64) -> Vec<String> {
     let mut out: Vec<String> = PURE_PLANS
         .iter()
-        .filter(|s| p.check_plan(&Plan::parse(s).unwrap()).is_ok())
+        .filter(|s| p.check_plan(&p.parse_plan(s).unwrap()).is_ok())
         .map(|s| s.to_string())
         .collect();
     let stages = p.stages();
@@ -134,7 +134,7 @@ fn config(workload: WorkloadKind, protocol: ProtocolKind, plan: &str, seed: u64)
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect::<Params>(),
         protocol,
-        plan: Plan::parse(plan).unwrap(),
+        plan: protocol.parse_plan(plan).unwrap(),
         nodes: NODES,
         threads: THREADS,
         coroutines: COROUTINES,

@@ -27,7 +27,7 @@ fn config(protocol: ProtocolKind, plan: &str, seed: u64) -> RunConfig {
         workload: WorkloadKind::Skew,
         params: params(&[("pairs", PAIRS_PER_NODE)]),
         protocol,
-        plan: Plan::parse(plan).unwrap(),
+        plan: protocol.parse_plan(plan).unwrap(),
         nodes: 3,
         threads: 2,
         coroutines: 4,

@@ -1,0 +1,629 @@
+//! `bench`'s settings: its flags and a config file's keys as one struct ([`BenchArgs`]),
+//! the protocol families' knobs added from their declarations ([`FamilyKnobArgs`]), and the
+//! run configuration they resolve to ([`resolve`]).
+
+use atoll_protocols::ProtocolKind;
+use atoll_runner::config::Fabric;
+use atoll_runner::config::FaultConfig;
+use atoll_runner::config::{Roles, NODES_MAX};
+use atoll_runner::RunConfig;
+use atoll_storage::{Architecture, TsPlacement};
+use atoll_txn::{KnobKind, KnobSpec};
+use atoll_workloads::{Params, WorkloadKind};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::PLAN_ALL;
+
+/// The protocol families' knobs as flags: one `--NAME` per knob some family declares
+/// ([`ProtocolKind::all_knobs`]), its help saying which families. The values given, by the
+/// knob's name, are checked against the run's family when the configuration is resolved.
+#[derive(Clone, Debug, Default)]
+pub struct FamilyKnobArgs {
+    pub given: BTreeMap<String, String>,
+}
+
+/// A knob's help line: the families declaring it, what it does, its default and range.
+fn knob_help(spec: &KnobSpec, families: &[ProtocolKind]) -> String {
+    let owners: Vec<String> = families.iter().map(|p| p.name().to_uppercase()).collect();
+    let accepted = match spec.kind {
+        KnobKind::Flag => String::new(),
+        KnobKind::Number { default, .. } => {
+            format!(" [default: {default}; {}]", spec.accepted())
+        }
+        KnobKind::Choice { default, .. } => {
+            format!(" [default: {default}; {}]", spec.accepted())
+        }
+    };
+    format!("{} only: {}{accepted}", owners.join(" and "), spec.help)
+}
+
+impl clap::Args for FamilyKnobArgs {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        for (spec, families) in ProtocolKind::all_knobs() {
+            let arg = clap::Arg::new(spec.name)
+                .long(spec.flag())
+                .help(knob_help(&spec, &families));
+            cmd = cmd.arg(match spec.kind {
+                KnobKind::Flag => arg.action(clap::ArgAction::SetTrue),
+                KnobKind::Number { .. } => arg.value_name("N"),
+                KnobKind::Choice { accepted, .. } => arg.value_name(accepted.join("|")),
+            });
+        }
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl clap::FromArgMatches for FamilyKnobArgs {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut a = FamilyKnobArgs::default();
+        a.update_from_arg_matches(m)?;
+        Ok(a)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        for (spec, _) in ProtocolKind::all_knobs() {
+            let value = match spec.kind {
+                KnobKind::Flag => m.get_flag(spec.name).then(|| "true".to_string()),
+                _ => m.get_one::<String>(spec.name).cloned(),
+            };
+            if let Some(v) = value {
+                self.given.insert(spec.name.to_string(), v);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// `net_latency_us` in a config file: a number (every class) or a per-class string.
+fn string_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Option::<toml::Value>::deserialize(d)? {
+        None => None,
+        Some(toml::Value::String(s)) => Some(s),
+        Some(other) => Some(other.to_string()),
+    })
+}
+
+/// A TOML value as a knob's text.
+fn toml_text(v: toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s,
+        other => other.to_string(),
+    }
+}
+
+/// The line of `text` that sets top-level key `key`, for an error that names it.
+fn line_of(text: &str, key: &str) -> String {
+    text.lines()
+        .enumerate()
+        .find(|(_, l)| {
+            l.trim_start()
+                .strip_prefix(key)
+                .is_some_and(|r| r.trim_start().starts_with('='))
+        })
+        .map(|(i, l)| format!(" line {} `{}`:", i + 1, l.trim()))
+        .unwrap_or_default()
+}
+
+/// The config file's settings (`--config FILE.toml`), or none. Its protocol-family knobs are
+/// taken out first; every other key is a [`BenchArgs`] field, and an unknown key or a value
+/// of the wrong type is refused with the line it is on.
+fn read_config_file(path: Option<&std::path::Path>) -> Result<BenchArgs, String> {
+    let Some(path) = path else {
+        return Ok(BenchArgs::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+    let refuse = |at: String, e: toml::de::Error| {
+        format!(
+            "config file {}:{at} {}",
+            path.display(),
+            e.message().trim_end()
+        )
+    };
+    let mut table: toml::Table = toml::from_str(&text).map_err(|e| {
+        let at = e
+            .span()
+            .map(|sp| text[..sp.start].matches('\n').count() + 1)
+            .map(|l| {
+                format!(
+                    " line {l} `{}`:",
+                    text.lines().nth(l - 1).unwrap_or("").trim()
+                )
+            })
+            .unwrap_or_default();
+        refuse(at, e)
+    })?;
+    let mut knobs = FamilyKnobArgs::default();
+    for (spec, _) in ProtocolKind::all_knobs() {
+        if let Some(v) = table.remove(spec.name) {
+            knobs.given.insert(spec.name.to_string(), toml_text(v));
+        }
+    }
+    // Each key alone first, so a refusal names the line of the key refused.
+    for (k, v) in &table {
+        let one: toml::Table = [(k.clone(), v.clone())].into_iter().collect();
+        if let Err(e) = BenchArgs::deserialize(toml::Value::Table(one)) {
+            let knobs: Vec<&str> = ProtocolKind::all_knobs()
+                .iter()
+                .map(|(s, _)| s.name)
+                .collect();
+            let also = if e.message().starts_with("unknown field") {
+                format!(", or a protocol family's knob: {}", knobs.join(", "))
+            } else {
+                String::new()
+            };
+            return Err(refuse(line_of(&text, k), e) + &also);
+        }
+    }
+    let mut file =
+        BenchArgs::deserialize(toml::Value::Table(table)).map_err(|e| refuse(String::new(), e))?;
+    file.knobs = knobs;
+    Ok(file)
+}
+
+/// The settings the flags give over the file's: a flag given replaces the file's value,
+/// the family knobs merge by name, and what only flags say (output files, `-p`) comes from
+/// the flags.
+fn overlay(file: BenchArgs, flags: &BenchArgs) -> Result<BenchArgs, String> {
+    let as_table = |a: &BenchArgs| match toml::Value::try_from(a) {
+        Ok(toml::Value::Table(t)) => Ok(t),
+        other => Err(format!("settings do not form a table: {other:?}")),
+    };
+    let mut merged = as_table(&file)?;
+    merged.extend(as_table(flags)?);
+    let mut out = BenchArgs::deserialize(toml::Value::Table(merged))
+        .map_err(|e| format!("settings: {}", e.message()))?;
+    out.file_params = file.file_params;
+    out.knobs = file.knobs;
+    out.knobs.given.extend(flags.knobs.given.clone());
+    out.coalesce = flags.coalesce.clone();
+    out.config = flags.config.clone();
+    out.params = flags.params.clone();
+    out.json = flags.json.clone();
+    out.history = flags.history.clone();
+    out.quiet = flags.quiet;
+    Ok(out)
+}
+
+/// `bench`'s settings: its flags, and the keys of a config file (`--config FILE.toml`).
+/// One struct for both: the file's settings are read into it, and the flags given override
+/// them ([`overlay`]); a setting only one side has is skipped on the other.
+#[derive(clap::Args, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BenchArgs {
+    /// Fabric: inproc (threads in this process) or sim (deterministic simulator, virtual time).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<String>,
+    /// Simulator network profile: edr-ib, fdr-ib, qdr-ib, 10gbe-tcp, ipoib.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net: Option<String>,
+    /// Simulator CPU profile: calibrated (measured by `atoll calibrate`, the default) or xeon
+    /// (the first estimate, no coordinator CPU).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_profile: Option<String>,
+    /// Simulator only: multiply every cost of the CPU profile by this factor (default 1).
+    #[arg(long, allow_negative_numbers = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_scale: Option<f64>,
+    /// Simulator faults: none, some, or
+    /// spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<String>,
+    // The workloads and what each is come from their registration, so a new one needs no
+    // edit here.
+    #[arg(long, help = format!("Workload: {}", WorkloadKind::described()))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
+    // The protocols come from their registration, as the workloads do.
+    #[arg(long, help = format!("Protocol: {}", ProtocolKind::accepted()))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// Stage plan: one-sided, rpc, per stage (e.g. read=rpc,lock=one-sided,commit=one-sided),
+    /// or all (every valid plan of the protocol, ranked).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    /// Nodes of the cluster (partitioned architecture).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u16>,
+    /// partitioned (every node holds a partition and runs transactions) or shared-data
+    /// (memory nodes hold the records, compute nodes run the transactions) [default:
+    /// partitioned].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    /// Shared-data: nodes holding the records [default: 1].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_nodes: Option<u16>,
+    /// Shared-data: nodes running the transactions [default: 2].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute_nodes: Option<u16>,
+    /// Shared-data: where the timestamp service runs: memory (a role of memory node 0) or
+    /// own (a node of its own, as RSI's Figure 6) [default: memory].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ts_node: Option<String>,
+    /// Shared-data: compute node i shares memory node i's machine and reaches its records
+    /// with the CPU's own loads, stores and atomics, not the network (NAM-DB's locality;
+    /// simulated and in-process fabrics).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub colocate: bool,
+    /// Worker threads per node.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u16>,
+    /// Coordinator co-routines per thread.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coroutines: Option<u16>,
+    /// Measured seconds.
+    #[arg(long, allow_negative_numbers = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration: Option<f64>,
+    /// Warm-up seconds before measuring.
+    #[arg(long, allow_negative_numbers = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<f64>,
+    /// Seed of every random choice.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Round-trip latency added to remote verbs, in microseconds: one number for all, or
+    /// per class, e.g. read=2,write=2,cas=2.5,fetch_add=2.5,rpc=4.
+    #[arg(long, allow_hyphen_values = true)]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "string_or_number"
+    )]
+    pub net_latency_us: Option<String>,
+    /// Backups each commit logs to (default 1, or 0 on a single node).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_replicas: Option<u16>,
+    /// Pin worker threads to cores.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub pin: bool,
+    /// `atoll cluster` only: coalesce the UCX active messages a worker sends one peer worker
+    /// within an event-loop turn into one (on, the default), or send each at once (off).
+    #[arg(long)]
+    #[serde(skip)]
+    pub coalesce: Option<String>,
+    /// OS threads carrying the workers (default: one per core).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os_threads: Option<usize>,
+    /// A TOML file with any of these settings and a [params] table of workload knobs.
+    #[arg(long, value_name = "FILE.toml")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// A workload knob, e.g. -p hot_prob=0.5 (repeatable; overrides the config file).
+    #[arg(short = 'p', value_name = "KEY=VALUE")]
+    #[serde(skip)]
+    pub params: Vec<String>,
+    /// Write the resolved configuration and every result to this file.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub json: Option<PathBuf>,
+    /// Record every transaction attempt's reads and writes (JSON lines) for check-history.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub history: Option<PathBuf>,
+    /// Print only the summary.
+    #[arg(long)]
+    #[serde(skip)]
+    pub quiet: bool,
+    /// Run the same configuration N times (fresh cluster each) and print the median and
+    /// spread of throughput and p50/p99 latency (default 1).
+    #[arg(long, value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<u32>,
+    /// Attempts of one transaction before the driver gives up on it (config file only).
+    #[arg(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts_max: Option<u32>,
+    /// The config file's `[params]` table of workload knobs (`-p` overrides them).
+    #[arg(skip)]
+    #[serde(rename = "params", skip_serializing)]
+    pub file_params: Option<BTreeMap<String, toml::Value>>,
+    /// The protocol family's knobs (`--NAME`, or `NAME = ...` in the file), from the
+    /// families' declarations.
+    #[command(flatten)]
+    #[serde(skip)]
+    pub knobs: FamilyKnobArgs,
+}
+
+/// The fabric, and the simulator's network, faults and CPU model (refused without it).
+fn resolve_fabric(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
+    let net = a.net.as_ref();
+    let faults = a.faults.as_ref();
+    let cpu_profile = a.cpu_profile.as_ref();
+    let cpu_scale = a.cpu_scale;
+    match a.fabric.as_deref().unwrap_or("inproc") {
+        "inproc" => {
+            if let Some(n) = net {
+                return Err(format!(
+                    "--net {n} needs --fabric sim (the in-process fabric has no network model)"
+                ));
+            }
+            if let Some(f) = faults {
+                return Err(format!("--faults {f} needs --fabric sim"));
+            }
+            if let Some(p) = cpu_profile {
+                return Err(format!(
+                    "--cpu-profile {p} needs --fabric sim (the in-process fabric spends real CPU)"
+                ));
+            }
+            if let Some(x) = cpu_scale {
+                return Err(format!("--cpu-scale {x} needs --fabric sim"));
+            }
+        }
+        "sim" => {
+            cfg.fabric = Fabric::Sim {
+                net: net.cloned().unwrap_or_else(|| "edr-ib".into()),
+                faults: FaultConfig::parse(faults.map(String::as_str).unwrap_or("none"))
+                    .map_err(|e| e.to_string())?,
+            }
+        }
+        other => {
+            return Err(format!(
+                "unknown fabric '{other}': accepted fabrics are inproc, sim"
+            ))
+        }
+    }
+    if let Some(p) = cpu_profile {
+        cfg.cpu_profile = p.clone();
+    }
+    if let Some(x) = cpu_scale {
+        cfg.cpu_scale = x;
+    }
+    Ok(())
+}
+
+/// The workload's knobs: the config file's `[params]`, overridden by `-p KEY=VALUE`.
+fn resolve_params(a: &BenchArgs) -> Result<Params, String> {
+    let mut params = Params::new();
+    for (k, v) in a.file_params.clone().unwrap_or_default() {
+        let s = match v {
+            toml::Value::String(s) => s,
+            other => other.to_string(),
+        };
+        params.insert(k, s);
+    }
+    for p in &a.params {
+        let (k, v) = p
+            .split_once('=')
+            .filter(|(k, _)| !k.trim().is_empty())
+            .ok_or_else(|| format!("-p '{p}' is not KEY=VALUE (for example -p hot_prob=0.5)"))?;
+        params.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(params)
+}
+
+/// A resolved `bench` command: the run's configuration, and whether `--plan all` (from the
+/// flag or the config file) asks for one run per valid plan.
+pub struct Resolved {
+    pub cfg: RunConfig,
+    pub plan_all: bool,
+    pub repeat: u32,
+}
+
+/// The architecture and node roles from the flags and the config file: `--nodes` for
+/// partitioned, `--memory-nodes`, `--compute-nodes` and `--ts-node` for shared-data.
+fn resolve_roles(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
+    let architecture = a
+        .architecture
+        .as_deref()
+        .unwrap_or(Architecture::Partitioned.name());
+    let memory = a.memory_nodes;
+    let compute = a.compute_nodes;
+    let ts = a.ts_node.as_deref();
+    match Architecture::parse(architecture) {
+        Some(Architecture::Partitioned) => {
+            let given = [
+                memory.map(|_| "--memory-nodes"),
+                compute.map(|_| "--compute-nodes"),
+                ts.map(|_| "--ts-node"),
+            ];
+            if let Some(flag) = given.into_iter().flatten().next() {
+                return Err(format!(
+                    "{flag} needs --architecture shared-data (a partitioned cluster has --nodes, each holding records and running transactions)"
+                ));
+            }
+        }
+        Some(Architecture::SharedData) => {
+            if let Some(n) = a.nodes {
+                return Err(format!(
+                    "--nodes {n} with --architecture shared-data: expected --memory-nodes M --compute-nodes C (and --ts-node memory|own) in its place"
+                ));
+            }
+            let ts = match ts {
+                None => TsPlacement::Memory,
+                Some(t) => TsPlacement::parse(t)
+                    .ok_or_else(|| format!("unknown --ts-node '{t}': accepted are memory, own"))?,
+            };
+            let memory = memory.unwrap_or(SHARED_DATA_MEMORY_NODES_DEFAULT);
+            let compute = compute.unwrap_or(SHARED_DATA_COMPUTE_NODES_DEFAULT);
+            if memory == 0 || compute == 0 {
+                return Err(format!(
+                    "--memory-nodes {memory} --compute-nodes {compute}: shared-data needs at least one of each (expected 1..={NODES_MAX} each)"
+                ));
+            }
+            let total = memory as u32 + compute as u32 + u32::from(ts == TsPlacement::Own);
+            if total > NODES_MAX as u32 {
+                return Err(format!(
+                    "--memory-nodes {memory} --compute-nodes {compute} --ts-node {} make {total} nodes, out of range: expected at most {NODES_MAX}",
+                    ts.name()
+                ));
+            }
+            cfg.nodes = total as u16;
+            cfg.roles = Roles::SharedData {
+                memory_nodes: memory,
+                ts,
+            };
+        }
+        None => {
+            return Err(format!(
+                "unknown architecture '{architecture}': accepted are partitioned, shared-data"
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// Shared-data's shape when `--memory-nodes` or `--compute-nodes` is not given.
+const SHARED_DATA_MEMORY_NODES_DEFAULT: u16 = 1;
+const SHARED_DATA_COMPUTE_NODES_DEFAULT: u16 = 2;
+
+/// A `bench` command's run configuration, from its flags over its config file's settings.
+pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
+    let merged = overlay(read_config_file(flags.config.as_deref())?, flags)?;
+    let a = &merged;
+    let mut cfg = RunConfig::default();
+    resolve_fabric(&mut cfg, a)?;
+    if let Some(w) = a.workload.as_ref() {
+        cfg.workload = WorkloadKind::parse(w).ok_or_else(|| {
+            format!(
+                "unknown workload '{w}': accepted workloads are {}",
+                WorkloadKind::accepted()
+            )
+        })?;
+    }
+    if let Some(p) = a.protocol.as_ref() {
+        cfg.protocol = ProtocolKind::parse(p).ok_or_else(|| {
+            format!(
+                "unknown protocol '{p}': accepted protocols are {}",
+                ProtocolKind::accepted()
+            )
+        })?;
+    }
+    let mut plan_all = false;
+    if let Some(p) = a.plan.as_ref() {
+        // `all` is resolved by `bench`: every valid plan of the protocol, one run each.
+        if p.trim() == PLAN_ALL {
+            plan_all = true;
+        } else {
+            cfg.plan = cfg.protocol.parse_plan(p).map_err(|e| e.0)?;
+        }
+    }
+    if let Some(v) = a.nodes {
+        cfg.nodes = v;
+    }
+    resolve_roles(&mut cfg, a)?;
+    if let Some(v) = a.threads {
+        cfg.threads = v;
+    }
+    if let Some(v) = a.coroutines {
+        cfg.coroutines = v;
+    }
+    if let Some(v) = a.duration {
+        cfg.duration_s = v;
+    }
+    if let Some(v) = a.warmup {
+        cfg.warmup_s = v;
+    }
+    if let Some(v) = a.seed {
+        cfg.seed = v;
+    }
+    if let Some(s) = a.net_latency_us.as_ref() {
+        cfg.net_latency_us = atoll_runner::config::parse_latency_us(s).map_err(|e| e.0)?;
+    }
+    // Unless asked for explicitly, log to one backup when there is another node to hold it.
+    cfg.colocate = a.colocate;
+    cfg.log_replicas = match cfg.roles {
+        Roles::Partitioned => RunConfig::default_log_replicas(cfg.nodes),
+        // Every compute node has a memory node to log to, unless co-located with the only one.
+        Roles::SharedData { .. } => cfg.topology().log_replicas_max().min(1),
+    };
+    if let Some(v) = a.log_replicas {
+        cfg.log_replicas = v;
+    }
+    if let Some(v) = a.attempts_max {
+        cfg.attempts_max = v;
+    }
+    cfg.pin_threads = a.pin;
+    cfg.knobs = a.knobs.given.clone();
+    cfg.os_threads = a.os_threads;
+    cfg.params = resolve_params(a)?;
+    cfg.record_history = a.history.is_some();
+    // Streamed to the file as the run goes: memory stays bounded whatever the duration.
+    cfg.history_file = a.history.clone();
+    if let Some(path) = &a.history {
+        eprintln!(
+            "history: written to {} as the run goes (one JSON line per attempt)",
+            path.display()
+        );
+    }
+    cfg.validate().map_err(|e| e.0)?;
+    if plan_all && cfg.record_history {
+        return Err(
+            "--history with --plan all: a history file holds one run (name one plan)".into(),
+        );
+    }
+    let repeat = a.repeat.unwrap_or(1);
+    atoll_runner::repeat::check(repeat, cfg.record_history, plan_all).map_err(|e| e.0)?;
+    Ok(Resolved {
+        cfg,
+        plan_all,
+        repeat,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_a_family_knob_is_no_setting_of_bench_itself() {
+        for (spec, _) in ProtocolKind::all_knobs() {
+            let one: toml::Table = [(spec.name.to_string(), toml::Value::Boolean(true))]
+                .into_iter()
+                .collect();
+            let e = BenchArgs::deserialize(toml::Value::Table(one))
+                .err()
+                .unwrap_or_else(|| panic!("knob {} is also a bench setting", spec.name));
+            assert!(e.message().starts_with("unknown field"), "{}: {e}", spec.name);
+        }
+    }
+
+    #[test]
+    fn settings_flags_given_override_the_files_and_knobs_merge() {
+        let file = BenchArgs {
+            nodes: Some(4),
+            threads: Some(2),
+            colocate: true,
+            knobs: FamilyKnobArgs {
+                given: [("rsi_versions".to_string(), "2".to_string())].into(),
+            },
+            ..BenchArgs::default()
+        };
+        let flags = BenchArgs {
+            nodes: Some(3),
+            knobs: FamilyKnobArgs {
+                given: [("vector_fetcher".to_string(), "true".to_string())].into(),
+            },
+            ..BenchArgs::default()
+        };
+        let m = overlay(file, &flags).unwrap();
+        assert_eq!((m.nodes, m.threads, m.colocate), (Some(3), Some(2), true));
+        assert_eq!(m.knobs.given.len(), 2);
+    }
+}
