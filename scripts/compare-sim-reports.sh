@@ -2,11 +2,13 @@
 # Compares two atoll binaries on deterministic simulator runs: 3 workloads x 5 protocols x
 # {one-sided, rpc}, then TPC-C, the shared-data protocols and the family knobs; faults on.
 # Prints IDENTICAL or the differing report fields per run (`env`, the checks named in
-# IGNORE_CHECKS and the config fields named in IGNORE_CONFIG are left out). Usage: OLD NEW.
+# IGNORE_CHECKS, the config fields named in IGNORE_CONFIG and the stages named in
+# IGNORE_STAGES are left out). Usage: OLD NEW.
 set -euo pipefail
 old=$1; new=$2
 ignore=${IGNORE_CHECKS:-}
 ignore_config=${IGNORE_CONFIG:-}
+ignore_stages=${IGNORE_STAGES:-}
 out=$(mktemp -d)
 common="--fabric sim --duration 0.003 --warmup 0.0005 --seed ${SEED:-5} --faults some --quiet"
 runs=()
@@ -28,15 +30,18 @@ runs+=("--workload skew --protocol namdb --vector-slots node --vector-fetcher $s
 for args in "${runs[@]}"; do
   "$old" bench $common $args --json "$out/old.json" >/dev/null 2>&1 || true
   "$new" bench $common $args --json "$out/new.json" >/dev/null 2>&1 || true
-  python3 - "$out" "$args" "$ignore" "$ignore_config" <<'PY'
+  python3 - "$out" "$args" "$ignore" "$ignore_config" "$ignore_stages" <<'PY'
 import json, sys
-out, what, ignore, ignore_config = sys.argv[1], sys.argv[2], *(set(filter(None, a.split(","))) for a in sys.argv[3:5])
+out, what = sys.argv[1], sys.argv[2]
+ignore, ignore_config, ignore_stages = (set(filter(None, a.split(","))) for a in sys.argv[3:6])
 a, b = (json.load(open(f"{out}/{n}.json")) for n in ("old", "new"))
 for r in (a, b):
     r.pop("env", None)
     r["checks"] = [c for c in r["checks"] if c["name"] not in ignore]
     for k in ignore_config:
         r["config"].pop(k, None)
+    for k in ignore_stages:
+        r["stage_us_mean"].pop(k, None)
 diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 if "config" in diff:
     diff += [f"config.{k}" for k in sorted(set(a["config"]) | set(b["config"])) if a["config"].get(k) != b["config"].get(k)]

@@ -600,7 +600,11 @@ mod tests {
             let e = BenchArgs::deserialize(toml::Value::Table(one))
                 .err()
                 .unwrap_or_else(|| panic!("knob {} is also a bench setting", spec.name));
-            assert!(e.message().starts_with("unknown field"), "{}: {e}", spec.name);
+            assert!(
+                e.message().starts_with("unknown field"),
+                "{}: {e}",
+                spec.name
+            );
         }
     }
 

@@ -488,37 +488,14 @@ pub(crate) fn node_dispatch(
     })
 }
 
-/// The shared state of a run and its catalog, as every node and the coordinator build it.
+/// The shared state of a run and its catalog, as every node and the coordinator build it
+/// ([`atoll_runner::run::layout`], as in-process runs do).
 pub(crate) fn layout<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: &W,
 ) -> Result<(atoll_runner::sizing::Sizing, Arc<TxnConfig>, Arc<Catalog>), ClusterError> {
-    // A variant no user selects (a broken one) keeps what its kind's knob says.
-    let version_slots = if P::MULTI_VERSION {
-        cfg.family_config().version_slots()
-    } else {
-        1
-    };
-    let sizing = atoll_runner::sizing::size(cfg, w, version_slots)?;
-    let txn_cfg = Arc::new(cfg.txn_config(sizing.log_ring_words));
-    let topology = cfg.topology();
-    let catalog = Arc::new(
-        Catalog::with_versions(
-            topology.memory_nodes(),
-            w.tables(topology.memory_nodes()),
-            txn_cfg.extra_regions(),
-            version_slots,
-        )
-        .with_topology(topology)
-        .with_lock_word(P::LOCK_WORD)
-        .with_old_versions(P::OLD_VERSIONS)
-        .with_overflow(if P::MULTI_VERSION {
-            txn_cfg.family.overflow_per_record()
-        } else {
-            0
-        }),
-    );
-    Ok((sizing, txn_cfg, catalog))
+    let l = atoll_runner::run::layout::<W, P>(cfg, w)?;
+    Ok((l.sizing, l.txn_cfg, l.catalog))
 }
 
 pub(crate) fn json<T: Serialize>(what: &str, v: &T) -> serde_json::Value {

@@ -259,6 +259,18 @@ impl ProtocolKind {
         self.dispatch(Iso)
     }
 
+    /// The aborts its conflicts end in under contention ([`Protocol::CONFLICT_ABORTS`]).
+    pub fn conflict_aborts(self) -> &'static [atoll_txn::Abort] {
+        struct Conflicts;
+        impl ProtocolVisitor for Conflicts {
+            type Out = &'static [atoll_txn::Abort];
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::CONFLICT_ABORTS
+            }
+        }
+        self.dispatch(Conflicts)
+    }
+
     /// Whether it can delete records.
     pub fn deletes(self) -> bool {
         struct Del;
@@ -334,7 +346,12 @@ mod tests {
     fn family_stages_are_their_own_and_used() {
         for p in ProtocolKind::ALL {
             for (i, s) in p.family_stages().iter().enumerate() {
-                assert!(s.is_family(), "{}: {} is a common stage", p.name(), s.name());
+                assert!(
+                    s.is_family(),
+                    "{}: {} is a common stage",
+                    p.name(),
+                    s.name()
+                );
                 assert!(
                     Stage::COMMON.iter().all(|c| c.name() != s.name()),
                     "{}: stage {} shadows a common one",
@@ -342,7 +359,9 @@ mod tests {
                     s.name()
                 );
                 assert!(
-                    p.family_stages()[..i].iter().all(|o| o.index() != s.index()),
+                    p.family_stages()[..i]
+                        .iter()
+                        .all(|o| o.index() != s.index()),
                     "{}: two stages in slot {}",
                     p.name(),
                     s.index()
@@ -354,7 +373,9 @@ mod tests {
 
     #[test]
     fn a_plan_names_its_familys_stages_and_refuses_another_familys() {
-        let plan = ProtocolKind::Rsi.parse_plan("read=rpc,timestamp=rpc").unwrap();
+        let plan = ProtocolKind::Rsi
+            .parse_plan("read=rpc,timestamp=rpc")
+            .unwrap();
         assert_eq!(plan.get(rsi::TIMESTAMP), atoll_txn::Primitive::Rpc);
         assert_eq!(
             plan.to_string(),

@@ -20,6 +20,7 @@ impl Protocol for Occ {
         Stage::Commit,
         Stage::Release,
     ];
+    const CONFLICT_ABORTS: &'static [Abort] = &[Abort::ValidationFailed, Abort::Conflict];
     type EntryState = ();
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {

@@ -234,25 +234,26 @@ struct Prepared {
 
 /// Refuses what cannot fit (before anything is allocated), opens the history file once
 /// everything else was accepted, and lays out the catalog the sizing counted.
-fn prepare<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Prepared, RunError> {
-    // A variant no user selects (a broken one) keeps what its kind's knob says.
+/// What every node of a run and its driver lay out the same way, before anything is
+/// allocated: the sizing (refused if it cannot fit), the engine's configuration and the
+/// catalog. The in-process and simulated runs and `atoll cluster`'s processes all build it
+/// here.
+pub struct Layout {
+    pub sizing: crate::sizing::Sizing,
+    pub txn_cfg: Arc<TxnConfig>,
+    pub catalog: Arc<Catalog>,
+}
+
+/// The run's [`Layout`] for workload `w` under protocol `P` (a broken variant of a family
+/// keeps what its family's knobs say).
+pub fn layout<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Layout, ConfigError> {
     let version_slots = if P::MULTI_VERSION {
         cfg.family_config().version_slots()
     } else {
         1
     };
-    // Everything below allocates: first refuse what cannot fit.
+    // Everything after this allocates: first refuse what cannot fit.
     let sizing = crate::sizing::size(cfg, w, version_slots)?;
-    let probe = crate::env::Probe::start(!matches!(cfg.fabric, Fabric::Sim { .. }));
-    // The history file is created only once everything else was accepted, so a refused
-    // configuration leaves an existing file as it was.
-    let history_out = match (&cfg.history_file, cfg.record_history) {
-        (Some(path), true) => Some(
-            atoll_history::HistoryWriter::create(path, cfg.protocol.isolation())
-                .map_err(ConfigError)?,
-        ),
-        _ => None,
-    };
     let topology = cfg.topology();
     let txn_cfg = Arc::new(cfg.txn_config(sizing.log_ring_words));
     let catalog = Arc::new(
@@ -279,6 +280,29 @@ fn prepare<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Prepared,
             .eq(sizing.node_region_words(topology.holds_records(NodeId(n))))),
         "the sizing and the catalog disagree"
     );
+    Ok(Layout {
+        sizing,
+        txn_cfg,
+        catalog,
+    })
+}
+
+fn prepare<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Prepared, RunError> {
+    let Layout {
+        sizing,
+        txn_cfg,
+        catalog,
+    } = layout::<W, P>(cfg, w)?;
+    let probe = crate::env::Probe::start(!matches!(cfg.fabric, Fabric::Sim { .. }));
+    // The history file is created only once everything else was accepted, so a refused
+    // configuration leaves an existing file as it was.
+    let history_out = match (&cfg.history_file, cfg.record_history) {
+        (Some(path), true) => Some(
+            atoll_history::HistoryWriter::create(path, cfg.protocol.isolation())
+                .map_err(ConfigError)?,
+        ),
+        _ => None,
+    };
     Ok(Prepared {
         sizing,
         probe,

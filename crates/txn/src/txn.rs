@@ -55,6 +55,10 @@ pub trait Protocol: 'static {
     /// ones: plans name them, and reports break latency down by them.
     const FAMILY_STAGES: &'static [Stage] = &[];
 
+    /// The aborts its conflicts end in under contention (a lock held, a validation that
+    /// failed, ...): what the test matrix requires a contended run of it to count.
+    const CONFLICT_ABORTS: &'static [Abort] = &[Abort::LockBusy];
+
     /// The knobs the family declares (set as `--NAME` flags and TOML keys); a knob several
     /// families share is declared by each, from one constant.
     const KNOBS: &'static [crate::KnobSpec] = &[];

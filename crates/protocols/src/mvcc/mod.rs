@@ -50,6 +50,7 @@ impl Protocol for Mvcc {
     ];
     const MULTI_VERSION: bool = true;
     const KNOBS: &'static [atoll_txn::KnobSpec] = &[config::SLOTS];
+    const CONFLICT_ABORTS: &'static [Abort] = &[Abort::ValidationFailed, Abort::Conflict];
     type EntryState = Versions;
 
     fn configure(

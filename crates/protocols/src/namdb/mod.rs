@@ -88,6 +88,14 @@ impl Protocol for NamDb {
         Stage::Release,
     ];
     const KNOBS: &'static [atoll_txn::KnobSpec] = &config::KNOBS;
+    // First committer wins, a record locked by a committer, or a version newer than the
+    // snapshot.
+    const CONFLICT_ABORTS: &'static [Abort] = &[
+        Abort::ValidationFailed,
+        Abort::LockBusy,
+        Abort::Conflict,
+        Abort::SnapshotTooOld,
+    ];
     type EntryState = RsiEntry;
 
     fn configure(

@@ -124,6 +124,14 @@ impl Protocol for Rsi {
     ];
     const FAMILY_STAGES: &'static [Stage] = &[TIMESTAMP];
     const KNOBS: &'static [atoll_txn::KnobSpec] = &[config::VERSIONS];
+    // First committer wins, a record locked by a committer, or a version newer than the
+    // snapshot.
+    const CONFLICT_ABORTS: &'static [Abort] = &[
+        Abort::ValidationFailed,
+        Abort::LockBusy,
+        Abort::Conflict,
+        Abort::SnapshotTooOld,
+    ];
     type EntryState = RsiEntry;
 
     fn configure(

@@ -39,6 +39,7 @@ impl Protocol for Sundial {
         Stage::Commit,
         Stage::Release,
     ];
+    const CONFLICT_ABORTS: &'static [Abort] = &[Abort::ValidationFailed, Abort::Conflict];
     type EntryState = Lease;
 
     fn check_plan(_plan: &Plan) -> Result<(), PlanError> {

@@ -5,7 +5,7 @@
 
 use atoll_protocols::ProtocolKind;
 use atoll_runner::{run, RunConfig};
-use atoll_txn::Plan;
+use atoll_txn::{Abort, Plan};
 use atoll_workloads::{Params, WorkloadKind};
 
 fn params(w: WorkloadKind) -> Params {
@@ -152,32 +152,18 @@ fn expected_aborts(
     s: &atoll_runner::report::Summary,
 ) -> Result<(), String> {
     let reason = |n: &str| s.aborts_by_reason[n];
-    let (seen, want) = match protocol {
-        ProtocolKind::NoWait | ProtocolKind::WaitDie => (reason("lock_busy"), "lock_busy"),
-        // A checkout reads nothing it does not write (its products for update): its
-        // conflicts are on locks, as a writer's are.
-        ProtocolKind::Occ | ProtocolKind::Sundial | ProtocolKind::Mvcc
-            if workload == WorkloadKind::Checkout =>
-        {
-            (
-                reason("validation_failed") + reason("conflict") + reason("lock_busy"),
-                "validation_failed/conflict/lock_busy",
-            )
-        }
-        ProtocolKind::Occ | ProtocolKind::Sundial | ProtocolKind::Mvcc => (
-            reason("validation_failed") + reason("conflict"),
-            "validation_failed/conflict",
-        ),
-        // First committer wins, a record locked by a committer, or a version newer than
-        // the snapshot.
-        ProtocolKind::Rsi | ProtocolKind::NamDb => (
-            reason("validation_failed")
-                + reason("lock_busy")
-                + reason("conflict")
-                + reason("snapshot_too_old"),
-            "first-committer-wins/lock/snapshot",
-        ),
-    };
+    // The family's conflicts; a checkout reads nothing it does not write (its products for
+    // update), so its conflicts are on locks, whatever the family.
+    let mut want: Vec<&str> = protocol
+        .conflict_aborts()
+        .iter()
+        .map(|a| a.name())
+        .collect();
+    if workload == WorkloadKind::Checkout && !want.contains(&Abort::LockBusy.name()) {
+        want.push(Abort::LockBusy.name());
+    }
+    let seen: u64 = want.iter().map(|n| reason(n)).sum();
+    let want = want.join("/");
     if seen == 0 {
         return Err(format!("no {want} abort counted"));
     }
