@@ -85,7 +85,7 @@ fn every_protocol_plan_and_workload_keeps_invariants_under_contention_2_nodes_2_
             }
             for plan in PLANS {
                 // A per-stage plan, as this protocol reads it (stages it lacks one-sided).
-                let plan = Plan::parse(plan).unwrap().only(protocol.stages());
+                let plan = protocol.parse_plan(plan).unwrap().only(protocol.stages());
                 if protocol.check_plan(&plan).is_err() {
                     continue;
                 }

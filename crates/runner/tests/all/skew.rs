@@ -58,6 +58,13 @@ fn skew_the_pair_constraint_holds_under_every_serializable_protocol_and_plan() {
         .filter(|p| p.isolation() == Isolation::Serializable)
     {
         for plan in PLANS {
+            // What the protocol refuses (a stage of its own without an RPC form) it skips.
+            if protocol
+                .check_plan(&protocol.parse_plan(plan).unwrap())
+                .is_err()
+            {
+                continue;
+            }
             for seed in 0..SEEDS {
                 let cfg = config(protocol, plan, seed);
                 let what = format!("{} / {plan} / seed {seed}", protocol.name());
