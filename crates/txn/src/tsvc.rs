@@ -214,7 +214,7 @@ pub const TS_FLOORS_REGION: &str = "ts_floors";
 /// slot of the vector, that the node's publisher ([`NodeClock::oldest_snapshot`]) writes and
 /// the version movers read. Row `n` is at most every snapshot node `n`'s coordinators hold
 /// or will take, slot by slot (so an overflow entry whose successor every row sees is needed
-/// by no snapshot: the garbage collector's test, [`crate::TxnConfig::overflow_gc`]). Each
+/// by no snapshot: the test of the garbage collector NAM-DB runs with an overflow area). Each
 /// row only grows, so a READ torn across a row's WRITE still gives, slot by slot, a bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SnapshotFloors {
