@@ -26,7 +26,7 @@ pub struct FamilyKnobArgs {
 
 /// A knob's help line: the families declaring it, what it does, its default and range.
 fn knob_help(spec: &KnobSpec, families: &[ProtocolKind]) -> String {
-    let owners: Vec<String> = families.iter().map(|p| p.name().to_uppercase()).collect();
+    let owners: Vec<String> = families.iter().map(|p| p.title()).collect();
     let accepted = match spec.kind {
         KnobKind::Flag => String::new(),
         KnobKind::Number { default, .. } => {

@@ -1001,7 +1001,7 @@ fn bench_help_lists_every_protocol_workload_and_family_knob() {
     }
     for (spec, families) in atoll_protocols::ProtocolKind::all_knobs() {
         let help = help_of(&format!("--{}", spec.flag()));
-        let owners: Vec<String> = families.iter().map(|p| p.name().to_uppercase()).collect();
+        let owners: Vec<String> = families.iter().map(|p| p.title()).collect();
         assert!(
             help.trim_start()
                 .starts_with(&format!("{} only: ", owners.join(" and "))),

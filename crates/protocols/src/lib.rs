@@ -83,6 +83,21 @@ impl ProtocolKind {
         self.dispatch(Name)
     }
 
+    /// How help and docs spell it ([`Protocol::TITLE`], else the name in capitals).
+    pub fn title(self) -> String {
+        struct Title;
+        impl ProtocolVisitor for Title {
+            type Out = &'static str;
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::TITLE
+            }
+        }
+        match self.dispatch(Title) {
+            "" => self.name().to_uppercase(),
+            title => title.to_string(),
+        }
+    }
+
     pub fn parse(s: &str) -> Option<ProtocolKind> {
         Self::ALL
             .into_iter()

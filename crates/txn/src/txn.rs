@@ -24,6 +24,9 @@ pub trait Protocol: 'static {
     /// The name users select it by.
     const NAME: &'static str;
 
+    /// How help and docs spell it, where that is not `NAME` in capitals (`NAM-DB`).
+    const TITLE: &'static str = "";
+
     /// Whether a retried transaction keeps its first timestamp (WAITDIE: so it ages and
     /// wins eventually) instead of taking a new one.
     const KEEP_TS_ON_RETRY: bool = false;

@@ -70,6 +70,7 @@ pub struct NamDb;
 
 impl Protocol for NamDb {
     const NAME: &'static str = "namdb";
+    const TITLE: &'static str = "NAM-DB";
     const ISOLATION: Isolation = Isolation::Snapshot;
     const LOCK_WORD: LockWord = LockWord::CommitId;
     // Deletions as RSI's (`rsi::delete`), unlocked at the deletion's commit id.
