@@ -504,7 +504,7 @@ pub(crate) fn coordinate<W: Workload, P: Protocol>(
     cc: &ClusterConfig,
 ) -> Result<Report, ClusterError> {
     let wall = Instant::now();
-    let (sizing, _, _) = layout::<W, P>(cfg, &w)?;
+    let sizing = atoll_runner::run::layout::<W, P>(cfg, &w)?.sizing;
     // Only the nodes on this machine count against its cores and memory.
     let (local, what) = match &cc.hosts {
         Some(hosts) => {

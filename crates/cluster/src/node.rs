@@ -8,8 +8,7 @@ use atoll_runner::config::RunConfig;
 use atoll_runner::node::NodeRuntime;
 use atoll_runner::run::{memory_task, worker_coroutines, RunShared};
 use atoll_runner::stats::Interval;
-use atoll_storage::Catalog;
-use atoll_txn::{Protocol, TxnConfig};
+use atoll_txn::Protocol;
 use atoll_workloads::{Workload, WorkloadShape, WorkloadVisitor};
 use serde::Serialize;
 use std::io::Write;
@@ -488,16 +487,6 @@ pub(crate) fn node_dispatch(
     })
 }
 
-/// The shared state of a run and its catalog, as every node and the coordinator build it
-/// ([`atoll_runner::run::layout`], as in-process runs do).
-pub(crate) fn layout<W: Workload, P: Protocol>(
-    cfg: &RunConfig,
-    w: &W,
-) -> Result<(atoll_runner::sizing::Sizing, Arc<TxnConfig>, Arc<Catalog>), ClusterError> {
-    let l = atoll_runner::run::layout::<W, P>(cfg, w)?;
-    Ok((l.sizing, l.txn_cfg, l.catalog))
-}
-
 pub(crate) fn json<T: Serialize>(what: &str, v: &T) -> serde_json::Value {
     serde_json::to_value(v).unwrap_or_else(|e| panic!("{what} does not serialize: {e}"))
 }
@@ -511,7 +500,9 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
     link: &mut NodeLink,
 ) -> Result<(), ClusterError> {
     cfg.validate()?;
-    let (_, txn_cfg, catalog) = layout::<W, P>(cfg, &w)?;
+    // The run's layout as in-process and simulated runs build it.
+    let layout = atoll_runner::run::layout::<W, P>(cfg, &w)?;
+    let catalog = layout.catalog.clone();
     let ucfg = ucx::UcxConfig {
         transports,
         settings,
@@ -534,19 +525,7 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
         Arc::new(memory),
     )?);
     let setup = runtime.setup();
-    let shared = Arc::new(RunShared {
-        w,
-        catalog,
-        txn: txn_cfg,
-        cfg: cfg.clone(),
-        warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
-        end_ns: ((cfg.warmup_s + cfg.duration_s) * 1e9) as u64,
-        interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
-        failed_after_log: Default::default(),
-        cpu: Default::default(),
-        history_out: None,
-        txn_cpu_ns: None,
-    });
+    let shared = Arc::new(RunShared::new(w, &layout, cfg, None, None));
     // Progress lines stay in the node: the coordinator prints the summary only.
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     let drain = std::thread::spawn(move || for _ in rx_iv {});

@@ -144,6 +144,30 @@ pub struct RunShared<W> {
 const HISTORY_BATCH_RECORDS: usize = 1024;
 
 impl<W: Workload> RunShared<W> {
+    /// What a run's workers share, its clock marks from `cfg` (in-process, simulated and
+    /// `atoll cluster` node runs alike).
+    pub fn new(
+        w: W,
+        layout: &Layout,
+        cfg: &RunConfig,
+        history_out: Option<atoll_history::HistoryWriter>,
+        txn_cpu_ns: Option<(u64, u64)>,
+    ) -> Self {
+        RunShared {
+            w,
+            catalog: layout.catalog.clone(),
+            txn: layout.txn_cfg.clone(),
+            cfg: cfg.clone(),
+            warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
+            end_ns: ((cfg.warmup_s + cfg.duration_s) * 1e9) as u64,
+            interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
+            failed_after_log: Default::default(),
+            cpu: Default::default(),
+            history_out,
+            txn_cpu_ns,
+        }
+    }
+
     /// Whether the run is over at worker time `now` for a worker of `node`: its end
     /// reached, or a stop (Ctrl-C) requested, which is then dated `now` at the latest.
     fn over(&self, node: &NodeRuntime<W>, now: u64) -> bool {
@@ -170,28 +194,23 @@ fn run_with<W: Workload, P: Protocol>(
 ) -> Result<Report, RunError> {
     let wall = Instant::now();
     let prepared = prepare::<W, P>(cfg, &w)?;
-    let nodes = load_nodes(cfg, &prepared.catalog, &w)?;
+    let nodes = load_nodes(cfg, &prepared.layout.catalog, &w)?;
     let load_s = wall.elapsed().as_secs_f64();
     let os_threads = os_threads(cfg);
-    let shared = Arc::new(RunShared {
+    let txn_cpu_ns = match cfg.fabric {
+        Fabric::Sim { .. } => {
+            let p = cfg.sim_cpu()?;
+            Some((p.txn_ns, p.txn_ns_per_access))
+        }
+        Fabric::InProc => None,
+    };
+    let shared = Arc::new(RunShared::new(
         w,
-        catalog: prepared.catalog.clone(),
-        txn: prepared.txn_cfg.clone(),
-        cfg: cfg.clone(),
-        warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
-        end_ns: ((cfg.warmup_s + cfg.duration_s) * 1e9) as u64,
-        interval_ns: (cfg.progress_interval_s * 1e9).max(1e6) as u64,
-        failed_after_log: Default::default(),
-        cpu: Default::default(),
-        history_out: prepared.history_out,
-        txn_cpu_ns: match cfg.fabric {
-            Fabric::Sim { .. } => {
-                let p = cfg.sim_cpu()?;
-                Some((p.txn_ns, p.txn_ns_per_access))
-            }
-            Fabric::InProc => None,
-        },
-    });
+        &prepared.layout,
+        cfg,
+        prepared.history_out,
+        txn_cpu_ns,
+    ));
     let executed = execute::<W, P>(cfg, &nodes, &shared, os_threads, progress)?;
     let facts = RunFacts {
         warmup_end_ns: shared.warmup_end_ns,
@@ -200,8 +219,8 @@ fn run_with<W: Workload, P: Protocol>(
         wall_s: 0.0,
         os_threads,
         sim: executed.sim,
-        log_ring_words: prepared.sizing.log_ring_words,
-        memory_bytes: prepared.sizing.total_bytes(),
+        log_ring_words: prepared.layout.sizing.log_ring_words,
+        memory_bytes: prepared.layout.sizing.total_bytes(),
         coroutines_hung: executed.hung,
         crashed: executed.crashed,
         rpcs_served_by_node: executed.served,
@@ -225,15 +244,11 @@ fn run_with<W: Workload, P: Protocol>(
 
 /// What a run has decided before it loads anything.
 struct Prepared {
-    sizing: crate::sizing::Sizing,
+    layout: Layout,
     probe: crate::env::Probe,
     history_out: Option<atoll_history::HistoryWriter>,
-    txn_cfg: Arc<TxnConfig>,
-    catalog: Arc<Catalog>,
 }
 
-/// Refuses what cannot fit (before anything is allocated), opens the history file once
-/// everything else was accepted, and lays out the catalog the sizing counted.
 /// What every node of a run and its driver lay out the same way, before anything is
 /// allocated: the sizing (refused if it cannot fit), the engine's configuration and the
 /// catalog. The in-process and simulated runs and `atoll cluster`'s processes all build it
@@ -287,12 +302,10 @@ pub fn layout<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Layout
     })
 }
 
+/// Refuses what cannot fit (before anything is allocated), lays out the catalog the sizing
+/// counted, and opens the history file once everything else was accepted.
 fn prepare<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Prepared, RunError> {
-    let Layout {
-        sizing,
-        txn_cfg,
-        catalog,
-    } = layout::<W, P>(cfg, w)?;
+    let layout = layout::<W, P>(cfg, w)?;
     let probe = crate::env::Probe::start(!matches!(cfg.fabric, Fabric::Sim { .. }));
     // The history file is created only once everything else was accepted, so a refused
     // configuration leaves an existing file as it was.
@@ -304,11 +317,9 @@ fn prepare<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Prepared,
         _ => None,
     };
     Ok(Prepared {
-        sizing,
+        layout,
         probe,
         history_out,
-        txn_cfg,
-        catalog,
     })
 }
 
