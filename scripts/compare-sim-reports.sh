@@ -27,6 +27,8 @@ runs+=("--workload ycsb --protocol mvcc --mvcc-slots 2 --nodes 3 --threads 2 --c
 runs+=("--workload checkout --protocol rsi --rsi-versions 3 $shared")
 runs+=("--workload checkout --protocol namdb --rsi-versions 3 --overflow-versions 2 --overflow-keep-us 100 $shared")
 runs+=("--workload skew --protocol namdb --vector-slots node --vector-fetcher $shared")
+runs+=("--workload checkout --protocol rsi --ts-node own $shared")
+runs+=("--workload skew --protocol namdb --ts-node own $shared")
 for args in "${runs[@]}"; do
   "$old" bench $common $args --json "$out/old.json" >/dev/null 2>&1 || true
   "$new" bench $common $args --json "$out/new.json" >/dev/null 2>&1 || true

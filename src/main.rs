@@ -692,7 +692,7 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         Err(e) => return bad(e.0),
     };
     // The nodes get the flags as given, with the cluster's node count, unless the flags
-    // give a shared-data shape, which names its own (memory + compute + timestamp node).
+    // give a shared-data shape, which names its own (memory + compute + the family's role nodes).
     let mut args: Vec<String> = rest.to_vec();
     let shaped = resolve_cluster_bench(&args).is_ok_and(|(c, _)| c.roles != Roles::Partitioned);
     if !shaped

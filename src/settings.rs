@@ -7,7 +7,7 @@ use atoll_runner::config::Fabric;
 use atoll_runner::config::FaultConfig;
 use atoll_runner::config::{Roles, NODES_MAX};
 use atoll_runner::RunConfig;
-use atoll_storage::{Architecture, TsPlacement};
+use atoll_storage::{Architecture, Placement, RoleSpec};
 use atoll_txn::{KnobKind, KnobSpec};
 use atoll_workloads::{Params, WorkloadKind};
 use serde::{Deserialize, Serialize};
@@ -22,6 +22,18 @@ use crate::PLAN_ALL;
 #[derive(Clone, Debug, Default)]
 pub struct FamilyKnobArgs {
     pub given: BTreeMap<String, String>,
+    /// The families' node roles placed (`--NAME-node memory|own`), by role name.
+    pub placements: BTreeMap<String, String>,
+}
+
+/// A node role's help line: the families declaring it, and where it can run.
+fn role_help(role: &RoleSpec, families: &[ProtocolKind]) -> String {
+    let owners: Vec<String> = families.iter().map(|p| p.title()).collect();
+    format!(
+        "{} only, shared-data: where the {} runs: memory (a role of memory node 0) or own (a node of its own) [default: memory]",
+        owners.join(" and "),
+        role.what
+    )
 }
 
 /// A knob's help line: the families declaring it, what it does, its default and range.
@@ -51,6 +63,14 @@ impl clap::Args for FamilyKnobArgs {
                 KnobKind::Choice { accepted, .. } => arg.value_name(accepted.join("|")),
             });
         }
+        for (role, families) in ProtocolKind::all_roles() {
+            cmd = cmd.arg(
+                clap::Arg::new(role.key())
+                    .long(role.flag().trim_start_matches('-').to_string())
+                    .value_name("memory|own")
+                    .help(role_help(&role, &families)),
+            );
+        }
         cmd
     }
 
@@ -74,6 +94,11 @@ impl clap::FromArgMatches for FamilyKnobArgs {
             };
             if let Some(v) = value {
                 self.given.insert(spec.name.to_string(), v);
+            }
+        }
+        for (role, _) in ProtocolKind::all_roles() {
+            if let Some(v) = m.get_one::<String>(&role.key()) {
+                self.placements.insert(role.name.to_string(), v.clone());
             }
         }
         Ok(())
@@ -149,13 +174,19 @@ fn read_config_file(path: Option<&std::path::Path>) -> Result<BenchArgs, String>
             knobs.given.insert(spec.name.to_string(), toml_text(v));
         }
     }
+    for (role, _) in ProtocolKind::all_roles() {
+        if let Some(v) = table.remove(&role.key()) {
+            knobs.placements.insert(role.name.to_string(), toml_text(v));
+        }
+    }
     // Each key alone first, so a refusal names the line of the key refused.
     for (k, v) in &table {
         let one: toml::Table = [(k.clone(), v.clone())].into_iter().collect();
         if let Err(e) = BenchArgs::deserialize(toml::Value::Table(one)) {
-            let knobs: Vec<&str> = ProtocolKind::all_knobs()
+            let knobs: Vec<String> = ProtocolKind::all_knobs()
                 .iter()
-                .map(|(s, _)| s.name)
+                .map(|(s, _)| s.name.to_string())
+                .chain(ProtocolKind::all_roles().iter().map(|(r, _)| r.key()))
                 .collect();
             let also = if e.message().starts_with("unknown field") {
                 format!(", or a protocol family's knob: {}", knobs.join(", "))
@@ -186,6 +217,7 @@ fn overlay(file: BenchArgs, flags: &BenchArgs) -> Result<BenchArgs, String> {
     out.file_params = file.file_params;
     out.knobs = file.knobs;
     out.knobs.given.extend(flags.knobs.given.clone());
+    out.knobs.placements.extend(flags.knobs.placements.clone());
     out.coalesce = flags.coalesce.clone();
     out.config = flags.config.clone();
     out.params = flags.params.clone();
@@ -255,11 +287,6 @@ pub struct BenchArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compute_nodes: Option<u16>,
-    /// Shared-data: where the timestamp service runs: memory (a role of memory node 0) or
-    /// own (a node of its own, as RSI's Figure 6) [default: memory].
-    #[arg(long)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ts_node: Option<String>,
     /// Shared-data: compute node i shares memory node i's machine and reaches its records
     /// with the CPU's own loads, stores and atomics, not the network (NAM-DB's locality;
     /// simulated and in-process fabrics).
@@ -427,7 +454,8 @@ pub struct Resolved {
 }
 
 /// The architecture and node roles from the flags and the config file: `--nodes` for
-/// partitioned, `--memory-nodes`, `--compute-nodes` and `--ts-node` for shared-data.
+/// partitioned, `--memory-nodes`, `--compute-nodes` and the family's `--NAME-node` for
+/// shared-data.
 fn resolve_roles(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
     let architecture = a
         .architecture
@@ -435,15 +463,22 @@ fn resolve_roles(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
         .unwrap_or(Architecture::Partitioned.name());
     let memory = a.memory_nodes;
     let compute = a.compute_nodes;
-    let ts = a.ts_node.as_deref();
+    let placements = &a.knobs.placements;
     match Architecture::parse(architecture) {
         Some(Architecture::Partitioned) => {
             let given = [
-                memory.map(|_| "--memory-nodes"),
-                compute.map(|_| "--compute-nodes"),
-                ts.map(|_| "--ts-node"),
-            ];
-            if let Some(flag) = given.into_iter().flatten().next() {
+                memory.map(|_| "--memory-nodes".to_string()),
+                compute.map(|_| "--compute-nodes".to_string()),
+            ]
+            .into_iter()
+            .flatten()
+            .chain(
+                placements
+                    .keys()
+                    .map(|r| format!("--{}-node", r.replace('_', "-"))),
+            )
+            .next();
+            if let Some(flag) = given {
                 return Err(format!(
                     "{flag} needs --architecture shared-data (a partitioned cluster has --nodes, each holding records and running transactions)"
                 ));
@@ -452,14 +487,18 @@ fn resolve_roles(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
         Some(Architecture::SharedData) => {
             if let Some(n) = a.nodes {
                 return Err(format!(
-                    "--nodes {n} with --architecture shared-data: expected --memory-nodes M --compute-nodes C (and --ts-node memory|own) in its place"
+                    "--nodes {n} with --architecture shared-data: expected --memory-nodes M --compute-nodes C in its place"
                 ));
             }
-            let ts = match ts {
-                None => TsPlacement::Memory,
-                Some(t) => TsPlacement::parse(t)
-                    .ok_or_else(|| format!("unknown --ts-node '{t}': accepted are memory, own"))?,
-            };
+            let placed = cfg
+                .protocol
+                .place_roles(placements.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .map_err(|e| e.0)?;
+            let own: Vec<String> = placed
+                .iter()
+                .filter(|(_, p)| *p == Placement::Own)
+                .map(|(r, _)| format!(" {} own", r.flag()))
+                .collect();
             let memory = memory.unwrap_or(SHARED_DATA_MEMORY_NODES_DEFAULT);
             let compute = compute.unwrap_or(SHARED_DATA_COMPUTE_NODES_DEFAULT);
             if memory == 0 || compute == 0 {
@@ -467,18 +506,18 @@ fn resolve_roles(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
                     "--memory-nodes {memory} --compute-nodes {compute}: shared-data needs at least one of each (expected 1..={NODES_MAX} each)"
                 ));
             }
-            let total = memory as u32 + compute as u32 + u32::from(ts == TsPlacement::Own);
+            let total = memory as u32 + compute as u32 + own.len() as u32;
             if total > NODES_MAX as u32 {
                 return Err(format!(
-                    "--memory-nodes {memory} --compute-nodes {compute} --ts-node {} make {total} nodes, out of range: expected at most {NODES_MAX}",
-                    ts.name()
+                    "--memory-nodes {memory} --compute-nodes {compute}{} make {total} nodes, out of range: expected at most {NODES_MAX}",
+                    own.concat()
                 ));
             }
             cfg.nodes = total as u16;
             cfg.roles = Roles::SharedData {
                 memory_nodes: memory,
-                ts,
             };
+            cfg.placements = placements.clone();
         }
         None => {
             return Err(format!(
@@ -616,6 +655,7 @@ mod tests {
             colocate: true,
             knobs: FamilyKnobArgs {
                 given: [("rsi_versions".to_string(), "2".to_string())].into(),
+                placements: [("ts".to_string(), "own".to_string())].into(),
             },
             ..BenchArgs::default()
         };
@@ -623,11 +663,16 @@ mod tests {
             nodes: Some(3),
             knobs: FamilyKnobArgs {
                 given: [("vector_fetcher".to_string(), "true".to_string())].into(),
+                placements: [("ts".to_string(), "memory".to_string())].into(),
             },
             ..BenchArgs::default()
         };
         let m = overlay(file, &flags).unwrap();
         assert_eq!((m.nodes, m.threads, m.colocate), (Some(3), Some(2), true));
         assert_eq!(m.knobs.given.len(), 2);
+        assert_eq!(
+            m.knobs.placements["ts"], "memory",
+            "the flag's placement wins"
+        );
     }
 }

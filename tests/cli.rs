@@ -768,8 +768,25 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
         &["--compute-nodes 0", "at least one of each"],
     );
     bad(
-        &["bench", "--architecture", "shared-data", "--ts-node", "far"],
+        &[
+            "bench",
+            "--architecture",
+            "shared-data",
+            "--protocol",
+            "rsi",
+            "--ts-node",
+            "far",
+        ],
         &["unknown --ts-node 'far'", "memory, own"],
+    );
+    // A node role is its family's: another family has no such node to place.
+    bad(
+        &["bench", "--architecture", "shared-data", "--ts-node", "own"],
+        &["--ts-node own needs --protocol rsi or namdb, not occ (its roles: none)"],
+    );
+    bad(
+        &["bench", "--protocol", "rsi", "--ts-node", "own"],
+        &["--ts-node needs --architecture shared-data"],
     );
     bad(
         &[
@@ -876,6 +893,24 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
         &["bench", "--config", knob_file.to_str().unwrap()],
         &["mvcc_slots=0 is out of range: expected 1..=64"],
     );
+    // So are its node roles' placements.
+    std::fs::write(
+        &knob_file,
+        "protocol = \"occ\"\narchitecture = \"shared-data\"\nts_node = \"own\"\n",
+    )
+    .unwrap();
+    bad(
+        &["bench", "--config", knob_file.to_str().unwrap()],
+        &["--ts-node own needs --protocol rsi or namdb, not occ"],
+    );
+    std::fs::write(
+        &knob_file,
+        "protocol = \"rsi\"\narchitecture = \"shared-data\"\nts_node = \"own\"\nduration = 0.002\nwarmup = 0.0005\nfabric = \"sim\"\n",
+    )
+    .unwrap();
+    let (code, out, err) = atoll(&["bench", "--config", knob_file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 memory + 2 compute + 1 ts nodes"), "{out}");
     // NAM-DB's overflow area holds what the mover takes from a record's old versions.
     bad(
         &[
@@ -961,8 +996,8 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("shared-data 2 memory + 3 compute + 1 timestamp nodes")
-            && out.contains("memory nodes 0, compute nodes 0, timestamp node 0")
+        out.contains("shared-data 2 memory + 3 compute + 1 ts nodes")
+            && out.contains("memory nodes 0, compute nodes 0, ts node 0")
             && !out.contains("FAIL"),
         "{out}"
     );

@@ -228,10 +228,29 @@ fn ucx_cluster_shared_data_memory_compute_and_timestamp_processes_pass_checkout_
     if !ucx_built() {
         return;
     }
-    for protocol in ["rsi", "occ"] {
-        // 1 memory + 2 compute processes + the timestamp service's own: the two compute
-        // processes order on the one memory node, so their order keys must never meet.
-        let args = [
+    // RSI: 1 memory + 2 compute processes + the timestamp service's own; OCC has no such
+    // role. The two compute processes order on the one memory node, so their order keys
+    // must never meet.
+    for (protocol, ts_node, nodes, served) in [
+        (
+            "rsi",
+            "own",
+            "shared-data 1 memory + 2 compute + 1 ts nodes",
+            "compute nodes 0, ts node 0",
+        ),
+        (
+            "occ",
+            "",
+            "shared-data 1 memory + 2 compute nodes",
+            "compute nodes 0\n",
+        ),
+    ] {
+        let role: &[&str] = if ts_node.is_empty() {
+            &[]
+        } else {
+            &["--ts-node", ts_node]
+        };
+        let head = [
             "cluster",
             "--transport",
             "shm",
@@ -242,8 +261,8 @@ fn ucx_cluster_shared_data_memory_compute_and_timestamp_processes_pass_checkout_
             "1",
             "--compute-nodes",
             "2",
-            "--ts-node",
-            "own",
+        ];
+        let rest = [
             "--protocol",
             protocol,
             "--workload",
@@ -257,20 +276,15 @@ fn ucx_cluster_shared_data_memory_compute_and_timestamp_processes_pass_checkout_
             "--coroutines",
             "2",
         ];
+        let args: Vec<&str> = head.iter().chain(role).chain(&rest).copied().collect();
         let (code, out, err) = cluster(&args);
         assert_eq!(code, 0, "{args:?} exited {code}:\n{out}\n{err}");
-        assert!(
-            out.contains("shared-data 1 memory + 2 compute + 1 timestamp nodes"),
-            "{args:?}:\n{out}"
-        );
+        assert!(out.contains(nodes), "{args:?}:\n{out}");
         assert!(
             !out.contains("FAIL") && !out.contains("duplicate"),
             "{args:?}:\n{out}"
         );
-        assert!(
-            out.contains("compute nodes 0, timestamp node 0"),
-            "{args:?}:\n{out}"
-        );
+        assert!(out.contains(served), "{args:?}:\n{out}");
     }
     // The shape names its node count; a --nodes that disagrees is refused.
     let (code, _, err) = cluster(&[

@@ -4,6 +4,7 @@
 //! coordinator side, a participant side and its messages in its module, and registers its
 //! participant in [`participants`].
 
+use atoll_storage::{Placement, RoleSpec};
 use atoll_txn::handler::Participant;
 use atoll_txn::knobs::KnobError;
 use atoll_txn::{FamilyConfig, KnobSpec, Knobs, Protocol};
@@ -250,6 +251,102 @@ impl ProtocolKind {
         Ok((knobs, family))
     }
 
+    /// The node roles the family declares ([`Protocol::ROLES`]).
+    pub fn roles(self) -> &'static [RoleSpec] {
+        struct Roles;
+        impl ProtocolVisitor for Roles {
+            type Out = &'static [RoleSpec];
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::ROLES
+            }
+        }
+        self.dispatch(Roles)
+    }
+
+    /// Every node role some family declares, once, with the families declaring it (in
+    /// registration order): the `--NAME-node` settings the CLI and config file accept.
+    pub fn all_roles() -> Vec<(RoleSpec, Vec<ProtocolKind>)> {
+        let mut all: Vec<(RoleSpec, Vec<ProtocolKind>)> = Vec::new();
+        for p in Self::ALL {
+            for role in p.roles() {
+                match all.iter_mut().find(|(r, _)| r.name == role.name) {
+                    Some((r, families)) => {
+                        assert_eq!(r, role, "role {} declared twice, differently", r.name);
+                        families.push(p);
+                    }
+                    None => all.push((*role, vec![p])),
+                }
+            }
+        }
+        all
+    }
+
+    /// Where each of the family's roles runs, from `given` (role name, `memory|own`); a role
+    /// not given runs on node 0. A role of another family, or a placement not accepted, is
+    /// refused naming what is.
+    pub fn place_roles<'a>(
+        self,
+        given: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Vec<(RoleSpec, Placement)>, KnobError> {
+        let mut placed: Vec<(RoleSpec, Placement)> = self
+            .roles()
+            .iter()
+            .map(|&r| (r, Placement::Memory))
+            .collect();
+        for (name, text) in given {
+            let Some(slot) = placed.iter_mut().find(|(r, _)| r.name == name) else {
+                let all = Self::all_roles();
+                let owners = all
+                    .iter()
+                    .find(|(r, _)| r.name == name)
+                    .map(|(_, families)| {
+                        families
+                            .iter()
+                            .map(|p| p.name())
+                            .collect::<Vec<_>>()
+                            .join(" or ")
+                    });
+                let flag = format!("--{}-node", name.replace('_', "-"));
+                return Err(KnobError(match owners {
+                    Some(owners) => format!(
+                        "{flag} {} needs --protocol {owners}, not {} (its roles: {})",
+                        text.trim(),
+                        self.name(),
+                        self.roles_named()
+                    ),
+                    None => format!(
+                        "unknown node role {name}: accepted are {}",
+                        all.iter()
+                            .map(|(r, _)| r.name)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }));
+            };
+            slot.1 = Placement::parse(text.trim()).ok_or_else(|| {
+                KnobError(format!(
+                    "unknown {} '{}': accepted are {}",
+                    slot.0.flag(),
+                    text.trim(),
+                    Placement::accepted()
+                ))
+            })?;
+        }
+        Ok(placed)
+    }
+
+    /// The family's roles as flags, or `none`.
+    fn roles_named(self) -> String {
+        if self.roles().is_empty() {
+            return "none".into();
+        }
+        self.roles()
+            .iter()
+            .map(|r| r.flag())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The family's knobs as flags, or `none`.
     fn knobs_named(self) -> String {
         if self.knobs().is_empty() {
@@ -344,6 +441,43 @@ mod tests {
         );
         let e = ProtocolKind::Mvcc.configure([("speed", "2")]).unwrap_err();
         assert!(e.0.starts_with("unknown knob speed: accepted are "), "{e}");
+    }
+
+    #[test]
+    fn a_node_role_is_its_familys_placed_on_node_0_unless_given_and_refused_elsewhere() {
+        let ts = atoll_txn::tsvc::TS_ROLE;
+        assert_eq!(
+            ProtocolKind::all_roles(),
+            vec![(ts, vec![ProtocolKind::Rsi, ProtocolKind::NamDb])]
+        );
+        assert_eq!(
+            ProtocolKind::Rsi.place_roles([]).unwrap(),
+            vec![(ts, Placement::Memory)]
+        );
+        assert_eq!(
+            ProtocolKind::NamDb.place_roles([("ts", "own")]).unwrap(),
+            vec![(ts, Placement::Own)]
+        );
+        assert_eq!(ProtocolKind::Occ.place_roles([]).unwrap(), vec![]);
+        for (p, given, error) in [
+            (
+                ProtocolKind::Mvcc,
+                ("ts", "own"),
+                "--ts-node own needs --protocol rsi or namdb, not mvcc (its roles: none)",
+            ),
+            (
+                ProtocolKind::Rsi,
+                ("ts", "far"),
+                "unknown --ts-node 'far': accepted are memory, own",
+            ),
+            (
+                ProtocolKind::Rsi,
+                ("cm", "own"),
+                "unknown node role cm: accepted are ts",
+            ),
+        ] {
+            assert_eq!(p.place_roles([given]).unwrap_err().0, error);
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use atoll_fabric::VerbKind;
 pub use atoll_fabric_sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
-use atoll_storage::{Topology, TsPlacement};
+use atoll_storage::{Placement, RoleSpec, Topology};
 use atoll_txn::{FamilyConfig, Knobs, Plan};
 use atoll_workloads::{Params, WorkloadKind, WorkloadShape};
 use serde::Serialize;
@@ -71,9 +71,10 @@ impl Fabric {
 pub enum Roles {
     /// Every node holds a partition and runs coordinators.
     Partitioned,
-    /// The first `memory_nodes` nodes hold the records; the timestamp service is at `ts`;
-    /// the other nodes are compute nodes.
-    SharedData { memory_nodes: u16, ts: TsPlacement },
+    /// The first `memory_nodes` nodes hold the records; the family's service roles placed
+    /// on nodes of their own come last ([`RunConfig::placements`]); the other nodes are
+    /// compute nodes.
+    SharedData { memory_nodes: u16 },
 }
 
 /// Everything a run needs.
@@ -110,6 +111,10 @@ pub struct RunConfig {
     /// the family declares them ([`atoll_txn::Protocol::KNOBS`]) and makes its
     /// configuration of them ([`RunConfig::family`]); the others keep their defaults.
     pub knobs: std::collections::BTreeMap<String, String>,
+    /// Where the protocol family's node roles run, by role name, as given (`--NAME-node
+    /// memory|own`): the family declares them ([`atoll_txn::Protocol::ROLES`]); a role not
+    /// given runs on node 0. Shared-data only.
+    pub placements: std::collections::BTreeMap<String, String>,
     /// Record every attempt's reads and writes for the history checker.
     pub record_history: bool,
     /// With `record_history`: stream the history to this file as the run goes (memory stays
@@ -148,6 +153,7 @@ impl Default for RunConfig {
             record_history: false,
             history_file: None,
             knobs: std::collections::BTreeMap::new(),
+            placements: std::collections::BTreeMap::new(),
             coalesce: true,
             cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
             cpu_scale: 1.0,
@@ -186,16 +192,35 @@ impl RunConfig {
     /// Nodes, roles, threads and co-routines, and the co-routine ids a timestamp can name.
     fn validate_shape(&self) -> Result<(), ConfigError> {
         range("nodes", self.nodes, 1, NODES_MAX)?;
-        if let Roles::SharedData { memory_nodes, ts } = self.roles {
-            let own = u16::from(ts == TsPlacement::Own);
-            if memory_nodes == 0 || memory_nodes + own >= self.nodes {
-                return Err(ConfigError(format!(
-                    "shared-data needs at least one memory node and one compute node: {} nodes with {memory_nodes} memory node{}{} leave {} compute nodes (expected --memory-nodes >= 1 and --compute-nodes >= 1)",
-                    self.nodes,
-                    if memory_nodes == 1 { "" } else { "s" },
-                    if own == 1 { " and a timestamp node" } else { "" },
-                    self.nodes.saturating_sub(memory_nodes + own),
-                )));
+        let placed = self.placed_roles()?;
+        match self.roles {
+            Roles::Partitioned => {
+                if let Some(role) = self.placements.keys().next() {
+                    return Err(ConfigError(format!(
+                        "--{}-node needs --architecture shared-data (a partitioned cluster runs the family's services on node 0)",
+                        role.replace('_', "-")
+                    )));
+                }
+            }
+            Roles::SharedData { memory_nodes } => {
+                let own_nodes: Vec<&str> = placed
+                    .iter()
+                    .filter(|(_, p)| *p == Placement::Own)
+                    .map(|(r, _)| r.what)
+                    .collect();
+                let own = own_nodes.len() as u16;
+                if memory_nodes == 0 || memory_nodes + own >= self.nodes {
+                    return Err(ConfigError(format!(
+                        "shared-data needs at least one memory node and one compute node: {} nodes with {memory_nodes} memory node{}{} leave {} compute nodes (expected --memory-nodes >= 1 and --compute-nodes >= 1)",
+                        self.nodes,
+                        if memory_nodes == 1 { "" } else { "s" },
+                        own_nodes
+                            .iter()
+                            .map(|w| format!(" and a {w} node"))
+                            .collect::<String>(),
+                        self.nodes.saturating_sub(memory_nodes + own),
+                    )));
+                }
             }
         }
         if self.colocate && self.roles == Roles::Partitioned {
@@ -285,6 +310,23 @@ impl RunConfig {
             .1
     }
 
+    /// The family's node roles and where each runs ([`RunConfig::placements`]).
+    pub fn placed_roles(&self) -> Result<Vec<(RoleSpec, Placement)>, ConfigError> {
+        self.protocol
+            .place_roles(
+                self.placements
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
+            .map_err(|e| ConfigError(e.0))
+    }
+
+    /// Places the family's node role `role` at `placement`, as `--ROLE-node` does.
+    pub fn set_placement(&mut self, role: &str, placement: Placement) {
+        self.placements
+            .insert(role.to_string(), placement.name().to_string());
+    }
+
     /// Sets family knob `name` (its TOML key) to `value`, as `--NAME VALUE` does.
     pub fn set_knob(&mut self, name: &str, value: impl ToString) {
         self.knobs.insert(name.to_string(), value.to_string());
@@ -348,14 +390,16 @@ impl RunConfig {
 
     /// The roles of the run's nodes (for a configuration [`RunConfig::validate`] accepted).
     pub fn topology(&self) -> Topology {
-        match self.roles {
+        let placed = self
+            .placed_roles()
+            .unwrap_or_else(|e| panic!("the run's roles were validated at start-up: {e}"));
+        let t = match self.roles {
             Roles::Partitioned => Topology::partitioned(self.nodes),
-            Roles::SharedData { memory_nodes, ts } => {
-                let own = u16::from(ts == TsPlacement::Own);
+            Roles::SharedData { memory_nodes } => {
+                let own = placed.iter().filter(|(_, p)| *p == Placement::Own).count() as u16;
                 let t = Topology::shared_data(
                     memory_nodes,
                     self.nodes.saturating_sub(memory_nodes + own).max(1),
-                    ts,
                 );
                 if self.colocate {
                     t.colocated()
@@ -363,7 +407,10 @@ impl RunConfig {
                     t
                 }
             }
-        }
+        };
+        placed
+            .into_iter()
+            .fold(t, |t, (role, placement)| t.with_service(role, placement))
     }
 
     /// Nodes holding records: what a workload spreads its tables over.
@@ -432,8 +479,10 @@ pub struct ConfigReport {
     pub memory_nodes: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compute_nodes: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ts_node: Option<u16>,
+    /// Shared-data: the node each of the family's roles runs on, as `NAME_node`
+    /// ([`atoll_storage::Topology::services`]).
+    #[serde(flatten)]
+    pub service_nodes: std::collections::BTreeMap<String, u16>,
     /// Shared-data: compute node `i` beside memory node `i` on one machine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub colocated: Option<bool>,

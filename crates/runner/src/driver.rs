@@ -300,11 +300,15 @@ fn verbs_report(cfg: &RunConfig, all: &NodeStats, facts: &RunFacts, committed: u
                     .map(|n| facts.rpcs_served_by_node[n])
                     .sum()
             };
-            let ts = topology.ts_node();
             RpcsByRole {
                 memory_nodes: by(&|n| topology.holds_records(n)),
                 compute_nodes: by(&|n| topology.runs_coordinators(n)),
-                ts_node: by(&|n| n == ts && !topology.holds_records(n)),
+                service_nodes: topology
+                    .services()
+                    .map(|(role, _, node)| {
+                        (role.key(), by(&|n| n == node && !topology.holds_records(n)))
+                    })
+                    .collect(),
             }
         }),
     }
@@ -377,7 +381,11 @@ fn config_report<W: Workload, P: Protocol>(
         architecture: topology.architecture().name(),
         memory_nodes: shared_data.then(|| topology.memory_nodes()),
         compute_nodes: shared_data.then(|| topology.compute_nodes()),
-        ts_node: shared_data.then(|| topology.ts_node().0),
+        service_nodes: topology
+            .services()
+            .filter(|_| shared_data)
+            .map(|(role, _, node)| (role.key(), node.0))
+            .collect(),
         colocated: shared_data.then(|| topology.is_colocated()),
         threads: cfg.threads,
         coroutines: cfg.coroutines,

@@ -120,8 +120,25 @@ pub struct VerbsReport {
 pub struct RpcsByRole {
     pub memory_nodes: u64,
     pub compute_nodes: u64,
-    /// The timestamp service's own node (0 when it is a role of memory node 0).
-    pub ts_node: u64,
+    /// Each of the family's roles, as `NAME_node`: RPCs its own node served (0 when the
+    /// role runs on memory node 0, whose RPCs `memory_nodes` counts).
+    #[serde(flatten)]
+    pub service_nodes: std::collections::BTreeMap<String, u64>,
+}
+
+impl RpcsByRole {
+    /// `served      RPCs served ...: memory nodes 12, compute nodes 0, ts node 40`.
+    fn line(&self) -> String {
+        let services: String = self
+            .service_nodes
+            .iter()
+            .map(|(key, n)| format!(", {} {n}", key.replace('_', " ")))
+            .collect();
+        format!(
+            "served      RPCs served over the whole run (warm-up included): memory nodes {}, compute nodes {}{services}",
+            self.memory_nodes, self.compute_nodes
+        )
+    }
 }
 
 /// One progress interval, cluster-wide.
@@ -244,11 +261,12 @@ impl Report {
         let nodes = match (c.memory_nodes, c.compute_nodes) {
             (Some(m), Some(cn)) => format!(
                 "shared-data {m} memory + {cn} compute{} nodes{}",
-                if c.nodes > m + cn {
-                    " + 1 timestamp"
-                } else {
-                    ""
-                },
+                // The family's roles on nodes of their own, numbered after the compute nodes.
+                c.service_nodes
+                    .iter()
+                    .filter(|(_, &n)| n >= m + cn)
+                    .map(|(key, _)| format!(" + 1 {}", key.trim_end_matches("_node")))
+                    .collect::<String>(),
                 if c.colocated == Some(true) {
                     " (co-located in pairs)"
                 } else {
@@ -405,11 +423,7 @@ impl Report {
             );
         }
         if let Some(r) = &v.rpcs_served_by_role {
-            let _ = writeln!(
-                o,
-                "served      RPCs served over the whole run (warm-up included): memory nodes {}, compute nodes {}, timestamp node {}",
-                r.memory_nodes, r.compute_nodes, r.ts_node
-            );
+            let _ = writeln!(o, "{}", r.line());
         }
         // The common stages in their order, then the family's own.
         let common: Vec<&str> = atoll_txn::Stage::COMMON.iter().map(|s| s.name()).collect();

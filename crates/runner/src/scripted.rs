@@ -101,8 +101,14 @@ impl TestCluster {
         lock_word: LockWord,
     ) -> Self {
         let replicas = if nodes > 1 { 1 } else { 0 };
+        // Every family's regions, so every family's roles too, on node 0.
+        let topology = ProtocolKind::all_roles()
+            .into_iter()
+            .fold(Topology::partitioned(nodes), |t, (role, _)| {
+                t.with_service(role, atoll_storage::Placement::Memory)
+            });
         Self::with_topology(
-            Topology::partitioned(nodes),
+            topology,
             replicas,
             tables,
             plan,

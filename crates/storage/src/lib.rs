@@ -2,7 +2,8 @@
 //!
 //! [`layout`] defines the tuple header and where every word lives; [`store`] is one node's
 //! share (inserts, deletes, lookups); [`ordered`] is the per-node B+tree for range scans;
-//! [`topology`] says which nodes hold records and which run coordinators.
+//! [`topology`] says which nodes hold records, which run coordinators and which serve a
+//! family's roles.
 //! Storage knows no backend: it sees only [`atoll_fabric::NodeMemory`] and pointers.
 
 pub mod layout;
@@ -12,4 +13,4 @@ pub mod topology;
 
 pub use layout::{Catalog, ExtraRegion, Partition, TableId, TableLayout, TableSpec};
 pub use store::{Store, StoreError, GONE_BYTES_PER_KEY_MAX};
-pub use topology::{Architecture, Topology, TsPlacement};
+pub use topology::{Architecture, Placement, RoleSpec, Topology, SERVICES_MAX};

@@ -1,11 +1,13 @@
-//! Which nodes hold records, which run coordinators, where coordinators log and where the
-//! timestamp service lives: the partitioned architecture (every node both) or the
-//! shared-data one (memory nodes hold every record and run no transaction; compute nodes
-//! run transactions and hold no record), as NAM-DB and RSI describe it.
+//! Which nodes hold records, which run coordinators, where coordinators log and where a
+//! protocol family's services (RSI's timestamp service) live: the partitioned architecture
+//! (every node both) or the shared-data one (memory nodes hold every record and run no
+//! transaction; compute nodes run transactions and hold no record), as NAM-DB and RSI
+//! describe it.
 //!
 //! Node ids are laid out the same way on every fabric: memory nodes first (`0..M`, so the
 //! key-to-node maps of the workloads stay the same in both architectures), then compute
-//! nodes (`M..M+C`), then the timestamp service's own node if it has one (`M+C`).
+//! nodes (`M..M+C`), then the services that have a node of their own, in the order the
+//! family declares them (`M+C..`).
 
 use atoll_fabric::NodeId;
 
@@ -33,29 +35,61 @@ impl Architecture {
     }
 }
 
-/// Where the timestamp service (RSI's commit timestamps and read timestamp) runs.
+/// A node role a protocol family declares beyond memory and compute (RSI's timestamp
+/// service): where it runs is a setting of the run (`--NAME-node`), the rest is the
+/// family's code, which finds the role's node with [`Topology::service_node`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TsPlacement {
+pub struct RoleSpec {
+    /// Short and lower case (`ts`): the setting is `--NAME-node`, the report's `NAME_node`.
+    pub name: &'static str,
+    /// What runs there, for the run's header and help (`timestamp service`).
+    pub what: &'static str,
+}
+
+impl RoleSpec {
+    /// The flag placing the role: `--ts-node`.
+    pub fn flag(&self) -> String {
+        format!("--{}-node", self.name.replace('_', "-"))
+    }
+
+    /// The setting's key in a config file and the report: `ts_node`.
+    pub fn key(&self) -> String {
+        format!("{}_node", self.name)
+    }
+}
+
+/// Where a family's service role runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
     /// A role of node 0 (a memory node under shared-data).
     Memory,
     /// A node of its own that holds no record and runs no coordinator (RSI's Figure 6).
     Own,
 }
 
-impl TsPlacement {
-    pub const ALL: [TsPlacement; 2] = [TsPlacement::Memory, TsPlacement::Own];
+impl Placement {
+    pub const ALL: [Placement; 2] = [Placement::Memory, Placement::Own];
 
     pub fn name(self) -> &'static str {
         match self {
-            TsPlacement::Memory => "memory",
-            TsPlacement::Own => "own",
+            Placement::Memory => "memory",
+            Placement::Own => "own",
         }
     }
 
-    pub fn parse(s: &str) -> Option<TsPlacement> {
+    pub fn parse(s: &str) -> Option<Placement> {
         Self::ALL.into_iter().find(|p| p.name() == s)
     }
+
+    /// `memory, own`, for an error naming what is accepted.
+    pub fn accepted() -> String {
+        Self::ALL.map(|p| p.name()).join(", ")
+    }
 }
+
+/// The most service roles one run places: a family declares at most this many (RSI one,
+/// Tell's commit manager one more); a bound so the topology stays a small `Copy` value.
+pub const SERVICES_MAX: usize = 2;
 
 /// The roles of a run's nodes; immutable after start-up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +99,8 @@ pub struct Topology {
     memory_nodes: u16,
     /// Nodes running coordinators: the same nodes when partitioned, else the next ones.
     compute_nodes: u16,
-    ts: TsPlacement,
+    /// The family's service roles and where each runs, in declaration order.
+    services: [Option<(RoleSpec, Placement)>; SERVICES_MAX],
     /// Compute node `i` shares a machine with memory node `i` (for `i` below both counts):
     /// NAM-DB's locality, where a compute server next to a memory server reaches its records
     /// with the CPU's own loads, stores and atomics.
@@ -80,13 +115,13 @@ impl Topology {
             architecture: Architecture::Partitioned,
             memory_nodes: nodes,
             compute_nodes: nodes,
-            ts: TsPlacement::Memory,
+            services: [None; SERVICES_MAX],
             colocated: false,
         }
     }
 
-    /// `memory` memory nodes, `compute` compute nodes and the timestamp service at `ts`.
-    pub fn shared_data(memory: u16, compute: u16, ts: TsPlacement) -> Self {
+    /// `memory` memory nodes and `compute` compute nodes.
+    pub fn shared_data(memory: u16, compute: u16) -> Self {
         assert!(
             memory > 0 && compute > 0,
             "shared-data needs a memory and a compute node, not {memory} and {compute}"
@@ -95,7 +130,7 @@ impl Topology {
             architecture: Architecture::SharedData,
             memory_nodes: memory,
             compute_nodes: compute,
-            ts,
+            services: [None; SERVICES_MAX],
             colocated: false,
         }
     }
@@ -109,6 +144,66 @@ impl Topology {
         );
         self.colocated = true;
         self
+    }
+
+    /// The same roles and `role` placed at `placement`: on node 0, or (shared-data only) on
+    /// a node of its own numbered after the compute nodes and the services placed before.
+    pub fn with_service(mut self, role: RoleSpec, placement: Placement) -> Self {
+        assert!(
+            placement == Placement::Memory || self.architecture == Architecture::SharedData,
+            "a partitioned cluster has no node of its own for the {} ({})",
+            role.what,
+            role.name
+        );
+        assert!(
+            self.services
+                .iter()
+                .flatten()
+                .all(|(r, _)| r.name != role.name),
+            "role {} placed twice",
+            role.name
+        );
+        let free = self
+            .services
+            .iter_mut()
+            .find(|s| s.is_none())
+            .unwrap_or_else(|| panic!("more than {SERVICES_MAX} service roles"));
+        *free = Some((role, placement));
+        self
+    }
+
+    /// The service roles placed and the node each runs on, in declaration order.
+    pub fn services(&self) -> impl Iterator<Item = (RoleSpec, Placement, NodeId)> + '_ {
+        let mut own_next = self.memory_nodes + self.compute_nodes;
+        self.services
+            .iter()
+            .flatten()
+            .map(move |&(role, placement)| {
+                let node = match placement {
+                    Placement::Memory => NodeId(0),
+                    Placement::Own => {
+                        own_next += 1;
+                        NodeId(own_next - 1)
+                    }
+                };
+                (role, placement, node)
+            })
+    }
+
+    /// The node serving role `name`, if the run places it.
+    pub fn service_node(&self, name: &str) -> Option<NodeId> {
+        self.services()
+            .find(|(r, _, _)| r.name == name)
+            .map(|(_, _, n)| n)
+    }
+
+    /// Nodes that serve a role and nothing else.
+    fn own_service_nodes(&self) -> u16 {
+        self.services
+            .iter()
+            .flatten()
+            .filter(|(_, p)| *p == Placement::Own)
+            .count() as u16
     }
 
     pub fn is_colocated(&self) -> bool {
@@ -130,16 +225,12 @@ impl Topology {
         self.architecture
     }
 
-    pub fn ts_placement(&self) -> TsPlacement {
-        self.ts
-    }
-
     /// Every node of the run, whatever its role.
     pub fn nodes_total(&self) -> u16 {
         match self.architecture {
             Architecture::Partitioned => self.memory_nodes,
             Architecture::SharedData => {
-                self.memory_nodes + self.compute_nodes + u16::from(self.ts == TsPlacement::Own)
+                self.memory_nodes + self.compute_nodes + self.own_service_nodes()
             }
         }
     }
@@ -183,14 +274,6 @@ impl Topology {
         match self.architecture {
             Architecture::Partitioned => NodeId(i),
             Architecture::SharedData => NodeId(self.memory_nodes + i),
-        }
-    }
-
-    /// The node whose timestamp-service region serves.
-    pub fn ts_node(&self) -> NodeId {
-        match self.ts {
-            TsPlacement::Memory => NodeId(0),
-            TsPlacement::Own => NodeId(self.memory_nodes + self.compute_nodes),
         }
     }
 
@@ -260,18 +343,27 @@ impl Topology {
         }
     }
 
-    /// `partitioned: 4 nodes` or `shared-data: 3 memory + 4 compute + timestamp node`.
+    /// `partitioned: 4 nodes` or `shared-data: 3 memory + 4 compute nodes + a timestamp
+    /// service node`.
     pub fn describe(&self) -> String {
+        let services: String = self
+            .services()
+            .map(|(role, placement, _)| match placement {
+                Placement::Memory if self.architecture == Architecture::Partitioned => {
+                    format!(" ({} on node 0)", role.what)
+                }
+                Placement::Memory => format!(" ({} on memory node 0)", role.what),
+                Placement::Own => format!(" + a {} node", role.what),
+            })
+            .collect();
         match self.architecture {
-            Architecture::Partitioned => format!("partitioned: {} nodes", self.memory_nodes),
+            Architecture::Partitioned => {
+                format!("partitioned: {} nodes{services}", self.memory_nodes)
+            }
             Architecture::SharedData => format!(
-                "shared-data: {} memory + {} compute nodes{}{}",
+                "shared-data: {} memory + {} compute nodes{services}{}",
                 self.memory_nodes,
                 self.compute_nodes,
-                match self.ts {
-                    TsPlacement::Memory => " (timestamp service on memory node 0)",
-                    TsPlacement::Own => " + a timestamp node",
-                },
                 if self.colocated {
                     format!(
                         ", {} machines each a compute node beside a memory node",
@@ -290,9 +382,18 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
+    const TS: RoleSpec = RoleSpec {
+        name: "ts",
+        what: "timestamp service",
+    };
+    const CM: RoleSpec = RoleSpec {
+        name: "cm",
+        what: "commit manager",
+    };
+
     #[test]
     fn topology_colocation_pairs_compute_node_i_with_memory_node_i_and_only_under_shared_data() {
-        let t = Topology::shared_data(2, 3, TsPlacement::Own);
+        let t = Topology::shared_data(2, 3).with_service(TS, Placement::Own);
         assert!(t.machine_pairs().is_empty(), "not co-located unless asked");
         let c = t.colocated();
         assert_eq!(
@@ -318,28 +419,66 @@ mod tests {
     }
 
     #[test]
-    fn topology_shared_data_lays_out_memory_then_compute_then_the_timestamp_node() {
-        let t = Topology::shared_data(3, 4, TsPlacement::Own);
+    fn topology_shared_data_lays_out_memory_then_compute_then_the_service_nodes_in_order() {
+        let t = Topology::shared_data(3, 4).with_service(TS, Placement::Own);
         assert_eq!(t.nodes_total(), 8);
         assert!((0..3).all(|n| t.holds_records(NodeId(n)) && !t.runs_coordinators(NodeId(n))));
         assert!((3..7).all(|n| !t.holds_records(NodeId(n)) && t.runs_coordinators(NodeId(n))));
-        assert_eq!(t.ts_node(), NodeId(7));
+        assert_eq!(t.service_node("ts"), Some(NodeId(7)));
         assert!(!t.holds_records(NodeId(7)) && !t.runs_coordinators(NodeId(7)));
         assert_eq!(t.compute_node(0), NodeId(3));
         assert_eq!(t.home_of(NodeId(6)), NodeId(0));
-        let co = Topology::shared_data(2, 2, TsPlacement::Memory);
-        assert_eq!((co.nodes_total(), co.ts_node()), (4, NodeId(0)));
+        assert_eq!(t.service_node("cm"), None);
+        assert!(t
+            .describe()
+            .ends_with("4 compute nodes + a timestamp service node"));
+        let co = Topology::shared_data(2, 2).with_service(TS, Placement::Memory);
+        assert_eq!(
+            (co.nodes_total(), co.service_node("ts")),
+            (4, Some(NodeId(0)))
+        );
+        // Two roles: those of their own numbered in declaration order after compute nodes.
+        let two = Topology::shared_data(1, 2)
+            .with_service(CM, Placement::Own)
+            .with_service(TS, Placement::Own);
+        assert_eq!(two.nodes_total(), 5);
+        assert_eq!(
+            (two.service_node("cm"), two.service_node("ts")),
+            (Some(NodeId(3)), Some(NodeId(4)))
+        );
+        let mixed = Topology::shared_data(1, 2)
+            .with_service(CM, Placement::Memory)
+            .with_service(TS, Placement::Own);
+        assert_eq!(
+            (
+                mixed.nodes_total(),
+                mixed.service_node("cm"),
+                mixed.service_node("ts")
+            ),
+            (4, Some(NodeId(0)), Some(NodeId(3)))
+        );
+        let p = Topology::partitioned(3).with_service(TS, Placement::Memory);
+        assert_eq!(
+            (p.nodes_total(), p.service_node("ts")),
+            (3, Some(NodeId(0)))
+        );
+        assert_eq!(
+            p.describe(),
+            "partitioned: 3 nodes (timestamp service on node 0)"
+        );
     }
 
     #[test]
     fn topology_log_backups_are_distinct_memory_nodes_and_no_two_coordinators_share_a_slot() {
         for t in [
             Topology::partitioned(5),
-            Topology::shared_data(3, 7, TsPlacement::Memory),
-            Topology::shared_data(4, 2, TsPlacement::Own),
-            Topology::shared_data(1, 3, TsPlacement::Memory),
-            Topology::shared_data(3, 3, TsPlacement::Memory).colocated(),
-            Topology::shared_data(3, 5, TsPlacement::Own).colocated(),
+            Topology::shared_data(3, 7),
+            Topology::shared_data(4, 2).with_service(TS, Placement::Own),
+            Topology::shared_data(1, 3).with_service(TS, Placement::Memory),
+            Topology::shared_data(3, 3).colocated(),
+            Topology::shared_data(3, 5)
+                .with_service(TS, Placement::Own)
+                .colocated(),
         ] {
             let replicas = t.log_replicas_max();
             let pairs = t.machine_pairs();

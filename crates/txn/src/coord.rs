@@ -272,13 +272,13 @@ impl Coordinator {
     /// The run's timestamp service (the snapshot-isolation family's).
     pub fn ts_service(&self) -> crate::tsvc::TsService {
         crate::tsvc::TsService::of(&self.catalog)
-            .expect("the run's catalog registers the timestamp service's region")
+            .expect("the run registers the timestamp service's region and places its role")
     }
 
     /// The run's timestamp vector (NAM-DB).
     pub fn ts_vector(&self) -> crate::tsvc::TsVector {
         crate::tsvc::TsVector::of(&self.catalog)
-            .expect("the run's catalog registers the timestamp vector's region")
+            .expect("the run registers the timestamp vector's region and places its role")
     }
 
     /// Leaves `op` to go out with this coordinator's next doorbell. One at a time: the
@@ -794,12 +794,15 @@ mod tests {
 
     #[test]
     fn log_rings_of_every_coordinator_logging_to_a_node_are_disjoint_and_fill_its_region() {
-        use atoll_storage::{Topology, TsPlacement};
+        use atoll_storage::{Placement, Topology};
         let per_node = 6u32;
         for (topology, replicas) in [
             (Topology::partitioned(5), 3u16),
-            (Topology::shared_data(3, 7, TsPlacement::Own), 2),
-            (Topology::shared_data(2, 2, TsPlacement::Memory), 2),
+            (
+                Topology::shared_data(3, 7).with_service(crate::tsvc::TS_ROLE, Placement::Own),
+                2,
+            ),
+            (Topology::shared_data(2, 2), 2),
         ] {
             let computes = topology.compute_nodes() as u32;
             let cfg = TxnConfig {

@@ -15,7 +15,14 @@
 //! | `RING_AT + i`   | ring slot `i`: the last finished `cts` with `cts % ring_slots == i`  |
 
 use atoll_fabric::{NodeId, Region, RegionId, RemotePtr};
-use atoll_storage::Catalog;
+use atoll_storage::{Catalog, RoleSpec};
+
+/// The node role that serves the service, the vector and the floors (a family using them
+/// declares it among its roles): node 0, or a node of its own (`--ts-node own`).
+pub const TS_ROLE: RoleSpec = RoleSpec {
+    name: "ts",
+    what: "timestamp service",
+};
 
 /// The name of the catalog's extra region that holds the service (a family using it
 /// declares it among its regions).
@@ -67,9 +74,11 @@ impl TsService {
         }
     }
 
-    /// The run's service: at the topology's timestamp node, in the catalog's region for it (its ring
-    /// fills the region); `None` if the catalog has none (a test's bare catalog).
+    /// The run's service: at the [`TS_ROLE`]'s node, in the catalog's region for it (its
+    /// ring fills the region); `None` if the catalog has none or the run places no such role
+    /// (a test's bare catalog, another family's run).
     pub fn of(catalog: &Catalog) -> Option<Self> {
+        let node = catalog.topology().service_node(TS_ROLE.name)?;
         let i = catalog.extra_region_named(TS_SERVICE_REGION)?;
         let words = catalog.extra_region_words(i);
         assert!(
@@ -77,7 +86,7 @@ impl TsService {
             "the timestamp service's region has {words} words, at most its header"
         );
         Some(TsService {
-            node: catalog.topology().ts_node(),
+            node,
             region: catalog.extra_region(i),
             ring_slots: (words - RING_AT as usize) as u32,
         })
@@ -180,12 +189,13 @@ impl TsVector {
         coordinators.max(1) as usize
     }
 
-    /// The run's vector, at the topology's timestamp node; `None` if the catalog registers
-    /// no region for it (a test's bare catalog).
+    /// The run's vector, at the [`TS_ROLE`]'s node; `None` if the catalog registers no
+    /// region for it or the run places no such role (a test's bare catalog).
     pub fn of(catalog: &Catalog) -> Option<Self> {
+        let node = catalog.topology().service_node(TS_ROLE.name)?;
         let i = catalog.extra_region_named(TS_VECTOR_REGION)?;
         Some(TsVector {
-            node: catalog.topology().ts_node(),
+            node,
             region: catalog.extra_region(i),
             slots: catalog.extra_region_words(i) as u32,
         })
@@ -237,10 +247,11 @@ impl SnapshotFloors {
         }
     }
 
-    /// The run's floors at the topology's timestamp node, `slots` words a row; `None` if the
+    /// The run's floors at the [`TS_ROLE`]'s node, `slots` words a row; `None` if the
     /// catalog registers no region large enough for one row per compute node (no garbage
-    /// collector, or a test's bare catalog).
+    /// collector, or a test's bare catalog) or the run places no such role.
     pub fn of(catalog: &Catalog, slots: u32) -> Option<Self> {
+        let node = catalog.topology().service_node(TS_ROLE.name)?;
         let i = catalog.extra_region_named(TS_FLOORS_REGION)?;
         if slots == 0 {
             return None;
@@ -248,7 +259,7 @@ impl SnapshotFloors {
         let rows = catalog.topology().compute_nodes() as u32;
         let words = catalog.extra_region_words(i);
         (rows > 0 && words >= rows as usize * slots as usize).then(|| SnapshotFloors {
-            node: catalog.topology().ts_node(),
+            node,
             region: catalog.extra_region(i),
             rows,
             slots,

@@ -66,6 +66,12 @@ pub trait Protocol: 'static {
     /// families share is declared by each, from one constant.
     const KNOBS: &'static [crate::KnobSpec] = &[];
 
+    /// The node roles the family declares beyond memory and compute (RSI's timestamp
+    /// service): each is placed by a `--NAME-node memory|own` setting, and the family finds
+    /// its node with [`atoll_storage::Topology::service_node`]. A role several families
+    /// share is declared by each, from one constant.
+    const ROLES: &'static [atoll_storage::RoleSpec] = &[];
+
     /// The family's configuration from its resolved knobs, built once at start-up; refuses
     /// knobs that do not go together.
     fn configure(

@@ -89,6 +89,7 @@ impl Protocol for NamDb {
         Stage::Release,
     ];
     const KNOBS: &'static [atoll_txn::KnobSpec] = &config::KNOBS;
+    const ROLES: &'static [atoll_storage::RoleSpec] = &[atoll_txn::tsvc::TS_ROLE];
     // First committer wins, a record locked by a committer, or a version newer than the
     // snapshot.
     const CONFLICT_ABORTS: &'static [Abort] = &[

@@ -124,6 +124,7 @@ impl Protocol for Rsi {
     ];
     const FAMILY_STAGES: &'static [Stage] = &[TIMESTAMP];
     const KNOBS: &'static [atoll_txn::KnobSpec] = &[config::VERSIONS];
+    const ROLES: &'static [atoll_storage::RoleSpec] = &[atoll_txn::tsvc::TS_ROLE];
     // First committer wins, a record locked by a committer, or a version newer than the
     // snapshot.
     const CONFLICT_ABORTS: &'static [Abort] = &[

@@ -7,17 +7,19 @@ use atoll_check::{self as history, Mode};
 use atoll_protocols::ProtocolKind;
 use atoll_runner::config::{Fabric, FaultConfig, Roles};
 use atoll_runner::{run, Report, RunConfig};
-use atoll_storage::TsPlacement;
+use atoll_storage::Placement;
 use atoll_testkit::{params, FAULTS_MIXED};
+use atoll_txn::tsvc::TS_ROLE;
 use atoll_txn::Plan;
 use atoll_workloads::{Params, WorkloadKind};
 
-/// `memory` memory nodes, `compute` compute nodes, the timestamp service at `ts`.
+/// `memory` memory nodes, `compute` compute nodes, and the timestamp service at `ts` if the
+/// family has one (the others have no node of their own to place).
 fn config(
     workload: WorkloadKind,
     protocol: ProtocolKind,
     plan: &str,
-    (memory, compute, ts): (u16, u16, TsPlacement),
+    (memory, compute, ts): (u16, u16, Placement),
     seed: u64,
 ) -> RunConfig {
     let params = match workload {
@@ -52,6 +54,7 @@ fn config(
         ]),
         _ => Params::new(),
     };
+    let ts_role = protocol.roles().contains(&TS_ROLE);
     // TPC-C's transactions touch ~40 records: a longer run for a few dozen commits.
     let duration_s = if workload == WorkloadKind::Tpcc {
         0.02
@@ -67,10 +70,14 @@ fn config(
         params,
         protocol,
         plan: protocol.parse_plan(plan).unwrap(),
-        nodes: memory + compute + u16::from(ts == TsPlacement::Own),
+        nodes: memory + compute + u16::from(ts_role && ts == Placement::Own),
         roles: Roles::SharedData {
             memory_nodes: memory,
-            ts,
+        },
+        placements: if ts_role {
+            [(TS_ROLE.name.to_string(), ts.name().to_string())].into()
+        } else {
+            Default::default()
         },
         threads: 2,
         coroutines: 4,
@@ -100,9 +107,9 @@ fn shared_data_every_protocol_runs_clean_on_memory_and_compute_nodes_with_faults
             WorkloadKind::Cycle,
         ] {
             for (seed, shape, colocate) in [
-                (1, (2, 2, TsPlacement::Memory), false),
-                (2, (1, 3, TsPlacement::Own), false),
-                (3, (2, 2, TsPlacement::Memory), true),
+                (1, (2, 2, Placement::Memory), false),
+                (2, (1, 3, Placement::Own), false),
+                (3, (2, 2, Placement::Memory), true),
             ] {
                 let mut cfg = config(workload, protocol, "one-sided", shape, seed);
                 cfg.colocate = colocate;
@@ -133,7 +140,7 @@ fn shared_data_co_location_takes_a_compute_nodes_home_records_off_the_network_in
             WorkloadKind::Tpcc,
             ProtocolKind::NamDb,
             "one-sided",
-            (2, 2, TsPlacement::Memory),
+            (2, 2, Placement::Memory),
             5,
         );
         cfg.colocate = colocate;
@@ -159,7 +166,7 @@ fn namdb_reads_headers_apart_from_old_payloads_so_versions_kept_barely_add_read_
             WorkloadKind::Ycsb,
             protocol,
             "one-sided",
-            (1, 2, TsPlacement::Memory),
+            (1, 2, Placement::Memory),
             7,
         );
         cfg.params = params(&[
@@ -219,10 +226,7 @@ fn namdb_runs_clean_under_snapshot_isolation_with_its_vector_per_node_and_with_t
             WorkloadKind::Ycsb,
             WorkloadKind::Checkout,
         ] {
-            for (seed, shape) in [
-                (3, (2, 2, TsPlacement::Memory)),
-                (4, (1, 3, TsPlacement::Own)),
-            ] {
+            for (seed, shape) in [(3, (2, 2, Placement::Memory)), (4, (1, 3, Placement::Own))] {
                 let mut cfg = config(workload, ProtocolKind::NamDb, "one-sided", shape, seed);
                 cfg.set_knob("vector_slots", slots.name());
                 cfg.set_knob("vector_fetcher", fetcher);
@@ -281,7 +285,7 @@ fn namdb_snapshots_of_the_per_coordinator_vector_with_the_fetcher_lie_on_one_cha
             WorkloadKind::Cycle,
             ProtocolKind::NamDb,
             "one-sided",
-            (1, 3, TsPlacement::Own),
+            (1, 3, Placement::Own),
             seed,
         );
         cfg.fabric = Fabric::Sim {
@@ -313,7 +317,7 @@ fn shared_data_rsi_updates_involve_no_memory_node_cpu_and_the_rpc_plan_is_served
             WorkloadKind::SmallBank,
             ProtocolKind::Rsi,
             "one-sided",
-            (3, 4, TsPlacement::Own),
+            (3, 4, Placement::Own),
             3,
         ),
         &|_| {},
@@ -322,7 +326,7 @@ fn shared_data_rsi_updates_involve_no_memory_node_cpu_and_the_rpc_plan_is_served
     assert!(r.passed, "{:?}", r.checks);
     let s = served(&r);
     assert_eq!(
-        (s.memory_nodes, s.compute_nodes, s.ts_node),
+        (s.memory_nodes, s.compute_nodes, s.service_nodes["ts_node"]),
         (0, 0, 0),
         "RSI's one-sided SmallBank served RPCs"
     );
@@ -332,7 +336,7 @@ fn shared_data_rsi_updates_involve_no_memory_node_cpu_and_the_rpc_plan_is_served
             WorkloadKind::SmallBank,
             ProtocolKind::Occ,
             "rpc",
-            (2, 2, TsPlacement::Memory),
+            (2, 2, Placement::Memory),
             4,
         ),
         &|_| {},
@@ -341,7 +345,8 @@ fn shared_data_rsi_updates_involve_no_memory_node_cpu_and_the_rpc_plan_is_served
     assert!(r.passed, "{:?}", r.checks);
     let s = served(&r);
     assert!(s.memory_nodes > r.summary.committed, "{s:?}");
-    assert_eq!((s.compute_nodes, s.ts_node), (0, 0), "{s:?}");
+    assert_eq!(s.compute_nodes, 0, "{s:?}");
+    assert!(s.service_nodes.is_empty(), "OCC has no service role: {s:?}");
 }
 
 #[test]
@@ -352,10 +357,7 @@ fn shared_data_compute_nodes_register_no_table_memory() {
     };
     let shared = RunConfig {
         nodes: 3,
-        roles: Roles::SharedData {
-            memory_nodes: 1,
-            ts: TsPlacement::Memory,
-        },
+        roles: Roles::SharedData { memory_nodes: 1 },
         ..RunConfig::default()
     };
     let p = atoll_runner::sizing::sizing(&partitioned).unwrap();
@@ -380,22 +382,21 @@ fn shared_data_compute_nodes_register_no_table_memory() {
 #[test]
 fn shared_data_shapes_that_leave_no_compute_node_or_too_many_backups_are_refused_naming_the_value()
 {
-    let no_compute = RunConfig {
+    let mut no_compute = RunConfig {
         nodes: 2,
-        roles: Roles::SharedData {
-            memory_nodes: 1,
-            ts: TsPlacement::Own,
-        },
+        protocol: ProtocolKind::Rsi,
+        roles: Roles::SharedData { memory_nodes: 1 },
         ..RunConfig::default()
     };
+    no_compute.set_placement(TS_ROLE.name, Placement::Own);
     let e = no_compute.validate().unwrap_err().0;
-    assert!(e.contains("compute node"), "{e}");
+    assert!(
+        e.contains("1 memory node and a timestamp service node leave 0 compute nodes"),
+        "{e}"
+    );
     let backups = RunConfig {
         nodes: 4,
-        roles: Roles::SharedData {
-            memory_nodes: 2,
-            ts: TsPlacement::Memory,
-        },
+        roles: Roles::SharedData { memory_nodes: 2 },
         log_replicas: 3,
         ..RunConfig::default()
     };
@@ -431,7 +432,7 @@ fn si_cluster<P: atoll_txn::Protocol>(
         gone_keys_max_per_node: 0,
     };
     let c = atoll_testkit::TestCluster::with_topology(
-        Topology::shared_data(1, 1, TsPlacement::Own),
+        Topology::shared_data(1, 1).with_service(TS_ROLE, Placement::Own),
         0,
         vec![spec],
         plan,
@@ -662,7 +663,7 @@ fn namdb_a_snapshot_older_than_every_version_a_record_keeps_reads_it_from_the_ov
         };
         let shape = namdb_shape(overflow);
         let c = TestCluster::with_topology(
-            Topology::shared_data(1, 1, TsPlacement::Own),
+            Topology::shared_data(1, 1).with_service(TS_ROLE, Placement::Own),
             0,
             vec![spec],
             Plan::uniform(atoll_txn::Primitive::OneSided),
@@ -854,10 +855,7 @@ fn shared_data_rsi_runs_clean_under_snapshot_isolation_with_its_stages_served_by
             WorkloadKind::Ycsb,
             WorkloadKind::Checkout,
         ] {
-            for (seed, shape) in [
-                (5, (2, 2, TsPlacement::Memory)),
-                (6, (1, 3, TsPlacement::Own)),
-            ] {
+            for (seed, shape) in [(5, (2, 2, Placement::Memory)), (6, (1, 3, Placement::Own))] {
                 let mut cfg = config(workload, ProtocolKind::Rsi, plan, shape, seed);
                 cfg.set_knob("rsi_versions", 1 + seed % 2);
                 let what = format!(
@@ -874,8 +872,8 @@ fn shared_data_rsi_runs_clean_under_snapshot_isolation_with_its_stages_served_by
                 // Record stages over RPC are served by the memory nodes' CPUs; the timestamp
                 // service's requests by its node's (memory node 0 or its own).
                 assert!(s.memory_nodes > 0, "{what}: {s:?}");
-                if plan != "lock=rpc,commit=rpc,release=rpc" && shape.2 == TsPlacement::Own {
-                    assert!(s.ts_node > 0, "{what}: {s:?}");
+                if plan != "lock=rpc,commit=rpc,release=rpc" && shape.2 == Placement::Own {
+                    assert!(s.service_nodes["ts_node"] > 0, "{what}: {s:?}");
                 }
             }
         }
@@ -1028,7 +1026,7 @@ fn rsi_a_compute_node_crash_stops_the_run_naming_the_crashed_node() {
             WorkloadKind::SmallBank,
             ProtocolKind::Rsi,
             "one-sided",
-            (2, 2, TsPlacement::Own),
+            (2, 2, Placement::Own),
             7,
         );
         cfg.fabric = Fabric::Sim {
@@ -1068,7 +1066,7 @@ fn shared_data_a_co_located_memory_nodes_crash_takes_its_machines_compute_node_w
         WorkloadKind::Tpcc,
         ProtocolKind::Rsi,
         "one-sided",
-        (2, 2, TsPlacement::Memory),
+        (2, 2, Placement::Memory),
         7,
     );
     cfg.colocate = true;
@@ -1195,7 +1193,7 @@ fn namdb_the_overflow_collector_keeps_an_entry_a_live_snapshot_needs_and_reclaim
         };
         let shape = namdb_shape(1);
         let c = TestCluster::with_topology(
-            Topology::shared_data(1, 1, TsPlacement::Own),
+            Topology::shared_data(1, 1).with_service(TS_ROLE, Placement::Own),
             0,
             vec![spec],
             Plan::uniform(atoll_txn::Primitive::OneSided),
@@ -1337,4 +1335,58 @@ fn namdb_shape(overflow: u32) -> atoll_testkit::RecordShape {
     shape.overflow_per_record = overflow;
     shape.family = atoll_protocols::namdb::config::configure(&knobs).expect("valid knobs");
     shape
+}
+
+#[test]
+fn shared_data_a_node_role_is_placed_only_for_a_family_that_declares_it_and_only_under_shared_data()
+{
+    let mut occ = RunConfig {
+        nodes: 4,
+        roles: Roles::SharedData { memory_nodes: 1 },
+        ..RunConfig::default()
+    };
+    occ.set_placement(TS_ROLE.name, Placement::Own);
+    let e = occ.validate().unwrap_err().0;
+    assert_eq!(
+        e,
+        "--ts-node own needs --protocol rsi or namdb, not occ (its roles: none)"
+    );
+    let mut partitioned = RunConfig {
+        nodes: 3,
+        protocol: ProtocolKind::Rsi,
+        ..RunConfig::default()
+    };
+    partitioned.set_placement(TS_ROLE.name, Placement::Memory);
+    let e = partitioned.validate().unwrap_err().0;
+    assert!(
+        e.starts_with("--ts-node needs --architecture shared-data"),
+        "{e}"
+    );
+    let mut far = RunConfig {
+        nodes: 4,
+        protocol: ProtocolKind::Rsi,
+        roles: Roles::SharedData { memory_nodes: 1 },
+        ..RunConfig::default()
+    };
+    far.placements.insert("ts".into(), "far".into());
+    assert_eq!(
+        far.validate().unwrap_err().0,
+        "unknown --ts-node 'far': accepted are memory, own"
+    );
+    // Placed on its own, the role takes the last node; the family finds it there.
+    far.set_placement(TS_ROLE.name, Placement::Own);
+    far.validate().unwrap();
+    let t = far.topology();
+    assert_eq!(
+        (t.compute_nodes(), t.service_node(TS_ROLE.name)),
+        (2, Some(atoll_fabric::NodeId(3)))
+    );
+    // Not given, it is a role of node 0, partitioned or not.
+    partitioned.placements.clear();
+    partitioned.validate().unwrap();
+    assert_eq!(
+        partitioned.topology().service_node(TS_ROLE.name),
+        Some(atoll_fabric::NodeId(0))
+    );
+    assert_eq!(occ.protocol.roles(), &[]);
 }
