@@ -5,10 +5,9 @@ use crate::hosts::Host;
 use atoll_fabric_ucx::{self as ucx, Transports};
 use atoll_protocols::ProtocolVisitor;
 use atoll_runner::config::RunConfig;
-use atoll_runner::driver::RunFacts;
+use atoll_runner::driver::{RunFacts, StoppedNodes};
 use atoll_runner::node::{NodeChecks, NodeSummary};
 use atoll_runner::report::Report;
-use atoll_runner::run::RunError;
 use atoll_txn::Protocol;
 use atoll_workloads::{Workload, WorkloadVisitor};
 use std::net::{TcpListener, TcpStream};
@@ -570,67 +569,31 @@ pub(crate) fn coordinate_nodes<W: Workload, P: Protocol>(
     let run = Duration::from_secs_f64(cfg.warmup_s + cfg.duration_s);
     let joined_at = hub.run_nodes(&cc.bench_args, cc.transport, run)?;
     let load_s = joined_at.duration_since(wall).as_secs_f64();
-    let finish = Instant::now() + Duration::from_secs(FINISH_S_MAX);
-    let mut summaries: Vec<NodeSummary<W::Ledger>> = Vec::new();
-    for (i, m) in hub.gather("summary", finish)?.into_iter().enumerate() {
-        let Msg::Summary { summary } = m else {
-            unreachable!("gather checked the name")
-        };
-        summaries.push(serde_json::from_value(summary).map_err(|e| {
-            ClusterError::BadInput(format!("malformed summary from node {i}: {e}"))
-        })?);
-    }
-    if let Some((node, txn)) = atoll_runner::driver::failed_after_log(&summaries) {
-        // A process that died is named by the failure itself (no injected crashes here).
-        return Err(RunError::NodeFailed {
-            node,
-            txn,
-            crashed: Vec::new(),
-        }
-        .into());
-    }
-    let ledger = atoll_runner::driver::merge_ledgers(w, &summaries);
-    hub.broadcast(&Msg::Ledger {
-        ledger: json("the merged ledger", &ledger),
-    })?;
-    let mut checks: Vec<NodeChecks<W::NodeCheck>> = Vec::new();
-    for (i, m) in hub.gather("checks", finish)?.into_iter().enumerate() {
-        let Msg::Checks { checks: c } = m else {
-            unreachable!("gather checked the name")
-        };
-        // A node holding no records has none to check.
-        let c: Option<NodeChecks<W::NodeCheck>> = serde_json::from_value(c)
-            .map_err(|e| ClusterError::BadInput(format!("malformed checks from node {i}: {e}")))?;
-        checks.extend(c);
-    }
-    hub.broadcast(&Msg::Bye)?;
     let facts = RunFacts {
         warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
         progress: Vec::new(),
         load_s,
-        wall_s: wall.elapsed().as_secs_f64(),
+        wall_s: 0.0,
         os_threads: cfg.nodes as usize * cfg.threads as usize,
         sim: None,
         log_ring_words: sizing.log_ring_words,
         memory_bytes: sizing.total_bytes(),
         coroutines_hung: 0,
+        // No injected crashes here: a process that died is named by the failure itself.
         crashed: Vec::new(),
-        rpcs_served_by_node: summaries
-            .iter()
-            .map(|s| s.rpcs_served)
-            .collect::<Option<Vec<_>>>()
-            .unwrap_or_default(),
+        // Each node counts what its workers served and says so in its summary.
+        rpcs_served_by_node: Vec::new(),
     };
     let cpu = atoll_runner::env::CpuWindow::default();
-    let mut report = atoll_runner::driver::report::<W, P>(
-        cfg,
-        w,
-        facts,
-        summaries,
-        &ledger,
-        checks,
-        |committed| probe.finish(&cpu, committed),
-    );
+    let mut nodes = HubNodes {
+        hub: &mut *hub,
+        finish: Instant::now() + Duration::from_secs(FINISH_S_MAX),
+    };
+    let mut report =
+        atoll_runner::driver::conclude::<W, P, _>(cfg, w, &mut nodes, facts, wall, |committed| {
+            probe.finish(&cpu, committed)
+        })?;
+    hub.broadcast(&Msg::Bye)?;
     report.config.fabric = "ucx";
     report.ucx = Some(atoll_runner::report::UcxReport {
         transport: cc.transport.name().to_string(),
@@ -645,19 +608,61 @@ pub(crate) fn coordinate_nodes<W: Workload, P: Protocol>(
             .map_err(ClusterError::BadInput)?;
         let mut h = std::mem::take(&mut report.history);
         out.append(&mut h);
-        let (passed, detail) = match out.finish() {
-            Ok(n) => (
-                true,
-                format!("{n} attempts gathered from the nodes' summaries"),
-            ),
-            Err(e) => (false, e),
-        };
-        report.passed &= passed;
-        report.checks.push(atoll_runner::report::CheckReport {
-            name: "history.written".into(),
-            passed,
-            detail,
-        });
+        report.check_history_written(out.finish(), "gathered from the nodes' summaries");
     }
     Ok(report)
+}
+
+/// The node processes, stopped: summaries and checks gathered over the hub by `finish`.
+struct HubNodes<'a> {
+    hub: &'a mut Hub,
+    finish: Instant,
+}
+
+impl<W: Workload> StoppedNodes<W> for HubNodes<'_> {
+    type Error = ClusterError;
+
+    fn summaries(&mut self) -> Result<Vec<NodeSummary<W::Ledger>>, ClusterError> {
+        let mut summaries = Vec::new();
+        for (i, m) in self
+            .hub
+            .gather("summary", self.finish)?
+            .into_iter()
+            .enumerate()
+        {
+            let Msg::Summary { summary } = m else {
+                unreachable!("gather checked the name")
+            };
+            summaries.push(serde_json::from_value(summary).map_err(|e| {
+                ClusterError::BadInput(format!("malformed summary from node {i}: {e}"))
+            })?);
+        }
+        Ok(summaries)
+    }
+
+    fn checks(
+        &mut self,
+        ledger: &W::Ledger,
+    ) -> Result<Vec<NodeChecks<W::NodeCheck>>, ClusterError> {
+        self.hub.broadcast(&Msg::Ledger {
+            ledger: json("the merged ledger", ledger),
+        })?;
+        let mut checks = Vec::new();
+        for (i, m) in self
+            .hub
+            .gather("checks", self.finish)?
+            .into_iter()
+            .enumerate()
+        {
+            let Msg::Checks { checks: c } = m else {
+                unreachable!("gather checked the name")
+            };
+            // A node holding no records has none to check.
+            let c: Option<NodeChecks<W::NodeCheck>> = serde_json::from_value(c).map_err(|e| {
+                ClusterError::BadInput(format!("malformed checks from node {i}: {e}"))
+            })?;
+            checks.extend(c);
+        }
+        Ok(checks)
+    }
 }

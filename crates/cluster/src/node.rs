@@ -6,7 +6,7 @@ use atoll_fabric_ucx::{self as ucx, Bootstrap, NodeAddresses, RunWatch, Transpor
 use atoll_protocols::ProtocolVisitor;
 use atoll_runner::config::RunConfig;
 use atoll_runner::node::NodeRuntime;
-use atoll_runner::run::{memory_task, worker_coroutines, RunShared};
+use atoll_runner::run::{node_coroutines, RunShared};
 use atoll_runner::stats::Interval;
 use atoll_txn::Protocol;
 use atoll_workloads::{Workload, WorkloadShape, WorkloadVisitor};
@@ -529,12 +529,8 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
     // Progress lines stay in the node: the coordinator prints the summary only.
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     let drain = std::thread::spawn(move || for _ in rx_iv {});
-    // A node that runs no coordinators (memory, timestamp) only serves.
     let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
-        if !shared.catalog.topology().runs_coordinators(core.node()) {
-            return memory_task::<W, P>(core, &shared, &runtime);
-        }
-        worker_coroutines::<W, P>(core, &shared, &runtime, cfg.coroutines, &tx_iv)
+        node_coroutines::<W, P>(core, &shared, &runtime, cfg.coroutines, &tx_iv)
     };
     let ran = ucx::run_node(&ucfg, arena, &setup, link, &spawn);
     drop(tx_iv);

@@ -1,6 +1,7 @@
 //! The driver: merges the nodes' summaries ([`crate::node`]), hands the merged ledger back
 //! for each node's checks, and builds the report from merged data only: totals, histograms
-//! (merged exactly), abort reasons, verbs, stage times and the check verdicts.
+//! (merged exactly), abort reasons, verbs, stage times and the check verdicts. Every fabric
+//! ends a run through [`conclude`], supplying its [`StoppedNodes`].
 //!
 //! The summaries and check parts reach it through a [`SummaryWire`]: in memory when the
 //! nodes share the driver's process, or serialized as they cross a network; both give the
@@ -60,6 +61,60 @@ pub fn failed_after_log<L>(summaries: &[NodeSummary<L>]) -> Option<(NodeId, u64)
         .iter()
         .find_map(|s| s.failed_after_log)
         .map(|(n, t)| (NodeId(n), t))
+}
+
+/// A run's nodes as the driver reaches them once they stopped: in its own process (the
+/// simulator and in-process fabrics) or as processes over a wire (`atoll cluster`). Each
+/// supplies how summaries and checks travel; [`conclude`] is what every run does with them.
+pub trait StoppedNodes<W: Workload> {
+    type Error: From<crate::RunError>;
+
+    /// Every node's summary, in node order.
+    fn summaries(&mut self) -> Result<Vec<NodeSummary<W::Ledger>>, Self::Error>;
+
+    /// Nodes an injected fault crashed, named when a commit failed after its log.
+    fn crashed(&self) -> Vec<NodeId> {
+        Vec::new()
+    }
+
+    /// Refuses a run whose records cannot be checked (a node crashed after it began
+    /// transactions took the record of its commits with it).
+    fn refuse_unchecked(&self) -> Result<(), crate::RunError> {
+        Ok(())
+    }
+
+    /// Hands every node the merged ledger; the checks of the nodes holding records.
+    fn checks(&mut self, ledger: &W::Ledger) -> Result<Vec<NodeChecks<W::NodeCheck>>, Self::Error>;
+}
+
+/// The driver's part of every run, whatever carried it: every node's summary, a commit that
+/// failed after its log refused, the ledgers merged and handed back for each node's check
+/// of its records, then the report from merged data only. RPCs served come from the
+/// summaries when every node counted its own (over a wire), else from `facts` (the fabric
+/// counted them).
+pub fn conclude<W: Workload, P: Protocol, N: StoppedNodes<W>>(
+    cfg: &RunConfig,
+    w: &W,
+    nodes: &mut N,
+    mut facts: RunFacts,
+    wall: std::time::Instant,
+    env: impl FnOnce(u64) -> crate::env::EnvReport,
+) -> Result<Report, N::Error> {
+    let summaries = nodes.summaries()?;
+    if let Some((node, txn)) = failed_after_log(&summaries) {
+        let crashed = nodes.crashed();
+        return Err(crate::RunError::NodeFailed { node, txn, crashed }.into());
+    }
+    nodes.refuse_unchecked()?;
+    let ledger = merge_ledgers(w, &summaries);
+    let checks = nodes.checks(&ledger)?;
+    if let Some(served) = summaries.iter().map(|s| s.rpcs_served).collect() {
+        facts.rpcs_served_by_node = served;
+    }
+    facts.wall_s = wall.elapsed().as_secs_f64();
+    Ok(report::<W, P>(
+        cfg, w, facts, summaries, &ledger, checks, env,
+    ))
 }
 
 /// What the driver knows of a run besides the nodes' summaries: the process's and the

@@ -235,6 +235,21 @@ pub struct SimInfo {
 }
 
 impl Report {
+    /// The `history.written` check: `written` attempts (how: `written as the run went`), or
+    /// why the history file is incomplete, which fails the run.
+    pub fn check_history_written(&mut self, written: Result<u64, String>, how: &str) {
+        let (passed, detail) = match written {
+            Ok(n) => (true, format!("{n} attempts {how}")),
+            Err(e) => (false, e),
+        };
+        self.passed &= passed;
+        self.checks.push(CheckReport {
+            name: "history.written".into(),
+            passed,
+            detail,
+        });
+    }
+
     /// The human-readable summary.
     pub fn render(&self) -> String {
         let mut o = String::new();

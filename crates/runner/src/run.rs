@@ -6,7 +6,7 @@
 use crate::config::{ConfigError, Fabric, FaultConfig, RunConfig};
 use crate::driver::{RunFacts, SummaryWire};
 pub use crate::error::RunError;
-use crate::node::NodeRuntime;
+use crate::node::{NodeChecks, NodeRuntime, NodeSummary};
 use crate::report::*;
 use crate::stats::{Interval, WorkerStats};
 use atoll_fabric::rng::Rng;
@@ -185,7 +185,9 @@ impl<W: Workload> RunShared<W> {
 /// The phases every run goes through, whatever carries it: refuse what cannot fit and lay
 /// out the catalog ([`prepare`]), load every node ([`load_nodes`]), hand the workers over to
 /// the fabric and measure ([`execute`], each fabric its part), then stop and summarise
-/// ([`summarise`]). `atoll cluster` runs the same phases across processes.
+/// ([`summarise`], the driver's [`crate::driver::conclude`]). `atoll cluster` runs the same
+/// phases across processes: the same layout and co-routines in each node process, the same
+/// conclusion over its hub.
 fn run_with<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: W,
@@ -228,16 +230,7 @@ fn run_with<W: Workload, P: Protocol>(
     let mut report = summarise::<W, P>(cfg, wire, &nodes, &shared, facts, wall, &prepared.probe)?;
     report.sim_wall_s = executed.sim_wall_s;
     if let Some(out) = &shared.history_out {
-        let (passed, detail) = match out.finish() {
-            Ok(n) => (true, format!("{n} attempts written as the run went")),
-            Err(e) => (false, e),
-        };
-        report.passed &= passed;
-        report.checks.push(CheckReport {
-            name: "history.written".into(),
-            passed,
-            detail,
-        });
+        report.check_history_written(out.finish(), "written as the run went");
     }
     Ok(report)
 }
@@ -393,19 +386,14 @@ fn execute<W: Workload, P: Protocol>(
     let memory: Vec<Arc<NodeMemory>> = nodes.iter().map(|n| n.store().memory().clone()).collect();
     let directory = NodeDirectory::of(&memory);
     let setups: Vec<NodeSetup> = nodes.iter().map(|n| n.setup()).collect();
-    let topology = cfg.topology();
     let workers = cfg.nodes as usize * cfg.threads as usize;
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     std::thread::scope(|s| {
         let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
-        // A worker's co-routines belong to its node's runtime; a node that runs no
-        // coordinators (a memory or timestamp node) has none, and its workers only serve.
+        // A worker's co-routines belong to its node's runtime.
         let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
             let node = &nodes[core.node().0 as usize];
-            if !topology.runs_coordinators(core.node()) {
-                return memory_task::<W, P>(core, shared, node);
-            }
-            worker_coroutines::<W, P>(core, shared, node, cfg.coroutines, &tx_iv)
+            node_coroutines::<W, P>(core, shared, node, cfg.coroutines, &tx_iv)
         };
         let ran = match &cfg.fabric {
             Fabric::InProc => execute_inproc(cfg, os_threads, &setups, &directory, &spawn),
@@ -496,59 +484,82 @@ fn execute_sim(
     })
 }
 
-/// The driver's part: every node's summary, the merged ledger handed back, every node's
-/// check of its own records, then the report from merged data only.
+/// This process's nodes, stopped: summaries and checks carried over `wire`.
+struct LocalNodes<'a, W: Workload> {
+    nodes: &'a [Arc<NodeRuntime<W>>],
+    w: &'a W,
+    wire: SummaryWire,
+    /// The nodes the simulator crashed: when, and how many co-routines stopped with them.
+    crashed: &'a [(NodeId, u64, usize)],
+}
+
+impl<W: Workload> crate::driver::StoppedNodes<W> for LocalNodes<'_, W> {
+    type Error = RunError;
+
+    fn summaries(&mut self) -> Result<Vec<NodeSummary<W::Ledger>>, RunError> {
+        Ok(self
+            .nodes
+            .iter()
+            .map(|n| self.wire.carry("a node summary", n.summary(self.w)))
+            .collect())
+    }
+
+    fn crashed(&self) -> Vec<NodeId> {
+        self.crashed.iter().map(|c| c.0).collect()
+    }
+
+    fn refuse_unchecked(&self) -> Result<(), RunError> {
+        match self
+            .crashed
+            .iter()
+            .find(|c| self.nodes[c.0 .0 as usize].began_txns())
+        {
+            Some(&(node, at_ns, _)) => Err(RunError::Crashed { node, at_ns }),
+            None => Ok(()),
+        }
+    }
+
+    fn checks(&mut self, ledger: &W::Ledger) -> Result<Vec<NodeChecks<W::NodeCheck>>, RunError> {
+        // Only nodes holding records check them (a workload's parts are per memory node).
+        Ok(self
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                // In memory every node reads the driver's ledger; over a wire each gets a copy.
+                let carried;
+                let ledger = match self.wire {
+                    SummaryWire::InMemory => ledger,
+                    SummaryWire::Json => {
+                        carried = self.wire.carry("the merged ledger", ledger.clone());
+                        &carried
+                    }
+                };
+                self.wire.carry("a node's checks", n.check(self.w, ledger))
+            })
+            .collect())
+    }
+}
+
+/// The driver's part ([`crate::driver::conclude`]) over this process's nodes.
 fn summarise<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     wire: SummaryWire,
     nodes: &[Arc<NodeRuntime<W>>],
     shared: &RunShared<W>,
-    mut facts: RunFacts,
+    facts: RunFacts,
     wall: Instant,
     probe: &crate::env::Probe,
 ) -> Result<Report, RunError> {
-    let summaries: Vec<_> = nodes
-        .iter()
-        .map(|n| wire.carry("a node summary", n.summary(&shared.w)))
-        .collect();
-    if let Some((node, txn)) = crate::driver::failed_after_log(&summaries) {
-        let crashed = facts.crashed.iter().map(|c| c.0).collect();
-        return Err(RunError::NodeFailed { node, txn, crashed });
-    }
-    if let Some(&(node, at_ns, _)) = facts
-        .crashed
-        .iter()
-        .find(|c| nodes[c.0 .0 as usize].began_txns())
-    {
-        return Err(RunError::Crashed { node, at_ns });
-    }
-    let ledger = crate::driver::merge_ledgers(&shared.w, &summaries);
-    // Only nodes holding records check them (a workload's parts are per memory node).
-    let checks: Vec<_> = nodes
-        .iter()
-        .filter_map(|n| {
-            // In memory every node reads the driver's ledger; over a wire each gets a copy.
-            let carried;
-            let ledger = match wire {
-                SummaryWire::InMemory => &ledger,
-                SummaryWire::Json => {
-                    carried = wire.carry("the merged ledger", ledger.clone());
-                    &carried
-                }
-            };
-            wire.carry("a node's checks", n.check(&shared.w, ledger))
-        })
-        .collect();
-    facts.wall_s = wall.elapsed().as_secs_f64();
-    Ok(crate::driver::report::<W, P>(
-        cfg,
-        &shared.w,
-        facts,
-        summaries,
-        &ledger,
-        checks,
-        |committed| probe.finish(&shared.cpu, committed),
-    ))
+    let crashed = facts.crashed.clone();
+    let mut local = LocalNodes {
+        nodes,
+        w: &shared.w,
+        wire,
+        crashed: &crashed,
+    };
+    crate::driver::conclude::<W, P, _>(cfg, &shared.w, &mut local, facts, wall, |committed| {
+        probe.finish(&shared.cpu, committed)
+    })
 }
 
 fn collect_progress(
@@ -592,9 +603,24 @@ fn collect_progress(
     lines
 }
 
+/// What a worker runs, on every fabric: its node's coordinators, or, on a node that runs
+/// none (a memory node, a family's service node), only what serves ([`memory_task`]).
+pub fn node_coroutines<W: Workload, P: Protocol>(
+    core: &Rc<atoll_fabric::WorkerCore>,
+    shared: &Arc<RunShared<W>>,
+    node: &Arc<NodeRuntime<W>>,
+    coroutines: u16,
+    progress: &mpsc::Sender<Interval>,
+) -> Vec<Coroutine> {
+    if !shared.catalog.topology().runs_coordinators(core.node()) {
+        return memory_task::<W, P>(core, shared, node);
+    }
+    worker_coroutines::<W, P>(core, shared, node, coroutines, progress)
+}
+
 /// A worker's co-routines, which belong to its node's runtime `node`: every backend spawns
 /// them the same way (one shared state per worker, cluster-wide co-routine ids).
-pub fn worker_coroutines<W: Workload, P: Protocol>(
+fn worker_coroutines<W: Workload, P: Protocol>(
     core: &Rc<atoll_fabric::WorkerCore>,
     shared: &Arc<RunShared<W>>,
     node: &Arc<NodeRuntime<W>>,
@@ -640,7 +666,7 @@ pub fn worker_coroutines<W: Workload, P: Protocol>(
 
 /// The background task of a node that holds records ([`Protocol::memory_task`], NAM-DB's
 /// version mover) on its first worker, if the protocol runs one; nothing else runs there.
-pub fn memory_task<W: Workload, P: Protocol>(
+fn memory_task<W: Workload, P: Protocol>(
     core: &Rc<atoll_fabric::WorkerCore>,
     shared: &Arc<RunShared<W>>,
     node: &Arc<NodeRuntime<W>>,
