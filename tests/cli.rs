@@ -541,6 +541,20 @@ fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
         &["check-history", headerless.to_str().unwrap()],
         &["not an atoll-history file"],
     );
+    // A scan whose bounds are reversed is malformed, not a panic (it was exit 101).
+    let reversed = dir.join("reversed.jsonl");
+    std::fs::write(
+        &reversed,
+        format!("{header}{{\"id\":1,\"tag\":11,\"coord\":0,\"attempt\":1,\"status\":\"committed\",\"start_ns\":0,\"end_ns\":5,\"ops\":[[\"r\",0,7,1,0,1],[\"s\",0,10,5,[]]]}}\n"),
+    )
+    .unwrap();
+    bad(
+        &["check-history", reversed.to_str().unwrap()],
+        &[
+            "history line 2",
+            "op 1: a scan from key 10 down to 5 (expected lo <= hi)",
+        ],
+    );
     let empty = dir.join("empty.jsonl");
     std::fs::write(&empty, header).unwrap();
     bad(

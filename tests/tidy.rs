@@ -300,7 +300,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("crates/check/src/lib.rs", "to_adya", 111),
     ("crates/fabric-sim/src/lib.rs", "run", 137),
     ("crates/fabric-ucx/src/transport.rs", "poll", 118),
-    ("crates/history/src/lib.rs", "from_json", 145),
+    ("crates/history/src/lib.rs", "from_json", 142),
     ("crates/protocols/src/mvcc/coord.rs", "read", 127),
     ("crates/protocols/src/namdb/mover.rs", "move_batch", 133),
     ("crates/protocols/src/rsi/participant.rs", "serve", 109),

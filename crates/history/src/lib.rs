@@ -380,24 +380,21 @@ impl TxnRecord {
                 }
                 Some("s") => {
                     shape(5, "[\"s\", table, lo, hi, [[key, version], ...]]")?;
-                    let seen = a[4]
-                        .as_array()
-                        .ok_or_else(|| bad(&format!("op {i}: scan results are not a list")))?
-                        .iter()
-                        .map(|p| {
-                            let kv = p.as_array().filter(|p| p.len() == 2);
-                            match kv.map(|kv| (kv[0].as_u64(), kv[1].as_u64())) {
-                                Some((Some(k), Some(v))) => Ok((k, v)),
-                                _ => Err(bad(&format!(
-                                    "op {i}: a scan result is not [key, version]"
-                                ))),
-                            }
-                        })
-                        .collect::<Result<_, _>>()?;
+                    let seen = scan_results(&a[4]).ok_or_else(|| {
+                        bad(&format!(
+                            "op {i}: scan results are not a list of [key, version]"
+                        ))
+                    })?;
+                    let (lo, hi) = (n(2)?, n(3)?);
+                    if lo > hi {
+                        return Err(bad(&format!(
+                            "op {i}: a scan from key {lo} down to {hi} (expected lo <= hi)"
+                        )));
+                    }
                     HistOp::Scan(ScanObs {
                         table: table(1)?,
-                        lo: n(2)?,
-                        hi: n(3)?,
+                        lo,
+                        hi,
                         seen,
                     })
                 }
@@ -456,6 +453,17 @@ pub mod records {
             .map(|(i, v)| TxnRecord::from_json(i + 1, v).map_err(serde::de::Error::custom))
             .collect()
     }
+}
+
+/// A scan op's results, `[[key, version], ...]`; `None` if they are not that.
+fn scan_results(v: &Value) -> Option<Vec<(u64, u64)>> {
+    v.as_array()?
+        .iter()
+        .map(|p| match p.as_array().map(Vec::as_slice) {
+            Some([k, v]) => Some((k.as_u64()?, v.as_u64()?)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A whole history file: the header line, then one line per attempt.

@@ -208,6 +208,15 @@ pub trait Workload: Send + Sync + 'static {
     /// tune it by name, so a new workload is in every matrix without a test edit.
     const SMALL_PARAMS: &'static [(&'static str, &'static str)];
 
+    /// Whether its transactions delete records (a protocol that cannot is refused before
+    /// the run starts).
+    const DELETES: bool = false;
+
+    /// Whether it reads only what it writes (every read for update), so its conflicts end on
+    /// locks whatever the protocol family: what the test matrix requires a contended run of
+    /// it to count beside the family's own conflict aborts.
+    const CONFLICTS_ON_LOCKS: bool = false;
+
     /// The workload its knobs (`-p name=value`) describe on a cluster of `shape`: parsed and
     /// checked once, into its typed parameters; a bad knob names itself and what is accepted.
     fn configure(p: &Params, shape: &WorkloadShape) -> Result<Self, ParamError>
@@ -279,6 +288,27 @@ pub trait Workload: Send + Sync + 'static {
 
     /// The resolved knobs, for reports.
     fn knobs(&self) -> BTreeMap<String, String>;
+}
+
+/// A workload's declarations ([`Workload`]'s constants), by [`WorkloadKind`].
+struct Declared {
+    name: &'static str,
+    about: &'static str,
+    small_params: &'static [(&'static str, &'static str)],
+    deletes: bool,
+    conflicts_on_locks: bool,
+}
+
+impl Declared {
+    fn of<W: Workload>() -> Declared {
+        Declared {
+            name: W::NAME,
+            about: W::ABOUT,
+            small_params: W::SMALL_PARAMS,
+            deletes: W::DELETES,
+            conflicts_on_locks: W::CONFLICTS_ON_LOCKS,
+        }
+    }
 }
 
 /// The workloads a run can select, by name.
@@ -363,29 +393,31 @@ impl WorkloadKind {
         WorkloadKind::Checkout,
     ];
 
-    pub fn name(self) -> &'static str {
+    /// What a workload declares of itself, read without configuring it.
+    fn declared(self) -> Declared {
         match self {
-            WorkloadKind::SmallBank => smallbank::SmallBank::NAME,
-            WorkloadKind::Ycsb => ycsb::Ycsb::NAME,
-            WorkloadKind::Cycle => cycle::Cycle::NAME,
-            WorkloadKind::Tpcc => tpcc::Tpcc::NAME,
-            WorkloadKind::Micro => micro::Micro::NAME,
-            WorkloadKind::Skew => skew::Skew::NAME,
-            WorkloadKind::Checkout => checkout::Checkout::NAME,
+            WorkloadKind::SmallBank => Declared::of::<smallbank::SmallBank>(),
+            WorkloadKind::Ycsb => Declared::of::<ycsb::Ycsb>(),
+            WorkloadKind::Cycle => Declared::of::<cycle::Cycle>(),
+            WorkloadKind::Tpcc => Declared::of::<tpcc::Tpcc>(),
+            WorkloadKind::Micro => Declared::of::<micro::Micro>(),
+            WorkloadKind::Skew => Declared::of::<skew::Skew>(),
+            WorkloadKind::Checkout => Declared::of::<checkout::Checkout>(),
         }
     }
 
-    /// Whether its transactions delete records (a protocol that cannot is refused before
-    /// the run starts).
+    pub fn name(self) -> &'static str {
+        self.declared().name
+    }
+
+    /// [`Workload::DELETES`] of the workload.
     pub fn deletes(self) -> bool {
-        match self {
-            WorkloadKind::Cycle | WorkloadKind::Tpcc => true,
-            WorkloadKind::SmallBank
-            | WorkloadKind::Ycsb
-            | WorkloadKind::Micro
-            | WorkloadKind::Skew
-            | WorkloadKind::Checkout => false,
-        }
+        self.declared().deletes
+    }
+
+    /// [`Workload::CONFLICTS_ON_LOCKS`] of the workload.
+    pub fn conflicts_on_locks(self) -> bool {
+        self.declared().conflicts_on_locks
     }
 
     pub fn parse(s: &str) -> Option<WorkloadKind> {
@@ -396,28 +428,12 @@ impl WorkloadKind {
 
     /// [`Workload::ABOUT`] of the workload.
     pub fn about(self) -> &'static str {
-        match self {
-            WorkloadKind::SmallBank => smallbank::SmallBank::ABOUT,
-            WorkloadKind::Ycsb => ycsb::Ycsb::ABOUT,
-            WorkloadKind::Cycle => cycle::Cycle::ABOUT,
-            WorkloadKind::Tpcc => tpcc::Tpcc::ABOUT,
-            WorkloadKind::Micro => micro::Micro::ABOUT,
-            WorkloadKind::Skew => skew::Skew::ABOUT,
-            WorkloadKind::Checkout => checkout::Checkout::ABOUT,
-        }
+        self.declared().about
     }
 
     /// [`Workload::SMALL_PARAMS`] of the workload.
     pub fn small_params(self) -> &'static [(&'static str, &'static str)] {
-        match self {
-            WorkloadKind::SmallBank => smallbank::SmallBank::SMALL_PARAMS,
-            WorkloadKind::Ycsb => ycsb::Ycsb::SMALL_PARAMS,
-            WorkloadKind::Cycle => cycle::Cycle::SMALL_PARAMS,
-            WorkloadKind::Tpcc => tpcc::Tpcc::SMALL_PARAMS,
-            WorkloadKind::Micro => micro::Micro::SMALL_PARAMS,
-            WorkloadKind::Skew => skew::Skew::SMALL_PARAMS,
-            WorkloadKind::Checkout => checkout::Checkout::SMALL_PARAMS,
-        }
+        self.declared().small_params
     }
 
     /// Every workload with what it is, for the CLI's help.

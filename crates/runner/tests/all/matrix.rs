@@ -152,14 +152,14 @@ fn expected_aborts(
     s: &atoll_runner::report::Summary,
 ) -> Result<(), String> {
     let reason = |n: &str| s.aborts_by_reason[n];
-    // The family's conflicts; a checkout reads nothing it does not write (its products for
-    // update), so its conflicts are on locks, whatever the family.
+    // The family's conflicts; a workload that reads nothing it does not write (a checkout's
+    // products, for update) has its conflicts on locks, whatever the family.
     let mut want: Vec<&str> = protocol
         .conflict_aborts()
         .iter()
         .map(|a| a.name())
         .collect();
-    if workload == WorkloadKind::Checkout && !want.contains(&Abort::LockBusy.name()) {
+    if workload.conflicts_on_locks() && !want.contains(&Abort::LockBusy.name()) {
         want.push(Abort::LockBusy.name());
     }
     let seen: u64 = want.iter().map(|n| reason(n)).sum();

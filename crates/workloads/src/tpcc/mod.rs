@@ -286,6 +286,7 @@ impl Workload for Tpcc {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = Tpcc::NAME_STR;
+    const DELETES: bool = true;
     const ABOUT: &'static str = "the five TPC-C transactions over nine tables";
     const SMALL_PARAMS: &'static [(&'static str, &'static str)] = &[
         ("customers_per_district", "30"),
