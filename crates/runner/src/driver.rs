@@ -175,7 +175,14 @@ pub fn report<W: Workload, P: Protocol>(
     };
     let summary = summary_of(&all, secs);
     let committed = summary.committed;
-    let checks = cluster_checks::<W, P>(w, &all, checks, ledger, &facts);
+    let mut checks = cluster_checks::<W, P>(w, &all, checks, ledger, &facts);
+    checks.extend(work_checks(
+        &summary,
+        &facts.progress,
+        cfg.progress_interval_s,
+        measured_s,
+        W::FULL_TABLE_EXPECTED.then_some(W::NAME),
+    ));
     let passed = checks.iter().all(|c| c.passed);
     Report {
         format: FORMAT,
@@ -401,6 +408,91 @@ fn cluster_checks<W: Workload, P: Protocol>(
         .collect();
     checks.extend(fabric_checks(facts));
     checks
+}
+
+/// Abort reasons that are no conflict but a limit reached: a transaction aborted so cannot
+/// do its work on any retry (a full table refuses every insert).
+const CAPACITY_ABORTS: [Abort; 1] = [Abort::TableFull];
+
+/// Attempts in which one limit refusal is tolerated, and the fewest refusals judged at all:
+/// a bounded set of slots a workload cycles through on purpose (Cycle's `dyn_slots`)
+/// refuses a few inserts in a short run (at most 9 in 600 attempts across the test
+/// matrices); a limit that stops a run refuses every attempt that needs it (a full TPC-C
+/// order table: 268,576 of 583,565 attempts in 2.5 s).
+const ATTEMPTS_PER_LIMIT_ABORT_MIN: u64 = 100;
+const LIMIT_ABORTS_JUDGED_MIN: u64 = 100;
+
+/// The shortest progress interval judged for commits: a shorter one can fall inside one
+/// injected pause or think time (the simulator's tests use 1 ms intervals).
+const KEPT_COMMITTING_INTERVAL_S_MIN: f64 = 0.1;
+
+/// Whether the run kept doing its work: every progress interval of the measured window
+/// committed something (intervals of at least [`KEPT_COMMITTING_INTERVAL_S_MIN`]; with no
+/// such interval, the window did), and at most one attempt in
+/// [`ATTEMPTS_PER_LIMIT_ABORT_MIN`] aborted on a limit ([`CAPACITY_ABORTS`]), once there
+/// are [`LIMIT_ABORTS_JUDGED_MIN`] such aborts, unless the workload fills a bounded table on
+/// purpose (`full_table_expected`, its name).
+fn work_checks(
+    summary: &Summary,
+    progress: &[ProgressLine],
+    interval_s: f64,
+    measured_s: f64,
+    full_table_expected: Option<&str>,
+) -> Vec<CheckReport> {
+    let progress = if interval_s >= KEPT_COMMITTING_INTERVAL_S_MIN {
+        progress
+    } else {
+        &[]
+    };
+    let empty: Vec<&ProgressLine> = progress
+        .iter()
+        .filter(|l| l.committed_per_s == 0.0)
+        .collect();
+    let kept = CheckReport {
+        name: "run.kept_committing".into(),
+        passed: empty.is_empty() && summary.committed > 0,
+        detail: match (progress.len(), empty.first()) {
+            (_, Some(first)) => format!(
+                "{} of {} progress intervals committed nothing, the first ending at {:.1} s",
+                empty.len(),
+                progress.len(),
+                first.t_s
+            ),
+            (0, None) => format!(
+                "{} committed in the measured {measured_s:.3} s (no whole progress interval of {KEPT_COMMITTING_INTERVAL_S_MIN} s or more)",
+                summary.committed
+            ),
+            (n, None) => format!(
+                "each of {n} progress intervals committed, the lowest {:.0} tx/s",
+                progress
+                    .iter()
+                    .map(|l| l.committed_per_s)
+                    .fold(f64::INFINITY, f64::min)
+            ),
+        },
+    };
+    let reason = |a: Abort| summary.aborts_by_reason.get(a.name()).copied().unwrap_or(0);
+    let capacity: u64 = CAPACITY_ABORTS.iter().map(|&a| reason(a)).sum();
+    let names = CAPACITY_ABORTS.map(|a| a.name()).join(", ");
+    let attempts = summary.committed + summary.aborted;
+    let passed = full_table_expected.is_some()
+        || capacity < LIMIT_ABORTS_JUDGED_MIN
+        || capacity * ATTEMPTS_PER_LIMIT_ABORT_MIN <= attempts;
+    let limits = CheckReport {
+        name: "run.no_limit_reached".into(),
+        passed,
+        detail: if let Some(workload) = full_table_expected {
+            format!("{capacity} of {attempts} attempts aborted on a limit ({names}): {workload} fills a bounded table on purpose, not judged")
+        } else if passed {
+            format!("{capacity} of {attempts} attempts aborted on a limit ({names}): fewer than {LIMIT_ABORTS_JUDGED_MIN}, or at most 1 in {ATTEMPTS_PER_LIMIT_ABORT_MIN}")
+        } else {
+            format!(
+                "{capacity} of {attempts} attempts aborted on a limit ({names}), beside {} committed: a table is sized too small for the run (see the workload's capacity knobs)",
+                summary.committed
+            )
+        },
+    };
+    vec![kept, limits]
 }
 
 /// The configuration as the report states it.

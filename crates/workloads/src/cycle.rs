@@ -255,6 +255,7 @@ impl Workload for Cycle {
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "cycle";
     const DELETES: bool = true;
+    const FULL_TABLE_EXPECTED: bool = true;
     const ABOUT: &'static str = "pairs whose invariant every read checks";
     const SMALL_PARAMS: &'static [(&'static str, &'static str)] =
         &[("pairs", "6"), ("ranges", "2"), ("range_keys", "8")];
