@@ -193,19 +193,7 @@ impl ProtocolKind {
     /// Every knob some family declares, once, with the families declaring it (in
     /// registration order): what the CLI and the config file accept.
     pub fn all_knobs() -> Vec<(KnobSpec, Vec<ProtocolKind>)> {
-        let mut all: Vec<(KnobSpec, Vec<ProtocolKind>)> = Vec::new();
-        for p in Self::ALL {
-            for spec in p.knobs() {
-                match all.iter_mut().find(|(s, _)| s.name == spec.name) {
-                    Some((s, families)) => {
-                        assert_eq!(s, spec, "knob {} declared twice, differently", s.name);
-                        families.push(p);
-                    }
-                    None => all.push((*spec, vec![p])),
-                }
-            }
-        }
-        all
+        declared_by_families(Self::knobs, |k| k.name, "knob")
     }
 
     /// The family's knobs resolved from `given` (name, text) and its configuration
@@ -266,19 +254,7 @@ impl ProtocolKind {
     /// Every node role some family declares, once, with the families declaring it (in
     /// registration order): the `--NAME-node` settings the CLI and config file accept.
     pub fn all_roles() -> Vec<(RoleSpec, Vec<ProtocolKind>)> {
-        let mut all: Vec<(RoleSpec, Vec<ProtocolKind>)> = Vec::new();
-        for p in Self::ALL {
-            for role in p.roles() {
-                match all.iter_mut().find(|(r, _)| r.name == role.name) {
-                    Some((r, families)) => {
-                        assert_eq!(r, role, "role {} declared twice, differently", r.name);
-                        families.push(p);
-                    }
-                    None => all.push((*role, vec![p])),
-                }
-            }
-        }
-        all
+        declared_by_families(Self::roles, |r| r.name, "role")
     }
 
     /// Where each of the family's roles runs, from `given` (role name, `memory|own`); a role
@@ -406,6 +382,29 @@ impl ProtocolKind {
         }
         self.dispatch(Check(plan))
     }
+}
+
+/// Every declaration (`what`: a knob, a role) some family makes, once by `name`, with the
+/// families making it in registration order; two families declaring one name declare it
+/// alike (one constant both list).
+fn declared_by_families<T: Copy + PartialEq + std::fmt::Debug + 'static>(
+    of: fn(ProtocolKind) -> &'static [T],
+    name: fn(&T) -> &'static str,
+    what: &str,
+) -> Vec<(T, Vec<ProtocolKind>)> {
+    let mut all: Vec<(T, Vec<ProtocolKind>)> = Vec::new();
+    for p in ProtocolKind::ALL {
+        for d in of(p) {
+            match all.iter_mut().find(|(x, _)| name(x) == name(d)) {
+                Some((x, families)) => {
+                    assert_eq!(x, d, "{what} {} declared twice, differently", name(x));
+                    families.push(p);
+                }
+                None => all.push((*d, vec![p])),
+            }
+        }
+    }
+    all
 }
 
 /// Work done with a protocol's type, chosen at run time ([`ProtocolKind::dispatch`]).
