@@ -32,6 +32,9 @@ pub struct Region {
 #[allow(dead_code)]
 enum Storage {
     Heap(Box<[AtomicU64]>),
+    /// An anonymous private mapping this region made ([`Region::new`] of a large region):
+    /// unmapped when the region drops.
+    Mapped(Mapping),
     /// An allocation outside this crate: its owner, dropped (and so the words freed) after
     /// the region.
     Foreign(Arc<dyn Send + Sync>),
@@ -46,8 +49,69 @@ unsafe impl Send for Region {}
 // SAFETY: as for Send; `&Region` only hands out `&AtomicU64`.
 unsafe impl Sync for Region {}
 
+/// Regions of at least this many bytes are mapped rather than taken from the heap: the
+/// kernel then backs a page only when it is first written, so a table reserved for the
+/// records it may grow to costs the memory of the records it holds (its store counts
+/// those against the run's budget), and a 1 TiB reservation is address space, not memory.
+pub const MAPPED_REGION_BYTES_MIN: usize = 1 << 20;
+
+/// An anonymous private mapping of zero-filled pages, reserved without swap accounting
+/// (`MAP_NORESERVE`): pages become memory when written.
+struct Mapping {
+    base: NonNull<AtomicU64>,
+    len_bytes: usize,
+}
+
+impl Mapping {
+    fn new(len_bytes: usize) -> Option<Mapping> {
+        // SAFETY: a fresh anonymous mapping with no address hint; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        // Page-aligned, so 8-byte aligned; mmap never returns null on success here.
+        Some(Mapping {
+            base: NonNull::new(p as *mut AtomicU64)?,
+            len_bytes,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping `new` made, unmapped once.
+        unsafe { libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.len_bytes) };
+    }
+}
+
 impl Region {
+    /// `len_words` zeroed words. A large region is an anonymous mapping whose pages the
+    /// kernel backs when first written ([`MAPPED_REGION_BYTES_MIN`]); panics if the address
+    /// space cannot be reserved (the run's sizing bounds every reservation first).
     pub fn new(len_words: usize) -> Self {
+        let len_bytes = len_words * std::mem::size_of::<AtomicU64>();
+        if len_bytes >= MAPPED_REGION_BYTES_MIN {
+            let m = Mapping::new(len_bytes).unwrap_or_else(|| {
+                panic!(
+                    "could not reserve {len_bytes} bytes of address space for a region: {}",
+                    std::io::Error::last_os_error()
+                )
+            });
+            return Region {
+                base: m.base,
+                len_words,
+                _storage: Storage::Mapped(m),
+            };
+        }
         let words: Box<[AtomicU64]> = (0..len_words).map(|_| AtomicU64::new(0)).collect();
         Region {
             // A boxed slice's pointer is never null (dangling but aligned when empty).
@@ -373,6 +437,19 @@ mod tests {
 
     /// Words that outlive every region over them, as a backend's allocation would.
     struct Words(Box<[AtomicU64]>);
+
+    #[test]
+    fn a_large_region_is_mapped_zeroed_and_written_only_where_touched() {
+        let words = MAPPED_REGION_BYTES_MIN / 8 * 4;
+        let r = Region::new(words);
+        assert!(matches!(r._storage, Storage::Mapped(_)));
+        assert_eq!(r.load(words - 1), 0, "a page never written reads zero");
+        r.store(words - 1, 7);
+        assert_eq!(r.cas(words - 1, 7, 8), 7);
+        assert_eq!(r.load(words - 1), 8);
+        let small = Region::new(16);
+        assert!(matches!(small._storage, Storage::Heap(_)));
+    }
 
     #[test]
     fn region_over_foreign_words_zeroes_them_keeps_them_alive_and_a_borrowed_view_shares_them() {

@@ -38,6 +38,7 @@ fn cluster_locking(
         name: "t".into(),
         payload_words: 1,
         capacity_per_node: 64,
+        capacity_max_per_node: Some(64),
         partition: Partition::Range {
             keys_per_node: KEYS_PER_NODE,
         },
@@ -361,6 +362,7 @@ fn cluster_versions(plan: Plan, slots: u32) -> TestCluster {
         name: "t".into(),
         payload_words: 1,
         capacity_per_node: 64,
+        capacity_max_per_node: Some(64),
         partition: Partition::Range {
             keys_per_node: KEYS_PER_NODE,
         },

@@ -32,6 +32,7 @@ fn verb_table() -> Vec<TableSpec> {
         name: "t".into(),
         payload_words: VERB_PAYLOAD_WORDS,
         capacity_per_node: VERB_RECORDS as u32,
+        capacity_max_per_node: Some(VERB_RECORDS as u32),
         partition: atoll_storage::Partition::Range {
             keys_per_node: VERB_RECORDS,
         },

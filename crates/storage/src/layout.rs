@@ -47,13 +47,25 @@
 //! A payload whose check word does not match was torn (words of several writes) or
 //! belongs to another record.
 //!
-//! Index slot (2 words): `key`, then `meta` = 0 empty, 1 tombstone, `2 + record index` used.
+//! Hash index (linear hashing, so a table's index grows with its records, a bucket at a
+//! time, and stays where one-sided readers find it): a group is 16 words, [`GROUP_SLOTS`]
+//! slots of 2 words (`key`, then `meta` = 0 empty, 1 tombstone, `2 + record index` used),
+//! then `link` (1 + the next group of the bucket's chain, 0 for none) and `level` (1 + the
+//! number of hash bits that address the bucket; 0: no bucket there yet). Bucket `b`'s head
+//! is group `b`; overflow groups come after the `buckets_max` heads. A bucket at level `l`
+//! holds the keys whose hash ends in `b`'s `l` bits. Growing splits bucket `split` into it
+//! and `split + 2^L`: the new bucket gets its entries first, then every group of the old
+//! chain its raised level. A split leaves the moved entries in the old bucket (they still
+//! name the right records): a reader that took the old level finds them there, and one that
+//! sees the new level goes to the new bucket. An insert may reuse such a stale slot. Since a
+//! group's `level` is read after its slots (a READ delivers words in ascending order), a
+//! reader that saw a slot rewritten sees the level raised before it, and moves on.
+//!
 //! Writers publish `key` before `meta`, so a reader that sees a used `meta` sees its key.
-//! A probe runs over slots in order from the key's home group and stops at an empty one;
-//! a tombstone (a key whose record slot went to another key) is skipped, reused by a later
-//! insert, and turned empty again once the slot after it is empty (no probe passes it then).
-//! A reader that takes a slot's `meta` with a stale `key` word lands on a record whose
-//! `KEY` word differs: every record access checks it.
+//! A probe runs over a bucket's chain and stops at an empty slot (slots are filled in chain
+//! order and never emptied again); a tombstone is skipped and reused by a later insert. A
+//! reader that takes a slot's `meta` with a stale `key` word lands on a record whose `KEY`
+//! word differs: every record access checks it.
 
 // The words a history records (table ids, key versions, the loader's tag) are the history
 // format's, shared with the independent checker; the layout builds on them.
@@ -133,7 +145,7 @@ const _: () = {
     assert!(H_LOCK == 0);
     assert!(H_LOCK < H_VERSION && H_VERSION < H_RTS && H_RTS < H_WTS);
     assert!(H_WTS < H_AUX && H_AUX < H_KEY && H_KEY < HEADER_WORDS);
-    assert!(GROUP_WORDS == GROUP_SLOTS * SLOT_WORDS && GROUP_WORDS * 8 == 128);
+    assert!(G_PRESENT == 0 && G_SLOTS_BASE + GROUP_SLOTS * SLOT_WORDS == G_TAIL && G_TAIL + 1 == GROUP_WORDS && GROUP_WORDS * 8 == 128);
 };
 
 /// Payload words the engine owns in every record (counted in the record's size).
@@ -259,14 +271,165 @@ pub fn incarnation(word: u64) -> u64 {
 /// see the record locked by a writer.
 pub const LOCK_RECLAIM: u64 = u64::MAX - 1;
 
-/// Slots per hash-index group: one READ of `GROUP_SLOTS * 2` words (128 bytes, two cache
-/// lines) fetches a whole group, so a one-sided lookup usually costs one round trip.
-pub const GROUP_SLOTS: u32 = 8;
+/// Slots per hash-index group: one READ of [`GROUP_WORDS`] words (128 bytes, two cache
+/// lines) fetches a whole group with its chain link and level, so a one-sided lookup
+/// usually costs one round trip.
+pub const GROUP_SLOTS: u32 = 7;
 pub const SLOT_WORDS: u32 = 2;
-pub const GROUP_WORDS: u32 = GROUP_SLOTS * SLOT_WORDS;
+pub const GROUP_WORDS: u32 = 16;
+/// The group's first word: 1 once it holds a bucket's entries (written after them, and
+/// read before them: a reader that sees it set sees a new bucket whole).
+pub const G_PRESENT: u32 = 0;
+/// The word of the group's first slot.
+pub const G_SLOTS_BASE: u32 = 1;
+/// The group's last word: `(1 + level) << LINK_BITS | link`, where `link` is 1 + the next
+/// group of the bucket's chain (0: the chain ends). Read after the slots: a reader that saw
+/// a slot rewritten after a split sees the raised level the split wrote before.
+pub const G_TAIL: u32 = GROUP_WORDS - 1;
+/// Bits of [`G_TAIL`] holding the link.
+pub const LINK_BITS: u32 = 40;
+const LINK_MASK: u64 = (1 << LINK_BITS) - 1;
+
+/// The tail word of a group of a bucket at `level` linking to `link` (0: none).
+#[inline]
+pub fn group_tail(level: u8, link: u64) -> u64 {
+    (1 + level as u64) << LINK_BITS | link
+}
+
+/// The link in a tail word.
+#[inline]
+pub fn tail_link(tail: u64) -> u64 {
+    tail & LINK_MASK
+}
+
+/// The word offset, within a group, of slot `s`.
+#[inline]
+pub const fn slot_word(s: u32) -> u32 {
+    G_SLOTS_BASE + s * SLOT_WORDS
+}
 pub const META_EMPTY: u64 = 0;
 pub const META_TOMBSTONE: u64 = 1;
 pub const META_USED_BASE: u64 = 2;
+/// Records per bucket a table's full reservation allows (buckets_max is at least its
+/// capacity over this), so a full table's buckets hold about half their slots.
+const RECORDS_PER_BUCKET: u64 = 4;
+/// Overflow groups reserved per head group: chains past a bucket's own group are rare
+/// while buckets split at [`SPLIT_LOAD_PERCENT`].
+const OVERFLOW_GROUPS_PER_BUCKET_DIV: u64 = 2;
+/// An insert that lifts the index's entries over this share of its buckets' slots splits
+/// a bucket.
+pub const SPLIT_LOAD_PERCENT: u64 = 75;
+/// Most levels a bucket may have: hash bits addressing buckets (a u32 group number).
+pub const LEVEL_MAX: u8 = 31;
+
+/// The bucket `key_hash` falls in at `level`.
+#[inline]
+pub fn bucket_at(key_hash: u64, level: u8) -> u32 {
+    (key_hash & ((1u64 << level) - 1)) as u32
+}
+
+/// A lookup's walk over the hash index: the group to read next, and what to make of it.
+/// The same walk serves the owning node (reading its memory in place) and one-sided
+/// readers elsewhere (READing each group), so both follow splits the same way.
+#[derive(Clone, Copy, Debug)]
+pub struct IndexWalk {
+    bucket: u32,
+    level: u8,
+    group: u32,
+    steps: u32,
+}
+
+/// What a walk does after reading a group.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WalkStep {
+    /// The key's record slot.
+    Found(u32),
+    /// The key is not in the index.
+    Absent,
+    /// Read this group next.
+    Read(u32),
+}
+
+impl IndexWalk {
+    /// A walk for `key_hash` starting at the bucket `level_hint` addresses (a level this
+    /// reader saw before; any level works, a good one saves reads).
+    #[inline]
+    pub fn start(layout: &TableLayout, key_hash: u64, level_hint: u8) -> Self {
+        let level = level_hint.clamp(layout.level_initial, layout.level_max);
+        let bucket = bucket_at(key_hash, level);
+        IndexWalk {
+            bucket,
+            level,
+            group: bucket,
+            steps: 0,
+        }
+    }
+
+    /// The group to read.
+    #[inline]
+    pub fn group(&self) -> u32 {
+        self.group
+    }
+
+    /// The level of the bucket the walk is in: a hint for the next walk.
+    #[inline]
+    pub fn level(&self) -> u8 {
+        self.level
+    }
+
+    /// Decides from the words of [`IndexWalk::group`] as `word(i)` gives them (a READ's
+    /// copy, or the memory itself), slots first and the level last.
+    #[inline]
+    pub fn step(
+        &mut self,
+        layout: &TableLayout,
+        key: u64,
+        key_hash: u64,
+        word: impl Fn(u32) -> u64,
+    ) -> WalkStep {
+        let present = word(G_PRESENT);
+        let probe = probe_group_by(key, &word);
+        let tail = word(G_TAIL);
+        let (stored, link) = (tail >> LINK_BITS, tail_link(tail));
+        self.steps += 1;
+        // Every group at most once per level, and each level once: past that the words are
+        // not an index's (a torn or foreign READ), and the key is not found in them.
+        if self.steps > layout.index_groups + 2 * LEVEL_MAX as u32 {
+            return WalkStep::Absent;
+        }
+        if present == 0 || stored == 0 {
+            // No bucket here yet: the hint was above this bucket's level.
+            if self.level <= layout.level_initial || self.group != self.bucket {
+                return WalkStep::Absent;
+            }
+            self.level -= 1;
+            self.bucket = bucket_at(key_hash, self.level);
+            self.group = self.bucket;
+            return WalkStep::Read(self.group);
+        }
+        let level = ((stored - 1) as u8).min(layout.level_max);
+        let home = bucket_at(key_hash, level);
+        if home != self.bucket {
+            // Split since (or a hint below it): the key lives in another bucket.
+            self.level = level;
+            self.bucket = home;
+            self.group = home;
+            return WalkStep::Read(home);
+        }
+        self.level = level;
+        match probe {
+            GroupProbe::Found(idx) => WalkStep::Found(idx),
+            GroupProbe::Absent => WalkStep::Absent,
+            GroupProbe::Continue if link == 0 || link - 1 >= layout.index_groups as u64 => {
+                WalkStep::Absent
+            }
+            GroupProbe::Continue => {
+                self.group = (link - 1) as u32;
+                WalkStep::Read(self.group)
+            }
+        }
+    }
+}
 
 /// How a table's keys map to nodes.
 #[derive(Clone)]
@@ -298,8 +461,13 @@ pub struct TableSpec {
     pub name: String,
     /// The workload's words per record (the engine adds [`ENGINE_PAYLOAD_WORDS`]).
     pub payload_words: u32,
-    /// Record slots on each node (inserts beyond it fail with `StoreError::Full`).
+    /// Records each node holds at start and the index is first laid out for (the records a
+    /// workload loads, or all it ever holds for a table that does not grow).
     pub capacity_per_node: u32,
+    /// Most records a node may hold: `Some(capacity_per_node)` for a table that never
+    /// grows, a cap a workload's knob sets, or `None` for a table that grows as long as the
+    /// run's memory budget lets it ([`Catalog::with_growth`] reserves its room).
+    pub capacity_max_per_node: Option<u32>,
     pub partition: Partition,
     /// Keep an ordered index for range scans on each node.
     pub ordered: bool,
@@ -314,7 +482,14 @@ pub struct TableSpec {
 /// computes remote addresses without asking.
 #[derive(Clone, Copy, Debug)]
 pub struct TableLayout {
+    /// Groups of the hash index: `buckets_max` bucket heads, then the overflow groups.
     pub index_groups: u32,
+    /// Bucket heads reserved: the most buckets the index splits into.
+    pub buckets_max: u32,
+    /// The level every bucket has when the table is created (`2^level_initial` buckets).
+    pub level_initial: u8,
+    /// The level of `buckets_max` buckets.
+    pub level_max: u8,
     pub records_base: u32,
     /// Words of a whole record slot: the tuple plus MVCC's older versions.
     pub record_words: u32,
@@ -326,6 +501,7 @@ pub struct TableLayout {
     pub version_slots: u32,
     /// Where the older versions' headers are.
     pub old_versions: OldVersions,
+    /// Record slots reserved: the most records a node may hold.
     pub capacity: u32,
     /// Word offset of the overflow area (after the records).
     pub overflow_base: u32,
@@ -333,20 +509,37 @@ pub struct TableLayout {
     pub overflow_entries: u32,
 }
 
+/// The level of the fewest buckets that hold `records` at [`RECORDS_PER_BUCKET`] each.
+fn level_for(records: u64) -> u8 {
+    records
+        .div_ceil(RECORDS_PER_BUCKET)
+        .max(1)
+        .next_power_of_two()
+        .trailing_zeros() as u8
+}
+
 impl TableLayout {
     pub fn new(spec: &TableSpec) -> Self {
         Self::with_versions(spec, 1)
     }
 
-    /// Words of the hash index of a table with `capacity` records per node.
-    fn index_words(capacity: u64) -> u64 {
-        // At most half the index slots are ever used, keeping probe chains short.
-        let slots = (capacity * 2).max(GROUP_SLOTS as u64).next_power_of_two();
-        slots / GROUP_SLOTS as u64 * GROUP_WORDS as u64
+    /// Record slots reserved for `spec` when a table without a cap may grow to
+    /// `growth_records`: its cap, or that (never fewer than it starts with).
+    pub fn capacity_reserved(spec: &TableSpec, growth_records: u32) -> u32 {
+        spec.capacity_max_per_node
+            .unwrap_or(growth_records)
+            .max(spec.capacity_per_node)
+    }
+
+    /// Groups of the hash index of a table reserving `capacity` records per node: bucket
+    /// heads, then overflow groups.
+    fn index_groups_for(capacity: u64) -> (u64, u64) {
+        let heads = 1u64 << level_for(capacity);
+        (heads, heads + (heads / OVERFLOW_GROUPS_PER_BUCKET_DIV).max(1))
     }
 
     /// Words of one record slot (tuple and older versions) of a table.
-    fn slot_words(spec: &TableSpec, version_slots: u32) -> u64 {
+    pub fn slot_words(spec: &TableSpec, version_slots: u32) -> u64 {
         let payload_words = spec.payload_words as u64 + ENGINE_PAYLOAD_WORDS as u64;
         HEADER_WORDS as u64
             + payload_words
@@ -354,42 +547,86 @@ impl TableLayout {
                 * (OLD_SLOT_HEADER_WORDS as u64 + payload_words)
     }
 
-    /// Words of the region a table of `spec` with `version_slots` versions per record needs
-    /// on each node (hash index and record slots), computed without building the layout, so
-    /// a run can refuse one whose word offsets would not fit [`REGION_WORDS_MAX`].
+    /// Words of the region a table of `spec` reserving `capacity` records with
+    /// `version_slots` versions each needs on each node (hash index and record slots),
+    /// computed without building the layout, so a run can refuse one whose word offsets
+    /// would not fit [`REGION_WORDS_MAX`].
+    pub fn region_words_for(spec: &TableSpec, version_slots: u32, capacity: u32) -> u64 {
+        Self::index_groups_for(capacity as u64).1 * GROUP_WORDS as u64
+            + capacity as u64 * Self::slot_words(spec, version_slots)
+    }
+
+    /// [`TableLayout::region_words_for`] a table that does not grow past its start.
     pub fn region_words_needed(spec: &TableSpec, version_slots: u32) -> u64 {
-        Self::index_words(spec.capacity_per_node as u64)
-            + spec.capacity_per_node as u64 * Self::slot_words(spec, version_slots)
+        Self::region_words_for(spec, version_slots, Self::capacity_reserved(spec, 0))
+    }
+
+    /// Words of memory a table's index takes when its `records` are in place: the bucket
+    /// heads a table laid out for them has (what a node writes at start).
+    pub fn index_words_initial(spec: &TableSpec) -> u64 {
+        (1u64 << level_for(spec.capacity_per_node as u64)) * GROUP_WORDS as u64
+    }
+
+    /// Records a table without a cap reserves on a node so that they, their index and
+    /// their overflow area (`overflow_per_record` entries each) take at most
+    /// `bytes_per_node`, within a region's [`REGION_WORDS_MAX`]; never fewer than it starts
+    /// with.
+    pub fn growth_records(
+        spec: &TableSpec,
+        version_slots: u32,
+        bytes_per_node: u64,
+        overflow_per_record: u32,
+    ) -> u32 {
+        // Index words per record at worst: 1.5 groups per bucket, a bucket per 4 records,
+        // doubled by rounding to a power of two.
+        let index_words = 2 * 3 * GROUP_WORDS as u64 / (2 * RECORDS_PER_BUCKET);
+        let per_record = Self::slot_words(spec, version_slots)
+            + Self::overflow_words_per_record(spec, overflow_per_record)
+            + index_words;
+        let by_bytes = bytes_per_node / 8 / per_record;
+        let by_region = REGION_WORDS_MAX / per_record;
+        by_bytes
+            .min(by_region)
+            .min(u32::MAX as u64)
+            .max(spec.capacity_per_node as u64) as u32
     }
 
     /// A layout keeping `version_slots` versions per record (MVCC), at least 1.
     pub fn with_versions(spec: &TableSpec, version_slots: u32) -> Self {
+        Self::reserving(spec, version_slots, Self::capacity_reserved(spec, 0))
+    }
+
+    /// A layout reserving `capacity` record slots, each keeping `version_slots` versions.
+    pub fn reserving(spec: &TableSpec, version_slots: u32, capacity: u32) -> Self {
         assert!(
             version_slots >= 1,
             "table {}: at least one version slot",
             spec.name
         );
-        let total = Self::region_words_needed(spec, version_slots);
+        let total = Self::region_words_for(spec, version_slots, capacity);
         assert!(
             total <= REGION_WORDS_MAX,
             "table {} needs {total} words per node, over the 2^32-word region limit",
             spec.name
         );
         // Every figure below is at most `total`, which fits a u32.
-        let records_base = Self::index_words(spec.capacity_per_node as u64) as u32;
-        let index_groups = records_base / GROUP_WORDS;
+        let (heads, groups) = Self::index_groups_for(capacity as u64);
+        let records_base = (groups * GROUP_WORDS as u64) as u32;
         let payload_words = spec.payload_words + ENGINE_PAYLOAD_WORDS;
         let tuple_words = HEADER_WORDS + payload_words;
         let record_words = Self::slot_words(spec, version_slots) as u32;
         TableLayout {
-            index_groups,
+            index_groups: groups as u32,
+            buckets_max: heads as u32,
+            level_initial: level_for(spec.capacity_per_node.min(capacity) as u64),
+            level_max: level_for(capacity as u64),
             records_base,
             record_words,
             tuple_words,
             payload_words,
             version_slots,
             old_versions: OldVersions::Inline,
-            capacity: spec.capacity_per_node,
+            capacity,
             overflow_base: total as u32,
             overflow_entries: 0,
         }
@@ -397,10 +634,15 @@ impl TableLayout {
 
     /// Words of an overflow area of `per_record` entries per record slot of `spec`.
     pub fn overflow_words_needed(spec: &TableSpec, per_record: u32) -> u64 {
+        Self::capacity_reserved(spec, 0) as u64 * Self::overflow_words_per_record(spec, per_record)
+    }
+
+    /// Words of overflow area each record slot brings with `per_record` entries.
+    pub fn overflow_words_per_record(spec: &TableSpec, per_record: u32) -> u64 {
         let entry = OVERFLOW_ENTRY_HEADER_WORDS as u64
             + spec.payload_words as u64
             + ENGINE_PAYLOAD_WORDS as u64;
-        spec.capacity_per_node as u64 * per_record as u64 * entry
+        per_record as u64 * entry
     }
 
     /// Words of one overflow entry.
@@ -501,18 +743,6 @@ impl TableLayout {
         (offset - self.records_base) / self.record_words
     }
 
-    /// The index group where the probe for `key` starts.
-    #[inline]
-    pub fn home_group(&self, key: u64) -> u32 {
-        self.home_group_of_hash(hash_key(key))
-    }
-
-    /// [`TableLayout::home_group`] given the key's [`hash_key`].
-    #[inline]
-    pub fn home_group_of_hash(&self, key_hash: u64) -> u32 {
-        (key_hash & (self.index_groups as u64 - 1)) as u32
-    }
-
     #[inline]
     pub fn group_offset(&self, group: u32) -> u32 {
         group * GROUP_WORDS
@@ -551,7 +781,7 @@ pub fn probe_group(words: &[u64], key: u64) -> GroupProbe {
 #[inline]
 pub fn probe_group_by(key: u64, word: impl Fn(u32) -> u64) -> GroupProbe {
     for s in 0..GROUP_SLOTS {
-        let at = s * SLOT_WORDS;
+        let at = slot_word(s);
         let k = word(at);
         match word(at + 1) {
             META_EMPTY => return GroupProbe::Absent,
@@ -574,6 +804,9 @@ pub struct Catalog {
     tables: Vec<(TableSpec, TableLayout)>,
     extra_regions: Vec<ExtraRegion>,
     lock_word: LockWord,
+    /// Per table, the highest index level a lookup here saw: where the next lookup starts
+    /// (a hint only; any level finds the key, see [`IndexWalk`]).
+    level_hints: Vec<std::sync::atomic::AtomicU8>,
 }
 
 /// A region every node registers after its tables' (the coordinators' log, a protocol
@@ -602,12 +835,50 @@ impl Catalog {
             let l = TableLayout::with_versions(&s, version_slots);
             (s, l)
         });
+        let tables: Vec<_> = tables.collect();
         Catalog {
             nodes,
             topology: Topology::partitioned(nodes),
-            tables: tables.collect(),
+            level_hints: tables
+                .iter()
+                .map(|(_, l)| std::sync::atomic::AtomicU8::new(l.level_initial))
+                .collect(),
+            tables,
             extra_regions,
             lock_word: LockWord::Owner,
+        }
+    }
+
+    /// The catalog whose tables without a cap reserve room to grow to `bytes_per_node` of
+    /// records (and their index and overflow area) on each node holding them, within a
+    /// region's [`REGION_WORDS_MAX`]; called before [`Catalog::with_overflow`], whose
+    /// `overflow_per_record` it counts. The run's memory budget, not the reservation, bounds
+    /// what they take.
+    pub fn with_growth(mut self, bytes_per_node: u64, overflow_per_record: u32) -> Self {
+        for ((spec, l), hint) in self.tables.iter_mut().zip(&self.level_hints) {
+            assert_eq!(l.overflow_entries, 0, "growth is laid out before overflow");
+            if spec.capacity_max_per_node.is_some() {
+                continue;
+            }
+            let records = TableLayout::growth_records(spec, l.version_slots, bytes_per_node, overflow_per_record);
+            *l = TableLayout::reserving(spec, l.version_slots, records);
+            hint.store(l.level_initial, std::sync::atomic::Ordering::Relaxed);
+        }
+        self
+    }
+
+    /// The index level a lookup in `t` starts from ([`IndexWalk::start`]).
+    #[inline]
+    pub fn level_hint(&self, t: TableId) -> u8 {
+        self.level_hints[t.0 as usize].load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Notes the level a lookup in `t` ended at, for the next.
+    #[inline]
+    pub fn note_level(&self, t: TableId, level: u8) {
+        let h = &self.level_hints[t.0 as usize];
+        if h.load(std::sync::atomic::Ordering::Relaxed) != level {
+            h.store(level, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -622,9 +893,9 @@ impl Catalog {
     /// [`TableLayout::overflow_words_needed`] before).
     pub fn with_overflow(mut self, per_record: u32) -> Self {
         for (spec, l) in &mut self.tables {
-            let entries = spec.capacity_per_node as u64 * per_record as u64;
-            let total =
-                l.overflow_base as u64 + TableLayout::overflow_words_needed(spec, per_record);
+            let entries = l.capacity as u64 * per_record as u64;
+            let total = l.overflow_base as u64
+                + l.capacity as u64 * TableLayout::overflow_words_per_record(spec, per_record);
             assert!(
                 total <= REGION_WORDS_MAX && entries <= u32::MAX as u64,
                 "table {} with {per_record} overflow entries per record needs {total} words per node, over the 2^32-word region limit",
@@ -781,6 +1052,7 @@ mod tests {
             name: name.into(),
             payload_words: 3,
             capacity_per_node: 100,
+            capacity_max_per_node: Some(100),
             partition,
             ordered: false,
             gone_keys_max_per_node: 0,
@@ -896,14 +1168,15 @@ mod tests {
     fn probe_stops_at_empty_skips_tombstones_and_continues_when_full() {
         let mut g = vec![0u64; GROUP_WORDS as usize];
         assert_eq!(probe_group(&g, 5), GroupProbe::Absent);
-        g[0] = 5;
-        g[1] = META_TOMBSTONE;
-        g[2] = 5;
-        g[3] = META_USED_BASE + 9;
+        let at = |s: u32| slot_word(s) as usize;
+        g[at(0)] = 5;
+        g[at(0) + 1] = META_TOMBSTONE;
+        g[at(1)] = 5;
+        g[at(1) + 1] = META_USED_BASE + 9;
         assert_eq!(probe_group(&g, 5), GroupProbe::Found(9));
-        for s in 0..GROUP_SLOTS as usize {
-            g[2 * s] = 100 + s as u64;
-            g[2 * s + 1] = META_USED_BASE;
+        for s in 0..GROUP_SLOTS {
+            g[at(s)] = 100 + s as u64;
+            g[at(s) + 1] = META_USED_BASE;
         }
         assert_eq!(probe_group(&g, 5), GroupProbe::Continue);
     }

@@ -6,11 +6,13 @@
 //! family's roles.
 //! Storage knows no backend: it sees only [`atoll_fabric::NodeMemory`] and pointers.
 
+pub mod budget;
 pub mod layout;
 pub mod ordered;
 pub mod store;
 pub mod topology;
 
+pub use budget::{MemoryBudget, Refusal};
 pub use layout::{Catalog, ExtraRegion, Partition, TableId, TableLayout, TableSpec};
 pub use store::{Store, StoreError, GONE_BYTES_PER_KEY_MAX};
 pub use topology::{Architecture, Placement, RoleSpec, Topology, SERVICES_MAX};

@@ -14,8 +14,9 @@
 //! new key, payload and live version. So a reader of the old key sees `ABSENT` or another
 //! `KEY`, and a validation comparing version words sees a word the slot never had before.
 
+use crate::budget::{MemoryBudget, Refusal};
 use crate::layout::*;
-use crate::ordered::OrderedIndex;
+use crate::ordered::{self, OrderedIndex};
 use atoll_fabric::{NodeId, NodeMemory, Region, RegionId};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -30,10 +31,12 @@ pub enum StoreError {
     /// at [`INCARNATION_MAX`]).
     #[error("table {table}: all {capacity} record slots of this node are used")]
     Full { table: String, capacity: u32 },
-    /// No free hash-index slot; cannot happen while a table's capacity is at most half its
-    /// index slots (as layouts size them), since a key holds at most one index slot.
-    #[error("table {table}: all {slots} hash-index slots of this node are used")]
-    IndexFull { table: String, slots: u64 },
+    /// No free hash-index slot in the key's bucket and no overflow group left to chain.
+    #[error("table {table}: all {groups} hash-index groups of this node are used")]
+    IndexFull { table: String, groups: u32 },
+    /// Growing the table would take the run over its memory budget.
+    #[error("{0}")]
+    OverBudget(Refusal),
     #[error("table {table}: key {key} does not live on node {node}")]
     NotHere { table: String, key: u64, node: u16 },
     /// A deleted record being revived or reclaimed is locked for a moment by a coordinator
@@ -67,6 +70,24 @@ pub const GONE_BYTES_PER_KEY_MAX: u64 = 40;
 /// The record slot a scan reports for a deleted key whose slot was reclaimed.
 pub const NO_SLOT: u32 = u32::MAX;
 
+/// Most bytes a table takes from the run's budget at a time, for record slots, index
+/// groups or heap: a slab, so a large table asks once per thousands of inserts. A small
+/// one asks for what it holds again (from [`PAGE_BYTES`]), so a table of a few records
+/// takes a page, not a slab.
+pub const SLAB_BYTES: u64 = 1 << 20;
+/// The least bytes taken at a time: a memory page.
+pub const PAGE_BYTES: u64 = 4096;
+
+/// Units to take next for a structure of `held` units of `unit_bytes` each: doubling from a
+/// page up to a slab.
+fn next_take(held: u64, unit_bytes: u64) -> u64 {
+    let bytes = (held * unit_bytes).clamp(PAGE_BYTES, SLAB_BYTES);
+    (bytes / unit_bytes).max(1)
+}
+
+/// Bytes of a memory word.
+const WORD_BYTES: u64 = 8;
+
 /// Record-slot allocation of one table, guarded with its index writes.
 struct Alloc {
     /// Next never-used record slot.
@@ -86,9 +107,50 @@ struct Alloc {
     /// delivered order: at most its capacity, since its fixed ORDER table bounds the orders
     /// a run adds).
     gone: HashMap<u64, u64>,
+    /// The index's level `L` and split pointer: buckets `0..2^L + split` exist, and
+    /// `bucket_at(h, L)` is split when it is below `split`.
+    level: u8,
+    split: u32,
+    /// Index entries naming a record (used slots, stale copies of split buckets aside).
+    entries: u64,
+    /// Overflow groups chained so far (after the bucket heads).
+    overflow_used: u32,
+    /// What this table took from the budget so far, and what it covers: record slots,
+    /// bucket heads and overflow groups.
+    charged_bytes: u64,
+    records_charged: u32,
+    heads_charged: u32,
+    overflow_charged: u32,
+    /// Heap bytes a growing table's ordered index and deleted keys hold, and took.
+    heap_bytes: u64,
+    heap_charged: u64,
 }
 
 impl Alloc {
+    /// Buckets the index has now.
+    fn buckets(&self) -> u32 {
+        (1u32 << self.level) + self.split
+    }
+
+    /// The bucket holding keys of hash `h` now.
+    fn bucket_of(&self, h: u64) -> u32 {
+        let b = bucket_at(h, self.level);
+        if b < self.split {
+            bucket_at(h, self.level + 1)
+        } else {
+            b
+        }
+    }
+
+    /// The level of bucket `b` now.
+    fn level_of(&self, b: u32) -> u8 {
+        if b < self.split || b >= 1u32 << self.level {
+            self.level + 1
+        } else {
+            self.level
+        }
+    }
+
     fn queue(&mut self, idx: u32) {
         let (w, b) = (idx as usize / 64, idx % 64);
         if self.queued.len() <= w {
@@ -109,6 +171,8 @@ impl Alloc {
 
 struct Shard {
     alloc: Mutex<Alloc>,
+    /// Record slots handed out (`Alloc::next_fresh`), readable without the lock.
+    high_water: std::sync::atomic::AtomicU32,
     /// Lock order: `alloc`, then `ordered`.
     ordered: Option<Mutex<OrderedIndex>>,
 }
@@ -119,6 +183,7 @@ pub struct Store {
     pub catalog: Arc<Catalog>,
     memory: Arc<NodeMemory>,
     shards: Vec<Shard>,
+    budget: Arc<MemoryBudget>,
 }
 
 /// Takes the `LOCK` word at `at` to `to` by one CAS if no transaction holds it: free is 0
@@ -130,7 +195,19 @@ fn take_free_lock(region: &Region, at: usize, lock_word: LockWord, to: u64) -> b
 }
 
 impl Store {
+    /// A store with no memory budget (tools and tests that build one by hand).
     pub fn new(catalog: Arc<Catalog>, memory: Arc<NodeMemory>) -> Self {
+        Self::with_budget(catalog, memory, Arc::new(MemoryBudget::unlimited()))
+            .expect("an unlimited budget refuses nothing")
+    }
+
+    /// A store whose tables take what they grow to from `budget`: lays out every table's
+    /// first buckets (each table's index at its initial level) and takes their bytes.
+    pub fn with_budget(
+        catalog: Arc<Catalog>,
+        memory: Arc<NodeMemory>,
+        budget: Arc<MemoryBudget>,
+    ) -> Result<Self, StoreError> {
         assert_eq!(
             memory.region_count(),
             catalog.region_words().len(),
@@ -143,19 +220,132 @@ impl Store {
                     deleted: VecDeque::new(),
                     queued: Vec::new(),
                     gone: HashMap::new(),
+                    level: catalog.layout(TableId(t as u16)).level_initial,
+                    split: 0,
+                    entries: 0,
+                    overflow_used: 0,
+                    charged_bytes: 0,
+                    records_charged: 0,
+                    heads_charged: 0,
+                    overflow_charged: 0,
+                    heap_bytes: 0,
+                    heap_charged: 0,
                 }),
+                high_water: std::sync::atomic::AtomicU32::new(0),
                 ordered: catalog
                     .spec(TableId(t as u16))
                     .ordered
                     .then(|| Mutex::new(OrderedIndex::new())),
             })
             .collect();
-        Store {
+        let store = Store {
             node: memory.node,
             catalog,
             memory,
             shards,
+            budget,
+        };
+        for t in 0..store.catalog.table_count() {
+            let t = TableId(t as u16);
+            if store.region(t).len_words() == 0 {
+                // A node holding no records registers its tables' regions empty.
+                continue;
+            }
+            let mut a = store.shards[t.0 as usize].alloc.lock();
+            let heads = a.buckets();
+            store.cover_groups(t, &mut a, heads, 0)?;
+            let region = store.region(t);
+            let layout = store.catalog.layout(t);
+            for b in 0..heads {
+                let at = layout.group_offset(b) as usize;
+                region.store(at + G_TAIL as usize, group_tail(layout.level_initial, 0));
+                region.store(at + G_PRESENT as usize, 1);
+            }
         }
+        Ok(store)
+    }
+
+    /// The budget this store's tables grow from.
+    pub fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
+    }
+
+    /// Bytes each table of this node took from the budget (its record slabs and index
+    /// groups), by table.
+    pub fn charged_bytes(&self) -> Vec<u64> {
+        self.shards.iter().map(|s| s.alloc.lock().charged_bytes).collect()
+    }
+
+    /// Takes `bytes` from the budget for table `t`'s `what`.
+    fn take(&self, t: TableId, a: &mut Alloc, what: &str, bytes: u64) -> Result<(), StoreError> {
+        self.budget
+            .take(
+                || format!("{what} of table {}", self.catalog.spec(t).name),
+                self.node.0,
+                a.charged_bytes,
+                bytes,
+            )
+            .map_err(StoreError::OverBudget)?;
+        a.charged_bytes += bytes;
+        Ok(())
+    }
+
+    /// Makes sure the budget covers `heads` bucket heads and `overflow` overflow groups of
+    /// `t`'s index, a slab at a time.
+    fn cover_groups(
+        &self,
+        t: TableId,
+        a: &mut Alloc,
+        heads: u32,
+        overflow: u32,
+    ) -> Result<(), StoreError> {
+        let layout = *self.catalog.layout(t);
+        let group_bytes = GROUP_WORDS as u64 * WORD_BYTES;
+        while a.heads_charged < heads {
+            let n = (next_take(a.heads_charged as u64, group_bytes) as u32)
+                .min(layout.buckets_max - a.heads_charged)
+                .max(heads - a.heads_charged);
+            self.take(t, a, "the hash index", n as u64 * group_bytes)?;
+            a.heads_charged += n;
+        }
+        while a.overflow_charged < overflow {
+            let room = layout.index_groups - layout.buckets_max - a.overflow_charged;
+            let n = (next_take(a.overflow_charged as u64, group_bytes) as u32)
+                .min(room)
+                .max(1);
+            self.take(t, a, "the hash index's overflow groups", n as u64 * group_bytes)?;
+            a.overflow_charged += n;
+        }
+        Ok(())
+    }
+
+    /// Takes `bytes` more of a growing table's heap (ordered index keys, deleted keys) from
+    /// the budget, a slab at a time.
+    fn cover_heap(&self, t: TableId, a: &mut Alloc, bytes: u64) -> Result<(), StoreError> {
+        if a.heap_bytes + bytes > a.heap_charged {
+            let n = next_take(a.heap_charged, 1).max(bytes);
+            self.take(t, a, "the ordered index and deleted keys", n)?;
+            a.heap_charged += n;
+        }
+        a.heap_bytes += bytes;
+        Ok(())
+    }
+
+    /// Makes sure the budget covers record slot `idx` of `t` (and its overflow entries), a
+    /// slab at a time.
+    fn cover_record(&self, t: TableId, a: &mut Alloc, idx: u32) -> Result<(), StoreError> {
+        if idx < a.records_charged {
+            return Ok(());
+        }
+        let layout = *self.catalog.layout(t);
+        let overflow_words = layout.overflow_entries as u64 / layout.capacity.max(1) as u64
+            * layout.overflow_entry_words() as u64;
+        let record_bytes = (layout.record_words as u64 + overflow_words) * WORD_BYTES;
+        let n = (next_take(a.records_charged as u64, record_bytes) as u32)
+            .min(layout.capacity - a.records_charged);
+        self.take(t, a, "the records", n as u64 * record_bytes)?;
+        a.records_charged += n;
+        Ok(())
     }
 
     pub fn memory(&self) -> &Arc<NodeMemory> {
@@ -176,17 +366,20 @@ impl Store {
     pub fn find_slot(&self, t: TableId, key: u64) -> Option<u32> {
         let layout = self.catalog.layout(t);
         let region = self.region(t);
-        let mut group = layout.home_group(key);
-        let mut words = [0u64; GROUP_WORDS as usize];
-        for _ in 0..layout.index_groups {
-            region.read_into(layout.group_offset(group) as usize, &mut words);
-            match probe_group(&words, key) {
-                GroupProbe::Found(idx) => return Some(idx),
-                GroupProbe::Absent => return None,
-                GroupProbe::Continue => group = (group + 1) & (layout.index_groups - 1),
+        let h = hash_key(key);
+        let mut walk = IndexWalk::start(layout, h, self.catalog.level_hint(t));
+        loop {
+            let at = layout.group_offset(walk.group()) as usize;
+            let step = walk.step(layout, key, h, |w| region.load(at + w as usize));
+            match step {
+                WalkStep::Found(idx) => {
+                    self.catalog.note_level(t, walk.level());
+                    return Some(idx);
+                }
+                WalkStep::Absent => return None,
+                WalkStep::Read(_) => {}
             }
         }
-        None
     }
 
     /// Whether slot `idx` holds `key`'s live record. Reads the version word before the key
@@ -217,59 +410,151 @@ impl Store {
         self.insert_locked(t, key, &payload, 0).map(|(idx, _)| idx)
     }
 
-    /// Word offset of linear hash-index slot `p` (slots in probe order: a group's slots,
-    /// then the next group's).
-    fn index_slot_offset(layout: &TableLayout, p: u64) -> usize {
-        let group = (p / GROUP_SLOTS as u64) as u32;
-        layout.group_offset(group) as usize
-            + (p % GROUP_SLOTS as u64) as usize * SLOT_WORDS as usize
+    /// The groups of bucket `b`'s chain, head first (the owner's view, under the table's
+    /// lock).
+    fn chain(&self, t: TableId, b: u32) -> chain::Chain<'_> {
+        chain::Chain {
+            region: self.region(t),
+            layout: *self.catalog.layout(t),
+            next: Some(b),
+        }
     }
 
-    /// The first empty or tombstone hash-index slot on `key`'s probe path (the caller knows
-    /// `key` is not in the index), as a word offset.
-    fn free_index_slot(&self, t: TableId, key: u64) -> Option<usize> {
-        let layout = self.catalog.layout(t);
+    /// The word offset of a free slot in bucket `b`'s chain, chaining an overflow group
+    /// (its level set before the link names it) when every slot is taken.
+    fn free_slot_in(&self, t: TableId, a: &mut Alloc, b: u32) -> Result<usize, StoreError> {
+        let layout = *self.catalog.layout(t);
         let region = self.region(t);
-        let slots = layout.index_groups as u64 * GROUP_SLOTS as u64;
-        let home = layout.home_group(key) as u64 * GROUP_SLOTS as u64;
-        (0..slots)
-            .map(|i| Self::index_slot_offset(layout, (home + i) % slots))
-            .find(|&off| matches!(region.load(off + 1), META_EMPTY | META_TOMBSTONE))
-    }
-
-    /// Turns `key`'s hash entry naming slot `idx` into a tombstone, then turns tombstones
-    /// back into empty slots backwards from it while the slot after is empty: no probe
-    /// path runs through a slot followed by an empty one, so none is cut short.
-    fn unindex(&self, t: TableId, key: u64, idx: u32) {
-        let layout = self.catalog.layout(t);
-        let region = self.region(t);
-        let slots = layout.index_groups as u64 * GROUP_SLOTS as u64;
-        let home = layout.home_group(key) as u64 * GROUP_SLOTS as u64;
-        let mut at = None;
-        for i in 0..slots {
-            let p = (home + i) % slots;
-            let off = Self::index_slot_offset(layout, p);
-            let meta = region.load(off + 1);
-            if meta == META_EMPTY {
-                break;
-            }
-            if meta == META_USED_BASE + idx as u64 && region.load(off) == key {
-                at = Some(p);
-                break;
+        let mut last = b;
+        for g in self.chain(t, b) {
+            last = g;
+            let base = layout.group_offset(g) as usize;
+            for s in 0..GROUP_SLOTS as usize {
+                let at = base + slot_word(s as u32) as usize;
+                let free = match region.load(at + 1) {
+                    META_EMPTY | META_TOMBSTONE => true,
+                    _ => a.bucket_of(hash_key(region.load(at))) != b,
+                };
+                if free {
+                    return Ok(at);
+                }
             }
         }
-        let Some(mut p) = at else {
-            return;
-        };
-        region.store(Self::index_slot_offset(layout, p) + 1, META_TOMBSTONE);
-        for _ in 0..slots {
-            let next = Self::index_slot_offset(layout, (p + 1) % slots);
-            let here = Self::index_slot_offset(layout, p);
-            if region.load(here + 1) != META_TOMBSTONE || region.load(next + 1) != META_EMPTY {
-                break;
+        let g = self.new_overflow_group(t, a, a.level_of(b))?;
+        self.link(t, last, g);
+        Ok(layout.group_offset(g) as usize + slot_word(0) as usize)
+    }
+
+    /// A fresh overflow group at `level`, not yet linked.
+    fn new_overflow_group(&self, t: TableId, a: &mut Alloc, level: u8) -> Result<u32, StoreError> {
+        let layout = *self.catalog.layout(t);
+        if a.overflow_used >= layout.index_groups - layout.buckets_max {
+            return Err(StoreError::IndexFull {
+                table: self.name(t),
+                groups: layout.index_groups,
+            });
+        }
+        self.cover_groups(t, a, 0, a.overflow_used + 1)?;
+        let g = layout.buckets_max + a.overflow_used;
+        a.overflow_used += 1;
+        let at = layout.group_offset(g) as usize;
+        let region = self.region(t);
+        region.store(at + G_TAIL as usize, group_tail(level, 0));
+        region.store(at + G_PRESENT as usize, 1);
+        Ok(g)
+    }
+
+    /// Links group `to` after group `from` (the chain's last), keeping `from`'s level.
+    fn link(&self, t: TableId, from: u32, to: u32) {
+        let at = self.catalog.layout(t).group_offset(from) as usize + G_TAIL as usize;
+        let region = self.region(t);
+        let tail = region.load(at);
+        debug_assert_eq!(tail_link(tail), 0, "group {from} is the chain's last");
+        region.store(at, tail | (1 + to as u64));
+    }
+
+    /// Splits bucket `split` into itself and `split + 2^L` while the entries fill more than
+    /// [`SPLIT_LOAD_PERCENT`] of the buckets' slots and there is room for another bucket.
+    /// The new bucket is complete (entries, chain, then its level) before the old chain's
+    /// groups say their raised level; the old chain keeps the moved entries, stale.
+    fn maybe_split(&self, t: TableId, a: &mut Alloc) -> Result<(), StoreError> {
+        let layout = *self.catalog.layout(t);
+        let region = self.region(t);
+        while a.entries * 100 > a.buckets() as u64 * GROUP_SLOTS as u64 * SPLIT_LOAD_PERCENT
+            && a.buckets() < layout.buckets_max
+        {
+            let (old, level) = (a.split, a.level);
+            let new = old + (1u32 << level);
+            self.cover_groups(t, a, new + 1, 0)?;
+            let mut moved: Vec<(u64, u64)> = Vec::new();
+            for g in self.chain(t, old) {
+                let base = layout.group_offset(g) as usize;
+                for s in 0..GROUP_SLOTS as usize {
+                    let at = base + slot_word(s as u32) as usize;
+                    let meta = region.load(at + 1);
+                    let k = region.load(at);
+                    if meta >= META_USED_BASE {
+                        let h = hash_key(k);
+                        if a.bucket_of(h) == old && bucket_at(h, level + 1) == new {
+                            moved.push((k, meta));
+                        }
+                    }
+                }
             }
-            region.store(here + 1, META_EMPTY);
-            p = (p + slots - 1) % slots;
+            // The new bucket's chain, written whole before its head says it exists.
+            let mut group = new;
+            for (i, chunk) in moved.chunks(GROUP_SLOTS as usize).enumerate() {
+                if i > 0 {
+                    let g = self.new_overflow_group(t, a, level + 1)?;
+                    self.link(t, group, g);
+                    group = g;
+                }
+                let base = layout.group_offset(group) as usize;
+                for (s, &(k, meta)) in chunk.iter().enumerate() {
+                    region.store(base + slot_word(s as u32) as usize, k);
+                    region.store(base + slot_word(s as u32) as usize + 1, meta);
+                }
+            }
+            let head = layout.group_offset(new) as usize;
+            let tail = region.load(head + G_TAIL as usize);
+            region.store(head + G_TAIL as usize, group_tail(level + 1, tail_link(tail)));
+            region.store(head + G_PRESENT as usize, 1);
+            let old_chain: Vec<u32> = self.chain(t, old).collect();
+            for g in old_chain {
+                let at = layout.group_offset(g) as usize + G_TAIL as usize;
+                let tail = region.load(at);
+                region.store(at, group_tail(level + 1, tail_link(tail)));
+            }
+            a.split += 1;
+            if a.split == 1u32 << a.level {
+                a.level += 1;
+                a.split = 0;
+            }
+            self.catalog.note_level(t, a.level);
+        }
+        Ok(())
+    }
+
+    /// Turns `key`'s hash entry naming slot `idx` into a tombstone (in the bucket that
+    /// holds the key now; a stale copy in a split bucket is ignored by every reader).
+    fn unindex(&self, t: TableId, a: &mut Alloc, key: u64, idx: u32) {
+        let layout = *self.catalog.layout(t);
+        let region = self.region(t);
+        let b = a.bucket_of(hash_key(key));
+        for g in self.chain(t, b) {
+            let base = layout.group_offset(g) as usize;
+            for s in 0..GROUP_SLOTS as usize {
+                let at = base + slot_word(s as u32) as usize;
+                let meta = region.load(at + 1);
+                if meta == META_EMPTY {
+                    return;
+                }
+                if meta == META_USED_BASE + idx as u64 && region.load(at) == key {
+                    region.store(at + 1, META_TOMBSTONE);
+                    a.entries -= 1;
+                    return;
+                }
+            }
         }
     }
 
@@ -301,6 +586,16 @@ impl Store {
                 // Retired: its version words are used up.
                 continue;
             }
+            let old_key = region.load(off + H_KEY as usize);
+            let old_version = key_version(v);
+            let files = old_version >= INITIAL_VERSION && !a.gone.contains_key(&old_key);
+            if files && self.catalog.spec(t).capacity_max_per_node.is_none() {
+                // A growing table's deleted keys grow with it: the budget counts them.
+                if let Err(e) = self.cover_heap(t, a, GONE_BYTES_PER_KEY_MAX) {
+                    a.queue(idx);
+                    return Err(e);
+                }
+            }
             if !take_free_lock(
                 region,
                 off + H_LOCK as usize,
@@ -311,14 +606,15 @@ impl Store {
                 a.queue(idx);
                 continue;
             }
-            let old_key = region.load(off + H_KEY as usize);
-            let old_version = key_version(v);
             // An undone insert of a key that never existed leaves nothing to remember.
             if old_version >= INITIAL_VERSION {
                 // What the sizing counted; more is a workload that misdeclared its keys.
-                let max = self.catalog.spec(t).gone_keys_max_per_node;
+                let max = match self.catalog.spec(t).capacity_max_per_node {
+                    Some(_) => self.catalog.spec(t).gone_keys_max_per_node as usize,
+                    None => usize::MAX,
+                };
                 assert!(
-                    a.gone.len() < max as usize || a.gone.contains_key(&old_key),
+                    a.gone.len() < max || a.gone.contains_key(&old_key),
                     "table {}: deleting key {old_key} files more than the {max} deleted keys the workload declared (gone_keys_max_per_node)",
                     self.name(t)
                 );
@@ -332,7 +628,7 @@ impl Store {
                 off + H_VERSION as usize,
                 VERSION_ABSENT | make_version(inc + 1, 0),
             );
-            self.unindex(t, old_key, idx);
+            self.unindex(t, a, old_key, idx);
             return Ok((idx, inc + 1));
         }
         Err(if busy {
@@ -420,31 +716,41 @@ impl Store {
             return Ok((idx, version));
         }
         let gone = a.gone.get(&key).copied();
+        if shard.ordered.is_some()
+            && gone.is_none()
+            && self.catalog.spec(t).capacity_max_per_node.is_none()
+        {
+            // A key new to a growing table's ordered index: the budget counts its bytes.
+            self.cover_heap(t, &mut a, ordered::BYTES_PER_KEY_MAX)?;
+        }
         let version_of_key = gone.map_or(INITIAL_VERSION, |v| v + 1);
-        // A reclaim needs no free index slot of its own: it frees the old key's.
         let hold = if lock != 0 { lock } else { LOCK_RECLAIM };
         let reclaimed = if a.next_fresh < layout.capacity {
+            let next = a.next_fresh;
+            self.cover_record(t, &mut a, next)?;
             None
         } else {
             Some(self.reclaim(t, &mut a, hold, key)?)
         };
-        // The first empty or tombstone slot: `key` is not in the index, so a probe for it
-        // may stop at the slot it gets.
-        let Some(slot) = self.free_index_slot(t, key) else {
-            if let Some((idx, _)) = reclaimed {
-                // Give the slot back: absent, unlocked, named by no index entry.
-                region.store(layout.record_offset(idx) as usize + H_LOCK as usize, 0);
-                a.queue(idx);
+        // Room in the index first: a reclaim freed its old key's entry, and a bucket whose
+        // chain is full gets an overflow group.
+        let bucket = a.bucket_of(hash_key(key));
+        let slot = match self.free_slot_in(t, &mut a, bucket) {
+            Ok(slot) => slot,
+            Err(e) => {
+                if let Some((idx, _)) = reclaimed {
+                    // Give the slot back: absent, unlocked, named by no index entry.
+                    region.store(layout.record_offset(idx) as usize + H_LOCK as usize, 0);
+                    a.queue(idx);
+                }
+                return Err(e);
             }
-            return Err(StoreError::IndexFull {
-                table: self.name(t),
-                slots: layout.index_groups as u64 * GROUP_SLOTS as u64,
-            });
         };
         let (idx, inc) = match reclaimed {
             Some(r) => r,
             None => {
                 a.next_fresh += 1;
+                self.publish_high_water(t, a.next_fresh);
                 (a.next_fresh - 1, 0)
             }
         };
@@ -470,9 +776,18 @@ impl Store {
         if reclaimed.is_some() && lock == 0 {
             region.store(off + H_LOCK as usize, 0);
         }
-        // Publish in the index: key before meta, so a reader that sees the meta sees the key.
+        // Publish in the index: key before meta, so a reader that sees the meta sees the
+        // key; a reused slot is a tombstone first, so no reader pairs its old meta with
+        // the new key.
+        if region.load(slot + 1) != META_EMPTY {
+            region.store(slot + 1, META_TOMBSTONE);
+        }
         region.store(slot, key);
         region.store(slot + 1, META_USED_BASE + idx as u64);
+        a.entries += 1;
+        // A split the budget refuses leaves the index as it is (chains grow instead) and
+        // the refusal on the budget, which stops the run: this insert is done either way.
+        let _ = self.maybe_split(t, &mut a);
         if gone.is_some() {
             a.gone.remove(&key);
         }
@@ -625,7 +940,45 @@ impl Store {
     /// Record slots handed out on this node, live, deleted or reclaimed: slots
     /// `0..used_slots` are the ones that ever held a record.
     pub fn used_slots(&self, t: TableId) -> u32 {
-        self.shards[t.0 as usize].alloc.lock().next_fresh
+        self.shards[t.0 as usize]
+            .high_water
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn publish_high_water(&self, t: TableId, used: u32) {
+        self.shards[t.0 as usize]
+            .high_water
+            .store(used, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// The chain of one bucket, group by group.
+mod chain {
+    use crate::layout::{tail_link, TableLayout, G_TAIL};
+    use atoll_fabric::Region;
+
+    pub struct Chain<'a> {
+        pub region: &'a Region,
+        pub layout: TableLayout,
+        pub next: Option<u32>,
+    }
+
+    impl Iterator for Chain<'_> {
+        type Item = u32;
+        fn next(&mut self) -> Option<u32> {
+            let g = self.next?;
+            let link = tail_link(
+                self.region
+                    .load(self.layout.group_offset(g) as usize + G_TAIL as usize),
+            );
+            // Links only point past the heads, to groups the owner chained in order.
+            assert!(
+                link == 0 || (link - 1 > g as u64 && link - 1 < self.layout.index_groups as u64),
+                "group {g} links to {link}: not an index this store wrote"
+            );
+            self.next = (link != 0).then(|| (link - 1) as u32);
+            Some(g)
+        }
     }
 }
 
@@ -633,6 +986,23 @@ impl Store {
 mod tests {
     use super::*;
     use crate::layout::{Partition, TableSpec};
+    use std::collections::BTreeMap;
+
+    /// What a one-sided reader starting at level `hint` finds: READs of whole groups.
+    fn read_walk(s: &Store, t: TableId, layout: &TableLayout, key: u64, hint: u8) -> Option<u32> {
+        let h = hash_key(key);
+        let mut walk = IndexWalk::start(layout, h, hint);
+        let mut words = [0u64; GROUP_WORDS as usize];
+        loop {
+            s.region(t)
+                .read_into(layout.group_offset(walk.group()) as usize, &mut words);
+            match walk.step(layout, key, h, |w| words[w as usize]) {
+                WalkStep::Found(i) => return Some(i),
+                WalkStep::Absent => return None,
+                WalkStep::Read(_) => {}
+            }
+        }
+    }
 
     /// The churn tests' key spaces are a few thousand keys at most.
     const GONE_KEYS_TESTS: u32 = 10_000;
@@ -642,6 +1012,7 @@ mod tests {
             name: "t".into(),
             payload_words: 2,
             capacity_per_node: capacity,
+            capacity_max_per_node: Some(capacity),
             partition: Partition::Modulo,
             ordered: true,
             gone_keys_max_per_node: GONE_KEYS_TESTS,
@@ -649,6 +1020,115 @@ mod tests {
         let catalog = Arc::new(Catalog::new(1, vec![spec], vec![]));
         let mem = Arc::new(NodeMemory::new(NodeId(0), &catalog.region_words()));
         Store::new(catalog, mem)
+    }
+
+    /// A store whose one table starts laid out for `start` records and grows, within
+    /// `budget_bytes`.
+    fn growing(start: u32, budget_bytes: u64) -> Store {
+        let spec = TableSpec {
+            name: "t".into(),
+            payload_words: 2,
+            capacity_per_node: start,
+            capacity_max_per_node: None,
+            partition: Partition::Modulo,
+            ordered: true,
+            gone_keys_max_per_node: 0,
+        };
+        let catalog = Arc::new(Catalog::new(1, vec![spec], vec![]).with_growth(1 << 30, 0));
+        let mem = Arc::new(NodeMemory::new(NodeId(0), &catalog.region_words()));
+        Store::with_budget(catalog, mem, Arc::new(MemoryBudget::new(budget_bytes))).unwrap()
+    }
+
+    #[test]
+    fn store_grows_a_table_past_its_start_and_every_reader_finds_every_key_from_any_level() {
+        let s = growing(8, u64::MAX);
+        let t = TableId(0);
+        let layout = *s.catalog.layout(t);
+        assert_eq!(layout.level_initial, 1, "8 records start in 2 buckets");
+        let mut model = BTreeMap::new();
+        let mut x = 7u64;
+        for step in 0..60_000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let key = (x >> 20) % 40_000;
+            if x % 5 == 0 {
+                assert_eq!(s.delete(t, key).is_ok(), model.remove(&key).is_some(), "delete {key}");
+            } else {
+                match s.insert(t, key, &[key, step]) {
+                    Ok(idx) => assert!(model.insert(key, idx).is_none()),
+                    Err(StoreError::Duplicate { .. }) => assert!(model.contains_key(&key)),
+                    Err(e) => panic!("insert {key} at {step}: {e}"),
+                }
+            }
+        }
+        let a = s.shards[0].alloc.lock().level;
+        assert!(a >= 12, "the index split to level {a}");
+        for key in 0..40_000 {
+            assert_eq!(s.lookup(t, key), model.get(&key).copied(), "lookup {key}");
+            for hint in [0, layout.level_initial, a - 3, a, a + 1, layout.level_max] {
+                let live = read_walk(&s, t, &layout, key, hint).filter(|&i| s.live_key_at(t, i, key));
+                assert_eq!(live, model.get(&key).copied(), "READ walk of {key} from level {hint}");
+            }
+        }
+        assert!(s.charged_bytes()[0] > 0, "the growth was counted");
+    }
+
+    #[test]
+    fn store_readers_find_every_inserted_key_while_the_index_splits_under_them() {
+        let s = Arc::new(growing(4, u64::MAX));
+        let t = TableId(0);
+        let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let reader = {
+            let (s, done) = (s.clone(), done.clone());
+            std::thread::spawn(move || {
+                let layout = *s.catalog.layout(t);
+                let mut checked = 0u64;
+                loop {
+                    let upto = done.load(std::sync::atomic::Ordering::Acquire);
+                    if upto == u64::MAX {
+                        return checked;
+                    }
+                    for key in upto.saturating_sub(64)..upto {
+                        assert!(
+                            read_walk(&s, t, &layout, key, (key % 20) as u8).is_some(),
+                            "key {key}, inserted before, not found (inserted up to {upto})"
+                        );
+                        checked += 1;
+                    }
+                }
+            })
+        };
+        for key in 0..200_000u64 {
+            s.insert(t, key, &[key, 0]).unwrap();
+            done.store(key + 1, std::sync::atomic::Ordering::Release);
+        }
+        done.store(u64::MAX, std::sync::atomic::Ordering::Release);
+        assert!(reader.join().unwrap() > 0);
+    }
+
+    #[test]
+    fn store_growth_past_the_budget_is_refused_naming_the_table_and_kept_on_the_budget() {
+        let s = growing(8, 3 * SLAB_BYTES);
+        let t = TableId(0);
+        let mut refused = None;
+        for key in 0..1_000_000u64 {
+            match s.insert(t, key, &[key, 0]) {
+                Ok(_) => {}
+                Err(StoreError::OverBudget(r)) => {
+                    refused = Some((key, r));
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let (key, r) = refused.expect("a 3 MiB budget refuses a million records");
+        assert!(key > 1000, "refused after {key} records");
+        assert!(r.structure.ends_with("of table t"), "{}", r.structure);
+        assert_eq!(r.limit_bytes, 3 * SLAB_BYTES);
+        assert_eq!(s.budget().refusal(), Some(r));
+        assert!(s.budget().used_bytes() <= 3 * SLAB_BYTES);
+        for k in 0..key {
+            assert!(s.lookup(t, k).is_some(), "key {k} inserted before the refusal is kept");
+        }
     }
 
     #[test]
@@ -683,18 +1163,8 @@ mod tests {
         let layout = *s.catalog.layout(t);
         for key in 0..4000 {
             assert_eq!(s.lookup(t, key), model.get(&key).copied(), "lookup {key}");
-            // What a one-sided reader does: READ groups and probe them.
-            let mut g = layout.home_group(key);
-            let mut words = [0u64; GROUP_WORDS as usize];
-            let found = loop {
-                s.region(t)
-                    .read_into(layout.group_offset(g) as usize, &mut words);
-                match probe_group(&words, key) {
-                    GroupProbe::Found(i) => break Some(i),
-                    GroupProbe::Absent => break None,
-                    GroupProbe::Continue => g = (g + 1) & (layout.index_groups - 1),
-                }
-            };
+            // What a one-sided reader does: READ groups and walk them.
+            let found = read_walk(&s, t, &layout, key, 0);
             // A deleted key keeps its slot, whose record says absent.
             let live = found.filter(|&i| s.live_key_at(t, i, key));
             assert_eq!(live, model.get(&key).copied(), "one-sided probe of {key}");
@@ -711,6 +1181,7 @@ mod tests {
             name: "t".into(),
             payload_words: 2,
             capacity_per_node: 1,
+            capacity_max_per_node: Some(1),
             partition: Partition::Modulo,
             ordered: true,
             gone_keys_max_per_node: 0,
@@ -926,6 +1397,7 @@ mod tests {
             name: "h".into(),
             payload_words: 1,
             capacity_per_node: 4,
+            capacity_max_per_node: Some(4),
             partition: Partition::Modulo,
             ordered: false,
             gone_keys_max_per_node: 0,

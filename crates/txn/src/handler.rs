@@ -534,7 +534,11 @@ impl Local {
                         index: 0,
                         holder: LOCK_UNSTABLE,
                     },
-                    Err(StoreError::Full { .. } | StoreError::IndexFull { .. }) => Reply::Full,
+                    Err(
+                        StoreError::Full { .. }
+                        | StoreError::IndexFull { .. }
+                        | StoreError::OverBudget(_),
+                    ) => Reply::Full,
                     Err(
                         StoreError::NotHere { .. }
                         | StoreError::PayloadWords { .. }
@@ -719,6 +723,7 @@ mod tests {
             name: "t".into(),
             payload_words: 3,
             capacity_per_node: 16,
+            capacity_max_per_node: Some(16),
             partition: Partition::Modulo,
             ordered: false,
             gone_keys_max_per_node: 0,

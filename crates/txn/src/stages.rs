@@ -14,7 +14,7 @@ use crate::ts::Timestamp;
 use crate::Idxs;
 use atoll_fabric::{Completions, NodeId, Words};
 use atoll_storage::layout::{
-    probe_group, probe_group_by, GroupProbe, TableLayout, GROUP_WORDS, HEADER_WORDS, H_KEY, H_LOCK,
+    IndexWalk, TableLayout, WalkStep, GROUP_WORDS, HEADER_WORDS, H_KEY, H_LOCK,
     H_RTS, H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
 };
 
@@ -122,19 +122,15 @@ pub fn item<S: EntryState>(tx: &TxnCore<'_, S>, i: usize) -> Item {
     }
 }
 
-/// Finds entry `i`'s record slot by probing its own node's index groups in place (the
-/// same probe sequence the READs below take, without copying a group through a verb).
-fn locate_in_place<S: EntryState>(
-    tx: &mut TxnCore<'_, S>,
-    i: usize,
-    home_group: u32,
-) -> Result<(), Abort> {
+/// Finds entry `i`'s record slot by walking its own node's index in place (the same walk
+/// the READs below take, without copying a group through a verb).
+fn locate_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(), Abort> {
     let e = &tx.entries[i];
     let layout = tx.c.catalog.layout(e.table);
-    let mut group = home_group;
-    // Bounded by the table's groups: a full index has been probed through once.
-    for _ in 0..layout.index_groups {
-        let ptr = tx.c.catalog.group_ptr(e.table, e.node, group);
+    let mut walk = IndexWalk::start(layout, e.key_hash, tx.c.catalog.level_hint(e.table));
+    // The walk bounds itself (every group and level at most once).
+    loop {
+        let ptr = tx.c.catalog.group_ptr(e.table, e.node, walk.group());
         let region = tx.c.ep.local_memory().region(ptr.region);
         let at = ptr.offset_words as usize;
         // One bounds check for the group, none per word (`w` < GROUP_WORDS).
@@ -142,10 +138,11 @@ fn locate_in_place<S: EntryState>(
             .span("index group probe", at, GROUP_WORDS as usize)
             .try_into()
             .expect("a span of GROUP_WORDS words");
-        match probe_group_by(e.key, |w| {
+        match walk.step(layout, e.key, e.key_hash, |w| {
             words[w as usize].load(std::sync::atomic::Ordering::Acquire)
         }) {
-            GroupProbe::Found(loc) => {
+            WalkStep::Found(loc) => {
+                tx.c.catalog.note_level(e.table, walk.level());
                 // The record's lines asked for now, as each key is found: the stage after
                 // this one touches every record in turn, and their misses overlap.
                 let slot = tx.c.catalog.record_ptr(e.table, e.node, loc);
@@ -153,11 +150,10 @@ fn locate_in_place<S: EntryState>(
                 tx.entries[i].loc = Some(Loc(loc));
                 return Ok(());
             }
-            GroupProbe::Absent => return Err(Abort::NotFound),
-            GroupProbe::Continue => group = (group + 1) & (layout.index_groups - 1),
+            WalkStep::Absent => return Err(Abort::NotFound),
+            WalkStep::Read(_) => {}
         }
     }
-    Err(Abort::NotFound)
 }
 
 /// Finds the record slots of entries not yet located: its own node's in place where the
@@ -165,22 +161,25 @@ fn locate_in_place<S: EntryState>(
 /// is consulted when an entry is added).
 pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> Result<(), Abort> {
     let (me, inline) = (tx.c.node(), tx.c.ep.local_inline());
-    // Own-node entries to locate in place and their home groups, whose lines are all asked
-    // for first: their misses overlap.
-    let mut here: smallvec::SmallVec<[(usize, u32); 16]> = smallvec::SmallVec::new();
+    // Own-node entries to locate in place, whose first groups' lines are all asked for
+    // first: their misses overlap.
+    let mut here: smallvec::SmallVec<[usize; 16]> = smallvec::SmallVec::new();
     if inline {
         for &i in idxs {
             let e = &tx.entries[i];
             if e.loc.is_none() && e.node == me {
-                let group = tx.c.catalog.layout(e.table).home_group_of_hash(e.key_hash);
-                tx.c.ep
-                    .prefetch_in_place(tx.c.catalog.group_ptr(e.table, e.node, group), GROUP_WORDS);
-                here.push((i, group));
+                let layout = tx.c.catalog.layout(e.table);
+                let walk = IndexWalk::start(layout, e.key_hash, tx.c.catalog.level_hint(e.table));
+                tx.c.ep.prefetch_in_place(
+                    tx.c.catalog.group_ptr(e.table, e.node, walk.group()),
+                    GROUP_WORDS,
+                );
+                here.push(i);
             }
         }
     }
-    for &(i, group) in &here {
-        locate_in_place(tx, i, group)?;
+    for &i in &here {
+        locate_in_place(tx, i)?;
     }
     let mut todo = Idxs::new();
     for &i in idxs {
@@ -195,49 +194,51 @@ pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> R
             todo.push(i);
         }
     }
-    let mut groups: smallvec::SmallVec<[u32; 16]> = todo
+    let mut walks: smallvec::SmallVec<[IndexWalk; 16]> = todo
         .iter()
         .map(|&i| {
-            tx.c.catalog
-                .layout(tx.entries[i].table)
-                .home_group_of_hash(tx.entries[i].key_hash)
+            let e = &tx.entries[i];
+            IndexWalk::start(
+                tx.c.catalog.layout(e.table),
+                e.key_hash,
+                tx.c.catalog.level_hint(e.table),
+            )
         })
         .collect();
-    let mut probes = 0u32;
+    // Each walk bounds itself (every group and level at most once), so this loop ends.
     while !todo.is_empty() {
         let mut d = tx.c.ep.doorbell_for(todo.len());
         for (j, &i) in todo.iter().enumerate() {
             let e = &tx.entries[i];
             d.read(
-                tx.c.catalog.group_ptr(e.table, e.node, groups[j]),
+                tx.c.catalog.group_ptr(e.table, e.node, walks[j].group()),
                 GROUP_WORDS,
             );
         }
         let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
         let mut next: Idxs = Idxs::new();
-        let mut next_groups = smallvec::SmallVec::<[u32; 16]>::new();
+        let mut next_walks = smallvec::SmallVec::<[IndexWalk; 16]>::new();
         for (j, &i) in todo.iter().enumerate() {
             let e = &tx.entries[i];
-            match probe_group(res.read(j), e.key) {
-                GroupProbe::Found(loc) => {
+            let layout = tx.c.catalog.layout(e.table);
+            let words = res.read(j);
+            let mut walk = walks[j];
+            match walk.step(layout, e.key, e.key_hash, |w| words[w as usize]) {
+                WalkStep::Found(loc) => {
                     let (t, n, k) = (e.table, e.node, e.key);
+                    tx.c.catalog.note_level(t, walk.level());
                     tx.entries[i].loc = Some(Loc(loc));
                     tx.c.cache_loc(t, n, k, Loc(loc));
                 }
-                GroupProbe::Absent => return Err(Abort::NotFound),
-                GroupProbe::Continue => {
-                    let layout = tx.c.catalog.layout(e.table);
-                    if probes + 1 >= layout.index_groups {
-                        return Err(Abort::NotFound);
-                    }
+                WalkStep::Absent => return Err(Abort::NotFound),
+                WalkStep::Read(_) => {
                     next.push(i);
-                    next_groups.push((groups[j] + 1) & (layout.index_groups - 1));
+                    next_walks.push(walk);
                 }
             }
         }
-        probes += 1;
         todo = next;
-        groups = next_groups;
+        walks = next_walks;
     }
     Ok(())
 }

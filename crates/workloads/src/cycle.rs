@@ -281,6 +281,7 @@ impl Workload for Cycle {
                 name: "pairs".into(),
                 payload_words: self.record_words as u32,
                 capacity_per_node: (2 * self.pairs) as u32,
+                capacity_max_per_node: Some((2 * self.pairs) as u32),
                 partition: Partition::Modulo,
                 ordered: false,
                 gone_keys_max_per_node: 0,
@@ -289,6 +290,7 @@ impl Workload for Cycle {
                 name: "dyn".into(),
                 payload_words: 1,
                 capacity_per_node: self.dyn_slots as u32,
+                capacity_max_per_node: Some(self.dyn_slots as u32),
                 partition: Partition::Range {
                     keys_per_node: self.keys_per_node(),
                 },
@@ -300,6 +302,7 @@ impl Workload for Cycle {
                 name: "guards".into(),
                 payload_words: 1,
                 capacity_per_node: self.ranges as u32,
+                capacity_max_per_node: Some(self.ranges as u32),
                 partition: Partition::Range {
                     keys_per_node: self.ranges,
                 },

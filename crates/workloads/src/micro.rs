@@ -235,6 +235,7 @@ impl Workload for Micro {
             name: "rows".into(),
             payload_words: self.payload_words() as u32,
             capacity_per_node: self.rows_per_node as u32,
+            capacity_max_per_node: Some(self.rows_per_node as u32),
             partition: Partition::Range {
                 keys_per_node: self.rows_per_node,
             },

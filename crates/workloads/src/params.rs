@@ -62,6 +62,14 @@ impl<'a> Knobs<'a> {
         Ok(v)
     }
 
+    /// An optional cap: a whole number in `min..=max`, or `none` (the default) for none.
+    pub fn cap(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>, ParamError> {
+        match self.raw(name) {
+            None | Some("none") => Ok(None),
+            Some(_) => self.u64(name, min, min, max).map(Some),
+        }
+    }
+
     pub fn f64(&self, name: &str, default: f64, min: f64, max: f64) -> Result<f64, ParamError> {
         let Some(s) = self.raw(name) else {
             return Ok(default);

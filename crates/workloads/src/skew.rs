@@ -220,6 +220,7 @@ impl Workload for Skew {
             payload_words: 1,
             // Key modulo N: 2 × pairs × N keys, 2 × pairs on each node.
             capacity_per_node: (SIDES * self.pairs) as u32,
+            capacity_max_per_node: Some((SIDES * self.pairs) as u32),
             partition: Partition::Modulo,
             ordered: false,
         }]

@@ -259,6 +259,7 @@ impl Workload for SmallBank {
             name: name.into(),
             payload_words: 1,
             capacity_per_node: self.accounts as u32,
+            capacity_max_per_node: Some(self.accounts as u32),
             partition: Partition::Range {
                 keys_per_node: self.accounts,
             },

@@ -461,6 +461,7 @@ impl Workload for Ycsb {
             name: "usertable".into(),
             payload_words: self.payload_words() as u32,
             capacity_per_node: self.records as u32,
+            capacity_max_per_node: Some(self.records as u32),
             partition: Partition::Range {
                 keys_per_node: self.records,
             },

@@ -19,9 +19,10 @@
 //!
 //! Scale knobs (defaults are the spec's sizes): `warehouses` (per node),
 //! `customers_per_district` (3000; orders loaded per district equal it, 30% of them
-//! undelivered), `items` (100000), `new_orders_max` (orders a run may add per district:
-//! ORDER, ORDER-LINE, NEW-ORDER and HISTORY tables are fixed-size, sized for the load plus
-//! this; a NewOrder beyond it aborts `TableFull`), `mix`, `weights` (five percentages in
+//! undelivered), `items` (100000), `new_orders_max` (a cap on the orders a run may
+//! add per district, `none` by default: ORDER, ORDER-LINE, NEW-ORDER, HISTORY and
+//! ORDER_BY_CUSTOMER grow as the run's memory budget allows; with a cap they are sized for
+//! the load plus it, and a NewOrder beyond it aborts `TableFull`), `mix`, `weights` (five percentages in
 //! [`TYPES`] order summing to 100, replacing the mix's), `delivery` (`batch`: one
 //! transaction delivers all ten districts, spec 2.7; `per_district`: one each),
 //! `payment_remote` (`customer`: a remote Payment pays its home warehouse for a customer of
@@ -77,7 +78,6 @@ const CUSTOMERS_PER_DISTRICT_SPEC: u64 = 3000;
 /// Fewest customers per district: enough for 30% undelivered orders and NURand's range.
 const CUSTOMERS_PER_DISTRICT_MIN: u64 = 10;
 const ITEMS_MIN: u64 = 20;
-const NEW_ORDERS_MAX_DEFAULT: u64 = 3000;
 const WAREHOUSES_PER_NODE_MAX: u64 = 1024;
 
 #[derive(Clone, Debug)]
@@ -86,7 +86,8 @@ pub struct Tpcc {
     pub warehouses: u64,
     pub customers_per_district: u64,
     pub items: u64,
-    pub new_orders_max: u64,
+    /// A cap on the orders a run may add per district (`None`: the tables grow).
+    pub new_orders_max: Option<u64>,
     pub mix: &'static str,
     weights: [u64; 5],
     /// Remote customers and supplying warehouses replaced by the home warehouse.
@@ -121,12 +122,8 @@ impl Tpcc {
             CUSTOMERS_MAX,
         )?;
         let items = k.u64("items", ITEMS_MAX, ITEMS_MIN, ITEMS_MAX)?;
-        let new_orders_max = k.u64(
-            "new_orders_max",
-            NEW_ORDERS_MAX_DEFAULT,
-            1,
-            ORDER_ID_MAX - customers_per_district,
-        )?;
+        let new_orders_max =
+            k.cap("new_orders_max", 1, ORDER_ID_MAX - customers_per_district)?;
         let mix = k.choice("mix", MIX_NAMES[0], &MIX_NAMES)?;
         let (_, mut weights, shardable) = *MIXES.iter().find(|m| m.0 == mix).expect("a listed mix");
         if let Some(w) = k.u64_list("weights", TYPES.len(), 0, PERCENT)? {
@@ -174,9 +171,13 @@ impl Tpcc {
         self.customers_per_district * UNDELIVERED_PERCENT / 100
     }
 
-    /// Per district: orders at the end of the load, and the most a run can reach.
-    fn orders_capacity(&self) -> u64 {
-        self.customers_per_district + self.new_orders_max
+    /// Per district and table: the records loaded, and the most the run may reach (`None`:
+    /// no cap).
+    fn growing(&self, loaded: u64, per_order: u64) -> (u64, Option<u64>) {
+        (
+            loaded,
+            self.new_orders_max.map(|m| loaded + m * per_order),
+        )
     }
 
     fn partition(&self) -> Partition {
@@ -192,7 +193,11 @@ impl Tpcc {
                 self.customers_per_district.to_string(),
             ),
             ("items".into(), self.items.to_string()),
-            ("new_orders_max".into(), self.new_orders_max.to_string()),
+            (
+                "new_orders_max".into(),
+                self.new_orders_max
+                    .map_or_else(|| "none".to_string(), |m| m.to_string()),
+            ),
             ("mix".into(), self.mix.to_string()),
             (
                 "weights".into(),
@@ -217,7 +222,6 @@ impl Tpcc {
         let w = self.warehouses;
         let districts = w * DISTRICTS;
         let customers = districts * self.customers_per_district;
-        let orders = districts * self.orders_capacity();
         let capacity = |n: u64| -> u32 {
             // The sizing refuses what does not fit memory; a count over u32 cannot be a
             // table at all, so it saturates and the sizing names it.
@@ -227,52 +231,55 @@ impl Tpcc {
             name: name.into(),
             payload_words: words,
             capacity_per_node: capacity(n),
+            capacity_max_per_node: Some(capacity(n)),
             partition: self.partition(),
             ordered,
             gone_keys_max_per_node: 0,
         };
+        // A table the run adds to: its loaded rows per district, and what one order (or
+        // payment, as many as orders) adds.
+        let grows = |name: &str, words: u32, loaded: u64, per_order: u64, ordered: bool| {
+            let (start, max) = self.growing(loaded, per_order);
+            TableSpec {
+                capacity_max_per_node: max.map(|m| capacity(districts * m)),
+                ..spec(name, words, districts * start, ordered)
+            }
+        };
+        let cpd = self.customers_per_district;
+        let new_order = grows("new_order", NEW_ORDER_WORDS, self.undelivered_loaded(), 1, true);
         let tables = vec![
             spec("warehouse", WAREHOUSE_WORDS, w, false),
             spec("district", DISTRICT_WORDS, districts, false),
             spec("customer", CUSTOMER_WORDS, customers, false),
             // One loaded row per customer, and one per payment the run may add (as many
             // as orders: Payment runs about as often as NewOrder in every mix with it).
-            spec(
-                "history",
-                HISTORY_WORDS,
-                customers + districts * self.new_orders_max,
-                false,
-            ),
+            grows("history", HISTORY_WORDS, cpd, 1, false),
             TableSpec {
                 // Delivery deletes NEW-ORDER rows and their keys (order ids) never come
-                // back: at most every order the table ever held, its capacity.
-                gone_keys_max_per_node: capacity(
-                    districts * (self.undelivered_loaded() + self.new_orders_max),
-                ),
-                ..spec(
-                    "new_order",
-                    NEW_ORDER_WORDS,
-                    districts * (self.undelivered_loaded() + self.new_orders_max),
-                    true,
-                )
+                // back: under a cap, at most every order the table ever held (without
+                // one, the run's budget counts them as they come).
+                gone_keys_max_per_node: new_order.capacity_max_per_node.unwrap_or(0),
+                ..new_order
             },
-            spec("order", ORDER_WORDS, orders, false),
-            spec(
+            grows("order", ORDER_WORDS, cpd, 1, false),
+            grows(
                 "order_line",
                 ORDER_LINE_WORDS,
-                orders * ORDER_LINES_MAX,
+                cpd * ORDER_LINES_MAX,
+                ORDER_LINES_MAX,
                 false,
             ),
             TableSpec {
                 name: "item".into(),
                 payload_words: ITEM_WORDS,
                 capacity_per_node: capacity(self.items),
+                capacity_max_per_node: Some(capacity(self.items)),
                 partition: Partition::Replicated,
                 ordered: false,
                 gone_keys_max_per_node: 0,
             },
             spec("stock", STOCK_WORDS, w * self.items, false),
-            spec("order_by_customer", INDEX_WORDS, orders, true),
+            grows("order_by_customer", INDEX_WORDS, cpd, 1, true),
             spec("customer_by_name", INDEX_WORDS, customers, true),
         ];
         debug_assert_eq!(tables.len(), CUSTOMER_BY_NAME.0 as usize + 1);
