@@ -313,6 +313,12 @@ pub struct BenchArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// Memory the run may take, everything it allocates counted (tables as they grow,
+    /// indexes, logs, co-routines): bytes, or with a unit (512MiB, 8GiB); default 75% of
+    /// physical memory. A run that would grow past it stops, naming what grew (exit 1).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<String>,
     /// Round-trip latency added to remote verbs, in microseconds: one number for all, or
     /// per class, e.g. read=2,write=2,cas=2.5,fetch_add=2.5,rpc=4.
     #[arg(long, allow_hyphen_values = true)]
@@ -581,6 +587,10 @@ pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
     }
     if let Some(v) = a.seed {
         cfg.seed = v;
+    }
+    if let Some(s) = a.memory_max.as_ref() {
+        cfg.memory_max_bytes =
+            Some(atoll_runner::config::parse_bytes("--memory-max", s).map_err(|e| e.0)?);
     }
     if let Some(s) = a.net_latency_us.as_ref() {
         cfg.net_latency_us = atoll_runner::config::parse_latency_us(s).map_err(|e| e.0)?;

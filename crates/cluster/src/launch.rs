@@ -497,12 +497,27 @@ pub fn run_cluster(cfg: &RunConfig, cc: &ClusterConfig) -> Result<Report, Cluste
     cfg.protocol.dispatch(V { cfg, cc })
 }
 
+/// Without `--memory-max`, an `atoll cluster` run's budget is this many times what its
+/// nodes take at start (or the machine's share, if less).
+pub const CLUSTER_GROWTH_FACTOR: u64 = 2;
+
 pub(crate) fn coordinate<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: W,
     cc: &ClusterConfig,
 ) -> Result<Report, ClusterError> {
     let wall = Instant::now();
+    let sizing = atoll_runner::run::layout::<W, P>(cfg, &w)?.sizing;
+    // Each node process reserves its share of the budget at start (UCX allocates its
+    // regions whole, so peers on this machine can map them): without --memory-max, room
+    // for the tables to grow to CLUSTER_GROWTH_FACTOR times their start, not a share of
+    // the machine's memory per process.
+    let mut cfg = cfg.clone();
+    if cfg.memory_max_bytes.is_none() {
+        let room = sizing.total_bytes().saturating_mul(CLUSTER_GROWTH_FACTOR);
+        cfg.memory_max_bytes = Some(room.min(sizing.memory_max_bytes));
+    }
+    let cfg = &cfg;
     let sizing = atoll_runner::run::layout::<W, P>(cfg, &w)?.sizing;
     // Only the nodes on this machine count against its cores and memory.
     let (local, what) = match &cc.hosts {
@@ -578,6 +593,7 @@ pub(crate) fn coordinate_nodes<W: Workload, P: Protocol>(
         sim: None,
         log_ring_words: sizing.log_ring_words,
         memory_bytes: sizing.total_bytes(),
+        tables_start_bytes: sizing.table_start_bytes * sizing.memory_nodes as u64,
         coroutines_hung: 0,
         // No injected crashes here: a process that died is named by the failure itself.
         crashed: Vec::new(),

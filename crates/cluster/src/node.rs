@@ -518,9 +518,23 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
     // UCX allocates the node's words, so peers on this machine map them (real RMA over shm).
     let (arena, memory) = ucx::NodeArena::allocate(&ucfg, node, &catalog.region_words_of(node))
         .map_err(|e| ClusterError::BadInput(format!("node {}: {e}", node.0)))?;
+    // This process's share of the run's budget, its share of the fixed structures taken.
+    let nodes = cfg.nodes.max(1) as u64;
+    let budget = Arc::new(atoll_storage::MemoryBudget::new(
+        layout.sizing.memory_max_bytes / nodes,
+    ));
+    budget
+        .take(
+            || "the node's log, family regions, location caches and co-routines".into(),
+            node.0,
+            0,
+            layout.sizing.start_bytes_beside_tables() / nodes,
+        )
+        .map_err(|r| ClusterError::BadInput(format!("node {}: {r}", node.0)))?;
     let runtime = Arc::new(NodeRuntime::load_into(
         node,
         catalog.clone(),
+        budget,
         &w,
         Arc::new(memory),
     )?);

@@ -126,6 +126,9 @@ pub struct RunConfig {
     /// factor every cost of it is multiplied by.
     pub cpu_profile: String,
     pub cpu_scale: f64,
+    /// Bytes the run may take in all (`--memory-max`); `None`: a share of physical memory
+    /// ([`crate::sizing::memory_limit_bytes`]).
+    pub memory_max_bytes: Option<u64>,
 }
 
 impl Default for RunConfig {
@@ -157,8 +160,42 @@ impl Default for RunConfig {
             coalesce: true,
             cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
             cpu_scale: 1.0,
+            memory_max_bytes: None,
         }
     }
+}
+
+/// Units `--memory-max` accepts, with their bytes.
+const BYTE_UNITS: [(&str, u64); 7] = [
+    ("TiB", 1 << 40),
+    ("GiB", 1 << 30),
+    ("MiB", 1 << 20),
+    ("KiB", 1 << 10),
+    ("GB", 1_000_000_000),
+    ("MB", 1_000_000),
+    ("B", 1),
+];
+
+/// A byte count as `flag` takes it: a whole number of bytes or a number with a unit
+/// (`512MiB`, `1.5GiB`).
+pub fn parse_bytes(flag: &str, s: &str) -> Result<u64, ConfigError> {
+    let t = s.trim();
+    let (num, unit) = BYTE_UNITS
+        .iter()
+        .find_map(|&(u, b)| t.strip_suffix(u).map(|n| (n.trim(), b)))
+        .unwrap_or((t, 1));
+    let bad = || {
+        ConfigError(format!(
+            "{flag} '{}' is not a size: expected bytes or a positive number with a unit ({}), e.g. 512MiB",
+            s.chars().take(40).collect::<String>(),
+            BYTE_UNITS.map(|u| u.0).join(", ")
+        ))
+    };
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    if !v.is_finite() || v <= 0.0 || v * unit as f64 >= u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok((v * unit as f64) as u64)
 }
 
 /// A configuration value outside what is accepted.

@@ -128,6 +128,8 @@ pub struct RunFacts {
     pub sim: Option<SimInfo>,
     pub log_ring_words: u32,
     pub memory_bytes: u64,
+    /// What the tables of every node took at start (part of `memory_bytes`).
+    pub tables_start_bytes: u64,
     /// Co-routines of live nodes that waited with nothing left to happen (a hang).
     pub coroutines_hung: usize,
     /// Nodes the fabric crashed: when (ns), and how many co-routines stopped with them.
@@ -158,6 +160,7 @@ pub fn report<W: Workload, P: Protocol>(
         .min()
         .unwrap_or(u64::MAX);
     let versions = version_report(cfg, &summaries);
+    let memory = memory_report(cfg, w, &facts, &summaries, stopped_ns);
     // Every attempt, ordered by end time (ties by id), whichever node ran it.
     let mut history: Vec<TxnRecord> = summaries.into_iter().flat_map(|s| s.history).collect();
     history.sort_by_key(|r| (r.end_ns, r.id));
@@ -183,6 +186,7 @@ pub fn report<W: Workload, P: Protocol>(
         measured_s,
         W::FULL_TABLE_EXPECTED.then_some(W::NAME),
     ));
+    checks.push(budget_check(&memory));
     let passed = checks.iter().all(|c| c.passed);
     Report {
         format: FORMAT,
@@ -210,11 +214,83 @@ pub fn report<W: Workload, P: Protocol>(
         sim_wall_s: 0.0,
         ucx: None,
         versions,
+        memory,
         history,
         sim: facts.sim.map(|s| SimInfo {
             committed_total: all.committed_all,
             ..s
         }),
+    }
+}
+
+/// What the run took from its budget, from every node's summary: its tables' bytes at the
+/// end, and what it held beside them from the start.
+fn memory_report<W: Workload, L>(
+    cfg: &RunConfig,
+    w: &W,
+    facts: &RunFacts,
+    summaries: &[NodeSummary<L>],
+    stopped_ns: u64,
+) -> MemoryReport {
+    let (budget_bytes, budget_source) = crate::sizing::memory_limit(cfg);
+    let names: Vec<String> = w
+        .tables(cfg.memory_nodes())
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    let mut table_bytes: BTreeMap<String, u64> = names.iter().map(|n| (n.clone(), 0)).collect();
+    for s in summaries {
+        for (name, b) in names.iter().zip(&s.table_bytes) {
+            *table_bytes.get_mut(name).expect("a named table") += b;
+        }
+    }
+    let tables_end: u64 = table_bytes.values().sum();
+    let beside = facts.memory_bytes - facts.tables_start_bytes;
+    let end_bytes = beside + tables_end;
+    let elapsed_s = (stopped_ns.min(((cfg.warmup_s + cfg.duration_s) * 1e9) as u64) as f64 / 1e9)
+        .max(f64::MIN_POSITIVE);
+    let growth_bytes_per_s = tables_end.saturating_sub(facts.tables_start_bytes) as f64 / elapsed_s;
+    MemoryReport {
+        budget_bytes,
+        budget_source,
+        start_bytes: facts.memory_bytes,
+        end_bytes,
+        table_bytes,
+        growth_bytes_per_s,
+        budget_reached_in_s: (growth_bytes_per_s > 0.0)
+            .then(|| budget_bytes.saturating_sub(end_bytes) as f64 / growth_bytes_per_s),
+        refused: summaries.iter().find_map(|s| s.budget_refusal.clone()),
+    }
+}
+
+/// Whether the run stayed within its memory budget: a table refused growth stops the run
+/// (and fails it), naming what grew.
+fn budget_check(m: &MemoryReport) -> CheckReport {
+    use crate::sizing::human_bytes;
+    CheckReport {
+        name: "run.memory_budget".into(),
+        passed: m.refused.is_none(),
+        detail: match &m.refused {
+            Some(r) => format!(
+                "stopped: {r} ({} budget from {})",
+                human_bytes(m.budget_bytes),
+                m.budget_source
+            ),
+            None => format!(
+                "grew to {} of the {} budget ({}; {} at start){}",
+                human_bytes(m.end_bytes),
+                human_bytes(m.budget_bytes),
+                m.budget_source,
+                human_bytes(m.start_bytes),
+                match m.budget_reached_in_s {
+                    Some(s) => format!(
+                        ", {}/s: the budget in {s:.0} s more",
+                        human_bytes(m.growth_bytes_per_s as u64)
+                    ),
+                    None => String::new(),
+                }
+            ),
+        },
     }
 }
 

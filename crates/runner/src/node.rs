@@ -12,7 +12,7 @@ use crate::error::RunError;
 use crate::stats::{NodeStats, WorkerStats};
 use atoll_fabric::{NodeId, NodeMemory, NodeSetup};
 use atoll_history::TxnRecord;
-use atoll_storage::{Catalog, Store};
+use atoll_storage::{Catalog, MemoryBudget, Store};
 use atoll_txn::handler::StoreHandler;
 use atoll_workloads::{StorageCheck, Workload};
 use serde::de::DeserializeOwned;
@@ -71,6 +71,16 @@ pub struct NodeSummary<L> {
     /// the whole run.
     #[serde(default)]
     pub versions: [u64; atoll_txn::versions::VersionEvent::COUNT],
+    /// Bytes each of its tables took from the budget (records, index, heap), by table.
+    #[serde(default)]
+    pub table_bytes: Vec<u64>,
+    /// Its budget: what it held at the end, its limit, and the first growth it refused.
+    #[serde(default)]
+    pub budget_used_bytes: u64,
+    #[serde(default)]
+    pub budget_limit_bytes: u64,
+    #[serde(default)]
+    pub budget_refusal: Option<String>,
 }
 
 /// A node's checks of its own records against the merged ledger.
@@ -85,9 +95,14 @@ pub struct NodeChecks<C> {
 impl<W: Workload> NodeRuntime<W> {
     /// Registers the node's memory as the catalog lays it out and loads its partition (a
     /// node holding no records registers empty table regions and loads nothing).
-    pub fn load(node: NodeId, catalog: Arc<Catalog>, w: &W) -> Result<Self, RunError> {
+    pub fn load(
+        node: NodeId,
+        catalog: Arc<Catalog>,
+        budget: Arc<MemoryBudget>,
+        w: &W,
+    ) -> Result<Self, RunError> {
         let mem = Arc::new(NodeMemory::new(node, &catalog.region_words_of(node)));
-        Self::load_into(node, catalog, w, mem)
+        Self::load_into(node, catalog, budget, w, mem)
     }
 
     /// As [`NodeRuntime::load`], into memory a backend allocated (zeroed, laid out as
@@ -95,6 +110,7 @@ impl<W: Workload> NodeRuntime<W> {
     pub fn load_into(
         node: NodeId,
         catalog: Arc<Catalog>,
+        budget: Arc<MemoryBudget>,
         w: &W,
         mem: Arc<NodeMemory>,
     ) -> Result<Self, RunError> {
@@ -108,7 +124,11 @@ impl<W: Workload> NodeRuntime<W> {
             node.0
         );
         let holds_records = catalog.topology().holds_records(node);
-        let store = Store::new(catalog, mem);
+        let load_error = |e: &dyn std::fmt::Display| RunError::Load {
+            node,
+            message: e.to_string(),
+        };
+        let store = Store::with_budget(catalog, mem, budget).map_err(|e| load_error(&e))?;
         if holds_records {
             w.load(&store).map_err(|e| RunError::Load {
                 node,
@@ -215,6 +235,10 @@ impl<W: Workload> NodeRuntime<W> {
                 .map(|(n, t)| (n.0, t)),
             rpcs_served: None,
             versions: self.versions.get(),
+            table_bytes: self.store.charged_bytes(),
+            budget_used_bytes: self.store.budget().used_bytes(),
+            budget_limit_bytes: self.store.budget().limit_bytes(),
+            budget_refusal: self.store.budget().refusal().map(|r| r.to_string()),
         }
     }
 

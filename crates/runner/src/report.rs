@@ -201,11 +201,33 @@ pub struct Report {
     /// ([`atoll_txn::versions::VersionEvent`] names the keys).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub versions: Option<BTreeMap<String, u64>>,
+    /// What the run took from its memory budget: its tables as they grew, and the rest.
+    pub memory: MemoryReport,
     /// Build, machine and process: not determined by the seed, even in the simulator.
     pub env: crate::env::EnvReport,
     /// Every attempt, ordered by end time, when recording was asked for.
     #[serde(skip)]
     pub history: Vec<atoll_history::TxnRecord>,
+}
+
+/// What a run took from its memory budget (`--memory-max`).
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryReport {
+    pub budget_bytes: u64,
+    /// Where the budget's figure comes from.
+    pub budget_source: String,
+    /// What the run held at start: tables as loaded, logs, indexes, co-routines.
+    pub start_bytes: u64,
+    /// What it held at the end (the budget's count: tables as they grew, the rest fixed).
+    pub end_bytes: u64,
+    /// Bytes each table took at the end, summed over nodes, by table.
+    pub table_bytes: BTreeMap<String, u64>,
+    /// How fast the tables grew over the run (warm-up included), and when the budget would
+    /// be reached at that rate, from the end (`None`: they did not grow).
+    pub growth_bytes_per_s: f64,
+    pub budget_reached_in_s: Option<f64>,
+    /// The growth the budget refused, which stopped the run.
+    pub refused: Option<String>,
 }
 
 /// How a UCX cluster ran: one process per node, over `transport`.

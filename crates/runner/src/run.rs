@@ -174,7 +174,9 @@ impl<W: Workload> RunShared<W> {
         if now >= self.end_ns || self.failed_after_log.load(Ordering::Relaxed) {
             return true;
         }
-        if crate::interrupt::requested() {
+        // A stop requested (Ctrl-C), or a table that could not grow within the budget:
+        // the run ends here and reports what it measured.
+        if crate::interrupt::requested() || node.store().budget().refused() {
             node.stopped_at(now);
             return true;
         }
@@ -196,7 +198,7 @@ fn run_with<W: Workload, P: Protocol>(
 ) -> Result<Report, RunError> {
     let wall = Instant::now();
     let prepared = prepare::<W, P>(cfg, &w)?;
-    let nodes = load_nodes(cfg, &prepared.layout.catalog, &w)?;
+    let nodes = load_nodes(cfg, &prepared.layout, &w)?;
     let load_s = wall.elapsed().as_secs_f64();
     let os_threads = os_threads(cfg);
     let txn_cpu_ns = match cfg.fabric {
@@ -223,6 +225,8 @@ fn run_with<W: Workload, P: Protocol>(
         sim: executed.sim,
         log_ring_words: prepared.layout.sizing.log_ring_words,
         memory_bytes: prepared.layout.sizing.total_bytes(),
+        tables_start_bytes: prepared.layout.sizing.table_start_bytes
+            * prepared.layout.sizing.memory_nodes as u64,
         coroutines_hung: executed.hung,
         crashed: executed.crashed,
         rpcs_served_by_node: executed.served,
@@ -250,6 +254,9 @@ pub struct Layout {
     pub sizing: crate::sizing::Sizing,
     pub txn_cfg: Arc<TxnConfig>,
     pub catalog: Arc<Catalog>,
+    /// What this process's nodes may take in all, the run's fixed structures already
+    /// taken: their tables take what they grow to from it.
+    pub budget: Arc<atoll_storage::MemoryBudget>,
 }
 
 /// The run's [`Layout`] for workload `w` under protocol `P` (a broken variant of a family
@@ -264,6 +271,11 @@ pub fn layout<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Layout
     let sizing = crate::sizing::size(cfg, w, version_slots)?;
     let topology = cfg.topology();
     let txn_cfg = Arc::new(cfg.txn_config(sizing.log_ring_words));
+    let overflow_per_record = if P::MULTI_VERSION {
+        txn_cfg.family.overflow_per_record()
+    } else {
+        0
+    };
     let catalog = Arc::new(
         Catalog::with_versions(
             topology.memory_nodes(),
@@ -274,11 +286,8 @@ pub fn layout<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Layout
         .with_topology(topology)
         .with_lock_word(P::LOCK_WORD)
         .with_old_versions(P::OLD_VERSIONS)
-        .with_overflow(if P::MULTI_VERSION {
-            txn_cfg.family.overflow_per_record()
-        } else {
-            0
-        }),
+        .with_growth(sizing.growth_bytes_per_node, overflow_per_record)
+        .with_overflow(overflow_per_record),
     );
     debug_assert!(
         (0..cfg.nodes).all(|n| catalog
@@ -288,10 +297,23 @@ pub fn layout<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Layout
             .eq(sizing.node_region_words(topology.holds_records(NodeId(n))))),
         "the sizing and the catalog disagree"
     );
+    let budget = Arc::new(atoll_storage::MemoryBudget::new(sizing.memory_max_bytes));
+    budget
+        .take(
+            || {
+                "the run's logs, family regions, location caches, ordered indexes and co-routines"
+                    .into()
+            },
+            0,
+            0,
+            sizing.start_bytes_beside_tables(),
+        )
+        .map_err(|r| ConfigError(r.to_string()))?;
     Ok(Layout {
         sizing,
         txn_cfg,
         catalog,
+        budget,
     })
 }
 
@@ -320,14 +342,14 @@ fn prepare<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Prepared,
 /// partition (nodes holding no records load nothing).
 fn load_nodes<W: Workload>(
     cfg: &RunConfig,
-    catalog: &Arc<Catalog>,
+    layout: &Layout,
     w: &W,
 ) -> Result<Vec<Arc<NodeRuntime<W>>>, RunError> {
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.nodes)
             .map(|n| {
-                let catalog = catalog.clone();
-                s.spawn(move || NodeRuntime::load(NodeId(n), catalog, w).map(Arc::new))
+                let (catalog, budget) = (layout.catalog.clone(), layout.budget.clone());
+                s.spawn(move || NodeRuntime::load(NodeId(n), catalog, budget, w).map(Arc::new))
             })
             .collect();
         handles
@@ -658,6 +680,10 @@ fn worker_coroutines<W: Workload, P: Protocol>(
             clock: node.clock.clone(),
             versions: node.versions.clone(),
             over: Box::new(move |now| run.over(&rt, now)),
+            used_slots: {
+                let store = node.store().clone();
+                Box::new(move |t| store.used_slots(t))
+            },
         };
         tasks.push(Box::pin(P::node_task(task)));
     }
@@ -683,6 +709,10 @@ fn memory_task<W: Workload, P: Protocol>(
         clock: node.clock.clone(),
         versions: node.versions.clone(),
         over: Box::new(move |now| run.over(&rt, now)),
+        used_slots: {
+            let store = node.store().clone();
+            Box::new(move |t| store.used_slots(t))
+        },
     };
     vec![Box::pin(P::memory_task(task))]
 }

@@ -119,8 +119,20 @@ pub struct Sizing {
     /// Words of each of the protocol family's regions each node registers, by name, in
     /// the catalog's order ([`atoll_txn::FamilyConfig::regions`]).
     pub family_regions: Vec<(&'static str, u64)>,
-    /// Words of each table's region on each node, by table name.
+    /// Words of each table's region on each node, by table name: the address space it
+    /// reserves (a table that grows reserves room for what the budget allows), of which
+    /// only what it holds becomes memory.
     pub table_region_words: Vec<(String, u64)>,
+    /// Bytes of memory each node's tables take at start (their loaded records, index and
+    /// overflow area): what the budget is asked for before growth.
+    pub table_start_bytes: u64,
+    /// Bytes of records a table without a cap may reserve room for on one node.
+    pub growth_bytes_per_node: u64,
+    /// The run's budget ([`memory_limit`]) and where the figure comes from.
+    pub memory_max_bytes: u64,
+    pub memory_max_source: String,
+    /// The co-routines' own heaps (stacks and state), every node's.
+    pub coroutine_bytes: u64,
     /// Heap bytes, at most, of each node's ordered indexes (full tables, and a mark per
     /// deleted key they keep) and of its deleted keys' versions (`gone_keys_max_per_node`
     /// of each table).
@@ -154,9 +166,23 @@ impl Sizing {
             * WORD_BYTES
     }
 
-    /// Bytes of every region and ordered index of every node: what the limit applies to.
+    /// Bytes of every node's regions other than its tables' (logs, a family's own).
+    pub fn fixed_region_bytes(&self) -> u64 {
+        (self.log_region_words + self.family_regions.iter().map(|(_, w)| *w).sum::<u64>())
+            * self.nodes as u64
+            * WORD_BYTES
+    }
+
+    /// Bytes a run takes at start: its tables as loaded, every other region, index and
+    /// heap, every node's: what the budget is asked for before anything grows.
     pub fn total_bytes(&self) -> u64 {
-        self.region_bytes()
+        self.start_bytes_beside_tables() + self.table_start_bytes * self.memory_nodes as u64
+    }
+
+    /// [`Sizing::total_bytes`] without the tables (which their stores take themselves).
+    pub fn start_bytes_beside_tables(&self) -> u64 {
+        self.fixed_region_bytes()
+            + self.coroutine_bytes
             + self.ordered_index_bytes * self.memory_nodes as u64
             + self.family_cluster_bytes
             + self.family_node_bytes * self.memory_nodes as u64
@@ -174,8 +200,8 @@ impl Sizing {
             String::new()
         };
         format!(
-            "memory: {} of regions{indexes} across {} node{} (per {}node: log {}, tables {})",
-            human_bytes(self.region_bytes()),
+            "memory: {} at start{indexes} across {} node{} (per {}node: log {}, tables {}), budget {} ({})",
+            human_bytes(self.total_bytes()),
             self.nodes,
             if self.nodes == 1 { "" } else { "s" },
             if self.memory_nodes < self.nodes {
@@ -184,7 +210,9 @@ impl Sizing {
                 ""
             },
             human_bytes(self.log_region_words * WORD_BYTES),
-            human_bytes(self.table_region_words.iter().map(|(_, w)| w).sum::<u64>() * WORD_BYTES),
+            human_bytes(self.table_start_bytes),
+            human_bytes(self.memory_max_bytes),
+            self.memory_max_source,
         )
     }
 }
@@ -229,10 +257,27 @@ pub fn size<W: Workload>(
     let family = cfg.family_config();
     let overflow_versions = family.overflow_per_record();
     let specs: Vec<TableSpec> = w.tables(cfg.memory_nodes());
+    let (limit, source) = memory_limit(cfg);
+    let growth_bytes_per_node = limit / cfg.memory_nodes().max(1) as u64;
     let mut table_region_words = Vec::with_capacity(specs.len());
+    let mut table_start_bytes = 0;
     for spec in &specs {
-        let words = TableLayout::region_words_needed(spec, version_slots)
-            + TableLayout::overflow_words_needed(spec, overflow_versions);
+        let records = TableLayout::capacity_reserved(
+            spec,
+            TableLayout::growth_records(
+                spec,
+                version_slots,
+                growth_bytes_per_node,
+                overflow_versions,
+            ),
+        );
+        let per_record = TableLayout::slot_words(spec, version_slots)
+            + TableLayout::overflow_words_per_record(spec, overflow_versions);
+        table_start_bytes += (TableLayout::index_words_initial(spec)
+            + spec.capacity_per_node as u64 * per_record)
+            * WORD_BYTES;
+        let words = TableLayout::region_words_for(spec, version_slots, records)
+            + records as u64 * TableLayout::overflow_words_per_record(spec, overflow_versions);
         if words > REGION_WORDS_MAX {
             return Err(ConfigError(format!(
                 "{} table {} needs {words} words per node ({} records of {} payload words{}), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer or smaller records ({})",
@@ -274,8 +319,12 @@ pub fn size<W: Workload>(
     let ordered_index_bytes = specs
         .iter()
         .map(|s| {
-            let gone = s.gone_keys_max_per_node as u64;
-            let ordered_keys = if s.ordered {
+            // A table that grows counts its keys as it goes (its store asks the budget).
+            let gone = match s.capacity_max_per_node {
+                Some(_) => s.gone_keys_max_per_node as u64,
+                None => 0,
+            };
+            let ordered_keys = if s.ordered && s.capacity_max_per_node.is_some() {
                 s.capacity_per_node as u64 + gone
             } else {
                 0
@@ -297,6 +346,11 @@ pub fn size<W: Workload>(
             .map(|r| (r.name, r.words as u64))
             .collect(),
         table_region_words,
+        table_start_bytes,
+        growth_bytes_per_node,
+        memory_max_bytes: limit,
+        memory_max_source: source.clone(),
+        coroutine_bytes: cfg.coordinators_total() as u64 * COROUTINE_BYTES,
         ordered_index_bytes,
         family_cluster_bytes: heap.cluster_bytes,
         family_node_bytes: specs
@@ -308,7 +362,6 @@ pub fn size<W: Workload>(
             * crate::config::loc_cache_entries_max(cfg.coordinators_total()) as u64
             * crate::config::LOC_CACHE_BYTES_PER_ENTRY,
     };
-    let (limit, source) = memory_limit_bytes();
     let need = sizing.total_bytes();
     if need > limit {
         // Tables live on the nodes holding records; every node has its log and the rest.
@@ -331,17 +384,32 @@ pub fn size<W: Workload>(
             (String::new(), "")
         };
         return Err(ConfigError(format!(
-            "the configuration needs {} of memory (per node holding records: tables {}, log {}, ordered indexes {}; {holders}){vectors}, over the limit of {} ({source}), the co-routines' location caches {} of it: expected fewer nodes, records or co-routines{vector_hint} ({})",
+            "the configuration needs {} of memory at start (per node holding records: tables {}, log {}, ordered indexes {}; {holders}){vectors}, over the limit of {} ({source}), the co-routines' location caches {} and heaps {} of it: expected fewer nodes, records or co-routines{vector_hint}, or a larger --memory-max ({})",
             human_bytes(need),
-            human_bytes(sizing.table_region_words.iter().map(|(_, w)| w).sum::<u64>() * WORD_BYTES),
+            human_bytes(sizing.table_start_bytes),
             human_bytes(sizing.log_region_words * WORD_BYTES),
             human_bytes(sizing.ordered_index_bytes),
             human_bytes(limit),
             human_bytes(sizing.loc_cache_bytes),
+            human_bytes(sizing.coroutine_bytes),
             knobs(w)
         )));
     }
     Ok(sizing)
+}
+
+/// Heap bytes of one coordinator co-routine beside what the sizing counts elsewhere: its
+/// future, buffers and transaction state, measured at about 37 KB each (a simulated run of
+/// 256 nodes × 4 threads × 64 co-routines peaked gigabytes above its regions), rounded up.
+pub const COROUTINE_BYTES: u64 = 40 << 10;
+
+/// The memory `cfg` may use: `--memory-max`, or else [`memory_limit_bytes`]; with where
+/// the figure comes from.
+pub fn memory_limit(cfg: &RunConfig) -> (u64, String) {
+    match cfg.memory_max_bytes {
+        Some(b) => (b, "--memory-max".to_string()),
+        None => memory_limit_bytes(),
+    }
 }
 
 /// The memory a run may use: a share of this machine's physical memory, or a fixed cap
@@ -453,6 +521,11 @@ mod tests {
                 ("ts_floors", 1),
             ],
             table_region_words: vec![("t".into(), (1 << 20) - (1 << 10) - (1 << 6) - (1 << 3) - 1)],
+            table_start_bytes: ((1 << 20) - (1 << 10) - (1 << 6) - (1 << 3) - 1) * WORD_BYTES,
+            growth_bytes_per_node: 0,
+            memory_max_bytes: u64::MAX,
+            memory_max_source: "a test".into(),
+            coroutine_bytes: 0,
             ordered_index_bytes: 0,
             family_cluster_bytes: 0,
             family_node_bytes: 0,

@@ -4,7 +4,7 @@
 //! refused is kept, so the run stops naming it instead of being killed by the kernel.
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A structure's growth the budget refused: what, where, how large it was, and the budget.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +29,8 @@ pub struct Refusal {
 pub struct MemoryBudget {
     limit_bytes: u64,
     used_bytes: AtomicU64,
+    /// Set with the first refusal: read on every transaction, so a plain flag.
+    refused: AtomicBool,
     refusal: Mutex<Option<Refusal>>,
 }
 
@@ -37,6 +39,7 @@ impl MemoryBudget {
         MemoryBudget {
             limit_bytes,
             used_bytes: AtomicU64::new(0),
+            refused: AtomicBool::new(false),
             refusal: Mutex::new(None),
         }
     }
@@ -76,6 +79,7 @@ impl MemoryBudget {
                     limit_bytes: self.limit_bytes,
                 };
                 self.refusal.lock().get_or_insert_with(|| r.clone());
+                self.refused.store(true, Ordering::Release);
                 return Err(r);
             }
             match self.used_bytes.compare_exchange_weak(
@@ -88,6 +92,12 @@ impl MemoryBudget {
                 Err(now) => used = now,
             }
         }
+    }
+
+    /// Whether a growth was refused (cheap: one load).
+    #[inline]
+    pub fn refused(&self) -> bool {
+        self.refused.load(Ordering::Acquire)
     }
 
     /// The first growth refused, if any.
@@ -106,9 +116,16 @@ mod tests {
         assert!(b.take(|| "table a".into(), 0, 0, 60).is_ok());
         assert!(b.take(|| "table a".into(), 0, 60, 40).is_ok());
         let r = b.take(|| "table b".into(), 1, 0, 1).unwrap_err();
-        assert_eq!((r.structure.as_str(), r.used_bytes, r.limit_bytes), ("table b", 100, 100));
+        assert_eq!(
+            (r.structure.as_str(), r.used_bytes, r.limit_bytes),
+            ("table b", 100, 100)
+        );
         b.take(|| "table c".into(), 1, 0, 5).unwrap_err();
-        assert_eq!(b.refusal().unwrap().structure, "table b", "the first is kept");
+        assert_eq!(
+            b.refusal().unwrap().structure,
+            "table b",
+            "the first is kept"
+        );
         assert_eq!(b.used_bytes(), 100, "a refusal takes nothing");
     }
 }

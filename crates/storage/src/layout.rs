@@ -145,7 +145,12 @@ const _: () = {
     assert!(H_LOCK == 0);
     assert!(H_LOCK < H_VERSION && H_VERSION < H_RTS && H_RTS < H_WTS);
     assert!(H_WTS < H_AUX && H_AUX < H_KEY && H_KEY < HEADER_WORDS);
-    assert!(G_PRESENT == 0 && G_SLOTS_BASE + GROUP_SLOTS * SLOT_WORDS == G_TAIL && G_TAIL + 1 == GROUP_WORDS && GROUP_WORDS * 8 == 128);
+    assert!(
+        G_PRESENT == 0
+            && G_SLOTS_BASE + GROUP_SLOTS * SLOT_WORDS == G_TAIL
+            && G_TAIL + 1 == GROUP_WORDS
+            && GROUP_WORDS * 8 == 128
+    );
 };
 
 /// Payload words the engine owns in every record (counted in the record's size).
@@ -535,7 +540,10 @@ impl TableLayout {
     /// heads, then overflow groups.
     fn index_groups_for(capacity: u64) -> (u64, u64) {
         let heads = 1u64 << level_for(capacity);
-        (heads, heads + (heads / OVERFLOW_GROUPS_PER_BUCKET_DIV).max(1))
+        (
+            heads,
+            heads + (heads / OVERFLOW_GROUPS_PER_BUCKET_DIV).max(1),
+        )
     }
 
     /// Words of one record slot (tuple and older versions) of a table.
@@ -860,7 +868,12 @@ impl Catalog {
             if spec.capacity_max_per_node.is_some() {
                 continue;
             }
-            let records = TableLayout::growth_records(spec, l.version_slots, bytes_per_node, overflow_per_record);
+            let records = TableLayout::growth_records(
+                spec,
+                l.version_slots,
+                bytes_per_node,
+                overflow_per_record,
+            );
             *l = TableLayout::reserving(spec, l.version_slots, records);
             hint.store(l.level_initial, std::sync::atomic::Ordering::Relaxed);
         }

@@ -273,7 +273,10 @@ impl Store {
     /// Bytes each table of this node took from the budget (its record slabs and index
     /// groups), by table.
     pub fn charged_bytes(&self) -> Vec<u64> {
-        self.shards.iter().map(|s| s.alloc.lock().charged_bytes).collect()
+        self.shards
+            .iter()
+            .map(|s| s.alloc.lock().charged_bytes)
+            .collect()
     }
 
     /// Takes `bytes` from the budget for table `t`'s `what`.
@@ -313,7 +316,12 @@ impl Store {
             let n = (next_take(a.overflow_charged as u64, group_bytes) as u32)
                 .min(room)
                 .max(1);
-            self.take(t, a, "the hash index's overflow groups", n as u64 * group_bytes)?;
+            self.take(
+                t,
+                a,
+                "the hash index's overflow groups",
+                n as u64 * group_bytes,
+            )?;
             a.overflow_charged += n;
         }
         Ok(())
@@ -517,7 +525,10 @@ impl Store {
             }
             let head = layout.group_offset(new) as usize;
             let tail = region.load(head + G_TAIL as usize);
-            region.store(head + G_TAIL as usize, group_tail(level + 1, tail_link(tail)));
+            region.store(
+                head + G_TAIL as usize,
+                group_tail(level + 1, tail_link(tail)),
+            );
             region.store(head + G_PRESENT as usize, 1);
             let old_chain: Vec<u32> = self.chain(t, old).collect();
             for g in old_chain {
@@ -1048,10 +1059,16 @@ mod tests {
         let mut model = BTreeMap::new();
         let mut x = 7u64;
         for step in 0..60_000u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let key = (x >> 20) % 40_000;
             if x % 5 == 0 {
-                assert_eq!(s.delete(t, key).is_ok(), model.remove(&key).is_some(), "delete {key}");
+                assert_eq!(
+                    s.delete(t, key).is_ok(),
+                    model.remove(&key).is_some(),
+                    "delete {key}"
+                );
             } else {
                 match s.insert(t, key, &[key, step]) {
                     Ok(idx) => assert!(model.insert(key, idx).is_none()),
@@ -1065,8 +1082,13 @@ mod tests {
         for key in 0..40_000 {
             assert_eq!(s.lookup(t, key), model.get(&key).copied(), "lookup {key}");
             for hint in [0, layout.level_initial, a - 3, a, a + 1, layout.level_max] {
-                let live = read_walk(&s, t, &layout, key, hint).filter(|&i| s.live_key_at(t, i, key));
-                assert_eq!(live, model.get(&key).copied(), "READ walk of {key} from level {hint}");
+                let live =
+                    read_walk(&s, t, &layout, key, hint).filter(|&i| s.live_key_at(t, i, key));
+                assert_eq!(
+                    live,
+                    model.get(&key).copied(),
+                    "READ walk of {key} from level {hint}"
+                );
             }
         }
         assert!(s.charged_bytes()[0] > 0, "the growth was counted");
@@ -1127,7 +1149,10 @@ mod tests {
         assert_eq!(s.budget().refusal(), Some(r));
         assert!(s.budget().used_bytes() <= 3 * SLAB_BYTES);
         for k in 0..key {
-            assert!(s.lookup(t, k).is_some(), "key {k} inserted before the refusal is kept");
+            assert!(
+                s.lookup(t, k).is_some(),
+                "key {k} inserted before the refusal is kept"
+            );
         }
     }
 

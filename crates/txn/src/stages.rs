@@ -14,8 +14,8 @@ use crate::ts::Timestamp;
 use crate::Idxs;
 use atoll_fabric::{Completions, NodeId, Words};
 use atoll_storage::layout::{
-    IndexWalk, TableLayout, WalkStep, GROUP_WORDS, HEADER_WORDS, H_KEY, H_LOCK,
-    H_RTS, H_VERSION, H_WTS, RTS_FROZEN, VERSION_ABSENT,
+    IndexWalk, TableLayout, WalkStep, GROUP_WORDS, HEADER_WORDS, H_KEY, H_LOCK, H_RTS, H_VERSION,
+    H_WTS, RTS_FROZEN, VERSION_ABSENT,
 };
 
 /// Ops a one-sided write-back posts per record in the common case (payload, version,

@@ -124,6 +124,9 @@ pub struct NodeTask {
     pub versions: std::sync::Arc<crate::versions::VersionCounters>,
     /// Whether the run is over at worker time `now_ns`: the task ends then.
     pub over: Box<dyn Fn(u64) -> bool>,
+    /// Record slots of a table this node handed out so far (`Store::used_slots`): a task
+    /// that walks a table's records stops there, not at its reservation.
+    pub used_slots: Box<dyn Fn(atoll_storage::TableId) -> u32>,
 }
 
 /// The records one attempt touched, by kind: what a report measures a workload's fidelity

@@ -161,7 +161,9 @@ impl Mover {
                 table,
                 record: 0,
                 entry: 0,
-                notes: vec![Note::EMPTY; catalog.layout(table).overflow_entries as usize],
+                // Grown as the ring does: a table that grows reserves far more entries
+                // than its records use.
+                notes: Vec::new(),
             })
             .collect();
         Mover { cursors, gc }
@@ -174,6 +176,7 @@ impl Mover {
         &mut self,
         ep: &Endpoint,
         catalog: &Catalog,
+        used_slots: &dyn Fn(TableId) -> u32,
         counts: &VersionCounters,
     ) -> Result<(), atoll_fabric::OpError> {
         let floors = match &self.gc {
@@ -191,7 +194,20 @@ impl Mover {
             now_ns: ep.now_ns(),
         };
         for c in &mut self.cursors {
-            let layout = *catalog.layout(c.table);
+            let mut layout = *catalog.layout(c.table);
+            // The records handed out so far, and as many overflow entries per record as the
+            // whole area has: the ring grows with the table (the budget counted both).
+            let used = used_slots(c.table).min(layout.capacity);
+            let per_record = layout.overflow_entries / layout.capacity.max(1);
+            layout.capacity = used;
+            layout.overflow_entries = (used * per_record).max(per_record.min(1));
+            if c.notes.len() < layout.overflow_entries as usize {
+                c.notes
+                    .resize(layout.overflow_entries as usize, Note::EMPTY);
+            }
+            if c.entry >= layout.overflow_entries {
+                c.entry = 0;
+            }
             let pass_end = c.record.saturating_add(MOVER_RECORDS_PER_PASS);
             while c.record < pass_end.min(layout.capacity) {
                 let n = MOVER_BATCH_RECORDS.min(layout.capacity - c.record);
@@ -224,7 +240,7 @@ pub async fn run(task: NodeTask) {
     while !(task.over)(task.ep.now_ns()) {
         // A failed op (the node itself is down): the run reports it elsewhere.
         if mover
-            .pass(&task.ep, &task.catalog, &task.versions)
+            .pass(&task.ep, &task.catalog, &*task.used_slots, &task.versions)
             .await
             .is_err()
         {

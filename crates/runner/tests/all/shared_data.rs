@@ -691,7 +691,10 @@ fn namdb_a_snapshot_older_than_every_version_a_record_keeps_reads_it_from_the_ov
                         for n in 0..COMMITS {
                             steps.wait(&ep, 2 + 2 * n).await;
                             if passes.contains(&n) {
-                                mover.pass(&ep, &catalog, &counts).await.unwrap();
+                                mover
+                                    .pass(&ep, &catalog, &|t| catalog.layout(t).capacity, &counts)
+                                    .await
+                                    .unwrap();
                             }
                             steps.reach(3 + 2 * n);
                         }
@@ -1233,7 +1236,9 @@ fn namdb_the_overflow_collector_keeps_an_entry_a_live_snapshot_needs_and_reclaim
                         let after_commits = (0..n_commits).map(|n| 2 + 2 * n);
                         for step in after_commits.chain([last]) {
                             steps.wait(&ep, step).await;
-                            m.pass(&ep, &catalog, &counts).await.unwrap();
+                            m.pass(&ep, &catalog, &|t| catalog.layout(t).capacity, &counts)
+                                .await
+                                .unwrap();
                             steps.reach(step + 1);
                         }
                     }))

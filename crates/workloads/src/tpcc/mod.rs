@@ -122,8 +122,7 @@ impl Tpcc {
             CUSTOMERS_MAX,
         )?;
         let items = k.u64("items", ITEMS_MAX, ITEMS_MIN, ITEMS_MAX)?;
-        let new_orders_max =
-            k.cap("new_orders_max", 1, ORDER_ID_MAX - customers_per_district)?;
+        let new_orders_max = k.cap("new_orders_max", 1, ORDER_ID_MAX - customers_per_district)?;
         let mix = k.choice("mix", MIX_NAMES[0], &MIX_NAMES)?;
         let (_, mut weights, shardable) = *MIXES.iter().find(|m| m.0 == mix).expect("a listed mix");
         if let Some(w) = k.u64_list("weights", TYPES.len(), 0, PERCENT)? {
@@ -174,10 +173,7 @@ impl Tpcc {
     /// Per district and table: the records loaded, and the most the run may reach (`None`:
     /// no cap).
     fn growing(&self, loaded: u64, per_order: u64) -> (u64, Option<u64>) {
-        (
-            loaded,
-            self.new_orders_max.map(|m| loaded + m * per_order),
-        )
+        (loaded, self.new_orders_max.map(|m| loaded + m * per_order))
     }
 
     fn partition(&self) -> Partition {
@@ -246,7 +242,13 @@ impl Tpcc {
             }
         };
         let cpd = self.customers_per_district;
-        let new_order = grows("new_order", NEW_ORDER_WORDS, self.undelivered_loaded(), 1, true);
+        let new_order = grows(
+            "new_order",
+            NEW_ORDER_WORDS,
+            self.undelivered_loaded(),
+            1,
+            true,
+        );
         let tables = vec![
             spec("warehouse", WAREHOUSE_WORDS, w, false),
             spec("district", DISTRICT_WORDS, districts, false),
