@@ -191,6 +191,11 @@ struct CheckArgs {
     /// no snapshot timestamp cannot be checked as snapshot (exit 2).
     #[arg(long, value_name = "LEVEL")]
     isolation: Option<String>,
+    /// Memory the check may take (bytes, or with a unit: 512MiB, 8GiB); default the
+    /// memory available. A larger history (a file by its size, a pipe as it is read) is
+    /// refused with exit 2.
+    #[arg(long, value_name = "SIZE")]
+    memory_max: Option<String>,
 }
 
 /// The plan a report ran.
@@ -406,17 +411,58 @@ fn bench_repeated(
 }
 
 /// The order file adya reads beside an export: `x.jsonl` -> `x.order.json`.
+/// The stem is kept as the bytes it is (a name that is not UTF-8 keeps its bytes).
 fn order_path(out: &std::path::Path) -> PathBuf {
-    let stem = out
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    out.with_file_name(format!("{stem}.order.json"))
+    let mut name = out.file_stem().unwrap_or_default().to_os_string();
+    name.push(".order.json");
+    out.with_file_name(name)
 }
 
-/// Peak memory of `check-history` per byte of history file (measured: 524 MB for a 168 MB
-/// SmallBank history, rounded up).
-const CHECK_BYTES_PER_FILE_BYTE: u64 = 4;
+/// Peak memory of `check-history` per byte of a history file, at most, as measured on real
+/// histories (YCSB 10.2, TPC-C 7.5, SmallBank 3.1; docs/checking.md), rounded up: a file
+/// whose size says more than the memory available is refused before it is read. A crafted
+/// file, or a pipe (no size), is bounded as it is read instead
+/// ([`atoll_check::parse_with_header_bounded`]).
+const CHECK_BYTES_PER_FILE_BYTE: u64 = 12;
+
+/// The memory `check-history` may take (`--memory-max`, else what is available), refusing
+/// a file whose size says it needs more; printed with the file's size.
+fn check_memory_bound(a: &CheckArgs, file: &std::fs::File) -> Result<u64, ExitCode> {
+    // The checker keeps every attempt's typed record and the dependency graph: about
+    // `CHECK_BYTES_PER_FILE_BYTE` times the file (measured on SmallBank histories).
+    let file_bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let need_bytes = file_bytes.saturating_mul(CHECK_BYTES_PER_FILE_BYTE);
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    println!(
+        "check-history: {:.0} MiB of history, about {:.0} MiB of memory to check it",
+        mib(file_bytes),
+        mib(need_bytes)
+    );
+    let avail = match a.memory_max.as_deref() {
+        Some(s) => match atoll_runner::config::parse_bytes("--memory-max", s) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Err(ExitCode::from(EXIT_BAD_INPUT));
+            }
+        },
+        None => atoll_runner::env::mem_available_bytes(),
+    };
+    if let Some(avail) = avail {
+        if need_bytes > avail {
+            eprintln!(
+                "error: {} needs about {:.0} MiB to check, more than the {:.0} MiB available (or --memory-max): record a shorter run",
+                a.file.display(),
+                mib(need_bytes),
+                mib(avail)
+            );
+            return Err(ExitCode::from(EXIT_BAD_INPUT));
+        }
+    }
+    // What it reads is bounded too: a pipe's size says nothing, and a line can hold more
+    // ops than its bytes suggest.
+    Ok(avail.unwrap_or(atoll_runner::sizing::MEMORY_BYTES_FALLBACK))
+}
 
 fn check_history(a: CheckArgs) -> ExitCode {
     use atoll_check as history;
@@ -442,28 +488,12 @@ fn check_history(a: CheckArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    // The checker keeps every attempt's typed record and the dependency graph: about
-    // `CHECK_BYTES_PER_FILE_BYTE` times the file (measured on SmallBank histories).
-    let file_bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let need_bytes = file_bytes.saturating_mul(CHECK_BYTES_PER_FILE_BYTE);
-    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-    println!(
-        "check-history: {:.0} MiB of history, about {:.0} MiB of memory to check it",
-        mib(file_bytes),
-        mib(need_bytes)
-    );
-    if let Some(avail) = atoll_runner::env::mem_available_bytes() {
-        if need_bytes > avail {
-            eprintln!(
-                "error: {} needs about {:.0} MiB to check, more than the {:.0} MiB available: record a shorter run",
-                a.file.display(),
-                mib(need_bytes),
-                mib(avail)
-            );
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
-    }
-    let (header, h) = match history::parse_with_header(std::io::BufReader::new(file)) {
+    let bound = match check_memory_bound(&a, &file) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
+    let (header, h) = match history::parse_with_header_bounded(std::io::BufReader::new(file), bound)
+    {
         Ok(h) => h,
         Err(e) => {
             eprintln!("error: {}: {e}", a.file.display());

@@ -135,8 +135,20 @@ fn line_of(text: &str, key: &str) -> String {
                 .strip_prefix(key)
                 .is_some_and(|r| r.trim_start().starts_with('='))
         })
-        .map(|(i, l)| format!(" line {} `{}`:", i + 1, l.trim()))
+        .map(|(i, l)| format!(" line {} `{}`:", i + 1, clip(l.trim())))
         .unwrap_or_default()
+}
+
+/// Most characters of a file's text an error echoes: a 10 MB key is named by its start.
+const ECHO_CHARS_MAX: usize = 200;
+
+/// `text` as an error echoes it: whole if short, else its start and its length.
+fn clip(text: &str) -> String {
+    if text.chars().count() <= ECHO_CHARS_MAX {
+        return text.to_string();
+    }
+    let start: String = text.chars().take(ECHO_CHARS_MAX).collect();
+    format!("{start}… ({} bytes in all)", text.len())
 }
 
 /// The config file's settings (`--config FILE.toml`), or none. Its protocol-family knobs are
@@ -152,7 +164,7 @@ fn read_config_file(path: Option<&std::path::Path>) -> Result<BenchArgs, String>
         format!(
             "config file {}:{at} {}",
             path.display(),
-            e.message().trim_end()
+            clip(e.message().trim_end())
         )
     };
     let mut table: toml::Table = toml::from_str(&text).map_err(|e| {
@@ -162,7 +174,7 @@ fn read_config_file(path: Option<&std::path::Path>) -> Result<BenchArgs, String>
             .map(|l| {
                 format!(
                     " line {l} `{}`:",
-                    text.lines().nth(l - 1).unwrap_or("").trim()
+                    clip(text.lines().nth(l - 1).unwrap_or("").trim())
                 )
             })
             .unwrap_or_default();
@@ -441,11 +453,20 @@ fn resolve_params(a: &BenchArgs) -> Result<Params, String> {
         };
         params.insert(k, s);
     }
+    let mut seen = std::collections::BTreeSet::new();
     for p in &a.params {
         let (k, v) = p
             .split_once('=')
             .filter(|(k, _)| !k.trim().is_empty())
             .ok_or_else(|| format!("-p '{p}' is not KEY=VALUE (for example -p hot_prob=0.5)"))?;
+        // A -p overrides the config file's key; two -p of one key are a mistake, not an
+        // override (the last would win in silence).
+        if !seen.insert(k.trim()) {
+            return Err(format!(
+                "-p {} is given twice: expected each workload knob once",
+                k.trim()
+            ));
+        }
         params.insert(k.trim().to_string(), v.trim().to_string());
     }
     Ok(params)

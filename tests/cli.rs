@@ -1181,7 +1181,7 @@ fn configurations_that_cannot_fit_are_refused_with_the_figure_and_the_limit_befo
         &[
             "the configuration needs",
             "× 64 nodes), over the limit of",
-            "the co-routines' location caches 512.0 MiB of it",
+            "the co-routines' location caches 512.0 MiB and heaps",
         ],
     );
     bad(
@@ -1442,4 +1442,111 @@ fn cli_calibrate_prints_the_table_and_writes_its_json() {
     assert!(c["profile"]["txn_ns_per_access"].is_u64(), "{c}");
     assert!(c["scale"].as_f64().is_some_and(|s| s > 0.0));
     std::fs::remove_file(&json).ok();
+}
+
+/// Issue 36, defect 8: a key given twice was taken, the last winning; a 10 MB TOML key was
+/// echoed whole in the error.
+#[test]
+fn cli_a_key_given_twice_is_refused_and_a_huge_key_is_echoed_by_its_start() {
+    bad(
+        &["bench", "-p", "hot_prob=0.5", "-p", "hot_prob=0.9"],
+        &["-p hot_prob is given twice"],
+    );
+    bad(
+        &["bench", "--fabric", "sim", "--faults", "pauses=1,pauses=2"],
+        &["faults key 'pauses' is given twice"],
+    );
+    bad(
+        &["bench", "--net-latency-us", "read=1,read=2"],
+        &["class 'read' is given twice"],
+    );
+    bad(
+        &["bench", "--memory-max", "12XB"],
+        &["--memory-max '12XB' is not a size", "GiB"],
+    );
+    let dir = Scratch::new("atoll-cli-echo");
+    let huge = dir.join("huge.toml");
+    std::fs::write(&huge, format!("{} = 1\n", "k".repeat(10 << 20))).unwrap();
+    let (code, _, err) = atoll(&["bench", "--config", huge.to_str().unwrap()]);
+    assert_eq!(code, 2, "{}", &err[..err.len().min(500)]);
+    assert!(err.len() < 4096, "an error of {} bytes", err.len());
+    assert!(err.contains("bytes in all"), "{err}");
+}
+
+/// Issue 36, defect 8: a path that is not UTF-8 gave an order file whose name did not match
+/// the export's.
+#[test]
+fn cli_an_adya_export_to_a_path_that_is_not_utf8_gets_its_order_file_beside_it() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = Scratch::new("atoll-cli-adya-bytes");
+    let history = dir.join("h.jsonl");
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--duration",
+        "0.1",
+        "--warmup",
+        "0",
+        "--history",
+        history.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let export = dir.join(std::ffi::OsStr::from_bytes(b"r\xffw.jsonl"));
+    let status = Command::new(env!("CARGO_BIN_EXE_atoll"))
+        .arg("check-history")
+        .arg(&history)
+        .arg("--adya")
+        .arg(&export)
+        .output()
+        .unwrap();
+    assert_eq!(status.status.code(), Some(0));
+    assert!(export.exists());
+    let order = dir.join(std::ffi::OsStr::from_bytes(b"r\xffw.order.json"));
+    assert!(order.exists(), "no {}", order.display());
+}
+
+/// Issue 36, defect 3: the memory guard multiplied a file's size, so a pipe (size 0) or an
+/// endless line was read until the kernel killed the process.
+#[test]
+fn cli_check_history_bounds_what_it_reads_from_a_pipe_and_an_endless_line() {
+    use std::io::Write as _;
+    let dir = Scratch::new("atoll-cli-pipe");
+    let history = dir.join("h.jsonl");
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--duration",
+        "0.2",
+        "--warmup",
+        "0",
+        "--history",
+        history.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let body = std::fs::read_to_string(&history).unwrap();
+    let feed = |input: Vec<u8>, bound: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_atoll"))
+            .args(["check-history", "/dev/stdin", "--memory-max", bound])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        // The checker may stop reading early: a broken pipe is its refusal, not ours.
+        let _ = stdin.write_all(&input);
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = feed(body.clone().into_bytes(), "64KiB");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("the bound: check a shorter history"), "{err}");
+    let (code, err) = feed(vec![b'0'; 4 << 20], "1MiB");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("a line over"), "{err}");
+    // Within a bound it fits, the same pipe checks clean.
+    let (code, err) = feed(body.into_bytes(), "1GiB");
+    assert_eq!(code, Some(0), "{err}");
 }

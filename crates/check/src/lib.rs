@@ -74,7 +74,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
 /// The format the checker reads, re-exported so that a caller needs this crate alone.
-pub use atoll_history::{parse, parse_reader, parse_with_header, to_text, Header, TxnRecord};
+pub use atoll_history::{
+    parse, parse_reader, parse_with_header, parse_with_header_bounded, to_text, Header, TxnRecord,
+};
 
 /// Anomalies listed in a verdict before the rest are only counted.
 pub const ANOMALIES_LISTED_MAX: usize = 20;
@@ -551,8 +553,12 @@ fn phantom_edges(
     mut seen: Option<&mut Vec<Seen>>,
 ) {
     let init = adj.len() - 1;
+    // The keys the scan met, sorted once: each key written in its range is then looked up
+    // in log time (a scan of millions of keys stays n log n).
+    let mut met: Vec<u64> = s.seen.iter().map(|&(k, _)| k).collect();
+    met.sort_unstable();
     for (&(table, key), vs) in writers.range((s.table, s.lo)..=(s.table, s.hi)) {
-        if s.seen.iter().any(|&(k, _)| k == key) {
+        if met.binary_search(&key).is_ok() {
             continue;
         }
         match vs.first_key_value() {

@@ -46,6 +46,26 @@ impl FaultConfig {
     pub const NONE: &'static str = "none";
 
     /// A few of each: the default when faults are asked for without numbers.
+    /// The longest a run's co-routines may wait on these faults at once, counted without
+    /// overlap: a spike's extra delay and length, a pause, a torn write's stall, a stall,
+    /// and an op's timeout. The simulator's idle limit covers it.
+    pub fn longest_wait_ns(&self) -> u64 {
+        let mut ns = self.op_timeout_ns();
+        if self.spikes > 0 {
+            ns = ns.saturating_add(self.spike_extra_ns.saturating_add(self.spike_len_ns));
+        }
+        if self.pauses > 0 {
+            ns = ns.saturating_add(self.pause_len_ns);
+        }
+        if self.tear_words > 0 {
+            ns = ns.saturating_add(self.tear_stall_ns);
+        }
+        if self.stall_permille > 0 {
+            ns = ns.saturating_add(self.stall_ns);
+        }
+        ns
+    }
+
     pub fn some() -> Self {
         FaultConfig {
             spikes: 4,
@@ -94,10 +114,16 @@ impl FaultConfig {
         let mut f = FaultConfig::some();
         // `crash_us` may come before `crash_node`.
         let mut crash_at_ns = None;
+        let mut seen: Vec<&str> = Vec::new();
         for part in s.split(',') {
             let (k, v) = part
                 .split_once('=')
                 .ok_or_else(|| FaultsError::NotKeyValue(part.to_string()))?;
+            // The last of two would win in silence: a typo'd run, refused instead.
+            if seen.contains(&k.trim()) {
+                return Err(FaultsError::Duplicate(k.trim().to_string()));
+            }
+            seen.push(k.trim());
             let v: u64 = v.trim().parse().map_err(|_| FaultsError::NotWholeNumber {
                 key: k.trim().to_string(),
                 value: v.trim().to_string(),
@@ -171,6 +197,8 @@ pub enum FaultsError {
     UnknownKey(String),
     #[error("faults crash_us needs crash_node (the node that crashes)")]
     CrashWithoutNode,
+    #[error("faults key '{0}' is given twice: expected each key once")]
+    Duplicate(String),
 }
 
 /// One scheduled fault.

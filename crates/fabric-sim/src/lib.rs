@@ -30,10 +30,11 @@ use std::sync::Arc;
 
 /// How often a simulated worker re-examines requests its handler holds.
 const DEFERRED_POLL_NS: u64 = 1_000;
-/// Virtual time without any co-routine polled after which the run counts as hung: a worker
-/// that polls for ever (a timestamp sequencer) keeps events coming when nothing else
-/// happens. Far beyond any wait of a live run (back-off at most 1 ms, op timeouts in ms).
-const HUNG_AFTER_NS: u64 = 1_000_000_000;
+/// The least virtual time without any co-routine polled after which a run counts as hung: a
+/// worker that polls for ever (a timestamp sequencer) keeps events coming when nothing else
+/// happens. Far beyond any wait of a live run without faults or think time (back-off at
+/// most 1 ms, op timeouts in ms); a run's own [`SimConfig::idle_limit_ns`] adds those.
+pub const HUNG_AFTER_NS_MIN: u64 = 1_000_000_000;
 
 /// Shape and models of a simulated cluster.
 #[derive(Clone, Debug)]
@@ -49,6 +50,10 @@ pub struct SimConfig {
     /// Nodes sharing a machine, two by two ([`atoll_fabric::ids::machine_peer`]): their
     /// one-sided ops to each other are local accesses, not network trips.
     pub machine_pairs: Vec<(NodeId, NodeId)>,
+    /// Virtual time without any co-routine polled after which the run counts as hung (at
+    /// least [`HUNG_AFTER_NS_MIN`]): the run sizes it from its own faults, timeouts and
+    /// think times, so no wait it asked for is taken for a hang.
+    pub idle_limit_ns: u64,
 }
 
 /// The op timeout when none is configured: 1 ms of virtual time, a few hundred round trips
@@ -67,7 +72,7 @@ pub struct SimReport {
     /// its core rather than for the network.
     pub cpu_busy_ns: Vec<u64>,
     /// Co-routines of live nodes that never finished: waiting with nothing left to happen, or
-    /// with only pollers running for [`HUNG_AFTER_NS`] (a hang).
+    /// with only pollers running for [`SimConfig::idle_limit_ns`] (a hang).
     pub unfinished: usize,
     /// Nodes that crashed: when, and how many co-routines stopped with them.
     pub crashed: Vec<(NodeId, u64, usize)>,
@@ -721,7 +726,7 @@ pub fn run(
         let Some(Reverse(q)) = world.borrow_mut().queue.pop() else {
             break;
         };
-        if q.at_ns > polled_ns + HUNG_AFTER_NS {
+        if q.at_ns > polled_ns + cfg.idle_limit_ns.max(HUNG_AFTER_NS_MIN) {
             break;
         }
         let mut wd = world.borrow_mut();
@@ -1231,6 +1236,7 @@ mod tests {
             faults,
             op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
             machine_pairs: Vec::new(),
+            idle_limit_ns: HUNG_AFTER_NS_MIN,
         };
         (memory, handlers, cfg)
     }
@@ -1293,6 +1299,7 @@ mod tests {
             faults,
             op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
             machine_pairs: Vec::new(),
+            idle_limit_ns: HUNG_AFTER_NS_MIN,
         };
         let mixed = Arc::new(Mutex::new(0usize));
         let m = mixed.clone();
@@ -1406,6 +1413,7 @@ mod tests {
             faults,
             op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
             machine_pairs: Vec::new(),
+            idle_limit_ns: HUNG_AFTER_NS_MIN,
         };
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();

@@ -512,27 +512,39 @@ pub fn parse_reader(r: impl std::io::BufRead) -> Result<Vec<TxnRecord>, HistoryP
 pub fn parse_with_header(
     r: impl std::io::BufRead,
 ) -> Result<(Header, Vec<TxnRecord>), HistoryParseError> {
-    let mut out = Vec::new();
-    let mut lines = r
-        .lines()
-        .enumerate()
-        .map(|(i, l)| {
-            l.map(|l| (i, l))
-                .map_err(|e| HistoryParseError::new(i + 1, e.to_string()))
+    parse_with_header_bounded(r, u64::MAX)
+}
+
+/// Bytes of memory a parsed record takes, with what a checker builds from it beside (each
+/// op's entry in the writers' index and the dependency graph): [`CHECKED_BYTES_PER_OP`] per
+/// op and per key a scan saw, on top of the record.
+pub fn checked_bytes(r: &TxnRecord) -> u64 {
+    let scanned: usize = r
+        .ops
+        .iter()
+        .map(|o| match o {
+            HistOp::Scan(s) => s.seen.len(),
+            _ => 0,
         })
-        .filter(|l| !matches!(l, Ok((_, t)) if t.trim().is_empty()));
+        .sum();
+    std::mem::size_of::<TxnRecord>() as u64
+        + (r.ops.len() + scanned) as u64 * CHECKED_BYTES_PER_OP
+        + r.snapshot_vector.as_ref().map_or(0, |v| v.len() as u64 * 8)
+        + r.aborted.as_ref().map_or(0, |a| a.len() as u64)
+}
+
+/// Bytes one op (or key a scan saw) takes once parsed and checked: its `HistOp` (48 bytes),
+/// its place in the writers' index or the reads' lists, and its graph edges. Measured with
+/// `atoll check-history` on YCSB, SmallBank and TPC-C histories (docs/checking.md), rounded
+/// up.
+pub const CHECKED_BYTES_PER_OP: u64 = 256;
+
+/// The header line of a history (`None`: the file is empty).
+fn parse_header(first: Option<(usize, String)>) -> Result<Option<Header>, HistoryParseError> {
     let readable =
         format!("this atoll reads versions {FORMAT_VERSION_OLDEST_READ} to {FORMAT_VERSION}");
-    let header = match lines.next().transpose()? {
-        None => {
-            return Ok((
-                Header {
-                    version: FORMAT_VERSION,
-                    isolation: Isolation::Serializable,
-                },
-                out,
-            ))
-        }
+    Ok(match first {
+        None => None,
         Some((i, first)) => {
             let line = i + 1;
             let v: Value = serde_json::from_str(&first)
@@ -574,14 +586,76 @@ pub fn parse_with_header(
                     )
                 })?,
             };
-            Header { version, isolation }
+            Some(Header { version, isolation })
         }
+    })
+}
+
+/// A line may take at most this share of the memory bound (its text, then its JSON value).
+const LINE_BYTES_PER_MEMORY_BYTE: u64 = 8;
+
+/// [`parse_with_header`], refusing (at the line it reached) a history whose records would
+/// take more than `memory_max_bytes` to check ([`checked_bytes`]): a pipe has no size to
+/// judge up front, and a crafted line can hold far more ops than its bytes suggest.
+pub fn parse_with_header_bounded(
+    r: impl std::io::BufRead,
+    memory_max_bytes: u64,
+) -> Result<(Header, Vec<TxnRecord>), HistoryParseError> {
+    let mut out = Vec::new();
+    let mut checked = 0u64;
+    // A line is read whole before it is parsed: bounded too, so an endless line (a stream
+    // of zeroes) is refused rather than buffered until memory runs out. Its JSON value
+    // takes a few times its text.
+    use std::io::{BufRead as _, Read as _};
+    let line_bytes_max = (memory_max_bytes / LINE_BYTES_PER_MEMORY_BYTE).max(1);
+    let mut r = r;
+    let mut n = 0usize;
+    let mut lines = std::iter::from_fn(move || {
+        let mut buf = Vec::new();
+        let i = n;
+        n += 1;
+        match (&mut r).take(line_bytes_max).read_until(b'\n', &mut buf) {
+            Ok(0) => None,
+            Ok(_) if buf.last() != Some(&b'\n') && buf.len() as u64 == line_bytes_max => {
+                Some(Err(HistoryParseError::new(
+                    i + 1,
+                    format!("a line over {line_bytes_max} bytes, the bound for the memory it may take to check: not a history line"),
+                )))
+            }
+            Ok(_) => Some(
+                String::from_utf8(buf)
+                    .map(|l| (i, l))
+                    .map_err(|_| HistoryParseError::new(i + 1, "not UTF-8 text".to_string())),
+            ),
+            Err(e) => Some(Err(HistoryParseError::new(i + 1, e.to_string()))),
+        }
+    })
+    .filter(|l| !matches!(l, Ok((_, t)) if t.trim().is_empty()));
+    let Some(header) = parse_header(lines.next().transpose()?)? else {
+        return Ok((
+            Header {
+                version: FORMAT_VERSION,
+                isolation: Isolation::Serializable,
+            },
+            out,
+        ));
     };
     for l in lines {
         let (i, line) = l?;
         let v: Value = serde_json::from_str(&line)
             .map_err(|e| HistoryParseError::new(i + 1, format!("not JSON: {e}")))?;
-        out.push(TxnRecord::from_json(i + 1, &v)?);
+        let rec = TxnRecord::from_json(i + 1, &v)?;
+        checked = checked.saturating_add(checked_bytes(&rec));
+        if checked > memory_max_bytes {
+            return Err(HistoryParseError::new(
+                i + 1,
+                format!(
+                    "checking the {} transactions up to here would take over {memory_max_bytes} bytes of memory, the bound: check a shorter history",
+                    out.len() + 1
+                ),
+            ));
+        }
+        out.push(rec);
     }
     Ok((header, out))
 }

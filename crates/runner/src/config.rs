@@ -577,6 +577,7 @@ pub fn parse_latency_us(s: &str) -> Result<[f64; VerbKind::COUNT], ConfigError> 
         return Ok([num(s, "")?; VerbKind::COUNT]);
     }
     let mut out = [0.0; VerbKind::COUNT];
+    let mut seen = [false; VerbKind::COUNT];
     for part in s.split(',') {
         let (k, v) = part.split_once('=').ok_or_else(|| {
             ConfigError(format!(
@@ -589,6 +590,13 @@ pub fn parse_latency_us(s: &str) -> Result<[f64; VerbKind::COUNT], ConfigError> 
                 k.trim()
             ))
         })?;
+        if seen[kind as usize] {
+            return Err(ConfigError(format!(
+                "net-latency-us: class '{}' is given twice: expected each class once",
+                kind.name()
+            )));
+        }
+        seen[kind as usize] = true;
         out[kind as usize] = num(v, &format!("{}=", kind.name()))?;
     }
     Ok(out)

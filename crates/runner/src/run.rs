@@ -419,9 +419,16 @@ fn execute<W: Workload, P: Protocol>(
         };
         let ran = match &cfg.fabric {
             Fabric::InProc => execute_inproc(cfg, os_threads, &setups, &directory, &spawn),
-            Fabric::Sim { net, faults } => {
-                execute_sim(cfg, net, faults, shared.end_ns, &setups, &directory, &spawn)
-            }
+            Fabric::Sim { net, faults } => execute_sim(
+                cfg,
+                net,
+                faults,
+                shared.end_ns,
+                shared.w.think_ns_max(),
+                &setups,
+                &directory,
+                &spawn,
+            ),
         };
         drop(tx_iv);
         let lines = printer.join().expect("progress thread panicked");
@@ -456,12 +463,24 @@ fn execute_inproc(
     })
 }
 
+/// How long the simulator waits with no co-routine polled before it calls the run hung:
+/// never less than the run itself and the floor, plus the longest its faults can hold a
+/// co-routine and a round of every co-routine of a worker thinking (`think_ns` each, as a
+/// worker's core runs its co-routines' computation one after another).
+pub fn sim_idle_limit_ns(cfg: &RunConfig, faults: &FaultConfig, end_ns: u64, think_ns: u64) -> u64 {
+    sim::HUNG_AFTER_NS_MIN
+        .saturating_add(end_ns)
+        .saturating_add(faults.longest_wait_ns())
+        .saturating_add(think_ns.saturating_mul(cfg.coroutines as u64 + 1))
+}
+
 /// The simulator's part: every worker on this thread in virtual time, with the run's faults.
 fn execute_sim(
     cfg: &RunConfig,
     net: &str,
     faults: &FaultConfig,
     end_ns: u64,
+    think_ns: u64,
     setups: &[NodeSetup],
     directory: &NodeDirectory,
     spawn: &atoll_fabric::core::Spawner<'_>,
@@ -474,6 +493,7 @@ fn execute_sim(
         faults: sim::faults::plan(faults, cfg.nodes, end_ns, cfg.seed),
         op_timeout_ns: faults.op_timeout_ns(),
         machine_pairs: cfg.topology().machine_pairs(),
+        idle_limit_ns: sim_idle_limit_ns(cfg, faults, end_ns, think_ns),
     };
     let t0 = Instant::now();
     // The simulator runs every worker on this thread: a panic ends them all.

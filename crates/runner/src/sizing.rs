@@ -247,21 +247,18 @@ pub fn sizing(cfg: &RunConfig) -> Result<Sizing, ConfigError> {
         .map_err(|e| ConfigError(e.0))?
 }
 
-/// What `cfg` needs with workload `w` and `version_slots` versions per record; refuses a
-/// region whose word offsets would not fit.
-pub fn size<W: Workload>(
-    cfg: &RunConfig,
+/// Each table's region words on a node (its reservation, room to grow included) and the
+/// bytes every table takes at start, refusing a region whose word offsets would not fit.
+fn table_sizes<W: Workload>(
     w: &W,
+    specs: &[TableSpec],
     version_slots: u32,
-) -> Result<Sizing, ConfigError> {
-    let family = cfg.family_config();
-    let overflow_versions = family.overflow_per_record();
-    let specs: Vec<TableSpec> = w.tables(cfg.memory_nodes());
-    let (limit, source) = memory_limit(cfg);
-    let growth_bytes_per_node = limit / cfg.memory_nodes().max(1) as u64;
+    overflow_versions: u32,
+    growth_bytes_per_node: u64,
+) -> Result<(Vec<(String, u64)>, u64), ConfigError> {
     let mut table_region_words = Vec::with_capacity(specs.len());
     let mut table_start_bytes = 0;
-    for spec in &specs {
+    for spec in specs {
         let records = TableLayout::capacity_reserved(
             spec,
             TableLayout::growth_records(
@@ -295,6 +292,28 @@ pub fn size<W: Workload>(
         }
         table_region_words.push((spec.name.clone(), words));
     }
+    Ok((table_region_words, table_start_bytes))
+}
+
+/// What `cfg` needs with workload `w` and `version_slots` versions per record; refuses a
+/// region whose word offsets would not fit.
+pub fn size<W: Workload>(
+    cfg: &RunConfig,
+    w: &W,
+    version_slots: u32,
+) -> Result<Sizing, ConfigError> {
+    let family = cfg.family_config();
+    let overflow_versions = family.overflow_per_record();
+    let specs: Vec<TableSpec> = w.tables(cfg.memory_nodes());
+    let (limit, source) = memory_limit(cfg);
+    let growth_bytes_per_node = limit / cfg.memory_nodes().max(1) as u64;
+    let (table_region_words, table_start_bytes) = table_sizes(
+        w,
+        &specs,
+        version_slots,
+        overflow_versions,
+        growth_bytes_per_node,
+    )?;
     let payload_words = |t: atoll_storage::TableId| {
         specs[t.0 as usize].payload_words as u64
             + atoll_storage::layout::ENGINE_PAYLOAD_WORDS as u64
@@ -461,6 +480,36 @@ fn knobs<W: Workload>(w: &W) -> String {
 mod tests {
     use super::*;
     use atoll_workloads::WorkloadKind;
+
+    #[test]
+    fn sizing_counts_every_co_routines_heap_and_refuses_a_cluster_of_them_over_the_budget() {
+        let cfg = |coroutines: u16, memory_max_bytes: Option<u64>| RunConfig {
+            fabric: crate::config::Fabric::Sim {
+                net: "edr-ib".into(),
+                faults: Default::default(),
+            },
+            nodes: 256,
+            threads: 4,
+            coroutines,
+            memory_max_bytes,
+            ..RunConfig::default()
+        };
+        let few = sizing(&cfg(1, None)).unwrap();
+        let many = sizing(&cfg(64, None)).unwrap();
+        assert_eq!(
+            many.coroutine_bytes - few.coroutine_bytes,
+            256 * 4 * 63 * COROUTINE_BYTES,
+            "each co-routine's heap"
+        );
+        assert!(many.total_bytes() - few.total_bytes() >= 256 * 4 * 63 * COROUTINE_BYTES);
+        // 256 × 4 × 64 co-routines take 2.5 GiB of heap: a 2 GiB budget refuses them.
+        let e = sizing(&cfg(64, Some(2 << 30))).unwrap_err();
+        assert!(
+            e.0.contains("over the limit of 2.0 GiB (--memory-max)"),
+            "{e}"
+        );
+        assert!(e.0.contains("heaps 2.5 GiB"), "{e}");
+    }
 
     #[test]
     fn sizing_rings_hold_a_few_of_the_workloads_largest_log_records() {

@@ -126,6 +126,17 @@ struct Alloc {
     heap_charged: u64,
 }
 
+impl StoreError {
+    /// Whether this refusal is a limit reached (the table, its index or the budget), which
+    /// no retry of the same insert gets past.
+    pub fn is_capacity(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Full { .. } | StoreError::IndexFull { .. } | StoreError::OverBudget(_)
+        )
+    }
+}
+
 impl Alloc {
     /// Buckets the index has now.
     fn buckets(&self) -> u32 {
@@ -655,6 +666,59 @@ impl Store {
         })
     }
 
+    /// Revives `key`'s deleted record in its own slot `idx` (under the table's lock), at the
+    /// version after its deletion's; `Duplicate` if it is live.
+    fn revive(
+        &self,
+        t: TableId,
+        idx: u32,
+        key: u64,
+        payload: &[u64],
+        lock: u64,
+    ) -> Result<(u32, u64), StoreError> {
+        let layout = *self.catalog.layout(t);
+        let region = self.region(t);
+        let shard = &self.shards[t.0 as usize];
+        let off = layout.record_offset(idx) as usize;
+        let old = region.load(off + H_VERSION as usize);
+        if old & VERSION_ABSENT == 0 {
+            return Err(StoreError::Duplicate {
+                table: self.name(t),
+                key,
+            });
+        }
+        // Revive the deleted record. A coordinator with a stale cached location may
+        // hold its lock for a moment (it releases on seeing it absent): take the lock
+        // by CAS so that release cannot free the inserter's lock.
+        if lock != 0
+            && !take_free_lock(
+                region,
+                off + H_LOCK as usize,
+                self.catalog.lock_word(),
+                lock,
+            )
+        {
+            return Err(StoreError::Busy {
+                table: self.name(t),
+                key,
+            });
+        }
+        for j in 0..layout.version_slots - 1 {
+            // Older versions of the previous incarnation are gone with it.
+            region.store(off + layout.old_header_offset(j) as usize + 1, 0);
+        }
+        region.write_from(off + HEADER_WORDS as usize, payload);
+        region.store(off + H_RTS as usize, 0);
+        region.store(off + H_WTS as usize, 0);
+        region.store(off + H_AUX as usize, 0);
+        let version = (old & !VERSION_ABSENT) + 1;
+        region.store(off + H_VERSION as usize, version);
+        if let Some(o) = &shard.ordered {
+            o.lock().insert(key, idx as u64);
+        }
+        Ok((idx, version))
+    }
+
     /// Inserts a live record with a whole stored `payload` (engine words included) whose
     /// lock word is `lock` (0 for free): a transaction inserts its records locked and frees
     /// them with its other writes. A key that still owns its deleted slot gets it back, at
@@ -687,44 +751,7 @@ impl Store {
         let mut a = shard.alloc.lock();
         let region = self.region(t);
         if let Some(idx) = self.find_slot(t, key) {
-            let off = layout.record_offset(idx) as usize;
-            let old = region.load(off + H_VERSION as usize);
-            if old & VERSION_ABSENT == 0 {
-                return Err(StoreError::Duplicate {
-                    table: self.name(t),
-                    key,
-                });
-            }
-            // Revive the deleted record. A coordinator with a stale cached location may
-            // hold its lock for a moment (it releases on seeing it absent): take the lock
-            // by CAS so that release cannot free the inserter's lock.
-            if lock != 0
-                && !take_free_lock(
-                    region,
-                    off + H_LOCK as usize,
-                    self.catalog.lock_word(),
-                    lock,
-                )
-            {
-                return Err(StoreError::Busy {
-                    table: self.name(t),
-                    key,
-                });
-            }
-            for j in 0..layout.version_slots - 1 {
-                // Older versions of the previous incarnation are gone with it.
-                region.store(off + layout.old_header_offset(j) as usize + 1, 0);
-            }
-            region.write_from(off + HEADER_WORDS as usize, payload);
-            region.store(off + H_RTS as usize, 0);
-            region.store(off + H_WTS as usize, 0);
-            region.store(off + H_AUX as usize, 0);
-            let version = (old & !VERSION_ABSENT) + 1;
-            region.store(off + H_VERSION as usize, version);
-            if let Some(o) = &shard.ordered {
-                o.lock().insert(key, idx as u64);
-            }
-            return Ok((idx, version));
+            return self.revive(t, idx, key, payload, lock);
         }
         let gone = a.gone.get(&key).copied();
         if shard.ordered.is_some()

@@ -534,17 +534,9 @@ impl Local {
                         index: 0,
                         holder: LOCK_UNSTABLE,
                     },
-                    Err(
-                        StoreError::Full { .. }
-                        | StoreError::IndexFull { .. }
-                        | StoreError::OverBudget(_),
-                    ) => Reply::Full,
-                    Err(
-                        StoreError::NotHere { .. }
-                        | StoreError::PayloadWords { .. }
-                        | StoreError::NotFound { .. }
-                        | StoreError::NoOrderedIndex { .. },
-                    ) => Reply::BadRequest,
+                    Err(e) if e.is_capacity() => Reply::Full,
+                    // Not here, a payload of the wrong size: the request's fault.
+                    Err(_) => Reply::BadRequest,
                 }
             }
             Request::Delete { table, key } => {

@@ -245,6 +245,13 @@ pub trait Workload: Send + Sync + 'static {
     /// from this before anything runs.
     fn largest_write_set(&self) -> Vec<TableId>;
 
+    /// The longest one transaction computes between two of its ops (virtual time under the
+    /// simulator: its core is busy that long), so the simulator never takes a round of its
+    /// co-routines thinking for a hang. 0 for a workload that only touches records.
+    fn think_ns_max(&self) -> u64 {
+        0
+    }
+
     /// Draws a transaction for a coordinator on `home`.
     fn generate(&self, rng: &mut Rng, nodes: u16, home: NodeId) -> (usize, Self::Input);
 

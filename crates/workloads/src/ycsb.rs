@@ -436,6 +436,10 @@ impl Workload for Ycsb {
     const SMALL_PARAMS: &'static [(&'static str, &'static str)] =
         &[("records", "60"), ("ops_per_txn", "4")];
 
+    fn think_ns_max(&self) -> u64 {
+        (self.compute_us * 1000.0) as u64
+    }
+
     fn configure(p: &Params, shape: &crate::WorkloadShape) -> Result<Self, ParamError> {
         Ycsb::from_params(p, shape.nodes, shape.threads)
     }

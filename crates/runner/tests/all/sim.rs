@@ -359,3 +359,80 @@ fn sim_an_op_to_a_crashed_node_completes_with_a_typed_failure_within_its_timeout
     assert!(failed.is_empty(), "{failed:?}");
     assert!(r.passed);
 }
+
+/// Issue 36, defect 1: waits a run asks for (a long pause, stall or torn write, and think
+/// time) once took the simulator's fixed one-second idle limit for a hang and abandoned
+/// transactions mid-commit (lost money, held locks, exit 1). Its idle limit now follows
+/// the run's own faults and think times.
+#[test]
+fn sim_long_faults_and_think_times_are_waited_out_not_taken_for_a_hang() {
+    let small = |w: WorkloadKind,
+                 faults: &str,
+                 coroutines: u16,
+                 duration_s: f64,
+                 extra: &[(&str, &str)]| {
+        let mut params: Params = knobs(w)
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        for (k, v) in extra {
+            params.insert(k.to_string(), v.to_string());
+        }
+        RunConfig {
+            fabric: Fabric::Sim {
+                net: "edr-ib".into(),
+                faults: FaultConfig::parse(faults).unwrap(),
+            },
+            workload: w,
+            params,
+            nodes: 2,
+            coroutines,
+            duration_s,
+            warmup_s: 0.0,
+            seed: 3,
+            record_history: true,
+            ..RunConfig::default()
+        }
+    };
+    for cfg in [
+        small(
+            WorkloadKind::SmallBank,
+            "pauses=1,pause_us=1500000",
+            8,
+            0.01,
+            &[],
+        ),
+        small(
+            WorkloadKind::SmallBank,
+            "stall_permille=10,stall_us=2000000",
+            8,
+            0.01,
+            &[],
+        ),
+        small(
+            WorkloadKind::SmallBank,
+            "tear_words=1,tear_ns=2000000000",
+            8,
+            0.01,
+            &[],
+        ),
+        small(
+            WorkloadKind::Ycsb,
+            "none",
+            64,
+            0.5,
+            &[("compute_us", "20000")],
+        ),
+    ] {
+        let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{:?}: {e}", cfg.fabric));
+        let failed: Vec<_> = r.checks.iter().filter(|c| !c.passed).collect();
+        assert!(failed.is_empty(), "{:?}: {failed:?}", cfg.fabric);
+        let v = history::check(&r.history, Mode::from(cfg.protocol.isolation()));
+        assert!(
+            v.ok(),
+            "{:?}: {}",
+            cfg.fabric,
+            history::render(&r.history, &v)
+        );
+    }
+}
