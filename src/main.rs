@@ -355,11 +355,14 @@ fn bench(a: BenchArgs) -> ExitCode {
     let print = move |l: &ProgressLine| {
         if !quiet {
             println!(
-                "[{:>6.1} s] {:>12.0} committed tx/s  abort rate {:>6.2}%  p99 {:>9.1} us",
+                "[{:>6.1} s] {:>12.0} committed tx/s  abort rate {:>6.2}%  p99 {:>9.1} us  memory {}{}",
                 l.t_s,
                 l.committed_per_s,
                 l.abort_rate * 100.0,
-                l.p99_us
+                l.p99_us,
+                atoll_runner::sizing::human_bytes(l.memory_bytes),
+                l.budget_reached_in_s
+                    .map_or(String::new(), |s| format!(" (budget in {s:.0} s)"))
             );
         }
     };

@@ -501,7 +501,7 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
 ) -> Result<(), ClusterError> {
     cfg.validate()?;
     // The run's layout as in-process and simulated runs build it.
-    let layout = atoll_runner::run::layout::<W, P>(cfg, &w)?;
+    let mut layout = atoll_runner::run::layout::<W, P>(cfg, &w)?;
     let catalog = layout.catalog.clone();
     let ucfg = ucx::UcxConfig {
         transports,
@@ -531,6 +531,7 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
             layout.sizing.start_bytes_beside_tables() / nodes,
         )
         .map_err(|r| ClusterError::BadInput(format!("node {}: {r}", node.0)))?;
+    layout.budget = budget.clone();
     let runtime = Arc::new(NodeRuntime::load_into(
         node,
         catalog.clone(),

@@ -371,7 +371,11 @@ fn summary_of(all: &NodeStats, secs: f64) -> Summary {
                 all.aborts.iter().map(|r| r[a.index()]).sum()
             }
         }),
-        gave_up: all.gave_up,
+        gave_up: all.gave_up.iter().sum(),
+        gave_up_by_reason: reason_map(&|a| all.gave_up[a.index()])
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect(),
         latency_us: Latency::of(&lat_all),
         fidelity: {
             let mut t = crate::stats::Touched::default();

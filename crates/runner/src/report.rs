@@ -51,6 +51,8 @@ pub struct Summary {
     pub aborts_by_reason: BTreeMap<String, u64>,
     /// Transactions abandoned: a final non-user abort (not found) or `attempts_max` reached.
     pub gave_up: u64,
+    /// Those by the reason of their last attempt (reasons with none left out).
+    pub gave_up_by_reason: BTreeMap<String, u64>,
     pub latency_us: Latency,
     /// Measured over every committed transaction (`committed_share` is 1).
     pub fidelity: Fidelity,
@@ -148,6 +150,10 @@ pub struct ProgressLine {
     pub committed_per_s: f64,
     pub abort_rate: f64,
     pub p99_us: f64,
+    /// What the run's memory budget held at the interval's end, and when the budget would
+    /// be reached at the interval's growth (`None`: it did not grow).
+    pub memory_bytes: u64,
+    pub budget_reached_in_s: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -329,22 +335,42 @@ impl Report {
             let per_node = c.workload_knobs.get("records").map_or("?", |s| s.as_str());
             let _ = writeln!(o, "table       {n} records ({per_node} per node)");
         }
-        if self.partial {
-            let _ = writeln!(
-                o,
-                "partial     interrupted after {:.2} of {:.2} s measured: every number covers that part only",
-                self.measured_s, c.duration_s
-            );
+        match (&self.memory.refused, self.partial) {
+            (Some(r), _) => {
+                let _ = writeln!(
+                    o,
+                    "stopped     after {:.2} of {:.2} s measured: {r}; every number covers that part only",
+                    self.measured_s, c.duration_s
+                );
+            }
+            (None, true) => {
+                let _ = writeln!(
+                    o,
+                    "partial     interrupted after {:.2} of {:.2} s measured: every number covers that part only",
+                    self.measured_s, c.duration_s
+                );
+            }
+            (None, false) => {}
         }
         let _ = writeln!(
             o,
-            "throughput  {:>12.0} committed tx/s   ({} committed, {} aborted attempts, abort rate {:.2}%, {} user aborts, gave up {})",
+            "throughput  {:>12.0} committed tx/s   ({} committed, {} aborted attempts, abort rate {:.2}%, {} user aborts, gave up {}{})",
             s.committed_per_s,
             s.committed,
             s.aborted,
             s.abort_rate * 100.0,
             s.user_aborted,
-            s.gave_up
+            s.gave_up,
+            if s.gave_up_by_reason.is_empty() {
+                String::new()
+            } else {
+                let r: Vec<String> = s
+                    .gave_up_by_reason
+                    .iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect();
+                format!(": {}", r.join(", "))
+            }
         );
         // TPC-C's metric: committed NewOrders per minute, beside tx/s.
         if c.workload == atoll_workloads::tpcc::Tpcc::NAME_STR {

@@ -137,6 +137,8 @@ pub struct RunShared<W> {
     /// (`CpuProfile::txn_ns`, `txn_ns_per_access`), charged to its simulated core; `None`
     /// on a real fabric, whose CPU spends it for real.
     pub txn_cpu_ns: Option<(u64, u64)>,
+    /// What the run's tables grow from (this process's share under `atoll cluster`).
+    pub budget: Arc<atoll_storage::MemoryBudget>,
 }
 
 /// Records a worker keeps before handing them to the history file: one lock and one write
@@ -165,6 +167,7 @@ impl<W: Workload> RunShared<W> {
             cpu: Default::default(),
             history_out,
             txn_cpu_ns,
+            budget: layout.budget.clone(),
         }
     }
 
@@ -411,7 +414,9 @@ fn execute<W: Workload, P: Protocol>(
     let workers = cfg.nodes as usize * cfg.threads as usize;
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     std::thread::scope(|s| {
-        let printer = s.spawn(|| collect_progress(rx_iv, workers, shared.interval_ns, progress));
+        let printer = s.spawn(|| {
+            collect_progress(rx_iv, workers, shared.interval_ns, &shared.budget, progress)
+        });
         // A worker's co-routines belong to its node's runtime.
         let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
             let node = &nodes[core.node().0 as usize];
@@ -608,10 +613,12 @@ fn collect_progress(
     rx: mpsc::Receiver<Interval>,
     workers: usize,
     interval_ns: u64,
+    budget: &atoll_storage::MemoryBudget,
     progress: &(dyn Fn(&ProgressLine) + Sync),
 ) -> Vec<ProgressLine> {
     let mut pending: BTreeMap<u64, (usize, Interval)> = BTreeMap::new();
     let mut lines = Vec::new();
+    let mut memory_before = None;
     for iv in rx {
         let e = pending
             .entry(iv.index)
@@ -620,10 +627,13 @@ fn collect_progress(
         e.1.committed += iv.committed;
         e.1.aborted += iv.aborted;
         e.1.latency_ns.add(&iv.latency_ns).expect("same bounds");
+        e.1.memory_bytes = e.1.memory_bytes.max(iv.memory_bytes);
         if e.0 == workers {
             let (_, iv) = pending.remove(&iv.index).expect("just seen");
             let secs = interval_ns as f64 / 1e9;
             let total = iv.committed + iv.aborted;
+            let grew = memory_before.map_or(0, |b| iv.memory_bytes.saturating_sub(b));
+            memory_before = Some(iv.memory_bytes);
             let line = ProgressLine {
                 t_s: ((iv.index + 1) * interval_ns) as f64 / 1e9,
                 committed_per_s: iv.committed as f64 / secs,
@@ -637,6 +647,11 @@ fn collect_progress(
                 } else {
                     iv.latency_ns.value_at_quantile(0.99) as f64 / 1000.0
                 },
+                memory_bytes: iv.memory_bytes,
+                budget_reached_in_s: (grew > 0).then(|| {
+                    budget.limit_bytes().saturating_sub(iv.memory_bytes) as f64
+                        / (grew as f64 / secs)
+                }),
             };
             progress(&line);
             lines.push(line);
@@ -926,7 +941,7 @@ fn count_outcome<W: Workload>(
                 } else if !run.over(node, end_ns) {
                     // Retries stop at the end of the run; those are cut off, not
                     // given up.
-                    st.gave_up += 1;
+                    st.gave_up[a.index()] += 1;
                 }
             }
         }
@@ -989,7 +1004,8 @@ fn tick<W: Workload>(
     let intervals = (run.end_ns - run.warmup_end_ns).div_ceil(run.interval_ns);
     while st.interval.index < idx.min(intervals) {
         let next = Interval::new(st.interval.index + 1);
-        let done = std::mem::replace(&mut st.interval, next);
+        let mut done = std::mem::replace(&mut st.interval, next);
+        done.memory_bytes = run.budget.used_bytes();
         // The receiver outlives every co-routine; a send error cannot happen.
         let _ = progress.send(done);
     }

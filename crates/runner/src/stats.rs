@@ -82,6 +82,8 @@ pub struct Interval {
     pub committed: u64,
     pub aborted: u64,
     pub latency_ns: Histogram<u64>,
+    /// What the run's budget held when the worker closed the interval.
+    pub memory_bytes: u64,
 }
 
 impl Interval {
@@ -91,6 +93,7 @@ impl Interval {
             committed: 0,
             aborted: 0,
             latency_ns: new_histogram(),
+            memory_bytes: 0,
         }
     }
 }
@@ -106,8 +109,9 @@ pub struct WorkerStats {
     /// Transactions whose logic chose to abort (complete outcomes, like TPC-C's rolled-back
     /// new-orders), per type.
     pub user_aborted: Vec<u64>,
-    /// Transactions abandoned after `attempts_max` attempts or a final abort.
-    pub gave_up: u64,
+    /// Transactions abandoned after `attempts_max` attempts or a final abort, by the reason
+    /// of their last attempt.
+    pub gave_up: [u64; Abort::COUNT],
     /// What committed transactions touched, per type, in the measured window.
     pub touched: Vec<Touched>,
     /// Stage time of committed transactions (their final attempt), summed.
@@ -128,7 +132,7 @@ impl WorkerStats {
             latency_ns: (0..types).map(|_| new_histogram()).collect(),
             aborts: vec![[0; Abort::COUNT]; types],
             user_aborted: vec![0; types],
-            gave_up: 0,
+            gave_up: [0; Abort::COUNT],
             touched: vec![Touched::default(); types],
             stage_ns: [0; Stage::COUNT],
             committed_torn_reads: 0,
@@ -171,7 +175,8 @@ pub struct NodeStats {
     pub latency_ns: Vec<Histogram<u64>>,
     pub aborts: Vec<[u64; Abort::COUNT]>,
     pub user_aborted: Vec<u64>,
-    pub gave_up: u64,
+    /// Transactions given up, by the reason of their last attempt.
+    pub gave_up: [u64; Abort::COUNT],
     pub touched: Vec<Touched>,
     pub stage_ns: [u64; Stage::COUNT],
     pub committed_torn_reads: u64,
@@ -188,7 +193,7 @@ impl NodeStats {
             latency_ns: w.latency_ns,
             aborts: w.aborts,
             user_aborted: w.user_aborted,
-            gave_up: 0,
+            gave_up: [0; Abort::COUNT],
             touched: w.touched,
             stage_ns: [0; Stage::COUNT],
             committed_torn_reads: 0,
@@ -231,7 +236,9 @@ impl NodeStats {
             self.user_aborted[t] += o.user_aborted[t];
             self.touched[t].merge(&o.touched[t]);
         }
-        self.gave_up += o.gave_up;
+        for (acc, n) in self.gave_up.iter_mut().zip(o.gave_up) {
+            *acc += n;
+        }
         self.committed_torn_reads += o.committed_torn_reads;
         self.committed_all += o.committed_all;
         for (acc, ns) in self.stage_ns.iter_mut().zip(o.stage_ns) {

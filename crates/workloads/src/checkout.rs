@@ -15,8 +15,9 @@
 //! - `order_line`: three per order, with it; key `order << 2 | line`. Words: product and
 //!   quantity.
 //!
-//! `order` and `order_line` are fixed-size: `orders_max` orders per node (a checkout beyond
-//! it aborts `TableFull`, as TPC-C's NewOrder beyond `new_orders_max`).
+//! `order` and `order_line` grow as the run's memory budget allows; `orders_max` caps them
+//! at that many orders per node (a checkout beyond it aborts `TableFull`, as TPC-C's
+//! NewOrder beyond `new_orders_max`), `none` by default.
 //!
 //! A checkout draws 3 distinct products uniformly and a quantity in `1..=quantity_max` for
 //! each; it reads the products for update, takes each quantity off its stock (restocking
@@ -78,7 +79,9 @@ const QUANTITY_MAX_LIMIT: u64 = RESTOCK_UNITS;
 /// Orders a run may add per node by default: room for the default 10 s run at 200,000
 /// checkouts a second over two nodes (2 in-process nodes on a busy 2-core machine ran
 /// 91,000: docs/workloads.md), in about 450 MiB of order and line tables per node.
-const ORDERS_MAX_DEFAULT: u64 = 1_000_000;
+/// Orders per node the tables are first laid out for when they grow (their index starts
+/// at this size and splits from there).
+const ORDERS_START: u64 = 1024;
 /// Most orders per node: every order's lines fit a table's 32-bit slot count.
 const ORDERS_MAX_LIMIT: u64 = u32::MAX as u64 / LINES as u64;
 
@@ -152,7 +155,8 @@ pub struct Checkout {
     pub product_bytes: u64,
     pub quantity_max: u64,
     /// Orders per node the tables hold.
-    pub orders_max: u64,
+    /// A cap on the orders per node (`None`: the tables grow).
+    pub orders_max: Option<u64>,
     nodes: u16,
     /// Per node: the checkouts its coordinators drew (each draw takes the next order key).
     drawn: Vec<AtomicU64>,
@@ -298,7 +302,7 @@ impl Checkout {
             )));
         }
         let quantity_max = k.u64("quantity_max", QUANTITY_MAX_DEFAULT, 1, QUANTITY_MAX_LIMIT)?;
-        let orders_max = k.u64("orders_max", ORDERS_MAX_DEFAULT, 1, ORDERS_MAX_LIMIT)?;
+        let orders_max = k.cap("orders_max", 1, ORDERS_MAX_LIMIT)?;
         Ok(Checkout {
             products,
             product_bytes,
@@ -324,6 +328,12 @@ impl Checkout {
     }
 
     /// Products on each node (key modulo the node count): the most any node holds.
+    /// Orders per node the order tables are laid out for at start: their cap, or
+    /// [`ORDERS_START`] when they grow.
+    fn orders_start(&self) -> u64 {
+        self.orders_max.unwrap_or(ORDERS_START)
+    }
+
     fn products_per_node(&self) -> u64 {
         self.products.div_ceil(self.nodes as u64)
     }
@@ -403,8 +413,8 @@ impl Workload for Checkout {
                 gone_keys_max_per_node: 0,
                 name: "order".into(),
                 payload_words: ORDER_WORDS,
-                capacity_per_node: capacity(self.orders_max),
-                capacity_max_per_node: Some(capacity(self.orders_max)),
+                capacity_per_node: capacity(self.orders_start()),
+                capacity_max_per_node: self.orders_max.map(capacity),
                 partition: Self::partition_by(ORDER_SEQ_BITS),
                 ordered: false,
             },
@@ -412,8 +422,8 @@ impl Workload for Checkout {
                 gone_keys_max_per_node: 0,
                 name: "order_line".into(),
                 payload_words: ORDER_LINE_WORDS,
-                capacity_per_node: capacity(self.orders_max * LINES as u64),
-                capacity_max_per_node: Some(capacity(self.orders_max * LINES as u64)),
+                capacity_per_node: capacity(self.orders_start() * LINES as u64),
+                capacity_max_per_node: self.orders_max.map(|m| capacity(m * LINES as u64)),
                 partition: Self::partition_by(ORDER_SEQ_BITS + LINE_BITS),
                 ordered: false,
             },
@@ -719,7 +729,11 @@ impl Workload for Checkout {
             ("products".into(), self.products.to_string()),
             ("product_bytes".into(), self.product_bytes.to_string()),
             ("quantity_max".into(), self.quantity_max.to_string()),
-            ("orders_max".into(), self.orders_max.to_string()),
+            (
+                "orders_max".into(),
+                self.orders_max
+                    .map_or_else(|| "none".to_string(), |m| m.to_string()),
+            ),
         ])
     }
 }
