@@ -47,9 +47,10 @@ impl FaultConfig {
 
     /// A few of each: the default when faults are asked for without numbers.
     /// The longest a run's co-routines may wait on these faults at once, counted without
-    /// overlap: a spike's extra delay and length, a pause, a torn write's stall, a stall,
-    /// and an op's timeout. The simulator's idle limit covers it.
-    pub fn longest_wait_ns(&self) -> u64 {
+    /// overlap: a spike's extra delay and length, a pause, an op of `op_words_max` words
+    /// torn into `tear_words` pieces with a stall after each, a stall, and an op's timeout.
+    /// The simulator's idle limit covers it.
+    pub fn longest_wait_ns(&self, op_words_max: u64) -> u64 {
         let mut ns = self.op_timeout_ns();
         if self.spikes > 0 {
             ns = ns.saturating_add(self.spike_extra_ns.saturating_add(self.spike_len_ns));
@@ -58,7 +59,8 @@ impl FaultConfig {
             ns = ns.saturating_add(self.pause_len_ns);
         }
         if self.tear_words > 0 {
-            ns = ns.saturating_add(self.tear_stall_ns);
+            let pieces = op_words_max.div_ceil(self.tear_words as u64).max(1);
+            ns = ns.saturating_add(self.tear_stall_ns.saturating_mul(pieces));
         }
         if self.stall_permille > 0 {
             ns = ns.saturating_add(self.stall_ns);

@@ -430,6 +430,7 @@ fn execute<W: Workload, P: Protocol>(
                 faults,
                 shared.end_ns,
                 shared.w.think_ns_max(),
+                op_words_max(&shared.catalog),
                 &setups,
                 &directory,
                 &spawn,
@@ -468,14 +469,37 @@ fn execute_inproc(
     })
 }
 
+/// The most words one verb of the run moves: a whole record slot, an index group, or a log
+/// record (at most a few records' slots, bounded here by the largest region a family or
+/// log adds... taken as the largest record slot times the tables, generously).
+fn op_words_max(catalog: &Catalog) -> u64 {
+    let record = (0..catalog.table_count())
+        .map(|t| {
+            catalog
+                .layout(atoll_storage::TableId(t as u16))
+                .record_words as u64
+        })
+        .max()
+        .unwrap_or(0);
+    record
+        .max(atoll_storage::layout::GROUP_WORDS as u64)
+        .saturating_mul(catalog.table_count().max(1) as u64)
+}
+
 /// How long the simulator waits with no co-routine polled before it calls the run hung:
 /// never less than the run itself and the floor, plus the longest its faults can hold a
 /// co-routine and a round of every co-routine of a worker thinking (`think_ns` each, as a
 /// worker's core runs its co-routines' computation one after another).
-pub fn sim_idle_limit_ns(cfg: &RunConfig, faults: &FaultConfig, end_ns: u64, think_ns: u64) -> u64 {
+pub fn sim_idle_limit_ns(
+    cfg: &RunConfig,
+    faults: &FaultConfig,
+    end_ns: u64,
+    think_ns: u64,
+    op_words_max: u64,
+) -> u64 {
     sim::HUNG_AFTER_NS_MIN
         .saturating_add(end_ns)
-        .saturating_add(faults.longest_wait_ns())
+        .saturating_add(faults.longest_wait_ns(op_words_max))
         .saturating_add(think_ns.saturating_mul(cfg.coroutines as u64 + 1))
 }
 
@@ -486,6 +510,7 @@ fn execute_sim(
     faults: &FaultConfig,
     end_ns: u64,
     think_ns: u64,
+    op_words_max: u64,
     setups: &[NodeSetup],
     directory: &NodeDirectory,
     spawn: &atoll_fabric::core::Spawner<'_>,
@@ -498,7 +523,7 @@ fn execute_sim(
         faults: sim::faults::plan(faults, cfg.nodes, end_ns, cfg.seed),
         op_timeout_ns: faults.op_timeout_ns(),
         machine_pairs: cfg.topology().machine_pairs(),
-        idle_limit_ns: sim_idle_limit_ns(cfg, faults, end_ns, think_ns),
+        idle_limit_ns: sim_idle_limit_ns(cfg, faults, end_ns, think_ns, op_words_max),
     };
     let t0 = Instant::now();
     // The simulator runs every worker on this thread: a panic ends them all.

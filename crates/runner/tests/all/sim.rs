@@ -436,3 +436,40 @@ fn sim_long_faults_and_think_times_are_waited_out_not_taken_for_a_hang() {
         );
     }
 }
+
+/// Issue 36, defect 6: a node that crashed holding records could fail the run as "records
+/// are still locked" (transactions in flight held them when it died), not naming the
+/// crash. Its memory is now not judged, and a check names it.
+#[test]
+fn sim_a_node_crashing_mid_run_with_records_is_named_and_its_memory_not_judged() {
+    for seed in 1..=6u64 {
+        let cfg = RunConfig {
+            fabric: Fabric::Sim {
+                net: "edr-ib".into(),
+                faults: crash_only(1, 1000),
+            },
+            record_history: false,
+            duration_s: 0.002,
+            warmup_s: 0.0005,
+            ..config(
+                WorkloadKind::SmallBank,
+                ProtocolKind::Occ,
+                "one-sided",
+                seed,
+            )
+        };
+        match run(&cfg, &|_| {}) {
+            // A commit that failed after its log names the node and ends the run.
+            Err(e) => assert!(e.to_string().contains("node 1"), "seed {seed}: {e}"),
+            Ok(r) => {
+                let failed: Vec<_> = r.checks.iter().filter(|c| !c.passed).collect();
+                assert!(failed.is_empty(), "seed {seed}: {failed:?}");
+                let named = r.checks.iter().find(|c| c.name == "fabric.crash_named");
+                assert!(
+                    named.is_some_and(|c| c.detail.contains("node 1 at 1000 µs")),
+                    "seed {seed}: {named:?}"
+                );
+            }
+        }
+    }
+}
