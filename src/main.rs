@@ -757,7 +757,15 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         return bad(format!("{what} disagrees with {source} {nodes}"));
     }
     match atoll_runner::sizing::sizing(&cfg) {
-        Ok(s) => println!("{}", s.line()),
+        Ok(s) => {
+            // The line states the budget the cluster's processes get.
+            let mut c = cfg.clone();
+            c.memory_max_bytes = Some(cluster::cluster_budget(&cfg, &s));
+            match atoll_runner::sizing::sizing(&c) {
+                Ok(s) => println!("{}", s.line()),
+                Err(e) => return bad(e.to_string()),
+            }
+        }
         Err(e) => return bad(e.to_string()),
     }
     // Only now: bad input is named as such whether or not this build has UCX.

@@ -497,9 +497,30 @@ pub fn run_cluster(cfg: &RunConfig, cc: &ClusterConfig) -> Result<Report, Cluste
     cfg.protocol.dispatch(V { cfg, cc })
 }
 
-/// Without `--memory-max`, an `atoll cluster` run's budget is this many times what its
-/// nodes take at start (or the machine's share, if less).
-pub const CLUSTER_GROWTH_FACTOR: u64 = 2;
+/// Without `--memory-max`, each memory node of an `atoll cluster` run has room for its
+/// tables to grow to this many times their start, and at least [`CLUSTER_GROWTH_MIN_BYTES`]
+/// more.
+pub const CLUSTER_GROWTH_FACTOR: u64 = 4;
+pub const CLUSTER_GROWTH_MIN_BYTES: u64 = 64 << 20;
+
+/// The budget of an `atoll cluster` run: `--memory-max`, or else what it takes at start with
+/// room for each memory node's tables to grow ([`CLUSTER_GROWTH_FACTOR`]), within the
+/// machine's share. Each node process reserves its share at start (UCX allocates its
+/// regions whole, so peers on this machine can map them), so the default is not a share of
+/// the machine's memory per process.
+pub fn cluster_budget(cfg: &RunConfig, sizing: &atoll_runner::sizing::Sizing) -> u64 {
+    cfg.memory_max_bytes.unwrap_or_else(|| {
+        let room = (sizing
+            .table_start_bytes
+            .saturating_mul(CLUSTER_GROWTH_FACTOR))
+        .max(CLUSTER_GROWTH_MIN_BYTES)
+        .saturating_mul(sizing.memory_nodes as u64);
+        sizing
+            .start_bytes_beside_tables()
+            .saturating_add(room)
+            .min(sizing.memory_max_bytes)
+    })
+}
 
 pub(crate) fn coordinate<W: Workload, P: Protocol>(
     cfg: &RunConfig,
@@ -507,17 +528,19 @@ pub(crate) fn coordinate<W: Workload, P: Protocol>(
     cc: &ClusterConfig,
 ) -> Result<Report, ClusterError> {
     let wall = Instant::now();
-    let sizing = atoll_runner::run::layout::<W, P>(cfg, &w)?.sizing;
-    // Each node process reserves its share of the budget at start (UCX allocates its
-    // regions whole, so peers on this machine can map them): without --memory-max, room
-    // for the tables to grow to CLUSTER_GROWTH_FACTOR times their start, not a share of
-    // the machine's memory per process.
     let mut cfg = cfg.clone();
-    if cfg.memory_max_bytes.is_none() {
-        let room = sizing.total_bytes().saturating_mul(CLUSTER_GROWTH_FACTOR);
-        cfg.memory_max_bytes = Some(room.min(sizing.memory_max_bytes));
+    cfg.regions_whole = true;
+    let sizing = atoll_runner::run::layout::<W, P>(&cfg, &w)?.sizing;
+    let mut cc = cc.clone();
+    cfg.memory_max_bytes = Some(cluster_budget(&cfg, &sizing));
+    if !cc.bench_args.iter().any(|a| a == "--memory-max") {
+        // Every node resolves the flags as the coordinator did: with this budget too.
+        cc.bench_args.extend([
+            "--memory-max".to_string(),
+            cfg.memory_max_bytes.unwrap_or_default().to_string(),
+        ]);
     }
-    let cfg = &cfg;
+    let (cfg, cc) = (&cfg, &cc);
     let sizing = atoll_runner::run::layout::<W, P>(cfg, &w)?.sizing;
     // Only the nodes on this machine count against its cores and memory.
     let (local, what) = match &cc.hosts {

@@ -500,7 +500,11 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
     link: &mut NodeLink,
 ) -> Result<(), ClusterError> {
     cfg.validate()?;
-    // The run's layout as in-process and simulated runs build it.
+    // The run's layout as the coordinator built it: regions allocated whole by UCX.
+    let cfg = &RunConfig {
+        regions_whole: true,
+        ..cfg.clone()
+    };
     let mut layout = atoll_runner::run::layout::<W, P>(cfg, &w)?;
     let catalog = layout.catalog.clone();
     let ucfg = ucx::UcxConfig {
@@ -518,17 +522,24 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
     // UCX allocates the node's words, so peers on this machine map them (real RMA over shm).
     let (arena, memory) = ucx::NodeArena::allocate(&ucfg, node, &catalog.region_words_of(node))
         .map_err(|e| ClusterError::BadInput(format!("node {}: {e}", node.0)))?;
-    // This process's share of the run's budget, its share of the fixed structures taken.
-    let nodes = cfg.nodes.max(1) as u64;
-    let budget = Arc::new(atoll_storage::MemoryBudget::new(
-        layout.sizing.memory_max_bytes / nodes,
-    ));
+    // This process's share of the run's budget: its share of the fixed structures, and for
+    // a node holding records its share of the rest, for its tables.
+    let sz = &layout.sizing;
+    let fixed = sz.start_bytes_beside_tables() / cfg.nodes.max(1) as u64;
+    let tables = if catalog.topology().holds_records(node) {
+        sz.memory_max_bytes
+            .saturating_sub(sz.start_bytes_beside_tables())
+            / sz.memory_nodes.max(1) as u64
+    } else {
+        0
+    };
+    let budget = Arc::new(atoll_storage::MemoryBudget::new(fixed + tables));
     budget
         .take(
             || "the node's log, family regions, location caches and co-routines".into(),
             node.0,
             0,
-            layout.sizing.start_bytes_beside_tables() / nodes,
+            fixed,
         )
         .map_err(|r| ClusterError::BadInput(format!("node {}: {r}", node.0)))?;
     layout.budget = budget.clone();

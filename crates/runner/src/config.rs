@@ -129,6 +129,10 @@ pub struct RunConfig {
     /// Bytes the run may take in all (`--memory-max`); `None`: a share of physical memory
     /// ([`crate::sizing::memory_limit_bytes`]).
     pub memory_max_bytes: Option<u64>,
+    /// The fabric allocates every region whole at start (`atoll cluster`: UCX maps them so
+    /// peers on the machine can map them too): a table that grows then reserves room in
+    /// proportion to its start among the tables that grow, not the whole budget each.
+    pub regions_whole: bool,
 }
 
 impl Default for RunConfig {
@@ -161,6 +165,7 @@ impl Default for RunConfig {
             cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
             cpu_scale: 1.0,
             memory_max_bytes: None,
+            regions_whole: false,
         }
     }
 }

@@ -289,7 +289,7 @@ pub fn layout<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Layout
         .with_topology(topology)
         .with_lock_word(P::LOCK_WORD)
         .with_old_versions(P::OLD_VERSIONS)
-        .with_growth(sizing.growth_bytes_per_node, overflow_per_record)
+        .with_growth(&sizing.growth_bytes_per_node, overflow_per_record)
         .with_overflow(overflow_per_record),
     );
     debug_assert!(

@@ -126,8 +126,9 @@ pub struct Sizing {
     /// Bytes of memory each node's tables take at start (their loaded records, index and
     /// overflow area): what the budget is asked for before growth.
     pub table_start_bytes: u64,
-    /// Bytes of records a table without a cap may reserve room for on one node.
-    pub growth_bytes_per_node: u64,
+    /// Bytes a table without a cap may reserve room for on one node, by table (in the
+    /// workload's order; ignored for a table with a cap).
+    pub growth_bytes_per_node: Vec<u64>,
     /// The run's budget ([`memory_limit`]) and where the figure comes from.
     pub memory_max_bytes: u64,
     pub memory_max_source: String,
@@ -247,6 +248,37 @@ pub fn sizing(cfg: &RunConfig) -> Result<Sizing, ConfigError> {
         .map_err(|e| ConfigError(e.0))?
 }
 
+/// The room each table without a cap reserves on a node: the budget's share of one node
+/// each, or with regions allocated whole, that share split among them by their start.
+fn growth_room(
+    cfg: &RunConfig,
+    specs: &[TableSpec],
+    version_slots: u32,
+    overflow_versions: u32,
+    limit: u64,
+) -> Vec<u64> {
+    let per_node = limit / cfg.memory_nodes().max(1) as u64;
+    let start = |s: &TableSpec| {
+        s.capacity_per_node as u64
+            * (TableLayout::slot_words(s, version_slots)
+                + TableLayout::overflow_words_per_record(s, overflow_versions))
+            * WORD_BYTES
+    };
+    let growing: u64 = specs
+        .iter()
+        .filter(|s| s.capacity_max_per_node.is_none())
+        .map(start)
+        .sum();
+    specs
+        .iter()
+        .map(|s| match cfg.regions_whole {
+            false => per_node,
+            true if growing == 0 => 0,
+            true => (per_node as u128 * start(s) as u128 / growing as u128) as u64,
+        })
+        .collect()
+}
+
 /// Each table's region words on a node (its reservation, room to grow included) and the
 /// bytes every table takes at start, refusing a region whose word offsets would not fit.
 fn table_sizes<W: Workload>(
@@ -254,11 +286,11 @@ fn table_sizes<W: Workload>(
     specs: &[TableSpec],
     version_slots: u32,
     overflow_versions: u32,
-    growth_bytes_per_node: u64,
+    growth_bytes_per_node: &[u64],
 ) -> Result<(Vec<(String, u64)>, u64), ConfigError> {
     let mut table_region_words = Vec::with_capacity(specs.len());
     let mut table_start_bytes = 0;
-    for spec in specs {
+    for (spec, &growth_bytes_per_node) in specs.iter().zip(growth_bytes_per_node) {
         let records = TableLayout::capacity_reserved(
             spec,
             TableLayout::growth_records(
@@ -306,13 +338,13 @@ pub fn size<W: Workload>(
     let overflow_versions = family.overflow_per_record();
     let specs: Vec<TableSpec> = w.tables(cfg.memory_nodes());
     let (limit, source) = memory_limit(cfg);
-    let growth_bytes_per_node = limit / cfg.memory_nodes().max(1) as u64;
+    let growth_bytes_per_node = growth_room(cfg, &specs, version_slots, overflow_versions, limit);
     let (table_region_words, table_start_bytes) = table_sizes(
         w,
         &specs,
         version_slots,
         overflow_versions,
-        growth_bytes_per_node,
+        &growth_bytes_per_node,
     )?;
     let payload_words = |t: atoll_storage::TableId| {
         specs[t.0 as usize].payload_words as u64
@@ -571,7 +603,7 @@ mod tests {
             ],
             table_region_words: vec![("t".into(), (1 << 20) - (1 << 10) - (1 << 6) - (1 << 3) - 1)],
             table_start_bytes: ((1 << 20) - (1 << 10) - (1 << 6) - (1 << 3) - 1) * WORD_BYTES,
-            growth_bytes_per_node: 0,
+            growth_bytes_per_node: vec![0],
             memory_max_bytes: u64::MAX,
             memory_max_source: "a test".into(),
             coroutine_bytes: 0,

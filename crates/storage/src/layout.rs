@@ -857,13 +857,23 @@ impl Catalog {
         }
     }
 
-    /// The catalog whose tables without a cap reserve room to grow to `bytes_per_node` of
-    /// records (and their index and overflow area) on each node holding them, within a
+    /// The catalog whose tables without a cap reserve room to grow to `bytes_per_node` (by
+    /// table) of records (and their index and overflow area) on each node holding them, within a
     /// region's [`REGION_WORDS_MAX`]; called before [`Catalog::with_overflow`], whose
     /// `overflow_per_record` it counts. The run's memory budget, not the reservation, bounds
     /// what they take.
-    pub fn with_growth(mut self, bytes_per_node: u64, overflow_per_record: u32) -> Self {
-        for ((spec, l), hint) in self.tables.iter_mut().zip(&self.level_hints) {
+    pub fn with_growth(mut self, bytes_per_node: &[u64], overflow_per_record: u32) -> Self {
+        assert_eq!(
+            bytes_per_node.len(),
+            self.tables.len(),
+            "room for every table"
+        );
+        for (((spec, l), hint), &bytes_per_node) in self
+            .tables
+            .iter_mut()
+            .zip(&self.level_hints)
+            .zip(bytes_per_node)
+        {
             assert_eq!(l.overflow_entries, 0, "growth is laid out before overflow");
             if spec.capacity_max_per_node.is_some() {
                 continue;

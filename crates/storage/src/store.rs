@@ -1072,7 +1072,7 @@ mod tests {
             ordered: true,
             gone_keys_max_per_node: 0,
         };
-        let catalog = Arc::new(Catalog::new(1, vec![spec], vec![]).with_growth(1 << 30, 0));
+        let catalog = Arc::new(Catalog::new(1, vec![spec], vec![]).with_growth(&[1 << 30], 0));
         let mem = Arc::new(NodeMemory::new(NodeId(0), &catalog.region_words()));
         Store::with_budget(catalog, mem, Arc::new(MemoryBudget::new(budget_bytes))).unwrap()
     }
