@@ -782,6 +782,11 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         exe,
         hosts,
     };
+    // Ctrl-C reaches the node processes started here too (one process group): each ends
+    // its run early, and the report, JSON and history cover what was measured.
+    if let Err(e) = interrupt::install() {
+        eprintln!("warning: {e}");
+    }
     let report = match cluster::run_cluster(&cfg, &cc) {
         Ok(r) => r,
         Err(e) => return cluster_failed(&e),
@@ -789,11 +794,19 @@ fn cluster(a: ClusterArgs) -> ExitCode {
     if let Err(code) = finish_report(&report, bench_args.json.as_ref()) {
         return code;
     }
+    if interrupt::requested() {
+        return ExitCode::from(EXIT_INTERRUPTED);
+    }
     ExitCode::SUCCESS
 }
 
 fn node(a: NodeArgs) -> ExitCode {
     use atoll_cluster::{self as cluster, ClusterError};
+    // A Ctrl-C at the coordinator's terminal reaches this process too: it ends the run
+    // early like the coordinator, rather than dying under it.
+    if let Err(e) = interrupt::install() {
+        eprintln!("warning: {e}");
+    }
     let resolve = |args: &[String]| resolve_cluster_bench(args).map(|(cfg, _)| cfg);
     let (r, who) = match (&a.listen, &a.coordinator, a.node) {
         (Some(l), _, _) => (

@@ -393,6 +393,18 @@ fn ucx_cluster_history_holds_every_nodes_attempts_in_one_file_and_checks_seriali
         coords.insert(v["coord"].as_u64().unwrap());
     }
     assert_eq!(coords.len(), 12, "coordinators in the history: {coords:?}");
+    // Each node streamed its part beside the file as the run went (issue 36, defect 4: the
+    // coordinator held every attempt in memory); the parts were joined and removed.
+    assert!(
+        out.contains("streamed by the nodes as the run went, then joined"),
+        "{out}"
+    );
+    for n in 0..3 {
+        assert!(
+            !dir.join(format!("h.jsonl.node{n}")).exists(),
+            "part {n} left behind"
+        );
+    }
     let (code, out, err) = cluster(&["check-history", hist.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("serializable"), "{out}\n{err}");
@@ -917,4 +929,86 @@ fn ucx_cluster_refuses_more_node_processes_than_this_machine_can_run_with_exit_2
         assert!(started.elapsed() < Duration::from_secs(RUN_S_MAX));
         println!("{args:?}: {}", err.trim());
     }
+}
+
+/// Issue 36, defect 5: Ctrl-C on `atoll cluster` exited 130 with no partial report, JSON or
+/// history; it now gives what it gives on `atoll bench`.
+#[test]
+fn ucx_cluster_ctrl_c_ends_the_run_with_a_partial_report_json_and_history_and_exit_130() {
+    use std::os::unix::process::CommandExt as _;
+    let _one = serial();
+    if !ucx_built() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("atoll-cluster-int-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, hist) = (dir.join("r.json"), dir.join("h.jsonl"));
+    let mut coord = Command::new(env!("CARGO_BIN_EXE_atoll"))
+        .args([
+            "cluster",
+            "--nodes",
+            "2",
+            "--transport",
+            "shm",
+            "bench",
+            "--duration",
+            "60",
+            "--warmup",
+            "0.2",
+            "--coroutines",
+            "2",
+            "--json",
+            json.to_str().unwrap(),
+            "--history",
+            hist.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, as a terminal's foreground job: Ctrl-C reaches it all.
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    let group = format!("-{}", coord.id());
+    Command::new("kill")
+        .args(["-INT", "--", &group])
+        .status()
+        .expect("kill");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = coord.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no end after Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    coord
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let mut err = String::new();
+    coord
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{out}\n{err}");
+    assert!(
+        out.contains("partial     interrupted after"),
+        "{out}\n{err}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["partial"], true);
+    assert!(v["summary"]["committed"].as_u64().unwrap() > 0);
+    let (code, out, err) = cluster(&["check-history", hist.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -642,14 +642,48 @@ pub(crate) fn coordinate_nodes<W: Workload, P: Protocol>(
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
     });
-    if let Some(path) = &cfg.history_file {
-        let out = atoll_history::HistoryWriter::create(path, cfg.protocol.isolation())
-            .map_err(ClusterError::BadInput)?;
-        let mut h = std::mem::take(&mut report.history);
-        out.append(&mut h);
-        report.check_history_written(out.finish(), "gathered from the nodes' summaries");
+    if let (Some(path), true) = (&cfg.history_file, cfg.record_history) {
+        let joined = join_history_parts(path, cfg.nodes, cfg.protocol.isolation());
+        report.check_history_written(joined, "streamed by the nodes as the run went, then joined");
     }
     Ok(report)
+}
+
+/// Joins the parts of a history file the nodes streamed ([`history_part`]) into `path`, a
+/// line at a time (memory stays bounded), and removes them; the number of attempts. A part
+/// that is not on this machine (a node on another host) is named.
+fn join_history_parts(
+    path: &std::path::Path,
+    nodes: u16,
+    isolation: atoll_txn::Isolation,
+) -> Result<u64, String> {
+    use std::io::{BufRead as _, Write as _};
+    let write_err = |e: std::io::Error| format!("writing history {}: {e}", path.display());
+    let f = std::fs::File::create(path)
+        .map_err(|e| format!("cannot create history file {}: {e}", path.display()))?;
+    let mut out = std::io::BufWriter::new(f);
+    writeln!(out, "{}", atoll_history::header_line(isolation)).map_err(write_err)?;
+    let mut attempts = 0u64;
+    for n in 0..nodes {
+        let part = history_part(path, n);
+        let f = std::fs::File::open(&part).map_err(|e| {
+            format!(
+                "node {n}'s part of the history, {}, cannot be read here ({e}): a node on another host keeps it on its machine",
+                part.display()
+            )
+        })?;
+        // Each part opens with its own header line.
+        for line in std::io::BufReader::new(f).lines().skip(1) {
+            let line = line.map_err(|e| format!("reading {}: {e}", part.display()))?;
+            if !line.trim().is_empty() {
+                writeln!(out, "{line}").map_err(write_err)?;
+                attempts += 1;
+            }
+        }
+        std::fs::remove_file(&part).map_err(|e| format!("removing {}: {e}", part.display()))?;
+    }
+    out.flush().map_err(write_err)?;
+    Ok(attempts)
 }
 
 /// The node processes, stopped: summaries and checks gathered over the hub by `finish`.

@@ -389,8 +389,13 @@ pub(crate) fn serve(
             ),
         ));
     }
-    // The history travels in the summary; the coordinator writes the file.
-    cfg.history_file = None;
+    // Each node streams its attempts to its own part of the history file as the run goes
+    // (memory stays bounded); the coordinator joins the parts into the file at the end.
+    cfg.history_file = cfg
+        .history_file
+        .take()
+        .filter(|_| cfg.record_history)
+        .map(|p| history_part(&p, node));
     link.run_deadline = Instant::now()
         + Duration::from_secs_f64(cfg.warmup_s + cfg.duration_s + RUN_MARGIN_S)
         + Duration::from_secs(STARTUP_S_MAX);
@@ -491,6 +496,14 @@ pub(crate) fn json<T: Serialize>(what: &str, v: &T) -> serde_json::Value {
     serde_json::to_value(v).unwrap_or_else(|e| panic!("{what} does not serialize: {e}"))
 }
 
+/// Where node `node` streams its part of the history file `path`: beside it, on the node's
+/// machine.
+pub fn history_part(path: &std::path::Path, node: u16) -> std::path::PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".node{node}"));
+    path.with_file_name(name)
+}
+
 pub(crate) fn node_with<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: W,
@@ -551,7 +564,14 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
         Arc::new(memory),
     )?);
     let setup = runtime.setup();
-    let shared = Arc::new(RunShared::new(w, &layout, cfg, None, None));
+    let history_out = match &cfg.history_file {
+        Some(part) => Some(
+            atoll_history::HistoryWriter::create(part, cfg.protocol.isolation())
+                .map_err(|e| ClusterError::BadInput(format!("node {}: {e}", node.0)))?,
+        ),
+        None => None,
+    };
+    let shared = Arc::new(RunShared::new(w, &layout, cfg, history_out, None));
     // Progress lines stay in the node: the coordinator prints the summary only.
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     let drain = std::thread::spawn(move || for _ in rx_iv {});
@@ -573,6 +593,10 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
         // Its message names the node and what was wrong.
         Err(ucx::NodeRunError::Malformed(m)) => return Err(ClusterError::BadInput(m)),
         Err(e) => return Err(ClusterError::Failed(e.to_string())),
+    }
+    if let Some(out) = &shared.history_out {
+        out.finish()
+            .map_err(|e| ClusterError::Failed(format!("node {}: {e}", node.0)))?;
     }
     let mut summary = runtime.summary(&shared.w);
     summary.rpcs_served = Some(served);
