@@ -756,16 +756,14 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         };
         return bad(format!("{what} disagrees with {source} {nodes}"));
     }
-    match atoll_runner::sizing::sizing(&cfg) {
-        Ok(s) => {
-            // The line states the budget the cluster's processes get.
-            let mut c = cfg.clone();
-            c.memory_max_bytes = Some(cluster::cluster_budget(&cfg, &s));
-            match atoll_runner::sizing::sizing(&c) {
-                Ok(s) => println!("{}", s.line()),
-                Err(e) => return bad(e.to_string()),
-            }
-        }
+    // The sizing line states the budget the cluster's processes get.
+    let sized = atoll_runner::sizing::sizing(&cfg).and_then(|s| {
+        let mut c = cfg.clone();
+        c.memory_max_bytes = Some(cluster::cluster_budget(&cfg, &s));
+        atoll_runner::sizing::sizing(&c)
+    });
+    match sized {
+        Ok(s) => println!("{}", s.line()),
         Err(e) => return bad(e.to_string()),
     }
     // Only now: bad input is named as such whether or not this build has UCX.
@@ -784,9 +782,7 @@ fn cluster(a: ClusterArgs) -> ExitCode {
     };
     // Ctrl-C reaches the node processes started here too (one process group): each ends
     // its run early, and the report, JSON and history cover what was measured.
-    if let Err(e) = interrupt::install() {
-        eprintln!("warning: {e}");
-    }
+    interrupt::install().unwrap_or_else(|e| eprintln!("warning: {e}"));
     let report = match cluster::run_cluster(&cfg, &cc) {
         Ok(r) => r,
         Err(e) => return cluster_failed(&e),

@@ -496,6 +496,35 @@ pub(crate) fn json<T: Serialize>(what: &str, v: &T) -> serde_json::Value {
     serde_json::to_value(v).unwrap_or_else(|e| panic!("{what} does not serialize: {e}"))
 }
 
+/// This node process's share of the run's memory budget.
+fn node_budget(
+    cfg: &RunConfig,
+    layout: &atoll_runner::run::Layout,
+    node: NodeId,
+) -> Result<Arc<atoll_storage::MemoryBudget>, ClusterError> {
+    // This process's share of the run's budget: its share of the fixed structures, and for
+    // a node holding records its share of the rest, for its tables.
+    let sz = &layout.sizing;
+    let fixed = sz.start_bytes_beside_tables() / cfg.nodes.max(1) as u64;
+    let tables = if layout.catalog.topology().holds_records(node) {
+        sz.memory_max_bytes
+            .saturating_sub(sz.start_bytes_beside_tables())
+            / sz.memory_nodes.max(1) as u64
+    } else {
+        0
+    };
+    let budget = Arc::new(atoll_storage::MemoryBudget::new(fixed + tables));
+    budget
+        .take(
+            || "the node's log, family regions, location caches and co-routines".into(),
+            node.0,
+            0,
+            fixed,
+        )
+        .map_err(|r| ClusterError::BadInput(format!("node {}: {r}", node.0)))?;
+    Ok(budget)
+}
+
 /// Where node `node` streams its part of the history file `path`: beside it, on the node's
 /// machine.
 pub fn history_part(path: &std::path::Path, node: u16) -> std::path::PathBuf {
@@ -535,26 +564,7 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
     // UCX allocates the node's words, so peers on this machine map them (real RMA over shm).
     let (arena, memory) = ucx::NodeArena::allocate(&ucfg, node, &catalog.region_words_of(node))
         .map_err(|e| ClusterError::BadInput(format!("node {}: {e}", node.0)))?;
-    // This process's share of the run's budget: its share of the fixed structures, and for
-    // a node holding records its share of the rest, for its tables.
-    let sz = &layout.sizing;
-    let fixed = sz.start_bytes_beside_tables() / cfg.nodes.max(1) as u64;
-    let tables = if catalog.topology().holds_records(node) {
-        sz.memory_max_bytes
-            .saturating_sub(sz.start_bytes_beside_tables())
-            / sz.memory_nodes.max(1) as u64
-    } else {
-        0
-    };
-    let budget = Arc::new(atoll_storage::MemoryBudget::new(fixed + tables));
-    budget
-        .take(
-            || "the node's log, family regions, location caches and co-routines".into(),
-            node.0,
-            0,
-            fixed,
-        )
-        .map_err(|r| ClusterError::BadInput(format!("node {}: {r}", node.0)))?;
+    let budget = node_budget(cfg, &layout, node)?;
     layout.budget = budget.clone();
     let runtime = Arc::new(NodeRuntime::load_into(
         node,
