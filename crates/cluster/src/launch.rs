@@ -501,7 +501,7 @@ pub fn run_cluster(cfg: &RunConfig, cc: &ClusterConfig) -> Result<Report, Cluste
 /// tables to grow to this many times their start, and at least [`CLUSTER_GROWTH_MIN_BYTES`]
 /// more.
 pub const CLUSTER_GROWTH_FACTOR: u64 = 4;
-pub const CLUSTER_GROWTH_MIN_BYTES: u64 = 64 << 20;
+pub const CLUSTER_GROWTH_MIN_BYTES: u64 = 128 << 20;
 
 /// The budget of an `atoll cluster` run: `--memory-max`, or else what it takes at start with
 /// room for each memory node's tables to grow ([`CLUSTER_GROWTH_FACTOR`]), within the

@@ -618,7 +618,7 @@ fn work_checks(
             format!("{capacity} of {attempts} attempts aborted on a limit ({names}): fewer than {LIMIT_ABORTS_JUDGED_MIN}, or at most 1 in {ATTEMPTS_PER_LIMIT_ABORT_MIN}")
         } else {
             format!(
-                "{capacity} of {attempts} attempts aborted on a limit ({names}), beside {} committed: a table is sized too small for the run (see the workload's capacity knobs)",
+                "{capacity} of {attempts} attempts aborted on a limit ({names}), beside {} committed: a table is sized too small for the run (see the workload's capacity knobs; under atoll cluster, --memory-max gives its tables room)",
                 summary.committed
             )
         },

@@ -269,12 +269,23 @@ fn growth_room(
         .filter(|s| s.capacity_max_per_node.is_none())
         .map(start)
         .sum();
+    let tables_growing = specs
+        .iter()
+        .filter(|s| s.capacity_max_per_node.is_none())
+        .count()
+        .max(1) as u128;
+    // Half the room by start size, half evenly: a table that starts small but grows as
+    // fast as the others (TPC-C's NEW-ORDER beside ORDER-LINE) still has room.
     specs
         .iter()
         .map(|s| match cfg.regions_whole {
             false => per_node,
             true if growing == 0 => 0,
-            true => (per_node as u128 * start(s) as u128 / growing as u128) as u64,
+            true => {
+                let by_start = per_node as u128 * start(s) as u128 / growing as u128;
+                let even = per_node as u128 / tables_growing;
+                ((by_start + even) / 2) as u64
+            }
         })
         .collect()
 }

@@ -333,6 +333,23 @@ pub fn bucket_at(key_hash: u64, level: u8) -> u32 {
     (key_hash & ((1u64 << level) - 1)) as u32
 }
 
+/// Where a table's index stood on one node: its level `L` and split pointer, packed in a
+/// word so readers take both at once (buckets below `split` are at `L + 1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexHint(pub u64);
+
+impl IndexHint {
+    pub fn new(level: u8, split: u32) -> Self {
+        IndexHint((level as u64) << 32 | split as u64)
+    }
+    pub fn level(self) -> u8 {
+        (self.0 >> 32) as u8
+    }
+    pub fn split(self) -> u32 {
+        self.0 as u32
+    }
+}
+
 /// A lookup's walk over the hash index: the group to read next, and what to make of it.
 /// The same walk serves the owning node (reading its memory in place) and one-sided
 /// readers elsewhere (READing each group), so both follow splits the same way.
@@ -356,12 +373,17 @@ pub enum WalkStep {
 }
 
 impl IndexWalk {
-    /// A walk for `key_hash` starting at the bucket `level_hint` addresses (a level this
-    /// reader saw before; any level works, a good one saves reads).
+    /// A walk for `key_hash` starting at the bucket `hint` addresses (the index's level and
+    /// split pointer as its owner last published them, or as this reader saw them; any hint
+    /// works, an exact one saves reads).
     #[inline]
-    pub fn start(layout: &TableLayout, key_hash: u64, level_hint: u8) -> Self {
-        let level = level_hint.clamp(layout.level_initial, layout.level_max);
-        let bucket = bucket_at(key_hash, level);
+    pub fn start(layout: &TableLayout, key_hash: u64, hint: IndexHint) -> Self {
+        let mut level = hint.level().clamp(layout.level_initial, layout.level_max);
+        let mut bucket = bucket_at(key_hash, level);
+        if bucket < hint.split() && level < layout.level_max {
+            level += 1;
+            bucket = bucket_at(key_hash, level);
+        }
         IndexWalk {
             bucket,
             level,
@@ -812,9 +834,10 @@ pub struct Catalog {
     tables: Vec<(TableSpec, TableLayout)>,
     extra_regions: Vec<ExtraRegion>,
     lock_word: LockWord,
-    /// Per table, the highest index level a lookup here saw: where the next lookup starts
-    /// (a hint only; any level finds the key, see [`IndexWalk`]).
-    level_hints: Vec<std::sync::atomic::AtomicU8>,
+    /// Per table and node holding records, where its index stood as its owner last
+    /// published it (or a reader saw it): where the next lookup starts (a hint only; any
+    /// hint finds the key, see [`IndexWalk`]).
+    index_hints: Vec<std::sync::atomic::AtomicU64>,
 }
 
 /// A region every node registers after its tables' (the coordinators' log, a protocol
@@ -847,9 +870,13 @@ impl Catalog {
         Catalog {
             nodes,
             topology: Topology::partitioned(nodes),
-            level_hints: tables
+            index_hints: tables
                 .iter()
-                .map(|(_, l)| std::sync::atomic::AtomicU8::new(l.level_initial))
+                .flat_map(|(_, l)| {
+                    (0..nodes).map(|_| {
+                        std::sync::atomic::AtomicU64::new(IndexHint::new(l.level_initial, 0).0)
+                    })
+                })
                 .collect(),
             tables,
             extra_regions,
@@ -868,10 +895,11 @@ impl Catalog {
             self.tables.len(),
             "room for every table"
         );
-        for (((spec, l), hint), &bytes_per_node) in self
+        let nodes = self.nodes as usize;
+        for (((spec, l), hints), &bytes_per_node) in self
             .tables
             .iter_mut()
-            .zip(&self.level_hints)
+            .zip(self.index_hints.chunks(nodes))
             .zip(bytes_per_node)
         {
             assert_eq!(l.overflow_entries, 0, "growth is laid out before overflow");
@@ -885,23 +913,48 @@ impl Catalog {
                 overflow_per_record,
             );
             *l = TableLayout::reserving(spec, l.version_slots, records);
-            hint.store(l.level_initial, std::sync::atomic::Ordering::Relaxed);
+            for h in hints {
+                h.store(
+                    IndexHint::new(l.level_initial, 0).0,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
         }
         self
     }
 
-    /// The index level a lookup in `t` starts from ([`IndexWalk::start`]).
-    #[inline]
-    pub fn level_hint(&self, t: TableId) -> u8 {
-        self.level_hints[t.0 as usize].load(std::sync::atomic::Ordering::Relaxed)
+    fn hint_cell(&self, t: TableId, node: NodeId) -> &std::sync::atomic::AtomicU64 {
+        &self.index_hints[t.0 as usize * self.nodes as usize + node.0 as usize]
     }
 
-    /// Notes the level a lookup in `t` ended at, for the next.
+    /// Where a lookup in `t` on `node` starts ([`IndexWalk::start`]).
     #[inline]
-    pub fn note_level(&self, t: TableId, level: u8) {
-        let h = &self.level_hints[t.0 as usize];
-        if h.load(std::sync::atomic::Ordering::Relaxed) != level {
-            h.store(level, std::sync::atomic::Ordering::Relaxed);
+    pub fn index_hint(&self, t: TableId, node: NodeId) -> IndexHint {
+        IndexHint(
+            self.hint_cell(t, node)
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// The owner of `t`'s records on `node` publishes where its index stands now.
+    #[inline]
+    pub fn publish_index(&self, t: TableId, node: NodeId, hint: IndexHint) {
+        self.hint_cell(t, node)
+            .store(hint.0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A reader that found a bucket at `level` notes it: only a level its hint cannot
+    /// explain (beyond the hint's `L + 1`, the index moved on a whole level since) raises
+    /// the hint, so readers never undo what the owner published.
+    #[inline]
+    pub fn note_level(&self, t: TableId, node: NodeId, level: u8) {
+        let cell = self.hint_cell(t, node);
+        let hint = IndexHint(cell.load(std::sync::atomic::Ordering::Relaxed));
+        if level > hint.level().saturating_add(1) {
+            cell.fetch_max(
+                IndexHint::new(level - 1, 0).0,
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
     }
 

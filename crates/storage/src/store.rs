@@ -386,13 +386,13 @@ impl Store {
         let layout = self.catalog.layout(t);
         let region = self.region(t);
         let h = hash_key(key);
-        let mut walk = IndexWalk::start(layout, h, self.catalog.level_hint(t));
+        let mut walk = IndexWalk::start(layout, h, self.catalog.index_hint(t, self.node));
         loop {
             let at = layout.group_offset(walk.group()) as usize;
             let step = walk.step(layout, key, h, |w| region.load(at + w as usize));
             match step {
                 WalkStep::Found(idx) => {
-                    self.catalog.note_level(t, walk.level());
+                    self.catalog.note_level(t, self.node, walk.level());
                     return Some(idx);
                 }
                 WalkStep::Absent => return None,
@@ -552,7 +552,8 @@ impl Store {
                 a.level += 1;
                 a.split = 0;
             }
-            self.catalog.note_level(t, a.level);
+            self.catalog
+                .publish_index(t, self.node, IndexHint::new(a.level, a.split));
         }
         Ok(())
     }
@@ -1028,6 +1029,17 @@ mod tests {
 
     /// What a one-sided reader starting at level `hint` finds: READs of whole groups.
     fn read_walk(s: &Store, t: TableId, layout: &TableLayout, key: u64, hint: u8) -> Option<u32> {
+        read_walk_from(s, t, layout, key, IndexHint::new(hint, 0))
+    }
+
+    /// [`read_walk`] from an exact hint (a level and a split pointer).
+    fn read_walk_from(
+        s: &Store,
+        t: TableId,
+        layout: &TableLayout,
+        key: u64,
+        hint: IndexHint,
+    ) -> Option<u32> {
         let h = hash_key(key);
         let mut walk = IndexWalk::start(layout, h, hint);
         let mut words = [0u64; GROUP_WORDS as usize];
@@ -1140,6 +1152,11 @@ mod tests {
                         assert!(
                             read_walk(&s, t, &layout, key, (key % 20) as u8).is_some(),
                             "key {key}, inserted before, not found (inserted up to {upto})"
+                        );
+                        let published = s.catalog.index_hint(t, NodeId(0));
+                        assert!(
+                            read_walk_from(&s, t, &layout, key, published).is_some(),
+                            "key {key} not found from the published {published:?}"
                         );
                         checked += 1;
                     }

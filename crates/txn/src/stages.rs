@@ -127,7 +127,7 @@ pub fn item<S: EntryState>(tx: &TxnCore<'_, S>, i: usize) -> Item {
 fn locate_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(), Abort> {
     let e = &tx.entries[i];
     let layout = tx.c.catalog.layout(e.table);
-    let mut walk = IndexWalk::start(layout, e.key_hash, tx.c.catalog.level_hint(e.table));
+    let mut walk = IndexWalk::start(layout, e.key_hash, tx.c.catalog.index_hint(e.table, e.node));
     // The walk bounds itself (every group and level at most once).
     loop {
         let ptr = tx.c.catalog.group_ptr(e.table, e.node, walk.group());
@@ -142,7 +142,7 @@ fn locate_in_place<S: EntryState>(tx: &mut TxnCore<'_, S>, i: usize) -> Result<(
             words[w as usize].load(std::sync::atomic::Ordering::Acquire)
         }) {
             WalkStep::Found(loc) => {
-                tx.c.catalog.note_level(e.table, walk.level());
+                tx.c.catalog.note_level(e.table, e.node, walk.level());
                 // The record's lines asked for now, as each key is found: the stage after
                 // this one touches every record in turn, and their misses overlap.
                 let slot = tx.c.catalog.record_ptr(e.table, e.node, loc);
@@ -169,7 +169,8 @@ pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> R
             let e = &tx.entries[i];
             if e.loc.is_none() && e.node == me {
                 let layout = tx.c.catalog.layout(e.table);
-                let walk = IndexWalk::start(layout, e.key_hash, tx.c.catalog.level_hint(e.table));
+                let walk =
+                    IndexWalk::start(layout, e.key_hash, tx.c.catalog.index_hint(e.table, e.node));
                 tx.c.ep.prefetch_in_place(
                     tx.c.catalog.group_ptr(e.table, e.node, walk.group()),
                     GROUP_WORDS,
@@ -201,7 +202,7 @@ pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> R
             IndexWalk::start(
                 tx.c.catalog.layout(e.table),
                 e.key_hash,
-                tx.c.catalog.level_hint(e.table),
+                tx.c.catalog.index_hint(e.table, e.node),
             )
         })
         .collect();
@@ -226,7 +227,7 @@ pub async fn locate<S: EntryState>(tx: &mut TxnCore<'_, S>, idxs: &[usize]) -> R
             match walk.step(layout, e.key, e.key_hash, |w| words[w as usize]) {
                 WalkStep::Found(loc) => {
                     let (t, n, k) = (e.table, e.node, e.key);
-                    tx.c.catalog.note_level(t, walk.level());
+                    tx.c.catalog.note_level(t, n, walk.level());
                     tx.entries[i].loc = Some(Loc(loc));
                     tx.c.cache_loc(t, n, k, Loc(loc));
                 }
