@@ -412,7 +412,7 @@ pub fn size<W: Workload>(
         growth_bytes_per_node,
         memory_max_bytes: limit,
         memory_max_source: source.clone(),
-        coroutine_bytes: cfg.coordinators_total() as u64 * COROUTINE_BYTES,
+        coroutine_bytes: cfg.coordinators_total() as u64 * W::COROUTINE_HEAP_BYTES,
         ordered_index_bytes,
         family_cluster_bytes: heap.cluster_bytes,
         family_node_bytes: specs
@@ -459,11 +459,6 @@ pub fn size<W: Workload>(
     }
     Ok(sizing)
 }
-
-/// Heap bytes of one coordinator co-routine beside what the sizing counts elsewhere: its
-/// future, buffers and transaction state, measured at about 37 KB each (a simulated run of
-/// 256 nodes × 4 threads × 64 co-routines peaked gigabytes above its regions), rounded up.
-pub const COROUTINE_BYTES: u64 = 40 << 10;
 
 /// The memory `cfg` may use: `--memory-max`, or else [`memory_limit_bytes`]; with where
 /// the figure comes from.
@@ -541,10 +536,10 @@ mod tests {
         let many = sizing(&cfg(64, None)).unwrap();
         assert_eq!(
             many.coroutine_bytes - few.coroutine_bytes,
-            256 * 4 * 63 * COROUTINE_BYTES,
+            256 * 4 * 63 * <atoll_workloads::smallbank::SmallBank as atoll_workloads::Workload>::COROUTINE_HEAP_BYTES,
             "each co-routine's heap"
         );
-        assert!(many.total_bytes() - few.total_bytes() >= 256 * 4 * 63 * COROUTINE_BYTES);
+        assert!(many.coroutine_bytes >= 256 * 4 * 64 * 40 << 10);
         // 256 × 4 × 64 co-routines take 2.5 GiB of heap: a 2 GiB budget refuses them.
         let e = sizing(&cfg(64, Some(2 << 30))).unwrap_err();
         assert!(

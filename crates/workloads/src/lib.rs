@@ -245,6 +245,13 @@ pub trait Workload: Send + Sync + 'static {
     /// from this before anything runs.
     fn largest_write_set(&self) -> Vec<TableId>;
 
+    /// Heap bytes one coordinator co-routine running this workload takes beside what the
+    /// sizing counts elsewhere (its future, buffers and transaction state), at most: the
+    /// sizing counts it per co-routine before anything is allocated. Measured (peak RSS
+    /// differences, docs/performance.md): SmallBank 8.8 KB, YCSB 22.5 KB, about 37 KB in a
+    /// simulated cluster, rounded up.
+    const COROUTINE_HEAP_BYTES: u64 = 40 << 10;
+
     /// The longest one transaction computes between two of its ops (virtual time under the
     /// simulator: its core is busy that long), so the simulator never takes a round of its
     /// co-routines thinking for a hang. 0 for a workload that only touches records.
