@@ -78,6 +78,12 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return None;
         }
+        // Huge pages where the kernel has them (transparent huge pages in `madvise` mode):
+        // tables are read at random, and a 4 KiB page per access cost the default SmallBank
+        // run 15-20% in TLB misses against the heap's huge pages. Still backed on first
+        // touch, 2 MiB at a time; a kernel without them ignores the advice.
+        // SAFETY: advice on the mapping just made; its result changes no memory contents.
+        unsafe { libc::madvise(p, len_bytes, libc::MADV_HUGEPAGE) };
         // Page-aligned, so 8-byte aligned; mmap never returns null on success here.
         Some(Mapping {
             base: NonNull::new(p as *mut AtomicU64)?,

@@ -414,6 +414,28 @@ impl IndexWalk {
         key_hash: u64,
         word: impl Fn(u32) -> u64,
     ) -> WalkStep {
+        if layout.level_initial == layout.level_max {
+            // A table that never grows never splits: its buckets and their levels are fixed,
+            // so only a chain's link is read (a lookup that decides in the group's first
+            // cache line touches no other).
+            self.steps += 1;
+            return match probe_group_by(key, &word) {
+                GroupProbe::Found(idx) => WalkStep::Found(idx),
+                GroupProbe::Absent => WalkStep::Absent,
+                GroupProbe::Continue => {
+                    let link = tail_link(word(G_TAIL));
+                    if link == 0
+                        || link - 1 >= layout.index_groups as u64
+                        || self.steps > layout.index_groups
+                    {
+                        WalkStep::Absent
+                    } else {
+                        self.group = (link - 1) as u32;
+                        WalkStep::Read(self.group)
+                    }
+                }
+            };
+        }
         let present = word(G_PRESENT);
         let probe = probe_group_by(key, &word);
         let tail = word(G_TAIL);
