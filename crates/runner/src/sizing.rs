@@ -338,6 +338,22 @@ fn table_sizes<W: Workload>(
     Ok((table_region_words, table_start_bytes))
 }
 
+/// Refuses a `--memory-max` beyond the machine's memory.
+fn budget_fits_machine(cfg: &RunConfig) -> Result<(), ConfigError> {
+    // A budget beyond the machine's memory protects nothing: growth would end in the
+    // kernel's OOM kill, not in the budget's named stop.
+    if let (Some(asked), Some(total)) = (cfg.memory_max_bytes, mem_total_bytes()) {
+        if asked > total {
+            return Err(ConfigError(format!(
+                "--memory-max {} is more than this machine's {} of physical memory: expected at most that",
+                human_bytes(asked),
+                human_bytes(total)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// What `cfg` needs with workload `w` and `version_slots` versions per record; refuses a
 /// region whose word offsets would not fit.
 pub fn size<W: Workload>(
@@ -348,7 +364,7 @@ pub fn size<W: Workload>(
     let family = cfg.family_config();
     let overflow_versions = family.overflow_per_record();
     let specs: Vec<TableSpec> = w.tables(cfg.memory_nodes());
-    let (limit, source) = memory_limit(cfg);
+    let (limit, source) = budget_fits_machine(cfg).map(|()| memory_limit(cfg))?;
     let growth_bytes_per_node = growth_room(cfg, &specs, version_slots, overflow_versions, limit);
     let (table_region_words, table_start_bytes) = table_sizes(
         w,

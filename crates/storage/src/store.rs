@@ -667,6 +667,26 @@ impl Store {
         })
     }
 
+    /// Writes a record's payload and clears its timestamps and protocol word (and, with
+    /// `forget_old`, its older versions), before its version word says live.
+    fn write_body(
+        region: &Region,
+        layout: &TableLayout,
+        off: usize,
+        payload: &[u64],
+        forget_old: bool,
+    ) {
+        if forget_old {
+            for j in 0..layout.version_slots - 1 {
+                region.store(off + layout.old_header_offset(j) as usize + 1, 0);
+            }
+        }
+        region.write_from(off + HEADER_WORDS as usize, payload);
+        region.store(off + H_RTS as usize, 0);
+        region.store(off + H_WTS as usize, 0);
+        region.store(off + H_AUX as usize, 0);
+    }
+
     /// Revives `key`'s deleted record in its own slot `idx` (under the table's lock), at the
     /// version after its deletion's; `Duplicate` if it is live.
     fn revive(
@@ -704,14 +724,8 @@ impl Store {
                 key,
             });
         }
-        for j in 0..layout.version_slots - 1 {
-            // Older versions of the previous incarnation are gone with it.
-            region.store(off + layout.old_header_offset(j) as usize + 1, 0);
-        }
-        region.write_from(off + HEADER_WORDS as usize, payload);
-        region.store(off + H_RTS as usize, 0);
-        region.store(off + H_WTS as usize, 0);
-        region.store(off + H_AUX as usize, 0);
+        // Older versions of the previous incarnation are gone with it.
+        Self::write_body(region, &layout, off, payload, true);
         let version = (old & !VERSION_ABSENT) + 1;
         region.store(off + H_VERSION as usize, version);
         if let Some(o) = &shard.ordered {
@@ -798,16 +812,8 @@ impl Store {
         // The record is complete before its version word says live and before the index
         // names it: a reader that sees it live there sees the new key.
         region.store(off + H_KEY as usize, key);
-        if reclaimed.is_some() {
-            for j in 0..layout.version_slots - 1 {
-                // The previous key's older versions are not this key's.
-                region.store(off + layout.old_header_offset(j) as usize + 1, 0);
-            }
-        }
-        region.write_from(off + HEADER_WORDS as usize, payload);
-        region.store(off + H_RTS as usize, 0);
-        region.store(off + H_WTS as usize, 0);
-        region.store(off + H_AUX as usize, 0);
+        // A reclaimed slot's older versions are the previous key's, not this key's.
+        Self::write_body(region, &layout, off, payload, reclaimed.is_some());
         if reclaimed.is_none() {
             region.store(off + H_LOCK as usize, lock);
         }
