@@ -294,13 +294,13 @@ const FUNCTION_LINES_MAX: usize = 100;
 /// An entry may only shrink: a listed function that grew fails, one that shrank must have its
 /// entry lowered (or removed once it is within the limit), and no new one may join.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
-    ("crates/check/src/lib.rs", "build", 120),
-    ("crates/check/src/lib.rs", "snapshot_checks", 138),
+    ("crates/check/src/lib.rs", "build", 110),
+    ("crates/check/src/lib.rs", "snapshot_checks", 115),
     ("crates/check/src/lib.rs", "vector_snapshot_checks", 124),
-    ("crates/check/src/lib.rs", "to_adya", 111),
+    ("crates/check/src/lib.rs", "to_adya", 106),
     ("crates/fabric-sim/src/lib.rs", "run", 137),
     ("crates/fabric-ucx/src/transport.rs", "poll", 118),
-    ("crates/history/src/lib.rs", "from_json", 142),
+    ("crates/history/src/lib.rs", "from_json", 136),
     ("crates/protocols/src/mvcc/coord.rs", "read", 127),
     ("crates/protocols/src/namdb/mover.rs", "move_batch", 133),
     ("crates/protocols/src/rsi/participant.rs", "serve", 109),

@@ -23,6 +23,16 @@
 //!   had no record yet, so the scan precedes the insert that created it (phantoms).
 //!
 //! The history is conflict-serializable iff there is no anomaly and the graph is acyclic.
+//!
+//! # Attempts lost in flight
+//!
+//! A run whose coordinator crashed, or which stopped around attempts still running, records
+//! each such attempt as `lost` (format version 5): its tag, coordinator and start, nothing
+//! of what it did. Its writes may be visible (a commit cut off half-way); the checker takes
+//! every committed read of a lost attempt's tag as that attempt's write ([`admit_lost`]),
+//! and a record's gap of at most as many versions as there are lost attempts as theirs
+//! (reported, not an anomaly). A value of any other unknown writer, or a longer gap, is
+//! still an anomaly; only the lost attempts' own reads go unchecked.
 //! The loaded state is version 1 of every loaded record, written by a virtual initial
 //! transaction with tag `LOADER_TAG`.
 //!
@@ -159,6 +169,12 @@ pub struct Verdict {
     pub mode: Mode,
     pub committed: usize,
     pub aborted: usize,
+    /// Attempts lost in flight ([`TxnRecord::lost`]), not counted as committed or aborted.
+    pub lost: usize,
+    /// Those of them committed transactions read from, taken as committed ([`admit_lost`]).
+    pub lost_read_from: usize,
+    /// Versions missing from records' orders that lost attempts may have installed unseen.
+    pub lost_gap_versions: usize,
     pub edges: BTreeMap<&'static str, usize>,
     /// A dependency cycle, as (transaction index into the history, edge to the next); under
     /// [`Mode::Snapshot`] one of ww and wr edges only (G0, G1c).
@@ -185,9 +201,14 @@ struct Graph {
     init: usize,
 }
 
+#[derive(Default)]
 struct Anomalies {
     listed: Vec<String>,
     total: usize,
+    /// Versions missing from a record's order that attempts lost in flight may have
+    /// installed (no committed reader saw them): not anomalies in a history with lost
+    /// attempts, as long as a record's gap is no longer than the lost attempts are many.
+    lost_gap_versions: std::collections::HashSet<(Key, u64)>,
 }
 
 impl Anomalies {
@@ -234,6 +255,18 @@ fn name_of(h: &[TxnRecord], t: usize) -> String {
         format!("T{}#{}", h[t].id, h[t].attempt)
     } else {
         format!("T{}", h[t].id)
+    }
+}
+
+impl Seen {
+    fn of(reader: usize, key: Key, writer: usize, version: u64, how: How) -> Seen {
+        Seen {
+            reader,
+            key,
+            writer,
+            version,
+            how,
+        }
     }
 }
 
@@ -306,13 +339,7 @@ fn build(
                         continue;
                     };
                     if let Some(seen) = seen.as_deref_mut() {
-                        seen.push(Seen {
-                            reader: t,
-                            key: k,
-                            writer: w,
-                            version: wv,
-                            how: How::Read,
-                        });
+                        seen.push(Seen::of(t, k, w, wv, How::Read));
                     }
                     read_edges(&mut adj, t, w, k, wv);
                 }
@@ -324,16 +351,12 @@ fn build(
                         match writers.get(&k).and_then(|vs| vs.get(&v)) {
                             Some(&(w, kind)) if absent == (kind == WriteKind::Delete) => {
                                 if let Some(seen) = seen.as_deref_mut() {
-                                    seen.push(Seen {
-                                        reader: t,
-                                        key: k,
-                                        writer: w,
-                                        version: v,
-                                        how: How::Scanned,
-                                    });
+                                    seen.push(Seen::of(t, k, w, v, How::Scanned));
                                 }
                                 read_edges(&mut adj, t, w, k, v)
                             }
+                            // Installed by an attempt lost in flight, unseen otherwise.
+                            _ if anomalies.lost_gap_versions.contains(&(k, v)) => {}
                             _ => anomalies.push(|| {
                                 format!(
                                     "{} scanned t{}:{key} {} at version {v}, which no committed transaction {}",
@@ -423,6 +446,7 @@ fn version_order(
 ) {
     let init = h.len();
     let committed = |r: &TxnRecord| r.aborted.is_none();
+    let lost_total = h.iter().filter(|r| r.lost).count() as u64;
     // Every record read, written or scanned exists in the map; a loaded record's first
     // version belongs to the initial state unless an insert installed it.
     let touch = |k: Key, writers: &mut BTreeMap<Key, Versions>| {
@@ -454,7 +478,13 @@ fn version_order(
         let vv: Vec<(u64, usize)> = vs.iter().map(|(v, (t, _))| (*v, *t)).collect();
         for w in vv.windows(2) {
             let ((v0, t0), (v1, t1)) = (w[0], w[1]);
-            if v1 != v0 + 1 {
+            // An attempt writes a record once, so a gap of `n` versions needs `n` distinct
+            // lost attempts.
+            if v1 != v0 + 1 && v1 - v0 - 1 <= lost_total {
+                anomalies
+                    .lost_gap_versions
+                    .extend((v0 + 1..v1).map(|v| (*k, v)));
+            } else if v1 != v0 + 1 {
                 anomalies.push(|| {
                     format!(
                         "versions {}..={} of t{}:{} were installed by no committed transaction (between {} and {})",
@@ -608,30 +638,7 @@ fn snapshot_checks(
 ) {
     let init = h.len();
     let rec = |t: Key| format!("t{}:{}", t.0 .0, t.1);
-    for (t, r) in h.iter().enumerate().filter(|(_, r)| r.aborted.is_none()) {
-        let writes = r.ops.iter().any(|op| matches!(op, HistOp::Write { .. }));
-        match (r.snapshot, r.commit) {
-            (None, _) => anomalies.push(|| {
-                format!(
-                    "{} committed without a snapshot timestamp: not an SI history",
-                    name_of(h, t)
-                )
-            }),
-            (Some(s), None) if writes => anomalies.push(|| {
-                format!(
-                    "{} (snapshot {s}) committed writes without a commit timestamp: not an SI history",
-                    name_of(h, t)
-                )
-            }),
-            (Some(s), Some(c)) if writes && c <= s => anomalies.push(|| {
-                format!(
-                    "{} committed writes at {c}, not after its snapshot {s}: not an SI history",
-                    name_of(h, t)
-                )
-            }),
-            _ => {}
-        }
-    }
+    snapshot_timestamps(h, anomalies);
     let commit_of = |t: usize| {
         if t == init {
             Some(LOADER_COMMIT)
@@ -739,11 +746,49 @@ fn snapshot_checks(
     }
 }
 
+/// Every committed attempt of a scalar-snapshot history has a snapshot, and one that wrote a
+/// commit timestamp after it.
+fn snapshot_timestamps(h: &[TxnRecord], anomalies: &mut Anomalies) {
+    // A lost attempt's timestamps are unknown: what it wrote is judged by the graph only.
+    for (t, r) in h
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.aborted.is_none() && !r.lost)
+    {
+        let writes = r.ops.iter().any(|op| matches!(op, HistOp::Write { .. }));
+        match (r.snapshot, r.commit) {
+            (None, _) => anomalies.push(|| {
+                format!(
+                    "{} committed without a snapshot timestamp: not an SI history",
+                    name_of(h, t)
+                )
+            }),
+            (Some(s), None) if writes => anomalies.push(|| {
+                format!(
+                    "{} (snapshot {s}) committed writes without a commit timestamp: not an SI history",
+                    name_of(h, t)
+                )
+            }),
+            (Some(s), Some(c)) if writes && c <= s => anomalies.push(|| {
+                format!(
+                    "{} committed writes at {c}, not after its snapshot {s}: not an SI history",
+                    name_of(h, t)
+                )
+            }),
+            _ => {}
+        }
+    }
+}
+
 /// Every committed attempt of a vector-snapshot history has a snapshot vector, and one that
 /// wrote committed in a slot of it at a timestamp after its snapshot's for that slot.
 fn vector_commits(h: &[TxnRecord], anomalies: &mut Anomalies) {
     let writes = |r: &TxnRecord| r.ops.iter().any(|op| matches!(op, HistOp::Write { .. }));
-    for (t, r) in h.iter().enumerate().filter(|(_, r)| r.aborted.is_none()) {
+    for (t, r) in h
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.aborted.is_none() && !r.lost)
+    {
         let Some(v) = &r.snapshot_vector else {
             anomalies.push(|| {
                 format!(
@@ -931,7 +976,7 @@ fn vector_snapshot_checks(
 /// single order of time allows (and which the per-read checks cannot see when neither
 /// reads from the other's writers).
 fn vector_snapshot_chain(h: &[TxnRecord], anomalies: &mut Anomalies) {
-    let committed = |r: &TxnRecord| r.aborted.is_none();
+    let committed = |r: &TxnRecord| r.aborted.is_none() && !r.lost;
     let mut by_slot: BTreeMap<u32, Vec<(u64, usize)>> = BTreeMap::new();
     for (t, r) in h.iter().enumerate().filter(|(_, r)| committed(r)) {
         if let (Some(s), Some(c)) = (r.commit_slot, r.commit) {
@@ -1040,12 +1085,73 @@ fn find_cycle(g: &Graph) -> Result<Vec<usize>, Vec<(usize, Edge)>> {
     Ok(post)
 }
 
-/// Checks a history.
+/// A history with its lost attempts ([`TxnRecord::lost`]) given the writes committed
+/// transactions read of them: each read of a value whose tag is a lost attempt's becomes
+/// that attempt's write of the record at the version read (the first such read per record;
+/// another version read of the same record stays an anomaly, G1b). A lost attempt some
+/// committed transaction read from is thereby taken as committed (a crashed coordinator's
+/// half-done commit left its writes visible, which recovery would have to settle); its reads
+/// stay unknown, so it has no rw edges. One never read from has no ops and no effect.
+/// Idempotent; a history without lost attempts comes back unchanged.
+pub fn admit_lost(h: &[TxnRecord]) -> std::borrow::Cow<'_, [TxnRecord]> {
+    if !h.iter().any(|r| r.lost) {
+        return std::borrow::Cow::Borrowed(h);
+    }
+    let lost_by_tag: HashMap<u64, usize> = h
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.lost)
+        .map(|(i, r)| (r.tag, i))
+        .collect();
+    let mut out = h.to_vec();
+    let mut written: std::collections::HashSet<(usize, Key)> = std::collections::HashSet::new();
+    for (i, r) in h.iter().enumerate() {
+        if r.lost {
+            for op in &r.ops {
+                if let HistOp::Write { table, key, .. } = op {
+                    written.insert((i, (*table, *key)));
+                }
+            }
+        }
+    }
+    for r in h.iter().filter(|r| r.aborted.is_none() && !r.lost) {
+        for op in &r.ops {
+            let HistOp::Read {
+                table,
+                key,
+                version,
+                tag,
+                intact: true,
+            } = *op
+            else {
+                continue;
+            };
+            let Some(&l) = lost_by_tag.get(&tag) else {
+                continue;
+            };
+            if written.insert((l, (table, key))) {
+                let kind = if key_version(version) == INITIAL_VERSION {
+                    WriteKind::Insert
+                } else {
+                    WriteKind::Update
+                };
+                out[l].ops.push(HistOp::Write {
+                    table,
+                    key,
+                    version,
+                    kind,
+                });
+            }
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Checks a history; lost attempts are first admitted ([`admit_lost`]).
 pub fn check(h: &[TxnRecord], mode: Mode) -> Verdict {
-    let mut anomalies = Anomalies {
-        listed: Vec::new(),
-        total: 0,
-    };
+    let admitted = admit_lost(h);
+    let h = &admitted[..];
+    let mut anomalies = Anomalies::default();
     let mut g = match mode {
         Mode::Serializable => build(h, &mut anomalies, None).0,
         Mode::Snapshot => {
@@ -1077,8 +1183,11 @@ pub fn check(h: &[TxnRecord], mode: Mode) -> Verdict {
     };
     Verdict {
         mode,
-        committed: h.iter().filter(|r| r.aborted.is_none()).count(),
+        committed: h.iter().filter(|r| r.aborted.is_none() && !r.lost).count(),
         aborted: h.iter().filter(|r| r.aborted.is_some()).count(),
+        lost: h.iter().filter(|r| r.lost).count(),
+        lost_read_from: h.iter().filter(|r| r.lost && !r.ops.is_empty()).count(),
+        lost_gap_versions: anomalies.lost_gap_versions.len(),
         edges,
         cycle,
         anomalies: anomalies.listed,
@@ -1131,6 +1240,13 @@ pub fn render(h: &[TxnRecord], v: &Verdict) -> String {
             edges.join(", ")
         }
     );
+    if v.lost > 0 {
+        let _ = writeln!(
+            o,
+            "{} attempts lost in flight (a crashed coordinator, or the run's stop): {} of them read from by committed transactions, taken as committed with the writes read (their reads unknown); {} versions missing from records' orders taken as theirs",
+            v.lost, v.lost_read_from, v.lost_gap_versions
+        );
+    }
     for a in &v.anomalies {
         let _ = writeln!(o, "anomaly: {a}");
     }
@@ -1196,15 +1312,29 @@ pub fn render(h: &[TxnRecord], v: &Verdict) -> String {
     o
 }
 
+/// What an attempt's event of `phase` (0 its start, 1 its end) is to Elle; a lost attempt's
+/// outcome is unknown: "info" (it may have committed).
+fn adya_event(phase: u8, r: &TxnRecord) -> &'static str {
+    match (phase, &r.aborted) {
+        (0, _) => "invoke",
+        (_, None) if r.lost => "info",
+        (_, None) => "ok",
+        (_, Some(_)) => "fail",
+    }
+}
+
 /// The history as an Elle/adya rw-register history (JSON lines) and the engine's order
 /// file (`--transaction-order`). Keys are `table << 40 | key`; a value is the tag of the
 /// attempt that wrote it (what readers actually found); reads of loaded values are the
 /// initial `nil`. The rw-register model covers reads and writes only: deletes and scans
 /// (and phantoms) are checked by ours alone. Each attempt is an `invoke` at its start and
-/// an `ok`/`fail` at its end on its co-routine's process. The order lists committed
+/// an `ok`/`fail` at its end on its co-routine's process (`info` for one lost in flight,
+/// with the writes [`admit_lost`] gives it). The order lists committed
 /// transactions in an order consistent with every record's version order (a topological
 /// order of the ww edges).
 pub fn to_adya(h: &[TxnRecord]) -> (String, String) {
+    let admitted = admit_lost(h);
+    let h = &admitted[..];
     let key = |t: TableId, k: u64| ((t.0 as u64) << 40) | k;
     let value = |tag: u64| {
         if tag == LOADER_TAG {
@@ -1247,11 +1377,7 @@ pub fn to_adya(h: &[TxnRecord]) -> (String, String) {
     let mut ok_index: HashMap<usize, usize> = HashMap::new();
     for (index, (_, phase, i)) in events.into_iter().enumerate() {
         let r = &h[i];
-        let kind = match (phase, &r.aborted) {
-            (0, _) => "invoke",
-            (_, None) => "ok",
-            (_, Some(_)) => "fail",
-        };
+        let kind = adya_event(phase, r);
         if kind == "ok" {
             ok_index.insert(i, index);
         }
@@ -1260,10 +1386,7 @@ pub fn to_adya(h: &[TxnRecord]) -> (String, String) {
         lines.push('\n');
     }
     // Committed transactions ordered by the ww edges (Kahn's algorithm, ties by end time).
-    let mut anomalies = Anomalies {
-        listed: Vec::new(),
-        total: 0,
-    };
+    let mut anomalies = Anomalies::default();
     let (g, _) = build(h, &mut anomalies, None);
     let n = h.len();
     let mut indeg = vec![0usize; n + 1];
@@ -1334,6 +1457,7 @@ mod tests {
             commit: None,
             snapshot_vector: None,
             commit_slot: None,
+            lost: false,
             ops: vec![HistOp::Write {
                 table: TableId(0),
                 key: tag,
@@ -1360,6 +1484,91 @@ mod tests {
             back.iter().map(|r| r.tag).collect::<Vec<_>>(),
             vec![1, 2, 3, 4]
         );
+    }
+
+    /// Committed attempt `tag` reading `reads` (record, version, writer's tag) and writing
+    /// `writes` (record, version).
+    fn txn(tag: u64, reads: &[(u64, u64, u64)], writes: &[(u64, u64)]) -> TxnRecord {
+        let mut ops: Vec<HistOp> = reads
+            .iter()
+            .map(|&(key, version, writer)| HistOp::Read {
+                table: TableId(0),
+                key,
+                version,
+                tag: writer,
+                intact: true,
+            })
+            .collect();
+        ops.extend(writes.iter().map(|&(key, version)| HistOp::Write {
+            table: TableId(0),
+            key,
+            version,
+            kind: WriteKind::Update,
+        }));
+        TxnRecord { ops, ..record(tag) }
+    }
+
+    fn lost(tag: u64) -> TxnRecord {
+        TxnRecord {
+            lost: true,
+            ops: Vec::new(),
+            ..record(tag)
+        }
+    }
+
+    #[test]
+    fn history_a_lost_attempt_read_from_is_taken_as_committed_with_the_writes_read() {
+        // T2 was cut off in flight after installing record 1's version 2; T3 read it and
+        // wrote version 3. Without the mark, the value is of no recorded attempt.
+        let h = vec![lost(2), txn(3, &[(1, 2, 2)], &[(1, 3)])];
+        let v = check(&h, Mode::Serializable);
+        assert!(v.ok(), "{}", render(&h, &v));
+        assert_eq!((v.committed, v.lost, v.lost_read_from), (1, 1, 1));
+        let unmarked = vec![txn(3, &[(1, 2, 2)], &[(1, 3)])];
+        let v = check(&unmarked, Mode::Serializable);
+        assert!(!v.ok(), "a value of no recorded attempt stays an anomaly");
+        // The file form round-trips the status.
+        let text = to_text(&h, Isolation::Serializable);
+        assert!(text.contains("\"status\":\"lost\""), "{text}");
+        assert_eq!(parse(&text).unwrap(), h);
+    }
+
+    #[test]
+    fn history_a_lost_attempt_excuses_only_its_own_values_and_gaps_no_longer_than_the_lost_are_many(
+    ) {
+        // A read of tag 9 (no attempt, lost or not) stays an anomaly beside a lost one.
+        let h = vec![lost(2), txn(3, &[(1, 1, 9)], &[])];
+        assert!(!check(&h, Mode::Serializable).ok());
+        // One lost attempt explains a gap of one version (record 1's v2), not of two.
+        let one = vec![lost(2), txn(3, &[(1, 3, 4)], &[]), txn(4, &[], &[(1, 3)])];
+        let v = check(&one, Mode::Serializable);
+        assert!(v.ok(), "{}", render(&one, &v));
+        assert_eq!(v.lost_gap_versions, 1);
+        let two = vec![lost(2), txn(3, &[(1, 4, 4)], &[]), txn(4, &[], &[(1, 4)])];
+        assert!(!check(&two, Mode::Serializable).ok());
+        // Two readers of one lost write at different versions: version and value disagree.
+        let h = vec![
+            lost(2),
+            txn(3, &[(1, 2, 2)], &[(1, 3)]),
+            txn(5, &[(1, 3, 2)], &[]),
+        ];
+        let v = check(&h, Mode::Serializable);
+        assert!(!v.ok(), "{}", render(&h, &v));
+        assert!(
+            v.anomalies.iter().any(|a| a.contains("G1b")),
+            "{:?}",
+            v.anomalies
+        );
+    }
+
+    #[test]
+    fn history_a_lost_line_with_ops_is_refused() {
+        let text = format!(
+            "{}\n{{\"id\":1,\"tag\":11,\"coord\":0,\"attempt\":1,\"status\":\"lost\",\"start_ns\":0,\"end_ns\":0,\"ops\":[[\"w\",0,1,2,\"u\"]]}}\n",
+            header_line(Isolation::Serializable)
+        );
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("records no ops"), "{e}");
     }
 
     /// A version-2 file's first line and one committed attempt, as atoll wrote them before
@@ -1445,6 +1654,7 @@ mod tests {
             commit,
             snapshot_vector: None,
             commit_slot: None,
+            lost: false,
             ops,
         }
     }
@@ -1503,6 +1713,7 @@ mod tests {
                 commit: None,
                 snapshot_vector: None,
                 commit_slot: None,
+                lost: false,
                 ..si(5, 12, None, vec![r(X, 2, 1)])
             },
         ];
@@ -1599,6 +1810,7 @@ mod tests {
                 commit: None,
                 snapshot_vector: None,
                 commit_slot: None,
+                lost: false,
                 ..si(1, 0, None, vec![r(X, 1, L), w(X, 2)])
             },
             si(2, 15, None, vec![r(X, 2, 1)]),
@@ -1716,6 +1928,7 @@ mod tests {
             commit: commit.map(|c| c.1),
             snapshot_vector: Some(vector.to_vec()),
             commit_slot: commit.map(|c| c.0),
+            lost: false,
             ..si(tag, 0, None, ops)
         }
     }

@@ -112,8 +112,9 @@ pub enum HistOp {
 pub const FORMAT: &str = "atoll-history";
 /// Version 3 added each attempt's snapshot and commit timestamps (snapshot isolation) and
 /// the run's isolation level in the header line; version 4 vector snapshots (`vector`,
-/// `slot`: NAM-DB's timestamp vector).
-pub const FORMAT_VERSION: u64 = 4;
+/// `slot`: NAM-DB's timestamp vector); version 5 attempts lost in flight (status `lost`,
+/// [`TxnRecord::lost`]).
+pub const FORMAT_VERSION: u64 = 5;
 /// The oldest version this reader still reads: version 2 is version 3 without timestamps
 /// (both absent) and without an isolation level (every protocol then was serializable).
 pub const FORMAT_VERSION_OLDEST_READ: u64 = 2;
@@ -129,8 +130,14 @@ pub struct TxnRecord {
     pub attempt: u32,
     /// Cluster-wide co-routine index that ran it.
     pub coord: u32,
-    /// `None` when committed, else the abort reason.
+    /// `None` when committed (or lost), else the abort reason.
     pub aborted: Option<String>,
+    /// An attempt cut off in flight (format 5, status `lost`): its coordinator crashed, or
+    /// the run stopped, between its start and its end, so its outcome and what it read and
+    /// wrote are unknown (`ops` is empty, `aborted` is `None`). The checker takes what
+    /// committed transactions read of its writes as its writes ([`TxnRecord::lost`] in
+    /// `atoll_check`'s docs); every other unknown writer stays an anomaly.
+    pub lost: bool,
     pub start_ns: u64,
     pub end_ns: u64,
     /// The snapshot a snapshot-isolation attempt read at (`Txn::snapshot_ts` in `atoll_txn`);
@@ -268,7 +275,11 @@ impl TxnRecord {
             "tag": self.tag,
             "coord": self.coord,
             "attempt": self.attempt,
-            "status": if self.aborted.is_some() { "aborted" } else { "committed" },
+            "status": match (&self.aborted, self.lost) {
+                (Some(_), _) => "aborted",
+                (None, true) => "lost",
+                (None, false) => "committed",
+            },
             "start_ns": self.start_ns,
             "end_ns": self.end_ns,
             "ops": ops,
@@ -306,20 +317,7 @@ impl TxnRecord {
                 .map(Some)
                 .ok_or_else(|| bad(&format!("field '{k}' is not a whole number: {x}"))),
         };
-        let aborted = match v.get("status").and_then(Value::as_str) {
-            Some("committed") => None,
-            Some("aborted") => Some(
-                v.get("reason")
-                    .and_then(Value::as_str)
-                    .unwrap_or("unknown")
-                    .to_string(),
-            ),
-            other => {
-                return Err(bad(&format!(
-                    "status {other:?} is not \"committed\" or \"aborted\""
-                )))
-            }
-        };
+        let (aborted, lost) = status_of(v).map_err(|e| bad(&e))?;
         let mut ops = Vec::new();
         for (i, op) in v
             .get("ops")
@@ -405,6 +403,12 @@ impl TxnRecord {
                 }
             });
         }
+        if lost && !ops.is_empty() {
+            return Err(bad(&format!(
+                "a lost attempt (status \"lost\") records no ops, but this one has {}",
+                ops.len()
+            )));
+        }
         Ok(TxnRecord {
             id: u("id")?,
             tag: u("tag")?,
@@ -430,9 +434,33 @@ impl TxnRecord {
             commit_slot: optional("slot")?
                 .map(|s| u32::try_from(s).map_err(|_| bad(&format!("slot {s} out of range"))))
                 .transpose()?,
+            lost,
             ops,
         })
     }
+}
+
+/// A history line's outcome: the abort reason (`None` when committed or lost) and whether
+/// the attempt was lost in flight.
+fn status_of(v: &Value) -> Result<(Option<String>, bool), String> {
+    Ok(match v.get("status").and_then(Value::as_str) {
+        Some("committed") => (None, false),
+        Some("aborted") => (
+            Some(
+                v.get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown")
+                    .to_string(),
+            ),
+            false,
+        ),
+        Some("lost") => (None, true),
+        other => {
+            return Err(format!(
+                "status {other:?} is not \"committed\", \"aborted\" or \"lost\""
+            ))
+        }
+    })
 }
 
 /// Records as the objects of history lines, for a node's summary: the same form and the

@@ -116,6 +116,27 @@ pub struct WorkerShared<W: Workload> {
     pub live: std::cell::Cell<usize>,
     pub history: RefCell<Vec<TxnRecord>>,
     pub ledger: RefCell<W::Ledger>,
+    /// With a history recorded: each co-routine's attempt under way, by coordinator id
+    /// (at most one per co-routine), as the lost record it becomes if it never ends.
+    pub in_flight: RefCell<std::collections::HashMap<u32, TxnRecord>>,
+    /// Where the history goes, for what is left when the worker's co-routines are dropped.
+    pub run: Arc<RunShared<W>>,
+}
+
+impl<W: Workload> Drop for WorkerShared<W> {
+    /// Co-routines dropped before their end (their node crashed, or the run stopped around
+    /// them) leave their attempts under way: the history file gets each as `lost`, and the
+    /// records the worker had not yet handed over, so a checker knows what it cannot see.
+    fn drop(&mut self) {
+        let Some(out) = &self.run.history_out else {
+            return;
+        };
+        let mut history = std::mem::take(self.history.get_mut());
+        let mut lost: Vec<TxnRecord> = self.in_flight.get_mut().drain().map(|(_, r)| r).collect();
+        lost.sort_unstable_by_key(|r| r.coord);
+        history.extend(lost);
+        out.append(&mut history);
+    }
 }
 
 /// What every co-routine of the run shares.
@@ -714,6 +735,8 @@ fn worker_coroutines<W: Workload, P: Protocol>(
         live: (coroutines as usize).into(),
         history: RefCell::new(Vec::new()),
         ledger: RefCell::new(W::Ledger::default()),
+        in_flight: RefCell::new(Default::default()),
+        run: shared.clone(),
     });
     let mut tasks: Vec<Coroutine> = (0..coroutines as u32)
         .map(|k| {
@@ -802,8 +825,7 @@ pub async fn coroutine<W: Workload, P: Protocol>(
     progress: mpsc::Sender<Interval>,
 ) {
     // Workloads pick keys among the memory nodes, "local" ones on the coordinator's home.
-    let nodes = run.catalog.nodes;
-    let home = run.catalog.topology().home_of(ep.node());
+    let (nodes, home) = (run.catalog.nodes, run.catalog.topology().home_of(ep.node()));
     let mut rng = Rng::derive(run.cfg.seed, id as u64);
     let mut c = Coordinator::new(ep.clone(), run.catalog.clone(), run.txn.clone(), id);
     c.node_clock = node.clock.clone();
@@ -828,6 +850,7 @@ pub async fn coroutine<W: Workload, P: Protocol>(
                 Some(ts) => Txn::<P>::retry(&mut c, ts),
             };
             first_ts.get_or_insert(tx.ts());
+            note_in_flight(&run, &ws, &tx, id, attempts, attempt_start_ns);
             if let Some((txn_ns, _)) = run.txn_cpu_ns {
                 // The simulated core pays the attempt's own logic and bookkeeping.
                 tx.compute(txn_ns).await;
@@ -919,8 +942,10 @@ fn record_attempt<W: Workload, P: Protocol>(
         commit: tx.commit_ts().map(|t| t.word()),
         snapshot_vector: tx.snapshot_vector().map(<[u64]>::to_vec),
         commit_slot: tx.commit_slot(),
+        lost: false,
         ops: tx.history_ops(),
     };
+    ws.in_flight.borrow_mut().remove(&coord);
     let mut h = ws.history.borrow_mut();
     h.push(rec);
     if let Some(out) = &run.history_out {
@@ -928,6 +953,38 @@ fn record_attempt<W: Workload, P: Protocol>(
             out.append(&mut h);
         }
     }
+}
+
+/// With a history recorded, notes attempt `attempt` of coordinator `coord` as under way: the
+/// record the history gets if it never ends ([`TxnRecord::lost`]), who and when, nothing of
+/// what it did.
+fn note_in_flight<W: Workload, P: Protocol>(
+    run: &RunShared<W>,
+    ws: &WorkerShared<W>,
+    tx: &Txn<'_, P>,
+    coord: u32,
+    attempt: u32,
+    start_ns: u64,
+) {
+    if !run.cfg.record_history {
+        return;
+    }
+    let lost = TxnRecord {
+        id: tx.ts().word(),
+        tag: tx.tag(),
+        coord,
+        attempt,
+        aborted: None,
+        start_ns,
+        end_ns: start_ns,
+        snapshot: None,
+        commit: None,
+        snapshot_vector: None,
+        commit_slot: None,
+        lost: true,
+        ops: Vec::new(),
+    };
+    ws.in_flight.borrow_mut().insert(coord, lost);
 }
 
 /// Counts a transaction of type `ty` begun at `start_ns` and ended at `end_ns`: a commit's

@@ -27,6 +27,7 @@ fn si(tag: u64, snapshot: u64, commit: Option<u64>, ops: Vec<HistOp>) -> TxnReco
         commit,
         snapshot_vector: None,
         commit_slot: None,
+        lost: false,
         ops,
     }
 }
