@@ -186,7 +186,7 @@ pub fn report<W: Workload, P: Protocol>(
         &facts.progress,
         cfg.progress_interval_s,
         measured_s,
-        W::FULL_TABLE_EXPECTED.then_some(W::NAME),
+        w.full_table_expected().then_some(W::NAME),
     ));
     checks.push(budget_check(&memory));
     let passed = checks.iter().all(|c| c.passed);

@@ -7,9 +7,10 @@
 //!   modulo the node count, so with two or more nodes a pair always spans two nodes. Each
 //!   record holds `record_words` words. Invariant: all words of both records are one value.
 //! - `dyn`: per node `ranges` ranges of `range_keys` keys (ordered index, scanned); at load,
-//!   every other key of a range is present. It has `dyn_slots` record slots per node (by
-//!   default one per key); with fewer, inserts reuse the slots of deleted keys, and an
-//!   insert into a full table aborts (`TableFull`).
+//!   every other key of a range is present. By default its slots grow with the keys present
+//!   (at most one per key); with a cap (`dyn_slots`, at least the keys loaded) it has that
+//!   many slots per node, inserts reuse the slots of deleted keys, and an insert into a full
+//!   table aborts (`TableFull`), on purpose.
 //! - `guards`: one record per range holding the number of live keys in it. Every
 //!   transaction that scans a range, inserts into it or deletes from it first reads the
 //!   guard for update (the enclosing row that orders every change to the range, as TPC-C's
@@ -61,7 +62,8 @@ pub struct Cycle {
     pub ranges: u64,
     pub range_keys: u64,
     /// Record slots of `dyn` per node.
-    pub dyn_slots: u64,
+    /// Slots of `dyn` per node, a cap inserts fill on purpose; `None`: it grows.
+    pub dyn_slots: Option<u64>,
     nodes: u16,
 }
 
@@ -167,9 +169,9 @@ impl Cycle {
         let record_words = k.u64("record_words", 4, 1, 512)?;
         let ranges = k.u64("ranges", 4, 1, 1_000_000)?;
         let range_keys = k.u64("range_keys", 16, 2, 4096)?;
-        // At least the keys loaded (every other key of each range), at most one per key.
         let keys = ranges * range_keys;
-        let dyn_slots = k.u64("dyn_slots", keys, ranges * range_keys.div_ceil(2), keys)?;
+        // At least the keys loaded (every other key of each range), at most one per key.
+        let dyn_slots = k.cap("dyn_slots", ranges * range_keys.div_ceil(2), keys)?;
         Ok(Cycle {
             pairs,
             record_words,
@@ -186,6 +188,11 @@ impl Cycle {
 
     fn keys_per_node(&self) -> u64 {
         self.ranges * self.range_keys
+    }
+
+    /// Keys of `dyn` present at load on each node: every other key of each range.
+    fn loaded_per_node(&self) -> u64 {
+        self.ranges * self.range_keys.div_ceil(2)
     }
 
     /// The keys of global range `r`: `[lo, hi]`.
@@ -255,7 +262,9 @@ impl Workload for Cycle {
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "cycle";
     const DELETES: bool = true;
-    const FULL_TABLE_EXPECTED: bool = true;
+    fn full_table_expected(&self) -> bool {
+        self.dyn_slots.is_some()
+    }
     const ABOUT: &'static str = "pairs whose invariant every read checks";
     const SMALL_PARAMS: &'static [(&'static str, &'static str)] =
         &[("pairs", "6"), ("ranges", "2"), ("range_keys", "8")];
@@ -289,8 +298,8 @@ impl Workload for Cycle {
             TableSpec {
                 name: "dyn".into(),
                 payload_words: 1,
-                capacity_per_node: self.dyn_slots as u32,
-                capacity_max_per_node: Some(self.dyn_slots as u32),
+                capacity_per_node: self.dyn_slots.unwrap_or(self.loaded_per_node()) as u32,
+                capacity_max_per_node: self.dyn_slots.map(|s| s as u32),
                 partition: Partition::Range {
                     keys_per_node: self.keys_per_node(),
                 },
@@ -577,7 +586,10 @@ impl Workload for Cycle {
             ("record_words".into(), self.record_words.to_string()),
             ("ranges".into(), self.ranges.to_string()),
             ("range_keys".into(), self.range_keys.to_string()),
-            ("dyn_slots".into(), self.dyn_slots.to_string()),
+            (
+                "dyn_slots".into(),
+                self.dyn_slots.map_or("none".into(), |s| s.to_string()),
+            ),
         ])
     }
 }
@@ -585,6 +597,24 @@ impl Workload for Cycle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cycle_dyn_grows_by_default_and_a_dyn_slots_cap_fixes_it_and_is_expected_to_fill() {
+        let grows = Cycle::from_params(&Params::new(), 2).unwrap();
+        let spec = &grows.tables(2)[DYN.0 as usize];
+        assert_eq!(spec.capacity_max_per_node, None);
+        assert_eq!(spec.capacity_per_node as u64, grows.loaded_per_node());
+        assert!(!grows.full_table_expected());
+        let mut p = Params::new();
+        p.insert("dyn_slots".into(), "40".into());
+        let capped = Cycle::from_params(&p, 2).unwrap();
+        let spec = &capped.tables(2)[DYN.0 as usize];
+        assert_eq!(spec.capacity_max_per_node, Some(40));
+        assert!(capped.full_table_expected());
+        p.insert("dyn_slots".into(), "10".into());
+        let e = Cycle::from_params(&p, 2).unwrap_err().to_string();
+        assert!(e.contains("dyn_slots"), "{e}");
+    }
 
     #[test]
     fn cycle_inputs_encode_and_decode_back_and_bad_words_are_refused() {

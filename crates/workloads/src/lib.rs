@@ -217,10 +217,12 @@ pub trait Workload: Send + Sync + 'static {
     /// it to count beside the family's own conflict aborts.
     const CONFLICTS_ON_LOCKS: bool = false;
 
-    /// Whether its inserts fill a bounded set of slots on purpose (Cycle's `dyn_slots`), so
-    /// a full table is part of the workload rather than a limit that stopped the run: the
-    /// report's `run.no_limit_reached` does not judge it.
-    const FULL_TABLE_EXPECTED: bool = false;
+    /// Whether its inserts fill a bounded set of slots on purpose (Cycle with a `dyn_slots`
+    /// cap), so a full table is part of the workload rather than a limit that stopped the
+    /// run: the report's `run.no_limit_reached` does not judge it.
+    fn full_table_expected(&self) -> bool {
+        false
+    }
 
     /// The workload its knobs (`-p name=value`) describe on a cluster of `shape`: parsed and
     /// checked once, into its typed parameters; a bad knob names itself and what is accepted.
