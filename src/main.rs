@@ -1,6 +1,7 @@
 //! The `atoll` command line: parses flags and config files into a run configuration, runs
 //! benchmarks, prints progress and summaries, writes JSON. The only place that knows clap.
 
+mod results;
 mod settings;
 
 use atoll_runner::config::Roles;
@@ -348,14 +349,24 @@ fn bench(a: BenchArgs) -> ExitCode {
     if let Err(e) = interrupt::install() {
         eprintln!("warning: {e}");
     }
+    let results = match open_outputs(&a) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     if all {
         return plan_all(cfg, a.json.as_ref());
     }
     let quiet = a.quiet;
+    let results_ref = results.as_ref();
     let print = move |l: &ProgressLine| {
+        if let Some(r) = results_ref {
+            r.interval(l);
+        }
         if !quiet {
+            // Sub-second intervals (the simulator's) show their milliseconds.
+            let digits = if l.interval_s < 0.1 { 3 } else { 1 };
             println!(
-                "[{:>6.1} s] {:>12.0} committed tx/s  abort rate {:>6.2}%  p99 {:>9.1} us  memory {}{}",
+                "[{:>6.digits$} s] {:>12.0} committed tx/s  abort rate {:>6.2}%  p99 {:>9.1} us  memory {}{}",
                 l.t_s,
                 l.committed_per_s,
                 l.abort_rate * 100.0,
@@ -373,6 +384,18 @@ fn bench(a: BenchArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return run_failed(&e, ""),
     };
+    if let Some(r) = &results {
+        match r.finish(&report) {
+            Ok(files) => {
+                let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+                println!("results     {}", names.join(", "));
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    }
     if let Err(code) = finish_report(&report, a.json.as_ref()) {
         return code;
     }
@@ -380,6 +403,28 @@ fn bench(a: BenchArgs) -> ExitCode {
         return ExitCode::from(EXIT_INTERRUPTED);
     }
     ExitCode::SUCCESS
+}
+
+/// Every output path, checked before the run (a run is not lost to a path that fails after
+/// it): `--json`'s file created, `--results`' directory opened.
+fn open_outputs(a: &BenchArgs) -> Result<Option<results::Results>, ExitCode> {
+    if let Some(path) = &a.json {
+        if let Err(e) = std::fs::File::create(path) {
+            eprintln!(
+                "error: --json {}: cannot write there ({e}): give a file path that can be created",
+                path.display()
+            );
+            return Err(ExitCode::from(EXIT_BAD_INPUT));
+        }
+    }
+    a.results
+        .as_deref()
+        .map(results::Results::create)
+        .transpose()
+        .map_err(|e| {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        })
 }
 
 /// `--repeat N`: one line per run, then medians and spreads; JSON holds every report.

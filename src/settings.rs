@@ -234,6 +234,7 @@ fn overlay(file: BenchArgs, flags: &BenchArgs) -> Result<BenchArgs, String> {
     out.config = flags.config.clone();
     out.params = flags.params.clone();
     out.json = flags.json.clone();
+    out.results = flags.results.clone();
     out.history = flags.history.clone();
     out.quiet = flags.quiet;
     Ok(out)
@@ -376,6 +377,17 @@ pub struct BenchArgs {
     #[arg(long)]
     #[serde(skip)]
     pub quiet: bool,
+    /// Seconds of measured time per progress line and results row (virtual seconds under
+    /// the simulator; default 1).
+    #[arg(long, value_name = "SECONDS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress_interval: Option<f64>,
+    /// Write the results to this directory as the run goes: intervals.csv (per interval:
+    /// commits, attempts, aborts by reason, p50/p90/p99/max latency), latency.hlog (an HDR
+    /// histogram interval log) and summary.json (the report).
+    #[arg(long, value_name = "DIR")]
+    #[serde(skip)]
+    pub results: Option<PathBuf>,
     /// Run the same configuration N times (fresh cluster each) and print the median and
     /// spread of throughput and p50/p99 latency (default 1).
     #[arg(long, value_name = "N")]
@@ -559,6 +571,32 @@ fn resolve_roles(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
 const SHARED_DATA_MEMORY_NODES_DEFAULT: u16 = 1;
 const SHARED_DATA_COMPUTE_NODES_DEFAULT: u16 = 2;
 
+/// Progress lines a simulated run prints over its duration when `--progress-interval` is
+/// not given.
+const SIM_PROGRESS_LINES: f64 = 10.0;
+
+/// `--progress-interval`, or for a simulated run a tenth of it (at most the usual second):
+/// simulated runs are mostly sub-second in virtual time, and print progress too.
+fn progress_interval_s(cfg: &RunConfig, a: &BenchArgs) -> f64 {
+    match a.progress_interval {
+        Some(v) => v,
+        None if matches!(cfg.fabric, Fabric::Sim { .. }) => (cfg.duration_s / SIM_PROGRESS_LINES)
+            .clamp(atoll_runner::config::PROGRESS_INTERVAL_S_MIN, 1.0),
+        None => cfg.progress_interval_s,
+    }
+}
+
+/// Outputs that hold one run, refused with `--plan all` or `--repeat`.
+fn one_run_outputs(a: &BenchArgs, plan_all: bool) -> Result<(), String> {
+    if let (Some(dir), true) = (&a.results, plan_all || a.repeat.unwrap_or(1) > 1) {
+        return Err(format!(
+            "--results {} with --plan all or --repeat: a results directory holds one run (use --json for theirs)",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
 /// A `bench` command's run configuration, from its flags over its config file's settings.
 pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
     let merged = overlay(read_config_file(flags.config.as_deref())?, flags)?;
@@ -609,6 +647,7 @@ pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
     if let Some(v) = a.seed {
         cfg.seed = v;
     }
+    cfg.progress_interval_s = progress_interval_s(&cfg, a);
     if let Some(s) = a.memory_max.as_ref() {
         cfg.memory_max_bytes =
             Some(atoll_runner::config::parse_bytes("--memory-max", s).map_err(|e| e.0)?);
@@ -643,6 +682,7 @@ pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
         );
     }
     cfg.validate().map_err(|e| e.0)?;
+    one_run_outputs(a, plan_all)?;
     if plan_all && cfg.record_history {
         return Err(
             "--history with --plan all: a history file holds one run (name one plan)".into(),

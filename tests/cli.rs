@@ -255,7 +255,7 @@ fn a_short_run_prints_progress_summary_build_and_machine_and_writes_versioned_js
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["config"]["protocol"], "nowait");
     assert_eq!(v["config"]["plan"], "rpc");
-    assert_eq!(v["config"]["workload_knobs"]["accounts"], "1000");
+    assert_eq!(v["config"]["workload_knobs"]["accounts"], 1000);
     assert!(v["summary"]["committed_per_s"].as_f64().unwrap() > 0.0);
     assert!(v["summary"]["abort_rate"].is_number());
     for p in ["p50", "p90", "p99", "p999", "max"] {
@@ -297,8 +297,8 @@ fn check_history_refuses_another_format_version_naming_the_found_and_expected_on
     for (name, header, expect) in [
         (
             "newer.jsonl",
-            "{\"format\":\"atoll-history\",\"version\":5}\n",
-            "format version 5, this atoll reads versions 2 to 4",
+            "{\"format\":\"atoll-history\",\"version\":6}\n",
+            "format version 6, this atoll reads versions 2 to 5",
         ),
         (
             "unversioned.jsonl",
@@ -533,7 +533,7 @@ fn check_history_rejects_missing_and_malformed_files_and_flags_a_cycle() {
     std::fs::write(&old, "{\"format\":\"atoll-history\",\"version\":1}\n").unwrap();
     bad(
         &["check-history", old.to_str().unwrap()],
-        &["format version 1", "reads versions 2 to 4"],
+        &["format version 1", "reads versions 2 to 5"],
     );
     let headerless = dir.join("headerless.jsonl");
     std::fs::write(&headerless, "{\"id\": 1}\n").unwrap();
@@ -1222,7 +1222,7 @@ fn configurations_that_cannot_fit_are_refused_with_the_figure_and_the_limit_befo
         ],
         &[
             "cycle table dyn needs",
-            "(4096000000 records of 1 payload words)",
+            "(2048000000 records of 1 payload words)",
         ],
     );
     // Checkout's 10^8 products of 1 KiB over 8 nodes: each node's table fits its region,
@@ -1291,7 +1291,7 @@ fn bench_history_is_written_while_the_run_goes_and_check_history_reads_it() {
     assert!(still_running, "the run ended before the file was looked at");
     assert!(
         midway.starts_with(
-            "{\"format\":\"atoll-history\",\"isolation\":\"serializable\",\"version\":4}\n"
+            "{\"format\":\"atoll-history\",\"isolation\":\"serializable\",\"version\":5}\n"
         ),
         "{:?}",
         &midway[..midway.len().min(200)]
@@ -1549,4 +1549,81 @@ fn cli_check_history_bounds_what_it_reads_from_a_pipe_and_an_endless_line() {
     // Within a bound it fits, the same pipe checks clean.
     let (code, err) = feed(body.into_bytes(), "1GiB");
     assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn bench_results_writes_a_csv_row_per_interval_an_hdr_log_and_the_typed_summary() {
+    let dir = Scratch::new("atoll-cli-results");
+    let res = dir.join("out");
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.2",
+        "--progress-interval",
+        "0.25",
+        "-p",
+        "accounts=1000",
+        "--results",
+        res.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let csv = std::fs::read_to_string(res.join("intervals.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1 + 4,
+        "a header and 4 intervals of 0.25 s:\n{csv}"
+    );
+    let columns = lines[0].split(',').count();
+    for l in &lines[1..] {
+        assert_eq!(l.split(',').count(), columns, "{l}");
+    }
+    assert!(
+        lines[0].contains("aborts_conflict") && lines[0].contains("p99_us"),
+        "{}",
+        lines[0]
+    );
+    let hlog = std::fs::read_to_string(res.join("latency.hlog")).unwrap();
+    assert!(hlog.starts_with('#'), "{hlog}");
+    assert_eq!(
+        hlog.lines().filter(|l| l.contains(",HIST")).count(),
+        4,
+        "{hlog}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(res.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(v["config"]["workload_knobs"]["accounts"], 1000);
+    assert_eq!(v["progress"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn bench_output_paths_are_refused_before_the_run_starts() {
+    let started = std::time::Instant::now();
+    bad(
+        &[
+            "bench",
+            "--duration",
+            "30",
+            "--json",
+            "/nonexistent-dir/r.json",
+        ],
+        &["--json /nonexistent-dir/r.json: cannot write there"],
+    );
+    bad(
+        &[
+            "bench",
+            "--duration",
+            "30",
+            "--results",
+            "/proc/atoll-results",
+        ],
+        &["--results /proc/atoll-results: cannot write there"],
+    );
+    // Not a timing test: a run that started would take 3000 s.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(300),
+        "refused before the runs"
+    );
 }

@@ -102,6 +102,31 @@ impl FaultConfig {
             && self.crash.is_none()
     }
 
+    /// The faults as the keys and values `--faults` takes ([`FaultConfig::parse`] of them
+    /// joined as `k=v,...` gives the same faults back): what a report states.
+    pub fn to_keys(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        let mut k: std::collections::BTreeMap<&'static str, u64> = [
+            ("spikes", self.spikes as u64),
+            ("spike_us", self.spike_extra_ns / NS_PER_US),
+            ("spike_len_us", self.spike_len_ns / NS_PER_US),
+            ("pauses", self.pauses as u64),
+            ("pause_us", self.pause_len_ns / NS_PER_US),
+            ("tear_words", self.tear_words as u64),
+            ("tear_ns", self.tear_stall_ns),
+            ("stall_permille", self.stall_permille as u64),
+            ("stall_us", self.stall_ns / NS_PER_US),
+        ]
+        .into();
+        if let Some((node, at_ns)) = self.crash {
+            k.insert("crash_node", node.0 as u64);
+            k.insert("crash_us", at_ns / NS_PER_US);
+        }
+        if let Some(ns) = self.op_timeout_ns {
+            k.insert("op_timeout_us", ns / NS_PER_US);
+        }
+        k
+    }
+
     /// Parses `none`, `some`, or
     /// `spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,
     /// stall_permille=P,stall_us=T,crash_node=C,crash_us=U,op_timeout_us=O` (unnamed values
@@ -285,4 +310,22 @@ pub fn plan(cfg: &FaultConfig, nodes: u16, horizon_ns: u64, seed: u64) -> Vec<Fa
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_stated_as_keys_parse_back_to_the_same_faults() {
+        for s in [
+            "some",
+            "none",
+            "spikes=3,pause_us=1500,tear_words=2,tear_ns=700,crash_node=1,crash_us=250,op_timeout_us=90",
+        ] {
+            let f = FaultConfig::parse(s).unwrap();
+            let text: Vec<String> = f.to_keys().iter().map(|(k, v)| format!("{k}={v}")).collect();
+            assert_eq!(FaultConfig::parse(&text.join(",")).unwrap(), f, "{s}");
+        }
+    }
 }

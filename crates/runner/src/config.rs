@@ -120,7 +120,8 @@ pub struct RunConfig {
     /// With `record_history`: stream the history to this file as the run goes (memory stays
     /// bounded whatever the duration) instead of returning it in the report.
     pub history_file: Option<std::path::PathBuf>,
-    /// Print a progress line per interval.
+    /// Print a progress line per interval of this many measured seconds (virtual ones under
+    /// the simulator).
     pub progress_interval_s: f64,
     /// The simulator's CPU profile by name (`atoll_fabric_sim::net::CPU_PROFILES`), and the
     /// factor every cost of it is multiplied by.
@@ -222,6 +223,37 @@ fn range<T: PartialOrd + std::fmt::Display>(
     Ok(())
 }
 
+/// Knob values as JSON values: a whole number, a number or a boolean as one, anything else
+/// (a name, a list, `none`) as its text.
+pub fn typed_knobs<S: serde::Serializer>(
+    knobs: &std::collections::BTreeMap<String, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(knobs.len()))?;
+    for (k, v) in knobs {
+        let typed = if let Ok(n) = v.parse::<u64>() {
+            serde_json::Value::from(n)
+        } else if let Some(x) = v.parse::<f64>().ok().filter(|x| x.is_finite()) {
+            serde_json::Value::from(x)
+        } else if let Ok(b) = v.parse::<bool>() {
+            serde_json::Value::from(b)
+        } else {
+            serde_json::Value::from(v.as_str())
+        };
+        m.serialize_entry(k, &typed)?;
+    }
+    m.end()
+}
+
+/// The shortest progress interval: a worker closes intervals on its own clock, and one
+/// shorter than a millisecond would be mostly noise of when it looked.
+pub const PROGRESS_INTERVAL_S_MIN: f64 = 0.001;
+pub const PROGRESS_INTERVAL_S_MAX: f64 = 3600.0;
+/// Intervals a run may have: each keeps a line (and its latency histogram, a few KiB) until
+/// the report.
+pub const PROGRESS_INTERVALS_MAX: f64 = 100_000.0;
+
 impl RunConfig {
     /// Checks every value; the first bad one is reported with what is accepted.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -305,6 +337,15 @@ impl RunConfig {
                 run_max - self.warmup_s,
                 self.warmup_s,
                 run_max + CLOCK_MARGIN_S
+            )));
+        }
+        let intervals = (self.warmup_s + self.duration_s) / self.progress_interval_s;
+        if !(PROGRESS_INTERVAL_S_MIN..=PROGRESS_INTERVAL_S_MAX).contains(&self.progress_interval_s)
+            || intervals > PROGRESS_INTERVALS_MAX
+        {
+            return Err(ConfigError(format!(
+                "progress-interval={} is out of range: expected seconds in {PROGRESS_INTERVAL_S_MIN}..={PROGRESS_INTERVAL_S_MAX}, and at most {PROGRESS_INTERVALS_MAX} intervals in warm-up plus duration ({intervals:.0} asked for)",
+                self.progress_interval_s
             )));
         }
         for (k, us) in VerbKind::ALL.iter().zip(self.net_latency_us) {
@@ -504,9 +545,13 @@ pub struct ConfigReport {
     /// The simulator's CPU profile (costs in ns of the simulated core).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_profile: Option<CpuReport>,
+    /// The simulator's faults, as the keys `--faults` takes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub faults: Option<String>,
+    pub faults: Option<std::collections::BTreeMap<&'static str, u64>>,
     pub workload: &'static str,
+    /// The workload's knobs, each in the form it is given; in JSON a number or a boolean
+    /// where it is one ([`typed_knobs`]).
+    #[serde(serialize_with = "typed_knobs")]
     pub workload_knobs: std::collections::BTreeMap<String, String>,
     pub protocol: &'static str,
     /// The isolation level the protocol guarantees (`serializable`, `snapshot`): which

@@ -647,7 +647,7 @@ fn config_report<W: Workload, P: Protocol>(
             Fabric::InProc => None,
         },
         faults: match &cfg.fabric {
-            Fabric::Sim { faults, .. } => Some(format!("{faults:?}")),
+            Fabric::Sim { faults, .. } => Some(faults.to_keys()),
             Fabric::InProc => None,
         },
         workload: W::NAME,

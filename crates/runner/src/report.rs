@@ -146,10 +146,24 @@ impl RpcsByRole {
 /// One progress interval, cluster-wide.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProgressLine {
+    /// The interval's end, in measured seconds (virtual under the simulator).
     pub t_s: f64,
+    pub interval_s: f64,
+    /// Transactions committed and attempts ended in the interval.
+    pub committed: u64,
+    pub attempts: u64,
     pub committed_per_s: f64,
     pub abort_rate: f64,
+    /// Aborted attempts by reason (the reasons seen).
+    pub aborts_by_reason: BTreeMap<&'static str, u64>,
+    /// Latency of the transactions committed in the interval (from their first attempt).
+    pub p50_us: f64,
+    pub p90_us: f64,
     pub p99_us: f64,
+    pub latency_us_max: f64,
+    /// The interval's latency histogram (ns), for an HDR interval log; not in the JSON.
+    #[serde(skip)]
+    pub latency_ns: Option<hdrhistogram::Histogram<u64>>,
     /// What the run's memory budget held at the interval's end, and when the budget would
     /// be reached at the interval's growth (`None`: it did not grow).
     pub memory_bytes: u64,

@@ -672,6 +672,9 @@ fn collect_progress(
         e.0 += 1;
         e.1.committed += iv.committed;
         e.1.aborted += iv.aborted;
+        for (sum, n) in e.1.aborts.iter_mut().zip(iv.aborts) {
+            *sum += n;
+        }
         e.1.latency_ns.add(&iv.latency_ns).expect("same bounds");
         e.1.memory_bytes = e.1.memory_bytes.max(iv.memory_bytes);
         if e.0 == workers {
@@ -680,19 +683,34 @@ fn collect_progress(
             let total = iv.committed + iv.aborted;
             let grew = memory_before.map_or(0, |b| iv.memory_bytes.saturating_sub(b));
             memory_before = Some(iv.memory_bytes);
+            let quantile_us = |q: f64| {
+                if iv.latency_ns.is_empty() {
+                    0.0
+                } else {
+                    iv.latency_ns.value_at_quantile(q) as f64 / 1000.0
+                }
+            };
             let line = ProgressLine {
                 t_s: ((iv.index + 1) * interval_ns) as f64 / 1e9,
+                interval_s: secs,
+                committed: iv.committed,
+                attempts: total,
                 committed_per_s: iv.committed as f64 / secs,
                 abort_rate: if total == 0 {
                     0.0
                 } else {
                     iv.aborted as f64 / total as f64
                 },
-                p99_us: if iv.latency_ns.is_empty() {
-                    0.0
-                } else {
-                    iv.latency_ns.value_at_quantile(0.99) as f64 / 1000.0
-                },
+                aborts_by_reason: Abort::ALL
+                    .iter()
+                    .map(|a| (a.name(), iv.aborts[a.index()]))
+                    .filter(|(_, n)| *n > 0)
+                    .collect(),
+                p50_us: quantile_us(0.5),
+                p90_us: quantile_us(0.9),
+                p99_us: quantile_us(0.99),
+                latency_us_max: iv.latency_ns.max() as f64 / 1000.0,
+                latency_ns: Some(iv.latency_ns.clone()),
                 memory_bytes: iv.memory_bytes,
                 budget_reached_in_s: (grew > 0).then(|| {
                     budget.limit_bytes().saturating_sub(iv.memory_bytes) as f64
@@ -893,7 +911,7 @@ pub async fn coroutine<W: Workload, P: Protocol>(
                     if attempt_start_ns >= run.warmup_end_ns && a != Abort::UserAbort {
                         let mut st = ws.stats.borrow_mut();
                         st.aborts[ty][a.index()] += 1;
-                        st.interval.aborted += 1;
+                        st.interval.count_abort(a);
                     }
                     if !a.is_retryable() || attempts >= run.cfg.attempts_max || run.over(&node, now)
                     {

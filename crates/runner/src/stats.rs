@@ -81,17 +81,25 @@ pub struct Interval {
     pub index: u64,
     pub committed: u64,
     pub aborted: u64,
+    /// Aborted attempts by reason (`Abort::index`).
+    pub aborts: [u64; Abort::COUNT],
     pub latency_ns: Histogram<u64>,
     /// What the run's budget held when the worker closed the interval.
     pub memory_bytes: u64,
 }
 
 impl Interval {
+    pub fn count_abort(&mut self, a: Abort) {
+        self.aborted += 1;
+        self.aborts[a.index()] += 1;
+    }
+
     pub fn new(index: u64) -> Self {
         Interval {
             index,
             committed: 0,
             aborted: 0,
+            aborts: [0; Abort::COUNT],
             latency_ns: new_histogram(),
             memory_bytes: 0,
         }
