@@ -298,16 +298,9 @@ fn plan_all(cfg: RunConfig, json: Option<&PathBuf>) -> ExitCode {
             plan
         );
     }
-    if let Some(path) = json {
-        let out: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|(plan, r)| serde_json::json!({"plan": plan, "report": r}))
-            .collect();
-        let text = serde_json::to_string_pretty(&out).expect("reports serialise");
-        if let Err(e) = std::fs::write(path, text + "\n") {
-            eprintln!("error: cannot write {}: {e}", path.display());
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
+    print!("{}", provenance(&rows));
+    if let Err(code) = plans_json(&rows, json) {
+        return code;
     }
     if !all_passed {
         eprintln!("error: a check failed in at least one plan's run");
@@ -403,6 +396,56 @@ fn bench(a: BenchArgs) -> ExitCode {
         return ExitCode::from(EXIT_INTERRUPTED);
     }
     ExitCode::SUCCESS
+}
+
+/// `--plan all --json FILE`: every plan's report.
+fn plans_json(
+    rows: &[(String, atoll_runner::Report)],
+    json: Option<&PathBuf>,
+) -> Result<(), ExitCode> {
+    let Some(path) = json else {
+        return Ok(());
+    };
+    let out: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|(plan, r)| serde_json::json!({"plan": plan, "report": r}))
+        .collect();
+    let text = serde_json::to_string_pretty(&out).expect("reports serialise");
+    std::fs::write(path, text + "\n").map_err(|e| {
+        eprintln!("error: cannot write {}: {e}", path.display());
+        ExitCode::from(EXIT_BAD_INPUT)
+    })
+}
+
+/// What a ranking of several runs rests on, as a single run's report says it: the build and
+/// machine (the first run's lines, with the load at its start), and each kind of warning
+/// the runs raised (a busy machine, cores that moved) once, as its first run said it, with
+/// how many runs raised it.
+fn provenance(rows: &[(String, atoll_runner::Report)]) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    // Each kind of warning (its text up to the first ':'), its first wording and its count.
+    let mut warnings: Vec<(String, String, usize)> = Vec::new();
+    for (i, (_, r)) in rows.iter().enumerate() {
+        let mut text = String::new();
+        r.env.render(&mut text);
+        for l in text.lines() {
+            if !l.starts_with("warning") {
+                if i == 0 {
+                    lines.push(l.to_string());
+                }
+                continue;
+            }
+            let kind = l.split(':').next().unwrap_or(l).to_string();
+            match warnings.iter_mut().find(|w| w.0 == kind) {
+                Some(w) => w.2 += 1,
+                None => warnings.push((kind, l.to_string(), 1)),
+            }
+        }
+    }
+    for (_, first, n) in warnings {
+        lines.push(format!("{first} ({n} of {} runs)", rows.len()));
+    }
+    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// Every output path, checked before the run (a run is not lost to a path that fails after

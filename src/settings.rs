@@ -263,8 +263,9 @@ pub struct BenchArgs {
     #[arg(long, allow_negative_numbers = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_scale: Option<f64>,
-    /// Simulator faults: none, some, or
-    /// spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S.
+    /// Simulator faults: none, some, or any of spikes=N,spike_us=X,spike_len_us=Y,pauses=N,
+    /// pause_us=Z,tear_words=W,tear_ns=S,stall_permille=P,stall_us=T,crash_node=C,crash_us=U,
+    /// op_timeout_us=O (unnamed keys as in `some`).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<String>,

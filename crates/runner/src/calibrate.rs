@@ -133,6 +133,9 @@ pub struct Calibration {
     pub rows: Vec<Row>,
     /// The CPU profile these figures make (scaled), as `CpuProfile::calibrated` holds it.
     pub profile: CpuReport,
+    /// Fields whose measured cost came out below zero (a difference of two noisy medians)
+    /// and which the profile takes as 0, each with its measured ns: said, never silent.
+    pub clamped_to_zero: Vec<(String, f64)>,
     pub env: crate::env::EnvReport,
 }
 
@@ -363,8 +366,7 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, ConfigError> {
     // Never opened: the process's CPU over a window means nothing here.
     let window = crate::env::CpuWindow::default();
     let mut rng = Rng::new(SEED);
-    let one = verb_cluster(1);
-    let two = verb_cluster(2);
+    let (one, two) = (verb_cluster(1), verb_cluster(2));
     let n = cfg.reps as usize;
     let mut s: std::collections::BTreeMap<&'static str, Vec<f64>> = Default::default();
     let mut push = |k: &'static str, v: f64| s.entry(k).or_default().push(v);
@@ -485,14 +487,27 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, ConfigError> {
     };
     Ok(Calibration {
         scale: cfg.scale,
-        scale_basis: "base clocks: 2.596 GHz here (TSC) / 2.3 GHz (Xeon E5-2670 v3, RCC's CPU); equal IPC assumed",
+        scale_basis: SCALE_BASIS,
         reps: cfg.reps,
         ops: cfg.ops,
         txn_s: cfg.txn_s,
+        clamped_to_zero: clamped_to_zero(&rows),
         rows,
         profile: CpuReport::of(&profile),
         env: probe.finish(&window, 0),
     })
+}
+
+/// Where the default scale comes from.
+const SCALE_BASIS: &str =
+    "base clocks: 2.596 GHz here (TSC) / 2.3 GHz (Xeon E5-2670 v3, RCC's CPU); equal IPC assumed";
+
+/// The rows whose cost came out below zero, with what was measured.
+fn clamped_to_zero(rows: &[Row]) -> Vec<(String, f64)> {
+    rows.iter()
+        .filter(|r| r.scaled_ns < 0.0)
+        .map(|r| (r.key.to_string(), r.ns))
+        .collect()
 }
 
 impl Calibration {
@@ -522,6 +537,12 @@ impl Calibration {
             "profile             switch_ns {} post_ns {} local_op_ns {} rpc_handler_ns {} txn_ns {} txn_ns_per_access {} rpc_handler_ns_per_byte {:.3} (scaled)",
             p.switch_ns, p.post_ns, p.local_op_ns, p.rpc_handler_ns, p.txn_ns, p.txn_ns_per_access, p.rpc_handler_ns_per_byte
         );
+        for (key, ns) in &self.clamped_to_zero {
+            let _ = writeln!(
+                o,
+                "note        {key} measured {ns:.1} ns, below zero (a difference of two medians within their noise): the profile takes 0"
+            );
+        }
         self.env.render(&mut o);
         o
     }
