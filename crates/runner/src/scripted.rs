@@ -66,6 +66,10 @@ pub struct TestCluster {
     pub coroutines_per_worker: u32,
 }
 
+/// Room each growing table of a test cluster may grow into, per node: far more than a
+/// test's transactions insert.
+const SCRIPTED_GROWTH_BYTES_PER_TABLE: u64 = 8 << 20;
+
 impl TestCluster {
     /// `nodes` nodes with one worker each and `coroutines` co-routines per worker.
     pub fn new(nodes: u16, tables: Vec<TableSpec>, plan: Plan, coroutines: u32) -> Self {
@@ -134,6 +138,8 @@ impl TestCluster {
         shape: RecordShape,
     ) -> Self {
         let nodes = topology.nodes_total();
+        // Growing tables (no capacity cap) get room to grow, mapped but untouched until used.
+        let growth_bytes = vec![SCRIPTED_GROWTH_BYTES_PER_TABLE; tables.len()];
         let txn = Arc::new(TxnConfig {
             plan,
             log_replicas,
@@ -155,6 +161,7 @@ impl TestCluster {
             .with_topology(topology)
             .with_lock_word(shape.lock_word)
             .with_old_versions(shape.old_versions)
+            .with_growth(&growth_bytes, shape.overflow_per_record)
             .with_overflow(shape.overflow_per_record),
         );
         let stores = (0..nodes)
