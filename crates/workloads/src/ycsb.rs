@@ -294,6 +294,153 @@ impl TxnInput for Input {
     }
 }
 
+/// YCSB's own property names, as its users give them (`-p recordcount=...`): each with the
+/// knob it sets. `recordcount` is the cluster's records (split evenly over the nodes).
+const STANDARD_PROPERTIES: &[&str] = &[
+    "workload",
+    "recordcount",
+    "readproportion",
+    "updateproportion",
+    "readmodifywriteproportion",
+    "insertproportion",
+    "scanproportion",
+    "requestdistribution",
+    "zipfianconstant",
+    "fieldcount",
+    "fieldlength",
+    "operationcount",
+];
+
+/// YCSB's core workloads this engine runs as presets (`-p workload=a`): the share of
+/// operations that write and the request distribution (YCSB's defaults: zipfian, 0.99).
+/// D (read latest, inserts) and E (short scans, inserts) need inserts and scans, which these
+/// transactions do not do.
+const CORE_WORKLOADS: [(&str, f64); 4] = [("a", 0.5), ("b", 0.05), ("c", 0.0), ("f", 0.5)];
+
+/// YCSB's default record: 10 fields of 100 bytes.
+const YCSB_RECORD_BYTES: u64 = 1000;
+
+/// `p` with YCSB's standard property names and core-workload presets turned into this
+/// workload's knobs (a knob given by its own name wins over a preset); a property this
+/// engine cannot honour is refused naming why.
+fn standard_properties(p: &Params, nodes: u16) -> Result<Params, ParamError> {
+    if !p.keys().any(|k| STANDARD_PROPERTIES.contains(&k.as_str())) {
+        return Ok(p.clone());
+    }
+    let err = |m: String| Err(ParamError(format!("ycsb {m}")));
+    let mut out: Params = p
+        .iter()
+        .filter(|(k, _)| !STANDARD_PROPERTIES.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let set = |out: &mut Params, knob: &str, v: String, from: &str| -> Result<(), ParamError> {
+        if p.contains_key(knob) {
+            return Err(ParamError(format!(
+                "ycsb {from} and {knob} are not accepted together: they set the same knob"
+            )));
+        }
+        out.insert(knob.into(), v);
+        Ok(())
+    };
+    let num = |k: &str| -> Result<Option<f64>, ParamError> {
+        p.get(k)
+            .map(|v| {
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .ok_or_else(|| {
+                        ParamError(format!(
+                            "ycsb {k}={v} is not a number: expected one of 0 or more"
+                        ))
+                    })
+            })
+            .transpose()
+    };
+    if let Some(v) = p.get("operationcount") {
+        return err(format!("operationcount={v} is not accepted: runs here are timed, not counted (give --duration)"));
+    }
+    for k in ["insertproportion", "scanproportion"] {
+        if num(k)?.is_some_and(|x| x > 0.0) {
+            return err(format!("{k}={} is not accepted: these transactions neither insert nor scan (accepted: readproportion, updateproportion, readmodifywriteproportion)", p[k]));
+        }
+    }
+    if let Some(w) = p.get("workload") {
+        let w = w.trim().to_ascii_lowercase();
+        let w = w.trim_start_matches("workload");
+        let Some(&(_, writes)) = CORE_WORKLOADS.iter().find(|(n, _)| *n == w) else {
+            return err(format!("workload={w} is not accepted: expected a, b, c or f (d and e insert and scan, which these transactions do not)"));
+        };
+        out.entry("write_fraction".into())
+            .or_insert(writes.to_string());
+        // YCSB's transactions are one operation on a record of 10 fields of 100 bytes.
+        out.entry("ops_per_txn".into()).or_insert("1".into());
+        out.entry("record_bytes".into())
+            .or_insert((YCSB_RECORD_BYTES + 8 * ENGINE_PAYLOAD_WORDS as u64).to_string());
+        out.entry("distribution".into()).or_insert("zipfian".into());
+    }
+    let read = num("readproportion")?;
+    let update =
+        num("updateproportion")?.unwrap_or(0.0) + num("readmodifywriteproportion")?.unwrap_or(0.0);
+    if read.is_some()
+        || p.contains_key("updateproportion")
+        || p.contains_key("readmodifywriteproportion")
+    {
+        let read = read.unwrap_or(1.0 - update);
+        if (read + update - 1.0).abs() > 1e-9 {
+            return err(format!("readproportion={read} and updateproportion + readmodifywriteproportion={update} do not sum to 1"));
+        }
+        set(
+            &mut out,
+            "write_fraction",
+            update.to_string(),
+            "updateproportion",
+        )?;
+    }
+    if let Some(d) = p.get("requestdistribution") {
+        match d.trim() {
+            "uniform" | "zipfian" | "hotspot" => set(
+                &mut out,
+                "distribution",
+                d.trim().into(),
+                "requestdistribution",
+            )?,
+            other => {
+                return err(format!(
+                "requestdistribution={other} is not accepted: expected uniform, zipfian or hotspot"
+            ))
+            }
+        }
+    }
+    if let Some(z) = p.get("zipfianconstant") {
+        set(&mut out, "zipf_theta", z.clone(), "zipfianconstant")?;
+    }
+    if let Some(n) = num("recordcount")? {
+        let n = n as u64;
+        if n % nodes as u64 != 0 || n == 0 {
+            return err(format!("recordcount={n} is not accepted on {nodes} nodes: expected a multiple of the node count (records are split evenly)"));
+        }
+        set(
+            &mut out,
+            "records",
+            (n / nodes as u64).to_string(),
+            "recordcount",
+        )?;
+    }
+    if p.contains_key("fieldcount") || p.contains_key("fieldlength") {
+        // YCSB's defaults: 10 fields of 100 bytes; the engine's own words ride beside them.
+        let bytes =
+            num("fieldcount")?.unwrap_or(10.0) as u64 * num("fieldlength")?.unwrap_or(100.0) as u64;
+        set(
+            &mut out,
+            "record_bytes",
+            (bytes.div_ceil(8) * 8 + 8 * ENGINE_PAYLOAD_WORDS as u64).to_string(),
+            "fieldcount/fieldlength",
+        )?;
+    }
+    Ok(out)
+}
+
 impl Ycsb {
     pub const KNOBS: &'static [&'static str] = &[
         "records",
@@ -311,6 +458,7 @@ impl Ycsb {
     /// `nodes` sizes the zipfian generator, whose key space is the whole cluster's;
     /// `threads` (worker threads per node) sizes the table when `records_per_thread` is set.
     pub fn from_params(p: &Params, nodes: u16, threads: u16) -> Result<Self, ParamError> {
+        let p = &standard_properties(p, nodes)?;
         let k = Knobs::new("ycsb", p, Self::KNOBS)?;
         let per_thread = if p.contains_key("records_per_thread") {
             if p.contains_key("records") {
@@ -600,6 +748,46 @@ impl Workload for Ycsb {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ycsb_standard_property_names_and_core_workloads_set_the_knobs_or_are_refused_naming_why() {
+        let p = |kv: &[(&str, &str)]| -> Params {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let a = Ycsb::from_params(&p(&[("workload", "a"), ("recordcount", "2000")]), 2, 1).unwrap();
+        assert_eq!((a.write_fraction, a.ops_per_txn, a.records), (0.5, 1, 1000));
+        assert_eq!(a.distribution, Distribution::Zipfian);
+        let own = Ycsb::from_params(&p(&[("workload", "b"), ("ops_per_txn", "4")]), 1, 1).unwrap();
+        assert_eq!(
+            (own.write_fraction, own.ops_per_txn),
+            (0.05, 4),
+            "its own knob wins"
+        );
+        let rw = p(&[("readproportion", "0.7"), ("updateproportion", "0.3")]);
+        assert_eq!(Ycsb::from_params(&rw, 1, 1).unwrap().write_fraction, 0.3);
+        for (bad, says) in [
+            (p(&[("workload", "e")]), "d and e insert and scan"),
+            (p(&[("operationcount", "10")]), "timed, not counted"),
+            (p(&[("recordcount", "3")]), "multiple of the node count"),
+            (
+                p(&[("readproportion", "0.5"), ("updateproportion", "0.4")]),
+                "do not sum to 1",
+            ),
+            (
+                p(&[("requestdistribution", "latest")]),
+                "uniform, zipfian or hotspot",
+            ),
+            (
+                p(&[("recordcount", "4"), ("records", "2")]),
+                "not accepted together",
+            ),
+        ] {
+            let e = Ycsb::from_params(&bad, 2, 1).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+    }
 
     #[test]
     fn ycsb_inputs_encode_and_decode_back_and_bad_words_are_refused() {
