@@ -331,6 +331,9 @@ fn bench(a: BenchArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    if a.list_knobs {
+        return list_knobs(&cfg);
+    }
     // What the configuration needs, refused before anything is allocated if it cannot fit.
     match atoll_runner::sizing::sizing(&cfg) {
         Ok(s) => println!("{}", s.line()),
@@ -446,6 +449,37 @@ fn provenance(rows: &[(String, atoll_runner::Report)]) -> String {
         lines.push(format!("{first} ({n} of {} runs)", rows.len()));
     }
     lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// `bench --knobs`: the workload's knobs at the values a run of `cfg` would take (given with
+/// `-p`, else their defaults on this cluster shape), and what the report derives from them.
+fn list_knobs(cfg: &RunConfig) -> ExitCode {
+    struct KnobsOf;
+    impl atoll_workloads::WorkloadVisitor for KnobsOf {
+        type Out = std::collections::BTreeMap<String, String>;
+        fn visit<W: atoll_workloads::Workload>(self, w: W) -> Self::Out {
+            w.knobs()
+        }
+    }
+    let shape = cfg.workload_shape();
+    match cfg.workload.dispatch(&cfg.params, &shape, KnobsOf) {
+        Ok(knobs) => {
+            println!(
+                "{} knobs (-p NAME=VALUE) on {} nodes x {} threads, as given or by default:",
+                cfg.workload.name(),
+                shape.nodes,
+                shape.threads
+            );
+            for (k, v) in knobs {
+                println!("  {k} = {v}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", e.0);
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
 }
 
 /// Every output path, checked before the run (a run is not lost to a path that fails after

@@ -246,152 +246,161 @@ fn overlay(file: BenchArgs, flags: &BenchArgs) -> Result<BenchArgs, String> {
 #[derive(clap::Args, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BenchArgs {
-    /// Fabric: inproc (threads in this process) or sim (deterministic simulator, virtual time).
-    #[arg(long)]
+    /// Fabric: inproc (threads in this process) or sim (deterministic simulator, virtual time)
+    /// [default: inproc].
+    #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fabric: Option<String>,
     /// Simulator network profile: edr-ib, fdr-ib, qdr-ib, 10gbe-tcp, ipoib.
-    #[arg(long)]
+    #[arg(help_heading = "Simulator", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub net: Option<String>,
     /// Simulator CPU profile: calibrated (measured by `atoll calibrate`, the default) or xeon
     /// (the first estimate, no coordinator CPU).
-    #[arg(long)]
+    #[arg(help_heading = "Simulator", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_profile: Option<String>,
     /// Simulator only: multiply every cost of the CPU profile by this factor (default 1).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(help_heading = "Simulator", long, allow_negative_numbers = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_scale: Option<f64>,
     /// Simulator faults: none, some, or any of spikes=N,spike_us=X,spike_len_us=Y,pauses=N,
     /// pause_us=Z,tear_words=W,tear_ns=S,stall_permille=P,stall_us=T,crash_node=C,crash_us=U,
     /// op_timeout_us=O (unnamed keys as in `some`).
-    #[arg(long)]
+    #[arg(help_heading = "Simulator", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<String>,
     // The workloads and what each is come from their registration, so a new one needs no
     // edit here.
-    #[arg(long, help = format!("Workload: {}", WorkloadKind::described()))]
+    #[arg(help_heading = "Workload and protocol", long, help = format!("Workload [default: smallbank]: {} (list one's knobs with --knobs)", WorkloadKind::described()))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workload: Option<String>,
     // The protocols come from their registration, as the workloads do.
-    #[arg(long, help = format!("Protocol: {}", ProtocolKind::accepted()))]
+    #[arg(help_heading = "Workload and protocol", long, help = format!("Protocol [default: occ]: {}", ProtocolKind::accepted()))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
     /// Stage plan: one-sided, rpc, per stage (e.g. read=rpc,lock=one-sided,commit=one-sided),
-    /// or all (every valid plan of the protocol, ranked).
-    #[arg(long)]
+    /// or all (every valid plan of the protocol, ranked) [default: one-sided].
+    #[arg(help_heading = "Workload and protocol", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<String>,
-    /// Nodes of the cluster (partitioned architecture).
-    #[arg(long)]
+    /// Nodes of the cluster (partitioned architecture) [default: 2].
+    #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nodes: Option<u16>,
     /// partitioned (every node holds a partition and runs transactions) or shared-data
     /// (memory nodes hold the records, compute nodes run the transactions) [default:
     /// partitioned].
-    #[arg(long)]
+    #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub architecture: Option<String>,
     /// Shared-data: nodes holding the records [default: 1].
-    #[arg(long)]
+    #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_nodes: Option<u16>,
     /// Shared-data: nodes running the transactions [default: 2].
-    #[arg(long)]
+    #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compute_nodes: Option<u16>,
     /// Shared-data: compute node i shares memory node i's machine and reaches its records
     /// with the CPU's own loads, stores and atomics, not the network (NAM-DB's locality;
     /// simulated and in-process fabrics).
-    #[arg(long)]
+    #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "is_false")]
     pub colocate: bool,
-    /// Worker threads per node.
-    #[arg(long)]
+    /// Worker threads per node [default: 1; 1..=64].
+    #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<u16>,
-    /// Coordinator co-routines per thread.
-    #[arg(long)]
+    /// Coordinator co-routines per thread [default: 8; 1..=256].
+    #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coroutines: Option<u16>,
-    /// Measured seconds.
-    #[arg(long, allow_negative_numbers = true)]
+    /// Measured seconds [default: 10].
+    #[arg(help_heading = "Run", long, allow_negative_numbers = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration: Option<f64>,
-    /// Warm-up seconds before measuring.
-    #[arg(long, allow_negative_numbers = true)]
+    /// Warm-up seconds before measuring [default: 1; 0..=3600].
+    #[arg(help_heading = "Run", long, allow_negative_numbers = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warmup: Option<f64>,
-    /// Seed of every random choice.
-    #[arg(long)]
+    /// Seed of every random choice [default: 1].
+    #[arg(help_heading = "Run", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     /// Memory the run may take, everything it allocates counted (tables as they grow,
     /// indexes, logs, co-routines): bytes, or with a unit (512MiB, 8GiB); default 75% of
     /// physical memory. A run that would grow past it stops, naming what grew (exit 1).
-    #[arg(long)]
+    #[arg(help_heading = "Run", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_max: Option<String>,
     /// Round-trip latency added to remote verbs, in microseconds: one number for all, or
     /// per class, e.g. read=2,write=2,cas=2.5,fetch_add=2.5,rpc=4.
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(help_heading = "Cluster shape", long, allow_hyphen_values = true)]
     #[serde(
         skip_serializing_if = "Option::is_none",
         deserialize_with = "string_or_number"
     )]
     pub net_latency_us: Option<String>,
     /// Backups each commit logs to (default 1, or 0 on a single node).
-    #[arg(long)]
+    #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_replicas: Option<u16>,
     /// Pin worker threads to cores.
-    #[arg(long)]
+    #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "is_false")]
     pub pin: bool,
     /// `atoll cluster` only: coalesce the UCX active messages a worker sends one peer worker
     /// within an event-loop turn into one (on, the default), or send each at once (off).
-    #[arg(long)]
+    #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip)]
     pub coalesce: Option<String>,
     /// OS threads carrying the workers (default: one per core).
-    #[arg(long)]
+    #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub os_threads: Option<usize>,
     /// A TOML file with any of these settings and a [params] table of workload knobs.
-    #[arg(long, value_name = "FILE.toml")]
+    #[arg(help_heading = "Workload and protocol", long, value_name = "FILE.toml")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
     /// A workload knob, e.g. -p hot_prob=0.5 (repeatable; overrides the config file).
-    #[arg(short = 'p', value_name = "KEY=VALUE")]
+    #[arg(
+        help_heading = "Workload and protocol",
+        short = 'p',
+        value_name = "KEY=VALUE"
+    )]
     #[serde(skip)]
     pub params: Vec<String>,
     /// Write the resolved configuration and every result to this file.
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Output", long, value_name = "FILE")]
     #[serde(skip)]
     pub json: Option<PathBuf>,
     /// Record every transaction attempt's reads and writes (JSON lines) for check-history.
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Output", long, value_name = "FILE")]
     #[serde(skip)]
     pub history: Option<PathBuf>,
+    /// List the workload's knobs with their defaults on this cluster shape, and exit.
+    #[arg(help_heading = "Workload and protocol", long = "knobs")]
+    #[serde(skip)]
+    pub list_knobs: bool,
     /// Print only the summary.
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     #[serde(skip)]
     pub quiet: bool,
     /// Seconds of measured time per progress line and results row (virtual seconds under
     /// the simulator; default 1).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(help_heading = "Output", long, value_name = "SECONDS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress_interval: Option<f64>,
     /// Write the results to this directory as the run goes: intervals.csv (per interval:
     /// commits, attempts, aborts by reason, p50/p90/p99/max latency), latency.hlog (an HDR
     /// histogram interval log) and summary.json (the report).
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Output", long, value_name = "DIR")]
     #[serde(skip)]
     pub results: Option<PathBuf>,
     /// Run the same configuration N times (fresh cluster each) and print the median and
     /// spread of throughput and p50/p99 latency (default 1).
-    #[arg(long, value_name = "N")]
+    #[arg(help_heading = "Run", long, value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repeat: Option<u32>,
     /// Attempts of one transaction before the driver gives up on it (config file only).

@@ -1023,14 +1023,15 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
 fn bench_help_lists_every_protocol_workload_and_family_knob() {
     let (code, out, err) = atoll(&["bench", "--help"]);
     assert_eq!(code, 0, "{err}");
-    // The help line (or lines) after a flag's own.
+    // The help beside a flag (clap puts it on the flag's own line in a grouped section) and
+    // on the lines after it.
     let help_of = |flag: &str| -> String {
         let mut lines = out
             .lines()
             .skip_while(|l| !l.trim_start().starts_with(flag));
-        lines.next();
-        lines
-            .take_while(|l| !l.trim_start().starts_with('-'))
+        let own = lines.next().unwrap_or_default().to_string();
+        std::iter::once(own.as_str())
+            .chain(lines.take_while(|l| !l.trim_start().starts_with('-')))
             .collect::<Vec<_>>()
             .join(" ")
     };
@@ -1051,11 +1052,21 @@ fn bench_help_lists_every_protocol_workload_and_family_knob() {
         );
     }
     for (spec, families) in atoll_protocols::ProtocolKind::all_knobs() {
-        let help = help_of(&format!("--{}", spec.flag()));
+        let flag = format!("--{}", spec.flag());
+        let help = help_of(&flag);
+        // The text after the flag and its value's name.
+        let text = help
+            .trim_start()
+            .strip_prefix(&flag)
+            .unwrap_or(&help)
+            .trim_start();
+        let text = match text.strip_prefix('<') {
+            Some(t) => t.split_once('>').map_or(t, |(_, after)| after).trim_start(),
+            None => text,
+        };
         let owners: Vec<String> = families.iter().map(|p| p.title()).collect();
         assert!(
-            help.trim_start()
-                .starts_with(&format!("{} only: ", owners.join(" and "))),
+            text.starts_with(&format!("{} only: ", owners.join(" and "))),
             "--{}'s help does not name its families {owners:?}: {help}",
             spec.flag()
         );
@@ -1626,4 +1637,33 @@ fn bench_output_paths_are_refused_before_the_run_starts() {
         started.elapsed() < std::time::Duration::from_secs(300),
         "refused before the runs"
     );
+}
+
+#[test]
+fn bench_knobs_lists_a_workloads_knobs_at_their_defaults_and_help_groups_flags_by_topic() {
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--workload",
+        "ycsb",
+        "--knobs",
+        "-p",
+        "ops_per_txn=4",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("records = 100000"), "{out}");
+    assert!(
+        out.contains("ops_per_txn = 4"),
+        "a knob given is listed at its value: {out}"
+    );
+    let (code, help, _) = atoll(&["bench", "--help"]);
+    assert_eq!(code, 0);
+    for heading in [
+        "Cluster shape:",
+        "Simulator:",
+        "Workload and protocol:",
+        "Run:",
+        "Output:",
+    ] {
+        assert!(help.contains(heading), "{heading} missing from:\n{help}");
+    }
 }

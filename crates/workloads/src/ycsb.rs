@@ -320,6 +320,41 @@ const CORE_WORKLOADS: [(&str, f64); 4] = [("a", 0.5), ("b", 0.05), ("c", 0.0), (
 /// YCSB's default record: 10 fields of 100 bytes.
 const YCSB_RECORD_BYTES: u64 = 1000;
 
+/// A YCSB property's value as a number of 0 or more (`None`: not given).
+fn property_num(p: &Params, k: &str) -> Result<Option<f64>, ParamError> {
+    p.get(k)
+        .map(|v| {
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .ok_or_else(|| {
+                    ParamError(format!(
+                        "ycsb {k}={v} is not a number: expected one of 0 or more"
+                    ))
+                })
+        })
+        .transpose()
+}
+
+/// YCSB core workload `w` (`a`, or `workloada`) as this workload's knobs, beside those
+/// given by their own names in `out` (which win).
+fn core_workload(w: &str, out: &mut Params) -> Result<(), ParamError> {
+    let w = w.trim().to_ascii_lowercase();
+    let w = w.trim_start_matches("workload");
+    let Some(&(_, writes)) = CORE_WORKLOADS.iter().find(|(n, _)| *n == w) else {
+        return Err(ParamError(format!("ycsb workload={w} is not accepted: expected a, b, c or f (d and e insert and scan, which these transactions do not)")));
+    };
+    out.entry("write_fraction".into())
+        .or_insert(writes.to_string());
+    // YCSB's transactions are one operation on a record of 10 fields of 100 bytes.
+    out.entry("ops_per_txn".into()).or_insert("1".into());
+    out.entry("record_bytes".into())
+        .or_insert((YCSB_RECORD_BYTES + 8 * ENGINE_PAYLOAD_WORDS as u64).to_string());
+    out.entry("distribution".into()).or_insert("zipfian".into());
+    Ok(())
+}
+
 /// `p` with YCSB's standard property names and core-workload presets turned into this
 /// workload's knobs (a knob given by its own name wins over a preset); a property this
 /// engine cannot honour is refused naming why.
@@ -342,21 +377,7 @@ fn standard_properties(p: &Params, nodes: u16) -> Result<Params, ParamError> {
         out.insert(knob.into(), v);
         Ok(())
     };
-    let num = |k: &str| -> Result<Option<f64>, ParamError> {
-        p.get(k)
-            .map(|v| {
-                v.trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|x| x.is_finite() && *x >= 0.0)
-                    .ok_or_else(|| {
-                        ParamError(format!(
-                            "ycsb {k}={v} is not a number: expected one of 0 or more"
-                        ))
-                    })
-            })
-            .transpose()
-    };
+    let num = |k: &str| property_num(p, k);
     if let Some(v) = p.get("operationcount") {
         return err(format!("operationcount={v} is not accepted: runs here are timed, not counted (give --duration)"));
     }
@@ -366,18 +387,7 @@ fn standard_properties(p: &Params, nodes: u16) -> Result<Params, ParamError> {
         }
     }
     if let Some(w) = p.get("workload") {
-        let w = w.trim().to_ascii_lowercase();
-        let w = w.trim_start_matches("workload");
-        let Some(&(_, writes)) = CORE_WORKLOADS.iter().find(|(n, _)| *n == w) else {
-            return err(format!("workload={w} is not accepted: expected a, b, c or f (d and e insert and scan, which these transactions do not)"));
-        };
-        out.entry("write_fraction".into())
-            .or_insert(writes.to_string());
-        // YCSB's transactions are one operation on a record of 10 fields of 100 bytes.
-        out.entry("ops_per_txn".into()).or_insert("1".into());
-        out.entry("record_bytes".into())
-            .or_insert((YCSB_RECORD_BYTES + 8 * ENGINE_PAYLOAD_WORDS as u64).to_string());
-        out.entry("distribution".into()).or_insert("zipfian".into());
+        core_workload(w, &mut out)?;
     }
     let read = num("readproportion")?;
     let update =
