@@ -482,6 +482,21 @@ fn list_knobs(cfg: &RunConfig) -> ExitCode {
     }
 }
 
+/// The sizing of an `atoll cluster` run with the budget its processes get (and where that
+/// comes from), for its sizing line.
+fn cluster_sizing(
+    cfg: &RunConfig,
+) -> Result<atoll_runner::sizing::Sizing, atoll_runner::config::ConfigError> {
+    atoll_runner::sizing::sizing(cfg).and_then(|s| {
+        let mut c = cfg.clone();
+        if c.memory_max_bytes.is_none() {
+            c.memory_max_from = Some(atoll_cluster::cluster_budget_source());
+        }
+        c.memory_max_bytes = Some(atoll_cluster::cluster_budget(cfg, &s));
+        atoll_runner::sizing::sizing(&c)
+    })
+}
+
 /// Every output path, checked before the run (a run is not lost to a path that fails after
 /// it): `--json`'s file created, `--results`' directory opened.
 fn open_outputs(a: &BenchArgs) -> Result<Option<results::Results>, ExitCode> {
@@ -878,13 +893,7 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         };
         return bad(format!("{what} disagrees with {source} {nodes}"));
     }
-    // The sizing line states the budget the cluster's processes get.
-    let sized = atoll_runner::sizing::sizing(&cfg).and_then(|s| {
-        let mut c = cfg.clone();
-        c.memory_max_bytes = Some(cluster::cluster_budget(&cfg, &s));
-        atoll_runner::sizing::sizing(&c)
-    });
-    match sized {
+    match cluster_sizing(&cfg) {
         Ok(s) => println!("{}", s.line()),
         Err(e) => return bad(e.to_string()),
     }

@@ -503,6 +503,11 @@ pub fn run_cluster(cfg: &RunConfig, cc: &ClusterConfig) -> Result<Report, Cluste
 pub const CLUSTER_GROWTH_FACTOR: u64 = 4;
 pub const CLUSTER_GROWTH_MIN_BYTES: u64 = 128 << 20;
 
+/// How the sizing line names [`cluster_budget`]'s default (no `--memory-max`).
+pub fn cluster_budget_source() -> String {
+    format!("atoll cluster's default: room for each memory node's tables to grow {CLUSTER_GROWTH_FACTOR}x; --memory-max gives more")
+}
+
 /// The budget of an `atoll cluster` run: `--memory-max`, or else what it takes at start with
 /// room for each memory node's tables to grow ([`CLUSTER_GROWTH_FACTOR`]), within the
 /// machine's share. Each node process reserves its share at start (UCX allocates its
@@ -534,6 +539,7 @@ pub(crate) fn coordinate<W: Workload, P: Protocol>(
     let mut cc = cc.clone();
     cfg.memory_max_bytes = Some(cluster_budget(&cfg, &sizing));
     if !cc.bench_args.iter().any(|a| a == "--memory-max") {
+        cfg.memory_max_from = Some(cluster_budget_source());
         // Every node resolves the flags as the coordinator did: with this budget too.
         cc.bench_args.extend([
             "--memory-max".to_string(),

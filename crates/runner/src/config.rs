@@ -130,6 +130,9 @@ pub struct RunConfig {
     /// Bytes the run may take in all (`--memory-max`); `None`: a share of physical memory
     /// ([`crate::sizing::memory_limit_bytes`]).
     pub memory_max_bytes: Option<u64>,
+    /// Where `memory_max_bytes` comes from when not from `--memory-max` (`atoll cluster`'s
+    /// own default), for the sizing line to say.
+    pub memory_max_from: Option<String>,
     /// The fabric allocates every region whole at start (`atoll cluster`: UCX maps them so
     /// peers on the machine can map them too): a table that grows then reserves room in
     /// proportion to its start among the tables that grow, not the whole budget each.
@@ -166,6 +169,7 @@ impl Default for RunConfig {
             cpu_profile: atoll_fabric_sim::net::CPU_PROFILES[0].into(),
             cpu_scale: 1.0,
             memory_max_bytes: None,
+            memory_max_from: None,
             regions_whole: false,
         }
     }

@@ -480,7 +480,12 @@ pub fn size<W: Workload>(
 /// the figure comes from.
 pub fn memory_limit(cfg: &RunConfig) -> (u64, String) {
     match cfg.memory_max_bytes {
-        Some(b) => (b, "--memory-max".to_string()),
+        Some(b) => (
+            b,
+            cfg.memory_max_from
+                .clone()
+                .unwrap_or_else(|| "--memory-max".to_string()),
+        ),
         None => memory_limit_bytes(),
     }
 }
