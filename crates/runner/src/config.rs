@@ -348,7 +348,8 @@ impl RunConfig {
             || intervals > PROGRESS_INTERVALS_MAX
         {
             return Err(ConfigError(format!(
-                "progress-interval={} is out of range: expected seconds in {PROGRESS_INTERVAL_S_MIN}..={PROGRESS_INTERVAL_S_MAX}, and at most {PROGRESS_INTERVALS_MAX} intervals in warm-up plus duration ({intervals:.0} asked for)",
+                "progress-interval={:?} is out of range: expected seconds in {PROGRESS_INTERVAL_S_MIN}..={PROGRESS_INTERVAL_S_MAX}, and at most {PROGRESS_INTERVALS_MAX} intervals in warm-up plus duration ({intervals:.0} asked for)",
+                // Debug keeps an extreme value short (1e308, not 309 digits).
                 self.progress_interval_s
             )));
         }
