@@ -1097,10 +1097,14 @@ pub fn admit_lost(h: &[TxnRecord]) -> std::borrow::Cow<'_, [TxnRecord]> {
     if !h.iter().any(|r| r.lost) {
         return std::borrow::Cow::Borrowed(h);
     }
+    // A lost line can only excuse its own tag: one that repeats another attempt's excuses
+    // nothing (tags are unique in a run; a forged file must not hide that attempt's reads).
+    let recorded: std::collections::HashSet<u64> =
+        h.iter().filter(|r| !r.lost).map(|r| r.tag).collect();
     let lost_by_tag: HashMap<u64, usize> = h
         .iter()
         .enumerate()
-        .filter(|(_, r)| r.lost)
+        .filter(|(_, r)| r.lost && !recorded.contains(&r.tag))
         .map(|(i, r)| (r.tag, i))
         .collect();
     let mut out = h.to_vec();
