@@ -159,16 +159,23 @@ pub fn report<W: Workload, P: Protocol>(
         .filter_map(|s| s.stopped_ns)
         .min()
         .unwrap_or(u64::MAX);
+    // A source drained (a library session closed) ends the window normally, when its last
+    // co-routine finished.
+    let drained_ns = summaries.iter().filter_map(|s| s.drained_ns).max();
     let versions = version_report(cfg, &summaries);
     let memory = memory_report(cfg, w, &facts, &summaries, stopped_ns);
     // Every attempt, ordered by end time (ties by id), whichever node ran it.
     let mut history: Vec<TxnRecord> = summaries.into_iter().flat_map(|s| s.history).collect();
     history.sort_by_key(|r| (r.end_ns, r.id));
     let partial = stopped_ns != u64::MAX;
-    let measured_s = if partial {
-        (stopped_ns.saturating_sub(facts.warmup_end_ns) as f64 / 1e9).min(cfg.duration_s)
-    } else {
-        cfg.duration_s
+    let measured_s = match (partial, drained_ns) {
+        (true, _) => {
+            (stopped_ns.saturating_sub(facts.warmup_end_ns) as f64 / 1e9).min(cfg.duration_s)
+        }
+        (false, Some(ns)) => {
+            (ns.saturating_sub(facts.warmup_end_ns) as f64 / 1e9).min(cfg.duration_s)
+        }
+        (false, None) => cfg.duration_s,
     };
     // A run stopped in warm-up measured nothing: no rate rather than a division by zero.
     let secs = if measured_s > 0.0 {

@@ -20,4 +20,4 @@ pub mod stats;
 pub use config::{ConfigError, RunConfig};
 pub use driver::SummaryWire;
 pub use report::{ProgressLine, Report};
-pub use run::{run, run_protocol, run_protocol_via, run_via, RunError};
+pub use run::{run, run_protocol, run_protocol_via, run_via, run_workload, RunError};

@@ -28,6 +28,9 @@ pub struct NodeRuntime<W: Workload> {
     /// Earliest worker time at which one of this node's workers saw a stop request
     /// (`u64::MAX`: none).
     stopped_ns: AtomicU64,
+    /// Latest worker time at which one of its co-routines found its workload's source
+    /// drained ([`atoll_workloads::Draw::Done`]; 0: none did).
+    drained_ns: AtomicU64,
     /// The first of this node's transactions whose op failed after its log was written, and
     /// the node it failed at.
     failed_after_log: Mutex<Option<(NodeId, u64)>>,
@@ -61,6 +64,10 @@ pub struct NodeSummary<L> {
     pub history: Vec<TxnRecord>,
     /// When its first worker saw a stop request, if any did.
     pub stopped_ns: Option<u64>,
+    /// When its last co-routine found the workload's source drained, if any did (a
+    /// library session closed).
+    #[serde(default)]
+    pub drained_ns: Option<u64>,
     /// `(node, transaction)`: an op to `node` failed after the transaction's log was written.
     pub failed_after_log: Option<(u16, u64)>,
     /// RPCs its CPUs served over the whole run, where its fabric reports them to it (a
@@ -144,6 +151,7 @@ impl<W: Workload> NodeRuntime<W> {
                 ledgers: Vec::new(),
             }),
             stopped_ns: AtomicU64::new(u64::MAX),
+            drained_ns: AtomicU64::new(0),
             failed_after_log: Mutex::new(None),
             began: AtomicBool::new(false),
             clock: Arc::default(),
@@ -187,6 +195,12 @@ impl<W: Workload> NodeRuntime<W> {
         self.stopped_ns.fetch_min(now_ns, Ordering::Relaxed);
     }
 
+    /// A co-routine found its workload's source drained at worker time `now_ns`: the run
+    /// ended normally when the last did, not at its configured end.
+    pub fn drained_at(&self, now_ns: u64) {
+        self.drained_ns.fetch_max(now_ns.max(1), Ordering::Relaxed);
+    }
+
     /// Transaction `txn` of this node had an op fail at `node` after its log was written.
     pub fn failed_after_log(&self, node: NodeId, txn: u64) {
         self.failed_after_log
@@ -228,6 +242,7 @@ impl<W: Workload> NodeRuntime<W> {
             ledger,
             history: h.history,
             stopped_ns: (stopped_ns != u64::MAX).then_some(stopped_ns),
+            drained_ns: Some(self.drained_ns.load(Ordering::Relaxed)).filter(|&ns| ns > 0),
             failed_after_log: self
                 .failed_after_log
                 .lock()

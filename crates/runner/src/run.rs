@@ -20,7 +20,7 @@ use atoll_history::TxnRecord;
 use atoll_protocols::ProtocolVisitor;
 use atoll_storage::Catalog;
 use atoll_txn::{Abort, Coordinator, Protocol, Stage, Txn, TxnConfig};
-use atoll_workloads::{Workload, WorkloadVisitor};
+use atoll_workloads::{Draw, Outcome, Workload, WorkloadVisitor};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
@@ -39,6 +39,10 @@ use std::time::Instant;
 const BACKOFF_NS_MIN: u64 = 1_000;
 const BACKOFF_NS_MAX: u64 = 1_000_000;
 const BACKOFF_DOUBLINGS_MAX: u32 = 10;
+/// How long a co-routine whose workload had no transaction for it waits before asking
+/// again ([`Draw::Wait`]): short against a transaction, long enough that idle co-routines
+/// leave the worker's CPU to the busy ones.
+const DRAW_WAIT_NS: u64 = 2_000;
 
 /// Runs a benchmark as `cfg` says; `progress` sees one line per interval.
 pub fn run(cfg: &RunConfig, progress: &(dyn Fn(&ProgressLine) + Sync)) -> Result<Report, RunError> {
@@ -108,6 +112,30 @@ pub fn run_protocol_via<P: Protocol>(
     cfg.workload
         .dispatch(&cfg.params, &cfg.workload_shape(), v)
         .map_err(|e| ConfigError(e.0))?
+}
+
+/// Runs workload `w`, built by the caller rather than from `cfg.workload` and its knobs (the
+/// library's sessions, whose transactions its callers submit), under `cfg.protocol`.
+pub fn run_workload<W: Workload>(
+    cfg: &RunConfig,
+    w: W,
+    progress: &(dyn Fn(&ProgressLine) + Sync),
+) -> Result<Report, RunError> {
+    struct Run<'a, W> {
+        cfg: &'a RunConfig,
+        w: W,
+        progress: &'a (dyn Fn(&ProgressLine) + Sync),
+    }
+    impl<W: Workload> ProtocolVisitor for Run<'_, W> {
+        type Out = Result<Report, RunError>;
+        fn visit<P: Protocol>(self) -> Self::Out {
+            self.cfg.validate()?;
+            atoll_txn::check_plan::<P>(&self.cfg.plan)
+                .map_err(|e| ConfigError(format!("plan {}: {e}", self.cfg.plan)))?;
+            run_with::<W, P>(self.cfg, self.w, SummaryWire::InMemory, self.progress)
+        }
+    }
+    cfg.protocol.dispatch(Run { cfg, w, progress })
 }
 
 /// What the co-routines of one worker share.
@@ -856,76 +884,37 @@ pub async fn coroutine<W: Workload, P: Protocol>(
             run.cpu.mark_end();
             break;
         }
-        let (ty, input) = run.w.generate(&mut rng, nodes, home);
-        node.begin_txn();
-        let mut attempts = 0;
-        let mut first_ts = None;
-        let outcome: Result<(W::Effect, [u64; Stage::COUNT], atoll_txn::Footprint), Abort> = loop {
-            attempts += 1;
-            let attempt_start_ns = c.now_ns();
-            let mut tx = match first_ts {
-                None => Txn::<P>::begin(&mut c),
-                Some(ts) => Txn::<P>::retry(&mut c, ts),
-            };
-            first_ts.get_or_insert(tx.ts());
-            note_in_flight(&run, &ws, &tx, id, attempts, attempt_start_ns);
-            if let Some((txn_ns, _)) = run.txn_cpu_ns {
-                // The simulated core pays the attempt's own logic and bookkeeping.
-                tx.compute(txn_ns).await;
+        let (ty, input) = match run.w.draw(&mut rng, nodes, home) {
+            Draw::Ready(ty, input) => (ty, input),
+            Draw::Wait => {
+                // Nothing submitted yet: a notice deferred to the next transaction (RSI's
+                // outcome to the timestamp service, which holds back every snapshot) goes
+                // out now; the worker's event loop and other co-routines run, and this one
+                // asks again a moment later. A failed node is met by the next transaction.
+                let _ = c.flush_deferred().await;
+                c.ep.sleep(DRAW_WAIT_NS).await;
+                continue;
             }
-            let executed = run.w.execute(&mut tx, &input).await;
-            if let Some((_, per_access_ns)) = run.txn_cpu_ns {
-                let touched = u64::from(tx.footprint().records);
-                tx.compute(per_access_ns * touched).await;
-            }
-            let r = match executed {
-                Ok(effect) => match tx.commit().await {
-                    // What the committed attempt touched, for the measured fidelity.
-                    Ok(stages) => Ok((effect, stages, tx.footprint())),
-                    Err(a) => Err(a),
-                },
-                Err(a) => {
-                    tx.rollback().await;
-                    Err(a)
-                }
-            };
-            if let Some(e) = tx.failed_after_log() {
-                node.failed_after_log(e.node, tx.ts().word());
-                run.failed_after_log.store(true, Ordering::Relaxed);
-            }
-            if r.is_ok() && tx.torn_reads() > 0 {
-                ws.stats.borrow_mut().committed_torn_reads += 1;
-            }
-            if run.cfg.record_history {
-                let aborted = r.as_ref().err().map(|a| a.name().to_string());
-                record_attempt(&run, &ws, &tx, id, attempts, aborted, attempt_start_ns);
-            }
-            tx.end();
-            match r {
-                Ok(x) => break Ok(x),
-                Err(a) => {
-                    let now = c.now_ns();
-                    // Each attempt counts by its own start: a transaction begun in the
-                    // warm-up may retry throughout the measured window, and those retries
-                    // are work the window did (a retry storm would otherwise go unseen).
-                    if attempt_start_ns >= run.warmup_end_ns && a != Abort::UserAbort {
-                        let mut st = ws.stats.borrow_mut();
-                        st.aborts[ty][a.index()] += 1;
-                        st.interval.count_abort(a);
-                    }
-                    if !a.is_retryable() || attempts >= run.cfg.attempts_max || run.over(&node, now)
-                    {
-                        break Err(a);
-                    }
-                    // Randomised exponential back-off, so conflicting retries spread out.
-                    let cap =
-                        (BACKOFF_NS_MIN << attempts.min(BACKOFF_DOUBLINGS_MAX)).min(BACKOFF_NS_MAX);
-                    c.ep.sleep(rng.below(cap)).await;
-                }
+            Draw::Done => {
+                node.drained_at(start_ns);
+                run.cpu.mark_end();
+                break;
             }
         };
+        node.begin_txn();
+        let (outcome, attempts, unknown) =
+            attempt_until_settled::<W, P>(&run, &node, &ws, &mut c, &mut rng, id, ty, &input).await;
         let end_ns = c.now_ns();
+        let ended = match &outcome {
+            _ if unknown => Outcome::Unknown,
+            Ok(_) => Outcome::Committed { attempts },
+            Err(abort) => Outcome::Aborted {
+                abort: *abort,
+                attempts,
+            },
+        };
         count_outcome(&run, &node, &ws, ty, outcome, start_ns, end_ns);
+        run.w.ended(input, ended);
         // One transaction per turn: the event loop and the other co-routines get the core
         // even when a transaction touched only local records and never waited.
         c.ep.yield_now().await;
@@ -935,6 +924,94 @@ pub async fn coroutine<W: Workload, P: Protocol>(
     // the failure where it met it.
     let _ = c.flush_deferred().await;
     coroutine_done(&run, &node, &ws, &ep);
+}
+
+/// A committed transaction's effect, its time per stage and what it touched.
+type Settled<E> = Result<(E, [u64; Stage::COUNT], atoll_txn::Footprint), Abort>;
+
+/// Runs transaction `input` of type `ty` on coordinator `c` until it commits or its aborts
+/// are final (not retryable, the attempts used up, the run over), with randomized
+/// exponential back-off between attempts: the outcome, the attempts made, and whether an op
+/// failed after its log was written (its outcome unknown).
+#[allow(clippy::too_many_arguments)]
+async fn attempt_until_settled<W: Workload, P: Protocol>(
+    run: &RunShared<W>,
+    node: &NodeRuntime<W>,
+    ws: &WorkerShared<W>,
+    c: &mut Coordinator,
+    rng: &mut Rng,
+    id: u32,
+    ty: usize,
+    input: &W::Input,
+) -> (Settled<W::Effect>, u32, bool) {
+    let mut attempts = 0;
+    let mut first_ts = None;
+    let mut unknown = false;
+    // Bounded by `attempts_max` and the run's end.
+    loop {
+        attempts += 1;
+        let attempt_start_ns = c.now_ns();
+        let mut tx = match first_ts {
+            None => Txn::<P>::begin(c),
+            Some(ts) => Txn::<P>::retry(c, ts),
+        };
+        first_ts.get_or_insert(tx.ts());
+        note_in_flight(run, ws, &tx, id, attempts, attempt_start_ns);
+        if let Some((txn_ns, _)) = run.txn_cpu_ns {
+            // The simulated core pays the attempt's own logic and bookkeeping.
+            tx.compute(txn_ns).await;
+        }
+        let executed = run.w.execute(&mut tx, input).await;
+        if let Some((_, per_access_ns)) = run.txn_cpu_ns {
+            let touched = u64::from(tx.footprint().records);
+            tx.compute(per_access_ns * touched).await;
+        }
+        let r = match executed {
+            Ok(effect) => match tx.commit().await {
+                // What the committed attempt touched, for the measured fidelity.
+                Ok(stages) => Ok((effect, stages, tx.footprint())),
+                Err(a) => Err(a),
+            },
+            Err(a) => {
+                tx.rollback().await;
+                Err(a)
+            }
+        };
+        if let Some(e) = tx.failed_after_log() {
+            unknown = true;
+            node.failed_after_log(e.node, tx.ts().word());
+            run.failed_after_log.store(true, Ordering::Relaxed);
+        }
+        if r.is_ok() && tx.torn_reads() > 0 {
+            ws.stats.borrow_mut().committed_torn_reads += 1;
+        }
+        if run.cfg.record_history {
+            let aborted = r.as_ref().err().map(|a| a.name().to_string());
+            record_attempt(run, ws, &tx, id, attempts, aborted, attempt_start_ns);
+        }
+        tx.end();
+        match r {
+            Ok(x) => return (Ok(x), attempts, unknown),
+            Err(a) => {
+                let now = c.now_ns();
+                // Each attempt counts by its own start: a transaction begun in the
+                // warm-up may retry throughout the measured window, and those retries
+                // are work the window did (a retry storm would otherwise go unseen).
+                if attempt_start_ns >= run.warmup_end_ns && a != Abort::UserAbort {
+                    let mut st = ws.stats.borrow_mut();
+                    st.aborts[ty][a.index()] += 1;
+                    st.interval.count_abort(a);
+                }
+                if !a.is_retryable() || attempts >= run.cfg.attempts_max || run.over(node, now) {
+                    return (Err(a), attempts, unknown);
+                }
+                // Randomised exponential back-off, so conflicting retries spread out.
+                let cap =
+                    (BACKOFF_NS_MIN << attempts.min(BACKOFF_DOUBLINGS_MAX)).min(BACKOFF_NS_MAX);
+                c.ep.sleep(rng.below(cap)).await;
+            }
+        }
+    }
 }
 
 /// Records one attempt of coordinator `coord` as it ran: what it read and installed, its

@@ -264,6 +264,18 @@ pub trait Workload: Send + Sync + 'static {
     /// Draws a transaction for a coordinator on `home`.
     fn generate(&self, rng: &mut Rng, nodes: u16, home: NodeId) -> (usize, Self::Input);
 
+    /// The next transaction for a coordinator on `home`, from a source that may have none
+    /// yet or none any more (the library's callers submitting transactions): the benchmark
+    /// workloads always have one ([`Self::generate`]).
+    fn draw(&self, rng: &mut Rng, nodes: u16, home: NodeId) -> Draw<Self::Input> {
+        let (ty, input) = self.generate(rng, nodes, home);
+        Draw::Ready(ty, input)
+    }
+
+    /// How a drawn transaction ended, after its last attempt (a committed one's effect went
+    /// to [`Self::record`] first): the library answers the caller waiting on it.
+    fn ended(&self, _input: Self::Input, _outcome: Outcome) {}
+
     /// The records `input`'s transaction reads and writes, when they follow from the input
     /// alone (not from what it reads: a scan's keys do not), else `None`.
     fn access_set(&self, input: &Self::Input) -> Option<AccessSet>;
@@ -309,6 +321,34 @@ pub trait Workload: Send + Sync + 'static {
 
     /// The resolved knobs, for reports.
     fn knobs(&self) -> BTreeMap<String, String>;
+}
+
+/// What a co-routine drew from its workload ([`Workload::draw`]).
+#[derive(Debug)]
+pub enum Draw<I> {
+    /// A transaction of type index `.0` to run.
+    Ready(usize, I),
+    /// None yet: the co-routine lets the others run and asks again.
+    Wait,
+    /// None any more: the co-routine ends, its transactions drained.
+    Done,
+}
+
+/// How a drawn transaction ended ([`Workload::ended`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Committed {
+        attempts: u32,
+    },
+    /// Its last attempt aborted for this reason: not retryable, the attempts used up, or the
+    /// run ended.
+    Aborted {
+        abort: Abort,
+        attempts: u32,
+    },
+    /// An op failed after its log was written: whether it commits is the recovery's to say,
+    /// and this run stops.
+    Unknown,
 }
 
 /// A workload's declarations ([`Workload`]'s constants), by [`WorkloadKind`].

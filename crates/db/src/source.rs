@@ -1,0 +1,386 @@
+//! The library's transactions as a workload the runner's co-routines draw from: a queue
+//! callers submit to (threads), or a generator each co-routine calls (a driven run, the
+//! simulator's deterministic one).
+
+use crate::schema::Schema;
+use crate::tx::{LocalFuture, Tx};
+use atoll_fabric::rng::Rng;
+use atoll_fabric::NodeId;
+use atoll_storage::{Store, TableId, TableSpec};
+use atoll_txn::{Abort, Protocol, Txn};
+use atoll_workloads::{
+    AccessSet, CheckResult, Draw, InputDecodeError, Outcome, ParamError, Params, TxnInput,
+    Workload, WorkloadShape,
+};
+use serde::{Deserialize, Serialize};
+use std::any::Any;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// A committed transaction's value, or a user's error, with its type erased.
+pub(crate) type AnyBox = Box<dyn Any + Send>;
+
+/// Why an attempt stopped without a value, as the job's body reports it.
+pub(crate) enum Stop {
+    Abort(Abort),
+    User(AnyBox),
+    Misuse(String),
+}
+
+/// How a job ended, handed to whoever waits on it.
+pub(crate) enum Answer {
+    Committed(AnyBox),
+    User(AnyBox),
+    Misuse(String),
+    Aborted { reason: Abort, attempts: u32 },
+    NodeFailed,
+    Unknown,
+    Closed,
+}
+
+/// A transaction's body with its types erased: runs one attempt.
+pub(crate) type Body =
+    Box<dyn for<'t, 'u> Fn(&'t mut Tx<'u>) -> LocalFuture<'t, Result<AnyBox, Stop>> + Send + Sync>;
+
+/// One submitted transaction.
+pub(crate) struct Job {
+    pub(crate) ty: usize,
+    pub(crate) body: Body,
+    /// The user's error or misuse of the last attempt, answered if it was the last.
+    stash: Mutex<Option<Answer>>,
+    reply: Mutex<Option<Box<dyn FnOnce(Answer) + Send>>>,
+    /// A co-routine took it (dropped unanswered after that, its co-routine died with it).
+    drawn: AtomicBool,
+}
+
+impl Job {
+    pub(crate) fn new(ty: usize, body: Body, reply: Box<dyn FnOnce(Answer) + Send>) -> Job {
+        Job {
+            ty,
+            body,
+            stash: Mutex::new(None),
+            reply: Mutex::new(Some(reply)),
+            drawn: AtomicBool::new(false),
+        }
+    }
+
+    fn answer(&self, a: Answer) {
+        let reply = self.reply.lock().map(|mut r| r.take()).ok().flatten();
+        if let Some(reply) = reply {
+            reply(a);
+        }
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let a = if self.drawn.load(Ordering::Relaxed) {
+            Answer::Unknown
+        } else {
+            Answer::Closed
+        };
+        self.answer(a);
+    }
+}
+
+/// A job as a workload input: it runs where it was submitted and never ships.
+#[derive(Clone)]
+pub(crate) struct JobRef(pub(crate) Arc<Job>);
+
+impl std::fmt::Debug for JobRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "JobRef(type {})", self.0.ty)
+    }
+}
+
+impl TxnInput for JobRef {
+    fn encode(&self, out: &mut Vec<u64>) {
+        out.push(self.0.ty as u64);
+    }
+    fn decode(_: &[u64]) -> Result<Self, InputDecodeError> {
+        Err(InputDecodeError {
+            workload: "library",
+            reason: "a library transaction is code: it runs in the process that submitted it"
+                .into(),
+        })
+    }
+}
+
+/// Bounded queue of submitted jobs.
+pub(crate) struct Queue {
+    jobs: Mutex<VecDeque<JobRef>>,
+    /// Read without the lock by idle co-routines.
+    len: AtomicUsize,
+    closed: AtomicBool,
+    room: Condvar,
+    capacity: usize,
+}
+
+impl Queue {
+    pub(crate) fn new(capacity: usize) -> Queue {
+        Queue {
+            jobs: Mutex::new(VecDeque::with_capacity(capacity)),
+            len: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+            room: Condvar::new(),
+            capacity,
+        }
+    }
+
+    /// Adds a job, waiting while the queue is full; `Err` once closed.
+    pub(crate) fn push(&self, job: JobRef) -> Result<(), JobRef> {
+        let mut q = self.jobs.lock().expect("no poisoned queue");
+        while q.len() >= self.capacity && !self.closed.load(Ordering::Acquire) {
+            q = self.room.wait(q).expect("no poisoned queue");
+        }
+        if self.closed.load(Ordering::Acquire) {
+            return Err(job);
+        }
+        q.push_back(job);
+        self.len.store(q.len(), Ordering::Release);
+        Ok(())
+    }
+
+    fn pop(&self) -> Draw<JobRef> {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return if self.closed.load(Ordering::Acquire) {
+                Draw::Done
+            } else {
+                Draw::Wait
+            };
+        }
+        let mut q = self.jobs.lock().expect("no poisoned queue");
+        match q.pop_front() {
+            Some(j) => {
+                self.len.store(q.len(), Ordering::Release);
+                self.room.notify_one();
+                Draw::Ready(j.0.ty, j)
+            }
+            None if self.closed.load(Ordering::Acquire) => Draw::Done,
+            None => Draw::Wait,
+        }
+    }
+
+    /// No job is accepted any more; those queued still run.
+    pub(crate) fn close(&self) {
+        let _q = self.jobs.lock().expect("no poisoned queue");
+        self.closed.store(true, Ordering::Release);
+        self.room.notify_all();
+    }
+}
+
+/// Draws a transaction for a co-routine (its rng, its coordinator's home node); `None`
+/// ends the co-routine.
+pub type Generator = dyn Fn(&mut Rng, NodeId) -> Option<crate::Job> + Send + Sync;
+
+pub(crate) enum Source {
+    Queue(Arc<Queue>),
+    Generator(Box<Generator>),
+}
+
+/// What callers can read while a database runs and after.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) committed: AtomicU64,
+    pub(crate) attempts: AtomicU64,
+    pub(crate) retried: AtomicU64,
+    pub(crate) user_aborted: AtomicU64,
+    pub(crate) gave_up: AtomicU64,
+}
+
+/// The library's transactions as a [`Workload`].
+pub(crate) struct Library {
+    pub(crate) schema: Schema,
+    pub(crate) specs: Vec<TableSpec>,
+    pub(crate) words: Vec<u32>,
+    pub(crate) ordered: Vec<bool>,
+    pub(crate) types: &'static [&'static str],
+    pub(crate) source: Source,
+    pub(crate) counters: Arc<Counters>,
+}
+
+/// Committed transactions, for the ledger the runner merges.
+#[derive(Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Ledger {
+    committed: u64,
+}
+
+/// A committed attempt's answer (its value, or the user's error its committed reads
+/// confirmed), given when it is recorded.
+pub(crate) struct Effect {
+    job: JobRef,
+    answer: Answer,
+}
+
+impl Workload for Library {
+    type Input = JobRef;
+    type Effect = Effect;
+    type Ledger = Ledger;
+    type NodeCheck = ();
+    const NAME: &'static str = "library";
+    const ABOUT: &'static str = "the transactions a program submits through atoll's library";
+    const SMALL_PARAMS: &'static [(&'static str, &'static str)] = &[];
+    const DELETES: bool = true;
+
+    fn configure(_: &Params, _: &WorkloadShape) -> Result<Self, ParamError> {
+        Err(ParamError(
+            "the library's workload is built by atoll::Db, not from knobs".into(),
+        ))
+    }
+
+    fn txn_types(&self) -> &'static [&'static str] {
+        self.types
+    }
+
+    fn tables(&self, _nodes: u16) -> Vec<TableSpec> {
+        self.specs.clone()
+    }
+
+    fn load(&self, store: &Store) -> Result<(), atoll_storage::StoreError> {
+        self.schema.load_node(store)
+    }
+
+    fn largest_write_set(&self) -> Vec<TableId> {
+        let widest = (0..self.words.len())
+            .max_by_key(|&i| self.words[i])
+            .unwrap_or(0);
+        vec![TableId(widest as u16); self.schema.write_set_max as usize]
+    }
+
+    fn generate(&self, _: &mut Rng, _: u16, _: NodeId) -> (usize, JobRef) {
+        unreachable!("the library's co-routines draw with Workload::draw")
+    }
+
+    fn draw(&self, rng: &mut Rng, _nodes: u16, home: NodeId) -> Draw<JobRef> {
+        let d = match &self.source {
+            Source::Queue(q) => q.pop(),
+            Source::Generator(g) => match g(rng, home) {
+                Some(j) => {
+                    let job = JobRef(Arc::new(j.0));
+                    Draw::Ready(job.0.ty, job)
+                }
+                None => Draw::Done,
+            },
+        };
+        if let Draw::Ready(_, j) = &d {
+            j.0.drawn.store(true, Ordering::Relaxed);
+        }
+        d
+    }
+
+    fn access_set(&self, _: &JobRef) -> Option<AccessSet> {
+        None
+    }
+
+    async fn execute<P: Protocol>(
+        &self,
+        tx: &mut Txn<'_, P>,
+        input: &JobRef,
+    ) -> Result<Effect, Abort> {
+        self.counters.attempts.fetch_add(1, Ordering::Relaxed);
+        let mut t = Tx::new(tx, &self.words, &self.ordered, self.schema.write_set_max);
+        let answer = match (input.0.body)(&mut t).await {
+            Ok(value) => {
+                t.apply().await?;
+                Answer::Committed(value)
+            }
+            Err(Stop::Abort(a)) => return Err(a),
+            // Its reads commit alone, so the user's decision stands only on a consistent
+            // state: a failed validation re-runs the closure.
+            Err(Stop::User(e)) => Answer::User(e),
+            Err(Stop::Misuse(m)) => {
+                *input.0.stash.lock().expect("no poisoned stash") = Some(Answer::Misuse(m));
+                return Err(Abort::UserAbort);
+            }
+        };
+        Ok(Effect {
+            job: input.clone(),
+            answer,
+        })
+    }
+
+    fn record(&self, ledger: &mut Ledger, effect: Effect) {
+        ledger.committed += 1;
+        let c = &self.counters;
+        match &effect.answer {
+            Answer::Committed(_) => c.committed.fetch_add(1, Ordering::Relaxed),
+            _ => c.user_aborted.fetch_add(1, Ordering::Relaxed),
+        };
+        effect.job.0.answer(effect.answer);
+    }
+
+    fn ended(&self, input: JobRef, outcome: Outcome) {
+        let c = &self.counters;
+        let answer = match outcome {
+            Outcome::Committed { attempts } => {
+                c.retried
+                    .fetch_add(u64::from(attempts - 1), Ordering::Relaxed);
+                return;
+            }
+            Outcome::Aborted {
+                abort: Abort::UserAbort,
+                ..
+            } => {
+                let stashed = input.0.stash.lock().expect("no poisoned stash").take();
+                stashed.unwrap_or(Answer::Misuse(
+                    "the transaction returned user_abort without an error".into(),
+                ))
+            }
+            Outcome::Aborted {
+                abort: Abort::NodeFailed,
+                ..
+            } => Answer::NodeFailed,
+            Outcome::Aborted { abort, attempts } => {
+                c.gave_up.fetch_add(1, Ordering::Relaxed);
+                Answer::Aborted {
+                    reason: abort,
+                    attempts,
+                }
+            }
+            Outcome::Unknown => Answer::Unknown,
+        };
+        input.0.answer(answer);
+    }
+
+    fn merge(&self, into: &mut Ledger, from: Ledger) {
+        into.committed += from.committed;
+    }
+
+    fn check_node(&self, _: &Store, _: &Ledger) -> Self::NodeCheck {}
+
+    fn check_cluster(&self, _: Vec<()>, ledger: &Ledger) -> Vec<CheckResult> {
+        // The ledger is what the runner merged from every node; the counter is what the
+        // co-routines answered callers with: two counts of the same commits.
+        let c = &self.counters;
+        let answered = c.committed.load(Ordering::Relaxed) + c.user_aborted.load(Ordering::Relaxed);
+        vec![CheckResult {
+            name: "library.every_commit_answered".into(),
+            passed: ledger.committed == answered,
+            detail: format!(
+                "{} commits merged, {answered} answered to callers",
+                ledger.committed
+            ),
+            binds: atoll_workloads::Binds::Always,
+        }]
+    }
+
+    fn knobs(&self) -> BTreeMap<String, String> {
+        let mut k: BTreeMap<String, String> = self
+            .schema
+            .tables
+            .iter()
+            .map(|t| {
+                (
+                    format!("table.{}", t.name),
+                    format!("{} words", t.record_words),
+                )
+            })
+            .collect();
+        k.insert(
+            "write_set_max".into(),
+            self.schema.write_set_max.to_string(),
+        );
+        k
+    }
+}

@@ -1,0 +1,354 @@
+//! The library's contract, as its users meet it: random transactions through the API under
+//! every protocol (simulated with faults, and on real threads) with checked histories;
+//! conflicts retried and counted; user errors returned with nothing installed; misuse and
+//! bad schemas refused with typed errors.
+
+use atoll_check::{self as history, Mode};
+use atoll_db::{
+    run, Db, DbError, Job, NodeId, Options, Protocol, Rng, Schema, Table, TableId, TxError, TxnType,
+};
+use std::sync::{Arc, Mutex};
+
+/// Keys of the table every random transaction works on: few, so transactions meet.
+const KEYS: u64 = 48;
+/// Words per record: the key, then a value every write raises.
+const WORDS: u32 = 2;
+
+fn seeds() -> Vec<u64> {
+    let base = match std::env::var("ATOLL_SEED") {
+        Ok(s) => s.parse().expect("ATOLL_SEED is a whole number"),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64 % 1_000_000)
+            .unwrap_or(1),
+    };
+    (base..base + 4).collect()
+}
+
+fn schema() -> (Schema, TableId, TxnType) {
+    let mut s = Schema::new();
+    let kv = s.table(Table::new("kv", WORDS));
+    let mixed = s.txn_type("mixed");
+    s.load(move |l| {
+        for k in 0..KEYS {
+            l.put(kv, k, &[k, 0]);
+        }
+    });
+    (s, kv, mixed)
+}
+
+/// What the random transactions ended with.
+#[derive(Default, Debug)]
+struct Tally {
+    committed: u64,
+    user: u64,
+    other: Vec<String>,
+}
+
+/// One random transaction: reads some keys, raises some, and aborts itself when the first
+/// record it read holds key plus value a multiple of 5 (a decision from data).
+fn random_txn(
+    rng: &mut Rng,
+    kv: TableId,
+) -> impl for<'t, 'u> Fn(&'t mut atoll_db::Tx<'u>) -> atoll_db::TxFuture<'t, u64, u64>
+       + Send
+       + Sync
+       + 'static {
+    let reads: Vec<u64> = (0..1 + rng.below(3)).map(|_| rng.below(KEYS)).collect();
+    let writes: Vec<u64> = (0..rng.below(3)).map(|_| rng.below(KEYS)).collect();
+    let blind = rng.chance(0.2);
+    move |tx| {
+        let (reads, writes) = (reads.clone(), writes.clone());
+        Box::pin(async move {
+            let mut first = None;
+            for &k in &reads {
+                let v = tx.get(kv, k).await?;
+                assert_eq!(v[0], k, "record {k} holds another key's words");
+                first.get_or_insert(v[0] + v[1]);
+            }
+            if let Some(v) = first.filter(|v| v % 5 == 0) {
+                return Err(TxError::User(v));
+            }
+            for &k in &writes {
+                let v = if blind {
+                    0
+                } else {
+                    tx.get_for_update(kv, k).await?[1]
+                };
+                tx.put(kv, k, &[k, v + 1])?;
+            }
+            Ok(writes.len() as u64)
+        })
+    }
+}
+
+fn tally_into(t: &Arc<Mutex<Tally>>) -> impl FnOnce(Result<u64, TxError<u64>>) + Send + 'static {
+    let t = t.clone();
+    move |r| {
+        let mut t = t.lock().unwrap();
+        match r {
+            Ok(_) => t.committed += 1,
+            Err(TxError::User(_)) => t.user += 1,
+            Err(e) => t.other.push(e.to_string()),
+        }
+    }
+}
+
+fn check_history(h: &[atoll_history::TxnRecord], protocol: Protocol, what: &str) {
+    let v = history::check(h, Mode::from(protocol.isolation()));
+    assert!(v.ok(), "{what}: {}", history::render(h, &v));
+}
+
+#[test]
+fn api_random_transactions_under_every_protocol_in_the_simulator_with_faults_check_clean() {
+    for seed in seeds() {
+        for protocol in Protocol::ALL {
+            let replay = format!(
+                "ATOLL_SEED={seed} cargo test -p atoll-db --test api (protocol {})",
+                protocol.name()
+            );
+            let mut o = Options::default()
+                .protocol(protocol)
+                .nodes(3)
+                .threads(2)
+                .coroutines(4)
+                .simulated("edr-ib", "some", seed)
+                .unwrap();
+            o.run.duration_s = 0.01;
+            o.run.record_history = true;
+            let (s, kv, mixed) = schema();
+            let tally = Arc::new(Mutex::new(Tally::default()));
+            let t = tally.clone();
+            let (report, stats) = run(o, s, move |rng: &mut Rng, _home: NodeId| {
+                Some(Job::new(mixed, random_txn(rng, kv), tally_into(&t)))
+            })
+            .unwrap_or_else(|e| panic!("{e}\n  replay: {replay}"));
+            assert!(report.passed, "{}\n  replay: {replay}", report.render());
+            check_history(&report.history, protocol, &replay);
+            let t = tally.lock().unwrap();
+            assert!(
+                t.committed > 0,
+                "nothing committed: {t:?}\n  replay: {replay}"
+            );
+            assert!(t.user > 0, "no user abort: {t:?}\n  replay: {replay}");
+            // The run's end cuts off transactions in flight: those end aborted, nothing else.
+            assert!(
+                t.other.iter().all(|e| e.contains("aborted")),
+                "unexpected outcomes {:?}\n  replay: {replay}",
+                t.other
+            );
+            assert_eq!(stats.committed, t.committed, "{replay}");
+            assert_eq!(stats.user_aborted, t.user, "{replay}");
+        }
+    }
+}
+
+#[test]
+fn api_random_transactions_from_threads_under_every_protocol_check_clean_from_the_history_file() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("histories");
+    std::fs::create_dir_all(&dir).unwrap();
+    for protocol in Protocol::ALL {
+        let path = dir.join(format!("api-threads-{}.jsonl", protocol.name()));
+        let (s, kv, mixed) = schema();
+        let o = Options::default()
+            .protocol(protocol)
+            .coroutines(4)
+            .attempts_max(10_000)
+            .history(&path);
+        let db = Arc::new(Db::open(o, s).unwrap());
+        let tally = Arc::new(Mutex::new(Tally::default()));
+        let clients: Vec<_> = (0..4u64)
+            .map(|c| {
+                let (db, tally) = (db.clone(), tally.clone());
+                std::thread::spawn(move || {
+                    let mut rng = Rng::new(c + 1);
+                    for _ in 0..150 {
+                        let r = db.transact_as(mixed, random_txn(&mut rng, kv));
+                        tally_into(&tally)(r);
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            c.join().unwrap();
+        }
+        let stats = db.stats();
+        let report = Arc::into_inner(db).unwrap().close().unwrap();
+        assert!(report.passed, "{}: {}", protocol.name(), report.render());
+        let t = tally.lock().unwrap();
+        assert_eq!(t.committed + t.user, 600, "{}: {t:?}", protocol.name());
+        assert_eq!(stats.committed, t.committed);
+        let h = atoll_history::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        check_history(&h, protocol, protocol.name());
+    }
+}
+
+fn counter_db(protocol: Protocol) -> (Db, TableId) {
+    let mut s = Schema::new();
+    let c = s.table(Table::new("counter", 1));
+    s.load(move |l| l.put(c, 0, &[0]));
+    let o = Options::default()
+        .protocol(protocol)
+        .coroutines(8)
+        .attempts_max(100_000);
+    (Db::open(o, s).unwrap(), c)
+}
+
+#[test]
+fn api_a_conflict_is_retried_and_counted_and_every_increment_lands_once() {
+    for seed in seeds() {
+        let replay = format!("ATOLL_SEED={seed} cargo test -p atoll-db --test api");
+        let mut s = Schema::new();
+        let c = s.table(Table::new("counter", 1));
+        s.load(move |l| l.put(c, 0, &[0]));
+        let mut o = Options::default()
+            .protocol(Protocol::NoWait)
+            .nodes(2)
+            .threads(2)
+            .coroutines(4)
+            .attempts_max(100_000)
+            .simulated("edr-ib", "none", seed)
+            .unwrap();
+        o.run.duration_s = 0.005;
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let (report, stats) = run(o, s, move |_: &mut Rng, _: NodeId| {
+            let seen = s2.clone();
+            Some(Job::new(
+                TxnType::default(),
+                move |tx| {
+                    Box::pin(async move {
+                        let v = tx.get_for_update(c, 0).await?[0];
+                        tx.put(c, 0, &[v + 1])?;
+                        Ok(v + 1)
+                    })
+                },
+                move |r: Result<u64, TxError<()>>| {
+                    if let Ok(v) = r {
+                        seen.lock().unwrap().push(v);
+                    }
+                },
+            ))
+        })
+        .unwrap();
+        assert!(report.passed, "{}\n  replay: {replay}", report.render());
+        // Each committed increment wrote the value after the one before it: 1, 2, ... n.
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort_unstable();
+        let n = seen.len() as u64;
+        assert!(n > 0, "{replay}");
+        assert_eq!(seen, (1..=n).collect::<Vec<_>>(), "{replay}");
+        assert_eq!(stats.committed, n, "{replay}");
+        assert!(
+            stats.retried > 0,
+            "eight co-routines on one record met no conflict: {stats:?}\n  replay: {replay}"
+        );
+        assert!(
+            report.summary.aborts_by_reason["lock_busy"] >= stats.retried,
+            "{replay}"
+        );
+    }
+}
+
+#[test]
+fn api_a_user_error_is_returned_and_nothing_it_wrote_is_installed() {
+    for protocol in Protocol::ALL {
+        let (db, c) = counter_db(protocol);
+        let r: Result<(), TxError<String>> = db.transact(move |tx| {
+            Box::pin(async move {
+                let v = tx.get_for_update(c, 0).await?[0];
+                tx.put(c, 0, &[v + 100])?;
+                // Its own write is what it reads back, before it changes its mind.
+                assert_eq!(tx.get(c, 0).await?[0], v + 100);
+                Err(TxError::User(format!("changed my mind at {v}")))
+            })
+        });
+        match r {
+            Err(TxError::User(m)) => assert_eq!(m, "changed my mind at 0"),
+            other => panic!("{}: {other:?}", protocol.name()),
+        }
+        let v: u64 = db
+            .transact(move |tx| {
+                Box::pin(async move { Ok::<_, TxError<()>>(tx.get(c, 0).await?[0]) })
+            })
+            .unwrap();
+        assert_eq!(
+            v,
+            0,
+            "{}: a user error installed its write",
+            protocol.name()
+        );
+        assert_eq!(db.stats().user_aborted, 1);
+        assert!(db.close().unwrap().passed);
+    }
+}
+
+#[test]
+fn api_misuse_is_a_typed_error_and_installs_nothing() {
+    let (db, c) = counter_db(Protocol::Occ);
+    let wrong_size: Result<(), TxError<()>> =
+        db.transact(move |tx| Box::pin(async move { Ok(tx.put(c, 0, &[1, 2])?) }));
+    assert!(
+        matches!(&wrong_size, Err(TxError::Misuse(m)) if m.contains("2 words, expected 1")),
+        "{wrong_size:?}"
+    );
+    let no_table: Result<(), TxError<()>> = db.transact(|tx| {
+        Box::pin(async move { tx.get(TableId(9), 0).await.map(|_| ()).map_err(Into::into) })
+    });
+    assert!(
+        matches!(&no_table, Err(TxError::Misuse(m)) if m.contains("names no table")),
+        "{no_table:?}"
+    );
+    let missing: Result<(), TxError<()>> = db.transact(move |tx| {
+        Box::pin(async move { tx.get(c, 77).await.map(|_| ()).map_err(Into::into) })
+    });
+    assert!(
+        matches!(
+            missing,
+            Err(TxError::Aborted {
+                reason: atoll_db::Abort::NotFound,
+                attempts: 1
+            })
+        ),
+        "{missing:?}"
+    );
+    let too_many: Result<(), TxError<()>> = db.transact(move |tx| {
+        Box::pin(async move {
+            for k in 0..=u64::from(atoll_db::WRITE_SET_MAX_DEFAULT) {
+                tx.insert(c, 1_000 + k, &[k])?;
+            }
+            Ok(())
+        })
+    });
+    assert!(
+        matches!(&too_many, Err(TxError::Misuse(m)) if m.contains("write_set_max")),
+        "{too_many:?}"
+    );
+    let v: u64 = db
+        .transact(move |tx| Box::pin(async move { Ok::<_, TxError<()>>(tx.get(c, 0).await?[0]) }))
+        .unwrap();
+    assert_eq!(v, 0);
+    assert!(db.close().unwrap().passed);
+}
+
+#[test]
+fn api_a_bad_schema_or_option_is_refused_before_the_database_opens() {
+    let refused = |s: Schema, o: Options| match Db::open(o, s) {
+        Err(DbError::Config(m)) => m,
+        Err(e) => panic!("not a configuration error: {e}"),
+        Ok(_) => panic!("opened"),
+    };
+    assert!(refused(Schema::new(), Options::default()).contains("no table"));
+    let mut s = Schema::new();
+    s.table(Table::new("wide", 0));
+    assert!(refused(s, Options::default()).contains("record_words=0"));
+    let mut s = Schema::new();
+    let t = s.table(Table::new("t", 1));
+    s.load(move |l| l.put(t, 1, &[1, 2, 3]));
+    assert!(refused(s, Options::default()).contains("3 words, expected 1"));
+    let (s, _, _) = schema();
+    assert!(refused(s, Options::default().nodes(0)).contains("nodes"));
+    let (s, _, _) = schema();
+    let sim = Options::default().simulated("edr-ib", "none", 1).unwrap();
+    assert!(refused(s, sim).contains("atoll_db::run"));
+}
