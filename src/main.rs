@@ -1,6 +1,7 @@
 //! The `atoll` command line: parses flags and config files into a run configuration, runs
 //! benchmarks, prints progress and summaries, writes JSON. The only place that knows clap.
 
+mod repro;
 mod results;
 mod settings;
 
@@ -91,6 +92,111 @@ enum Cmd {
     /// Microbenchmark of the UCX backend through the fabric API: latency and rate of READ,
     /// WRITE, CAS, FETCH_ADD, RPC and a doorbell of 8, between two local node processes.
     FabricBench(FabricBenchArgs),
+    /// Run the experiments the project reproduces (`experiments/*.toml`): each writes
+    /// results/NAME/{runs.csv, summary.json, NAME.svg, claims.md} and prints its claims,
+    /// our figure beside the paper's.
+    Repro(ReproArgs),
+}
+
+#[derive(clap::Args)]
+struct ReproArgs {
+    /// An experiment's name (its file in --experiments without .toml), or `all`, or `list`.
+    #[arg(default_value = "list")]
+    name: String,
+    /// Each experiment at its quick size (seconds, not minutes): what CI runs so none rots.
+    #[arg(long)]
+    quick: bool,
+    /// Where the experiments are described.
+    #[arg(long, default_value = "experiments")]
+    experiments: PathBuf,
+    /// Where results go: DIR/NAME/ per experiment, and DIR/claims.md for the run.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+}
+
+/// `atoll repro`: exit 2 for an unknown name or a bad description, 1 if a run failed a
+/// check or gave no figure (a claim that does not hold is reported, not failed).
+fn repro_cmd(a: ReproArgs) -> ExitCode {
+    let catalog = match repro::catalog(&a.experiments) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let names: Vec<String> = match a.name.as_str() {
+        "list" => {
+            for (name, path) in &catalog {
+                match repro::load(path) {
+                    Ok(e) => println!("{name:<28} {} ({})", e.title, e.source),
+                    Err(err) => println!("{name:<28} REFUSED: {err}"),
+                }
+            }
+            return ExitCode::SUCCESS;
+        }
+        "all" => catalog.keys().cloned().collect(),
+        one if catalog.contains_key(one) => vec![one.to_string()],
+        other => {
+            let known: Vec<&str> = catalog.keys().map(String::as_str).collect();
+            eprintln!(
+                "error: no experiment '{other}' in {}: accepted are all, list, {}{}",
+                a.experiments.display(),
+                known.join(", "),
+                atoll_fabric::names::did_you_mean(other, known.iter().copied())
+            );
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    // Every description is read and checked before the first run.
+    let mut experiments = Vec::new();
+    for name in &names {
+        match repro::load(&catalog[name]) {
+            Ok(e) => experiments.push((name.clone(), e)),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    }
+    let started = std::time::Instant::now();
+    let mut table = String::from(repro::CLAIMS_HEADER);
+    let mut failed = Vec::new();
+    for (name, e) in &experiments {
+        let out = a.out.join(name);
+        match repro::run(name, e, a.quick, &out) {
+            Ok((verdicts, clean)) => {
+                table += &repro::claims_rows(name, &verdicts);
+                if !clean {
+                    failed.push(name.clone());
+                }
+            }
+            Err(err) => {
+                eprintln!("error: {name}: {err}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    }
+    let claims = a.out.join("claims.md");
+    if let Err(e) = std::fs::write(&claims, &table) {
+        eprintln!("error: cannot write {}: {e}", claims.display());
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    println!(
+        "\n{} experiments{} in {:.0} s; claims (also in {}):\n\n{table}",
+        experiments.len(),
+        if a.quick { " (quick)" } else { "" },
+        started.elapsed().as_secs_f64(),
+        claims.display()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "error: a run failed a check or gave no figure in: {}",
+            failed.join(", ")
+        );
+        ExitCode::from(EXIT_CHECK_FAILED)
+    }
 }
 
 #[derive(clap::Args)]
@@ -732,6 +838,7 @@ fn main() -> ExitCode {
         Cmd::Cluster(a) => cluster(a),
         Cmd::Node(a) => node(a),
         Cmd::FabricBench(a) => fabric_bench(a),
+        Cmd::Repro(a) => repro_cmd(a),
     }
 }
 

@@ -2,6 +2,7 @@
 //! the protocol families' knobs added from their declarations ([`FamilyKnobArgs`]), and the
 //! run configuration they resolve to ([`resolve`]).
 
+use atoll_fabric::names::did_you_mean;
 use atoll_protocols::ProtocolKind;
 use atoll_runner::config::Fabric;
 use atoll_runner::config::FaultConfig;
@@ -452,7 +453,8 @@ fn resolve_fabric(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
         }
         other => {
             return Err(format!(
-                "unknown fabric '{other}': accepted fabrics are inproc, sim"
+                "unknown fabric '{other}': accepted fabrics are inproc, sim{}",
+                did_you_mean(other, ["inproc", "sim"])
             ))
         }
     }
@@ -570,7 +572,8 @@ fn resolve_roles(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
         }
         None => {
             return Err(format!(
-                "unknown architecture '{architecture}': accepted are partitioned, shared-data"
+                "unknown architecture '{architecture}': accepted are partitioned, shared-data{}",
+                did_you_mean(architecture, ["partitioned", "shared-data"])
             ))
         }
     }
@@ -616,16 +619,18 @@ pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
     if let Some(w) = a.workload.as_ref() {
         cfg.workload = WorkloadKind::parse(w).ok_or_else(|| {
             format!(
-                "unknown workload '{w}': accepted workloads are {}",
-                WorkloadKind::accepted()
+                "unknown workload '{w}': accepted workloads are {}{}",
+                WorkloadKind::accepted(),
+                did_you_mean(w, WorkloadKind::ALL.iter().map(|k| k.name()))
             )
         })?;
     }
     if let Some(p) = a.protocol.as_ref() {
         cfg.protocol = ProtocolKind::parse(p).ok_or_else(|| {
             format!(
-                "unknown protocol '{p}': accepted protocols are {}",
-                ProtocolKind::accepted()
+                "unknown protocol '{p}': accepted protocols are {}{}",
+                ProtocolKind::accepted(),
+                did_you_mean(p, ProtocolKind::ALL.iter().map(|k| k.name()))
             )
         })?;
     }

@@ -1667,3 +1667,137 @@ fn bench_knobs_lists_a_workloads_knobs_at_their_defaults_and_help_groups_flags_b
         assert!(help.contains(heading), "{heading} missing from:\n{help}");
     }
 }
+
+#[test]
+fn cli_an_unknown_name_close_to_an_accepted_one_gets_a_did_you_mean() {
+    bad(
+        &["bench", "--protocol", "sundail"],
+        &["unknown protocol 'sundail'", "(did you mean 'sundial'?)"],
+    );
+    bad(
+        &["bench", "--workload", "smalbank"],
+        &["(did you mean 'smallbank'?)"],
+    );
+    bad(&["bench", "--fabric", "simm"], &["(did you mean 'sim'?)"]);
+    bad(
+        &["bench", "--architecture", "shared"],
+        &["(did you mean 'shared-data'?)"],
+    );
+    bad(
+        &["bench", "--plan", "reed=rpc"],
+        &["unknown stage 'reed'", "(did you mean 'read'?)"],
+    );
+    bad(
+        &["bench", "--plan", "read=rdma"],
+        &["accepted are one-sided, rpc"],
+    );
+    bad(
+        &["bench", "--fabric", "sim", "--net", "edr"],
+        &["(did you mean 'edr-ib'?)"],
+    );
+    // Nothing close: no guess.
+    let (code, _, err) = atoll(&["bench", "--protocol", "postgres"]);
+    assert_eq!(code, 2);
+    assert!(!err.contains("did you mean"), "{err}");
+}
+
+#[test]
+fn cli_repro_lists_runs_a_described_experiment_into_files_and_refuses_bad_descriptions() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("repro-cli");
+    let _ = std::fs::remove_dir_all(&dir);
+    let exp = dir.join("experiments");
+    std::fs::create_dir_all(&exp).unwrap();
+    std::fs::write(
+        exp.join("tiny.toml"),
+        r#"title = "tiny: one-sided against rpc"
+source = "a test"
+metric = "summary.committed_per_s"
+[fixed]
+fabric = "sim"
+nodes = 2
+duration = 0.002
+warmup = 0.0
+[sweep]
+key = "plan"
+values = ["one-sided", "rpc"]
+[[claim]]
+text = "one-sided beats rpc"
+paper = "RCC Fig 15"
+numerator = { plan = "one-sided" }
+denominator = { plan = "rpc" }
+at_least = 1.0
+"#,
+    )
+    .unwrap();
+    let (e, o) = (exp.to_str().unwrap(), dir.join("out"));
+    let out = o.to_str().unwrap();
+    let (code, stdout, err) = atoll(&["repro", "list", "--experiments", e]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("tiny") && stdout.contains("one-sided against rpc"),
+        "{stdout}"
+    );
+    let (code, stdout, err) = atoll(&["repro", "tiny", "--experiments", e, "--out", out]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(
+        stdout.contains("| tiny | one-sided beats rpc | RCC Fig 15 |"),
+        "{stdout}"
+    );
+    for f in [
+        "tiny/runs.csv",
+        "tiny/summary.json",
+        "tiny/tiny.svg",
+        "tiny/claims.md",
+        "tiny/runs/0.toml",
+        "claims.md",
+    ] {
+        assert!(o.join(f).exists(), "{f} missing");
+    }
+    let csv = std::fs::read_to_string(o.join("tiny/runs.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert!(std::fs::read_to_string(o.join("tiny/tiny.svg"))
+        .unwrap()
+        .starts_with("<svg"));
+    // Each run's settings are a config file bench takes as it is.
+    let (code, _, err) = atoll(&[
+        "bench",
+        "--config",
+        o.join("tiny/runs/1.toml").to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    bad(
+        &["repro", "tiyn", "--experiments", e],
+        &["no experiment 'tiyn'", "(did you mean 'tiny'?)"],
+    );
+    std::fs::write(
+        exp.join("broken.toml"),
+        "title = \"x\"\nsource = \"y\"\nmetric = \"m\"\n[sweep]\nkey = \"plan\"\nvalues = []\n",
+    )
+    .unwrap();
+    bad(
+        &["repro", "broken", "--experiments", e],
+        &["0 runs", "expected 1..=512"],
+    );
+    std::fs::write(
+        exp.join("broken.toml"),
+        "title = \"x\"\nsource = \"y\"\nmetric = \"m\"\nsweeps = 1\n",
+    )
+    .unwrap();
+    bad(
+        &["repro", "broken", "--experiments", e],
+        &["broken.toml", "unknown field"],
+    );
+    // A setting no bench flag has: the run gives no figure, the experiment exits 1.
+    std::fs::write(
+        exp.join("broken.toml"),
+        "title = \"x\"\nsource = \"y\"\nmetric = \"m\"\n[sweep]\nkey = \"nodez\"\nvalues = [2]\n",
+    )
+    .unwrap();
+    let (code, stdout, _) = atoll(&["repro", "broken", "--experiments", e, "--out", out]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("no figure") && stdout.contains("nodez"),
+        "{stdout}"
+    );
+}

@@ -168,6 +168,10 @@ const ROOT_ALLOWED: &[&str] = &[
     "docs",
     // The library's example programs: `cargo run --example NAME` finds them here.
     "examples",
+    // What the project reproduces, as data `atoll repro` runs.
+    "experiments",
+    // `atoll repro`'s output (git-ignored).
+    "results",
     "scripts",
     "src",
     "target",

@@ -4,7 +4,6 @@
 use atoll_fabric::Words;
 use atoll_storage::TableId;
 use atoll_txn::{Abort, Protocol, Txn};
-use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -77,6 +76,10 @@ pub(crate) trait Ops {
         key: u64,
         update: bool,
     ) -> LocalFuture<'a, Result<Words, Abort>>;
+    fn fetch<'a>(
+        &'a mut self,
+        accesses: &'a [(TableId, u64, bool)],
+    ) -> LocalFuture<'a, Result<(), Abort>>;
     fn write(&mut self, t: TableId, key: u64, words: &[u64]);
     fn insert(&mut self, t: TableId, key: u64, words: &[u64]);
     fn delete<'a>(&'a mut self, t: TableId, key: u64) -> LocalFuture<'a, Result<(), Abort>>;
@@ -102,6 +105,12 @@ impl<P: Protocol> Ops for Txn<'_, P> {
         } else {
             Box::pin(Txn::read(self, t, key))
         }
+    }
+    fn fetch<'a>(
+        &'a mut self,
+        accesses: &'a [(TableId, u64, bool)],
+    ) -> LocalFuture<'a, Result<(), Abort>> {
+        Box::pin(Txn::fetch(self, accesses))
     }
     fn write(&mut self, t: TableId, key: u64, words: &[u64]) {
         Txn::write(self, t, key, words)
@@ -146,8 +155,9 @@ pub struct Tx<'a> {
     /// Words per record, by table id.
     words: &'a [u32],
     ordered: &'a [bool],
-    /// Records this attempt writes, against [`crate::Schema::write_set_max`].
-    written: HashSet<(u16, u64)>,
+    /// Records this attempt writes, against [`crate::Schema::write_set_max`]: a few, so a
+    /// list searched in order beats a hash set (measured on SmallBank through the library).
+    written: Vec<(u16, u64)>,
     write_set_max: u32,
     /// Changes in the order first made, one per record.
     pending: Vec<((u16, u64), Pending)>,
@@ -164,7 +174,7 @@ impl<'a> Tx<'a> {
             ops,
             words,
             ordered,
-            written: HashSet::new(),
+            written: Vec::new(),
             write_set_max,
             pending: Vec::new(),
         }
@@ -211,7 +221,11 @@ impl<'a> Tx<'a> {
 
     /// Counts `(t, key)` into the write set, refusing one record over its bound.
     fn will_write(&mut self, t: TableId, key: u64) -> Result<(), OpError> {
-        if self.written.insert((t.0, key)) && self.written.len() > self.write_set_max as usize {
+        if self.written.contains(&(t.0, key)) {
+            return Ok(());
+        }
+        self.written.push((t.0, key));
+        if self.written.len() > self.write_set_max as usize {
             return Err(OpError::Misuse(format!(
                 "the transaction writes more than write_set_max={} records: declare more with Schema::write_set_max",
                 self.write_set_max
@@ -249,6 +263,19 @@ impl<'a> Tx<'a> {
             return own;
         }
         self.ops.read(t, key, true).await.map_err(OpError::Abort)
+    }
+
+    /// Reads several records in one batch, each stage's verbs to every node posted together
+    /// (RCC's doorbell batching): `(table, key, for_update)`. Their words are then read with
+    /// [`Tx::get`] / [`Tx::get_for_update`] without another round trip.
+    pub async fn fetch(&mut self, accesses: &[(TableId, u64, bool)]) -> Result<(), OpError> {
+        for &(t, key, update) in accesses {
+            self.table(t)?;
+            if update {
+                self.will_write(t, key)?;
+            }
+        }
+        self.ops.fetch(accesses).await.map_err(OpError::Abort)
     }
 
     /// Sets record `key` of `t` (existing) to `words`, at commit.

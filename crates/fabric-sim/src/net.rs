@@ -188,7 +188,7 @@ pub const CALIBRATION_SCALE: f64 = 2.596 / 2.3;
 pub enum ProfileError {
     #[error("cpu-scale={0} is out of range: expected a factor in (0, {CPU_SCALE_MAX}]")]
     CpuScale(f64),
-    #[error("unknown CPU profile '{0}': accepted are {accepted}", accepted = CPU_PROFILES.join(", "))]
+    #[error("unknown CPU profile '{0}': accepted are {accepted}{hint}", accepted = CPU_PROFILES.join(", "), hint = atoll_fabric::names::did_you_mean(.0, CPU_PROFILES.iter().copied()))]
     UnknownCpu(String),
     #[error("unknown network profile '{name}': accepted are {accepted}")]
     UnknownNet { name: String, accepted: String },
@@ -296,7 +296,8 @@ pub fn profiles() -> Vec<NetProfile> {
 pub fn profile(name: &str) -> Result<NetProfile, ProfileError> {
     let all = profiles();
     let names: Vec<&str> = all.iter().map(|p| p.name).collect();
-    let accepted = names.join(", ");
+    let accepted =
+        names.join(", ") + &atoll_fabric::names::did_you_mean(name, names.iter().copied());
     all.into_iter()
         .find(|p| p.name == name)
         .ok_or_else(|| ProfileError::UnknownNet {

@@ -10,6 +10,7 @@ pub mod core;
 pub mod ids;
 pub mod inthash;
 pub mod memory;
+pub mod names;
 pub mod rng;
 pub mod verbs;
 

@@ -227,16 +227,18 @@ impl Plan {
                 .find(|x| x.name() == st.trim())
                 .ok_or_else(|| {
                     PlanError(format!(
-                        "unknown stage '{}' in plan: accepted stages are {}",
+                        "unknown stage '{}' in plan: accepted stages are {}{}",
                         st.trim(),
-                        names()
+                        names(),
+                        atoll_fabric::names::did_you_mean(st, plan.stages().map(|x| x.name()))
                     ))
                 })?;
             let prim = Primitive::parse(pr.trim()).ok_or_else(|| {
                 PlanError(format!(
-                    "unknown primitive '{}' for stage {}: accepted are one-sided, rpc",
+                    "unknown primitive '{}' for stage {}: accepted are one-sided, rpc{}",
                     pr.trim(),
-                    stage.name()
+                    stage.name(),
+                    atoll_fabric::names::did_you_mean(pr, ["one-sided", "rpc"])
                 ))
             })?;
             if std::mem::replace(&mut seen[stage.index()], true) {
