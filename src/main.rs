@@ -7,7 +7,7 @@ mod settings;
 
 use atoll_runner::config::Roles;
 use atoll_runner::interrupt::{self, EXIT_INTERRUPTED};
-use atoll_runner::{ProgressLine, RunConfig};
+use atoll_runner::{Progress, RunConfig};
 use atoll_txn::{Plan, Primitive};
 use clap::{Parser, Subcommand};
 use settings::{resolve, BenchArgs, Resolved};
@@ -458,27 +458,7 @@ fn bench(a: BenchArgs) -> ExitCode {
     if all {
         return plan_all(cfg, a.json.as_ref());
     }
-    let quiet = a.quiet;
-    let results_ref = results.as_ref();
-    let print = move |l: &ProgressLine| {
-        if let Some(r) = results_ref {
-            r.interval(l);
-        }
-        if !quiet {
-            // Sub-second intervals (the simulator's) show their milliseconds.
-            let digits = if l.interval_s < 0.1 { 3 } else { 1 };
-            println!(
-                "[{:>6.digits$} s] {:>12.0} committed tx/s  abort rate {:>6.2}%  p99 {:>9.1} us  memory {}{}",
-                l.t_s,
-                l.committed_per_s,
-                l.abort_rate * 100.0,
-                l.p99_us,
-                atoll_runner::sizing::human_bytes(l.memory_bytes),
-                l.budget_reached_in_s
-                    .map_or(String::new(), |s| format!(" (budget in {s:.0} s)"))
-            );
-        }
-    };
+    let print = progress_printer(a.quiet, results.as_ref());
     if repeat > 1 {
         return bench_repeated(&cfg, repeat, &print, a.json.as_ref());
     }
@@ -603,6 +583,63 @@ fn cluster_sizing(
     })
 }
 
+/// What `bench` prints of a run's progress (phases and heartbeats unless `quiet`, every
+/// interval to `--results` too).
+fn progress_printer(
+    quiet: bool,
+    results_ref: Option<&results::Results>,
+) -> impl Fn(&Progress<'_>) + Sync + '_ {
+    move |p: &Progress<'_>| {
+        let l = match p {
+            Progress::Interval(l) => l,
+            _ if quiet => return,
+            Progress::Phase { phase, detail } => {
+                println!(
+                    "[{phase}]{}",
+                    if detail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" {detail}")
+                    }
+                );
+                return;
+            }
+            Progress::Heartbeat {
+                phase,
+                wall_s,
+                detail,
+            } => {
+                println!(
+                    "[{phase}] still going after {wall_s:.0} s{}",
+                    if detail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {detail}")
+                    }
+                );
+                return;
+            }
+        };
+        if let Some(r) = results_ref {
+            r.interval(l);
+        }
+        if !quiet {
+            // Sub-second intervals (the simulator's) show their milliseconds.
+            let digits = if l.interval_s < 0.1 { 3 } else { 1 };
+            println!(
+                "[{:>6.digits$} s] {:>12.0} committed tx/s  abort rate {:>6.2}%  p99 {:>9.1} us  memory {}{}",
+                l.t_s,
+                l.committed_per_s,
+                l.abort_rate * 100.0,
+                l.p99_us,
+                atoll_runner::sizing::human_bytes(l.memory_bytes),
+                l.budget_reached_in_s
+                    .map_or(String::new(), |s| format!(" (budget in {s:.0} s)"))
+            );
+        }
+    }
+}
+
 /// Every output path, checked before the run (a run is not lost to a path that fails after
 /// it): `--json`'s file created, `--results`' directory opened.
 fn open_outputs(a: &BenchArgs) -> Result<Option<results::Results>, ExitCode> {
@@ -629,7 +666,7 @@ fn open_outputs(a: &BenchArgs) -> Result<Option<results::Results>, ExitCode> {
 fn bench_repeated(
     cfg: &RunConfig,
     n: u32,
-    print: &(dyn Fn(&ProgressLine) + Sync),
+    print: &atoll_runner::ProgressFn<'_>,
     json: Option<&PathBuf>,
 ) -> ExitCode {
     let mut line =

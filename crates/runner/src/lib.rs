@@ -10,6 +10,7 @@ pub mod error;
 pub mod floor;
 pub mod interrupt;
 pub mod node;
+pub mod pulse;
 pub mod repeat;
 pub mod report;
 pub mod run;
@@ -19,5 +20,5 @@ pub mod stats;
 
 pub use config::{ConfigError, RunConfig};
 pub use driver::SummaryWire;
-pub use report::{ProgressLine, Report};
+pub use report::{Progress, ProgressFn, ProgressLine, Report};
 pub use run::{run, run_protocol, run_protocol_via, run_via, run_workload, RunError};

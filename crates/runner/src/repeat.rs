@@ -3,7 +3,7 @@
 //! p99 latency, so one lucky or unlucky run does not become the number.
 
 use crate::config::{ConfigError, RunConfig};
-use crate::report::{ProgressLine, Report, FORMAT, FORMAT_VERSION};
+use crate::report::{ProgressFn, Report, FORMAT, FORMAT_VERSION};
 pub use crate::stats::{median_and_spread, Spread};
 use serde::Serialize;
 use std::fmt::Write;
@@ -61,7 +61,7 @@ pub struct Repeated {
 pub fn run(
     cfg: &RunConfig,
     n: u32,
-    progress: &(dyn Fn(&ProgressLine) + Sync),
+    progress: &ProgressFn<'_>,
     done: &mut dyn FnMut(usize, &Report),
 ) -> Result<Repeated, crate::RunError> {
     let mut repeats = Vec::new();

@@ -143,6 +143,29 @@ impl RpcsByRole {
     }
 }
 
+/// What a run tells its caller while it goes.
+#[derive(Clone, Copy, Debug)]
+pub enum Progress<'a> {
+    /// A measured interval ended.
+    Interval(&'a ProgressLine),
+    /// A phase began (`loading`, `running`, `checking`), with what it covers.
+    Phase {
+        phase: &'static str,
+        detail: &'a str,
+    },
+    /// Nothing else was reported for [`crate::run::HEARTBEAT_S`] wall seconds: the run is
+    /// alive, `wall_s` into its phase, with what the phase can say of how far it is (the
+    /// share loaded and when it will end; a simulation's virtual time).
+    Heartbeat {
+        phase: &'static str,
+        wall_s: f64,
+        detail: &'a str,
+    },
+}
+
+/// The callback a run reports its [`Progress`] to.
+pub type ProgressFn<'a> = dyn Fn(&Progress<'_>) + Sync + 'a;
+
 /// One progress interval, cluster-wide.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProgressLine {

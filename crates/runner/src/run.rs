@@ -45,7 +45,7 @@ const BACKOFF_DOUBLINGS_MAX: u32 = 10;
 const DRAW_WAIT_NS: u64 = 2_000;
 
 /// Runs a benchmark as `cfg` says; `progress` sees one line per interval.
-pub fn run(cfg: &RunConfig, progress: &(dyn Fn(&ProgressLine) + Sync)) -> Result<Report, RunError> {
+pub fn run(cfg: &RunConfig, progress: &ProgressFn<'_>) -> Result<Report, RunError> {
     run_via(cfg, SummaryWire::InMemory, progress)
 }
 
@@ -53,12 +53,12 @@ pub fn run(cfg: &RunConfig, progress: &(dyn Fn(&ProgressLine) + Sync)) -> Result
 pub fn run_via(
     cfg: &RunConfig,
     wire: SummaryWire,
-    progress: &(dyn Fn(&ProgressLine) + Sync),
+    progress: &ProgressFn<'_>,
 ) -> Result<Report, RunError> {
     struct Run<'a> {
         cfg: &'a RunConfig,
         wire: SummaryWire,
-        progress: &'a (dyn Fn(&ProgressLine) + Sync),
+        progress: &'a ProgressFn<'a>,
     }
     impl ProtocolVisitor for Run<'_> {
         type Out = Result<Report, RunError>;
@@ -77,7 +77,7 @@ pub fn run_via(
 /// variants no user can select (a deliberately broken one, to show the checker fails).
 pub fn run_protocol<P: Protocol>(
     cfg: &RunConfig,
-    progress: &(dyn Fn(&ProgressLine) + Sync),
+    progress: &ProgressFn<'_>,
 ) -> Result<Report, RunError> {
     run_protocol_via::<P>(cfg, SummaryWire::InMemory, progress)
 }
@@ -86,7 +86,7 @@ pub fn run_protocol<P: Protocol>(
 pub fn run_protocol_via<P: Protocol>(
     cfg: &RunConfig,
     wire: SummaryWire,
-    progress: &(dyn Fn(&ProgressLine) + Sync),
+    progress: &ProgressFn<'_>,
 ) -> Result<Report, RunError> {
     cfg.validate()?;
     atoll_txn::check_plan::<P>(&cfg.plan)
@@ -94,7 +94,7 @@ pub fn run_protocol_via<P: Protocol>(
     struct RunWith<'a, P> {
         cfg: &'a RunConfig,
         wire: SummaryWire,
-        progress: &'a (dyn Fn(&ProgressLine) + Sync),
+        progress: &'a ProgressFn<'a>,
         protocol: std::marker::PhantomData<fn() -> P>,
     }
     impl<P: Protocol> WorkloadVisitor for RunWith<'_, P> {
@@ -119,12 +119,12 @@ pub fn run_protocol_via<P: Protocol>(
 pub fn run_workload<W: Workload>(
     cfg: &RunConfig,
     w: W,
-    progress: &(dyn Fn(&ProgressLine) + Sync),
+    progress: &ProgressFn<'_>,
 ) -> Result<Report, RunError> {
     struct Run<'a, W> {
         cfg: &'a RunConfig,
         w: W,
-        progress: &'a (dyn Fn(&ProgressLine) + Sync),
+        progress: &'a ProgressFn<'a>,
     }
     impl<W: Workload> ProtocolVisitor for Run<'_, W> {
         type Out = Result<Report, RunError>;
@@ -188,6 +188,9 @@ pub struct RunShared<W> {
     pub txn_cpu_ns: Option<(u64, u64)>,
     /// What the run's tables grow from (this process's share under `atoll cluster`).
     pub budget: Arc<atoll_storage::MemoryBudget>,
+    /// Under the simulator: the latest virtual time a co-routine began a transaction at, for
+    /// the heartbeat (one OS thread: no contended write).
+    pub virtual_now_ns: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// Records a worker keeps before handing them to the history file: one lock and one write
@@ -217,6 +220,7 @@ impl<W: Workload> RunShared<W> {
             history_out,
             txn_cpu_ns,
             budget: layout.budget.clone(),
+            virtual_now_ns: None,
         }
     }
 
@@ -246,12 +250,79 @@ fn run_with<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: W,
     wire: SummaryWire,
-    progress: &(dyn Fn(&ProgressLine) + Sync),
+    progress: &ProgressFn<'_>,
 ) -> Result<Report, RunError> {
+    let pulse = crate::pulse::Pulse::new(progress);
+    // How far a phase is, for the heartbeat: the share of the tables loaded (from what the
+    // budget holds) and when the load ends; a simulation's virtual time.
+    let loading = std::sync::OnceLock::<(Arc<atoll_storage::MemoryBudget>, u64, u64)>::new();
+    let virtual_now = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let detail = |phase: &'static str, wall_s: f64| match phase {
+        "loading" => loading
+            .get()
+            .map_or(String::new(), |(budget, base, expected)| {
+                let done =
+                    budget.used_bytes().saturating_sub(*base) as f64 / (*expected).max(1) as f64;
+                let eta = if done > 0.0 {
+                    wall_s * (1.0 - done).max(0.0) / done
+                } else {
+                    f64::NAN
+                };
+                format!(
+                    "{:.0}% of the tables' {} loaded, about {eta:.0} s left",
+                    100.0 * done.min(1.0),
+                    crate::sizing::human_bytes(*expected)
+                )
+            }),
+        "running" if matches!(cfg.fabric, Fabric::Sim { .. }) => {
+            let (v, total) = (
+                virtual_now.load(Ordering::Relaxed) as f64 / 1e9,
+                cfg.warmup_s + cfg.duration_s,
+            );
+            let left = if v > 0.0 {
+                format!(", about {:.0} s left", wall_s * (total - v).max(0.0) / v)
+            } else {
+                String::new()
+            };
+            format!("virtual time {v:.6} s of {total:.6} s{left}")
+        }
+        _ => String::new(),
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| pulse.beat(&detail));
+        let r = run_phases::<W, P>(cfg, w, wire, &pulse, &loading, &virtual_now);
+        pulse.stop();
+        r
+    })
+}
+
+/// [`run_with`]'s phases, each announced to `pulse`.
+fn run_phases<W: Workload, P: Protocol>(
+    cfg: &RunConfig,
+    w: W,
+    wire: SummaryWire,
+    pulse: &crate::pulse::Pulse<'_>,
+    loading: &std::sync::OnceLock<(Arc<atoll_storage::MemoryBudget>, u64, u64)>,
+    virtual_now: &Arc<std::sync::atomic::AtomicU64>,
+) -> Result<Report, RunError> {
+    let progress = |p: &crate::report::Progress<'_>| pulse.report(p);
     let wall = Instant::now();
     let prepared = prepare::<W, P>(cfg, &w)?;
+    let sizing = &prepared.layout.sizing;
+    let expected = sizing.table_start_bytes * sizing.memory_nodes as u64;
+    let budget = prepared.layout.budget.clone();
+    let _ = loading.set((budget.clone(), budget.used_bytes(), expected));
+    pulse.phase(
+        "loading",
+        &format!(
+            "{} of tables on {} nodes",
+            crate::sizing::human_bytes(expected),
+            sizing.memory_nodes
+        ),
+    );
     let nodes = load_nodes(cfg, &prepared.layout, &w)?;
     let load_s = wall.elapsed().as_secs_f64();
+    pulse.phase("running", &format!("loaded in {load_s:.1} s"));
     let os_threads = os_threads(cfg);
     let txn_cpu_ns = match cfg.fabric {
         Fabric::Sim { .. } => {
@@ -260,14 +331,13 @@ fn run_with<W: Workload, P: Protocol>(
         }
         Fabric::InProc => None,
     };
-    let shared = Arc::new(RunShared::new(
-        w,
-        &prepared.layout,
-        cfg,
-        prepared.history_out,
-        txn_cpu_ns,
-    ));
-    let executed = execute::<W, P>(cfg, &nodes, &shared, os_threads, progress)?;
+    let mut shared = RunShared::new(w, &prepared.layout, cfg, prepared.history_out, txn_cpu_ns);
+    if txn_cpu_ns.is_some() {
+        shared.virtual_now_ns = Some(virtual_now.clone());
+    }
+    let shared = Arc::new(shared);
+    let executed = execute::<W, P>(cfg, &nodes, &shared, os_threads, &progress)?;
+    pulse.phase("checking", "");
     let facts = RunFacts {
         warmup_end_ns: shared.warmup_end_ns,
         progress: executed.lines,
@@ -453,7 +523,7 @@ fn execute<W: Workload, P: Protocol>(
     nodes: &[Arc<NodeRuntime<W>>],
     shared: &Arc<RunShared<W>>,
     os_threads: usize,
-    progress: &(dyn Fn(&ProgressLine) + Sync),
+    progress: &ProgressFn<'_>,
 ) -> Result<Executed, RunError> {
     // Each node's backend is built from its own memory and handler and the directory of the
     // region keys every node's registration returned, exchanged here at start-up.
@@ -688,7 +758,7 @@ fn collect_progress(
     workers: usize,
     interval_ns: u64,
     budget: &atoll_storage::MemoryBudget,
-    progress: &(dyn Fn(&ProgressLine) + Sync),
+    progress: &ProgressFn<'_>,
 ) -> Vec<ProgressLine> {
     let mut pending: BTreeMap<u64, (usize, Interval)> = BTreeMap::new();
     let mut lines = Vec::new();
@@ -745,7 +815,7 @@ fn collect_progress(
                         / (grew as f64 / secs)
                 }),
             };
-            progress(&line);
+            progress(&crate::report::Progress::Interval(&line));
             lines.push(line);
         }
     }
@@ -1164,6 +1234,9 @@ fn tick<W: Workload>(
     now: u64,
     progress: &mpsc::Sender<Interval>,
 ) {
+    if let Some(v) = &run.virtual_now_ns {
+        v.fetch_max(now, Ordering::Relaxed);
+    }
     let mut st = ws.stats.borrow_mut();
     if now >= run.warmup_end_ns && st.verbs_at_start.is_none() {
         st.verbs_at_start = Some(ep.counters());
