@@ -404,6 +404,12 @@ pub struct BenchArgs {
     #[arg(help_heading = "Run", long, value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repeat: Option<u32>,
+    /// Open loop: offer this many transactions per second in all, each co-routine starting
+    /// its next on a fixed schedule, and measure latency from the scheduled start (queueing
+    /// included, as YCSB's -target and wrk2 do) [default: closed loop].
+    #[arg(help_heading = "Run", long, value_name = "TX_PER_S")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
     /// Attempts of one transaction before the driver gives up on it (config file only).
     #[arg(skip)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -680,9 +686,8 @@ pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
     if let Some(v) = a.log_replicas {
         cfg.log_replicas = v;
     }
-    if let Some(v) = a.attempts_max {
-        cfg.attempts_max = v;
-    }
+    cfg.attempts_max = a.attempts_max.unwrap_or(cfg.attempts_max);
+    cfg.rate_per_s = a.rate;
     cfg.pin_threads = a.pin;
     cfg.knobs = a.knobs.given.clone();
     cfg.os_threads = a.os_threads;

@@ -1880,3 +1880,14 @@ fn readme_every_atoll_command_runs_and_finishes_within_a_minute() {
         );
     }
 }
+
+#[test]
+fn cli_an_open_loop_rate_out_of_range_is_refused_naming_the_limit() {
+    bad(
+        &["bench", "--rate", "0"],
+        &["rate=0 is out of range", "(0, 16000000]", "16 coordinators"],
+    );
+    bad(&["bench", "--rate=-5"], &["rate=-5 is out of range"]);
+    bad(&["bench", "--rate", "1e300"], &["is out of range"]);
+    bad(&["bench", "--rate", "lots"], &["lots"]);
+}

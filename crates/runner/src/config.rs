@@ -42,6 +42,10 @@ pub const CLOCK_MARGIN_S: f64 = 600.0;
 /// Nanoseconds per second.
 const NS_PER_S: f64 = 1e9;
 
+/// Most transactions per second one coordinator may be offered (`--rate`): one a
+/// microsecond, far above what one co-routine completes.
+pub const RATE_PER_COORDINATOR_PER_S_MAX: f64 = 1e6;
+
 /// Longest warm-up plus measured seconds: a timestamp's clock part holds
 /// `64 - TS_ID_BITS` bits of nanoseconds (about 4.9 hours), less [`CLOCK_MARGIN_S`].
 pub fn run_s_max() -> f64 {
@@ -104,6 +108,10 @@ pub struct RunConfig {
     pub log_replicas: u16,
     /// Attempts of one transaction before the driver gives up on it.
     pub attempts_max: u32,
+    /// Open loop: transactions offered per second in all, spread evenly over the
+    /// coordinators, latency measured from each one's scheduled start; `None`: closed loop
+    /// (each co-routine starts its next transaction when the last ends).
+    pub rate_per_s: Option<f64>,
     /// `atoll cluster`: coalesce each worker's UCX messages to a peer worker within an
     /// event-loop turn into one.
     pub coalesce: bool,
@@ -160,6 +168,7 @@ impl Default for RunConfig {
             os_threads: None,
             log_replicas: 1,
             attempts_max: 10_000,
+            rate_per_s: None,
             progress_interval_s: 1.0,
             record_history: false,
             history_file: None,
@@ -377,6 +386,16 @@ impl RunConfig {
             )));
         }
         range("attempts_max", self.attempts_max, 1, 1_000_000)?;
+        if let Some(r) = self.rate_per_s {
+            // Each coordinator's period is whole nanoseconds: at most one start per ns each.
+            let max = RATE_PER_COORDINATOR_PER_S_MAX * self.coordinators_total() as f64;
+            if !r.is_finite() || r <= 0.0 || r > max {
+                return Err(ConfigError(format!(
+                    "rate={r} is out of range: expected transactions per second in (0, {max:.0}] ({} coordinators, at most {RATE_PER_COORDINATOR_PER_S_MAX:.0} each)",
+                    self.coordinators_total()
+                )));
+            }
+        }
         if let Some(t) = self.os_threads {
             range("os_threads", t, 1, 1024)?;
         }
@@ -588,6 +607,9 @@ pub struct ConfigReport {
     pub os_threads: usize,
     pub log_replicas: u16,
     pub attempts_max: u32,
+    /// Open loop: transactions offered per second (`--rate`), if not closed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_per_s: Option<f64>,
     /// The protocol family's knobs, each at its value (given or default), in the family's
     /// order, then the fields it derives from them: shown among the configuration's own.
     #[serde(flatten)]

@@ -685,6 +685,7 @@ fn config_report<W: Workload, P: Protocol>(
         os_threads: facts.os_threads,
         log_replicas: cfg.log_replicas,
         attempts_max: cfg.attempts_max,
+        rate_per_s: cfg.rate_per_s,
         family: family_report(cfg),
         log_ring_words: facts.log_ring_words,
         memory_bytes: facts.memory_bytes,

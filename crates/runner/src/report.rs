@@ -368,6 +368,13 @@ impl Report {
             if self.measured_s < 1.0 { 3 } else { 1 },
             self.measured_s
         );
+        if let Some(r) = c.rate_per_s {
+            let _ = writeln!(
+                o,
+                "open loop   {r:.0} tx/s offered, {:.0} committed; latency counts from each scheduled start",
+                self.summary.committed_per_s
+            );
+        }
         if let Some(n) = c.workload_knobs.get("table_records") {
             let per_node = c.workload_knobs.get("records").map_or("?", |s| s.as_str());
             let _ = writeln!(o, "table       {n} records ({per_node} per node)");

@@ -523,3 +523,52 @@ fn sim_a_node_crashing_mid_run_with_records_is_named_and_its_memory_not_judged()
         }
     }
 }
+
+/// A fault-free simulated SmallBank run, closed loop unless `rate_per_s` says.
+fn open_loop_config(rate_per_s: Option<f64>) -> RunConfig {
+    RunConfig {
+        fabric: Fabric::Sim {
+            net: "edr-ib".into(),
+            faults: FaultConfig::parse("none").unwrap(),
+        },
+        duration_s: 0.02,
+        warmup_s: 0.005,
+        rate_per_s,
+        ..RunConfig::default()
+    }
+}
+
+#[test]
+fn sim_an_open_loop_commits_what_it_offers_below_capacity_and_counts_queueing_above_it() {
+    let closed = run(&open_loop_config(None), &|_| {}).unwrap();
+    let capacity = closed.summary.committed_per_s;
+    // A tenth of what the closed loop does: every offered transaction commits on time.
+    let offered = capacity / 10.0;
+    let light = run(&open_loop_config(Some(offered)), &|_| {}).unwrap();
+    assert!(light.passed);
+    let share = light.summary.committed_per_s / offered;
+    assert!(
+        (0.95..=1.02).contains(&share),
+        "offered {offered:.0}, committed {:.0}",
+        light.summary.committed_per_s
+    );
+    assert!(
+        light.summary.latency_us.p50 <= closed.summary.latency_us.p50,
+        "a light load waits less than a saturated closed loop"
+    );
+    // Four times capacity: throughput stays near capacity, and latency from the scheduled
+    // start grows with the queue (the closed loop would hide it).
+    let heavy = run(&open_loop_config(Some(capacity * 4.0)), &|_| {}).unwrap();
+    assert!(heavy.passed);
+    assert!(
+        heavy.summary.committed_per_s >= capacity * 0.8,
+        "overloaded at {:.0} of {capacity:.0}",
+        heavy.summary.committed_per_s
+    );
+    assert!(
+        heavy.summary.latency_us.p50 >= closed.summary.latency_us.p50 * 10.0,
+        "open loop p50 {} us, closed loop {} us",
+        heavy.summary.latency_us.p50,
+        closed.summary.latency_us.p50
+    );
+}
