@@ -388,11 +388,20 @@ impl RunConfig {
         range("attempts_max", self.attempts_max, 1, 1_000_000)?;
         if let Some(r) = self.rate_per_s {
             // Each coordinator's period is whole nanoseconds: at most one start per ns each.
-            let max = RATE_PER_COORDINATOR_PER_S_MAX * self.coordinators_total() as f64;
-            if !r.is_finite() || r <= 0.0 || r > max {
+            let coordinators = self.coordinators_total() as f64;
+            let max = RATE_PER_COORDINATOR_PER_S_MAX * coordinators;
+            // Every coordinator starts at least one transaction within the run.
+            let min = coordinators / (self.warmup_s + self.duration_s);
+            if !r.is_finite() || r < min || r > max {
+                // An extreme value is echoed short (1e-300, not 300 digits).
+                let shown = if r == 0.0 || (1e-3..1e12).contains(&r.abs()) {
+                    format!("{r}")
+                } else {
+                    format!("{r:e}")
+                };
                 return Err(ConfigError(format!(
-                    "rate={r} is out of range: expected transactions per second in (0, {max:.0}] ({} coordinators, at most {RATE_PER_COORDINATOR_PER_S_MAX:.0} each)",
-                    self.coordinators_total()
+                    "rate={shown} is out of range: expected transactions per second in [{min}, {max:.0}] ({coordinators} coordinators, each at least one start in the run's {} s and at most {RATE_PER_COORDINATOR_PER_S_MAX:.0} a second)",
+                    self.warmup_s + self.duration_s
                 )));
             }
         }

@@ -963,8 +963,9 @@ pub async fn coroutine<W: Workload, P: Protocol>(
         let mut scheduled_ns = None;
         if let Some((next_ns, period_ns)) = &mut schedule {
             let (at, now) = (*next_ns as u64, c.now_ns());
-            if now < at {
-                c.ep.sleep(at - now).await;
+            // Never past the run's end: a start scheduled after it does not happen.
+            if now < at.min(run.end_ns) {
+                c.ep.sleep(at.min(run.end_ns) - now).await;
             }
             *next_ns += *period_ns;
             scheduled_ns = Some(at);
