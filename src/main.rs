@@ -112,6 +112,11 @@ struct ReproArgs {
     /// Where results go: DIR/NAME/ per experiment, and DIR/claims.md for the run.
     #[arg(long, default_value = "results")]
     out: PathBuf,
+    /// An outside system's figures, which experiments with a `[peer]` compare against:
+    /// DIR/NAME.toml per experiment (`experiments/peers` holds the project's own
+    /// measurements). Without it, or without the file, those claims are skipped.
+    #[arg(long, value_name = "DIR")]
+    peers: Option<PathBuf>,
 }
 
 /// `atoll repro`: exit 2 for an unknown name or a bad description, 1 if a run failed a
@@ -147,11 +152,20 @@ fn repro_cmd(a: ReproArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    // Every description is read and checked before the first run.
+    if let Some(dir) = a.peers.as_ref().filter(|d| !d.is_dir()) {
+        eprintln!(
+            "error: --peers {}: not a directory (expected one holding NAME.toml per experiment)",
+            dir.display()
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    // Every description and peer file is read and checked before the first run.
     let mut experiments = Vec::new();
     for name in &names {
-        match repro::load(&catalog[name]) {
-            Ok(e) => experiments.push((name.clone(), e)),
+        let loaded = repro::load(&catalog[name])
+            .and_then(|e| Ok((repro::peer_figures(name, &e, a.peers.as_deref())?, e)));
+        match loaded {
+            Ok((peer, e)) => experiments.push((name.clone(), e, peer)),
             Err(e) => {
                 eprintln!("error: {e}");
                 return ExitCode::from(EXIT_BAD_INPUT);
@@ -161,12 +175,12 @@ fn repro_cmd(a: ReproArgs) -> ExitCode {
     let started = std::time::Instant::now();
     let mut table = String::from(repro::CLAIMS_HEADER);
     let mut failed = Vec::new();
-    for (name, e) in &experiments {
+    for (name, e, peer) in &experiments {
         let out = a.out.join(name);
-        match repro::run(name, e, a.quick, &out) {
-            Ok((verdicts, clean)) => {
-                table += &repro::claims_rows(name, &verdicts);
-                if !clean {
+        match repro::run(name, e, a.quick, &out, peer.as_ref()) {
+            Ok(o) => {
+                table += &repro::claims_rows(name, &o.verdicts);
+                if !o.clean {
                     failed.push(name.clone());
                 }
             }

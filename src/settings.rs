@@ -695,7 +695,7 @@ pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
     cfg.record_history = a.history.is_some();
     // Streamed to the file as the run goes: memory stays bounded whatever the duration.
     cfg.history_file = a.history.clone();
-    if let Some(path) = &a.history {
+    if let Some(path) = a.history.as_ref().filter(|_| !a.quiet) {
         eprintln!(
             "history: written to {} as the run goes (one JSON line per attempt)",
             path.display()

@@ -1777,7 +1777,7 @@ at_least = 1.0
     .unwrap();
     bad(
         &["repro", "broken", "--experiments", e],
-        &["0 runs", "expected 1..=512"],
+        &["0 runs", "expected 1..=65536"],
     );
     std::fs::write(
         exp.join("broken.toml"),
@@ -1799,6 +1799,132 @@ at_least = 1.0
     assert!(
         stdout.contains("no figure") && stdout.contains("nodez"),
         "{stdout}"
+    );
+}
+
+#[test]
+fn cli_repro_runs_seeds_checks_their_histories_keeps_a_failing_one_to_replay_and_judges_peers() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("repro-seeds");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (exp, peers) = (dir.join("experiments"), dir.join("peers"));
+    std::fs::create_dir_all(&exp).unwrap();
+    std::fs::create_dir_all(&peers).unwrap();
+    // Snapshot isolation allows write skew: RSI's skew histories, checked serializable, are
+    // not all clean; OCC's are.
+    std::fs::write(
+        exp.join("skew.toml"),
+        r#"title = "skew"
+source = "a test"
+metric = "summary.committed"
+check_history = "serializable"
+[peer]
+system = "Other"
+how = "figure: top"
+[fixed]
+fabric = "sim"
+workload = "skew"
+architecture = "shared-data"
+memory_nodes = 2
+compute_nodes = 2
+threads = 2
+coroutines = 4
+duration = 0.003
+warmup = 0.0005
+[seeds]
+count = 6
+quick = 3
+alternate = [{ net = "edr-ib" }, { net = "fdr-ib" }]
+[sweep]
+key = "protocol"
+values = ["occ", "rsi", "nowait"]
+quick = ["occ", "rsi"]
+[[claim]]
+text = "rsi shows write skew"
+paper = "SI allows it"
+share = "serializable"
+of = { protocol = "rsi" }
+at_most = 0.99
+[[claim]]
+text = "occ keeps up with the peer"
+paper = "-"
+numerator = { protocol = "occ" }
+peer = "top"
+at_least = 1.0
+"#,
+    )
+    .unwrap();
+    let (e, out) = (exp.to_str().unwrap(), dir.join("out"));
+    let o = out.to_str().unwrap();
+    let (code, stdout, err) = atoll(&["repro", "skew", "--quick", "--experiments", e, "--out", o]);
+    assert_eq!(code, 1, "{stdout}{err}");
+    assert!(
+        stdout.contains("protocol=occ: 3 of 3 seeds clean"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("protocol=nowait"), "{stdout}");
+    assert!(
+        stdout.contains("| skew | rsi shows write skew | SI allows it |")
+            && stdout.contains("skipped: no peer figures"),
+        "{stdout}"
+    );
+    // The failing run says how to replay it, and its history is kept; a clean one's is not.
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("is not serializable"))
+        .unwrap_or_else(|| panic!("no failing run: {stdout}"));
+    let replay = line.split("replay: atoll ").nth(1).unwrap();
+    let history = replay.split("--history ").nth(1).unwrap().trim();
+    assert!(std::path::Path::new(history).exists(), "{line}");
+    assert!(!out.join("skew/runs/0.history.jsonl").exists());
+    let kept = std::fs::read(history).unwrap();
+    let args: Vec<&str> = replay.split_whitespace().collect();
+    let (code, _, err) = atoll(&args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(history).unwrap(), kept, "a replay differs");
+    let (code, _, _) = atoll(&["check-history", history]);
+    assert_eq!(code, 1);
+    // Peer figures: a file lacking a figure the claims name is refused before any run; a
+    // complete one is judged.
+    std::fs::write(
+        peers.join("skew.toml"),
+        "system = \"Other\"\nsource = \"s\"\n[figures]\nbottom = 1\n",
+    )
+    .unwrap();
+    let p = peers.to_str().unwrap();
+    bad(
+        &["repro", "skew", "--quick", "--experiments", e, "--peers", p],
+        &["no figure \"top\"", "it has bottom", "figure: top"],
+    );
+    std::fs::write(
+        peers.join("skew.toml"),
+        "system = \"Other\"\nsource = \"s\"\n[figures]\ntop = 1\n",
+    )
+    .unwrap();
+    let (_, stdout, _) = atoll(&[
+        "repro",
+        "skew",
+        "--quick",
+        "--experiments",
+        e,
+        "--out",
+        o,
+        "--peers",
+        p,
+    ]);
+    assert!(
+        stdout.contains("| skew | occ keeps up with the peer | - (Other top = 1, s) |"),
+        "{stdout}"
+    );
+    bad(
+        &[
+            "repro",
+            "skew",
+            "--experiments",
+            e,
+            "--peers",
+            "/nonexistent",
+        ],
+        &["--peers /nonexistent: not a directory"],
     );
 }
 
@@ -1840,9 +1966,14 @@ fn readme_every_atoll_command_runs_and_finishes_within_a_minute() {
     std::fs::create_dir_all(&dir).unwrap();
     // `atoll repro` reads experiments/ where it runs.
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
-    std::fs::create_dir_all(dir.join("experiments")).unwrap();
-    for e in std::fs::read_dir(&src).unwrap().flatten() {
-        std::fs::copy(e.path(), dir.join("experiments").join(e.file_name())).unwrap();
+    for sub in ["", "peers"] {
+        std::fs::create_dir_all(dir.join("experiments").join(sub)).unwrap();
+        for e in std::fs::read_dir(src.join(sub)).unwrap().flatten() {
+            if e.path().is_file() {
+                let to = dir.join("experiments").join(sub).join(e.file_name());
+                std::fs::copy(e.path(), to).unwrap();
+            }
+        }
     }
     let commands = readme_commands();
     assert!(commands.len() >= 10, "README lists {commands:?}");
