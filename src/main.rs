@@ -26,6 +26,25 @@ const EXIT_BAD_INPUT: u8 = 2;
 /// or a node failed while a transaction was committing).
 const EXIT_CHECK_FAILED: u8 = 1;
 
+/// Writes `--results`' files for `report`, naming them.
+fn write_results(
+    results: Option<&results::Results>,
+    report: &atoll_runner::Report,
+) -> Result<(), ExitCode> {
+    let Some(r) = results else { return Ok(()) };
+    match r.finish(report) {
+        Ok(files) => {
+            let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+            println!("results     {}", names.join(", "));
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(ExitCode::from(EXIT_BAD_INPUT))
+        }
+    }
+}
+
 /// Prints a run's report, writes its JSON if asked, and names every failed check: the exit
 /// code to end with when the file cannot be written or a check failed.
 fn finish_report(report: &atoll_runner::Report, json: Option<&PathBuf>) -> Result<(), ExitCode> {
@@ -480,17 +499,8 @@ fn bench(a: BenchArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return run_failed(&e, ""),
     };
-    if let Some(r) = &results {
-        match r.finish(&report) {
-            Ok(files) => {
-                let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-                println!("results     {}", names.join(", "));
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(EXIT_BAD_INPUT);
-            }
-        }
+    if let Err(code) = write_results(results.as_ref(), &report) {
+        return code;
     }
     if let Err(code) = finish_report(&report, a.json.as_ref()) {
         return code;
@@ -1069,13 +1079,30 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         exe,
         hosts,
     };
+    cluster_run(&cfg, &cc, &bench_args)
+}
+
+/// Runs a checked cluster configuration: its outputs opened first, its progress printed.
+fn cluster_run(
+    cfg: &RunConfig,
+    cc: &atoll_cluster::ClusterConfig,
+    bench_args: &BenchArgs,
+) -> ExitCode {
     // Ctrl-C reaches the node processes started here too (one process group): each ends
     // its run early, and the report, JSON and history cover what was measured.
     interrupt::install().unwrap_or_else(|e| eprintln!("warning: {e}"));
-    let report = match cluster::run_cluster(&cfg, &cc) {
+    let results = match open_outputs(bench_args) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let print = progress_printer(bench_args.quiet, results.as_ref());
+    let report = match atoll_cluster::run_cluster(cfg, cc, &print) {
         Ok(r) => r,
         Err(e) => return cluster_failed(&e),
     };
+    if let Err(code) = write_results(results.as_ref(), &report) {
+        return code;
+    }
     if let Err(code) = finish_report(&report, bench_args.json.as_ref()) {
         return code;
     }

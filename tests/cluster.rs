@@ -348,6 +348,73 @@ fn ucx_cluster_json_names_the_transport_and_how_each_verb_travels() {
 }
 
 #[test]
+fn ucx_cluster_prints_its_phases_and_the_clusters_progress_as_the_nodes_send_it_and_writes_results()
+{
+    let _one = serial();
+    if !ucx_built() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("atoll-cluster-progress-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, results) = (dir.join("r.json"), dir.join("results"));
+    let (code, out, err) = cluster(&[
+        "cluster",
+        "--nodes",
+        "2",
+        "--transport",
+        "shm",
+        "bench",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.2",
+        "--progress-interval",
+        "0.2",
+        "-p",
+        "accounts=1000",
+        "--json",
+        json.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let at = |what: &str| {
+        out.find(what)
+            .unwrap_or_else(|| panic!("no {what:?} in:\n{out}"))
+    };
+    assert!(at("[loading]") < at("[running]") && at("[running]") < at("[checking]"));
+    // Every interval of the run (warm-up included), each merged from both nodes' workers.
+    let lines = out
+        .lines()
+        .filter(|l| l.contains("committed tx/s  abort rate"))
+        .count();
+    assert!(lines >= 5, "{lines} progress lines in:\n{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let progress = v["progress"].as_array().unwrap();
+    assert_eq!(progress.len(), lines, "{out}");
+    let committed: u64 = progress
+        .iter()
+        .map(|p| p["committed"].as_u64().unwrap())
+        .sum();
+    assert!(committed > 0 && v["passed"] == true, "{out}");
+    let csv = std::fs::read_to_string(results.join("intervals.csv")).unwrap();
+    assert_eq!(csv.lines().count(), lines + 1, "{csv}");
+    // A bad output path is refused before any node starts.
+    let (code, _, err) = cluster(&[
+        "cluster",
+        "--nodes",
+        "2",
+        "bench",
+        "--json",
+        "/nonexistent/dir/r.json",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--json /nonexistent/dir/r.json"), "{err}");
+}
+
+#[test]
 fn ucx_cluster_history_holds_every_nodes_attempts_in_one_file_and_checks_serializable() {
     let _one = serial();
     if !ucx_built() {

@@ -594,7 +594,7 @@ pub fn run(
     let mut transports = Vec::new();
     for &t in &cfg.transports {
         let figures = cluster::with_nodes(NODES, exe, |hub| {
-            hub.run_nodes(&args, t, run)?;
+            hub.run_nodes(&args, t, run, &|| {})?;
             let finish = Instant::now() + Duration::from_secs(FINISH_S_MAX);
             let summaries = hub.gather("summary", finish)?;
             hub.broadcast(&Msg::Bye)?;

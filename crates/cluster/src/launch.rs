@@ -7,7 +7,9 @@ use atoll_protocols::ProtocolVisitor;
 use atoll_runner::config::RunConfig;
 use atoll_runner::driver::{RunFacts, StoppedNodes};
 use atoll_runner::node::{NodeChecks, NodeSummary};
-use atoll_runner::report::Report;
+use atoll_runner::pulse::Pulse;
+use atoll_runner::report::{Progress, ProgressFn, Report};
+use atoll_runner::run::collect_progress;
 use atoll_txn::Protocol;
 use atoll_workloads::{Workload, WorkloadVisitor};
 use std::net::{TcpListener, TcpStream};
@@ -98,6 +100,11 @@ pub(crate) struct Hub {
     labels: Vec<String>,
     /// Stops the coordinator's heartbeat thread.
     beats: Arc<AtomicBool>,
+    /// Where the nodes' progress intervals go while a run's are collected.
+    intervals: Option<mpsc::Sender<atoll_runner::stats::Interval>>,
+    /// The highest interval index a run can close (a larger one is malformed, and would
+    /// grow the collector's pending intervals without bound).
+    interval_index_max: u64,
 }
 
 impl Drop for Hub {
@@ -129,6 +136,8 @@ impl Hub {
             children,
             labels,
             beats,
+            intervals: None,
+            interval_index_max: 0,
         })
     }
 
@@ -167,6 +176,7 @@ impl Hub {
         args: &[String],
         transport: Transports,
         run: Duration,
+        started: &dyn Fn(),
     ) -> Result<Instant, ClusterError> {
         self.broadcast(&Msg::Config {
             version: PROTOCOL_VERSION,
@@ -186,6 +196,7 @@ impl Hub {
         self.broadcast(&Msg::Directory { nodes })?;
         self.gather("ready", startup)?;
         self.broadcast(&Msg::Start)?;
+        started();
         let run_end = Instant::now()
             + run
             + Duration::from_secs_f64(RUN_MARGIN_S)
@@ -193,6 +204,24 @@ impl Hub {
         self.gather("done", run_end)?;
         self.broadcast(&Msg::Stop)?;
         Ok(joined_at)
+    }
+
+    /// Node `i`'s progress interval, forwarded to the run's collector (if one listens).
+    fn interval(
+        &self,
+        i: u16,
+        interval: atoll_runner::stats::Interval,
+    ) -> Result<(), ClusterError> {
+        if interval.index > self.interval_index_max {
+            return Err(ClusterError::BadInput(format!(
+                "{} sent progress interval {}, beyond the run's last ({})",
+                self.labels[i as usize], interval.index, self.interval_index_max
+            )));
+        }
+        if let Some(tx) = &self.intervals {
+            let _ = tx.send(interval);
+        }
+        Ok(())
     }
 
     /// One `want` message from every node, in node order; any other message, a closed
@@ -222,6 +251,7 @@ impl Hub {
                 Ok((i, Ok(m))) if m.name() == want && got[i as usize].is_none() => {
                     got[i as usize] = Some(m)
                 }
+                Ok((i, Ok(Msg::Interval { interval }))) => self.interval(i, interval)?,
                 Ok((i, Ok(Msg::Failed { bad_input, message }))) => {
                     return Err(if bad_input {
                         ClusterError::BadInput(message)
@@ -460,33 +490,42 @@ pub fn ucx_available() -> Result<(), ClusterError> {
 
 /// `atoll cluster ... bench`: runs `cfg` on `cfg.nodes` node processes over UCX and
 /// returns the same report `atoll bench` builds, with the transport's verbs described.
-pub fn run_cluster(cfg: &RunConfig, cc: &ClusterConfig) -> Result<Report, ClusterError> {
+/// Its progress (phases, the cluster's intervals as the nodes send them, heartbeats) goes to
+/// `progress`.
+pub fn run_cluster(
+    cfg: &RunConfig,
+    cc: &ClusterConfig,
+    progress: &ProgressFn<'_>,
+) -> Result<Report, ClusterError> {
     cfg.validate()?;
     ucx_available()?;
     struct V<'a> {
         cfg: &'a RunConfig,
         cc: &'a ClusterConfig,
+        progress: &'a ProgressFn<'a>,
     }
     impl ProtocolVisitor for V<'_> {
         type Out = Result<Report, ClusterError>;
         fn visit<P: Protocol>(self) -> Self::Out {
-            let (cfg, cc) = (self.cfg, self.cc);
+            let (cfg, cc, progress) = (self.cfg, self.cc, self.progress);
             atoll_txn::check_plan::<P>(&cfg.plan)
                 .map_err(|e| ClusterError::BadInput(format!("plan {}: {e}", cfg.plan)))?;
             struct Coordinate<'a, P> {
                 cfg: &'a RunConfig,
                 cc: &'a ClusterConfig,
+                progress: &'a ProgressFn<'a>,
                 protocol: std::marker::PhantomData<fn() -> P>,
             }
             impl<P: Protocol> WorkloadVisitor for Coordinate<'_, P> {
                 type Out = Result<Report, ClusterError>;
                 fn visit<W: Workload>(self, w: W) -> Self::Out {
-                    coordinate::<W, P>(self.cfg, w, self.cc)
+                    coordinate::<W, P>(self.cfg, w, self.cc, self.progress)
                 }
             }
             let v = Coordinate::<P> {
                 cfg,
                 cc,
+                progress,
                 protocol: std::marker::PhantomData,
             };
             cfg.workload
@@ -494,7 +533,7 @@ pub fn run_cluster(cfg: &RunConfig, cc: &ClusterConfig) -> Result<Report, Cluste
                 .map_err(|e| ClusterError::BadInput(e.0))?
         }
     }
-    cfg.protocol.dispatch(V { cfg, cc })
+    cfg.protocol.dispatch(V { cfg, cc, progress })
 }
 
 /// Without `--memory-max`, each memory node of an `atoll cluster` run has room for its
@@ -531,6 +570,7 @@ pub(crate) fn coordinate<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: W,
     cc: &ClusterConfig,
+    progress: &ProgressFn<'_>,
 ) -> Result<Report, ClusterError> {
     let wall = Instant::now();
     let mut cfg = cfg.clone();
@@ -571,7 +611,7 @@ pub(crate) fn coordinate<W: Workload, P: Protocol>(
         None => start_nodes(cfg.nodes, &cc.exe)?,
     };
     with_hub(hub, |hub| {
-        coordinate_nodes::<W, P>(cfg, &w, cc, hub, wall, &sizing, &probe)
+        coordinate_nodes::<W, P>(cfg, &w, cc, hub, (wall, progress), &sizing, &probe)
     })
 }
 
@@ -606,16 +646,55 @@ pub(crate) fn coordinate_nodes<W: Workload, P: Protocol>(
     w: &W,
     cc: &ClusterConfig,
     hub: &mut Hub,
-    wall: Instant,
+    run_at: (Instant, &ProgressFn<'_>),
     sizing: &atoll_runner::sizing::Sizing,
     probe: &atoll_runner::env::Probe,
 ) -> Result<Report, ClusterError> {
+    let (wall, progress) = run_at;
     let run = Duration::from_secs_f64(cfg.warmup_s + cfg.duration_s);
-    let joined_at = hub.run_nodes(&cc.bench_args, cc.transport, run)?;
+    let pulse = Pulse::new(progress);
+    let workers = cfg.nodes as usize * cfg.threads as usize;
+    let interval_ns = (cfg.progress_interval_s * 1e9).max(1e6) as u64;
+    // The last interval a run closes, with room for one closed after the end it was told.
+    hub.interval_index_max = (run.as_nanos() as u64 / interval_ns).saturating_add(2);
+    let budget_bytes = cfg.memory_max_bytes.unwrap_or(0) / cfg.nodes.max(1) as u64;
+    let (ran, lines) = std::thread::scope(|s| {
+        s.spawn(|| {
+            pulse.beat(&|phase, wall_s| match phase {
+                "running" => format!("{wall_s:.0} s of {:.1} s", run.as_secs_f64()),
+                _ => String::new(),
+            })
+        });
+        let (tx, rx) = mpsc::channel();
+        let report = |p: &Progress<'_>| pulse.report(p);
+        let printer =
+            s.spawn(move || collect_progress(rx, workers, interval_ns, budget_bytes, &report));
+        hub.intervals = Some(tx);
+        pulse.phase(
+            "loading",
+            &format!("{} node processes load their tables", cfg.nodes),
+        );
+        let started = || pulse.phase("running", "");
+        // Every interval arrives before its node's summary: both are gathered here.
+        let ran = hub
+            .run_nodes(&cc.bench_args, cc.transport, run, &started)
+            .and_then(|joined_at| {
+                let finish = Instant::now() + Duration::from_secs(FINISH_S_MAX);
+                Ok((joined_at, hub.gather("summary", finish)?))
+            });
+        hub.intervals = None;
+        let lines = printer.join().expect("the progress collector panicked");
+        if ran.is_ok() {
+            pulse.phase("checking", "");
+        }
+        pulse.stop();
+        (ran, lines)
+    });
+    let (joined_at, summaries) = ran?;
     let load_s = joined_at.duration_since(wall).as_secs_f64();
     let facts = RunFacts {
         warmup_end_ns: (cfg.warmup_s * 1e9) as u64,
-        progress: Vec::new(),
+        progress: lines,
         load_s,
         wall_s: 0.0,
         os_threads: cfg.nodes as usize * cfg.threads as usize,
@@ -633,6 +712,7 @@ pub(crate) fn coordinate_nodes<W: Workload, P: Protocol>(
     let mut nodes = HubNodes {
         hub: &mut *hub,
         finish: Instant::now() + Duration::from_secs(FINISH_S_MAX),
+        summaries: Some(summaries),
     };
     let mut report =
         atoll_runner::driver::conclude::<W, P, _>(cfg, w, &mut nodes, facts, wall, |committed| {
@@ -696,6 +776,8 @@ fn join_history_parts(
 struct HubNodes<'a> {
     hub: &'a mut Hub,
     finish: Instant,
+    /// The nodes' `summary` messages, gathered with their last intervals.
+    summaries: Option<Vec<Msg>>,
 }
 
 impl<W: Workload> StoppedNodes<W> for HubNodes<'_> {
@@ -703,12 +785,11 @@ impl<W: Workload> StoppedNodes<W> for HubNodes<'_> {
 
     fn summaries(&mut self) -> Result<Vec<NodeSummary<W::Ledger>>, ClusterError> {
         let mut summaries = Vec::new();
-        for (i, m) in self
-            .hub
-            .gather("summary", self.finish)?
-            .into_iter()
-            .enumerate()
-        {
+        let gathered = match self.summaries.take() {
+            Some(g) => g,
+            None => self.hub.gather("summary", self.finish)?,
+        };
+        for (i, m) in gathered.into_iter().enumerate() {
             let Msg::Summary { summary } = m else {
                 unreachable!("gather checked the name")
             };

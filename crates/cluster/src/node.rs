@@ -582,9 +582,15 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
         None => None,
     };
     let shared = Arc::new(RunShared::new(w, &layout, cfg, history_out, None));
-    // Progress lines stay in the node: the coordinator prints the summary only.
+    // Each interval goes to the coordinator as it closes: it prints the cluster's progress.
+    // One that cannot be sent is dropped; the connection's failure ends the run anyway.
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
-    let drain = std::thread::spawn(move || for _ in rx_iv {});
+    let to_coordinator = link.conn.clone();
+    let drain = std::thread::spawn(move || {
+        for interval in rx_iv {
+            let _ = to_coordinator.send(&Msg::Interval { interval });
+        }
+    });
     let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
         node_coroutines::<W, P>(core, &shared, &runtime, cfg.coroutines, &tx_iv)
     };

@@ -87,6 +87,10 @@ pub enum Msg {
     },
     Ready,
     Start,
+    /// A node's worker closed a progress interval (sent as the run goes, before `summary`).
+    Interval {
+        interval: atoll_runner::stats::Interval,
+    },
     Done,
     Stop,
     Summary {
@@ -117,6 +121,7 @@ impl Msg {
             Msg::Directory { .. } => "directory",
             Msg::Ready => "ready",
             Msg::Start => "start",
+            Msg::Interval { .. } => "interval",
             Msg::Done => "done",
             Msg::Stop => "stop",
             Msg::Summary { .. } => "summary",

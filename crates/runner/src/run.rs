@@ -254,26 +254,27 @@ fn run_with<W: Workload, P: Protocol>(
 ) -> Result<Report, RunError> {
     let pulse = crate::pulse::Pulse::new(progress);
     // How far a phase is, for the heartbeat: the share of the tables loaded (from what the
-    // budget holds) and when the load ends; a simulation's virtual time.
-    let loading = std::sync::OnceLock::<(Arc<atoll_storage::MemoryBudget>, u64, u64)>::new();
+    // budget holds), as records, and when the load ends; a simulation's virtual time.
+    let loading = std::sync::OnceLock::<LoadWatch>::new();
     let virtual_now = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let detail = |phase: &'static str, wall_s: f64| match phase {
-        "loading" => loading
-            .get()
-            .map_or(String::new(), |(budget, base, expected)| {
-                let done =
-                    budget.used_bytes().saturating_sub(*base) as f64 / (*expected).max(1) as f64;
-                let eta = if done > 0.0 {
-                    wall_s * (1.0 - done).max(0.0) / done
-                } else {
-                    f64::NAN
-                };
-                format!(
-                    "{:.0}% of the tables' {} loaded, about {eta:.0} s left",
-                    100.0 * done.min(1.0),
-                    crate::sizing::human_bytes(*expected)
-                )
-            }),
+        "loading" => loading.get().map_or(String::new(), |l| {
+            let done = (l.budget.used_bytes().saturating_sub(l.base_bytes) as f64
+                / l.expected_bytes.max(1) as f64)
+                .min(1.0);
+            let eta = if done > 0.0 {
+                wall_s * (1.0 - done).max(0.0) / done
+            } else {
+                f64::NAN
+            };
+            format!(
+                "about {} of {} records ({:.0}% of the tables' {}), about {eta:.0} s left",
+                (done * l.records as f64) as u64,
+                l.records,
+                100.0 * done,
+                crate::sizing::human_bytes(l.expected_bytes)
+            )
+        }),
         "running" if matches!(cfg.fabric, Fabric::Sim { .. }) => {
             let (v, total) = (
                 virtual_now.load(Ordering::Relaxed) as f64 / 1e9,
@@ -296,13 +297,22 @@ fn run_with<W: Workload, P: Protocol>(
     })
 }
 
+/// What the heartbeat of a run's load reads: the budget's growth since the load began
+/// against the tables' expected bytes, and the records they hold at start.
+struct LoadWatch {
+    budget: Arc<atoll_storage::MemoryBudget>,
+    base_bytes: u64,
+    expected_bytes: u64,
+    records: u64,
+}
+
 /// [`run_with`]'s phases, each announced to `pulse`.
 fn run_phases<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: W,
     wire: SummaryWire,
     pulse: &crate::pulse::Pulse<'_>,
-    loading: &std::sync::OnceLock<(Arc<atoll_storage::MemoryBudget>, u64, u64)>,
+    loading: &std::sync::OnceLock<LoadWatch>,
     virtual_now: &Arc<std::sync::atomic::AtomicU64>,
 ) -> Result<Report, RunError> {
     let progress = |p: &crate::report::Progress<'_>| pulse.report(p);
@@ -311,11 +321,25 @@ fn run_phases<W: Workload, P: Protocol>(
     let sizing = &prepared.layout.sizing;
     let expected = sizing.table_start_bytes * sizing.memory_nodes as u64;
     let budget = prepared.layout.budget.clone();
-    let _ = loading.set((budget.clone(), budget.used_bytes(), expected));
+    let catalog = &prepared.layout.catalog;
+    let records: u64 = (0..catalog.table_count())
+        .map(|t| {
+            catalog
+                .spec(atoll_storage::TableId(t as u16))
+                .capacity_per_node as u64
+        })
+        .sum::<u64>()
+        * catalog.nodes as u64;
+    let _ = loading.set(LoadWatch {
+        base_bytes: budget.used_bytes(),
+        budget,
+        expected_bytes: expected,
+        records,
+    });
     pulse.phase(
         "loading",
         &format!(
-            "{} of tables on {} nodes",
+            "{records} records, {} of tables on {} nodes",
             crate::sizing::human_bytes(expected),
             sizing.memory_nodes
         ),
@@ -534,7 +558,13 @@ fn execute<W: Workload, P: Protocol>(
     let (tx_iv, rx_iv) = mpsc::channel::<Interval>();
     std::thread::scope(|s| {
         let printer = s.spawn(|| {
-            collect_progress(rx_iv, workers, shared.interval_ns, &shared.budget, progress)
+            collect_progress(
+                rx_iv,
+                workers,
+                shared.interval_ns,
+                shared.budget.limit_bytes(),
+                progress,
+            )
         });
         // A worker's co-routines belong to its node's runtime.
         let spawn = |core: &Rc<atoll_fabric::WorkerCore>| -> Vec<Coroutine> {
@@ -753,11 +783,14 @@ fn summarise<W: Workload, P: Protocol>(
     })
 }
 
-fn collect_progress(
+/// The cluster's progress lines from every worker's intervals (`workers` of each, in any
+/// order), each reported as it completes: an `atoll cluster` coordinator feeds it what its
+/// node processes send. `budget_bytes` is the budget an interval's memory is held against.
+pub fn collect_progress(
     rx: mpsc::Receiver<Interval>,
     workers: usize,
     interval_ns: u64,
-    budget: &atoll_storage::MemoryBudget,
+    budget_bytes: u64,
     progress: &ProgressFn<'_>,
 ) -> Vec<ProgressLine> {
     let mut pending: BTreeMap<u64, (usize, Interval)> = BTreeMap::new();
@@ -811,8 +844,7 @@ fn collect_progress(
                 latency_ns: Some(iv.latency_ns.clone()),
                 memory_bytes: iv.memory_bytes,
                 budget_reached_in_s: (grew > 0).then(|| {
-                    budget.limit_bytes().saturating_sub(iv.memory_bytes) as f64
-                        / (grew as f64 / secs)
+                    budget_bytes.saturating_sub(iv.memory_bytes) as f64 / (grew as f64 / secs)
                 }),
             };
             progress(&crate::report::Progress::Interval(&line));

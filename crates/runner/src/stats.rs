@@ -75,14 +75,16 @@ impl Touched {
     }
 }
 
-/// What one progress interval saw on one worker.
-#[derive(Clone)]
+/// What one progress interval saw on one worker (an `atoll cluster` node sends each to its
+/// coordinator as it closes).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Interval {
     pub index: u64,
     pub committed: u64,
     pub aborted: u64,
     /// Aborted attempts by reason (`Abort::index`).
     pub aborts: [u64; Abort::COUNT],
+    #[serde(with = "histogram_buckets")]
     pub latency_ns: Histogram<u64>,
     /// What the run's budget held when the worker closed the interval.
     pub memory_bytes: u64,
