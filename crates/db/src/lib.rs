@@ -41,6 +41,7 @@
 //! co-routine, on any fabric, the simulator with its faults included: the same seed gives
 //! the same transactions in the same order.
 
+mod record;
 mod schema;
 mod source;
 mod tx;
@@ -52,9 +53,10 @@ pub use atoll_runner::config::{Fabric, FaultConfig};
 pub use atoll_runner::{Report, RunConfig};
 pub use atoll_storage::TableId;
 pub use atoll_txn::{Abort, Isolation, Plan};
+pub use record::Key;
 pub use schema::{
-    Loader, Schema, Table, TxnType, RECORD_WORDS_MAX, TABLES_MAX, TXN_TYPES_MAX,
-    WRITE_SET_MAX_DEFAULT, WRITE_SET_MAX_LIMIT,
+    key_hash_default, KeyHash, Loader, Schema, Table, TxnType, KEY_BYTES_MAX, RECORD_WORDS_MAX,
+    TABLES_MAX, TXN_TYPES_MAX, WRITE_SET_MAX_DEFAULT, WRITE_SET_MAX_LIMIT,
 };
 pub use tx::{OpError, Tx, TxError, TxFuture, SCAN_LIMIT_MAX};
 
@@ -180,6 +182,7 @@ where
                 Err(TxError::Aborted { reason, .. }) => Err(Stop::Abort(reason)),
                 Err(TxError::NodeFailed) => Err(Stop::Abort(Abort::NodeFailed)),
                 Err(TxError::Misuse(m)) => Err(Stop::Misuse(m)),
+                Err(TxError::KeyCollision(m)) => Err(Stop::KeyCollision(m)),
                 Err(TxError::Unknown | TxError::Closed) => Err(Stop::Misuse(
                     "a transaction returned TxError::Unknown or Closed, which only the engine gives"
                         .into(),
@@ -197,6 +200,7 @@ fn typed<T: 'static, E: 'static>(a: Answer) -> Result<T, TxError<E>> {
             *e.downcast::<E>().expect("a user error of its type"),
         )),
         Answer::Misuse(m) => Err(TxError::Misuse(m)),
+        Answer::KeyCollision(m) => Err(TxError::KeyCollision(m)),
         Answer::Aborted { reason, attempts } => Err(TxError::Aborted { reason, attempts }),
         Answer::NodeFailed => Err(TxError::NodeFailed),
         Answer::Unknown => Err(TxError::Unknown),
@@ -235,8 +239,7 @@ fn library(cfg: &RunConfig, schema: Schema, source: Source) -> Result<Library, D
     let nodes = cfg.memory_nodes();
     let counts = schema.count_load(nodes).map_err(DbError::Config)?;
     let specs = schema.specs(nodes, &counts);
-    let words = schema.table_words().into_values().collect();
-    let ordered = schema.tables.iter().map(|t| t.ordered).collect();
+    let tables = schema.metas();
     // Named once per database: a report's per-type counters hold `&'static str`.
     let types: Vec<&'static str> = schema
         .txn_types
@@ -246,8 +249,7 @@ fn library(cfg: &RunConfig, schema: Schema, source: Source) -> Result<Library, D
     Ok(Library {
         schema,
         specs,
-        words,
-        ordered,
+        tables,
         types: Box::leak(types.into_boxed_slice()),
         source,
         counters: Arc::default(),

@@ -1,7 +1,6 @@
 //! What a database holds: its tables, the records it starts with, and its transaction types.
 
 use atoll_storage::{Partition, Store, TableId, TableSpec};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Most words of one record a table may declare: a record travels in one verb.
@@ -11,13 +10,62 @@ pub const TABLES_MAX: usize = 256;
 /// Most transaction types one schema may declare (each has its own counters in a report).
 pub const TXN_TYPES_MAX: usize = 64;
 
-/// One table: records of `record_words` 64-bit words under 64-bit keys.
+/// Most bytes of one byte key ([`Table::byte_keys`]).
+pub const KEY_BYTES_MAX: u32 = 1024;
+
+/// How a byte key becomes the engine's 64-bit key ([`Table::byte_keys_hashed_by`]).
+pub type KeyHash = fn(&[u8]) -> u64;
+
+/// One table: records of `record_words` 64-bit words (or typed values, [`Table::typed`])
+/// under 64-bit keys (or byte keys, [`Table::byte_keys`]).
 #[derive(Clone)]
 pub struct Table {
     pub(crate) name: String,
+    /// The words a caller reads and writes (a typed table's: its encoding's).
     pub(crate) record_words: u32,
+    /// A typed table's most encoded bytes.
+    pub(crate) typed_bytes_max: Option<u32>,
+    /// A byte-keyed table's most key bytes, and how its keys are hashed.
+    pub(crate) byte_keys: Option<(u32, KeyHash)>,
     pub(crate) ordered: bool,
     pub(crate) group: Option<Arc<dyn Fn(u64) -> u64 + Send + Sync>>,
+}
+
+/// What a transaction knows of one table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TableMeta {
+    /// Words of a record's value, as its caller sees them.
+    pub(crate) value_words: u32,
+    /// Words at a record's head holding its byte key (0: a 64-bit key).
+    pub(crate) key_words: u32,
+    pub(crate) key_hash: Option<KeyHash>,
+    pub(crate) typed_bytes_max: Option<u32>,
+    pub(crate) ordered: bool,
+}
+
+impl TableMeta {
+    /// Words the engine stores per record.
+    pub(crate) fn record_words(&self) -> u32 {
+        self.key_words + self.value_words
+    }
+}
+
+/// Words that hold `bytes` bytes behind a length word.
+pub(crate) fn words_for_bytes(bytes: u32) -> u32 {
+    1 + bytes.div_ceil(8)
+}
+
+/// The default hash of a byte key: FNV-1a over its bytes, then splitmix64's finalizer so
+/// that keys differing in their last byte land far apart.
+pub fn key_hash_default(key: &[u8]) -> u64 {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0100_0000_01b3;
+    let mut h = key
+        .iter()
+        .fold(FNV_OFFSET, |h, &b| (h ^ b as u64).wrapping_mul(FNV_PRIME));
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
 }
 
 impl std::fmt::Debug for Table {
@@ -37,8 +85,48 @@ impl Table {
         Table {
             name: name.to_string(),
             record_words,
+            typed_bytes_max: None,
+            byte_keys: None,
             ordered: false,
             group: None,
+        }
+    }
+
+    /// A table of typed values (any `serde` type, encoded as CBOR) of at most `bytes_max`
+    /// encoded bytes, read and written with [`crate::Tx::get_as`] and [`crate::Tx::put_as`].
+    pub fn typed(name: &str, bytes_max: u32) -> Table {
+        Table {
+            typed_bytes_max: Some(bytes_max),
+            ..Table::new(name, words_for_bytes(bytes_max))
+        }
+    }
+
+    /// Keys of up to `key_bytes_max` bytes (`&str`, `&[u8]`) instead of `u64`s, used with the
+    /// `_by` and `_as` methods of [`crate::Tx`]. The rule for collisions: a byte key is
+    /// stored under the 64-bit key [`key_hash_default`] makes of it, with its bytes at the
+    /// record's head. An access that finds another key's bytes there fails with
+    /// [`crate::TxError::KeyCollision`], and an insert whose hash another key holds aborts
+    /// `duplicate`: two keys of one hash cannot both be stored. With a 64-bit hash that is
+    /// about n²/2⁶⁵ for n keys (3·10⁻⁸ for a million). A byte-keyed table is not ordered
+    /// (its keys are placed by hash) and not grouped.
+    pub fn byte_keys(self, key_bytes_max: u32) -> Table {
+        self.byte_keys_hashed_by(key_bytes_max, key_hash_default)
+    }
+
+    /// [`Table::byte_keys`] with the caller's hash: the same bytes must always give the same
+    /// 64-bit key (a weak hash makes collisions likely; tests use one to make them).
+    pub fn byte_keys_hashed_by(mut self, key_bytes_max: u32, hash: KeyHash) -> Table {
+        self.byte_keys = Some((key_bytes_max, hash));
+        self
+    }
+
+    pub(crate) fn meta(&self) -> TableMeta {
+        TableMeta {
+            value_words: self.record_words,
+            key_words: self.byte_keys.map_or(0, |(b, _)| words_for_bytes(b)),
+            key_hash: self.byte_keys.map(|(_, h)| h),
+            typed_bytes_max: self.typed_bytes_max,
+            ordered: self.ordered,
         }
     }
 
@@ -141,11 +229,28 @@ impl Schema {
             ));
         }
         for t in &self.tables {
-            if t.record_words == 0 || t.record_words > RECORD_WORDS_MAX {
+            let words = t.meta().record_words();
+            if t.record_words == 0 || words > RECORD_WORDS_MAX {
                 return Err(format!(
-                    "table {}: record_words={} is out of range: expected 1..={RECORD_WORDS_MAX}",
-                    t.name, t.record_words
+                    "table {}: {words} words per record (record_words={}{}) is out of range: expected 1..={RECORD_WORDS_MAX}",
+                    t.name,
+                    t.record_words,
+                    t.byte_keys.map_or(String::new(), |(b, _)| format!(", byte keys of {b} bytes"))
                 ));
+            }
+            if let Some((b, _)) = t.byte_keys {
+                if b == 0 || b > KEY_BYTES_MAX {
+                    return Err(format!(
+                        "table {}: byte keys of {b} bytes: expected 1..={KEY_BYTES_MAX}",
+                        t.name
+                    ));
+                }
+                if t.ordered || t.group.is_some() {
+                    return Err(format!(
+                        "table {}: byte keys are placed by their hash, so the table cannot be ordered or grouped_by",
+                        t.name
+                    ));
+                }
             }
         }
         if !(1..=WRITE_SET_MAX_LIMIT).contains(&self.write_set_max) {
@@ -187,7 +292,7 @@ impl Schema {
                 let start = u32::try_from(start).unwrap_or(u32::MAX);
                 TableSpec {
                     name: t.name.clone(),
-                    payload_words: t.record_words,
+                    payload_words: t.meta().record_words(),
                     capacity_per_node: start,
                     capacity_max_per_node: None,
                     partition: partition(t, nodes),
@@ -216,12 +321,9 @@ impl Schema {
         }
     }
 
-    pub(crate) fn table_words(&self) -> BTreeMap<u16, u32> {
-        self.tables
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (i as u16, t.record_words))
-            .collect()
+    /// What transactions know of each table, by table id.
+    pub(crate) fn metas(&self) -> Vec<TableMeta> {
+        self.tables.iter().map(Table::meta).collect()
     }
 }
 
@@ -252,26 +354,69 @@ pub struct Loader<'a> {
 impl Loader<'_> {
     /// Puts record `key` of table `t` with `words` (as many as the table declares).
     pub fn put(&mut self, t: TableId, key: u64, words: &[u64]) {
+        self.put_by(t, key, words)
+    }
+
+    /// [`Loader::put`] by a byte key (or a `u64`).
+    pub fn put_by<'k>(&mut self, t: TableId, key: impl Into<crate::Key<'k>>, words: &[u64]) {
+        let key = key.into();
+        let located = self.table(t).and_then(|table| {
+            if words.len() != table.record_words as usize {
+                return Err(format!(
+                    "table {} key {key}: {} words, expected {}",
+                    table.name,
+                    words.len(),
+                    table.record_words
+                ));
+            }
+            crate::record::locate(t.0, &table.meta(), key)
+        });
+        match located {
+            Ok((k, mut head)) => {
+                head.extend_from_slice(words);
+                self.put_record(t, k, &head)
+            }
+            Err(e) => self.fail(e),
+        }
+    }
+
+    /// Puts `key` of a [`Table::typed`] table with a typed value.
+    pub fn put_as<'k, T: serde::Serialize + ?Sized>(
+        &mut self,
+        t: TableId,
+        key: impl Into<crate::Key<'k>>,
+        value: &T,
+    ) {
+        match self
+            .table(t)
+            .and_then(|table| crate::record::encode(t.0, &table.meta(), value))
+        {
+            Ok(words) => self.put_by(t, key, &words),
+            Err(e) => self.fail(e),
+        }
+    }
+
+    fn table(&self, t: TableId) -> Result<&Table, String> {
+        self.schema.tables.get(t.0 as usize).ok_or_else(|| {
+            format!(
+                "table id {} names no table: expected 0..{}",
+                t.0,
+                self.schema.tables.len()
+            )
+        })
+    }
+
+    /// The first error stops the load, which reports it.
+    fn fail(&mut self, e: String) {
+        self.error.get_or_insert(format!("load: {e}"));
+    }
+
+    /// Puts the whole record (a byte key's words first) under the engine's key.
+    fn put_record(&mut self, t: TableId, key: u64, words: &[u64]) {
         if self.error.is_some() {
             return;
         }
-        let Some(table) = self.schema.tables.get(t.0 as usize) else {
-            self.error = Some(format!(
-                "load: table id {} names no table: expected 0..{}",
-                t.0,
-                self.schema.tables.len()
-            ));
-            return;
-        };
-        if words.len() != table.record_words as usize {
-            self.error = Some(format!(
-                "load: table {} key {key}: {} words, expected {}",
-                table.name,
-                words.len(),
-                table.record_words
-            ));
-            return;
-        }
+        let table = &self.schema.tables[t.0 as usize];
         match &mut self.target {
             Target::Count(counts) => {
                 let node = home(table, key, self.nodes);

@@ -26,6 +26,7 @@ pub(crate) enum Stop {
     Abort(Abort),
     User(AnyBox),
     Misuse(String),
+    KeyCollision(String),
 }
 
 /// How a job ended, handed to whoever waits on it.
@@ -33,6 +34,7 @@ pub(crate) enum Answer {
     Committed(AnyBox),
     User(AnyBox),
     Misuse(String),
+    KeyCollision(String),
     Aborted { reason: Abort, attempts: u32 },
     NodeFailed,
     Unknown,
@@ -193,8 +195,7 @@ pub(crate) struct Counters {
 pub(crate) struct Library {
     pub(crate) schema: Schema,
     pub(crate) specs: Vec<TableSpec>,
-    pub(crate) words: Vec<u32>,
-    pub(crate) ordered: Vec<bool>,
+    pub(crate) tables: Vec<crate::schema::TableMeta>,
     pub(crate) types: &'static [&'static str],
     pub(crate) source: Source,
     pub(crate) counters: Arc<Counters>,
@@ -242,8 +243,8 @@ impl Workload for Library {
     }
 
     fn largest_write_set(&self) -> Vec<TableId> {
-        let widest = (0..self.words.len())
-            .max_by_key(|&i| self.words[i])
+        let widest = (0..self.tables.len())
+            .max_by_key(|&i| self.tables[i].record_words())
             .unwrap_or(0);
         vec![TableId(widest as u16); self.schema.write_set_max as usize]
     }
@@ -279,7 +280,7 @@ impl Workload for Library {
         input: &JobRef,
     ) -> Result<Effect, Abort> {
         self.counters.attempts.fetch_add(1, Ordering::Relaxed);
-        let mut t = Tx::new(tx, &self.words, &self.ordered, self.schema.write_set_max);
+        let mut t = Tx::new(tx, &self.tables, self.schema.write_set_max);
         let answer = match (input.0.body)(&mut t).await {
             Ok(value) => {
                 t.apply().await?;
@@ -289,8 +290,13 @@ impl Workload for Library {
             // Its reads commit alone, so the user's decision stands only on a consistent
             // state: a failed validation re-runs the closure.
             Err(Stop::User(e)) => Answer::User(e),
+            // Answered as they are, the attempt aborted so nothing it wrote is installed.
             Err(Stop::Misuse(m)) => {
                 *input.0.stash.lock().expect("no poisoned stash") = Some(Answer::Misuse(m));
+                return Err(Abort::UserAbort);
+            }
+            Err(Stop::KeyCollision(m)) => {
+                *input.0.stash.lock().expect("no poisoned stash") = Some(Answer::KeyCollision(m));
                 return Err(Abort::UserAbort);
             }
         };
@@ -373,7 +379,12 @@ impl Workload for Library {
             .map(|t| {
                 (
                     format!("table.{}", t.name),
-                    format!("{} words", t.record_words),
+                    match (t.typed_bytes_max, t.byte_keys) {
+                        (Some(b), _) => format!("typed, at most {b} bytes"),
+                        (None, _) => format!("{} words", t.record_words),
+                    } + &t.byte_keys.map_or(String::new(), |(b, _)| {
+                        format!(", byte keys of at most {b} bytes")
+                    }),
                 )
             })
             .collect();

@@ -1,6 +1,8 @@
 //! A transaction as the library's callers see it: [`Tx`] over the engine's `Txn` of any
 //! protocol, and the errors a transaction ends with.
 
+use crate::record::{self, Key};
+use crate::schema::TableMeta;
 use atoll_fabric::Words;
 use atoll_storage::TableId;
 use atoll_txn::{Abort, Protocol, Txn};
@@ -24,6 +26,9 @@ pub enum OpError {
     Abort(Abort),
     #[error("{0}")]
     Misuse(String),
+    /// A byte key's record holds another key of the same hash ([`crate::Table::byte_keys`]).
+    #[error("{0}")]
+    KeyCollision(String),
 }
 
 /// How a transaction ended without committing.
@@ -42,6 +47,10 @@ pub enum TxError<E> {
     /// set over [`crate::Schema::write_set_max`]). Nothing was installed.
     #[error("misuse: {0}")]
     Misuse(String),
+    /// A byte key hashes to a record another key holds: the two cannot both be stored
+    /// ([`crate::Table::byte_keys`] states the rule). Nothing was installed.
+    #[error("key collision: {0}")]
+    KeyCollision(String),
     /// A node did not answer before the transaction's log was written: nothing was
     /// installed, and the node stays down (no recovery yet).
     #[error("a node failed before the transaction logged: nothing was installed")]
@@ -64,6 +73,7 @@ impl<E> From<OpError> for TxError<E> {
                 attempts: 0,
             },
             OpError::Misuse(m) => TxError::Misuse(m),
+            OpError::KeyCollision(m) => TxError::KeyCollision(m),
         }
     }
 }
@@ -152,9 +162,8 @@ enum Pending {
 /// such an attempt fails its validation and re-runs, rather than end on a wrong decision).
 pub struct Tx<'a> {
     ops: &'a mut dyn Ops,
-    /// Words per record, by table id.
-    words: &'a [u32],
-    ordered: &'a [bool],
+    /// What each table holds, by table id.
+    tables: &'a [TableMeta],
     /// Records this attempt writes, against [`crate::Schema::write_set_max`]: a few, so a
     /// list searched in order beats a hash set (measured on SmallBank through the library).
     written: Vec<(u16, u64)>,
@@ -164,16 +173,10 @@ pub struct Tx<'a> {
 }
 
 impl<'a> Tx<'a> {
-    pub(crate) fn new(
-        ops: &'a mut dyn Ops,
-        words: &'a [u32],
-        ordered: &'a [bool],
-        write_set_max: u32,
-    ) -> Self {
+    pub(crate) fn new(ops: &'a mut dyn Ops, tables: &'a [TableMeta], write_set_max: u32) -> Self {
         Tx {
             ops,
-            words,
-            ordered,
+            tables,
             written: Vec::new(),
             write_set_max,
             pending: Vec::new(),
@@ -197,18 +200,58 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    fn table(&self, t: TableId) -> Result<u32, OpError> {
-        self.words.get(t.0 as usize).copied().ok_or_else(|| {
+    fn meta(&self, t: TableId) -> Result<&'a TableMeta, OpError> {
+        let tables = self.tables;
+        tables.get(t.0 as usize).ok_or_else(|| {
             OpError::Misuse(format!(
                 "table id {} names no table: expected 0..{}",
                 t.0,
-                self.words.len()
+                tables.len()
             ))
         })
     }
 
+    /// A table of 64-bit keys, the word methods' (a byte-keyed one is refused).
+    fn table(&self, t: TableId) -> Result<u32, OpError> {
+        let m = self.meta(t)?;
+        if m.key_hash.is_some() {
+            return Err(OpError::Misuse(format!(
+                "table {} has byte keys: use the _by or _as methods with a &str or &[u8] key",
+                t.0
+            )));
+        }
+        Ok(m.value_words)
+    }
+
+    /// Where `key` of `t` lives: the engine's key, and its bytes' words at the record's head.
+    fn locate(&self, t: TableId, key: Key<'_>) -> Result<(u64, Vec<u64>), OpError> {
+        record::locate(t.0, self.meta(t)?, key).map_err(OpError::Misuse)
+    }
+
+    /// A record's value: `words` past its `head`, which must name the key looked for.
+    fn strip(
+        &self,
+        t: TableId,
+        key: Key<'_>,
+        head: &[u64],
+        words: Words,
+    ) -> Result<Words, OpError> {
+        if head.is_empty() {
+            return Ok(words);
+        }
+        if words.get(..head.len()) != Some(head) {
+            let held = record::unpack(&words[..head.len().min(words.len())]).unwrap_or_default();
+            return Err(OpError::KeyCollision(format!(
+                "table {}: key {key} hashes to the record of key {}",
+                t.0,
+                Key::Bytes(&held)
+            )));
+        }
+        Ok(Words::from_slice(&words[head.len()..]))
+    }
+
     fn check_words(&self, t: TableId, key: u64, words: &[u64]) -> Result<(), OpError> {
-        let expected = self.table(t)?;
+        let expected = self.meta(t)?.value_words;
         if words.len() != expected as usize {
             return Err(OpError::Misuse(format!(
                 "table {} key {key}: {} words, expected {expected}",
@@ -248,21 +291,25 @@ impl<'a> Tx<'a> {
     /// exist, or listed by a scan.
     pub async fn get(&mut self, t: TableId, key: u64) -> Result<Words, OpError> {
         self.table(t)?;
+        self.read_raw(t, key, false).await
+    }
+
+    /// A record as stored (its key's words first, in a byte-keyed table).
+    async fn read_raw(&mut self, t: TableId, key: u64, update: bool) -> Result<Words, OpError> {
+        if update {
+            self.will_write(t, key)?;
+        }
         if let Some(own) = self.own(t, key) {
             return own;
         }
-        self.ops.read(t, key, false).await.map_err(OpError::Abort)
+        self.ops.read(t, key, update).await.map_err(OpError::Abort)
     }
 
     /// The record `key` of `t`, read to be written: locked (or marked for validation) now,
     /// so a conflict shows before the work that depends on it.
     pub async fn get_for_update(&mut self, t: TableId, key: u64) -> Result<Words, OpError> {
         self.table(t)?;
-        self.will_write(t, key)?;
-        if let Some(own) = self.own(t, key) {
-            return own;
-        }
-        self.ops.read(t, key, true).await.map_err(OpError::Abort)
+        self.read_raw(t, key, true).await
     }
 
     /// Reads several records in one batch, each stage's verbs to every node posted together
@@ -280,17 +327,21 @@ impl<'a> Tx<'a> {
 
     /// Sets record `key` of `t` (existing) to `words`, at commit.
     pub fn put(&mut self, t: TableId, key: u64, words: &[u64]) -> Result<(), OpError> {
+        self.table(t)?;
         self.check_words(t, key, words)?;
+        self.put_raw(t, key, words.to_vec())
+    }
+
+    /// Sets the record `key` of `t` to `record` (its key's words first, if byte-keyed).
+    fn put_raw(&mut self, t: TableId, key: u64, record: Vec<u64>) -> Result<(), OpError> {
         self.will_write(t, key)?;
         match self.pending(t, key) {
-            None => self
-                .pending
-                .push(((t.0, key), Pending::Put(words.to_vec()))),
+            None => self.pending.push(((t.0, key), Pending::Put(record))),
             Some(i) => {
                 let p = &mut self.pending[i].1;
                 *p = match p {
-                    Pending::Put(_) => Pending::Put(words.to_vec()),
-                    Pending::Insert(_) => Pending::Insert(words.to_vec()),
+                    Pending::Put(_) => Pending::Put(record),
+                    Pending::Insert(_) => Pending::Insert(record),
                     Pending::Delete => return Err(OpError::Abort(Abort::NotFound)),
                 };
             }
@@ -300,15 +351,18 @@ impl<'a> Tx<'a> {
 
     /// Inserts record `key` of `t` at commit; a key already there aborts (`duplicate`).
     pub fn insert(&mut self, t: TableId, key: u64, words: &[u64]) -> Result<(), OpError> {
+        self.table(t)?;
         self.check_words(t, key, words)?;
+        self.insert_raw(t, key, words.to_vec())
+    }
+
+    fn insert_raw(&mut self, t: TableId, key: u64, record: Vec<u64>) -> Result<(), OpError> {
         self.will_write(t, key)?;
         match self.pending(t, key) {
-            None => self
-                .pending
-                .push(((t.0, key), Pending::Insert(words.to_vec()))),
+            None => self.pending.push(((t.0, key), Pending::Insert(record))),
             // Deleted and inserted again in one transaction: the record stays, changed.
             Some(i) if self.pending[i].1 == Pending::Delete => {
-                self.pending[i].1 = Pending::Put(words.to_vec())
+                self.pending[i].1 = Pending::Put(record)
             }
             Some(_) => return Err(OpError::Abort(Abort::Duplicate)),
         }
@@ -319,13 +373,29 @@ impl<'a> Tx<'a> {
     /// read for update now.
     pub async fn delete(&mut self, t: TableId, key: u64) -> Result<(), OpError> {
         self.table(t)?;
+        self.delete_raw(t, Key::Int(key), key, &[]).await
+    }
+
+    /// Deletes the record `key` of `t` whose head is `head` (a byte key's words).
+    async fn delete_raw(
+        &mut self,
+        t: TableId,
+        shown: Key<'_>,
+        key: u64,
+        head: &[u64],
+    ) -> Result<(), OpError> {
         self.will_write(t, key)?;
         match self.pending(t, key) {
             None => {
-                self.ops.read(t, key, true).await.map_err(OpError::Abort)?;
+                let words = self.ops.read(t, key, true).await.map_err(OpError::Abort)?;
+                self.strip(t, shown, head, words)?;
                 self.pending.push(((t.0, key), Pending::Delete));
             }
-            Some(i) => match self.pending[i].1 {
+            Some(i) => match &self.pending[i].1 {
+                Pending::Put(w) | Pending::Insert(w) if !w.starts_with(head) => {
+                    let w = Words::from_slice(w);
+                    return self.strip(t, shown, head, w).map(drop);
+                }
                 // Inserted by this attempt: it never was.
                 Pending::Insert(_) => {
                     self.pending.remove(i);
@@ -335,6 +405,115 @@ impl<'a> Tx<'a> {
             },
         }
         Ok(())
+    }
+
+    /// [`Tx::get`] by a byte key (or a `u64` on a table of `u64` keys): the record's value.
+    pub async fn get_by<'k>(
+        &mut self,
+        t: TableId,
+        key: impl Into<Key<'k>>,
+    ) -> Result<Words, OpError> {
+        let key = key.into();
+        let (k, head) = self.locate(t, key)?;
+        let words = self.read_raw(t, k, false).await?;
+        self.strip(t, key, &head, words)
+    }
+
+    /// [`Tx::get_for_update`] by a byte key (or a `u64`).
+    pub async fn get_for_update_by<'k>(
+        &mut self,
+        t: TableId,
+        key: impl Into<Key<'k>>,
+    ) -> Result<Words, OpError> {
+        let key = key.into();
+        let (k, head) = self.locate(t, key)?;
+        let words = self.read_raw(t, k, true).await?;
+        self.strip(t, key, &head, words)
+    }
+
+    /// [`Tx::put`] by a byte key (or a `u64`): the record must exist. A byte-keyed one is
+    /// read for update first, so a write never lands on another key of the same hash.
+    pub async fn put_by<'k>(
+        &mut self,
+        t: TableId,
+        key: impl Into<Key<'k>>,
+        words: &[u64],
+    ) -> Result<(), OpError> {
+        let key = key.into();
+        let (k, mut head) = self.locate(t, key)?;
+        self.check_words(t, k, words)?;
+        if !head.is_empty() {
+            let held = self.read_raw(t, k, true).await?;
+            self.strip(t, key, &head, held)?;
+        }
+        head.extend_from_slice(words);
+        self.put_raw(t, k, head)
+    }
+
+    /// [`Tx::insert`] by a byte key (or a `u64`).
+    pub fn insert_by<'k>(
+        &mut self,
+        t: TableId,
+        key: impl Into<Key<'k>>,
+        words: &[u64],
+    ) -> Result<(), OpError> {
+        let (k, mut head) = self.locate(t, key.into())?;
+        self.check_words(t, k, words)?;
+        head.extend_from_slice(words);
+        self.insert_raw(t, k, head)
+    }
+
+    /// [`Tx::delete`] by a byte key (or a `u64`).
+    pub async fn delete_by<'k>(
+        &mut self,
+        t: TableId,
+        key: impl Into<Key<'k>>,
+    ) -> Result<(), OpError> {
+        let key = key.into();
+        let (k, head) = self.locate(t, key)?;
+        self.delete_raw(t, key, k, &head).await
+    }
+
+    /// The typed value of `key` in a [`crate::Table::typed`] table.
+    pub async fn get_as<'k, T: serde::de::DeserializeOwned>(
+        &mut self,
+        t: TableId,
+        key: impl Into<Key<'k>>,
+    ) -> Result<T, OpError> {
+        let words = self.get_by(t, key).await?;
+        record::decode(t.0, self.meta(t)?, &words).map_err(OpError::Misuse)
+    }
+
+    /// [`Tx::get_as`], read to be written ([`Tx::get_for_update`]).
+    pub async fn get_for_update_as<'k, T: serde::de::DeserializeOwned>(
+        &mut self,
+        t: TableId,
+        key: impl Into<Key<'k>>,
+    ) -> Result<T, OpError> {
+        let words = self.get_for_update_by(t, key).await?;
+        record::decode(t.0, self.meta(t)?, &words).map_err(OpError::Misuse)
+    }
+
+    /// Sets the typed value of `key` (existing) at commit.
+    pub async fn put_as<'k, T: serde::Serialize + ?Sized>(
+        &mut self,
+        t: TableId,
+        key: impl Into<Key<'k>>,
+        value: &T,
+    ) -> Result<(), OpError> {
+        let words = record::encode(t.0, self.meta(t)?, value).map_err(OpError::Misuse)?;
+        self.put_by(t, key, &words).await
+    }
+
+    /// Inserts `key` with a typed value at commit.
+    pub fn insert_as<'k, T: serde::Serialize + ?Sized>(
+        &mut self,
+        t: TableId,
+        key: impl Into<Key<'k>>,
+        value: &T,
+    ) -> Result<(), OpError> {
+        let words = record::encode(t.0, self.meta(t)?, value).map_err(OpError::Misuse)?;
+        self.insert_by(t, key, &words)
     }
 
     /// Up to `limit` keys of `t` in `[lo, hi]`, ascending, on the node holding `lo` (keep a
@@ -350,7 +529,7 @@ impl<'a> Tx<'a> {
         limit: u32,
     ) -> Result<Vec<u64>, OpError> {
         self.table(t)?;
-        if !self.ordered[t.0 as usize] {
+        if !self.meta(t)?.ordered {
             return Err(OpError::Misuse(format!(
                 "table {} keeps no ordered index to scan: declare it with Table::ordered",
                 t.0

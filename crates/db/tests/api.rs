@@ -1,7 +1,7 @@
 //! The library's contract, as its users meet it: random transactions through the API under
 //! every protocol (simulated with faults, and on real threads) with checked histories;
 //! conflicts retried and counted; user errors returned with nothing installed; misuse and
-//! bad schemas refused with typed errors.
+//! bad schemas refused with typed errors; typed records and byte keys, collisions typed.
 
 use atoll_check::{self as history, Mode};
 use atoll_db::{
@@ -351,4 +351,137 @@ fn api_a_bad_schema_or_option_is_refused_before_the_database_opens() {
     let (s, _, _) = schema();
     let sim = Options::default().simulated("edr-ib", "none", 1).unwrap();
     assert!(refused(s, sim).contains("atoll_db::run"));
+}
+
+/// A weak hash that makes byte keys collide: their length and first byte only.
+fn weak_hash(key: &[u8]) -> u64 {
+    ((key.len() as u64) << 8) | key.first().copied().unwrap_or(0) as u64
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Account {
+    owner: String,
+    cents: i64,
+    tags: Vec<String>,
+}
+
+#[test]
+fn api_typed_records_under_byte_keys_round_trip_and_a_hash_collision_is_a_typed_error() {
+    for protocol in Protocol::ALL {
+        let mut s = Schema::new();
+        let acct = s.table(Table::typed("accounts", 96).byte_keys(32));
+        let weak = s.table(Table::new("weak", 1).byte_keys_hashed_by(16, weak_hash));
+        let start = Account {
+            owner: "ada".into(),
+            cents: 1_000,
+            tags: vec!["gold".into()],
+        };
+        let loaded = start.clone();
+        s.load(move |l| {
+            l.put_as(acct, "acct-ada", &loaded);
+            l.put_by(weak, "ab", &[7]);
+        });
+        let o = Options::default().protocol(protocol).coroutines(2);
+        let db = Db::open(o, s).unwrap();
+        let name = protocol.name();
+        // Read, change and write a typed record by its byte key; insert another.
+        let r: Result<i64, TxError<()>> = db.transact(move |tx| {
+            Box::pin(async move {
+                let mut a: Account = tx.get_for_update_as(acct, "acct-ada").await?;
+                a.cents += 250;
+                a.tags.push("moved".into());
+                tx.put_as(acct, "acct-ada", &a).await?;
+                let b = Account {
+                    owner: "bob".into(),
+                    cents: 5,
+                    tags: vec![],
+                };
+                tx.insert_as(acct, "acct-bob", &b)?;
+                // This attempt's own writes are what it reads back.
+                let again: Account = tx.get_as(acct, "acct-ada").await?;
+                Ok(again.cents)
+            })
+        });
+        assert_eq!(r.unwrap(), 1_250, "{name}");
+        let (ada, bob): (Account, Account) = db
+            .transact(move |tx| {
+                Box::pin(async move {
+                    Ok::<_, TxError<()>>((
+                        tx.get_as(acct, "acct-ada").await?,
+                        tx.get_as(acct, "acct-bob").await?,
+                    ))
+                })
+            })
+            .unwrap();
+        assert_eq!(
+            (ada.cents, ada.tags.len(), bob.owner.as_str()),
+            (1_250, 2, "bob"),
+            "{name}"
+        );
+        // "ax" hashes as "ab" does: reading, writing or deleting it finds "ab"'s record.
+        for op in 0..3 {
+            let r: Result<(), TxError<()>> = db.transact(move |tx| {
+                Box::pin(async move {
+                    match op {
+                        0 => drop(tx.get_by(weak, "ax").await?),
+                        1 => tx.put_by(weak, "ax", &[9]).await?,
+                        _ => tx.delete_by(weak, "ax").await?,
+                    }
+                    Ok(())
+                })
+            });
+            match r {
+                Err(TxError::KeyCollision(m)) => {
+                    assert!(m.contains("\"ax\"") && m.contains("\"ab\""), "{name}: {m}")
+                }
+                other => panic!("{name}: op {op}: {other:?}"),
+            }
+        }
+        // Inserting it finds the hash taken.
+        let r: Result<(), TxError<()>> =
+            db.transact(move |tx| Box::pin(async move { Ok(tx.insert_by(weak, "ax", &[9])?) }));
+        assert!(
+            matches!(
+                r,
+                Err(TxError::Aborted {
+                    reason: atoll_db::Abort::Duplicate,
+                    ..
+                })
+            ),
+            "{name}: {r:?}"
+        );
+        // "ab" is untouched; misuse of keys and values is typed.
+        let r: Result<u64, TxError<()>> = db.transact(move |tx| {
+            Box::pin(async move {
+                let v = tx.get_by(weak, "ab").await?[0];
+                for bad in [
+                    tx.get(weak, 3).await.map(drop),
+                    tx.get_by(acct, 3u64).await.map(drop),
+                    tx.get_as::<Account>(weak, "ab").await.map(drop),
+                    tx.insert_by(acct, &[b'k'; 40], &[0; 13]),
+                    tx.insert_as(acct, "big", &"x".repeat(200)),
+                ] {
+                    assert!(matches!(bad, Err(atoll_db::OpError::Misuse(_))), "{bad:?}");
+                }
+                Ok(v)
+            })
+        });
+        assert_eq!(r.unwrap(), 7, "{name}");
+        assert!(db.close().unwrap().passed, "{name}");
+    }
+}
+
+#[test]
+fn api_a_byte_keyed_table_cannot_be_ordered_and_its_keys_have_a_bound() {
+    let refused = |t: Table| {
+        let mut s = Schema::new();
+        s.table(t);
+        match Db::open(Options::default(), s) {
+            Err(DbError::Config(m)) => m,
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    };
+    assert!(refused(Table::new("t", 1).ordered().byte_keys(8)).contains("cannot be ordered"));
+    assert!(refused(Table::new("t", 1).byte_keys(0)).contains("expected 1..=1024"));
+    assert!(refused(Table::typed("t", 40_000)).contains("out of range"));
 }
