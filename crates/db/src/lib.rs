@@ -312,8 +312,8 @@ impl Db {
             .name("atoll-db".into())
             .spawn(move || {
                 let r = atoll_runner::run_workload(&cfg, w, &|_| {}).map_err(run_error);
-                // Callers waiting for room, or submitting later, learn the run is over.
-                q.close();
+                // Callers waiting for room, queued, or submitting later learn the run is over.
+                q.abandon();
                 r
             })
             .map_err(|e| DbError::Run(format!("starting the engine's thread: {e}")))?;

@@ -164,6 +164,20 @@ impl Queue {
         }
     }
 
+    /// The engine stopped: no job is accepted, and those queued are dropped, each answered
+    /// [`Answer::Closed`] (none waits on a run that is over).
+    pub(crate) fn abandon(&self) {
+        let dropped: Vec<JobRef> = {
+            let mut q = self.jobs.lock().expect("no poisoned queue");
+            self.closed.store(true, Ordering::Release);
+            self.len.store(0, Ordering::Release);
+            self.room.notify_all();
+            q.drain(..).collect()
+        };
+        // Answered outside the lock: an answer wakes its caller.
+        drop(dropped);
+    }
+
     /// No job is accepted any more; those queued still run.
     pub(crate) fn close(&self) {
         let _q = self.jobs.lock().expect("no poisoned queue");
@@ -215,6 +229,12 @@ pub(crate) struct Effect {
 }
 
 impl Workload for Library {
+    /// A database's insert into a full budget aborts `table_full` and the database keeps
+    /// serving; a generated run (`atoll::run`) is a benchmark and stops there.
+    fn stops_at_the_memory_budget(&self) -> bool {
+        !matches!(self.source, Source::Queue(_))
+    }
+
     type Input = JobRef;
     type Effect = Effect;
     type Ledger = Ledger;
@@ -393,5 +413,37 @@ impl Workload for Library {
             self.schema.write_set_max.to_string(),
         );
         k
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_jobs_queued_when_the_engine_stops_are_answered_closed_and_no_more_are_taken() {
+        let q = Queue::new(8);
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let job = |answers: &Arc<Mutex<Vec<&'static str>>>| {
+            let a = answers.clone();
+            let body: Body = Box::new(|_| Box::pin(async { Err(Stop::Misuse("unused".into())) }));
+            JobRef(Arc::new(Job::new(
+                0,
+                body,
+                Box::new(move |ans| {
+                    a.lock().unwrap().push(match ans {
+                        Answer::Closed => "closed",
+                        _ => "other",
+                    })
+                }),
+            )))
+        };
+        for _ in 0..3 {
+            assert!(q.push(job(&answers)).is_ok());
+        }
+        q.abandon();
+        assert_eq!(*answers.lock().unwrap(), ["closed"; 3]);
+        assert!(q.push(job(&answers)).is_err());
+        assert!(matches!(q.pop(), Draw::Done));
     }
 }

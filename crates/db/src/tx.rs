@@ -60,7 +60,8 @@ pub enum TxError<E> {
     /// (a request id written with the change) and read back to learn which.
     #[error("outcome unknown: a failure after the transaction logged")]
     Unknown,
-    /// The database was closed before the transaction ran.
+    /// The database was closed, or its engine stopped (`Db::close` returns the report that
+    /// says why), before the transaction ran.
     #[error("the database is closed")]
     Closed,
 }
@@ -413,10 +414,7 @@ impl<'a> Tx<'a> {
         t: TableId,
         key: impl Into<Key<'k>>,
     ) -> Result<Words, OpError> {
-        let key = key.into();
-        let (k, head) = self.locate(t, key)?;
-        let words = self.read_raw(t, k, false).await?;
-        self.strip(t, key, &head, words)
+        self.read_by(t, key.into(), false).await
     }
 
     /// [`Tx::get_for_update`] by a byte key (or a `u64`).
@@ -425,9 +423,13 @@ impl<'a> Tx<'a> {
         t: TableId,
         key: impl Into<Key<'k>>,
     ) -> Result<Words, OpError> {
-        let key = key.into();
+        self.read_by(t, key.into(), true).await
+    }
+
+    /// The value of `key` in `t`, checked to be that key's (not another of its hash).
+    async fn read_by(&mut self, t: TableId, key: Key<'_>, update: bool) -> Result<Words, OpError> {
         let (k, head) = self.locate(t, key)?;
-        let words = self.read_raw(t, k, true).await?;
+        let words = self.read_raw(t, k, update).await?;
         self.strip(t, key, &head, words)
     }
 

@@ -485,3 +485,63 @@ fn api_a_byte_keyed_table_cannot_be_ordered_and_its_keys_have_a_bound() {
     assert!(refused(Table::new("t", 1).byte_keys(0)).contains("expected 1..=1024"));
     assert!(refused(Table::typed("t", 40_000)).contains("out of range"));
 }
+
+#[test]
+fn api_inserts_into_a_full_memory_budget_end_table_full_and_the_database_keeps_serving() {
+    let mut s = Schema::new();
+    let t = s.table(Table::new("log", 64));
+    s.load(move |l| l.put(t, 0, &[0; 64]));
+    let mut o = Options::default().coroutines(2);
+    o.run.memory_max_bytes = Some(64 << 20);
+    let db = Db::open(o, s).unwrap();
+    let mut inserted = 0u64;
+    let full = loop {
+        let k = inserted + 1;
+        let r: Result<(), TxError<()>> =
+            db.transact(move |tx| Box::pin(async move { Ok(tx.insert(t, k, &[k; 64])?) }));
+        match r {
+            Ok(()) => inserted += 1,
+            Err(e) => break e,
+        }
+        assert!(inserted < 1_000_000, "64 MiB never filled");
+    };
+    assert!(
+        matches!(
+            full,
+            TxError::Aborted {
+                reason: atoll_db::Abort::TableFull,
+                ..
+            }
+        ),
+        "{full:?}"
+    );
+    // What went in stays readable, and a later insert is refused the same way.
+    let last: u64 = db
+        .transact(move |tx| {
+            Box::pin(async move { Ok::<_, TxError<()>>(tx.get(t, inserted).await?[0]) })
+        })
+        .unwrap();
+    assert_eq!(last, inserted);
+    let again: Result<(), TxError<()>> =
+        db.transact(move |tx| Box::pin(async move { Ok(tx.insert(t, 0xffff_ffff, &[1; 64])?) }));
+    assert!(
+        matches!(
+            again,
+            Err(TxError::Aborted {
+                reason: atoll_db::Abort::TableFull,
+                ..
+            })
+        ),
+        "{again:?}"
+    );
+    assert!(inserted > 1_000, "{inserted}");
+    // The report says the budget was reached, and every other check holds.
+    let report = db.close().unwrap();
+    let failed: Vec<&str> = report
+        .checks
+        .iter()
+        .filter(|c| !c.passed)
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(failed, ["run.memory_budget"], "{}", report.render());
+}

@@ -230,9 +230,10 @@ impl<W: Workload> RunShared<W> {
         if now >= self.end_ns || self.failed_after_log.load(Ordering::Relaxed) {
             return true;
         }
-        // A stop requested (Ctrl-C), or a table that could not grow within the budget:
-        // the run ends here and reports what it measured.
-        if crate::interrupt::requested() || node.store().budget().refused() {
+        // A stop requested (Ctrl-C), or a table that could not grow within the budget
+        // (where the workload stops there): the run ends here and reports what it measured.
+        let budget_stop = node.store().budget().refused() && self.w.stops_at_the_memory_budget();
+        if crate::interrupt::requested() || budget_stop {
             node.stopped_at(now);
             return true;
         }

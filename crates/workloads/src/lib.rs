@@ -224,6 +224,13 @@ pub trait Workload: Send + Sync + 'static {
         false
     }
 
+    /// Whether a table that cannot grow within the memory budget ends the run (a benchmark:
+    /// what it measured stops there), or only the insert that asked aborts `table_full`
+    /// while the run goes on (a database serving its users' transactions).
+    fn stops_at_the_memory_budget(&self) -> bool {
+        true
+    }
+
     /// The workload its knobs (`-p name=value`) describe on a cluster of `shape`: parsed and
     /// checked once, into its typed parameters; a bad knob names itself and what is accepted.
     fn configure(p: &Params, shape: &WorkloadShape) -> Result<Self, ParamError>
