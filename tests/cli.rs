@@ -1788,6 +1788,15 @@ at_least = 1.0
         &["repro", "broken", "--experiments", e],
         &["broken.toml", "unknown field"],
     );
+    std::fs::write(
+        exp.join("broken.toml"),
+        "title = \"x\"\nsource = \"y\"\nmetric = \"m\"\n[sweep]\nkey = \"cluster\"\nvalues = [\"udp\"]\n",
+    )
+    .unwrap();
+    bad(
+        &["repro", "broken", "--experiments", e],
+        &["cluster = \"udp\"", "expected one of shm, tcp"],
+    );
     // A setting no bench flag has: the run gives no figure, the experiment exits 1.
     std::fs::write(
         exp.join("broken.toml"),

@@ -264,7 +264,31 @@ pub fn load(path: &Path) -> Result<Experiment, String> {
     for c in &e.claims {
         check_claim(&e, c).map_err(|m| fail(format!("claim {:?}: {m}", c.text)))?;
     }
+    check_launches(&e).map_err(fail)?;
     Ok(e)
+}
+
+/// Every `cluster` setting names a transport a cluster runs over.
+fn check_launches(e: &Experiment) -> Result<(), String> {
+    let axes = std::iter::once(&e.sweep).chain(&e.series);
+    let axis_values = axes.flat_map(|a| {
+        let own = a.values.iter().chain(a.quick.iter().flatten());
+        own.filter_map(move |v| match v {
+            toml::Value::Table(t) => t.get(CLUSTER_KEY),
+            v if a.key == CLUSTER_KEY => Some(v),
+            _ => None,
+        })
+    });
+    let alternates = e.seeds.iter().flat_map(|s| &s.alternate);
+    let tables = [&e.fixed, &e.quick].into_iter().chain(alternates);
+    let mut all = tables.filter_map(|t| t.get(CLUSTER_KEY)).chain(axis_values);
+    match all.find(|v| !v.as_str().is_some_and(|t| CLUSTER_TRANSPORTS.contains(&t))) {
+        Some(v) => Err(format!(
+            "{CLUSTER_KEY} = {v}: expected one of {} (a run as atoll cluster processes over that UCX transport)",
+            CLUSTER_TRANSPORTS.join(", ")
+        )),
+        None => Ok(()),
+    }
 }
 
 /// A claim is a ratio (numerator over denominator or a peer figure) or a share, with
