@@ -21,6 +21,17 @@ fn order_key(c: u64, n: u64) -> u64 {
     c << ORDER_BITS | n
 }
 
+/// Up to `limit` of customer `c`'s open orders, oldest first.
+async fn orders_of(
+    tx: &mut atoll::Tx<'_>,
+    orders: atoll::TableId,
+    c: u64,
+    limit: u32,
+) -> Result<Vec<u64>, atoll::OpError> {
+    let (lo, hi) = (order_key(c, 0), order_key(c, u32::MAX as u64));
+    tx.scan(orders, lo, hi, limit).await
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protocol = match std::env::args().nth(1) {
         None => Protocol::Sundial,
@@ -75,14 +86,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             let done: bool = db.transact_as(ship, move |tx| {
                                 Box::pin(async move {
                                     let row = tx.get_for_update(customers, c).await?;
-                                    let oldest = tx
-                                        .scan(
-                                            orders,
-                                            order_key(c, 0),
-                                            order_key(c, u32::MAX as u64),
-                                            1,
-                                        )
-                                        .await?;
+                                    let oldest = orders_of(tx, orders, c, 1).await?;
                                     let Some(&k) = oldest.first() else {
                                         return Ok(false);
                                     };
@@ -101,14 +105,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                                     // would let a timestamp-ordering protocol place this
                                     // listing before a change its scan saw).
                                     let open = tx.get_for_update(customers, c).await?[OPEN];
-                                    let keys = tx
-                                        .scan(
-                                            orders,
-                                            order_key(c, 0),
-                                            order_key(c, u32::MAX as u64),
-                                            1 << 16,
-                                        )
-                                        .await?;
+                                    let keys = orders_of(tx, orders, c, 1 << 16).await?;
                                     if keys.len() as u64 != open {
                                         // Seen by an attempt that then validates: a commit with it is an anomaly.
                                         return Err(TxError::User(format!(
@@ -139,14 +136,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut open = 0;
             for c in 0..CUSTOMERS {
                 let row = tx.get_for_update(customers, c).await?;
-                let keys = tx
-                    .scan(
-                        orders,
-                        order_key(c, 0),
-                        order_key(c, u32::MAX as u64),
-                        1 << 16,
-                    )
-                    .await?;
+                let keys = orders_of(tx, orders, c, 1 << 16).await?;
                 if keys.len() as u64 != row[OPEN] {
                     return Err(TxError::User(format!(
                         "customer {c}: {} orders stored, {} counted",
