@@ -53,7 +53,7 @@ pub use atoll_runner::config::{Fabric, FaultConfig};
 pub use atoll_runner::{Report, RunConfig};
 pub use atoll_storage::TableId;
 pub use atoll_txn::{Abort, Isolation, Plan};
-pub use record::Key;
+pub use record::{Declared, Key};
 pub use schema::{
     key_hash_default, KeyHash, Loader, Schema, Table, TxnType, KEY_BYTES_MAX, RECORD_WORDS_MAX,
     TABLES_MAX, TXN_TYPES_MAX, WRITE_SET_MAX_DEFAULT, WRITE_SET_MAX_LIMIT,
@@ -163,6 +163,12 @@ impl Job {
             body(f),
             Box::new(move |a| done(typed(a))),
         ))
+    }
+
+    /// The transaction declares its keys up front ([`Db::transact_declared`]).
+    pub fn declared(mut self, keys: Declared) -> Job {
+        self.0.declared = Some(keys);
+        self
     }
 }
 
@@ -336,6 +342,18 @@ impl Db {
         self.transact_as(TxnType(0), f)
     }
 
+    /// [`Db::transact`] of a transaction that declares its keys up front: an access outside
+    /// `keys` is [`TxError::Misuse`], and it cannot scan. A deterministic protocol (CALVIN)
+    /// needs them to order transactions before they run.
+    pub fn transact_declared<T, E, F>(&self, keys: Declared, f: F) -> Result<T, TxError<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: for<'t, 'u> Fn(&'t mut Tx<'u>) -> TxFuture<'t, T, E> + Send + Sync + 'static,
+    {
+        self.submit(TxnType(0), Some(keys), f)
+    }
+
     /// [`Db::transact`], counted under transaction type `ty` in the report.
     pub fn transact_as<T, E, F>(&self, ty: TxnType, f: F) -> Result<T, TxError<E>>
     where
@@ -343,8 +361,17 @@ impl Db {
         E: Send + 'static,
         F: for<'t, 'u> Fn(&'t mut Tx<'u>) -> TxFuture<'t, T, E> + Send + Sync + 'static,
     {
+        self.submit(ty, None, f)
+    }
+
+    fn submit<T, E, F>(&self, ty: TxnType, keys: Option<Declared>, f: F) -> Result<T, TxError<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: for<'t, 'u> Fn(&'t mut Tx<'u>) -> TxFuture<'t, T, E> + Send + Sync + 'static,
+    {
         let (tx, rx) = mpsc::sync_channel::<Answer>(1);
-        let job = source::Job::new(
+        let mut job = source::Job::new(
             ty.0,
             body(f),
             Box::new(move |a| {
@@ -352,6 +379,7 @@ impl Db {
                 let _ = tx.send(a);
             }),
         );
+        job.declared = keys;
         if self.queue.push(JobRef(Arc::new(job))).is_err() {
             return Err(TxError::Closed);
         }

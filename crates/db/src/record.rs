@@ -49,6 +49,67 @@ impl std::fmt::Display for Key<'_> {
     }
 }
 
+/// The keys a transaction declares before it runs ([`crate::Db::transact_declared`]): every
+/// record it will read, and those it will write. An access outside them is refused
+/// ([`crate::TxError::Misuse`]), and a declared transaction cannot scan (a scan's keys are
+/// not known before it runs). A deterministic protocol (CALVIN) orders transactions by
+/// these sets before running them.
+#[derive(Clone, Debug, Default)]
+pub struct Declared {
+    keys: Vec<(u16, OwnedKey, bool)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum OwnedKey {
+    Int(u64),
+    Bytes(Vec<u8>),
+}
+
+impl Declared {
+    pub fn new() -> Declared {
+        Declared::default()
+    }
+
+    /// `key` of `t` will be read (and not written).
+    pub fn read<'k>(mut self, t: atoll_storage::TableId, key: impl Into<Key<'k>>) -> Declared {
+        self.keys.push((t.0, OwnedKey::from(key.into()), false));
+        self
+    }
+
+    /// `key` of `t` will be written (put, inserted, deleted or read for update), and may be
+    /// read.
+    pub fn write<'k>(mut self, t: atoll_storage::TableId, key: impl Into<Key<'k>>) -> Declared {
+        self.keys.push((t.0, OwnedKey::from(key.into()), true));
+        self
+    }
+
+    /// The declared keys as the engine keys them in `tables`: `(table, key, written)`.
+    pub(crate) fn resolve(&self, tables: &[TableMeta]) -> Result<Vec<(u16, u64, bool)>, String> {
+        self.keys
+            .iter()
+            .map(|(t, k, w)| {
+                let meta = tables
+                    .get(*t as usize)
+                    .ok_or_else(|| format!("declared table id {t} names no table"))?;
+                let key = match k {
+                    OwnedKey::Int(k) => Key::Int(*k),
+                    OwnedKey::Bytes(b) => Key::Bytes(b),
+                };
+                Ok((*t, locate(*t, meta, key)?.0, *w))
+            })
+            .collect()
+    }
+}
+
+impl From<Key<'_>> for OwnedKey {
+    fn from(k: Key<'_>) -> Self {
+        match k {
+            Key::Int(k) => OwnedKey::Int(k),
+            Key::Bytes(b) => OwnedKey::Bytes(b.to_vec()),
+        }
+    }
+}
+
 /// Where `key` lives in table `t` (`meta`): the engine's key, and the words at the head of
 /// its record that name it (none for a 64-bit key). A key of the other kind, or too long,
 /// is refused with why.

@@ -54,6 +54,8 @@ pub(crate) struct Job {
     reply: Mutex<Option<Box<dyn FnOnce(Answer) + Send>>>,
     /// A co-routine took it (dropped unanswered after that, its co-routine died with it).
     drawn: AtomicBool,
+    /// The keys it declared, if it did.
+    pub(crate) declared: Option<crate::Declared>,
 }
 
 impl Job {
@@ -64,6 +66,7 @@ impl Job {
             stash: Mutex::new(None),
             reply: Mutex::new(Some(reply)),
             drawn: AtomicBool::new(false),
+            declared: None,
         }
     }
 
@@ -301,6 +304,15 @@ impl Workload for Library {
     ) -> Result<Effect, Abort> {
         self.counters.attempts.fetch_add(1, Ordering::Relaxed);
         let mut t = Tx::new(tx, &self.tables, self.schema.write_set_max);
+        if let Some(d) = &input.0.declared {
+            match d.resolve(&self.tables) {
+                Ok(keys) => t.declare(keys),
+                Err(m) => {
+                    *input.0.stash.lock().expect("no poisoned stash") = Some(Answer::Misuse(m));
+                    return Err(Abort::UserAbort);
+                }
+            }
+        }
         let answer = match (input.0.body)(&mut t).await {
             Ok(value) => {
                 t.apply().await?;

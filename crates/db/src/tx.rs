@@ -171,6 +171,8 @@ pub struct Tx<'a> {
     write_set_max: u32,
     /// Changes in the order first made, one per record.
     pending: Vec<((u16, u64), Pending)>,
+    /// The keys the transaction declared, if it did: `(table, key, written)`.
+    declared: Option<Vec<(u16, u64, bool)>>,
 }
 
 impl<'a> Tx<'a> {
@@ -181,7 +183,31 @@ impl<'a> Tx<'a> {
             written: Vec::new(),
             write_set_max,
             pending: Vec::new(),
+            declared: None,
         }
+    }
+
+    /// Holds the attempt to the keys declared (`(table, key, written)`).
+    pub(crate) fn declare(&mut self, keys: Vec<(u16, u64, bool)>) {
+        self.declared = Some(keys);
+    }
+
+    /// Refuses an access the transaction did not declare (if it declared its keys).
+    fn declared_access(&self, t: TableId, key: u64, write: bool) -> Result<(), OpError> {
+        let Some(d) = &self.declared else {
+            return Ok(());
+        };
+        if d.iter()
+            .any(|&(dt, dk, w)| dt == t.0 && dk == key && (w || !write))
+        {
+            return Ok(());
+        }
+        Err(OpError::Misuse(format!(
+            "table {} key {key}: {} it did not declare (Declared::{})",
+            t.0,
+            if write { "a write" } else { "a read" },
+            if write { "write" } else { "read or write" }
+        )))
     }
 
     fn pending(&self, t: TableId, key: u64) -> Option<usize> {
@@ -297,6 +323,7 @@ impl<'a> Tx<'a> {
 
     /// A record as stored (its key's words first, in a byte-keyed table).
     async fn read_raw(&mut self, t: TableId, key: u64, update: bool) -> Result<Words, OpError> {
+        self.declared_access(t, key, update)?;
         if update {
             self.will_write(t, key)?;
         }
@@ -319,6 +346,7 @@ impl<'a> Tx<'a> {
     pub async fn fetch(&mut self, accesses: &[(TableId, u64, bool)]) -> Result<(), OpError> {
         for &(t, key, update) in accesses {
             self.table(t)?;
+            self.declared_access(t, key, update)?;
             if update {
                 self.will_write(t, key)?;
             }
@@ -335,6 +363,7 @@ impl<'a> Tx<'a> {
 
     /// Sets the record `key` of `t` to `record` (its key's words first, if byte-keyed).
     fn put_raw(&mut self, t: TableId, key: u64, record: Vec<u64>) -> Result<(), OpError> {
+        self.declared_access(t, key, true)?;
         self.will_write(t, key)?;
         match self.pending(t, key) {
             None => self.pending.push(((t.0, key), Pending::Put(record))),
@@ -358,6 +387,7 @@ impl<'a> Tx<'a> {
     }
 
     fn insert_raw(&mut self, t: TableId, key: u64, record: Vec<u64>) -> Result<(), OpError> {
+        self.declared_access(t, key, true)?;
         self.will_write(t, key)?;
         match self.pending(t, key) {
             None => self.pending.push(((t.0, key), Pending::Insert(record))),
@@ -385,6 +415,7 @@ impl<'a> Tx<'a> {
         key: u64,
         head: &[u64],
     ) -> Result<(), OpError> {
+        self.declared_access(t, key, true)?;
         self.will_write(t, key)?;
         match self.pending(t, key) {
             None => {
@@ -531,6 +562,12 @@ impl<'a> Tx<'a> {
         limit: u32,
     ) -> Result<Vec<u64>, OpError> {
         self.table(t)?;
+        if self.declared.is_some() {
+            return Err(OpError::Misuse(format!(
+                "table {}: a transaction that declared its keys cannot scan (a scan's keys are not known before it runs)",
+                t.0
+            )));
+        }
         if !self.meta(t)?.ordered {
             return Err(OpError::Misuse(format!(
                 "table {} keeps no ordered index to scan: declare it with Table::ordered",

@@ -545,3 +545,54 @@ fn api_inserts_into_a_full_memory_budget_end_table_full_and_the_database_keeps_s
         .collect();
     assert_eq!(failed, ["run.memory_budget"], "{}", report.render());
 }
+
+#[test]
+fn api_a_transaction_that_declares_its_keys_runs_within_them_and_is_refused_outside() {
+    for protocol in Protocol::ALL {
+        let (db, c) = counter_db(protocol);
+        let name = protocol.name();
+        let keys = || atoll_db::Declared::new().write(c, 0u64);
+        let v: u64 = db
+            .transact_declared(keys(), move |tx| {
+                Box::pin(async move {
+                    let v = tx.get_for_update(c, 0).await?[0];
+                    tx.put(c, 0, &[v + 1])?;
+                    Ok::<_, TxError<()>>(v + 1)
+                })
+            })
+            .unwrap();
+        assert_eq!(v, 1, "{name}");
+        // Outside its keys: a read of another key, a write of one declared read-only, a scan.
+        for op in 0..3 {
+            let keys = match op {
+                1 => atoll_db::Declared::new().read(c, 0u64),
+                _ => keys(),
+            };
+            let r: Result<(), TxError<()>> = db.transact_declared(keys, move |tx| {
+                Box::pin(async move {
+                    match op {
+                        0 => drop(tx.get(c, 1).await?),
+                        1 => tx.put(c, 0, &[9])?,
+                        _ => drop(tx.scan(c, 0, 9, 1).await?),
+                    }
+                    Ok(())
+                })
+            });
+            match r {
+                Err(TxError::Misuse(m)) => assert!(
+                    m.contains("did not declare") || m.contains("cannot scan"),
+                    "{name}: {m}"
+                ),
+                other => panic!("{name}: op {op}: {other:?}"),
+            }
+        }
+        // Nothing a refused transaction wrote was installed.
+        let v: u64 = db
+            .transact(move |tx| {
+                Box::pin(async move { Ok::<_, TxError<()>>(tx.get(c, 0).await?[0]) })
+            })
+            .unwrap();
+        assert_eq!(v, 1, "{name}");
+        assert!(db.close().unwrap().passed, "{name}");
+    }
+}
