@@ -8,17 +8,8 @@ use std::path::Path;
 
 /// The median of `xs`, if any.
 pub(super) fn median(xs: impl Iterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = xs.collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    })
+    let v: Vec<f64> = xs.collect();
+    (!v.is_empty()).then(|| atoll_runner::stats::median_and_spread(&v).0)
 }
 
 /// Whether `row` is of the point `point` names (a partial point names a set of them).

@@ -46,7 +46,8 @@ pub(crate) struct TableMeta {
 impl TableMeta {
     /// Words the engine stores per record.
     pub(crate) fn record_words(&self) -> u32 {
-        self.key_words + self.value_words
+        // Saturating: a schema asking for more is refused by its bound, not wrapped into it.
+        self.key_words.saturating_add(self.value_words)
     }
 }
 
@@ -60,12 +61,10 @@ pub(crate) fn words_for_bytes(bytes: u32) -> u32 {
 pub fn key_hash_default(key: &[u8]) -> u64 {
     const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const FNV_PRIME: u64 = 0x0100_0000_01b3;
-    let mut h = key
+    let fnv = key
         .iter()
         .fold(FNV_OFFSET, |h, &b| (h ^ b as u64).wrapping_mul(FNV_PRIME));
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
+    atoll_fabric::rng::mix64(fnv)
 }
 
 impl std::fmt::Debug for Table {

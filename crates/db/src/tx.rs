@@ -513,8 +513,7 @@ impl<'a> Tx<'a> {
         t: TableId,
         key: impl Into<Key<'k>>,
     ) -> Result<T, OpError> {
-        let words = self.get_by(t, key).await?;
-        record::decode(t.0, self.meta(t)?, &words).map_err(OpError::Misuse)
+        self.read_as(t, key.into(), false).await
     }
 
     /// [`Tx::get_as`], read to be written ([`Tx::get_for_update`]).
@@ -523,7 +522,16 @@ impl<'a> Tx<'a> {
         t: TableId,
         key: impl Into<Key<'k>>,
     ) -> Result<T, OpError> {
-        let words = self.get_for_update_by(t, key).await?;
+        self.read_as(t, key.into(), true).await
+    }
+
+    async fn read_as<T: serde::de::DeserializeOwned>(
+        &mut self,
+        t: TableId,
+        key: Key<'_>,
+        update: bool,
+    ) -> Result<T, OpError> {
+        let words = self.read_by(t, key, update).await?;
         record::decode(t.0, self.meta(t)?, &words).map_err(OpError::Misuse)
     }
 

@@ -1,6 +1,14 @@
 //! A small, fast, seedable PRNG (xoshiro256**, seeded through splitmix64), so runs are
 //! reproducible from one seed on every backend, including the simulator.
 
+/// splitmix64's finalizer: spreads every bit of `z` over the whole word (seeds the
+/// generator; hashes a byte key's FNV-1a sum in the library).
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 #[derive(Clone, Debug)]
 pub struct Rng {
     s: [u64; 4],
@@ -11,10 +19,7 @@ impl Rng {
         let mut x = seed;
         let mut next = || {
             x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
+            mix64(x)
         };
         Rng {
             s: [next(), next(), next(), next()],
