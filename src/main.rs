@@ -1076,7 +1076,7 @@ fn cluster(a: ClusterArgs) -> ExitCode {
     let cc = ClusterConfig {
         transport,
         bench_args: args,
-        exe,
+        program: cluster::NodeProgram::Atoll(exe),
         hosts,
     };
     cluster_run(&cfg, &cc, &bench_args)

@@ -28,11 +28,59 @@ pub struct ClusterConfig {
     pub transport: Transports,
     /// The `bench` flags, as given (every node resolves them as the coordinator did).
     pub bench_args: Vec<String>,
-    /// The `atoll` binary the nodes run (this one), when the nodes are started here.
-    pub exe: std::path::PathBuf,
+    /// The program the nodes run, when they are started here.
+    pub program: NodeProgram,
     /// `--hosts`: the nodes wait there (`atoll node --listen`), node `i` the `i`-th; `None`
     /// starts `cfg.nodes` children here.
     pub hosts: Option<Vec<Host>>,
+}
+
+/// The environment variable that makes a program built on the library a node process:
+/// `ADDR NODE`, the coordinator to dial and the node to serve ([`NodeProgram::Library`]).
+pub const LIBRARY_NODE_ENV: &str = "ATOLL_LIBRARY_NODE";
+
+/// What a node process started here runs.
+#[derive(Clone, Debug)]
+pub enum NodeProgram {
+    /// The `atoll` binary at this path: `EXE node --coordinator ADDR --node N`.
+    Atoll(std::path::PathBuf),
+    /// A program built on the library, run with its own arguments `args`; it learns it is a
+    /// node from [`LIBRARY_NODE_ENV`], and serves with its own workload
+    /// ([`serve_library_node`]).
+    Library {
+        exe: std::path::PathBuf,
+        args: Vec<String>,
+    },
+}
+
+impl NodeProgram {
+    fn command(&self, coordinator: &str, node: u16) -> Command {
+        match self {
+            NodeProgram::Atoll(exe) => {
+                let mut c = Command::new(exe);
+                c.args([
+                    "node",
+                    "--coordinator",
+                    coordinator,
+                    "--node",
+                    &node.to_string(),
+                ]);
+                c
+            }
+            NodeProgram::Library { exe, args } => {
+                let mut c = Command::new(exe);
+                c.args(args)
+                    .env(LIBRARY_NODE_ENV, format!("{coordinator} {node}"));
+                c
+            }
+        }
+    }
+
+    fn exe(&self) -> &std::path::Path {
+        match self {
+            NodeProgram::Atoll(exe) | NodeProgram::Library { exe, .. } => exe,
+        }
+    }
 }
 
 /// The node processes; killed and reaped when dropped unless they ended.
@@ -321,7 +369,7 @@ impl Hub {
 }
 
 /// Starts the node processes and connects to each: the hub, once every node said hello.
-pub(crate) fn start_nodes(nodes: u16, exe: &std::path::Path) -> Result<Hub, ClusterError> {
+pub(crate) fn start_nodes(nodes: u16, program: &NodeProgram) -> Result<Hub, ClusterError> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .map_err(|e| ClusterError::BadInput(format!("cannot listen on 127.0.0.1: {e}")))?;
     let addr = listener
@@ -329,20 +377,17 @@ pub(crate) fn start_nodes(nodes: u16, exe: &std::path::Path) -> Result<Hub, Clus
         .map_err(|e| ClusterError::Failed(format!("listener: {e}")))?;
     let mut children = Children { procs: Vec::new() };
     for n in 0..nodes {
-        let child = Command::new(exe)
-            .args([
-                "node",
-                "--coordinator",
-                &addr.to_string(),
-                "--node",
-                &n.to_string(),
-            ])
+        let child = program
+            .command(&addr.to_string(), n)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| {
-                ClusterError::Failed(format!("cannot start node {n} ({}): {e}", exe.display()))
+                ClusterError::Failed(format!(
+                    "cannot start node {n} ({}): {e}",
+                    program.exe().display()
+                ))
             })?;
         children.procs.push(child);
     }
@@ -536,6 +581,39 @@ pub fn run_cluster(
     cfg.protocol.dispatch(V { cfg, cc, progress })
 }
 
+/// [`run_cluster`] of a workload the caller built (the library's): `cc.program` must be a
+/// [`NodeProgram::Library`] whose nodes build the same workload and serve it with
+/// [`serve_library_node`].
+pub fn run_cluster_workload<W: Workload>(
+    cfg: &RunConfig,
+    w: W,
+    cc: &ClusterConfig,
+    progress: &ProgressFn<'_>,
+) -> Result<Report, ClusterError> {
+    cfg.validate()?;
+    ucx_available()?;
+    struct V<'a, W> {
+        cfg: &'a RunConfig,
+        w: W,
+        cc: &'a ClusterConfig,
+        progress: &'a ProgressFn<'a>,
+    }
+    impl<W: Workload> ProtocolVisitor for V<'_, W> {
+        type Out = Result<Report, ClusterError>;
+        fn visit<P: Protocol>(self) -> Self::Out {
+            atoll_txn::check_plan::<P>(&self.cfg.plan)
+                .map_err(|e| ClusterError::BadInput(format!("plan {}: {e}", self.cfg.plan)))?;
+            coordinate::<W, P>(self.cfg, self.w, self.cc, self.progress)
+        }
+    }
+    cfg.protocol.dispatch(V {
+        cfg,
+        w,
+        cc,
+        progress,
+    })
+}
+
 /// Without `--memory-max`, each memory node of an `atoll cluster` run has room for its
 /// tables to grow to this many times their start, and at least [`CLUSTER_GROWTH_MIN_BYTES`]
 /// more.
@@ -608,7 +686,7 @@ pub(crate) fn coordinate<W: Workload, P: Protocol>(
     let probe = atoll_runner::env::Probe::start(true);
     let hub = match &cc.hosts {
         Some(hosts) => dial_nodes(hosts)?,
-        None => start_nodes(cfg.nodes, &cc.exe)?,
+        None => start_nodes(cfg.nodes, &cc.program)?,
     };
     with_hub(hub, |hub| {
         coordinate_nodes::<W, P>(cfg, &w, cc, hub, (wall, progress), &sizing, &probe)
@@ -621,7 +699,7 @@ pub(crate) fn with_nodes<T>(
     exe: &std::path::Path,
     body: impl FnOnce(&mut Hub) -> Result<T, ClusterError>,
 ) -> Result<T, ClusterError> {
-    with_hub(start_nodes(nodes, exe)?, body)
+    with_hub(start_nodes(nodes, &NodeProgram::Atoll(exe.into()))?, body)
 }
 
 /// Runs `body` with `hub`'s nodes, then ends them: reaped when `body` succeeded, told and

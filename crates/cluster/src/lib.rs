@@ -31,6 +31,7 @@ mod launch;
 mod node;
 mod wire;
 
+pub use atoll_fabric_ucx::Transports;
 pub use launch::*;
 pub use wire::*;
 
@@ -50,7 +51,67 @@ pub fn serve_node(
     node: u16,
     resolve: &dyn Fn(&[String]) -> Result<RunConfig, String>,
 ) -> Result<(), ClusterError> {
-    node::connect_and_serve(coordinator, node, NODE_MODES, resolve)
+    node::connect_and_serve(
+        coordinator,
+        node,
+        NODE_MODES,
+        resolve,
+        &mut node::node_dispatch,
+    )
+}
+
+/// A node process of a program built on the library ([`NodeProgram::Library`]): connects
+/// to the coordinator at `coordinator` and serves node `node` with the workload `w` the
+/// program built, under the configuration `resolve` makes of the coordinator's arguments.
+pub fn serve_library_node<W: atoll_workloads::Workload>(
+    coordinator: &str,
+    node: u16,
+    resolve: &dyn Fn(&[String]) -> Result<RunConfig, String>,
+    w: W,
+) -> Result<(), ClusterError> {
+    use atoll_protocols::ProtocolVisitor;
+    let mut w = Some(w);
+    let mut run = |cfg: &RunConfig,
+                   node: atoll_fabric::NodeId,
+                   t: atoll_fabric_ucx::Transports,
+                   settings: Vec<(String, String)>,
+                   link: &mut node::NodeLink| {
+        struct V<'a, W> {
+            cfg: &'a RunConfig,
+            w: W,
+            node: atoll_fabric::NodeId,
+            t: atoll_fabric_ucx::Transports,
+            settings: Vec<(String, String)>,
+            link: &'a mut node::NodeLink,
+        }
+        impl<W: atoll_workloads::Workload> ProtocolVisitor for V<'_, W> {
+            type Out = Result<(), ClusterError>;
+            fn visit<P: atoll_txn::Protocol>(self) -> Self::Out {
+                atoll_txn::check_plan::<P>(&self.cfg.plan)
+                    .map_err(|e| ClusterError::BadInput(format!("plan {}: {e}", self.cfg.plan)))?;
+                node::node_with::<W, P>(
+                    self.cfg,
+                    self.w,
+                    self.node,
+                    self.t,
+                    self.settings,
+                    self.link,
+                )
+            }
+        }
+        let w = w.take().ok_or_else(|| {
+            ClusterError::Failed("a library node serves one run and was asked for two".into())
+        })?;
+        cfg.protocol.dispatch(V {
+            cfg,
+            w,
+            node,
+            t,
+            settings,
+            link,
+        })
+    };
+    node::connect_and_serve(coordinator, node, NODE_MODES, resolve, &mut run)
 }
 
 /// `atoll node --listen HOST:PORT`: listens there, says so on stdout (`listening on

@@ -175,14 +175,25 @@ pub(crate) struct NodeMode {
     pub serve: fn(&[String], NodeId, Transports, &mut NodeLink) -> Result<(), ClusterError>,
 }
 
+/// How a node runs its part of a run once configured: a `bench` run's workload chosen by its
+/// flags ([`node_dispatch`]), or one the node's program built (the library's).
+pub(crate) type NodeRun<'a> = &'a mut dyn FnMut(
+    &RunConfig,
+    NodeId,
+    Transports,
+    Vec<(String, String)>,
+    &mut NodeLink,
+) -> Result<(), ClusterError>;
+
 /// `atoll node --coordinator ADDR --node N` (started by `atoll cluster --nodes`): connects
 /// to the coordinator at `coordinator`, serves node `node` of the run it describes (whose
-/// `bench` flags `resolve` turns into a configuration), exits.
+/// `bench` flags `resolve` turns into a configuration) with `run`, exits.
 pub(crate) fn connect_and_serve(
     coordinator: &str,
     node: u16,
     modes: &[NodeMode],
     resolve: &dyn Fn(&[String]) -> Result<RunConfig, String>,
+    run: NodeRun<'_>,
 ) -> Result<(), ClusterError> {
     let mut out = TcpStream::connect(coordinator).map_err(|e| {
         ClusterError::BadInput(format!(
@@ -199,7 +210,7 @@ pub(crate) fn connect_and_serve(
     )
     .map_err(|e| ClusterError::Failed(format!("the coordinator's connection: {e}")))?;
     let link = NodeLink::open(out)?;
-    serve(link, node, None, Vec::new(), modes, resolve)
+    serve(link, node, None, Vec::new(), modes, resolve, run)
 }
 
 /// `atoll node --listen HOST:PORT`: listens there, says so on stdout (`listening on
@@ -296,6 +307,7 @@ pub(crate) fn listen_and_serve(
         device.into_iter().collect(),
         modes,
         resolve,
+        &mut node_dispatch,
     )
 }
 
@@ -339,6 +351,7 @@ pub(crate) fn serve(
     net_devices: Vec<String>,
     modes: &[NodeMode],
     resolve: &dyn Fn(&[String]) -> Result<RunConfig, String>,
+    run: NodeRun<'_>,
 ) -> Result<(), ClusterError> {
     let deadline = link.deadline;
     let (args, transport) = match link.recv("config", deadline)? {
@@ -404,7 +417,7 @@ pub(crate) fn serve(
     } else {
         Vec::new()
     };
-    let r = node_dispatch(&cfg, NodeId(node), transports, settings, &mut link);
+    let r = run(&cfg, NodeId(node), transports, settings, &mut link);
     r.inspect_err(|e| link.fail(e))
 }
 

@@ -1,6 +1,6 @@
-//! Atoll as a library: declare tables, open a cluster of nodes (real threads in this process,
-//! or the deterministic simulator), and run your own transactions on it under any of the
-//! engine's protocols.
+//! Atoll as a library: declare tables, open a cluster of nodes (real threads in this
+//! process, the deterministic simulator, or OS processes over UCX), and run your own
+//! transactions on it under any of the engine's protocols.
 //!
 //! A transaction is a closure that reads and writes through a [`Tx`]; it runs on one of the
 //! engine's co-routines, and re-runs when the engine aborts it on a conflict, up to
@@ -39,8 +39,11 @@
 //!
 //! For a deterministic run, [`run`] draws transactions from a generator on every
 //! co-routine, on any fabric, the simulator with its faults included: the same seed gives
-//! the same transactions in the same order.
+//! the same transactions in the same order. With [`Options::processes`] it runs on one OS
+//! process per node over UCX, as `atoll cluster` does, each node being this program started
+//! again.
 
+mod processes;
 mod record;
 mod schema;
 mod source;
@@ -73,6 +76,9 @@ pub const QUEUE_JOBS_MAX: usize = 4096;
 #[derive(Clone, Debug)]
 pub struct Options {
     pub run: RunConfig,
+    /// [`run`] on a cluster of OS processes over UCX with this transport, one node each
+    /// ([`Options::processes`]); `None`: in this process.
+    pub processes: Option<atoll_cluster::Transports>,
 }
 
 impl Default for Options {
@@ -82,7 +88,10 @@ impl Default for Options {
             warmup_s: 0.0,
             ..RunConfig::default()
         };
-        Options { run }
+        Options {
+            run,
+            processes: None,
+        }
     }
 }
 
@@ -123,6 +132,19 @@ impl Options {
             faults,
         };
         self.run.seed = seed;
+        Ok(self)
+    }
+    /// [`run`] on one OS process per node, as `atoll cluster` runs, over UCX's `transport`
+    /// (`shm`: shared memory, one-sided ops as loads and atomics; `tcp`: sockets). Each node
+    /// process is this program, started again with its arguments and told by the
+    /// environment ([`atoll_cluster::LIBRARY_NODE_ENV`]) which node it is: its code before
+    /// `run` must build the same options, schema and generator (nodes check the options
+    /// and the tables against the coordinator's and refuse to serve if they differ), and
+    /// in a node process `run` serves the node and exits the process. Nodes' standard
+    /// output is discarded; their standard error is this process's.
+    pub fn processes(mut self, transport: &str) -> Result<Self, String> {
+        let t = atoll_cluster::parse_transport(transport).map_err(|e| e.0)?;
+        self.processes = Some(t);
         Ok(self)
     }
     /// The isolation the protocol gives: serializable, or snapshot isolation (write skew
@@ -259,20 +281,45 @@ fn library(cfg: &RunConfig, schema: Schema, source: Source) -> Result<Library, D
         types: Box::leak(types.into_boxed_slice()),
         source,
         counters: Arc::default(),
+        merged: Arc::default(),
+        remote: false,
     })
 }
 
+fn stats_of_ledger(l: &source::Ledger) -> Stats {
+    Stats {
+        committed: l.committed,
+        attempts: l.attempts,
+        retried: l.retried,
+        user_aborted: l.user_aborted,
+        gave_up: l.gave_up,
+    }
+}
+
 /// Runs transactions from `generator` on every co-routine for `cfg`'s duration (or until it
-/// returns `None` on each), on `cfg`'s fabric, and returns the run's report with its checks.
+/// returns `None` on each), on `cfg`'s fabric or on processes ([`Options::processes`]),
+/// and returns the run's report with its checks and what the transactions did, merged
+/// from every node.
 pub fn run(
     options: Options,
     schema: Schema,
     generator: impl Fn(&mut Rng, NodeId) -> Option<Job> + Send + Sync + 'static,
 ) -> Result<(Report, Stats), DbError> {
-    let w = library(&options.run, schema, Source::Generator(Box::new(generator)))?;
-    let counters = w.counters.clone();
-    let report = atoll_runner::run_workload(&options.run, w, &|_| {}).map_err(run_error)?;
-    Ok((report, stats_of(&counters)))
+    if let Some(node) = std::env::var_os(atoll_cluster::LIBRARY_NODE_ENV) {
+        processes::serve_node(&node, options, schema, Box::new(generator))
+    }
+    let mut w = library(&options.run, schema, Source::Generator(Box::new(generator)))?;
+    let merged = w.merged.clone();
+    let report = match options.processes {
+        None => atoll_runner::run_workload(&options.run, w, &|_| {}).map_err(run_error)?,
+        Some(t) => {
+            w.remote = true;
+            processes::coordinate(&options, w, t)?
+        }
+    };
+    let ledger = *merged.lock().expect("no poisoned ledger");
+    let stats = ledger.map_or_else(Stats::default, |l| stats_of_ledger(&l));
+    Ok((report, stats))
 }
 
 fn run_error(e: atoll_runner::RunError) -> DbError {
@@ -295,10 +342,11 @@ impl Db {
     /// The run lasts until [`Db::close`] (at most [`atoll_runner::config::run_s_max`]
     /// seconds: a timestamp's clock).
     pub fn open(options: Options, schema: Schema) -> Result<Db, DbError> {
+        let on_processes = options.processes.is_some();
         let mut cfg = options.run;
-        if !matches!(cfg.fabric, Fabric::InProc) {
+        if !matches!(cfg.fabric, Fabric::InProc) || on_processes {
             return Err(DbError::Config(
-                "Db::open runs on real threads: for the simulator, drive a run with atoll_db::run"
+                "Db::open runs on real threads in this process (a transaction is a closure of this process's): for the simulator or a cluster of processes, drive a run with atoll_db::run"
                     .into(),
             ));
         }

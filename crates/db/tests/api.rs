@@ -596,3 +596,106 @@ fn api_a_transaction_that_declares_its_keys_runs_within_them_and_is_refused_outs
         assert!(db.close().unwrap().passed, "{name}");
     }
 }
+
+/// Set in the program this test starts (it plays a user's program): the protocol to run on
+/// processes, and where the history goes.
+const PROCESSES_PROGRAM_ENV: &str = "ATOLL_TEST_PROCESSES_PROGRAM";
+const PROCESSES_TEST: &str =
+    "api_random_transactions_on_processes_under_every_protocol_check_clean";
+
+/// The user's program of [`api_random_transactions_on_processes_under_every_protocol_check_clean`]:
+/// its node processes are this test binary too, started again with the same arguments.
+fn processes_program(spec: &str) {
+    let (protocol, path) = spec.split_once(' ').expect("PROTOCOL PATH");
+    let protocol = Protocol::parse(protocol).expect("a protocol's name");
+    let mut o = Options::default()
+        .protocol(protocol)
+        .coroutines(4)
+        .attempts_max(10_000)
+        .history(path)
+        .processes("shm")
+        .unwrap();
+    // Short: its histories join the others adya cross-checks in CI.
+    o.run.duration_s = 0.1;
+    let (s, kv, mixed) = schema();
+    let (report, stats) = run(o, s, move |rng: &mut Rng, _home: NodeId| {
+        Some(Job::new(mixed, random_txn(rng, kv), |_| {}))
+    })
+    .unwrap_or_else(|e| panic!("{}: {e}", protocol.name()));
+    assert!(report.passed, "{}: {}", protocol.name(), report.render());
+    // The counts the node processes merged into the coordinator's report.
+    assert!(stats.committed > 0, "{}: {stats:?}", protocol.name());
+    assert!(stats.user_aborted > 0, "{}: {stats:?}", protocol.name());
+    assert!(stats.attempts >= stats.committed + stats.user_aborted);
+    // Its node processes served the first run: a second would run the first's transactions.
+    let (s, _, _) = schema();
+    match run(
+        Options::default().processes("shm").unwrap(),
+        s,
+        |_: &mut Rng, _| None,
+    ) {
+        Err(DbError::Config(m)) => assert!(m.contains("one cluster"), "{m}"),
+        other => panic!("a second cluster run: {:?}", other.map(|_| ())),
+    }
+    println!("program: {} {stats:?}", protocol.name());
+}
+
+#[test]
+fn api_random_transactions_on_processes_under_every_protocol_check_clean() {
+    if let Ok(spec) = std::env::var(PROCESSES_PROGRAM_ENV) {
+        processes_program(&spec);
+        return;
+    }
+    if atoll_cluster::ucx_available().is_err() {
+        eprintln!("skipped: this build has no UCX (install libucx-dev)");
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("histories");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    for protocol in Protocol::ALL {
+        let path = dir.join(format!("api-processes-{}.jsonl", protocol.name()));
+        let _ = std::fs::remove_file(&path);
+        let out = std::process::Command::new(&exe)
+            .args([
+                PROCESSES_TEST,
+                "--exact",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(
+                PROCESSES_PROGRAM_ENV,
+                format!("{} {}", protocol.name(), path.display()),
+            )
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("program: "),
+            "{}: {}\n{stdout}\n{}",
+            protocol.name(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The harness's "test NAME ... " may open the program's line.
+        if let Some((_, line)) = stdout.lines().find_map(|l| l.split_once("program: ")) {
+            eprintln!("{line}");
+        }
+        let h = atoll_history::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert!(!h.is_empty(), "{}: an empty history", protocol.name());
+        check_history(&h, protocol, protocol.name());
+    }
+}
+
+#[test]
+fn api_a_db_never_opens_on_processes_and_an_unknown_transport_is_refused() {
+    let o = Options::default().processes("shm").unwrap();
+    let (s, _, _) = schema();
+    match Db::open(o, s) {
+        Err(DbError::Config(m)) => assert!(m.contains("atoll_db::run"), "{m}"),
+        other => panic!("expected a config error, got {:?}", other.map(|_| ())),
+    }
+    let e = Options::default().processes("udp").unwrap_err();
+    assert!(e.contains("udp"), "{e}");
+}

@@ -1040,7 +1040,7 @@ pub async fn coroutine<W: Workload, P: Protocol>(
         };
         let latency_ns = end_ns - scheduled_ns.unwrap_or(start_ns).min(start_ns);
         count_outcome(&run, &node, &ws, ty, outcome, start_ns, end_ns, latency_ns);
-        run.w.ended(input, ended);
+        run.w.ended(&mut ws.ledger.borrow_mut(), input, ended);
         // One transaction per turn: the event loop and the other co-routines get the core
         // even when a transaction touched only local records and never waited.
         c.ep.yield_now().await;

@@ -280,8 +280,9 @@ pub trait Workload: Send + Sync + 'static {
     }
 
     /// How a drawn transaction ended, after its last attempt (a committed one's effect went
-    /// to [`Self::record`] first): the library answers the caller waiting on it.
-    fn ended(&self, _input: Self::Input, _outcome: Outcome) {}
+    /// to [`Self::record`] first): the library answers the caller waiting on it, and counts
+    /// the outcome in the worker's `ledger`.
+    fn ended(&self, _ledger: &mut Self::Ledger, _input: Self::Input, _outcome: Outcome) {}
 
     /// The records `input`'s transaction reads and writes, when they follow from the input
     /// alone (not from what it reads: a scan's keys do not), else `None`.
