@@ -263,6 +263,12 @@ fn stats_of(c: &Counters) -> Stats {
 
 /// The library's workload for `schema` on `cfg`'s cluster, drawing from `source`.
 fn library(cfg: &RunConfig, schema: Schema, source: Source) -> Result<Library, DbError> {
+    if cfg.protocol.sequenced() {
+        return Err(DbError::Config(format!(
+            "--protocol {} does not run the library's transactions yet: every node a transaction writes executes it, and a transaction is a closure of the process that submitted it (issue 38)",
+            cfg.protocol.name()
+        )));
+    }
     schema.validate().map_err(DbError::Config)?;
     let nodes = cfg.memory_nodes();
     let counts = schema.count_load(nodes).map_err(DbError::Config)?;

@@ -259,6 +259,7 @@ impl Workload for Library {
     const ABOUT: &'static str = "the transactions a program submits through atoll's library";
     const SMALL_PARAMS: &'static [(&'static str, &'static str)] = &[];
     const DELETES: bool = true;
+    const INSERTS: bool = true;
 
     fn configure(_: &Params, _: &WorkloadShape) -> Result<Self, ParamError> {
         Err(ParamError(

@@ -14,6 +14,23 @@ const KEYS: u64 = 48;
 /// Words per record: the key, then a value every write raises.
 const WORDS: u32 = 2;
 
+/// The protocols the library runs: all but a sequenced one (CALVIN), which refuses it
+/// (`api_a_sequenced_protocol_refuses_the_library_by_name`).
+fn library_protocols() -> impl Iterator<Item = Protocol> {
+    Protocol::ALL.into_iter().filter(|p| !p.sequenced())
+}
+
+#[test]
+fn api_a_sequenced_protocol_refuses_the_library_by_name() {
+    for protocol in Protocol::ALL.into_iter().filter(|p| p.sequenced()) {
+        let (s, _, _) = schema();
+        match Db::open(Options::default().protocol(protocol), s) {
+            Err(DbError::Config(m)) => assert!(m.contains(protocol.name()), "{m}"),
+            other => panic!("{}: {:?}", protocol.name(), other.map(|_| ())),
+        }
+    }
+}
+
 fn seeds() -> Vec<u64> {
     let base = match std::env::var("ATOLL_SEED") {
         Ok(s) => s.parse().expect("ATOLL_SEED is a whole number"),
@@ -102,7 +119,7 @@ fn check_history(h: &[atoll_history::TxnRecord], protocol: Protocol, what: &str)
 #[test]
 fn api_random_transactions_under_every_protocol_in_the_simulator_with_faults_check_clean() {
     for seed in seeds() {
-        for protocol in Protocol::ALL {
+        for protocol in library_protocols() {
             let replay = format!(
                 "ATOLL_SEED={seed} cargo test -p atoll-db --test api (protocol {})",
                 protocol.name()
@@ -147,7 +164,7 @@ fn api_random_transactions_under_every_protocol_in_the_simulator_with_faults_che
 fn api_random_transactions_from_threads_under_every_protocol_check_clean_from_the_history_file() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("histories");
     std::fs::create_dir_all(&dir).unwrap();
-    for protocol in Protocol::ALL {
+    for protocol in library_protocols() {
         let path = dir.join(format!("api-threads-{}.jsonl", protocol.name()));
         let (s, kv, mixed) = schema();
         let o = Options::default()
@@ -252,7 +269,7 @@ fn api_a_conflict_is_retried_and_counted_and_every_increment_lands_once() {
 
 #[test]
 fn api_a_user_error_is_returned_and_nothing_it_wrote_is_installed() {
-    for protocol in Protocol::ALL {
+    for protocol in library_protocols() {
         let (db, c) = counter_db(protocol);
         let r: Result<(), TxError<String>> = db.transact(move |tx| {
             Box::pin(async move {
@@ -367,7 +384,7 @@ struct Account {
 
 #[test]
 fn api_typed_records_under_byte_keys_round_trip_and_a_hash_collision_is_a_typed_error() {
-    for protocol in Protocol::ALL {
+    for protocol in library_protocols() {
         let mut s = Schema::new();
         let acct = s.table(Table::typed("accounts", 96).byte_keys(32));
         let weak = s.table(Table::new("weak", 1).byte_keys_hashed_by(16, weak_hash));
@@ -548,7 +565,7 @@ fn api_inserts_into_a_full_memory_budget_end_table_full_and_the_database_keeps_s
 
 #[test]
 fn api_a_transaction_that_declares_its_keys_runs_within_them_and_is_refused_outside() {
-    for protocol in Protocol::ALL {
+    for protocol in library_protocols() {
         let (db, c) = counter_db(protocol);
         let name = protocol.name();
         let keys = || atoll_db::Declared::new().write(c, 0u64);
@@ -653,7 +670,7 @@ fn api_random_transactions_on_processes_under_every_protocol_check_clean() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("histories");
     std::fs::create_dir_all(&dir).unwrap();
     let exe = std::env::current_exe().unwrap();
-    for protocol in Protocol::ALL {
+    for protocol in library_protocols() {
         let path = dir.join(format!("api-processes-{}.jsonl", protocol.name()));
         let _ = std::fs::remove_file(&path);
         let out = std::process::Command::new(&exe)

@@ -10,6 +10,7 @@ use atoll_txn::knobs::KnobError;
 use atoll_txn::{FamilyConfig, KnobSpec, Knobs, Protocol};
 use std::sync::Arc;
 
+pub mod calvin;
 pub mod mvcc;
 pub mod namdb;
 pub mod nowait;
@@ -18,6 +19,7 @@ pub mod rsi;
 pub mod sundial;
 pub mod waitdie;
 
+pub use calvin::Calvin;
 pub use mvcc::Mvcc;
 pub use namdb::NamDb;
 pub use nowait::NoWait;
@@ -26,13 +28,17 @@ pub use rsi::Rsi;
 pub use sundial::Sundial;
 pub use waitdie::WaitDie;
 
-/// Every family's participant side, one per node: the registration list.
-pub fn participants() -> Vec<Arc<dyn Participant>> {
+/// Every family's participant side, one per node: the registration list. A family with
+/// node-wide state keeps it in `nodes`, which the node's coordinators share.
+pub fn participants(nodes: &atoll_txn::FamilyNodes) -> Vec<Arc<dyn Participant>> {
     vec![
         Arc::new(waitdie::WaitDieParticipant::default()),
         Arc::new(sundial::SundialParticipant),
         Arc::new(mvcc::MvccParticipant),
         Arc::new(rsi::participant::RsiParticipant),
+        Arc::new(calvin::participant::CalvinParticipant {
+            node: nodes.get(calvin::msg::FAMILY),
+        }),
     ]
 }
 
@@ -46,10 +52,11 @@ pub enum ProtocolKind {
     Sundial,
     Rsi,
     NamDb,
+    Calvin,
 }
 
 impl ProtocolKind {
-    pub const ALL: [ProtocolKind; 7] = [
+    pub const ALL: [ProtocolKind; 8] = [
         ProtocolKind::NoWait,
         ProtocolKind::WaitDie,
         ProtocolKind::Occ,
@@ -57,6 +64,7 @@ impl ProtocolKind {
         ProtocolKind::Sundial,
         ProtocolKind::Rsi,
         ProtocolKind::NamDb,
+        ProtocolKind::Calvin,
     ];
 
     /// Calls `v` with the protocol as a type: the one place that maps a selected protocol
@@ -70,6 +78,7 @@ impl ProtocolKind {
             ProtocolKind::Sundial => v.visit::<Sundial>(),
             ProtocolKind::Rsi => v.visit::<Rsi>(),
             ProtocolKind::NamDb => v.visit::<NamDb>(),
+            ProtocolKind::Calvin => v.visit::<Calvin>(),
         }
     }
 
@@ -369,6 +378,18 @@ impl ProtocolKind {
             }
         }
         self.dispatch(Del)
+    }
+
+    /// [`Protocol::SEQUENCED`]: a deterministic protocol, run by sequenced lanes.
+    pub fn sequenced(self) -> bool {
+        struct Seq;
+        impl ProtocolVisitor for Seq {
+            type Out = bool;
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::SEQUENCED
+            }
+        }
+        self.dispatch(Seq)
     }
 
     /// Rejects a plan the protocol cannot run.

@@ -879,7 +879,11 @@ impl atoll_protocols::ProtocolVisitor for Blind {
 #[test]
 fn every_protocol_commits_a_blind_write_and_a_read_then_write_with_their_values_2_nodes() {
     for plan in plans() {
-        for p in atoll_protocols::ProtocolKind::ALL {
+        // A sequenced protocol (CALVIN) runs only through its lanes, never a lone attempt.
+        for p in atoll_protocols::ProtocolKind::ALL
+            .into_iter()
+            .filter(|p| !p.sequenced())
+        {
             let plan = plan.only(p.stages());
             if p.check_plan(&plan).is_err() {
                 continue;

@@ -81,6 +81,44 @@ pub enum Roles {
     SharedData { memory_nodes: u16 },
 }
 
+/// Whether `protocol` runs `workload`'s transactions: a protocol that cannot delete refuses
+/// a workload that does; a sequenced one (CALVIN) needs every transaction's records before
+/// it runs, and does not insert yet. The refusal names what would run.
+pub fn runs_workload(protocol: ProtocolKind, workload: WorkloadKind) -> Result<(), String> {
+    if protocol.sequenced() && (!workload.declares_keys() || workload.inserts()) {
+        let fit: Vec<&str> = WorkloadKind::ALL
+            .into_iter()
+            .filter(|w| w.declares_keys() && !w.inserts())
+            .map(|w| w.name())
+            .collect();
+        let why = if workload.declares_keys() {
+            "inserts records, which it does not run yet (issue 38)"
+        } else {
+            "does not declare every transaction's records before it runs, which it needs"
+        };
+        return Err(format!(
+            "--protocol {} runs transactions whose records are known up front: workload {} {why}; expected one of {}",
+            protocol.name(),
+            workload.name(),
+            fit.join(", ")
+        ));
+    }
+    if workload.deletes() && !protocol.deletes() {
+        let without: Vec<&str> = WorkloadKind::ALL
+            .into_iter()
+            .filter(|w| !w.deletes())
+            .map(|w| w.name())
+            .collect();
+        return Err(format!(
+            "--protocol {} does not delete records yet, and workload {} does: expected a workload without deletes ({})",
+            protocol.name(),
+            workload.name(),
+            without.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 /// Everything a run needs.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
@@ -476,18 +514,31 @@ impl RunConfig {
         self.protocol
             .check_plan(&self.plan)
             .map_err(|e| ConfigError(format!("plan {}: {e}", self.plan)))?;
-        if self.workload.deletes() && !self.protocol.deletes() {
-            let without: Vec<&str> = WorkloadKind::ALL
-                .into_iter()
-                .filter(|w| !w.deletes())
-                .map(|w| w.name())
-                .collect();
-            return Err(ConfigError(format!(
-                "--protocol {} does not delete records yet, and workload {} does: expected a workload without deletes ({})",
-                self.protocol.name(),
-                self.workload.name(),
-                without.join(", ")
-            )));
+        runs_workload(self.protocol, self.workload).map_err(ConfigError)?;
+        if self.protocol.sequenced() {
+            self.sequenced_settings()?;
+        }
+        Ok(())
+    }
+
+    /// What a sequenced protocol (CALVIN) does not run yet, refused by name.
+    fn sequenced_settings(&self) -> Result<(), ConfigError> {
+        let p = self.protocol.name();
+        let refuse = |what: &str| {
+            Err(ConfigError(format!(
+                "--protocol {p} does not run {what} yet (issue 38)"
+            )))
+        };
+        if !matches!(self.roles, Roles::Partitioned) {
+            return refuse("on the shared-data architecture (--memory-nodes): it is partitioned");
+        }
+        if self.rate_per_s.is_some() {
+            return refuse("an open loop (--rate): its lanes draw an epoch's requests at once");
+        }
+        if matches!(&self.fabric, Fabric::Sim { faults, .. } if faults.crash.is_some()) {
+            return refuse(
+                "with a crashed node (faults crash_node): it has no recovery (issue 41)",
+            );
         }
         Ok(())
     }

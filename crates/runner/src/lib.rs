@@ -15,6 +15,7 @@ pub mod repeat;
 pub mod report;
 pub mod run;
 pub mod scripted;
+pub mod sequenced;
 pub mod sizing;
 pub mod stats;
 

@@ -41,6 +41,9 @@ pub struct NodeRuntime<W: Workload> {
     pub clock: Arc<atoll_txn::tsvc::NodeClock>,
     /// Its tasks' and coordinators' counts of old versions (NAM-DB's overflow area).
     pub versions: Arc<atoll_txn::versions::VersionCounters>,
+    /// The families' node-wide state, shared by the node's participant side and its
+    /// coordinators (CALVIN's batches, order and lock table).
+    pub family_nodes: Arc<atoll_txn::FamilyNodes>,
 }
 
 /// What the node's workers handed over when their last co-routine ended.
@@ -156,6 +159,7 @@ impl<W: Workload> NodeRuntime<W> {
             began: AtomicBool::new(false),
             clock: Arc::default(),
             versions: Arc::default(),
+            family_nodes: Arc::default(),
         })
     }
 
@@ -173,7 +177,7 @@ impl<W: Workload> NodeRuntime<W> {
                 self.store
                     .catalog
                     .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
-                atoll_protocols::participants(),
+                atoll_protocols::participants(&self.family_nodes),
             )),
         }
     }

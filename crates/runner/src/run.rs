@@ -226,7 +226,7 @@ impl<W: Workload> RunShared<W> {
 
     /// Whether the run is over at worker time `now` for a worker of `node`: its end
     /// reached, or a stop (Ctrl-C) requested, which is then dated `now` at the latest.
-    fn over(&self, node: &NodeRuntime<W>, now: u64) -> bool {
+    pub(crate) fn over(&self, node: &NodeRuntime<W>, now: u64) -> bool {
         if now >= self.end_ns || self.failed_after_log.load(Ordering::Relaxed) {
             return true;
         }
@@ -891,14 +891,12 @@ fn worker_coroutines<W: Workload, P: Protocol>(
         .map(|k| {
             let ep = Endpoint::new(core.clone(), TaskId(k));
             let id = coordinator_id(&shared.catalog, core, shared.cfg.threads, coroutines, k);
-            let fut = coroutine::<W, P>(
-                shared.clone(),
-                node.clone(),
-                ws.clone(),
-                ep,
-                id,
-                progress.clone(),
-            );
+            let (run, rt, ws) = (shared.clone(), node.clone(), ws.clone());
+            if P::SEQUENCED {
+                let fut = crate::sequenced::lane::<W, P>(run, rt, ws, ep, id, progress.clone());
+                return Box::pin(fut) as Coroutine;
+            }
+            let fut = coroutine::<W, P>(run, rt, ws, ep, id, progress.clone());
             Box::pin(fut) as Coroutine
         })
         .collect();
@@ -979,6 +977,7 @@ pub async fn coroutine<W: Workload, P: Protocol>(
     let mut c = Coordinator::new(ep.clone(), run.catalog.clone(), run.txn.clone(), id);
     c.node_clock = node.clock.clone();
     c.versions = node.versions.clone();
+    c.family_nodes = node.family_nodes.clone();
     // Open loop: this coordinator's starts, one per period, staggered over the coordinators.
     let mut schedule = run.cfg.rate_per_s.map(|r| {
         let coordinators = run.cfg.coordinators_total() as f64;
@@ -1142,7 +1141,7 @@ async fn attempt_until_settled<W: Workload, P: Protocol>(
 
 /// Records one attempt of coordinator `coord` as it ran: what it read and installed, its
 /// outcome and timestamps; a batch full goes to the history file.
-fn record_attempt<W: Workload, P: Protocol>(
+pub(crate) fn record_attempt<W: Workload, P: Protocol>(
     run: &RunShared<W>,
     ws: &WorkerShared<W>,
     tx: &Txn<'_, P>,
@@ -1213,7 +1212,7 @@ fn note_in_flight<W: Workload, P: Protocol>(
 /// start in an open loop), footprint and stages; an abort that
 /// gave up (not one the run's end cut off).
 #[allow(clippy::too_many_arguments)]
-fn count_outcome<W: Workload>(
+pub(crate) fn count_outcome<W: Workload>(
     run: &RunShared<W>,
     node: &NodeRuntime<W>,
     ws: &WorkerShared<W>,
@@ -1256,7 +1255,7 @@ fn count_outcome<W: Workload>(
 
 /// The last co-routine of a worker to finish hands its statistics, history and ledger to
 /// its node.
-fn coroutine_done<W: Workload>(
+pub(crate) fn coroutine_done<W: Workload>(
     run: &RunShared<W>,
     node: &NodeRuntime<W>,
     ws: &WorkerShared<W>,
@@ -1286,7 +1285,7 @@ fn coroutine_done<W: Workload>(
 
 /// Per-transaction bookkeeping of a worker's clock: counter snapshots at the window edges
 /// and progress intervals.
-fn tick<W: Workload>(
+pub(crate) fn tick<W: Workload>(
     run: &RunShared<W>,
     ws: &WorkerShared<W>,
     ep: &Endpoint,

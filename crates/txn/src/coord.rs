@@ -170,6 +170,12 @@ pub struct Coordinator {
     /// The node's counters of old versions read outside the record (the runner hands every
     /// coordinator of a node the same one).
     pub versions: Arc<crate::versions::VersionCounters>,
+    /// The families' node-wide state on this coordinator's node, shared with the node's
+    /// participant side (the runner hands every coordinator of a node the same one).
+    pub family_nodes: Arc<crate::sequenced::FamilyNodes>,
+    /// A family's state of the transaction this coordinator runs now, beside its attempt
+    /// (CALVIN's gathered values for its `fetch`).
+    pub family_ctx: Option<Box<dyn Any>>,
 }
 
 /// An op left to ride in a coordinator's next doorbell ([`Coordinator::defer`]).
@@ -254,6 +260,8 @@ impl Coordinator {
             next_snapshot: None,
             node_clock: Arc::default(),
             versions: Arc::default(),
+            family_nodes: Arc::default(),
+            family_ctx: None,
         }
     }
 

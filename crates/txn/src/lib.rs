@@ -12,6 +12,7 @@ pub mod knobs;
 pub mod msg;
 pub mod plan;
 pub mod regions;
+pub mod sequenced;
 pub mod stages;
 pub mod ts;
 pub mod tsvc;
@@ -25,6 +26,7 @@ pub use coord::{
 };
 pub use knobs::{FamilyConfig, KnobKind, KnobSpec, KnobValue, Knobs};
 pub use plan::{Isolation, Plan, PlanError, Primitive, Stage};
+pub use sequenced::{FamilyNodes, SeqBatch, SeqInput, SeqShape, SeqTxn};
 pub use ts::{Timestamp, TsSource, TxnTimestamps};
 pub use txn::{check_plan, Footprint, NodeTask, Protocol, Txn};
 

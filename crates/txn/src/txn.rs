@@ -110,6 +110,43 @@ pub trait Protocol: 'static {
     /// A memory node's background task (NAM-DB's version mover), until `task.over` says
     /// the run is over.
     async fn memory_task(_task: NodeTask) {}
+
+    /// A deterministic protocol ([`crate::sequenced`]): the runner runs sequenced lanes
+    /// through the four `seq_` hooks instead of attempts that may abort.
+    const SEQUENCED: bool = false;
+
+    /// How its lanes collect an epoch, from the family's configuration.
+    fn seq_shape(_cfg: &crate::TxnConfig) -> crate::SeqShape {
+        unreachable!("{} is not a sequenced protocol", Self::NAME)
+    }
+
+    /// Sends lane `batch.lane`'s requests of epoch `batch.epoch` to every node.
+    async fn seq_dispatch(
+        _c: &mut crate::Coordinator,
+        _batch: crate::SeqBatch,
+    ) -> Result<(), Abort> {
+        unreachable!("{} is not a sequenced protocol", Self::NAME)
+    }
+
+    /// The next transaction of `epoch` this node executes, once it may run (its locks
+    /// granted, what it reads gathered); `None` when none is left for this lane.
+    async fn seq_next(
+        _c: &mut crate::Coordinator,
+        _epoch: u64,
+    ) -> Result<Option<crate::SeqTxn>, Abort> {
+        unreachable!("{} is not a sequenced protocol", Self::NAME)
+    }
+
+    /// The transaction `seq_next` gave ended on this node (executed and applied): what it
+    /// holds here is released.
+    async fn seq_finish(_c: &mut crate::Coordinator, _t: &crate::SeqTxn) -> Result<(), Abort> {
+        unreachable!("{} is not a sequenced protocol", Self::NAME)
+    }
+
+    /// Waits until every node finished `epoch`; `false` when it was the run's last.
+    async fn seq_barrier(_c: &mut crate::Coordinator, _epoch: u64) -> Result<bool, Abort> {
+        unreachable!("{} is not a sequenced protocol", Self::NAME)
+    }
 }
 
 /// What a node's background task ([`Protocol::node_task`], [`Protocol::memory_task`])
@@ -155,6 +192,20 @@ impl<'c, P: Protocol> Txn<'c, P> {
     pub fn begin(c: &'c mut Coordinator) -> Self {
         Txn {
             core: TxnCore::begin(c),
+            _p: PhantomData,
+        }
+    }
+
+    /// Begins the one attempt of sequenced transaction `t` on this node: with the tag and
+    /// timestamp it has on every participant.
+    pub fn begin_sequenced(c: &'c mut Coordinator, t: &crate::SeqTxn) -> Self {
+        let mut core = TxnCore::begin(c);
+        core.tag = t.tag;
+        if let Some(ts) = crate::Timestamp::from_word(t.ts) {
+            core.ts = ts;
+        }
+        Txn {
+            core,
             _p: PhantomData,
         }
     }

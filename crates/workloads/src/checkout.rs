@@ -379,6 +379,8 @@ impl Workload for Checkout {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "checkout";
+    const INSERTS: bool = true;
+    const DECLARES_KEYS: bool = true;
     const CONFLICTS_ON_LOCKS: bool = true;
     const ABOUT: &'static str = "TPC-W's, as RSI's paper ran it: 3 products read and restocked, an order and 3 lines inserted";
     const SMALL_PARAMS: &'static [(&'static str, &'static str)] = &[

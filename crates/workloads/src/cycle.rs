@@ -262,6 +262,7 @@ impl Workload for Cycle {
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "cycle";
     const DELETES: bool = true;
+    const INSERTS: bool = true;
     fn full_table_expected(&self) -> bool {
         self.dyn_slots.is_some()
     }

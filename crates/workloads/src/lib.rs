@@ -212,6 +212,14 @@ pub trait Workload: Send + Sync + 'static {
     /// the run starts).
     const DELETES: bool = false;
 
+    /// Whether its transactions insert records.
+    const INSERTS: bool = false;
+
+    /// Whether every transaction's records follow from its input alone
+    /// ([`Workload::access_set`] always answers): a deterministic protocol (CALVIN) needs
+    /// them before the transaction runs and refuses a workload without.
+    const DECLARES_KEYS: bool = false;
+
     /// Whether it reads only what it writes (every read for update), so its conflicts end on
     /// locks whatever the protocol family: what the test matrix requires a contended run of
     /// it to count beside the family's own conflict aborts.
@@ -365,6 +373,8 @@ struct Declared {
     about: &'static str,
     small_params: &'static [(&'static str, &'static str)],
     deletes: bool,
+    inserts: bool,
+    declares_keys: bool,
     conflicts_on_locks: bool,
 }
 
@@ -375,6 +385,8 @@ impl Declared {
             about: W::ABOUT,
             small_params: W::SMALL_PARAMS,
             deletes: W::DELETES,
+            inserts: W::INSERTS,
+            declares_keys: W::DECLARES_KEYS,
             conflicts_on_locks: W::CONFLICTS_ON_LOCKS,
         }
     }
@@ -482,6 +494,16 @@ impl WorkloadKind {
     /// [`Workload::DELETES`] of the workload.
     pub fn deletes(self) -> bool {
         self.declared().deletes
+    }
+
+    /// [`Workload::INSERTS`] of the workload.
+    pub fn inserts(self) -> bool {
+        self.declared().inserts
+    }
+
+    /// [`Workload::DECLARES_KEYS`] of the workload.
+    pub fn declares_keys(self) -> bool {
+        self.declared().declares_keys
     }
 
     /// [`Workload::CONFLICTS_ON_LOCKS`] of the workload.

@@ -216,6 +216,7 @@ impl Workload for Micro {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "micro";
+    const DECLARES_KEYS: bool = true;
     const ABOUT: &'static str = "the hardware-islands local/multisite microbenchmark";
     const SMALL_PARAMS: &'static [(&'static str, &'static str)] =
         &[("rows_per_node", "20"), ("multisite_fraction", "0.5")];

@@ -200,6 +200,7 @@ impl Workload for Skew {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "skew";
+    const DECLARES_KEYS: bool = true;
     const ABOUT: &'static str =
         "a write-skew probe: pairs x + y >= 0, required only of serializable protocols";
     const SMALL_PARAMS: &'static [(&'static str, &'static str)] = &[("pairs", "4")];

@@ -232,6 +232,7 @@ impl Workload for SmallBank {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "smallbank";
+    const DECLARES_KEYS: bool = true;
     const ABOUT: &'static str =
         "six banking transactions over checking and savings accounts, hot accounts";
     const SMALL_PARAMS: &'static [(&'static str, &'static str)] =

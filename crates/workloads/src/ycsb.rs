@@ -590,6 +590,7 @@ impl Workload for Ycsb {
     type Ledger = Ledger;
     type NodeCheck = NodeCheck;
     const NAME: &'static str = "ycsb";
+    const DECLARES_KEYS: bool = true;
     const ABOUT: &'static str = "key-value reads and updates, zipfian or hot-set skew";
     const SMALL_PARAMS: &'static [(&'static str, &'static str)] =
         &[("records", "60"), ("ops_per_txn", "4")];

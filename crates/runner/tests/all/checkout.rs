@@ -51,7 +51,11 @@ fn check<'r>(r: &'r Report, name: &str) -> &'r atoll_runner::report::CheckReport
 #[test]
 fn checkout_orders_have_three_lines_and_stock_decrease_equals_quantity_ordered_under_every_protocol_and_plan(
 ) {
-    for protocol in ProtocolKind::ALL {
+    // A protocol that refuses a checkout's inserts (CALVIN, so far) is not a cell.
+    for protocol in ProtocolKind::ALL
+        .into_iter()
+        .filter(|&p| atoll_runner::config::runs_workload(p, WorkloadKind::Checkout).is_ok())
+    {
         for plan in PLANS {
             // What the protocol refuses (RSI: RPC stages) it skips.
             if protocol

@@ -296,6 +296,7 @@ impl Workload for Tpcc {
     type NodeCheck = NodeCheck;
     const NAME: &'static str = Tpcc::NAME_STR;
     const DELETES: bool = true;
+    const INSERTS: bool = true;
     /// ~130 KB measured per co-routine (docs/performance.md), rounded up.
     const COROUTINE_HEAP_BYTES: u64 = 160 << 10;
     const ABOUT: &'static str = "the five TPC-C transactions over nine tables";

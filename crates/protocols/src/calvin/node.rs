@@ -1,0 +1,367 @@
+//! CALVIN's state on one node, shared by its participant (lanes' batches, forwarded values
+//! and EPOCH_DONEs arrive there) and its lanes (which take the epoch's transactions in
+//! order): every epoch's batches, the order they make, the deterministic lock table, the
+//! values gathered, and which nodes finished each epoch.
+//!
+//! **Order** (`global`, the original Calvin's): epoch by epoch; within one, lane 0's
+//! batches first, then lane 1's, ...; within a lane, node 0's batch first, then node 1's;
+//! within a batch, as the lane drew them. Every node computes it from the same batches, so
+//! every node queues its locks in the same order.
+
+use super::locks::LockTable;
+use super::msg::{Request, Value};
+use atoll_fabric::NodeId;
+use atoll_storage::{Catalog, TableId};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Mutex;
+
+/// Epochs of each lane's batches a backup keeps (the newest): recovery replays from them.
+pub const KEPT_EPOCHS_MAX: usize = 4;
+
+/// Transactions one epoch may order, at most: its place in the order is the low 32 bits of
+/// a transaction's id (the epoch is the high ones).
+pub const EPOCH_TXNS_MAX: u64 = 1 << 32;
+
+/// A transaction as this node runs it.
+#[derive(Clone, Debug)]
+pub struct Ordered {
+    /// `epoch << 32 | place in the epoch's order`.
+    pub id: u64,
+    pub epoch: u64,
+    pub request: Request,
+    /// Its records on this node (not a replicated table's), which it locks here.
+    pub local: Vec<(TableId, u64, bool)>,
+    /// Nodes holding any of its records (replicated tables aside), ascending.
+    pub participants: Vec<u16>,
+    /// Nodes that execute it, ascending: those holding a record it writes; a read-only
+    /// transaction runs on its first participant (or, reading only replicated tables, on
+    /// its lane's node).
+    pub executors: Vec<u16>,
+}
+
+impl Ordered {
+    pub fn executes_on(&self, n: u16) -> bool {
+        self.executors.contains(&n)
+    }
+}
+
+#[derive(Default)]
+struct Epoch {
+    /// `(lane, node)` -> (last, requests).
+    batches: HashMap<(u32, u16), (bool, Vec<Request>)>,
+    /// Lanes whose transactions are queued (in order: lanes below it all are).
+    lanes_queued: u32,
+    /// The next place in the order.
+    places: u64,
+    /// This node's transactions not yet taken by a lane, in order.
+    queue: VecDeque<Ordered>,
+    /// This node's transactions queued, and ended.
+    queued: u64,
+    ended: u64,
+    /// Some lane's batch was its last: the run ends after this epoch.
+    last: bool,
+    /// Nodes that finished the epoch (their EPOCH_DONE arrived; this one's too).
+    done: Vec<bool>,
+    /// This node sent its EPOCH_DONE.
+    done_sent: bool,
+    /// This node's lanes past the barrier.
+    lanes_past: u32,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Nodes and lanes per node, from the first batch (every batch says).
+    shape: Option<(u16, u32)>,
+    epochs: BTreeMap<u64, Epoch>,
+    locks: LockTable,
+    /// Values forwarded to this node, by transaction id, with the nodes they came from.
+    forwards: HashMap<u64, Vec<(u16, Vec<Value>)>>,
+    /// As a backup: the newest batches of each `(node, lane)` it backs up, by epoch.
+    kept: HashMap<(u16, u32), VecDeque<(u64, Vec<Request>)>>,
+}
+
+/// One node's CALVIN state.
+#[derive(Default)]
+pub struct CalvinNode {
+    inner: Mutex<Inner>,
+}
+
+/// What [`CalvinNode::take`] found.
+pub enum Take {
+    /// A transaction to run here, taken in order (its locks queued, maybe not granted).
+    Run(Ordered),
+    /// The epoch's batches are not all here yet, or another lane holds what is left.
+    Wait,
+    /// Nothing of the epoch is left to take on this node.
+    Drained,
+}
+
+impl CalvinNode {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("no poisoned calvin state")
+    }
+
+    /// A lane's batch arrived (from another node's lane, or this node's own); `keep`: this
+    /// node backs the sender up and keeps it after the epoch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch(
+        &self,
+        epoch: u64,
+        from: u16,
+        nodes: u16,
+        lane: u32,
+        lanes: u32,
+        last: bool,
+        keep: bool,
+        requests: Vec<Request>,
+    ) -> Result<(), String> {
+        let mut s = self.lock();
+        match s.shape {
+            None => s.shape = Some((nodes, lanes)),
+            Some(shape) if shape != (nodes, lanes) => {
+                return Err(format!(
+                    "a batch for {nodes} nodes x {lanes} lanes in a run of {} x {}",
+                    shape.0, shape.1
+                ))
+            }
+            Some(_) => {}
+        }
+        if from >= nodes || lane >= lanes {
+            return Err(format!(
+                "a batch from node {from} lane {lane} of {nodes} x {lanes}"
+            ));
+        }
+        if keep {
+            let kept = s.kept.entry((from, lane)).or_default();
+            if kept.len() == KEPT_EPOCHS_MAX {
+                kept.pop_front();
+            }
+            kept.push_back((epoch, requests.clone()));
+        }
+        let e = s.epochs.entry(epoch).or_default();
+        if e.batches.insert((lane, from), (last, requests)).is_some() {
+            return Err(format!(
+                "a second batch of epoch {epoch} from node {from} lane {lane}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The epochs of `(node, lane)`'s batches this node keeps as its backup, oldest first.
+    pub fn kept_epochs(&self, from: u16, lane: u32) -> Vec<u64> {
+        self.lock()
+            .kept
+            .get(&(from, lane))
+            .map_or(Vec::new(), |k| k.iter().map(|(e, _)| *e).collect())
+    }
+
+    /// Values of transaction `id` forwarded by node `from`.
+    pub fn forward(&self, id: u64, from: u16, values: Vec<Value>) {
+        self.lock()
+            .forwards
+            .entry(id)
+            .or_default()
+            .push((from, values));
+    }
+
+    /// Node `from` finished `epoch`.
+    pub fn epoch_done(&self, epoch: u64, from: u16, nodes: u16) -> Result<(), String> {
+        let mut s = self.lock();
+        let e = s.epochs.entry(epoch).or_default();
+        if e.done.is_empty() {
+            e.done = vec![false; nodes as usize];
+        }
+        match e.done.get_mut(from as usize) {
+            Some(d) if !*d => {
+                *d = true;
+                Ok(())
+            }
+            Some(_) => Err(format!(
+                "a second EPOCH_DONE of epoch {epoch} from node {from}"
+            )),
+            None => Err(format!("an EPOCH_DONE from node {from} of {nodes}")),
+        }
+    }
+
+    /// Takes the next transaction of `epoch` this node runs, in order, queueing the lanes
+    /// whose batches are all here first.
+    pub fn take(&self, epoch: u64, catalog: &Catalog, me: NodeId) -> Take {
+        let mut s = self.lock();
+        let Some((nodes, lanes)) = s.shape else {
+            return Take::Wait;
+        };
+        let Inner { epochs, locks, .. } = &mut *s;
+        let e = epochs.entry(epoch).or_default();
+        while e.lanes_queued < lanes
+            && (0..nodes).all(|n| e.batches.contains_key(&(e.lanes_queued, n)))
+        {
+            let lane = e.lanes_queued;
+            for n in 0..nodes {
+                let (last, requests) = e.batches.remove(&(lane, n)).expect("checked");
+                e.last |= last;
+                for request in requests {
+                    let place = e.places;
+                    e.places += 1;
+                    assert!(
+                        place < EPOCH_TXNS_MAX,
+                        "calvin: epoch {epoch} over {EPOCH_TXNS_MAX} transactions"
+                    );
+                    let t = order(epoch << 32 | place, epoch, request, catalog, me, n);
+                    if t.participants.contains(&me.0) || t.executes_on(me.0) {
+                        locks.enqueue(t.id, &t.local);
+                        e.queued += 1;
+                        e.queue.push_back(t);
+                    }
+                }
+            }
+            e.lanes_queued += 1;
+        }
+        match e.queue.pop_front() {
+            Some(t) => Take::Run(t),
+            None if e.lanes_queued == lanes => Take::Drained,
+            None => Take::Wait,
+        }
+    }
+
+    /// Whether `t` holds its locks here.
+    pub fn granted(&self, t: &Ordered) -> bool {
+        self.lock().locks.granted(t.id, &t.local)
+    }
+
+    /// The values forwarded for `t` once every other participant's are here.
+    pub fn gathered(&self, t: &Ordered, me: u16) -> Option<Vec<Value>> {
+        let mut s = self.lock();
+        let want = t.participants.iter().filter(|&&n| n != me).count();
+        let have = s.forwards.get(&t.id).map_or(0, Vec::len);
+        if have < want {
+            return None;
+        }
+        let got = s.forwards.remove(&t.id).unwrap_or_default();
+        Some(got.into_iter().flat_map(|(_, v)| v).collect())
+    }
+
+    /// `t` ended on this node: its locks are released. Returns whether this node just
+    /// finished the epoch (and is to say so: its EPOCH_DONE, once).
+    pub fn ended(&self, t: &Ordered) -> bool {
+        let mut s = self.lock();
+        s.locks.release(t.id, &t.local);
+        let lanes = s.shape.map_or(0, |(_, l)| l);
+        let e = s.epochs.get_mut(&t.epoch).expect("a live epoch");
+        e.ended += 1;
+        finished(e, lanes)
+    }
+
+    /// Whether this node finished `epoch` with nothing of it left to run and is to say so
+    /// (once).
+    pub fn finished(&self, epoch: u64) -> bool {
+        let mut s = self.lock();
+        let lanes = s.shape.map_or(0, |(_, l)| l);
+        s.epochs.get_mut(&epoch).is_some_and(|e| finished(e, lanes))
+    }
+
+    /// Whether every node finished `epoch`; then this lane is past it, and `Some(last)`
+    /// says whether the run ends with it. The last of this node's lanes past an epoch
+    /// forgets it.
+    pub fn past_barrier(&self, epoch: u64, nodes: u16) -> Option<bool> {
+        let mut s = self.lock();
+        let lanes = s.shape.map_or(0, |(_, l)| l);
+        let e = s.epochs.get_mut(&epoch)?;
+        if e.done.len() != nodes as usize || !e.done.iter().all(|&d| d) {
+            return None;
+        }
+        e.lanes_past += 1;
+        let last = e.last;
+        if e.lanes_past == lanes {
+            s.epochs.remove(&epoch);
+        }
+        Some(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(seq: u32) -> Request {
+        Request {
+            seq,
+            ty: 0,
+            tag: 1,
+            ts: 1,
+            arrival_ns: 0,
+            input: vec![],
+            accesses: vec![],
+        }
+    }
+
+    #[test]
+    fn calvin_a_backup_keeps_the_newest_batches_it_backs_up_and_a_second_batch_is_refused() {
+        let n = CalvinNode::default();
+        for epoch in 0..10 {
+            n.batch(epoch, 1, 2, 0, 1, false, true, vec![request(0)])
+                .unwrap();
+            n.batch(epoch, 0, 2, 0, 1, false, false, vec![]).unwrap();
+        }
+        assert_eq!(n.kept_epochs(1, 0), vec![6, 7, 8, 9]);
+        assert!(n.kept_epochs(0, 0).is_empty(), "not a backup of node 0");
+        let e = n.batch(9, 1, 2, 0, 1, false, true, vec![]).unwrap_err();
+        assert!(e.contains("second batch"), "{e}");
+        let e = n.batch(3, 1, 3, 0, 1, false, false, vec![]).unwrap_err();
+        assert!(e.contains("3 nodes"), "{e}");
+        let e = n.batch(3, 2, 2, 0, 1, false, false, vec![]).unwrap_err();
+        assert!(e.contains("node 2"), "{e}");
+    }
+}
+
+fn finished(e: &mut Epoch, lanes: u32) -> bool {
+    let all = e.lanes_queued == lanes && e.queue.is_empty() && e.ended == e.queued;
+    if all && !e.done_sent {
+        e.done_sent = true;
+        return true;
+    }
+    false
+}
+
+/// Where request `request` (drawn by node `from`'s lane) runs, as node `me` sees it.
+fn order(
+    id: u64,
+    epoch: u64,
+    request: Request,
+    catalog: &Catalog,
+    me: NodeId,
+    from: u16,
+) -> Ordered {
+    let mut local = Vec::new();
+    let mut participants = Vec::new();
+    let mut writers = Vec::new();
+    for &(t, k, write) in &request.accesses {
+        if catalog.is_replicated(t) {
+            continue;
+        }
+        let n = catalog.home(t, k, me).0;
+        participants.push(n);
+        if write {
+            writers.push(n);
+        }
+        if n == me.0 {
+            local.push((t, k, write));
+        }
+    }
+    participants.sort_unstable();
+    participants.dedup();
+    writers.sort_unstable();
+    writers.dedup();
+    let executors = match (writers.is_empty(), participants.first()) {
+        (false, _) => writers,
+        (true, Some(&first)) => vec![first],
+        (true, None) => vec![from],
+    };
+    Ordered {
+        id,
+        epoch,
+        request,
+        local,
+        participants,
+        executors,
+    }
+}
