@@ -688,6 +688,42 @@ fn plan_all_in_a_config_file_runs_every_plan_like_the_flag() {
 }
 
 #[test]
+fn calvin_runs_over_rpc_without_a_plan_and_refuses_by_name_what_it_does_not_run() {
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--protocol",
+        "calvin",
+        "--duration",
+        "0.2",
+        "--warmup",
+        "0",
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("smallbank / calvin / plan rpc"), "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+    bad(
+        &["bench", "--protocol", "calvin", "--plan", "one-sided"],
+        &["dispatch", "--plan rpc"],
+    );
+    bad(
+        &["bench", "--protocol", "calvin", "--workload", "tpcc"],
+        &["workload tpcc", "smallbank, ycsb"],
+    );
+    bad(
+        &["bench", "--protocol", "calvin", "--workload", "checkout"],
+        &["inserts records"],
+    );
+    bad(
+        &["bench", "--protocol", "calvin", "--rate", "100000"],
+        &["--rate"],
+    );
+    bad(
+        &["bench", "--protocol", "calvin", "--epoch-us", "0"],
+        &["epoch_us", "1..=1000000"],
+    );
+}
+
+#[test]
 fn a_single_node_runs_with_the_default_log_replicas_and_an_unmeetable_explicit_value_is_refused() {
     let (code, out, err) = atoll(&[
         "bench",
