@@ -1038,7 +1038,8 @@ pub async fn coroutine<W: Workload, P: Protocol>(
             },
         };
         let latency_ns = end_ns - scheduled_ns.unwrap_or(start_ns).min(start_ns);
-        count_outcome(&run, &node, &ws, ty, outcome, start_ns, end_ns, latency_ns);
+        let measured = start_ns >= run.warmup_end_ns;
+        count_outcome(&run, &node, &ws, ty, outcome, measured, end_ns, latency_ns);
         run.w.ended(&mut ws.ledger.borrow_mut(), input, ended);
         // One transaction per turn: the event loop and the other co-routines get the core
         // even when a transaction touched only local records and never waited.
@@ -1207,8 +1208,8 @@ fn note_in_flight<W: Workload, P: Protocol>(
     ws.in_flight.borrow_mut().insert(coord, lost);
 }
 
-/// Counts a transaction of type `ty` begun at `start_ns` and ended at `end_ns`: a commit's
-/// effect into the ledger and, if measured, its latency (`latency_ns`: from its scheduled
+/// Counts a transaction of type `ty` ended at `end_ns`: a commit's effect into the ledger
+/// and, if `measured` (it counts in the measured window), its latency (`latency_ns`: from its scheduled
 /// start in an open loop), footprint and stages; an abort that
 /// gave up (not one the run's end cut off).
 #[allow(clippy::too_many_arguments)]
@@ -1218,11 +1219,10 @@ pub(crate) fn count_outcome<W: Workload>(
     ws: &WorkerShared<W>,
     ty: usize,
     outcome: Result<(W::Effect, [u64; Stage::COUNT], atoll_txn::Footprint), Abort>,
-    start_ns: u64,
+    measured: bool,
     end_ns: u64,
     latency_ns: u64,
 ) {
-    let measured = start_ns >= run.warmup_end_ns;
     let mut st = ws.stats.borrow_mut();
     match outcome {
         Ok((effect, stages, footprint)) => {

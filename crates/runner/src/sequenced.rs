@@ -3,7 +3,8 @@
 //! epoch with the records each declares, hands them to the protocol, runs the workload's
 //! logic on whatever the protocol gives this node to execute, and waits at the epoch's
 //! barrier. A transaction is counted (its effect, its latency from its arrival, the epoch's
-//! wait included, and its history) by its first executing node only.
+//! wait included, and its history) by its first executing node only, in the window it
+//! ends in.
 
 use crate::node::NodeRuntime;
 use crate::run::{coroutine_done, count_outcome, record_attempt, tick, RunShared, WorkerShared};
@@ -168,8 +169,12 @@ async fn execute<W: Workload, P: Protocol>(
             attempts: 1,
         },
     };
+    // Counted in the window it ends in, up to the run's end: an epoch's requests arrive
+    // together and run over the epoch after, so counting by arrival would take whole epochs
+    // into the window or out of it (and the last epoch runs after the end).
+    let measured = end_ns >= run.warmup_end_ns && end_ns <= run.end_ns;
     if let Err(a) = &r {
-        if t.arrival_ns >= run.warmup_end_ns && *a != Abort::UserAbort {
+        if measured && *a != Abort::UserAbort {
             let mut st = ws.stats.borrow_mut();
             st.aborts[t.ty as usize][a.index()] += 1;
             st.interval.count_abort(*a);
@@ -182,7 +187,7 @@ async fn execute<W: Workload, P: Protocol>(
         ws,
         t.ty as usize,
         r,
-        t.arrival_ns,
+        measured,
         end_ns,
         latency_ns,
     );
