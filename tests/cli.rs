@@ -721,6 +721,23 @@ fn calvin_runs_over_rpc_without_a_plan_and_refuses_by_name_what_it_does_not_run(
         &["bench", "--protocol", "calvin", "--epoch-us", "0"],
         &["epoch_us", "1..=1000000"],
     );
+    // Every node holds every lane's batches: counted before anything is allocated.
+    bad(
+        &[
+            "bench",
+            "--protocol",
+            "calvin",
+            "--calvin-batch-max",
+            "65536",
+            "--nodes",
+            "16",
+            "--threads",
+            "8",
+            "--coroutines",
+            "64",
+        ],
+        &["CALVIN's epoch batches", "--calvin-batch-max"],
+    );
 }
 
 #[test]

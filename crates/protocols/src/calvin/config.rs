@@ -1,6 +1,8 @@
 //! CALVIN's knobs: how long a lane collects an epoch, and how many requests it takes in one.
 
-use atoll_txn::knobs::{FamilyConfig, KnobError, KnobKind, KnobSpec, Knobs};
+use atoll_txn::knobs::{
+    ClusterShape, FamilyConfig, FamilyHeap, KnobError, KnobKind, KnobSpec, Knobs,
+};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -34,9 +36,33 @@ pub struct CalvinConfig {
     pub batch_max: u32,
 }
 
+/// Bytes of one sequenced request as a node holds it, counted generously: its order key and
+/// identity (6 words), a workload's input (up to 20 words) and up to 16 declared records (3
+/// words each), in vectors.
+pub const REQUEST_BYTES: u64 = 640;
+
+/// Epochs of every lane's batches a node may hold at once: the one it runs, the next one
+/// arriving early, and [`super::node::KEPT_EPOCHS_MAX`] kept for the nodes it backs up.
+pub const EPOCHS_HELD_MAX: u64 = 2 + super::node::KEPT_EPOCHS_MAX as u64;
+
 impl FamilyConfig for CalvinConfig {
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    /// Every node holds every lane's batches (each at most `--calvin-batch-max` requests)
+    /// of the epochs it may hold at once.
+    fn heap(&self, shape: &ClusterShape) -> FamilyHeap {
+        let per_node = (shape.coordinators_total as u64)
+            .saturating_mul(self.batch_max as u64)
+            .saturating_mul(EPOCHS_HELD_MAX)
+            .saturating_mul(REQUEST_BYTES);
+        FamilyHeap {
+            cluster_bytes: per_node.saturating_mul(shape.compute_nodes as u64),
+            cluster_what: "CALVIN's epoch batches on every node",
+            cluster_hint: ", or a smaller --calvin-batch-max",
+            per_record_bytes: 0,
+        }
     }
 }
 
