@@ -963,6 +963,21 @@ pub fn coordinator_id(
     (compute as u32 * threads as u32 + core.id.thread as u32) * coroutines as u32 + k
 }
 
+/// Co-routine `id`'s coordinator on `node`, sharing what the node's coordinators share (its
+/// clock, version counters and families' node state).
+pub(crate) fn node_coordinator<W: Workload>(
+    run: &RunShared<W>,
+    node: &NodeRuntime<W>,
+    ep: &Endpoint,
+    id: u32,
+) -> Coordinator {
+    let mut c = Coordinator::new(ep.clone(), run.catalog.clone(), run.txn.clone(), id);
+    c.node_clock = node.clock.clone();
+    c.versions = node.versions.clone();
+    c.family_nodes = node.family_nodes.clone();
+    c
+}
+
 pub async fn coroutine<W: Workload, P: Protocol>(
     run: Arc<RunShared<W>>,
     node: Arc<NodeRuntime<W>>,
@@ -974,10 +989,7 @@ pub async fn coroutine<W: Workload, P: Protocol>(
     // Workloads pick keys among the memory nodes, "local" ones on the coordinator's home.
     let (nodes, home) = (run.catalog.nodes, run.catalog.topology().home_of(ep.node()));
     let mut rng = Rng::derive(run.cfg.seed, id as u64);
-    let mut c = Coordinator::new(ep.clone(), run.catalog.clone(), run.txn.clone(), id);
-    c.node_clock = node.clock.clone();
-    c.versions = node.versions.clone();
-    c.family_nodes = node.family_nodes.clone();
+    let mut c = node_coordinator(&run, &node, &ep, id);
     // Open loop: this coordinator's starts, one per period, staggered over the coordinators.
     let mut schedule = run.cfg.rate_per_s.map(|r| {
         let coordinators = run.cfg.coordinators_total() as f64;

@@ -30,10 +30,7 @@ pub async fn lane<W: Workload, P: Protocol>(
 ) {
     let (nodes, home) = (run.catalog.nodes, run.catalog.topology().home_of(ep.node()));
     let mut rng = Rng::derive(run.cfg.seed, id as u64);
-    let mut c = Coordinator::new(ep.clone(), run.catalog.clone(), run.txn.clone(), id);
-    c.node_clock = node.clock.clone();
-    c.versions = node.versions.clone();
-    c.family_nodes = node.family_nodes.clone();
+    let mut c = crate::run::node_coordinator(&run, &node, &ep, id);
     let lanes = run.txn.coordinators_per_node;
     let shape = P::seq_shape(&run.txn);
     // Bounded by the run's end: the lane that sees it marks its batch the last, and every
