@@ -14,13 +14,9 @@ const CLIENT_THREADS: u64 = 4;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let protocol = match args.first() {
-        None => Protocol::Occ,
-        Some(name) => Protocol::parse(name).ok_or_else(|| {
-            let names: Vec<_> = Protocol::ALL.iter().map(|p| p.name()).collect();
-            format!("protocol {name:?}: expected one of {}", names.join(", "))
-        })?,
-    };
+    let protocol: Protocol = args
+        .first()
+        .map_or(Ok(Protocol::Occ), |name| name.parse())?;
     let seconds: f64 = match args.get(1) {
         None => 2.0,
         Some(s) => s

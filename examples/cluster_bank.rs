@@ -19,13 +19,7 @@ const AMOUNT_MAX: u64 = 20;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let transport = args.first().map_or("shm", String::as_str);
-    let protocol = match args.get(1) {
-        None => Protocol::Occ,
-        Some(name) => Protocol::parse(name).ok_or_else(|| {
-            let names: Vec<_> = Protocol::ALL.iter().map(|p| p.name()).collect();
-            format!("protocol {name:?}: expected one of {}", names.join(", "))
-        })?,
-    };
+    let protocol: Protocol = args.get(1).map_or(Ok(Protocol::Occ), |name| name.parse())?;
     let seconds: f64 = match args.get(2) {
         None => 2.0,
         Some(s) => s

@@ -11,13 +11,9 @@ const THREADS: u64 = 8;
 const INCREMENTS_PER_THREAD: u64 = 2_000;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protocol = match std::env::args().nth(1) {
-        None => Protocol::NoWait,
-        Some(name) => Protocol::parse(&name).ok_or_else(|| {
-            let names: Vec<_> = Protocol::ALL.iter().map(|p| p.name()).collect();
-            format!("protocol {name:?}: expected one of {}", names.join(", "))
-        })?,
-    };
+    let protocol: Protocol = std::env::args()
+        .nth(1)
+        .map_or(Ok(Protocol::NoWait), |name| name.parse())?;
     let mut schema = Schema::new();
     let counters = schema.table(Table::new("counters", 1));
     schema.load(move |l| {

@@ -33,13 +33,9 @@ async fn orders_of(
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protocol = match std::env::args().nth(1) {
-        None => Protocol::Sundial,
-        Some(name) => Protocol::parse(&name).ok_or_else(|| {
-            let names: Vec<_> = Protocol::ALL.iter().map(|p| p.name()).collect();
-            format!("protocol {name:?}: expected one of {}", names.join(", "))
-        })?,
-    };
+    let protocol: Protocol = std::env::args()
+        .nth(1)
+        .map_or(Ok(Protocol::Sundial), |name| name.parse())?;
     let mut schema = Schema::new();
     let customers = schema.table(Table::new("customers", 2));
     // A customer's orders live on the customer's node, in key order.

@@ -5,7 +5,7 @@ mod repro;
 mod results;
 mod settings;
 
-use atoll_runner::config::Roles;
+use atoll_runner::config::{Fabric, Roles};
 use atoll_runner::interrupt::{self, EXIT_INTERRUPTED};
 use atoll_runner::{Progress, RunConfig};
 use atoll_txn::{Plan, Primitive};
@@ -463,6 +463,7 @@ fn bench(a: BenchArgs) -> ExitCode {
         cfg,
         plan_all: all,
         repeat,
+        replay,
     } = match resolve(&a) {
         Ok(r) => r,
         Err(e) => {
@@ -508,7 +509,60 @@ fn bench(a: BenchArgs) -> ExitCode {
     if interrupt::requested() {
         return ExitCode::from(EXIT_INTERRUPTED);
     }
-    ExitCode::SUCCESS
+    match replay {
+        Some(faults) => replay_epochs(&cfg, faults, &report),
+        None => ExitCode::SUCCESS,
+    }
+}
+
+/// `--replay-faults`: the recorded run's epochs replayed under other faults must end in the
+/// same state on every node.
+fn replay_epochs(
+    cfg: &RunConfig,
+    faults: atoll_runner::config::FaultConfig,
+    recorded: &atoll_runner::Report,
+) -> ExitCode {
+    use atoll_txn::EpochLogMode;
+    let Some(EpochLogMode::Record(log)) = &cfg.epoch_log else {
+        unreachable!("--replay-faults records the run's epochs")
+    };
+    let Fabric::Sim { net, .. } = &cfg.fabric else {
+        unreachable!("--replay-faults needs the simulator, checked at start-up")
+    };
+    let again = RunConfig {
+        fabric: Fabric::Sim {
+            net: net.clone(),
+            faults,
+        },
+        record_history: false,
+        history_file: None,
+        epoch_log: Some(EpochLogMode::Replay(log.clone())),
+        ..cfg.clone()
+    };
+    if let Err(e) = again.validate() {
+        eprintln!("error: the replay: {}", e.0);
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let r = match atoll_runner::run(&again, &|_| {}) {
+        Ok(r) => r,
+        Err(e) => return run_failed(&e, "the replay: "),
+    };
+    println!(
+        "replay      {log:?} under other faults: {}",
+        r.digests_line()
+    );
+    if r.state_digests == recorded.state_digests {
+        println!("determinism PASS  every node ended in the recorded run's state");
+        ExitCode::SUCCESS
+    } else {
+        println!(
+            "determinism FAIL  recorded {}; replayed {} (seed {} replays the recorded run)",
+            recorded.digests_line(),
+            r.digests_line(),
+            cfg.seed
+        );
+        ExitCode::FAILURE
+    }
 }
 
 /// `--plan all --json FILE`: every plan's report.

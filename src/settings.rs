@@ -236,6 +236,7 @@ fn overlay(file: BenchArgs, flags: &BenchArgs) -> Result<BenchArgs, String> {
     out.params = flags.params.clone();
     out.json = flags.json.clone();
     out.results = flags.results.clone();
+    out.replay_faults = flags.replay_faults.clone();
     out.history = flags.history.clone();
     out.quiet = flags.quiet;
     Ok(out)
@@ -271,6 +272,12 @@ pub struct BenchArgs {
     #[arg(help_heading = "Simulator", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<String>,
+    /// A sequenced protocol's determinism check (CALVIN): record the run's epochs (every
+    /// lane's batches, so its inputs and order), replay them under these faults (as
+    /// --faults), and require every node to end in the same state (digests compared)
+    #[arg(help_heading = "Simulator", long, value_name = "FAULTS")]
+    #[serde(skip)]
+    pub replay_faults: Option<String>,
     // The workloads and what each is come from their registration, so a new one needs no
     // edit here.
     #[arg(help_heading = "Workload and protocol", long, help = format!("Workload [default: smallbank]: {} (list one's knobs with --knobs)", WorkloadKind::described()))]
@@ -509,6 +516,44 @@ pub struct Resolved {
     pub cfg: RunConfig,
     pub plan_all: bool,
     pub repeat: u32,
+    /// `--replay-faults`: the recorded epochs are replayed under these faults.
+    pub replay: Option<atoll_runner::config::FaultConfig>,
+}
+
+/// `--replay-faults`: one simulated run of a sequenced protocol, whose epochs it records.
+fn resolve_replay(
+    cfg: &mut RunConfig,
+    a: &BenchArgs,
+    plan_all: bool,
+    repeat: u32,
+) -> Result<Option<FaultConfig>, String> {
+    let Some(spec) = &a.replay_faults else {
+        return Ok(None);
+    };
+    let faults = FaultConfig::parse(spec).map_err(|e| format!("--replay-faults {spec}: {e}"))?;
+    if !matches!(cfg.fabric, Fabric::Sim { .. }) {
+        return Err(format!(
+            "--replay-faults {spec} needs --fabric sim (only the simulator's runs replay exactly)"
+        ));
+    }
+    if !cfg.protocol.sequenced() {
+        return Err(format!(
+            "--replay-faults {spec}: --protocol {} has no epochs to replay (a sequenced protocol has: calvin)",
+            cfg.protocol.name()
+        ));
+    }
+    if faults.crash.is_some() {
+        return Err(format!(
+            "--replay-faults {spec}: a crashed node loses its records (no recovery yet, issue 41); give faults without crash_node"
+        ));
+    }
+    if plan_all || repeat > 1 {
+        return Err(format!(
+            "--replay-faults {spec} with --plan all or --repeat: it replays one run"
+        ));
+    }
+    cfg.epoch_log = Some(atoll_txn::EpochLogMode::Record(Default::default()));
+    Ok(Some(faults))
 }
 
 /// The architecture and node roles from the flags and the config file: `--nodes` for
@@ -723,10 +768,12 @@ pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
     }
     let repeat = a.repeat.unwrap_or(1);
     atoll_runner::repeat::check(repeat, cfg.record_history, plan_all).map_err(|e| e.0)?;
+    let replay = resolve_replay(&mut cfg, a, plan_all, repeat)?;
     Ok(Resolved {
         cfg,
         plan_all,
         repeat,
+        replay,
     })
 }
 

@@ -701,21 +701,49 @@ fn calvin_runs_over_rpc_without_a_plan_and_refuses_by_name_what_it_does_not_run(
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("smallbank / calvin / plan rpc"), "{out}");
     assert!(!out.contains("FAIL"), "{out}");
+    // The breakdown and the final state's digests, which replays compare.
+    assert!(out.contains("sequenced   epoch"), "{out}");
+    assert!(out.contains("state       node 0 "), "{out}");
+    // An open loop: each lane takes what arrived by its epoch's end.
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--protocol",
+        "calvin",
+        "--rate",
+        "20000",
+        "--epoch-us",
+        "2000",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.05",
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(!out.contains("FAIL"), "{out}");
     bad(
         &["bench", "--protocol", "calvin", "--plan", "one-sided"],
-        &["dispatch", "--plan rpc"],
+        &["forward", "forward=rpc"],
     );
     bad(
         &["bench", "--protocol", "calvin", "--workload", "tpcc"],
-        &["workload tpcc", "smallbank, ycsb"],
+        &["mix standard", "delivery", "neworder-payment"],
     );
     bad(
-        &["bench", "--protocol", "calvin", "--workload", "checkout"],
-        &["inserts records"],
+        &["bench", "--protocol", "calvin", "--workload", "cycle"],
+        &["workload cycle", "does not declare", "smallbank, ycsb"],
     );
+    // An epoch no measured window can hold measures nothing: refused before the run.
     bad(
-        &["bench", "--protocol", "calvin", "--rate", "100000"],
-        &["--rate"],
+        &[
+            "bench",
+            "--protocol",
+            "calvin",
+            "--epoch-us",
+            "1000000",
+            "--duration",
+            "0.5",
+        ],
+        &["--epoch-us 1000000", "--duration 0.5"],
     );
     bad(
         &["bench", "--protocol", "calvin", "--epoch-us", "0"],
@@ -737,6 +765,50 @@ fn calvin_runs_over_rpc_without_a_plan_and_refuses_by_name_what_it_does_not_run(
             "64",
         ],
         &["CALVIN's epoch batches", "--calvin-batch-max"],
+    );
+}
+
+#[test]
+fn calvin_replays_its_epochs_under_other_faults_to_the_same_state_and_refuses_what_cannot_replay() {
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--protocol",
+        "calvin",
+        "--fabric",
+        "sim",
+        "--duration",
+        "0.02",
+        "--warmup",
+        "0.005",
+        "--epoch-us",
+        "500",
+        "--faults",
+        "some",
+        "--replay-faults",
+        "stall_permille=100,stall_us=20",
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("replay      EpochLog("), "{out}");
+    assert!(out.contains("determinism PASS"), "{out}");
+    bad(
+        &[
+            "bench",
+            "--protocol",
+            "calvin",
+            "--fabric",
+            "sim",
+            "--replay-faults",
+            "stalls=9",
+        ],
+        &["--replay-faults stalls=9"],
+    );
+    bad(
+        &["bench", "--fabric", "sim", "--replay-faults", "none"],
+        &["--protocol occ", "calvin"],
+    );
+    bad(
+        &["bench", "--protocol", "calvin", "--replay-faults", "none"],
+        &["--fabric sim"],
     );
 }
 

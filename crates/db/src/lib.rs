@@ -52,6 +52,7 @@ mod tx;
 pub use atoll_fabric::rng::Rng;
 pub use atoll_fabric::{NodeId, Words};
 pub use atoll_protocols::ProtocolKind as Protocol;
+pub use atoll_protocols::UnknownProtocol;
 pub use atoll_runner::config::{Fabric, FaultConfig};
 pub use atoll_runner::{Report, RunConfig};
 pub use atoll_storage::TableId;

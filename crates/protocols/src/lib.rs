@@ -42,6 +42,31 @@ pub fn participants(nodes: &atoll_txn::FamilyNodes) -> Vec<Arc<dyn Participant>>
     ]
 }
 
+/// A protocol's name that is not one of [`ProtocolKind::ALL`]'s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownProtocol(pub String);
+
+impl std::fmt::Display for UnknownProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "protocol {:?}: expected one of {}",
+            self.0,
+            ProtocolKind::accepted()
+        )
+    }
+}
+
+impl std::error::Error for UnknownProtocol {}
+
+impl std::str::FromStr for ProtocolKind {
+    type Err = UnknownProtocol;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s).ok_or_else(|| UnknownProtocol(s.to_string()))
+    }
+}
+
 /// The protocols a run can select, by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProtocolKind {

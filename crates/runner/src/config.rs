@@ -5,7 +5,7 @@ pub use atoll_fabric_sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
 use atoll_storage::{Placement, RoleSpec, Topology};
 use atoll_txn::{FamilyConfig, Knobs, Plan};
-use atoll_workloads::{Params, WorkloadKind, WorkloadShape};
+use atoll_workloads::{Params, Workload, WorkloadKind, WorkloadShape};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -83,27 +83,24 @@ pub enum Roles {
 
 /// Whether `protocol` runs `workload`'s transactions: a protocol that cannot delete refuses
 /// a workload that does; a sequenced one (CALVIN) needs every transaction's records before
-/// it runs, and does not insert yet. The refusal names what would run.
+/// it runs (a workload declaring them in some mixes only refuses the others by
+/// `Workload::sequenced_refusal`, its deleting transactions among them). The refusal names
+/// what would run.
 pub fn runs_workload(protocol: ProtocolKind, workload: WorkloadKind) -> Result<(), String> {
-    if protocol.sequenced() && (!workload.declares_keys() || workload.inserts()) {
+    if protocol.sequenced() && !workload.declares_keys() {
         let fit: Vec<&str> = WorkloadKind::ALL
             .into_iter()
-            .filter(|w| w.declares_keys() && !w.inserts())
+            .filter(|w| w.declares_keys())
             .map(|w| w.name())
             .collect();
-        let why = if workload.declares_keys() {
-            "inserts records, which it does not run yet (issue 38)"
-        } else {
-            "does not declare every transaction's records before it runs, which it needs"
-        };
         return Err(format!(
-            "--protocol {} runs transactions whose records are known up front: workload {} {why}; expected one of {}",
+            "--protocol {} runs transactions whose records are known up front: workload {} does not declare every transaction's records before it runs, which it needs; expected one of {}",
             protocol.name(),
             workload.name(),
             fit.join(", ")
         ));
     }
-    if workload.deletes() && !protocol.deletes() {
+    if workload.deletes() && !protocol.deletes() && !protocol.sequenced() {
         let without: Vec<&str> = WorkloadKind::ALL
             .into_iter()
             .filter(|w| !w.deletes())
@@ -183,6 +180,9 @@ pub struct RunConfig {
     /// peers on the machine can map them too): a table that grows then reserves room in
     /// proportion to its start among the tables that grow, not the whole budget each.
     pub regions_whole: bool,
+    /// A sequenced protocol's lanes record their batches into this log, or replay them
+    /// from it instead of drawing (the determinism check); `None`: neither.
+    pub epoch_log: Option<atoll_txn::EpochLogMode>,
 }
 
 impl Default for RunConfig {
@@ -218,6 +218,7 @@ impl Default for RunConfig {
             memory_max_bytes: None,
             memory_max_from: None,
             regions_whole: false,
+            epoch_log: None,
         }
     }
 }
@@ -492,6 +493,7 @@ impl RunConfig {
             coordinators_total: self.coordinators_total(),
             coordinators_per_node: self.coordinators_per_node(),
             compute_nodes: self.topology().compute_nodes() as u32,
+            plan: self.plan,
         }
     }
 
@@ -517,8 +519,37 @@ impl RunConfig {
         runs_workload(self.protocol, self.workload).map_err(ConfigError)?;
         if self.protocol.sequenced() {
             self.sequenced_settings()?;
+            self.sequenced_mix()?;
+        } else if self.epoch_log.is_some() {
+            return Err(ConfigError(format!(
+                "an epoch log records or replays a sequenced protocol's batches: --protocol {} has none (calvin has)",
+                self.protocol.name()
+            )));
         }
         Ok(())
+    }
+
+    /// A workload whose mix a sequenced protocol cannot run (transactions it cannot
+    /// declare the records of), refused naming them.
+    fn sequenced_mix(&self) -> Result<(), ConfigError> {
+        struct Refusal;
+        impl atoll_workloads::WorkloadVisitor for Refusal {
+            type Out = Option<String>;
+            fn visit<W: Workload>(self, w: W) -> Option<String> {
+                w.sequenced_refusal()
+            }
+        }
+        let refusal = self
+            .workload
+            .dispatch(&self.params, &self.workload_shape(), Refusal)
+            .map_err(|e| ConfigError(e.0))?;
+        match refusal {
+            Some(why) => Err(ConfigError(format!(
+                "--protocol {}: {why}",
+                self.protocol.name()
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// What a sequenced protocol (CALVIN) does not run yet, refused by name.
@@ -532,13 +563,28 @@ impl RunConfig {
         if !matches!(self.roles, Roles::Partitioned) {
             return refuse("on the shared-data architecture (--memory-nodes): it is partitioned");
         }
-        if self.rate_per_s.is_some() {
-            return refuse("an open loop (--rate): its lanes draw an epoch's requests at once");
-        }
         if matches!(&self.fabric, Fabric::Sim { faults, .. } if faults.crash.is_some()) {
             return refuse(
                 "with a crashed node (faults crash_node): it has no recovery (issue 41)",
             );
+        }
+        if let Some(atoll_txn::EpochLogMode::Replay(log)) = &self.epoch_log {
+            let (batches, requests, overflowed) = log.size();
+            if overflowed || batches == 0 {
+                return Err(ConfigError(format!(
+                    "an epoch log of {batches} batches and {requests} requests{} cannot be replayed: record a shorter run",
+                    if overflowed { ", which stopped recording at its bound," } else { "" }
+                )));
+            }
+        }
+        // An epoch that cannot end within the measured window measures nothing.
+        let epoch_ns = self.family_config().epoch_ns().unwrap_or(0);
+        if epoch_ns as f64 > self.duration_s * 1e9 {
+            return Err(ConfigError(format!(
+                "--epoch-us {} is longer than the measured --duration {} s: no epoch would end in the window (give an epoch of at most the duration)",
+                epoch_ns / 1_000,
+                self.duration_s
+            )));
         }
         Ok(())
     }

@@ -187,6 +187,7 @@ pub fn report<W: Workload, P: Protocol>(
     let committed = summary.committed;
     let topology = cfg.topology();
     let holds = |n: NodeId| topology.holds_records(n);
+    let state_digests = checks.iter().map(|c| (c.node, c.storage.digest)).collect();
     let mut checks = cluster_checks::<W, P>(w, &all, checks, ledger, &facts, &holds);
     checks.extend(work_checks(
         &summary,
@@ -223,6 +224,8 @@ pub fn report<W: Workload, P: Protocol>(
         sim_wall_s: 0.0,
         ucx: None,
         versions,
+        state_digests,
+        sequenced: P::SEQUENCED.then(|| crate::report::SeqReport::of(&all.seq)),
         memory,
         history,
         sim: facts.sim.map(|s| SimInfo {

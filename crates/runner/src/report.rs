@@ -244,6 +244,12 @@ pub struct Report {
     /// ([`atoll_txn::versions::VersionEvent`] names the keys).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub versions: Option<BTreeMap<String, u64>>,
+    /// Per node holding records, in node order: a digest of its records at the end
+    /// (`StorageCheck::digest`), to compare two runs' final states.
+    pub state_digests: Vec<(u16, u64)>,
+    /// A sequenced protocol's (CALVIN's) epochs and the parts of its latency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequenced: Option<SeqReport>,
     /// What the run took from its memory budget: its tables as they grew, and the rest.
     pub memory: MemoryReport,
     /// Build, machine and process: not determined by the seed, even in the simulator.
@@ -251,6 +257,84 @@ pub struct Report {
     /// Every attempt, ordered by end time, when recording was asked for.
     #[serde(skip)]
     pub history: Vec<atoll_history::TxnRecord>,
+}
+
+impl Report {
+    /// Every node's state digest: `node N HEX, ...`.
+    pub fn digests_line(&self) -> String {
+        self.state_digests
+            .iter()
+            .map(|(n, d)| format!("node {n} {d:016x}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// A sequenced protocol's breakdown, measured window: per lane epoch (means), and per
+/// committed transaction (means; their sum is about its mean latency).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SeqReport {
+    pub lane_epochs: u64,
+    /// Measured epoch: from its start to the barrier's end.
+    pub epoch_us_mean: f64,
+    pub batch_requests_mean: f64,
+    pub sequence_us_mean: f64,
+    pub dispatch_us_mean: f64,
+    /// Waiting for the other nodes' batches, locks and values, and executing.
+    pub run_us_mean: f64,
+    /// Idle at the barrier.
+    pub barrier_us_mean: f64,
+    /// Of the epoch, the share lanes spent idle at the barrier.
+    pub barrier_idle_share: f64,
+    /// Executions per committed transaction (each active participant executes it).
+    pub executions_per_txn: f64,
+    pub queued_us_mean: f64,
+    pub forward_us_mean: f64,
+    pub execute_us_mean: f64,
+    /// Requests whose records a reconnaissance read found (Calvin's OLLP).
+    pub reconnaissance: u64,
+}
+
+impl SeqReport {
+    pub fn of(s: &crate::stats::SeqStats) -> SeqReport {
+        let per = |x: u64, n: u64| if n == 0 { 0.0 } else { x as f64 / n as f64 };
+        let e = s.lane_epochs;
+        SeqReport {
+            lane_epochs: e,
+            epoch_us_mean: per(s.epoch_ns, e) / 1e3,
+            batch_requests_mean: per(s.requests, e),
+            sequence_us_mean: per(s.sequence_ns, e) / 1e3,
+            dispatch_us_mean: per(s.dispatch_ns, e) / 1e3,
+            run_us_mean: per(s.run_ns, e) / 1e3,
+            barrier_us_mean: per(s.barrier_ns, e) / 1e3,
+            barrier_idle_share: per(s.barrier_ns, s.epoch_ns),
+            executions_per_txn: per(s.executions, s.txns),
+            queued_us_mean: per(s.queued_ns, s.txns) / 1e3,
+            forward_us_mean: per(s.forward_ns, s.txns) / 1e3,
+            execute_us_mean: per(s.execute_ns, s.txns) / 1e3,
+            reconnaissance: s.reconnaissance,
+        }
+    }
+
+    /// The report's line.
+    pub fn line(&self) -> String {
+        format!(
+            "sequenced   epoch {:.1} us measured over {} lane epochs, {:.1} requests a batch; per lane epoch (us): sequence {:.1}, dispatch {:.1}, run {:.1}, barrier {:.1} ({:.0}% idle); per txn (us): queued {:.1}, forward {:.1}, execute {:.1}; {:.2} executions per txn, {} reconnaissance reads",
+            self.epoch_us_mean,
+            self.lane_epochs,
+            self.batch_requests_mean,
+            self.sequence_us_mean,
+            self.dispatch_us_mean,
+            self.run_us_mean,
+            self.barrier_us_mean,
+            self.barrier_idle_share * 100.0,
+            self.queued_us_mean,
+            self.forward_us_mean,
+            self.execute_us_mean,
+            self.executions_per_txn,
+            self.reconnaissance
+        )
+    }
 }
 
 /// What a run took from its memory budget (`--memory-max`).
@@ -554,6 +638,11 @@ impl Report {
             "stages us   {} (mean per committed txn)",
             stages.join(", ")
         );
+        if let Some(q) = &self.sequenced {
+            let _ = writeln!(o, "{}", q.line());
+            // A deterministic protocol's final state is the point: printed, to compare runs.
+            let _ = writeln!(o, "state       {}", self.digests_line());
+        }
         if let Some(u) = &self.ucx {
             let _ = writeln!(
                 o,

@@ -978,6 +978,36 @@ pub(crate) fn node_coordinator<W: Workload>(
     c
 }
 
+/// An open loop's schedule (`--rate`): one coordinator's starts, one per period, staggered
+/// over the coordinators so that together they offer the rate.
+pub(crate) struct OpenLoop {
+    next_ns: f64,
+    period_ns: f64,
+}
+
+impl OpenLoop {
+    /// Coordinator `id`'s schedule from `now_ns`, in an open loop; `None` in a closed one.
+    pub(crate) fn new<W: Workload>(run: &RunShared<W>, now_ns: u64, id: u32) -> Option<Self> {
+        run.cfg.rate_per_s.map(|r| {
+            let coordinators = run.cfg.coordinators_total() as f64;
+            let period_ns = (coordinators * 1e9 / r).max(1.0);
+            OpenLoop {
+                next_ns: now_ns as f64 + period_ns * id as f64 / coordinators,
+                period_ns,
+            }
+        })
+    }
+
+    /// The next scheduled start.
+    pub(crate) fn next_ns(&self) -> u64 {
+        self.next_ns as u64
+    }
+
+    pub(crate) fn advance(&mut self) {
+        self.next_ns += self.period_ns;
+    }
+}
+
 pub async fn coroutine<W: Workload, P: Protocol>(
     run: Arc<RunShared<W>>,
     node: Arc<NodeRuntime<W>>,
@@ -990,28 +1020,20 @@ pub async fn coroutine<W: Workload, P: Protocol>(
     let (nodes, home) = (run.catalog.nodes, run.catalog.topology().home_of(ep.node()));
     let mut rng = Rng::derive(run.cfg.seed, id as u64);
     let mut c = node_coordinator(&run, &node, &ep, id);
-    // Open loop: this coordinator's starts, one per period, staggered over the coordinators.
-    let mut schedule = run.cfg.rate_per_s.map(|r| {
-        let coordinators = run.cfg.coordinators_total() as f64;
-        let period_ns = (coordinators * 1e9 / r).max(1.0);
-        (
-            c.now_ns() as f64 + period_ns * id as f64 / coordinators,
-            period_ns,
-        )
-    });
+    let mut schedule = OpenLoop::new(&run, c.now_ns(), id);
     // Bounded by the run's end time: each iteration runs one transaction to completion.
     loop {
         // Latency counts from the scheduled start in an open loop: a start the system fell
         // behind on waited in its queue (no coordinated omission). Which window a
         // transaction counts in follows when it really started.
         let mut scheduled_ns = None;
-        if let Some((next_ns, period_ns)) = &mut schedule {
-            let (at, now) = (*next_ns as u64, c.now_ns());
+        if let Some(s) = &mut schedule {
+            let (at, now) = (s.next_ns(), c.now_ns());
             // Never past the run's end: a start scheduled after it does not happen.
             if now < at.min(run.end_ns) {
                 c.ep.sleep(at.min(run.end_ns) - now).await;
             }
-            *next_ns += *period_ns;
+            s.advance();
             scheduled_ns = Some(at);
         }
         let start_ns = c.now_ns();

@@ -7,11 +7,15 @@
 //! ends in.
 
 use crate::node::NodeRuntime;
-use crate::run::{coroutine_done, count_outcome, record_attempt, tick, RunShared, WorkerShared};
+use crate::run::{
+    coroutine_done, count_outcome, record_attempt, tick, OpenLoop, RunShared, WorkerShared,
+};
 use crate::stats::Interval;
 use atoll_fabric::rng::Rng;
 use atoll_fabric::Endpoint;
-use atoll_txn::{Abort, Coordinator, Protocol, SeqBatch, SeqInput, SeqTxn, Txn};
+use atoll_txn::{
+    Abort, Coordinator, EpochLog, EpochLogMode, Protocol, SeqBatch, SeqInput, SeqShape, SeqTxn, Txn,
+};
 use atoll_workloads::{AccessMode, Draw, Outcome, TxnInput, Workload};
 use std::rc::Rc;
 use std::sync::{mpsc, Arc};
@@ -28,81 +32,227 @@ pub async fn lane<W: Workload, P: Protocol>(
     id: u32,
     progress: mpsc::Sender<Interval>,
 ) {
-    let (nodes, home) = (run.catalog.nodes, run.catalog.topology().home_of(ep.node()));
-    let mut rng = Rng::derive(run.cfg.seed, id as u64);
     let mut c = crate::run::node_coordinator(&run, &node, &ep, id);
+    let mut src = Source {
+        rng: Rng::derive(run.cfg.seed, id as u64),
+        pending: None,
+        schedule: OpenLoop::new(&run, c.now_ns(), id),
+        shape: P::seq_shape(&run.txn),
+        progress,
+    };
     let lanes = run.txn.coordinators_per_node;
-    let shape = P::seq_shape(&run.txn);
     // Bounded by the run's end: the lane that sees it marks its batch the last, and every
     // lane stops after that epoch.
     for epoch in 0u64.. {
-        let start = c.now_ns();
-        let mut requests = Vec::new();
-        let mut last = false;
-        while requests.len() < shape.batch_max as usize {
-            let now = c.now_ns();
-            tick(&run, &ws, &c.ep, now, &progress);
-            if run.over(&node, now) {
-                last = true;
-                break;
-            }
-            if now.saturating_sub(start) >= shape.epoch_ns {
-                break;
-            }
-            match run.w.draw(&mut rng, nodes, home) {
-                Draw::Ready(ty, input) => {
-                    let a = run.w.access_set(&input).unwrap_or_else(|| {
-                        panic!(
-                            "{}: a transaction of type {ty} without its records, which {} needs (the configuration check refuses such workloads)",
-                            W::NAME,
-                            P::NAME
-                        )
-                    });
-                    let mut words = Vec::new();
-                    input.encode(&mut words);
-                    requests.push(SeqInput {
-                        ty: ty as u16,
-                        input: words,
-                        accesses: a
-                            .accesses()
-                            .iter()
-                            .map(|&(t, k, m)| (t, k, m == AccessMode::Write))
-                            .collect(),
-                        arrival_ns: now,
-                    });
-                }
-                Draw::Wait => c.ep.sleep(DRAW_WAIT_NS).await,
-                Draw::Done => {
-                    node.drained_at(now);
-                    last = true;
-                    break;
-                }
-            }
+        let start_ns = c.now_ns();
+        let lane = id % lanes;
+        let (requests, last) = match &run.cfg.epoch_log {
+            Some(EpochLogMode::Replay(log)) => replayed(log, epoch, c.node().0, lane),
+            _ => collect::<W, P>(&run, &node, &ws, &mut c, &mut src).await,
+        };
+        if let Some(EpochLogMode::Record(log)) = &run.cfg.epoch_log {
+            log.record(epoch, c.node().0, lane, last, &requests);
         }
+        let n = requests.len() as u64;
         node.begin_txn();
         let batch = SeqBatch {
             epoch,
-            lane: id % lanes,
+            lane,
             lanes,
             last,
             requests,
         };
+        let dispatch_ns = c.now_ns();
         if P::seq_dispatch(&mut c, batch).await.is_err() {
             break;
         }
+        let run_ns = c.now_ns();
         if execute_epoch::<W, P>(&run, &node, &ws, &mut c, id, epoch)
             .await
             .is_err()
         {
             break;
         }
-        match P::seq_barrier(&mut c, epoch).await {
-            Ok(true) => {}
-            Ok(false) | Err(_) => break,
+        let barrier_ns = c.now_ns();
+        let more = P::seq_barrier(&mut c, epoch).await;
+        let end_ns = c.now_ns();
+        if end_ns >= run.warmup_end_ns && end_ns <= run.end_ns {
+            let mut st = ws.stats.borrow_mut();
+            let q = &mut st.seq;
+            q.lane_epochs += 1;
+            q.epoch_ns += end_ns - start_ns;
+            q.requests += n;
+            q.sequence_ns += dispatch_ns - start_ns;
+            q.dispatch_ns += run_ns - dispatch_ns;
+            q.run_ns += barrier_ns - run_ns;
+            q.barrier_ns += end_ns - barrier_ns;
+        }
+        if more != Ok(true) {
+            break;
         }
     }
     run.cpu.mark_end();
     coroutine_done(&run, &node, &ws, &ep);
+}
+
+/// Where a lane's requests come from: the workload's generator, drawn at once (a closed
+/// loop: the lane's clients each wait for their request's epoch) or on a schedule (`--rate`).
+struct Source {
+    rng: Rng,
+    /// A request drawn that did not fit its epoch's batch: the next one's first.
+    pending: Option<SeqInput>,
+    schedule: Option<OpenLoop>,
+    shape: SeqShape,
+    progress: mpsc::Sender<Interval>,
+}
+
+/// Collects one epoch's requests: until the epoch's time is up (the sequencer's timer, as
+/// Calvin's), at most `batch_max` of them; a request that arrives over the cap waits for the
+/// next epoch (in an open loop its latency counts from its scheduled arrival). The batch is
+/// the run's last when the run is over or the source drained.
+async fn collect<W: Workload, P: Protocol>(
+    run: &RunShared<W>,
+    node: &NodeRuntime<W>,
+    ws: &WorkerShared<W>,
+    c: &mut Coordinator,
+    src: &mut Source,
+) -> (Vec<SeqInput>, bool) {
+    let (nodes, home) = (
+        run.catalog.nodes,
+        run.catalog.topology().home_of(c.ep.node()),
+    );
+    let epoch_end_ns = c.now_ns() + src.shape.epoch_ns;
+    let mut requests: Vec<SeqInput> = Vec::new();
+    let mut words = 0;
+    // Bounded by the epoch's end: each turn draws one request or sleeps towards it.
+    loop {
+        let now = c.now_ns();
+        tick(run, ws, &c.ep, now, &src.progress);
+        if run.over(node, now) {
+            return (requests, true);
+        }
+        if now >= epoch_end_ns {
+            return (requests, false);
+        }
+        let until_ns = epoch_end_ns.min(run.end_ns);
+        let full = requests.len() >= src.shape.batch_max as usize;
+        if let Some(r) = src.pending.take_if(|r| !full && fits(&src.shape, words, r)) {
+            words += r.words();
+            requests.push(r);
+            continue;
+        }
+        let arrival_ns = match &mut src.schedule {
+            _ if full || src.pending.is_some() => {
+                c.ep.sleep(until_ns.saturating_sub(now).max(1)).await;
+                continue;
+            }
+            Some(s) if s.next_ns() > now => {
+                c.ep.sleep(s.next_ns().min(until_ns).saturating_sub(now).max(1))
+                    .await;
+                continue;
+            }
+            Some(s) => {
+                let at = s.next_ns();
+                s.advance();
+                at
+            }
+            None => now,
+        };
+        match run.w.draw(&mut src.rng, nodes, home) {
+            Draw::Ready(ty, input) => {
+                let Some(r) = sequenced_input::<W, P>(run, ws, c, ty, &input, arrival_ns).await
+                else {
+                    continue;
+                };
+                // A request over a whole batch's words could never be dispatched.
+                assert!(
+                    r.words() <= src.shape.words_max,
+                    "{}: a request of {} words, over a whole batch's {}",
+                    W::NAME,
+                    r.words(),
+                    src.shape.words_max
+                );
+                if fits(&src.shape, words, &r) {
+                    words += r.words();
+                    requests.push(r);
+                } else {
+                    src.pending = Some(r);
+                }
+            }
+            Draw::Wait => c.ep.sleep(DRAW_WAIT_NS).await,
+            Draw::Done => {
+                node.drained_at(now);
+                return (requests, true);
+            }
+        }
+    }
+}
+
+/// Whether `r` fits a batch of `words` words so far.
+fn fits(shape: &SeqShape, words: u64, r: &SeqInput) -> bool {
+    words.saturating_add(r.words()) <= shape.words_max
+}
+
+/// A replayed epoch: the batch the recorded run's lane dispatched, as recorded (its
+/// arrivals are the transactions' dates, so latencies measured in a replay mean little). A
+/// lane of the recorded run stopped after the epoch some lane's batch was the last of, so
+/// every lane finds its batches up to it; past it (a log of another shape) the replay ends.
+fn replayed(log: &EpochLog, epoch: u64, node: u16, lane: u32) -> (Vec<SeqInput>, bool) {
+    log.batch(epoch, node, lane)
+        .map_or((Vec::new(), true), |(last, requests)| (requests, last))
+}
+
+/// A drawn transaction as a lane dispatches it: its input in words and its records, from
+/// its input or from a reconnaissance read now (counted); `None` if the reconnaissance
+/// aborted (counted as the transaction's abort: it never reaches an epoch).
+async fn sequenced_input<W: Workload, P: Protocol>(
+    run: &RunShared<W>,
+    ws: &WorkerShared<W>,
+    c: &mut Coordinator,
+    ty: usize,
+    input: &W::Input,
+    arrival_ns: u64,
+) -> Option<SeqInput> {
+    let a = match run.w.access_set(input) {
+        Some(a) => a,
+        None => {
+            let mut tx = Txn::<P>::begin(c);
+            let found = run.w.reconnoiter(&mut tx, input).await;
+            tx.rollback().await;
+            tx.end();
+            let measured = c.now_ns() >= run.warmup_end_ns;
+            let mut st = ws.stats.borrow_mut();
+            if measured {
+                st.seq.reconnaissance += 1;
+            }
+            match found {
+                Ok(Some(a)) => a,
+                Ok(None) => panic!(
+                    "{}: a transaction of type {ty} without its records, which a sequenced protocol needs (the configuration check refuses such mixes)",
+                    W::NAME
+                ),
+                Err(abort) => {
+                    if measured {
+                        st.aborts[ty][abort.index()] += 1;
+                        st.interval.count_abort(abort);
+                    }
+                    return None;
+                }
+            }
+        }
+    };
+    let mut words = Vec::new();
+    input.encode(&mut words);
+    Some(SeqInput {
+        ty: ty as u16,
+        input: words,
+        accesses: a
+            .accesses()
+            .iter()
+            .map(|&(t, k, m)| (t, k, m == AccessMode::Write))
+            .collect(),
+        arrival_ns,
+    })
 }
 
 /// Runs what `epoch` gives this node to execute, one transaction at a time, in order.
@@ -155,10 +305,13 @@ async fn execute<W: Workload, P: Protocol>(
         record_attempt(run, ws, &tx, id, 1, aborted, start_ns);
     }
     tx.end();
+    let end_ns = c.now_ns();
+    if end_ns >= run.warmup_end_ns && end_ns <= run.end_ns {
+        ws.stats.borrow_mut().seq.executions += 1;
+    }
     if !t.records {
         return;
     }
-    let end_ns = c.now_ns();
     let outcome = match &r {
         Ok(_) => Outcome::Committed { attempts: 1 },
         Err(a) => Outcome::Aborted {
@@ -178,6 +331,14 @@ async fn execute<W: Workload, P: Protocol>(
         }
     }
     let latency_ns = end_ns.saturating_sub(t.arrival_ns);
+    if measured && r.is_ok() {
+        let mut st = ws.stats.borrow_mut();
+        let q = &mut st.seq;
+        q.txns += 1;
+        q.queued_ns += t.taken_ns.saturating_sub(t.arrival_ns);
+        q.forward_ns += t.gathered_ns.saturating_sub(t.taken_ns);
+        q.execute_ns += end_ns.saturating_sub(t.gathered_ns);
+    }
     count_outcome(
         run,
         node,

@@ -108,6 +108,74 @@ impl Interval {
     }
 }
 
+/// A sequenced protocol's lanes (CALVIN's), in the measured window: per lane and epoch its
+/// phases, and per transaction the parts of its latency. Sums, so merging is exact.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SeqStats {
+    /// Epochs lanes passed the barrier of (one per lane and epoch).
+    pub lane_epochs: u64,
+    /// From an epoch's start to its barrier's end, summed over lane epochs.
+    pub epoch_ns: u64,
+    /// Requests the lanes dispatched.
+    pub requests: u64,
+    /// Collecting the epoch's requests (the lane's sequencer window).
+    pub sequence_ns: u64,
+    /// Sending the batch to every node (and the input replicas).
+    pub dispatch_ns: u64,
+    /// From the dispatch's end to the lane's share of the epoch done: the wait for every
+    /// node's batch, locks, forwarded values, and executing.
+    pub run_ns: u64,
+    /// Idle at the barrier: from the lane's share done until every node said EPOCH_DONE.
+    pub barrier_ns: u64,
+    /// Transactions executed, counted on every executing node (a multi-partition one on
+    /// each active participant).
+    pub executions: u64,
+    /// Per recorded transaction: from its arrival until a lane took it in order (its epoch's
+    /// collection, dispatch, the other nodes' batches and the transactions before it).
+    pub txns: u64,
+    pub queued_ns: u64,
+    /// Its locks granted, its own records read and forwarded, the others' values awaited.
+    pub forward_ns: u64,
+    /// Its logic and its local writes.
+    pub execute_ns: u64,
+    /// Requests whose records a reconnaissance read found before they were sequenced.
+    #[serde(default)]
+    pub reconnaissance: u64,
+}
+
+impl SeqStats {
+    pub fn merge(&mut self, o: &SeqStats) {
+        let SeqStats {
+            lane_epochs,
+            epoch_ns,
+            requests,
+            sequence_ns,
+            dispatch_ns,
+            run_ns,
+            barrier_ns,
+            executions,
+            txns,
+            queued_ns,
+            forward_ns,
+            execute_ns,
+            reconnaissance,
+        } = *o;
+        self.lane_epochs += lane_epochs;
+        self.epoch_ns += epoch_ns;
+        self.requests += requests;
+        self.sequence_ns += sequence_ns;
+        self.dispatch_ns += dispatch_ns;
+        self.run_ns += run_ns;
+        self.barrier_ns += barrier_ns;
+        self.executions += executions;
+        self.txns += txns;
+        self.queued_ns += queued_ns;
+        self.forward_ns += forward_ns;
+        self.execute_ns += execute_ns;
+        self.reconnaissance += reconnaissance;
+    }
+}
+
 /// Statistics of one worker (all its co-routines).
 #[derive(Clone)]
 pub struct WorkerStats {
@@ -126,6 +194,8 @@ pub struct WorkerStats {
     pub touched: Vec<Touched>,
     /// Stage time of committed transactions (their final attempt), summed.
     pub stage_ns: [u64; Stage::COUNT],
+    /// A sequenced protocol's epochs and phases (zero for the others).
+    pub seq: SeqStats,
     /// Committed transactions (warm-up included) that had read a payload failing its check.
     pub committed_torn_reads: u64,
     /// Committed transactions over the whole run, warm-up included.
@@ -145,6 +215,7 @@ impl WorkerStats {
             gave_up: [0; Abort::COUNT],
             touched: vec![Touched::default(); types],
             stage_ns: [0; Stage::COUNT],
+            seq: SeqStats::default(),
             committed_torn_reads: 0,
             committed_all: 0,
             verbs_at_start: None,
@@ -189,6 +260,8 @@ pub struct NodeStats {
     pub gave_up: [u64; Abort::COUNT],
     pub touched: Vec<Touched>,
     pub stage_ns: [u64; Stage::COUNT],
+    #[serde(default)]
+    pub seq: SeqStats,
     pub committed_torn_reads: u64,
     pub committed_all: u64,
     /// Verb counters of the measured window.
@@ -206,6 +279,7 @@ impl NodeStats {
             gave_up: [0; Abort::COUNT],
             touched: w.touched,
             stage_ns: [0; Stage::COUNT],
+            seq: SeqStats::default(),
             committed_torn_reads: 0,
             committed_all: 0,
             verbs: VerbCounters::default(),
@@ -222,6 +296,7 @@ impl NodeStats {
             gave_up: w.gave_up,
             touched: w.touched.clone(),
             stage_ns: w.stage_ns,
+            seq: w.seq,
             committed_torn_reads: w.committed_torn_reads,
             committed_all: w.committed_all,
             verbs: w.window_verbs(),
@@ -254,6 +329,7 @@ impl NodeStats {
         for (acc, ns) in self.stage_ns.iter_mut().zip(o.stage_ns) {
             *acc += ns;
         }
+        self.seq.merge(&o.seq);
         self.verbs.merge(&o.verbs);
     }
 }

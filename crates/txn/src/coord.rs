@@ -59,6 +59,7 @@ impl TxnConfig {
             coordinators_total: self.coordinators_total,
             coordinators_per_node: self.coordinators_per_node,
             compute_nodes: self.compute_nodes(),
+            plan: self.plan,
         }
     }
 
@@ -141,6 +142,8 @@ pub struct Coordinator {
     pub(crate) log_pos: Vec<u32>,
     /// Attempts begun so far: the low bits of the next attempt's tag.
     attempts_begun: u64,
+    /// Sequenced requests this coordinator dispatched ([`Coordinator::next_sequenced_tag`]).
+    sequenced_tags: u64,
     /// The most entries an attempt of this coordinator has held (up to
     /// [`ENTRIES_RESERVED_MAX`]): the next attempt reserves that many at once instead of
     /// growing its set by reallocation (issue #9).
@@ -207,6 +210,9 @@ impl Deferred {
 /// 12 days of one co-routine at a million attempts a second.
 pub const TAG_SEQ_BITS: u32 = 40;
 
+/// The attempt bit that marks a sequenced request's tag.
+pub const SEQUENCED_TAG_BIT: u64 = 1 << (TAG_SEQ_BITS - 1);
+
 /// The tag of attempt `seq` of coordinator `coord`: unique in a run, written into the payload
 /// of every record the attempt writes.
 pub fn make_tag(coord: u32, seq: u64) -> u64 {
@@ -252,6 +258,7 @@ impl Coordinator {
             cfg,
             id,
             attempts_begun: 0,
+            sequenced_tags: 0,
             entries_seen_max: ENTRIES_TYPICAL,
             spare_entries: None,
             spare_words: Vec::new(),
@@ -320,6 +327,15 @@ impl Coordinator {
     pub fn next_tag(&mut self) -> u64 {
         self.attempts_begun += 1;
         make_tag(self.id, self.attempts_begun)
+    }
+
+    /// The tag of a sequenced request this coordinator dispatches: its own count of them, in
+    /// the upper half of the attempt bits (no other attempt of the coordinator has it). It
+    /// depends only on what the lane dispatched, not on which transactions its node's lanes
+    /// happened to take, so a replay of the same epochs writes the same tags.
+    pub fn next_sequenced_tag(&mut self) -> u64 {
+        self.sequenced_tags += 1;
+        make_tag(self.id, SEQUENCED_TAG_BIT | self.sequenced_tags)
     }
 
     /// The timestamps of a new attempt, from this coordinator's source.

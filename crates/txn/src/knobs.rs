@@ -216,6 +216,8 @@ pub struct ClusterShape {
     /// Co-routines on each compute node.
     pub coordinators_per_node: u32,
     pub compute_nodes: u32,
+    /// The run's plan: a family registers a stage's one-sided buffers only when it runs so.
+    pub plan: crate::Plan,
 }
 
 /// Heap bytes a family's configuration needs beside its regions, as the sizing counts them
@@ -240,6 +242,11 @@ pub trait FamilyConfig: Any + fmt::Debug + Send + Sync {
 
     /// The configuration of type `t` this one holds, if it holds several ([`FamilySet`]).
     fn member(&self, _t: std::any::TypeId) -> Option<&dyn Any> {
+        None
+    }
+
+    /// A sequenced family's epoch: how long its lanes collect requests before dispatching.
+    fn epoch_ns(&self) -> Option<u64> {
         None
     }
 

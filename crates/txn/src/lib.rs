@@ -26,7 +26,7 @@ pub use coord::{
 };
 pub use knobs::{FamilyConfig, KnobKind, KnobSpec, KnobValue, Knobs};
 pub use plan::{Isolation, Plan, PlanError, Primitive, Stage};
-pub use sequenced::{FamilyNodes, SeqBatch, SeqInput, SeqShape, SeqTxn};
+pub use sequenced::{EpochLog, EpochLogMode, FamilyNodes, SeqBatch, SeqInput, SeqShape, SeqTxn};
 pub use ts::{Timestamp, TsSource, TxnTimestamps};
 pub use txn::{check_plan, Footprint, NodeTask, Protocol, Txn};
 

@@ -27,12 +27,25 @@ pub struct SeqInput {
     pub arrival_ns: u64,
 }
 
-/// How lanes collect an epoch: for `epoch_ns` of the lane's clock, or until it has
-/// `batch_max` requests.
+/// How lanes collect an epoch: for `epoch_ns` of the lane's clock, at most `batch_max`
+/// requests of at most `words_max` words in all ([`SeqInput::words`]; a one-sided dispatch
+/// WRITEs the batch into a slot of fixed size).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SeqShape {
     pub epoch_ns: u64,
     pub batch_max: u32,
+    pub words_max: u64,
+}
+
+/// Words of a request beside its input and records, counted generously (a family's
+/// encoding of a request takes at most this many more).
+pub const SEQ_REQUEST_FIXED_WORDS: u64 = 8;
+
+impl SeqInput {
+    /// Its size as a batch carries it: the fixed words, the input, three words a record.
+    pub fn words(&self) -> u64 {
+        SEQ_REQUEST_FIXED_WORDS + self.input.len() as u64 + 3 * self.accesses.len() as u64
+    }
 }
 
 /// A lane's requests for one epoch.
@@ -60,6 +73,10 @@ pub struct SeqTxn {
     pub ts: u64,
     pub input: Vec<u64>,
     pub arrival_ns: u64,
+    /// When a lane took it in order here, and when every value it reads was here (its
+    /// latency's parts).
+    pub taken_ns: u64,
+    pub gathered_ns: u64,
     /// This node records it (history, effect, counts): its first active participant.
     pub records: bool,
 }
@@ -85,4 +102,72 @@ impl FamilyNodes {
         slots.push((family, s.clone()));
         s
     }
+}
+
+/// Requests an [`EpochLog`] holds at most: a log past it stops recording and says so (a
+/// replay of it is refused), so a long run cannot grow it without bound.
+pub const EPOCH_LOG_REQUESTS_MAX: usize = 10_000_000;
+
+/// Every lane's batches of a run, by epoch, node and lane: what a sequenced protocol's
+/// inputs and order are made of. Recorded from one run and replayed by another (with
+/// other timing, other faults), it must end in the same database state.
+#[derive(Default)]
+pub struct EpochLog {
+    inner: Mutex<LogInner>,
+}
+
+#[derive(Default)]
+struct LogInner {
+    /// `(epoch, node, lane)` -> (the lane's last batch, its requests).
+    batches: std::collections::BTreeMap<(u64, u16, u32), (bool, Vec<SeqInput>)>,
+    requests: usize,
+    overflowed: bool,
+}
+
+impl std::fmt::Debug for EpochLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.inner.lock().expect("no poisoned epoch log");
+        write!(
+            f,
+            "EpochLog({} batches, {} requests{})",
+            s.batches.len(),
+            s.requests,
+            if s.overflowed { ", overflowed" } else { "" }
+        )
+    }
+}
+
+impl EpochLog {
+    /// Node `node`'s lane `lane` dispatched `requests` in `epoch`.
+    pub fn record(&self, epoch: u64, node: u16, lane: u32, last: bool, requests: &[SeqInput]) {
+        let mut s = self.inner.lock().expect("no poisoned epoch log");
+        if s.overflowed || s.requests + requests.len() > EPOCH_LOG_REQUESTS_MAX {
+            s.overflowed = true;
+            return;
+        }
+        s.requests += requests.len();
+        s.batches
+            .insert((epoch, node, lane), (last, requests.to_vec()));
+    }
+
+    /// The batch node `node`'s lane `lane` dispatched in `epoch`, and whether it was its
+    /// last; `None` if it dispatched none then.
+    pub fn batch(&self, epoch: u64, node: u16, lane: u32) -> Option<(bool, Vec<SeqInput>)> {
+        let s = self.inner.lock().expect("no poisoned epoch log");
+        s.batches.get(&(epoch, node, lane)).cloned()
+    }
+
+    /// Batches and requests recorded; whether the log stopped recording at its bound.
+    pub fn size(&self) -> (usize, usize, bool) {
+        let s = self.inner.lock().expect("no poisoned epoch log");
+        (s.batches.len(), s.requests, s.overflowed)
+    }
+}
+
+/// What a run does with an [`EpochLog`]: records its lanes' batches into it, or dispatches
+/// them from it instead of drawing (a replay).
+#[derive(Clone, Debug)]
+pub enum EpochLogMode {
+    Record(Arc<EpochLog>),
+    Replay(Arc<EpochLog>),
 }

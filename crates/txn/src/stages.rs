@@ -1235,12 +1235,22 @@ pub async fn apply_inserts_locked_by<S: EntryState>(
     lock: u64,
 ) -> Result<(), Abort> {
     let ins = tx.select(|e| e.access == Access::Insert);
+    apply_inserts_at(tx, &ins, lock).await
+}
+
+/// [`apply_inserts_locked_by`] of the inserted entries `ins` only (a deterministic family's
+/// node inserts its own records; the others' nodes insert theirs).
+pub async fn apply_inserts_at<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    ins: &[usize],
+    lock: u64,
+) -> Result<(), Abort> {
     if ins.is_empty() {
         return Ok(());
     }
     let ts = lock;
     let mut d = tx.c.ep.doorbell();
-    for &i in &ins {
+    for &i in ins {
         let e = &tx.entries[i];
         d.rpc(
             e.node,

@@ -185,6 +185,8 @@ pub struct Footprint {
 /// a workload reaches the engine only through these methods.
 pub struct Txn<'c, P: Protocol> {
     core: TxnCore<'c, P::EntryState>,
+    /// A sequenced transaction's clock: its arrival, the same on every node executing it.
+    date_ns: Option<u64>,
     _p: PhantomData<P>,
 }
 
@@ -192,6 +194,7 @@ impl<'c, P: Protocol> Txn<'c, P> {
     pub fn begin(c: &'c mut Coordinator) -> Self {
         Txn {
             core: TxnCore::begin(c),
+            date_ns: None,
             _p: PhantomData,
         }
     }
@@ -206,6 +209,7 @@ impl<'c, P: Protocol> Txn<'c, P> {
         }
         Txn {
             core,
+            date_ns: Some(t.arrival_ns),
             _p: PhantomData,
         }
     }
@@ -220,6 +224,7 @@ impl<'c, P: Protocol> Txn<'c, P> {
         }
         Txn {
             core,
+            date_ns: None,
             _p: PhantomData,
         }
     }
@@ -255,9 +260,10 @@ impl<'c, P: Protocol> Txn<'c, P> {
         self.core.tag
     }
 
-    /// The coordinator's clock, in ns.
+    /// The transaction's clock, in ns: the coordinator's, or for a sequenced transaction its
+    /// arrival, so that every node executing it writes the same dates, and a replay too.
     pub fn now_ns(&self) -> u64 {
-        self.core.now_ns()
+        self.date_ns.unwrap_or_else(|| self.core.now_ns())
     }
 
     /// Reads of payloads that failed their check word (torn, or another record's).

@@ -216,8 +216,10 @@ pub trait Workload: Send + Sync + 'static {
     const INSERTS: bool = false;
 
     /// Whether every transaction's records follow from its input alone
-    /// ([`Workload::access_set`] always answers): a deterministic protocol (CALVIN) needs
-    /// them before the transaction runs and refuses a workload without.
+    /// ([`Workload::access_set`] answers), or from a reconnaissance read before it runs
+    /// ([`Workload::reconnoiter`]), in the mixes [`Workload::sequenced_refusal`] accepts: a
+    /// deterministic protocol (CALVIN) needs them before the transaction runs and refuses a
+    /// workload without.
     const DECLARES_KEYS: bool = false;
 
     /// Whether it reads only what it writes (every read for update), so its conflicts end on
@@ -295,6 +297,23 @@ pub trait Workload: Send + Sync + 'static {
     /// The records `input`'s transaction reads and writes, when they follow from the input
     /// alone (not from what it reads: a scan's keys do not), else `None`.
     fn access_set(&self, input: &Self::Input) -> Option<AccessSet>;
+
+    /// The records of a transaction whose [`Workload::access_set`] is `None`, found by a
+    /// reconnaissance run of the reads they follow from, now (Calvin's OLLP), on `tx`, which
+    /// is ended without committing; `Ok(None)`: not even so.
+    async fn reconnoiter<P: Protocol>(
+        &self,
+        _tx: &mut Txn<'_, P>,
+        _input: &Self::Input,
+    ) -> Result<Option<AccessSet>, Abort> {
+        Ok(None)
+    }
+
+    /// Why this configuration of the workload cannot run under a deterministic protocol (a
+    /// mix with transactions whose records it cannot declare), if it cannot.
+    fn sequenced_refusal(&self) -> Option<String> {
+        None
+    }
 
     /// What one committed transaction did, as the checks need it (built from the values it
     /// read and wrote, not from what it meant to do).
@@ -586,6 +605,18 @@ pub struct StorageCheck {
     /// entries, so a copy may be gone by design): not checked.
     #[serde(default)]
     pub moved_unchecked: u64,
+    /// A digest of the node's live records (table, key, version word and payload), whatever
+    /// order their slots are in: two runs that installed the same writes have the same.
+    #[serde(default)]
+    pub digest: u64,
+}
+
+/// One word folded into a running hash (SplitMix64's finalizer over the sum).
+fn fold(h: u64, w: u64) -> u64 {
+    let mut z = h.wrapping_add(w).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Checks `store`'s live records: each payload passes its check word (one write's, for this
@@ -603,6 +634,12 @@ pub fn storage_check_node(s: &Store) -> StorageCheck {
             }
             c.records += 1;
             let key = tuple[H_KEY as usize];
+            // Summed, so the slots' order (inserts racing for them) does not matter.
+            let record = tuple[HEADER_WORDS as usize..].iter().fold(
+                fold(fold(t.0 as u64, key), tuple[H_VERSION as usize]),
+                |h, &w| fold(h, w),
+            );
+            c.digest = c.digest.wrapping_add(record);
             let name = || format!("{}:{key} on node {}", s.catalog.spec(t).name, s.node.0);
             if !payload_intact(t, key, &tuple[HEADER_WORDS as usize..]) {
                 c.torn += 1;

@@ -1,5 +1,6 @@
 //! CALVIN's knobs: how long a lane collects an epoch, and how many requests it takes in one.
 
+use atoll_storage::ExtraRegion;
 use atoll_txn::knobs::{
     ClusterShape, FamilyConfig, FamilyHeap, KnobError, KnobKind, KnobSpec, Knobs,
 };
@@ -48,6 +49,27 @@ pub const EPOCHS_HELD_MAX: u64 = 2 + super::node::KEPT_EPOCHS_MAX as u64;
 impl FamilyConfig for CalvinConfig {
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    fn epoch_ns(&self) -> Option<u64> {
+        Some(self.epoch_ns)
+    }
+
+    /// The one-sided stages' buffers ([`super::buffers`]), when the plan runs one so.
+    fn regions(&self, shape: &ClusterShape) -> Vec<ExtraRegion> {
+        let words = super::buffers::region_words(
+            &shape.plan,
+            shape.compute_nodes,
+            shape.coordinators_per_node,
+            self.batch_max,
+        );
+        if words == 0 {
+            return Vec::new();
+        }
+        vec![ExtraRegion {
+            name: super::buffers::REGION,
+            words: words as usize,
+        }]
     }
 
     /// Every node holds every lane's batches (each at most `--calvin-batch-max` requests)

@@ -12,9 +12,10 @@
 //! ([`DISPATCH`]) → take in order, wait for the locks → read, forward ([`FORWARD`]) → execute
 //! and write back locally → release → EPOCH_DONE and wait ([`BARRIER`]).
 //!
-//! Built: the `global` order, each stage over RPC. One-sided stages are refused by the
-//! plan check until they are built, as are inserts and deletes (issue 38).
+//! Built: the `global` order; `dispatch` and `barrier` over RPC or one-sided ([`buffers`]),
+//! `forward` over RPC (one-sided forward, inserts and deletes are issue 38's next steps).
 
+pub mod buffers;
 pub mod config;
 pub mod locks;
 pub mod msg;
@@ -22,6 +23,7 @@ pub mod node;
 pub mod participant;
 
 use atoll_fabric::NodeId;
+use atoll_storage::layout::{INITIAL_VERSION, VERSION_ABSENT};
 use atoll_storage::TableId;
 use atoll_txn::msg::{Loc, Reply};
 use atoll_txn::stages::{self, WriteBackOpts};
@@ -118,11 +120,160 @@ async fn say_done(c: &mut Coordinator, epoch: u64) -> Result<(), Abort> {
         .epoch_done(epoch, me, c.catalog.nodes)
         .unwrap_or_else(|e| panic!("calvin: node {me}: {e}"));
     let to = others(c);
+    if c.cfg.plan.get(BARRIER) == Primitive::OneSided {
+        // The word is this node's alone on every node, and only grows.
+        let b = buffers(c).expect("calvin: a one-sided barrier registers its buffers");
+        let mut d = c.ep.doorbell_for(to.len());
+        for &n in &to {
+            d.write(b.barrier(NodeId(n), me), [epoch + 1].into_iter().collect());
+        }
+        d.submit().await.map_err(|_| Abort::NodeFailed)?;
+        return Ok(());
+    }
     send(c, &CalvinRequest::EpochDone { epoch, from: me }, &to).await
 }
 
-/// Reads `keys` on this node (its records, and replicated tables' copies) as they are now.
+/// The run's one-sided buffers, if the plan runs a stage one-sided.
+fn buffers(c: &Coordinator) -> Option<buffers::Buffers> {
+    let batch_max = c.cfg.family_as::<config::CalvinConfig>().batch_max;
+    buffers::Buffers::of(
+        &c.catalog,
+        &c.cfg.plan,
+        c.cfg.coordinators_per_node,
+        batch_max,
+    )
+}
+
+/// WRITEs this node's batch into its slot on every other node, then its header.
+async fn write_batch(c: &mut Coordinator, b: &msg::Batch, to: &[u16]) -> Result<(), Abort> {
+    let bufs = buffers(c).expect("calvin: a one-sided dispatch registers its buffers");
+    let words = buffers::encode(b);
+    assert!(
+        words.len() as u64 <= bufs.slot_words,
+        "calvin: a batch of {} words for a slot of {} (the lane's collection stops short of it)",
+        words.len(),
+        bufs.slot_words
+    );
+    let mut d = c.ep.doorbell_for(to.len());
+    for &n in to {
+        d.write(
+            bufs.body(NodeId(n), b.from, b.lane),
+            words.iter().copied().collect(),
+        );
+    }
+    d.submit().await.map_err(|_| Abort::NodeFailed)?;
+    let header = buffers::header_word(b.epoch, words.len() as u64);
+    let mut d = c.ep.doorbell_for(to.len());
+    for &n in to {
+        d.write(
+            bufs.header(NodeId(n), b.from, b.lane),
+            [header].into_iter().collect(),
+        );
+    }
+    d.submit().await.map_err(|_| Abort::NodeFailed)?;
+    Ok(())
+}
+
+/// Reads this node's batch headers and takes every batch of `epoch` newly written there;
+/// whether it took any.
+async fn pull_batches(c: &mut Coordinator, epoch: u64) -> Result<bool, Abort> {
+    let Some(bufs) = buffers(c).filter(|b| b.slot_words > 0) else {
+        return Ok(false);
+    };
+    let (me, nodes, s) = (c.node(), c.catalog.nodes, state(c));
+    let (ptr, len) = bufs.headers(me);
+    let headers = c.ep.read(ptr, len).await.map_err(|_| Abort::NodeFailed)?;
+    let backs_up = |from: u16| {
+        (0..c.cfg.log_replicas).any(|r| c.catalog.topology().log_backup(NodeId(from), r).0 == me)
+    };
+    let mut took = false;
+    for (i, &h) in headers.iter().enumerate() {
+        let (from, lane) = bufs.slot_of(i);
+        let Some((e, words)) = buffers::read_header(h) else {
+            continue;
+        };
+        if e != epoch || from == me.0 || s.has_batch(epoch, from, lane) {
+            continue;
+        }
+        let body =
+            c.ep.read(bufs.body(me, from, lane), words as u32)
+                .await
+                .map_err(|_| Abort::NodeFailed)?;
+        let mut b = buffers::decode(&body).unwrap_or_else(|e| {
+            panic!(
+                "calvin: node {}: a malformed batch in its buffer: {}",
+                me.0, e.0
+            )
+        });
+        assert!(
+            (b.epoch, b.from, b.lane) == (epoch, from, lane),
+            "calvin: node {}: slot of node {from} lane {lane} holds epoch {} of node {} lane {}",
+            me.0,
+            b.epoch,
+            b.from,
+            b.lane
+        );
+        b.keep = backs_up(from);
+        // Another lane of this node may have pulled it meanwhile: once is enough.
+        if !s.has_batch(epoch, from, lane) {
+            s.batch(nodes, b)
+                .unwrap_or_else(|e| panic!("calvin: node {}: {e}", me.0));
+            took = true;
+        }
+    }
+    Ok(took)
+}
+
+/// Reads this node's barrier words: every node whose word says it finished `epoch` did.
+async fn pull_barrier(c: &mut Coordinator, epoch: u64) -> Result<(), Abort> {
+    if c.cfg.plan.get(BARRIER) != Primitive::OneSided {
+        return Ok(());
+    }
+    let bufs = buffers(c).expect("calvin: a one-sided barrier registers its buffers");
+    let (me, nodes, s) = (c.node(), c.catalog.nodes, state(c));
+    let (ptr, len) = bufs.barriers(me);
+    let words = c.ep.read(ptr, len).await.map_err(|_| Abort::NodeFailed)?;
+    for (n, &w) in words.iter().enumerate() {
+        if n as u16 != me.0 && w > epoch {
+            s.epoch_done_seen(epoch, n as u16, nodes);
+        }
+    }
+    Ok(())
+}
+
+/// Reads `keys` on this node (its records, and replicated tables' copies) as they are now;
+/// a key with no record comes back absent (its version [`VERSION_ABSENT`], no payload), for
+/// the transaction's logic to meet as `NotFound` on every node alike.
 async fn read_here(
+    c: &mut Coordinator,
+    keys: &[(TableId, u64, bool)],
+) -> Result<Vec<(Value, Option<u32>)>, Abort> {
+    match read_present(c, keys).await {
+        Err(Abort::NotFound) => {}
+        r => return r,
+    }
+    // Rare (TPC-C's rolled-back NewOrder names an item no one has): key by key.
+    let mut out = Vec::with_capacity(keys.len());
+    for &k in keys {
+        match read_present(c, &[k]).await {
+            Ok(mut v) => out.append(&mut v),
+            Err(Abort::NotFound) => {
+                let v = Value {
+                    table: k.0,
+                    key: k.1,
+                    version: VERSION_ABSENT,
+                    data: Vec::new(),
+                };
+                out.push((v, None));
+            }
+            Err(a) => return Err(a),
+        }
+    }
+    Ok(out)
+}
+
+/// [`read_here`] of keys that all have a record; `NotFound` if one has none.
+async fn read_present(
     c: &mut Coordinator,
     keys: &[(TableId, u64, bool)],
 ) -> Result<Vec<(Value, Option<u32>)>, Abort> {
@@ -214,6 +365,55 @@ async fn participate(
     }))
 }
 
+/// Inserts the transaction's records this node holds (their keys follow from the values
+/// its logic read under its locks, e.g. TPC-C's order id from `D_NEXT_O_ID`, so they are the
+/// same on every node executing it); the others' nodes insert theirs, as fresh keys.
+async fn insert_own(tx: &mut TxnCore<'_>, me: NodeId) -> Result<(), Abort> {
+    let own = tx.select(|e| e.access == Access::Insert && e.node == me);
+    for e in tx
+        .entries
+        .iter_mut()
+        .filter(|e| e.access == Access::Insert && e.node != me)
+    {
+        // A key no deletion left behind starts at the initial version (Calvin runs no
+        // deletes yet).
+        e.installed = Some(INITIAL_VERSION);
+    }
+    if own.is_empty() {
+        return Ok(());
+    }
+    // Installed locked by the attempt's timestamp and freed at once: the records' locks
+    // are the node's lock table's, and the inserted keys are covered by a record the
+    // transaction holds (TPC-C's district), so no other transaction looks for them yet.
+    stages::apply_inserts_at(tx, &own, tx.ts.word()).await?;
+    stages::release(tx, &own, Primitive::OneSided).await;
+    Ok(())
+}
+
+/// The next transaction of `epoch` this node runs, in order, once the batches before it
+/// are all here (pulled from the buffers when dispatch is one-sided); `None`: the epoch
+/// has nothing left here. `node_failed` after [`WAIT_NS_MAX`].
+async fn take(c: &mut Coordinator, s: &CalvinNode, epoch: u64) -> Result<Option<Ordered>, Abort> {
+    let (me, catalog) = (c.node(), c.catalog.clone());
+    let start = c.now_ns();
+    let mut pause = POLL_NS_MIN;
+    loop {
+        match s.take(epoch, &catalog, me) {
+            Take::Run(t) => return Ok(Some(t)),
+            Take::Drained => return Ok(None),
+            Take::Wait => {}
+        }
+        if pull_batches(c, epoch).await? {
+            continue;
+        }
+        if c.now_ns().saturating_sub(start) > WAIT_NS_MAX {
+            return Err(Abort::NodeFailed);
+        }
+        c.ep.sleep(pause).await;
+        pause = (pause * 2).min(POLL_NS_MAX);
+    }
+}
+
 /// Whether a transaction runs only once it holds its locks: always, but for the
 /// deliberately broken variant the tests run (which the checks must catch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,21 +430,17 @@ pub async fn next_in_order(
     locks: LockWait,
 ) -> Result<Option<SeqTxn>, Abort> {
     let s = state(c);
-    let (me, catalog) = (c.node(), c.catalog.clone());
+    let me = c.node();
     // Bounded: each turn takes one transaction of the epoch's, or waits (bounded).
     loop {
-        let t = wait(c, || match s.take(epoch, &catalog, me) {
-            Take::Run(t) => Some(Some(t)),
-            Take::Drained => Some(None),
-            Take::Wait => None,
-        })
-        .await?;
+        let t = take(c, &s, epoch).await?;
         let Some(t) = t else {
             if s.finished(epoch) {
                 say_done(c, epoch).await?;
             }
             return Ok(None);
         };
+        let taken_ns = c.now_ns();
         match participate(c, &t, locks).await? {
             Some(running) => {
                 let r = &running.t.request;
@@ -255,6 +451,8 @@ pub async fn next_in_order(
                     ts: r.ts,
                     input: r.input.clone(),
                     arrival_ns: r.arrival_ns,
+                    taken_ns,
+                    gathered_ns: c.now_ns(),
                     records: running.t.executors.first() == Some(&me.0),
                 };
                 c.family_ctx = Some(Box::new(running));
@@ -288,22 +486,25 @@ impl Protocol for Calvin {
     }
 
     fn check_plan(plan: &Plan) -> Result<(), PlanError> {
-        for s in [DISPATCH, FORWARD, BARRIER] {
-            if plan.get(s) == Primitive::OneSided {
-                return Err(PlanError(format!(
-                    "calvin's {} stage runs over rpc only so far (one-sided is issue 38's next step): give --plan rpc",
-                    s.name()
-                )));
-            }
+        if plan.get(FORWARD) == Primitive::OneSided {
+            return Err(PlanError(format!(
+                "calvin's {} stage runs over rpc only so far (one-sided forward is issue 38's next step): give forward=rpc (dispatch and barrier run either way)",
+                FORWARD.name()
+            )));
         }
         Ok(())
     }
 
     fn seq_shape(cfg: &atoll_txn::TxnConfig) -> atoll_txn::SeqShape {
         let c = cfg.family_as::<config::CalvinConfig>();
+        let slot_words = buffers::slot_words(&cfg.plan, c.batch_max);
         atoll_txn::SeqShape {
             epoch_ns: c.epoch_ns,
             batch_max: c.batch_max,
+            words_max: match slot_words {
+                0 => u64::MAX,
+                w => w - buffers::BATCH_FIXED_WORDS,
+            },
         }
     }
 
@@ -321,6 +522,10 @@ impl Protocol for Calvin {
                     running.t.id, running.t.request.ty
                 );
             };
+            if g.version & VERSION_ABSENT != 0 {
+                // Every executing node reads the same key absent: the same outcome on each.
+                return Err(Abort::NotFound);
+            }
             let (loc, version, data) = (g.loc, g.version, g.data.clone());
             let e = &mut tx.entries[i];
             e.version = version;
@@ -336,18 +541,21 @@ impl Protocol for Calvin {
     }
 
     async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
-        let blind = tx.select(|e| e.dirty && !e.fetched);
+        let blind = tx.select(|e| e.dirty && !e.fetched && e.access != Access::Insert);
         if !blind.is_empty() {
             Self::fetch(tx, &blind).await?;
         }
         assert!(
-            tx.entries
-                .iter()
-                .all(|e| matches!(e.access, Access::Read | Access::Update)),
-            "calvin: inserts and deletes are not built yet (issue 38)"
+            tx.entries.iter().all(|e| e.access != Access::Delete),
+            "calvin: deletes are not built yet (issue 38)"
         );
         let me = tx.c.node();
-        for e in tx.entries.iter_mut().filter(|e| e.dirty && e.node != me) {
+        insert_own(tx, me).await?;
+        for e in tx
+            .entries
+            .iter_mut()
+            .filter(|e| e.dirty && e.node != me && e.access != Access::Insert)
+        {
             // Its node installs it, from the same values in the same order: this version.
             e.installed = Some(e.version + 1);
         }
@@ -376,7 +584,7 @@ impl Protocol for Calvin {
             .map(|(i, r)| Request {
                 seq: i as u32,
                 ty: r.ty,
-                tag: c.next_tag(),
+                tag: c.next_sequenced_tag(),
                 ts: c.begin_ts().read.word(),
                 arrival_ns: r.arrival_ns,
                 input: r.input,
@@ -387,7 +595,7 @@ impl Protocol for Calvin {
         let backups: Vec<u16> = (0..c.cfg.log_replicas)
             .map(|b| c.catalog.topology().log_backup(c.node(), b).0 .0)
             .collect();
-        let mut msg = CalvinRequest::Batch {
+        let b = msg::Batch {
             epoch: batch.epoch,
             from: me,
             lane: batch.lane,
@@ -396,27 +604,28 @@ impl Protocol for Calvin {
             keep: true,
             requests,
         };
+        if c.cfg.plan.get(DISPATCH) == Primitive::OneSided {
+            // Each reader knows whether it backs this node up (`keep`) when it pulls.
+            let to = others(c);
+            write_batch(c, &b, &to).await?;
+            state(c)
+                .batch(c.catalog.nodes, b)
+                .unwrap_or_else(|e| panic!("calvin: node {me}: {e}"));
+            return Ok(());
+        }
         let (kept, plain): (Vec<u16>, Vec<u16>) =
             others(c).into_iter().partition(|n| backups.contains(n));
-        send(c, &msg, &kept).await?;
-        if let CalvinRequest::Batch { keep, .. } = &mut msg {
-            *keep = false;
+        let mut m = CalvinRequest::Batch(b);
+        send(c, &m, &kept).await?;
+        if let CalvinRequest::Batch(b) = &mut m {
+            b.keep = false;
         }
-        send(c, &msg, &plain).await?;
-        let CalvinRequest::Batch { requests, .. } = msg else {
+        send(c, &m, &plain).await?;
+        let CalvinRequest::Batch(b) = m else {
             unreachable!("built above")
         };
         state(c)
-            .batch(
-                batch.epoch,
-                me,
-                c.catalog.nodes,
-                batch.lane,
-                batch.lanes,
-                batch.last,
-                false,
-                requests,
-            )
+            .batch(c.catalog.nodes, b)
             .unwrap_or_else(|e| panic!("calvin: node {me}: {e}"));
         Ok(())
     }
@@ -441,7 +650,19 @@ impl Protocol for Calvin {
     async fn seq_barrier(c: &mut Coordinator, epoch: u64) -> Result<bool, Abort> {
         let s = state(c);
         let nodes = c.catalog.nodes;
-        let last = wait(c, || s.past_barrier(epoch, nodes)).await?;
-        Ok(!last)
+        let start = c.now_ns();
+        let mut pause = POLL_NS_MIN;
+        // Bounded by WAIT_NS_MAX: past it a node stopped answering.
+        loop {
+            pull_barrier(c, epoch).await?;
+            if let Some(last) = s.past_barrier(epoch, nodes) {
+                return Ok(!last);
+            }
+            if c.now_ns().saturating_sub(start) > WAIT_NS_MAX {
+                return Err(Abort::NodeFailed);
+            }
+            c.ep.sleep(pause).await;
+            pause = (pause * 2).min(POLL_NS_MAX);
+        }
     }
 }

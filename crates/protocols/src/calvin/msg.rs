@@ -43,20 +43,24 @@ pub struct Value {
     pub data: Vec<u64>,
 }
 
+/// Lane `lane` (of `lanes` per node) of node `from`: its requests of `epoch`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    pub epoch: u64,
+    pub from: u16,
+    pub lane: u32,
+    pub lanes: u32,
+    /// The sender's lane stops after this epoch (the run's end).
+    pub last: bool,
+    /// This node is one of the sender's `--log-replicas` backups: it keeps the batch after
+    /// the epoch, for recovery to replay (RCC's asynchronous CRB lists).
+    pub keep: bool,
+    pub requests: Vec<Request>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CalvinRequest {
-    /// Lane `lane` (of `lanes` per node) of node `from`: its requests of `epoch`.
-    Batch {
-        epoch: u64,
-        from: u16,
-        lane: u32,
-        lanes: u32,
-        last: bool,
-        /// This node is one of the sender's `--log-replicas` backups: it keeps the batch
-        /// after the epoch, for recovery to replay (RCC's asynchronous CRB lists).
-        keep: bool,
-        requests: Vec<Request>,
-    },
+    Batch(Batch),
     /// The values node `from` holds of transaction `id` (its place in the epoch's order).
     Forward {
         epoch: u64,
@@ -65,30 +69,25 @@ pub enum CalvinRequest {
         values: Vec<Value>,
     },
     /// Node `from` executed its share of `epoch`.
-    EpochDone { epoch: u64, from: u16 },
+    EpochDone {
+        epoch: u64,
+        from: u16,
+    },
 }
 
 impl CalvinRequest {
     pub fn encode(&self, e: &mut WordWriter<'_>) {
         match self {
-            CalvinRequest::Batch {
-                epoch,
-                from,
-                lane,
-                lanes,
-                last,
-                keep,
-                requests,
-            } => {
+            CalvinRequest::Batch(b) => {
                 e.tag(CalvinTag::Batch);
-                e.w(*epoch);
-                e.w(*from as u64);
-                e.w(*lane as u64);
-                e.w(*lanes as u64);
-                e.w(*last as u64);
-                e.w(*keep as u64);
-                e.w(requests.len() as u64);
-                for r in requests {
+                e.w(b.epoch);
+                e.w(b.from as u64);
+                e.w(b.lane as u64);
+                e.w(b.lanes as u64);
+                e.w(b.last as u64);
+                e.w(b.keep as u64);
+                e.w(b.requests.len() as u64);
+                for r in &b.requests {
                     e.w(r.seq as u64);
                     e.w(r.ty as u64);
                     e.w(r.tag);
@@ -141,14 +140,14 @@ impl CalvinRequest {
             u16::try_from(v).map_err(|_| d.error(format!("node {v} out of range")))
         };
         let r = match CalvinTag::try_from(d.w()?)? {
-            CalvinTag::Batch => {
-                let epoch = d.w()?;
-                let from = node(&mut d)?;
-                let lane = d.u32()?;
-                let lanes = d.u32()?;
-                let last = d.bool()?;
-                let keep = d.bool()?;
-                let requests = d.list(|d| {
+            CalvinTag::Batch => CalvinRequest::Batch(Batch {
+                epoch: d.w()?,
+                from: node(&mut d)?,
+                lane: d.u32()?,
+                lanes: d.u32()?,
+                last: d.bool()?,
+                keep: d.bool()?,
+                requests: d.list(|d| {
                     let seq = d.u32()?;
                     let ty = d.w()?;
                     let ty = u16::try_from(ty)
@@ -162,17 +161,8 @@ impl CalvinRequest {
                         input: d.word_vec()?,
                         accesses: d.list(|d| Ok((d.table()?, d.w()?, d.bool()?)))?,
                     })
-                })?;
-                CalvinRequest::Batch {
-                    epoch,
-                    from,
-                    lane,
-                    lanes,
-                    last,
-                    keep,
-                    requests,
-                }
-            }
+                })?,
+            }),
             CalvinTag::Forward => CalvinRequest::Forward {
                 epoch: d.w()?,
                 id: d.w()?,
@@ -203,7 +193,7 @@ mod tests {
     #[test]
     fn calvin_messages_round_trip_and_a_truncated_one_is_a_typed_error() {
         let msgs = [
-            CalvinRequest::Batch {
+            CalvinRequest::Batch(Batch {
                 epoch: 7,
                 from: 1,
                 lane: 3,
@@ -219,7 +209,7 @@ mod tests {
                     input: vec![1, 2, 3],
                     accesses: vec![(TableId(0), 5, true), (TableId(1), 6, false)],
                 }],
-            },
+            }),
             CalvinRequest::Forward {
                 epoch: 7,
                 id: 42,

@@ -9,10 +9,10 @@
 //! every node queues its locks in the same order.
 
 use super::locks::LockTable;
-use super::msg::{Request, Value};
+use super::msg::{Batch, Request, Value};
 use atoll_fabric::NodeId;
 use atoll_storage::{Catalog, TableId};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 /// Epochs of each lane's batches a backup keeps (the newest): recovery replays from them.
@@ -49,6 +49,8 @@ impl Ordered {
 struct Epoch {
     /// `(lane, node)` -> (last, requests).
     batches: HashMap<(u32, u16), (bool, Vec<Request>)>,
+    /// `(lane, node)` of every batch that arrived, taken or not.
+    received: HashSet<(u32, u16)>,
     /// Lanes whose transactions are queued (in order: lanes below it all are).
     lanes_queued: u32,
     /// The next place in the order.
@@ -101,20 +103,18 @@ impl CalvinNode {
         self.inner.lock().expect("no poisoned calvin state")
     }
 
-    /// A lane's batch arrived (from another node's lane, or this node's own); `keep`: this
-    /// node backs the sender up and keeps it after the epoch.
-    #[allow(clippy::too_many_arguments)]
-    pub fn batch(
-        &self,
-        epoch: u64,
-        from: u16,
-        nodes: u16,
-        lane: u32,
-        lanes: u32,
-        last: bool,
-        keep: bool,
-        requests: Vec<Request>,
-    ) -> Result<(), String> {
+    /// A lane's batch arrived (from another node's lane, or this node's own); when it says
+    /// `keep`, this node backs the sender up and keeps it after the epoch.
+    pub fn batch(&self, nodes: u16, b: Batch) -> Result<(), String> {
+        let Batch {
+            epoch,
+            from,
+            lane,
+            lanes,
+            last,
+            keep,
+            requests,
+        } = b;
         let mut s = self.lock();
         match s.shape {
             None => s.shape = Some((nodes, lanes)),
@@ -131,6 +131,12 @@ impl CalvinNode {
                 "a batch from node {from} lane {lane} of {nodes} x {lanes}"
             ));
         }
+        let e = s.epochs.entry(epoch).or_default();
+        if !e.received.insert((lane, from)) {
+            return Err(format!(
+                "a second batch of epoch {epoch} from node {from} lane {lane}"
+            ));
+        }
         if keep {
             let kept = s.kept.entry((from, lane)).or_default();
             if kept.len() == KEPT_EPOCHS_MAX {
@@ -139,12 +145,17 @@ impl CalvinNode {
             kept.push_back((epoch, requests.clone()));
         }
         let e = s.epochs.entry(epoch).or_default();
-        if e.batches.insert((lane, from), (last, requests)).is_some() {
-            return Err(format!(
-                "a second batch of epoch {epoch} from node {from} lane {lane}"
-            ));
-        }
+        e.batches.insert((lane, from), (last, requests));
         Ok(())
+    }
+
+    /// Whether node `from`'s lane `lane` batch of `epoch` arrived (a one-sided reader pulls
+    /// each once).
+    pub fn has_batch(&self, epoch: u64, from: u16, lane: u32) -> bool {
+        self.lock()
+            .epochs
+            .get(&epoch)
+            .is_some_and(|e| e.received.contains(&(lane, from)))
     }
 
     /// The epochs of `(node, lane)`'s batches this node keeps as its backup, oldest first.
@@ -180,6 +191,19 @@ impl CalvinNode {
                 "a second EPOCH_DONE of epoch {epoch} from node {from}"
             )),
             None => Err(format!("an EPOCH_DONE from node {from} of {nodes}")),
+        }
+    }
+
+    /// Node `from` finished `epoch`, as its one-sided word says (read again and again: once
+    /// is enough).
+    pub fn epoch_done_seen(&self, epoch: u64, from: u16, nodes: u16) {
+        let mut s = self.lock();
+        let e = s.epochs.entry(epoch).or_default();
+        if e.done.is_empty() {
+            e.done = vec![false; nodes as usize];
+        }
+        if let Some(d) = e.done.get_mut(from as usize) {
+            *d = true;
         }
     }
 
@@ -294,21 +318,33 @@ mod tests {
         }
     }
 
+    fn batch(epoch: u64, from: u16, lanes: u32, keep: bool, requests: Vec<Request>) -> Batch {
+        Batch {
+            epoch,
+            from,
+            lane: 0,
+            lanes,
+            last: false,
+            keep,
+            requests,
+        }
+    }
+
     #[test]
     fn calvin_a_backup_keeps_the_newest_batches_it_backs_up_and_a_second_batch_is_refused() {
         let n = CalvinNode::default();
         for epoch in 0..10 {
-            n.batch(epoch, 1, 2, 0, 1, false, true, vec![request(0)])
+            n.batch(2, batch(epoch, 1, 1, true, vec![request(0)]))
                 .unwrap();
-            n.batch(epoch, 0, 2, 0, 1, false, false, vec![]).unwrap();
+            n.batch(2, batch(epoch, 0, 1, false, vec![])).unwrap();
         }
         assert_eq!(n.kept_epochs(1, 0), vec![6, 7, 8, 9]);
         assert!(n.kept_epochs(0, 0).is_empty(), "not a backup of node 0");
-        let e = n.batch(9, 1, 2, 0, 1, false, true, vec![]).unwrap_err();
+        let e = n.batch(2, batch(9, 1, 1, true, vec![])).unwrap_err();
         assert!(e.contains("second batch"), "{e}");
-        let e = n.batch(3, 1, 3, 0, 1, false, false, vec![]).unwrap_err();
+        let e = n.batch(3, batch(3, 1, 1, false, vec![])).unwrap_err();
         assert!(e.contains("3 nodes"), "{e}");
-        let e = n.batch(3, 2, 2, 0, 1, false, false, vec![]).unwrap_err();
+        let e = n.batch(2, batch(3, 2, 1, false, vec![])).unwrap_err();
         assert!(e.contains("node 2"), "{e}");
     }
 }

@@ -23,18 +23,7 @@ impl Participant for CalvinParticipant {
         let nodes = local.store().catalog.nodes;
         let r = match CalvinRequest::decode(body) {
             Err(_) => Err(()),
-            Ok(CalvinRequest::Batch {
-                epoch,
-                from,
-                lane,
-                lanes,
-                last,
-                keep,
-                requests,
-            }) => self
-                .node
-                .batch(epoch, from, nodes, lane, lanes, last, keep, requests)
-                .map_err(|_| ()),
+            Ok(CalvinRequest::Batch(b)) => self.node.batch(nodes, b).map_err(|_| ()),
             Ok(CalvinRequest::Forward {
                 id, from, values, ..
             }) if from < nodes => {

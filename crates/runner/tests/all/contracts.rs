@@ -26,6 +26,8 @@ struct Seen {
     declared: Option<AccessSet>,
     /// The read and write set it built, before it committed.
     actual: AccessSet,
+    /// Of those, the keys it inserted.
+    inserted: Vec<(atoll_storage::TableId, u64)>,
 }
 
 /// Runs `TXNS` drawn transactions of `w` one after another on a 2-node test cluster, each
@@ -55,6 +57,12 @@ fn run_drawn<W: Workload, P: Protocol>(w: Arc<W>, seed: u64) -> Vec<Seen> {
                 let (_, input) = w.generate(&mut rng, nodes, NodeId(0));
                 let mut tx = Txn::<P>::begin(&mut co);
                 let ran = w.execute(&mut tx, &input).await;
+                let inserted = tx
+                    .accesses()
+                    .into_iter()
+                    .filter(|a| a.2 == Access::Insert)
+                    .map(|(t, k, _)| (t, k))
+                    .collect();
                 let actual = AccessSet::new(tx.accesses().into_iter().map(|(t, k, a)| {
                     let mode = match a {
                         Access::Read => AccessMode::Read,
@@ -75,6 +83,7 @@ fn run_drawn<W: Workload, P: Protocol>(w: Arc<W>, seed: u64) -> Vec<Seen> {
                     input: format!("{input:?}"),
                     declared: w.access_set(&input),
                     actual,
+                    inserted,
                 });
             }
         }))
@@ -83,15 +92,25 @@ fn run_drawn<W: Workload, P: Protocol>(w: Arc<W>, seed: u64) -> Vec<Seen> {
     seen
 }
 
-/// Every drawn transaction with a declared access set touched exactly that set.
+/// Every drawn transaction with a declared access set touched exactly that set, but for
+/// keys it inserted without declaring them (their keys follow from a record it declares and
+/// writes: TPC-C's orders from the district's `D_NEXT_O_ID`).
 fn check_declared<W: Workload>(seen: Vec<Seen>, protocol: &str) -> (usize, usize) {
     let (mut declared, mut undeclared) = (0, 0);
     for s in seen {
         match s.declared {
             Some(d) => {
+                let named = |t, k| d.accesses().iter().any(|a| (a.0, a.1) == (t, k));
+                let touched = AccessSet::new(
+                    s.actual
+                        .accesses()
+                        .iter()
+                        .copied()
+                        .filter(|&(t, k, _)| named(t, k) || !s.inserted.contains(&(t, k))),
+                );
                 assert_eq!(
                     d,
-                    s.actual,
+                    touched,
                     "{} under {protocol}: {} declared one access set and touched another",
                     W::NAME,
                     s.input
@@ -179,7 +198,8 @@ fn cycle_declares_its_pair_transactions_and_not_its_range_ones() {
 }
 
 #[test]
-fn tpcc_declares_no_access_set_as_its_keys_come_from_what_it_reads_and_scans() {
+fn tpcc_declares_neworder_and_payment_by_customer_id_and_not_the_transactions_whose_keys_come_from_scans(
+) {
     let tpcc = Tpcc::from_params(
         &params(&[
             ("customers_per_district", "30"),
@@ -191,7 +211,13 @@ fn tpcc_declares_no_access_set_as_its_keys_come_from_what_it_reads_and_scans() {
         2,
     )
     .unwrap();
-    assert_eq!(every_protocol(tpcc), (0, 5 * TXNS));
+    let (declared, undeclared) = every_protocol(tpcc);
+    assert_eq!(declared + undeclared, 5 * TXNS);
+    // The standard mix: 45 % NewOrder, 43 % Payment (40 % of them by customer id).
+    assert!(
+        declared > 0 && undeclared > 0,
+        "{declared} declared, {undeclared} not"
+    );
 }
 
 #[test]

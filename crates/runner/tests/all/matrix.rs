@@ -94,7 +94,7 @@ fn every_protocol_plan_and_workload_keeps_invariants_under_contention_2_nodes_2_
                 // saw none runs again, longer, before it fails (every run's checks count).
                 let mut duration_s = MATRIX_RUN_S;
                 loop {
-                    let cfg = RunConfig {
+                    let mut cfg = RunConfig {
                         workload,
                         params: params(workload),
                         protocol,
@@ -107,6 +107,7 @@ fn every_protocol_plan_and_workload_keeps_invariants_under_contention_2_nodes_2_
                         seed: 7,
                         ..RunConfig::default()
                     };
+                    crate::sequenced_mix(&mut cfg);
                     let what = format!(
                         "{} / {} / {plan} ({duration_s} s)",
                         workload.name(),

@@ -534,7 +534,7 @@ impl Tpcc {
     /// The customer `sel` names in district `d` of `w` (by last name: the one at position
     /// ⌈n/2⌉ by first name, 2.5.2.2; CUSTOMER_BY_NAME never changes, so its scan needs no
     /// guard).
-    async fn resolve<P: Protocol>(
+    pub(crate) async fn resolve<P: Protocol>(
         &self,
         tx: &mut Txn<'_, P>,
         w: u64,
