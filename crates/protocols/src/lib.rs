@@ -42,9 +42,16 @@ pub fn participants(nodes: &atoll_txn::FamilyNodes) -> Vec<Arc<dyn Participant>>
     ]
 }
 
-/// A protocol's name that is not one of [`ProtocolKind::ALL`]'s.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A protocol's name that is not one of [`ProtocolKind::ALL`]'s. Its `Debug` is its message
+/// (what `main` returning it prints).
+#[derive(Clone, PartialEq, Eq)]
 pub struct UnknownProtocol(pub String);
+
+impl std::fmt::Debug for UnknownProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
 
 impl std::fmt::Display for UnknownProtocol {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
