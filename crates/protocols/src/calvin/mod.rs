@@ -71,19 +71,40 @@ fn state(c: &Coordinator) -> Arc<CalvinNode> {
     c.family_nodes.get::<CalvinNode>(FAMILY)
 }
 
+/// A lane's wait for one thing: each pause doubles, from [`POLL_NS_MIN`] up to
+/// [`POLL_NS_MAX`]; past [`WAIT_NS_MAX`] a node stopped answering (`node_failed`).
+struct Backoff {
+    start_ns: u64,
+    pause_ns: u64,
+}
+
+impl Backoff {
+    fn new(c: &Coordinator) -> Self {
+        Backoff {
+            start_ns: c.now_ns(),
+            pause_ns: POLL_NS_MIN,
+        }
+    }
+
+    /// Sleeps the next pause (other lanes and the node's event loop run meanwhile).
+    async fn pause(&mut self, c: &Coordinator) -> Result<(), Abort> {
+        if c.now_ns().saturating_sub(self.start_ns) > WAIT_NS_MAX {
+            return Err(Abort::NodeFailed);
+        }
+        c.ep.sleep(self.pause_ns).await;
+        self.pause_ns = (self.pause_ns * 2).min(POLL_NS_MAX);
+        Ok(())
+    }
+}
+
 /// Waits until `ready` gives a value, polling; `node_failed` after [`WAIT_NS_MAX`].
 async fn wait<T>(c: &mut Coordinator, mut ready: impl FnMut() -> Option<T>) -> Result<T, Abort> {
-    let start = c.now_ns();
-    let mut pause = POLL_NS_MIN;
+    let mut backoff = Backoff::new(c);
     loop {
         if let Some(v) = ready() {
             return Ok(v);
         }
-        if c.now_ns().saturating_sub(start) > WAIT_NS_MAX {
-            return Err(Abort::NodeFailed);
-        }
-        c.ep.sleep(pause).await;
-        pause = (pause * 2).min(POLL_NS_MAX);
+        backoff.pause(c).await?;
     }
 }
 
@@ -395,22 +416,16 @@ async fn insert_own(tx: &mut TxnCore<'_>, me: NodeId) -> Result<(), Abort> {
 /// has nothing left here. `node_failed` after [`WAIT_NS_MAX`].
 async fn take(c: &mut Coordinator, s: &CalvinNode, epoch: u64) -> Result<Option<Ordered>, Abort> {
     let (me, catalog) = (c.node(), c.catalog.clone());
-    let start = c.now_ns();
-    let mut pause = POLL_NS_MIN;
+    let mut backoff = Backoff::new(c);
     loop {
         match s.take(epoch, &catalog, me) {
             Take::Run(t) => return Ok(Some(t)),
             Take::Drained => return Ok(None),
             Take::Wait => {}
         }
-        if pull_batches(c, epoch).await? {
-            continue;
+        if !pull_batches(c, epoch).await? {
+            backoff.pause(c).await?;
         }
-        if c.now_ns().saturating_sub(start) > WAIT_NS_MAX {
-            return Err(Abort::NodeFailed);
-        }
-        c.ep.sleep(pause).await;
-        pause = (pause * 2).min(POLL_NS_MAX);
     }
 }
 
@@ -650,19 +665,14 @@ impl Protocol for Calvin {
     async fn seq_barrier(c: &mut Coordinator, epoch: u64) -> Result<bool, Abort> {
         let s = state(c);
         let nodes = c.catalog.nodes;
-        let start = c.now_ns();
-        let mut pause = POLL_NS_MIN;
+        let mut backoff = Backoff::new(c);
         // Bounded by WAIT_NS_MAX: past it a node stopped answering.
         loop {
             pull_barrier(c, epoch).await?;
             if let Some(last) = s.past_barrier(epoch, nodes) {
                 return Ok(!last);
             }
-            if c.now_ns().saturating_sub(start) > WAIT_NS_MAX {
-                return Err(Abort::NodeFailed);
-            }
-            c.ep.sleep(pause).await;
-            pause = (pause * 2).min(POLL_NS_MAX);
+            backoff.pause(c).await?;
         }
     }
 }
