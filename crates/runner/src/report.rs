@@ -293,6 +293,9 @@ pub struct SeqReport {
     pub execute_us_mean: f64,
     /// Requests whose records a reconnaissance read found (Calvin's OLLP).
     pub reconnaissance: u64,
+    /// Of the committed transactions, the share run in an epoch's second pass (the `lane`
+    /// order's cross-lane conflicts).
+    pub second_pass_share: f64,
 }
 
 impl SeqReport {
@@ -313,13 +316,14 @@ impl SeqReport {
             forward_us_mean: per(s.forward_ns, s.txns) / 1e3,
             execute_us_mean: per(s.execute_ns, s.txns) / 1e3,
             reconnaissance: s.reconnaissance,
+            second_pass_share: per(s.second_pass, s.txns),
         }
     }
 
     /// The report's line.
     pub fn line(&self) -> String {
         format!(
-            "sequenced   epoch {:.1} us measured over {} lane epochs, {:.1} requests a batch; per lane epoch (us): sequence {:.1}, dispatch {:.1}, run {:.1}, barrier {:.1} ({:.0}% idle); per txn (us): queued {:.1}, forward {:.1}, execute {:.1}; {:.2} executions per txn, {} reconnaissance reads",
+            "sequenced   epoch {:.1} us measured over {} lane epochs, {:.1} requests a batch; per lane epoch (us): sequence {:.1}, dispatch {:.1}, run {:.1}, barrier {:.1} ({:.0}% idle); per txn (us): queued {:.1}, forward {:.1}, execute {:.1}; {:.2} executions per txn, {} reconnaissance reads, {:.1}% in a second pass",
             self.epoch_us_mean,
             self.lane_epochs,
             self.batch_requests_mean,
@@ -332,7 +336,8 @@ impl SeqReport {
             self.forward_us_mean,
             self.execute_us_mean,
             self.executions_per_txn,
-            self.reconnaissance
+            self.reconnaissance,
+            self.second_pass_share * 100.0
         )
     }
 }

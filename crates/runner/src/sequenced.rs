@@ -338,6 +338,7 @@ async fn execute<W: Workload, P: Protocol>(
         q.queued_ns += t.taken_ns.saturating_sub(t.arrival_ns);
         q.forward_ns += t.gathered_ns.saturating_sub(t.taken_ns);
         q.execute_ns += end_ns.saturating_sub(t.gathered_ns);
+        q.second_pass += u64::from(t.second_pass);
     }
     count_outcome(
         run,

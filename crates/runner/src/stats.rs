@@ -141,6 +141,10 @@ pub struct SeqStats {
     /// Requests whose records a reconnaissance read found before they were sequenced.
     #[serde(default)]
     pub reconnaissance: u64,
+    /// Recorded transactions run in an epoch's second pass (CALVIN's `lane` order: each
+    /// conflicted with an earlier lane's).
+    #[serde(default)]
+    pub second_pass: u64,
 }
 
 impl SeqStats {
@@ -159,6 +163,7 @@ impl SeqStats {
             forward_ns,
             execute_ns,
             reconnaissance,
+            second_pass,
         } = *o;
         self.lane_epochs += lane_epochs;
         self.epoch_ns += epoch_ns;
@@ -173,6 +178,7 @@ impl SeqStats {
         self.forward_ns += forward_ns;
         self.execute_ns += execute_ns;
         self.reconnaissance += reconnaissance;
+        self.second_pass += second_pass;
     }
 }
 

@@ -79,6 +79,9 @@ pub struct SeqTxn {
     pub gathered_ns: u64,
     /// This node records it (history, effect, counts): its first active participant.
     pub records: bool,
+    /// It runs in the epoch's second pass (CALVIN's `lane` order: it conflicts with an
+    /// earlier lane's transaction).
+    pub second_pass: bool,
 }
 
 /// What a node's participant side and its coordinators share of a protocol family (one per

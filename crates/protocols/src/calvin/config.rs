@@ -1,4 +1,5 @@
-//! CALVIN's knobs: how long a lane collects an epoch, and how many requests it takes in one.
+//! CALVIN's knobs: how long a lane collects an epoch, how many requests it takes in one, and
+//! which order the epoch's transactions run in.
 
 use atoll_storage::ExtraRegion;
 use atoll_txn::knobs::{
@@ -30,11 +31,37 @@ pub const BATCH_MAX: KnobSpec = KnobSpec {
     help: "requests a lane collects in one epoch, at most (it dispatches as soon as it has them)",
 };
 
+/// `--calvin-order`: one order across the epoch's lanes (the original Calvin's), or each
+/// lane its own (RCC's).
+pub const ORDER: KnobSpec = KnobSpec {
+    name: "calvin_order",
+    kind: KnobKind::Choice {
+        default: "global",
+        accepted: &["global", "lane"],
+    },
+    help: "global: one order over every lane's batches and a deterministic lock table (the \
+           original Calvin); lane: each lane runs its own batches in its own order (RCC), and a \
+           transaction that conflicts with an earlier lane's runs again after the lanes' passes",
+};
+
+/// The order an epoch's transactions run in on every node ([`ORDER`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Lane 0's batches, then lane 1's, ...: one lock queue per record, in that order.
+    Global,
+    /// Each lane runs its own batches, in their order, concurrently with the other lanes; a
+    /// transaction that conflicts with one of an earlier lane (found from the declared
+    /// records, so every node finds the same) is deferred to a second pass, run after every
+    /// lane's first pass in the global order.
+    Lane,
+}
+
 /// CALVIN's configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CalvinConfig {
     pub epoch_ns: u64,
     pub batch_max: u32,
+    pub order: Order,
 }
 
 /// Bytes of one sequenced request as a node holds it, counted generously: its order key and
@@ -92,5 +119,16 @@ pub fn configure(knobs: &Knobs) -> Result<Arc<dyn FamilyConfig>, KnobError> {
     Ok(Arc::new(CalvinConfig {
         epoch_ns: knobs.number(EPOCH_US.name) * 1_000,
         batch_max: knobs.number(BATCH_MAX.name) as u32,
+        order: match knobs.choice(ORDER.name) {
+            "global" => Order::Global,
+            "lane" => Order::Lane,
+            other => {
+                return Err(KnobError(format!(
+                    "--{} {other}: accepted are {}",
+                    ORDER.flag(),
+                    ORDER.accepted()
+                )))
+            }
+        },
     }))
 }

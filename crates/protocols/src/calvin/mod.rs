@@ -12,7 +12,7 @@
 //! ([`DISPATCH`]) → take in order, wait for the locks → read, forward ([`FORWARD`]) → execute
 //! and write back locally → release → EPOCH_DONE and wait ([`BARRIER`]).
 //!
-//! Built: the `global` order; `dispatch` and `barrier` over RPC or one-sided ([`buffers`]),
+//! Built: the `global` and `lane` orders ([`node`]); `dispatch` and `barrier` over RPC or one-sided ([`buffers`]),
 //! `forward` over RPC (one-sided forward, inserts and deletes are issue 38's next steps).
 
 pub mod buffers;
@@ -416,9 +416,11 @@ async fn insert_own(tx: &mut TxnCore<'_>, me: NodeId) -> Result<(), Abort> {
 /// has nothing left here. `node_failed` after [`WAIT_NS_MAX`].
 async fn take(c: &mut Coordinator, s: &CalvinNode, epoch: u64) -> Result<Option<Ordered>, Abort> {
     let (me, catalog) = (c.node(), c.catalog.clone());
+    let lane = c.id % c.cfg.coordinators_per_node;
+    let order = c.cfg.family_as::<config::CalvinConfig>().order;
     let mut backoff = Backoff::new(c);
     loop {
-        match s.take(epoch, &catalog, me) {
+        match s.take(epoch, &catalog, me, lane, order) {
             Take::Run(t) => return Ok(Some(t)),
             Take::Drained => return Ok(None),
             Take::Wait => {}
@@ -469,6 +471,7 @@ pub async fn next_in_order(
                     taken_ns,
                     gathered_ns: c.now_ns(),
                     records: running.t.executors.first() == Some(&me.0),
+                    second_pass: running.t.deferred,
                 };
                 c.family_ctx = Some(Box::new(running));
                 return Ok(Some(seq));
@@ -490,7 +493,8 @@ impl Protocol for Calvin {
     const FAMILY_STAGES: &'static [Stage] = &[DISPATCH, FORWARD, BARRIER];
     // Deterministic: a conflict waits in the lock table, it never aborts.
     const CONFLICT_ABORTS: &'static [Abort] = &[];
-    const KNOBS: &'static [atoll_txn::KnobSpec] = &[config::EPOCH_US, config::BATCH_MAX];
+    const KNOBS: &'static [atoll_txn::KnobSpec] =
+        &[config::EPOCH_US, config::BATCH_MAX, config::ORDER];
     const SEQUENCED: bool = true;
     type EntryState = ();
 

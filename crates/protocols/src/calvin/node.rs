@@ -7,7 +7,16 @@
 //! batches first, then lane 1's, ...; within a lane, node 0's batch first, then node 1's;
 //! within a batch, as the lane drew them. Every node computes it from the same batches, so
 //! every node queues its locks in the same order.
+//!
+//! **Order** (`lane`, RCC's): each lane takes its own transactions, in the same order within
+//! the lane, concurrently with the other lanes. A transaction that conflicts with one of an
+//! earlier lane (a record either writes, as both declared it) is deferred: it runs in a
+//! second pass, once every lane's first pass ended on the node, in the global order. The
+//! first passes' transactions of different lanes touch no common record but to read it, so
+//! they commute, and every node defers the same ones: the outcome is as deterministic as
+//! the global order's.
 
+use super::config::Order;
 use super::locks::LockTable;
 use super::msg::{Batch, Request, Value};
 use atoll_fabric::NodeId;
@@ -37,6 +46,9 @@ pub struct Ordered {
     /// transaction runs on its first participant (or, reading only replicated tables, on
     /// its lane's node).
     pub executors: Vec<u16>,
+    /// In the `lane` order: it conflicts with an earlier lane's transaction and runs in the
+    /// epoch's second pass.
+    pub deferred: bool,
 }
 
 impl Ordered {
@@ -55,8 +67,18 @@ struct Epoch {
     lanes_queued: u32,
     /// The next place in the order.
     places: u64,
-    /// This node's transactions not yet taken by a lane, in order.
+    /// This node's transactions not yet taken by a lane, in order (the `lane` order's second
+    /// pass).
     queue: VecDeque<Ordered>,
+    /// The `lane` order's first pass: each lane's transactions not yet taken, in order.
+    lane_queues: Vec<VecDeque<Ordered>>,
+    /// The `lane` order: records the queued lanes' transactions declared (all of them, on
+    /// every node), whether one writes it.
+    declared: HashMap<(TableId, u64), bool>,
+    /// The `lane` order: this node's deferred transactions, in order, until the second pass.
+    deferred: Vec<Ordered>,
+    /// The `lane` order's second pass began here.
+    second_pass: bool,
     /// This node's transactions queued, and ended.
     queued: u64,
     ended: u64,
@@ -207,38 +229,44 @@ impl CalvinNode {
         }
     }
 
-    /// Takes the next transaction of `epoch` this node runs, in order, queueing the lanes
-    /// whose batches are all here first.
-    pub fn take(&self, epoch: u64, catalog: &Catalog, me: NodeId) -> Take {
+    /// Takes the next transaction of `epoch` this node runs on lane `lane`, in `order`,
+    /// queueing the lanes whose batches are all here first.
+    pub fn take(&self, epoch: u64, catalog: &Catalog, me: NodeId, lane: u32, order: Order) -> Take {
         let mut s = self.lock();
         let Some((nodes, lanes)) = s.shape else {
             return Take::Wait;
         };
         let Inner { epochs, locks, .. } = &mut *s;
         let e = epochs.entry(epoch).or_default();
+        if e.lane_queues.is_empty() && order == Order::Lane {
+            e.lane_queues = vec![VecDeque::new(); lanes as usize];
+        }
         while e.lanes_queued < lanes
             && (0..nodes).all(|n| e.batches.contains_key(&(e.lanes_queued, n)))
         {
-            let lane = e.lanes_queued;
-            for n in 0..nodes {
-                let (last, requests) = e.batches.remove(&(lane, n)).expect("checked");
-                e.last |= last;
-                for request in requests {
-                    let place = e.places;
-                    e.places += 1;
-                    assert!(
-                        place < EPOCH_TXNS_MAX,
-                        "calvin: epoch {epoch} over {EPOCH_TXNS_MAX} transactions"
-                    );
-                    let t = order(epoch << 32 | place, epoch, request, catalog, me, n);
-                    if t.participants.contains(&me.0) || t.executes_on(me.0) {
-                        locks.enqueue(t.id, &t.local);
-                        e.queued += 1;
-                        e.queue.push_back(t);
-                    }
+            queue_lane(e, epoch, nodes, catalog, me, locks, order);
+        }
+        if order == Order::Lane {
+            if let Some(t) = e.lane_queues[lane as usize].pop_front() {
+                return Take::Run(t);
+            }
+            let first_pass_over = e.second_pass
+                || e.lanes_queued == lanes
+                    && e.lane_queues.iter().all(VecDeque::is_empty)
+                    && e.ended == e.queued;
+            if !first_pass_over {
+                return Take::Wait;
+            }
+            if !e.second_pass {
+                // Every first-pass transaction released its locks here: the deferred queue
+                // theirs in order, behind nothing.
+                e.second_pass = true;
+                for t in std::mem::take(&mut e.deferred) {
+                    locks.enqueue(t.id, &t.local);
+                    e.queued += 1;
+                    e.queue.push_back(t);
                 }
             }
-            e.lanes_queued += 1;
         }
         match e.queue.pop_front() {
             Some(t) => Take::Run(t),
@@ -350,7 +378,11 @@ mod tests {
 }
 
 fn finished(e: &mut Epoch, lanes: u32) -> bool {
-    let all = e.lanes_queued == lanes && e.queue.is_empty() && e.ended == e.queued;
+    let all = e.lanes_queued == lanes
+        && e.queue.is_empty()
+        && e.lane_queues.iter().all(VecDeque::is_empty)
+        && e.deferred.is_empty()
+        && e.ended == e.queued;
     if all && !e.done_sent {
         e.done_sent = true;
         return true;
@@ -358,8 +390,66 @@ fn finished(e: &mut Epoch, lanes: u32) -> bool {
     false
 }
 
+/// Queues the next lane's transactions of the epoch (every node's batch of it is here), in
+/// order: into the lock table and the node's queue (`global`), or into the lane's own queue,
+/// a transaction that conflicts with an earlier lane's aside for the second pass (`lane`).
+fn queue_lane(
+    e: &mut Epoch,
+    epoch: u64,
+    nodes: u16,
+    catalog: &Catalog,
+    me: NodeId,
+    locks: &mut LockTable,
+    order: Order,
+) {
+    let lane = e.lanes_queued;
+    let mut declared_here: Vec<(TableId, u64, bool)> = Vec::new();
+    for n in 0..nodes {
+        let (last, requests) = e.batches.remove(&(lane, n)).expect("checked");
+        e.last |= last;
+        for request in requests {
+            let place = e.places;
+            e.places += 1;
+            assert!(
+                place < EPOCH_TXNS_MAX,
+                "calvin: epoch {epoch} over {EPOCH_TXNS_MAX} transactions"
+            );
+            let mut t = order_txn(epoch << 32 | place, epoch, request, catalog, me, n);
+            if order == Order::Lane {
+                // Against the earlier lanes' records only: this lane's own run in its order.
+                t.deferred = t.request.accesses.iter().any(|&(tb, k, write)| {
+                    e.declared
+                        .get(&(tb, k))
+                        .is_some_and(|&written| written || write)
+                });
+                declared_here.extend(t.request.accesses.iter().copied());
+            }
+            if !(t.participants.contains(&me.0) || t.executes_on(me.0)) {
+                continue;
+            }
+            match (order, t.deferred) {
+                (Order::Global, _) => {
+                    locks.enqueue(t.id, &t.local);
+                    e.queued += 1;
+                    e.queue.push_back(t);
+                }
+                (Order::Lane, false) => {
+                    locks.enqueue(t.id, &t.local);
+                    e.queued += 1;
+                    e.lane_queues[lane as usize].push_back(t);
+                }
+                (Order::Lane, true) => e.deferred.push(t),
+            }
+        }
+    }
+    for (tb, k, write) in declared_here {
+        *e.declared.entry((tb, k)).or_default() |= write;
+    }
+    e.lanes_queued += 1;
+}
+
 /// Where request `request` (drawn by node `from`'s lane) runs, as node `me` sees it.
-fn order(
+fn order_txn(
     id: u64,
     epoch: u64,
     request: Request,
@@ -399,5 +489,6 @@ fn order(
         local,
         participants,
         executors,
+        deferred: false,
     }
 }

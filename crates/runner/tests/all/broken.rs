@@ -981,6 +981,11 @@ fn namdb_slot_of(tx: &TxnCore<'_, rsi::RsiEntry>) -> u32 {
         .vector_slot_of(&tx.c.cfg.shape(), tx.c.id)
 }
 
+/// CALVIN's per-lane order (RCC's), cross-lane conflicts in a second pass.
+fn lane_order(cfg: &mut RunConfig) {
+    cfg.set_knob("calvin_order", "lane");
+}
+
 /// NAM-DB's vector compressed to one slot per compute node.
 fn node_slots(cfg: &mut RunConfig) {
     cfg.set_knob("vector_slots", "node");
@@ -1032,6 +1037,15 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
             base,
         ),
         row_under::<CalvinWithoutLockWaits>(ProtocolKind::Calvin, &RPC_ONLY, "", seeds, base),
+        // Its second pass (the cross-lane conflicts) runs without the lock table.
+        row_with::<CalvinWithoutLockWaits>(
+            ProtocolKind::Calvin,
+            &RPC_ONLY,
+            " (lane order)",
+            &lane_order,
+            seeds,
+            base,
+        ),
     ];
     // Controls: the real protocols under the same runs are caught by nothing.
     let controls = vec![
@@ -1043,6 +1057,14 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
         row_under::<atoll_protocols::Rsi>(ProtocolKind::Rsi, &RPC_ONLY, " (rpc)", seeds, base),
         row_under::<atoll_protocols::NamDb>(ProtocolKind::NamDb, &ONE_SIDED_ONLY, "", seeds, base),
         row_under::<atoll_protocols::Calvin>(ProtocolKind::Calvin, &RPC_ONLY, "", seeds, base),
+        row_with::<atoll_protocols::Calvin>(
+            ProtocolKind::Calvin,
+            &RPC_ONLY,
+            " (lane order)",
+            &lane_order,
+            seeds,
+            base,
+        ),
         row_with::<atoll_protocols::NamDb>(
             ProtocolKind::NamDb,
             &ONE_SIDED_ONLY,

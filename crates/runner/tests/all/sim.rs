@@ -125,6 +125,16 @@ fn plans(p: ProtocolKind, base: u64) -> Vec<String> {
     out
 }
 
+/// The family knobs each cell runs under besides the plan: a variant of the protocol's own
+/// (CALVIN's two orders), else the defaults.
+fn variants(p: ProtocolKind) -> Vec<std::collections::BTreeMap<String, String>> {
+    let one = |k: &str, v: &str| [(k.to_string(), v.to_string())].into_iter().collect();
+    match p {
+        ProtocolKind::Calvin => vec![one("calvin_order", "global"), one("calvin_order", "lane")],
+        _ => vec![Default::default()],
+    }
+}
+
 fn config(workload: WorkloadKind, protocol: ProtocolKind, plan: &str, seed: u64) -> RunConfig {
     let mut cfg = RunConfig {
         fabric: Fabric::Sim {
@@ -407,33 +417,39 @@ fn sim_every_protocol_plan_and_workload_is_serializable_under_faults() {
             if w == WorkloadKind::ALL[0] {
                 eprintln!("sim matrix: {} plans: {}", p.name(), plans.join(" | "));
             }
-            for (pi, plan) in plans.iter().enumerate() {
-                let seeds = match (w, seeds_set) {
-                    (WorkloadKind::Tpcc, None) => TPCC_SEEDS_PER_COMBINATION,
-                    (WorkloadKind::Micro, None) => MICRO_SEEDS_PER_COMBINATION,
-                    (WorkloadKind::Skew, None) => SKEW_SEEDS_PER_COMBINATION,
-                    (WorkloadKind::Checkout, None) => CHECKOUT_SEEDS_PER_COMBINATION,
-                    _ => seeds,
-                };
-                for s in 0..seeds {
-                    let seed = base.wrapping_add(s * 7919 + pi as u64 * 104_729);
-                    let cfg = config(w, p, plan, seed);
-                    let checked = if p.sequenced() {
-                        replays_to_the_same_state(&cfg)
-                    } else {
-                        verify(&cfg)
+            for (vi, knobs) in variants(p).into_iter().enumerate() {
+                for (pi, plan) in plans.iter().enumerate() {
+                    let seeds = match (w, seeds_set) {
+                        (WorkloadKind::Tpcc, None) => TPCC_SEEDS_PER_COMBINATION,
+                        (WorkloadKind::Micro, None) => MICRO_SEEDS_PER_COMBINATION,
+                        (WorkloadKind::Skew, None) => SKEW_SEEDS_PER_COMBINATION,
+                        (WorkloadKind::Checkout, None) => CHECKOUT_SEEDS_PER_COMBINATION,
+                        _ => seeds,
                     };
-                    match checked {
-                        Ok(r) => {
-                            committed += r.summary.committed;
-                            if s == 0 && pi < 2 {
-                                let name = format!("{}-{}-{}", w.name(), p.name(), plan);
-                                save_history(&r, p.isolation(), &name);
+                    for s in 0..seeds {
+                        let seed = base.wrapping_add(s * 7919 + pi as u64 * 104_729 + vi as u64);
+                        let mut cfg = config(w, p, plan, seed);
+                        cfg.knobs.extend(knobs.clone());
+                        let checked = if p.sequenced() {
+                            replays_to_the_same_state(&cfg)
+                        } else {
+                            verify(&cfg)
+                        };
+                        match checked {
+                            Ok(r) => {
+                                committed += r.summary.committed;
+                                if s == 0 && pi < 2 {
+                                    let variant: String =
+                                        knobs.values().map(|v| format!("-{v}")).collect();
+                                    let name =
+                                        format!("{}-{}-{}{variant}", w.name(), p.name(), plan);
+                                    save_history(&r, p.isolation(), &name);
+                                }
                             }
+                            Err(e) => failures.push(e),
                         }
-                        Err(e) => failures.push(e),
+                        runs += 1;
                     }
-                    runs += 1;
                 }
             }
         }
