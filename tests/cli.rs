@@ -725,8 +725,8 @@ fn calvin_runs_over_rpc_without_a_plan_and_refuses_by_name_what_it_does_not_run(
         &["forward", "forward=rpc"],
     );
     bad(
-        &["bench", "--protocol", "calvin", "--workload", "tpcc"],
-        &["mix standard", "delivery", "neworder-payment"],
+        &["bench", "--protocol", "calvin", "--calvin-order", "random"],
+        &["random", "global", "lane"],
     );
     bad(
         &["bench", "--protocol", "calvin", "--workload", "cycle"],

@@ -5,7 +5,7 @@ pub use atoll_fabric_sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
 use atoll_storage::{Placement, RoleSpec, Topology};
 use atoll_txn::{FamilyConfig, Knobs, Plan};
-use atoll_workloads::{Params, Workload, WorkloadKind, WorkloadShape};
+use atoll_workloads::{Params, WorkloadKind, WorkloadShape};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -83,9 +83,7 @@ pub enum Roles {
 
 /// Whether `protocol` runs `workload`'s transactions: a protocol that cannot delete refuses
 /// a workload that does; a sequenced one (CALVIN) needs every transaction's records before
-/// it runs (a workload declaring them in some mixes only refuses the others by
-/// `Workload::sequenced_refusal`, its deleting transactions among them). The refusal names
-/// what would run.
+/// it runs, from its input or a reconnaissance read. The refusal names what would run.
 pub fn runs_workload(protocol: ProtocolKind, workload: WorkloadKind) -> Result<(), String> {
     if protocol.sequenced() && !workload.declares_keys() {
         let fit: Vec<&str> = WorkloadKind::ALL
@@ -519,7 +517,6 @@ impl RunConfig {
         runs_workload(self.protocol, self.workload).map_err(ConfigError)?;
         if self.protocol.sequenced() {
             self.sequenced_settings()?;
-            self.sequenced_mix()?;
         } else if self.epoch_log.is_some() {
             return Err(ConfigError(format!(
                 "an epoch log records or replays a sequenced protocol's batches: --protocol {} has none (calvin has)",
@@ -527,29 +524,6 @@ impl RunConfig {
             )));
         }
         Ok(())
-    }
-
-    /// A workload whose mix a sequenced protocol cannot run (transactions it cannot
-    /// declare the records of), refused naming them.
-    fn sequenced_mix(&self) -> Result<(), ConfigError> {
-        struct Refusal;
-        impl atoll_workloads::WorkloadVisitor for Refusal {
-            type Out = Option<String>;
-            fn visit<W: Workload>(self, w: W) -> Option<String> {
-                w.sequenced_refusal()
-            }
-        }
-        let refusal = self
-            .workload
-            .dispatch(&self.params, &self.workload_shape(), Refusal)
-            .map_err(|e| ConfigError(e.0))?;
-        match refusal {
-            Some(why) => Err(ConfigError(format!(
-                "--protocol {}: {why}",
-                self.protocol.name()
-            ))),
-            None => Ok(()),
-        }
     }
 
     /// What a sequenced protocol (CALVIN) does not run yet, refused by name.

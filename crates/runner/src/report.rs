@@ -296,6 +296,8 @@ pub struct SeqReport {
     /// Of the committed transactions, the share run in an epoch's second pass (the `lane`
     /// order's cross-lane conflicts).
     pub second_pass_share: f64,
+    /// Transactions sequenced again, their records changed since their reconnaissance.
+    pub sequenced_again: u64,
 }
 
 impl SeqReport {
@@ -317,13 +319,14 @@ impl SeqReport {
             execute_us_mean: per(s.execute_ns, s.txns) / 1e3,
             reconnaissance: s.reconnaissance,
             second_pass_share: per(s.second_pass, s.txns),
+            sequenced_again: s.sequenced_again,
         }
     }
 
     /// The report's line.
     pub fn line(&self) -> String {
         format!(
-            "sequenced   epoch {:.1} us measured over {} lane epochs, {:.1} requests a batch; per lane epoch (us): sequence {:.1}, dispatch {:.1}, run {:.1}, barrier {:.1} ({:.0}% idle); per txn (us): queued {:.1}, forward {:.1}, execute {:.1}; {:.2} executions per txn, {} reconnaissance reads, {:.1}% in a second pass",
+            "sequenced   epoch {:.1} us measured over {} lane epochs, {:.1} requests a batch; per lane epoch (us): sequence {:.1}, dispatch {:.1}, run {:.1}, barrier {:.1} ({:.0}% idle); per txn (us): queued {:.1}, forward {:.1}, execute {:.1}; {:.2} executions per txn, {} reconnaissance reads ({} sequenced again), {:.1}% in a second pass",
             self.epoch_us_mean,
             self.lane_epochs,
             self.batch_requests_mean,
@@ -337,6 +340,7 @@ impl SeqReport {
             self.execute_us_mean,
             self.executions_per_txn,
             self.reconnaissance,
+            self.sequenced_again,
             self.second_pass_share * 100.0
         )
     }

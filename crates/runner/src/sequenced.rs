@@ -17,11 +17,25 @@ use atoll_txn::{
     Abort, Coordinator, EpochLog, EpochLogMode, Protocol, SeqBatch, SeqInput, SeqShape, SeqTxn, Txn,
 };
 use atoll_workloads::{AccessMode, Draw, Outcome, TxnInput, Workload};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::{mpsc, Arc};
 
 /// A lane told to wait by its source (the library's callers) looks again after this long.
 const DRAW_WAIT_NS: u64 = 2_000;
+
+/// Transactions a lane holds to sequence again ([`Again`]), at most, in batches of its
+/// epoch: past it one gives up (counted) rather than grow the queue without bound.
+const AGAIN_BATCHES_MAX: usize = 4;
+
+/// A transaction whose records changed since its reconnaissance (`keys_changed`): this
+/// lane sequences it again in a later epoch, with a new reconnaissance.
+struct Again<I> {
+    ty: usize,
+    input: I,
+    arrival_ns: u64,
+    attempt: u32,
+}
 
 /// One lane: epochs until the protocol says the run's last is over, or a node fails.
 pub async fn lane<W: Workload, P: Protocol>(
@@ -36,6 +50,7 @@ pub async fn lane<W: Workload, P: Protocol>(
     let mut src = Source {
         rng: Rng::derive(run.cfg.seed, id as u64),
         pending: None,
+        again: VecDeque::new(),
         schedule: OpenLoop::new(&run, c.now_ns(), id),
         shape: P::seq_shape(&run.txn),
         progress,
@@ -67,7 +82,7 @@ pub async fn lane<W: Workload, P: Protocol>(
             break;
         }
         let run_ns = c.now_ns();
-        if execute_epoch::<W, P>(&run, &node, &ws, &mut c, id, epoch)
+        if execute_epoch::<W, P>(&run, &node, &ws, &mut c, id, epoch, &mut src.again)
             .await
             .is_err()
         {
@@ -97,10 +112,12 @@ pub async fn lane<W: Workload, P: Protocol>(
 
 /// Where a lane's requests come from: the workload's generator, drawn at once (a closed
 /// loop: the lane's clients each wait for their request's epoch) or on a schedule (`--rate`).
-struct Source {
+struct Source<I> {
     rng: Rng,
     /// A request drawn that did not fit its epoch's batch: the next one's first.
     pending: Option<SeqInput>,
+    /// Transactions to sequence again (before new ones are drawn), oldest first.
+    again: VecDeque<Again<I>>,
     schedule: Option<OpenLoop>,
     shape: SeqShape,
     progress: mpsc::Sender<Interval>,
@@ -115,7 +132,7 @@ async fn collect<W: Workload, P: Protocol>(
     node: &NodeRuntime<W>,
     ws: &WorkerShared<W>,
     c: &mut Coordinator,
-    src: &mut Source,
+    src: &mut Source<W::Input>,
 ) -> (Vec<SeqInput>, bool) {
     let (nodes, home) = (
         run.catalog.nodes,
@@ -141,6 +158,17 @@ async fn collect<W: Workload, P: Protocol>(
             requests.push(r);
             continue;
         }
+        if !full && src.pending.is_none() {
+            if let Some(a) = src.again.pop_front() {
+                let (ty, attempt) = (a.ty, a.attempt);
+                let r =
+                    sequenced_input::<W, P>(run, ws, c, ty, &a.input, a.arrival_ns, attempt).await;
+                if let Some(r) = r {
+                    src.pending = Some(r);
+                }
+                continue;
+            }
+        }
         let arrival_ns = match &mut src.schedule {
             _ if full || src.pending.is_some() => {
                 c.ep.sleep(until_ns.saturating_sub(now).max(1)).await;
@@ -160,7 +188,7 @@ async fn collect<W: Workload, P: Protocol>(
         };
         match run.w.draw(&mut src.rng, nodes, home) {
             Draw::Ready(ty, input) => {
-                let Some(r) = sequenced_input::<W, P>(run, ws, c, ty, &input, arrival_ns).await
+                let Some(r) = sequenced_input::<W, P>(run, ws, c, ty, &input, arrival_ns, 1).await
                 else {
                     continue;
                 };
@@ -212,6 +240,7 @@ async fn sequenced_input<W: Workload, P: Protocol>(
     ty: usize,
     input: &W::Input,
     arrival_ns: u64,
+    attempt: u32,
 ) -> Option<SeqInput> {
     let a = match run.w.access_set(input) {
         Some(a) => a,
@@ -252,6 +281,7 @@ async fn sequenced_input<W: Workload, P: Protocol>(
             .map(|&(t, k, m)| (t, k, m == AccessMode::Write))
             .collect(),
         arrival_ns,
+        attempt,
     })
 }
 
@@ -263,10 +293,11 @@ async fn execute_epoch<W: Workload, P: Protocol>(
     c: &mut Coordinator,
     id: u32,
     epoch: u64,
+    again: &mut VecDeque<Again<W::Input>>,
 ) -> Result<(), Abort> {
     // Bounded by the epoch's transactions: each turn ends one.
     while let Some(t) = P::seq_next(c, epoch).await? {
-        execute::<W, P>(run, node, ws, c, id, &t).await;
+        execute::<W, P>(run, node, ws, c, id, &t, again).await;
         P::seq_finish(c, &t).await?;
     }
     Ok(())
@@ -281,6 +312,7 @@ async fn execute<W: Workload, P: Protocol>(
     c: &mut Coordinator,
     id: u32,
     t: &SeqTxn,
+    again: &mut VecDeque<Again<W::Input>>,
 ) {
     let input = W::Input::decode(&t.input)
         .unwrap_or_else(|e| panic!("{}: a sequenced input that does not decode: {e}", W::NAME));
@@ -302,7 +334,7 @@ async fn execute<W: Workload, P: Protocol>(
     };
     if t.records && run.cfg.record_history {
         let aborted = r.as_ref().err().map(|a| a.name().to_string());
-        record_attempt(run, ws, &tx, id, 1, aborted, start_ns);
+        record_attempt(run, ws, &tx, id, t.attempt, aborted, start_ns);
     }
     tx.end();
     let end_ns = c.now_ns();
@@ -312,17 +344,42 @@ async fn execute<W: Workload, P: Protocol>(
     if !t.records {
         return;
     }
-    let outcome = match &r {
-        Ok(_) => Outcome::Committed { attempts: 1 },
-        Err(a) => Outcome::Aborted {
-            abort: *a,
-            attempts: 1,
-        },
-    };
     // Counted in the window it ends in, up to the run's end: an epoch's requests arrive
     // together and run over the epoch after, so counting by arrival would take whole epochs
     // into the window or out of it (and the last epoch runs after the end).
     let measured = end_ns >= run.warmup_end_ns && end_ns <= run.end_ns;
+    let replaying = matches!(run.cfg.epoch_log, Some(EpochLogMode::Replay(_)));
+    let room = again.len() < AGAIN_BATCHES_MAX * P::seq_shape(&run.txn).batch_max as usize;
+    if matches!(r, Err(Abort::KeysChanged))
+        && t.attempt < run.cfg.attempts_max
+        && room
+        && !replaying
+    {
+        // Calvin's OLLP: its records changed since its reconnaissance; this lane sequences
+        // it again (a replay finds it in the log's later epochs instead).
+        if measured {
+            let mut st = ws.stats.borrow_mut();
+            st.aborts[t.ty as usize][Abort::KeysChanged.index()] += 1;
+            st.interval.count_abort(Abort::KeysChanged);
+            st.seq.sequenced_again += 1;
+        }
+        again.push_back(Again {
+            ty: t.ty as usize,
+            input,
+            arrival_ns: t.arrival_ns,
+            attempt: t.attempt + 1,
+        });
+        return;
+    }
+    let outcome = match &r {
+        Ok(_) => Outcome::Committed {
+            attempts: t.attempt,
+        },
+        Err(a) => Outcome::Aborted {
+            abort: *a,
+            attempts: t.attempt,
+        },
+    };
     if let Err(a) = &r {
         if measured && *a != Abort::UserAbort {
             let mut st = ws.stats.borrow_mut();

@@ -145,6 +145,10 @@ pub struct SeqStats {
     /// conflicted with an earlier lane's).
     #[serde(default)]
     pub second_pass: u64,
+    /// Transactions sequenced again: their records changed since their reconnaissance
+    /// (Calvin's OLLP, `keys_changed`).
+    #[serde(default)]
+    pub sequenced_again: u64,
 }
 
 impl SeqStats {
@@ -164,6 +168,7 @@ impl SeqStats {
             execute_ns,
             reconnaissance,
             second_pass,
+            sequenced_again,
         } = *o;
         self.lane_epochs += lane_epochs;
         self.epoch_ns += epoch_ns;
@@ -179,6 +184,7 @@ impl SeqStats {
         self.execute_ns += execute_ns;
         self.reconnaissance += reconnaissance;
         self.second_pass += second_pass;
+        self.sequenced_again += sequenced_again;
     }
 }
 

@@ -25,10 +25,14 @@ pub enum Abort {
     /// snapshot (RSI keeps one version per record, as the paper's implementation: "aborts all
     /// transactions which require an older snapshot").
     SnapshotTooOld,
+    /// A deterministic protocol (CALVIN): the transaction touched a record its declared set
+    /// (a reconnaissance read's, Calvin's OLLP) did not name, because what it read changed
+    /// since; every node executing it finds the same, and it is sequenced again.
+    KeysChanged,
 }
 
 impl Abort {
-    pub const ALL: [Abort; 10] = [
+    pub const ALL: [Abort; 11] = [
         Abort::LockBusy,
         Abort::ValidationFailed,
         Abort::Conflict,
@@ -39,6 +43,7 @@ impl Abort {
         Abort::TableFull,
         Abort::NodeFailed,
         Abort::SnapshotTooOld,
+        Abort::KeysChanged,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -58,6 +63,7 @@ impl Abort {
             Abort::TableFull => "table_full",
             Abort::NodeFailed => "node_failed",
             Abort::SnapshotTooOld => "snapshot_too_old",
+            Abort::KeysChanged => "keys_changed",
         }
     }
 

@@ -25,6 +25,9 @@ pub struct SeqInput {
     pub accesses: Vec<(TableId, u64, bool)>,
     /// When the lane drew it, on the lane's clock: latency counts from here.
     pub arrival_ns: u64,
+    /// Its attempt: 1, or more when its records changed since its reconnaissance
+    /// (`Abort::KeysChanged`) and it is sequenced again.
+    pub attempt: u32,
 }
 
 /// How lanes collect an epoch: for `epoch_ns` of the lane's clock, at most `batch_max`
@@ -73,6 +76,8 @@ pub struct SeqTxn {
     pub ts: u64,
     pub input: Vec<u64>,
     pub arrival_ns: u64,
+    /// Its attempt ([`SeqInput::attempt`]).
+    pub attempt: u32,
     /// When a lane took it in order here, and when every value it reads was here (its
     /// latency's parts).
     pub taken_ns: u64,

@@ -217,8 +217,7 @@ pub trait Workload: Send + Sync + 'static {
 
     /// Whether every transaction's records follow from its input alone
     /// ([`Workload::access_set`] answers), or from a reconnaissance read before it runs
-    /// ([`Workload::reconnoiter`]), in the mixes [`Workload::sequenced_refusal`] accepts: a
-    /// deterministic protocol (CALVIN) needs them before the transaction runs and refuses a
+    /// ([`Workload::reconnoiter`]): a deterministic protocol (CALVIN) needs them before the transaction runs and refuses a
     /// workload without.
     const DECLARES_KEYS: bool = false;
 
@@ -307,12 +306,6 @@ pub trait Workload: Send + Sync + 'static {
         _input: &Self::Input,
     ) -> Result<Option<AccessSet>, Abort> {
         Ok(None)
-    }
-
-    /// Why this configuration of the workload cannot run under a deterministic protocol (a
-    /// mix with transactions whose records it cannot declare), if it cannot.
-    fn sequenced_refusal(&self) -> Option<String> {
-        None
     }
 
     /// What one committed transaction did, as the checks need it (built from the values it

@@ -13,7 +13,9 @@
 //! and write back locally → release → EPOCH_DONE and wait ([`BARRIER`]).
 //!
 //! Built: the `global` and `lane` orders ([`node`]); `dispatch` and `barrier` over RPC or one-sided ([`buffers`]),
-//! `forward` over RPC (one-sided forward, inserts and deletes are issue 38's next steps).
+//! `forward` over RPC (one-sided forward is issue 38's next step); inserts and deletes, each
+//! node its own records; a transaction whose records changed since its reconnaissance
+//! (Calvin's OLLP) aborts with `keys_changed` on every node alike, and is sequenced again.
 
 pub mod buffers;
 pub mod config;
@@ -411,6 +413,45 @@ async fn insert_own(tx: &mut TxnCore<'_>, me: NodeId) -> Result<(), Abort> {
     Ok(())
 }
 
+/// Deletes the transaction's records this node holds (each held in the node's lock table
+/// since before it ran, so the record is there); the others' nodes delete theirs, from the
+/// same values in the same order: the version after the one read.
+async fn delete_own(tx: &mut TxnCore<'_>, me: NodeId) -> Result<(), Abort> {
+    for e in tx
+        .entries
+        .iter_mut()
+        .filter(|e| e.access == Access::Delete && e.node != me)
+    {
+        e.installed = Some(e.version + 1);
+    }
+    let own = tx.select(|e| e.access == Access::Delete && e.node == me);
+    if own.is_empty() {
+        return Ok(());
+    }
+    let mut d = tx.c.ep.doorbell_for(own.len());
+    for &i in &own {
+        let e = &tx.entries[i];
+        let req = atoll_txn::msg::Request::Delete {
+            table: e.table,
+            key: e.key,
+        };
+        d.rpc(me, req.to_bytes());
+    }
+    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    for (j, &i) in own.iter().enumerate() {
+        match stages::decode(res.rpc(j)) {
+            Reply::Deleted { version } => tx.entries[i].installed = Some(version),
+            r => panic!(
+                "calvin: delete of {:?} key {}, held in the lock table: {r:?}",
+                tx.entries[i].table, tx.entries[i].key
+            ),
+        }
+        let (t, k) = (tx.entries[i].table, tx.entries[i].key);
+        tx.c.forget_loc(t, me, k);
+    }
+    Ok(())
+}
+
 /// The next transaction of `epoch` this node runs, in order, once the batches before it
 /// are all here (pulled from the buffers when dispatch is one-sided); `None`: the epoch
 /// has nothing left here. `node_failed` after [`WAIT_NS_MAX`].
@@ -468,6 +509,7 @@ pub async fn next_in_order(
                     ts: r.ts,
                     input: r.input.clone(),
                     arrival_ns: r.arrival_ns,
+                    attempt: r.attempt,
                     taken_ns,
                     gathered_ns: c.now_ns(),
                     records: running.t.executors.first() == Some(&me.0),
@@ -488,7 +530,7 @@ pub async fn next_in_order(
 impl Protocol for Calvin {
     const NAME: &'static str = "calvin";
     const TITLE: &'static str = "CALVIN";
-    const DELETES: bool = false;
+    const DELETES: bool = true;
     const STAGES: &'static [Stage] = &[DISPATCH, FORWARD, BARRIER];
     const FAMILY_STAGES: &'static [Stage] = &[DISPATCH, FORWARD, BARRIER];
     // Deterministic: a conflict waits in the lock table, it never aborts.
@@ -528,18 +570,25 @@ impl Protocol for Calvin {
     }
 
     async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+        let sequenced = tx.c.family_ctx.as_ref().is_some_and(|b| b.is::<Running>());
+        if !sequenced {
+            // A reconnaissance run before sequencing (Calvin's OLLP): the records as they are
+            // now, unlocked; what it finds is only declared, never written.
+            return stages::read(tx, idxs, Primitive::OneSided).await;
+        }
         for &i in idxs {
             let (t, k) = (tx.entries[i].table, tx.entries[i].key);
             let running =
                 tx.c.family_ctx
                     .as_ref()
                     .and_then(|b| b.downcast_ref::<Running>())
-                    .expect("calvin: a fetch outside a sequenced transaction");
+                    .expect("checked above");
             let Some(g) = running.values.get(&(t, k)) else {
-                panic!(
-                    "calvin: transaction {} (type {}) reads {t:?} key {k}, which it did not declare (Workload::access_set must name every record it reads or writes)",
-                    running.t.id, running.t.request.ty
-                );
+                // Every executing node reads the same values in the same order, so each
+                // finds the same undeclared record: the transaction is sequenced again, with
+                // a new reconnaissance (a workload declaring from its input alone never
+                // gets here: the contracts test holds it to its declaration).
+                return Err(Abort::KeysChanged);
             };
             if g.version & VERSION_ABSENT != 0 {
                 // Every executing node reads the same key absent: the same outcome on each.
@@ -564,21 +613,16 @@ impl Protocol for Calvin {
         if !blind.is_empty() {
             Self::fetch(tx, &blind).await?;
         }
-        assert!(
-            tx.entries.iter().all(|e| e.access != Access::Delete),
-            "calvin: deletes are not built yet (issue 38)"
-        );
         let me = tx.c.node();
         insert_own(tx, me).await?;
-        for e in tx
-            .entries
-            .iter_mut()
-            .filter(|e| e.dirty && e.node != me && e.access != Access::Insert)
-        {
+        delete_own(tx, me).await?;
+        for e in tx.entries.iter_mut().filter(|e| {
+            e.dirty && e.node != me && !matches!(e.access, Access::Insert | Access::Delete)
+        }) {
             // Its node installs it, from the same values in the same order: this version.
             e.installed = Some(e.version + 1);
         }
-        let local = tx.select(|e| e.dirty && e.node == me);
+        let local = tx.select(|e| e.dirty && e.node == me && e.access != Access::Delete);
         let opts = WriteBackOpts {
             primitive: Primitive::OneSided,
             release: false,
@@ -606,6 +650,7 @@ impl Protocol for Calvin {
                 tag: c.next_sequenced_tag(),
                 ts: c.begin_ts().read.word(),
                 arrival_ns: r.arrival_ns,
+                attempt: r.attempt,
                 input: r.input,
                 accesses: r.accesses,
             })

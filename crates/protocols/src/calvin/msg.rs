@@ -27,6 +27,8 @@ pub struct Request {
     pub tag: u64,
     pub ts: u64,
     pub arrival_ns: u64,
+    /// The request's attempt (sequenced again when its records changed).
+    pub attempt: u32,
     pub input: Vec<u64>,
     /// `(table, key, write)`.
     pub accesses: Vec<(TableId, u64, bool)>,
@@ -93,6 +95,7 @@ impl CalvinRequest {
                     e.w(r.tag);
                     e.w(r.ts);
                     e.w(r.arrival_ns);
+                    e.w(r.attempt as u64);
                     e.words(&r.input);
                     e.w(r.accesses.len() as u64);
                     for (t, k, write) in &r.accesses {
@@ -158,6 +161,7 @@ impl CalvinRequest {
                         tag: d.w()?,
                         ts: d.w()?,
                         arrival_ns: d.w()?,
+                        attempt: d.u32()?,
                         input: d.word_vec()?,
                         accesses: d.list(|d| Ok((d.table()?, d.w()?, d.bool()?)))?,
                     })
@@ -206,6 +210,7 @@ mod tests {
                     tag: 99,
                     ts: 1234,
                     arrival_ns: 55,
+                    attempt: 2,
                     input: vec![1, 2, 3],
                     accesses: vec![(TableId(0), 5, true), (TableId(1), 6, false)],
                 }],

@@ -341,6 +341,7 @@ mod tests {
             tag: 1,
             ts: 1,
             arrival_ns: 0,
+            attempt: 1,
             input: vec![],
             accesses: vec![],
         }

@@ -10,15 +10,6 @@ pub fn short_epochs(cfg: &mut atoll_runner::RunConfig) {
     if cfg.protocol.sequenced() {
         cfg.set_knob("epoch_us", SHORT_EPOCH_US);
         cfg.set_knob("calvin_batch_max", SHORT_BATCH_MAX);
-        sequenced_mix(cfg);
-    }
-}
-
-/// TPC-C under a sequenced protocol runs the mix whose records it declares (NewOrder and
-/// Payment: the others take theirs from scans, which CALVIN refuses naming them).
-pub fn sequenced_mix(cfg: &mut atoll_runner::RunConfig) {
-    if cfg.protocol.sequenced() && cfg.workload == atoll_workloads::WorkloadKind::Tpcc {
-        cfg.params.insert("mix".into(), "neworder-payment".into());
     }
 }
 const SHORT_EPOCH_US: u64 = 20;

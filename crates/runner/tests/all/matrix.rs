@@ -107,7 +107,6 @@ fn every_protocol_plan_and_workload_keeps_invariants_under_contention_2_nodes_2_
                         seed: 7,
                         ..RunConfig::default()
                     };
-                    crate::sequenced_mix(&mut cfg);
                     let what = format!(
                         "{} / {} / {plan} ({duration_s} s)",
                         workload.name(),
