@@ -348,29 +348,68 @@ async fn execute<W: Workload, P: Protocol>(
     // together and run over the epoch after, so counting by arrival would take whole epochs
     // into the window or out of it (and the last epoch runs after the end).
     let measured = end_ns >= run.warmup_end_ns && end_ns <= run.end_ns;
+    let input = if matches!(r, Err(Abort::KeysChanged)) {
+        match sequence_again::<W, P>(run, ws, t, input, measured, again) {
+            Ok(()) => return,
+            Err(input) => input,
+        }
+    } else {
+        input
+    };
+    end::<W>(run, node, ws, t, r, measured, end_ns, input);
+}
+
+/// Calvin's OLLP: `t`'s records changed since its reconnaissance, so this lane sequences
+/// it again (a replay finds it in the log's later epochs instead), unless it is out of
+/// attempts or the lane's queue is full: then `Err(input)`, for its end to be counted.
+fn sequence_again<W: Workload, P: Protocol>(
+    run: &RunShared<W>,
+    ws: &WorkerShared<W>,
+    t: &SeqTxn,
+    input: W::Input,
+    measured: bool,
+    again: &mut VecDeque<Again<W::Input>>,
+) -> Result<(), W::Input> {
     let replaying = matches!(run.cfg.epoch_log, Some(EpochLogMode::Replay(_)));
     let room = again.len() < AGAIN_BATCHES_MAX * P::seq_shape(&run.txn).batch_max as usize;
-    if matches!(r, Err(Abort::KeysChanged))
-        && t.attempt < run.cfg.attempts_max
-        && room
-        && !replaying
-    {
-        // Calvin's OLLP: its records changed since its reconnaissance; this lane sequences
-        // it again (a replay finds it in the log's later epochs instead).
-        if measured {
-            let mut st = ws.stats.borrow_mut();
-            st.aborts[t.ty as usize][Abort::KeysChanged.index()] += 1;
-            st.interval.count_abort(Abort::KeysChanged);
-            st.seq.sequenced_again += 1;
-        }
-        again.push_back(Again {
-            ty: t.ty as usize,
-            input,
-            arrival_ns: t.arrival_ns,
-            attempt: t.attempt + 1,
-        });
-        return;
+    if t.attempt >= run.cfg.attempts_max || !room || replaying {
+        return Err(input);
     }
+    if measured {
+        let mut st = ws.stats.borrow_mut();
+        st.aborts[t.ty as usize][Abort::KeysChanged.index()] += 1;
+        st.interval.count_abort(Abort::KeysChanged);
+        st.seq.sequenced_again += 1;
+    }
+    again.push_back(Again {
+        ty: t.ty as usize,
+        input,
+        arrival_ns: t.arrival_ns,
+        attempt: t.attempt + 1,
+    });
+    Ok(())
+}
+
+/// Counts how recorded transaction `t` ended (committed, or aborted for good) and hands
+/// its outcome to the workload.
+#[allow(clippy::too_many_arguments)]
+fn end<W: Workload>(
+    run: &RunShared<W>,
+    node: &NodeRuntime<W>,
+    ws: &WorkerShared<W>,
+    t: &SeqTxn,
+    r: Result<
+        (
+            W::Effect,
+            [u64; atoll_txn::Stage::COUNT],
+            atoll_txn::Footprint,
+        ),
+        Abort,
+    >,
+    measured: bool,
+    end_ns: u64,
+    input: W::Input,
+) {
     let outcome = match &r {
         Ok(_) => Outcome::Committed {
             attempts: t.attempt,
