@@ -340,7 +340,12 @@ async fn participate(
     let mine = read_here(c, &t.local).await?;
     let to: Vec<u16> = t.executors.iter().copied().filter(|&n| n != me).collect();
     if !to.is_empty() && !mine.is_empty() {
-        let values = mine.iter().map(|(v, _)| v.clone()).collect();
+        let values: Vec<Value> = mine.iter().map(|(v, _)| v.clone()).collect();
+        let to = if c.cfg.plan.get(FORWARD) == Primitive::OneSided {
+            write_forward(c, t, &values).await?
+        } else {
+            to
+        };
         let msg = CalvinRequest::Forward {
             epoch: t.epoch,
             id: t.id,
@@ -352,7 +357,7 @@ async fn participate(
     if !t.executes_on(me) {
         return Ok(None);
     }
-    let remote = wait(c, || s.gathered(t, me)).await?;
+    let remote = gather(c, t).await?;
     let replicated: Vec<(TableId, u64, bool)> = t
         .request
         .accesses
@@ -386,6 +391,103 @@ async fn participate(
         t: t.clone(),
         values,
     }))
+}
+
+/// One-sided forward: WRITEs `values` into each receiver's log of this node, then the
+/// transaction's entry there; the receivers whose log has no room left this epoch, to
+/// whom they go as an RPC instead.
+async fn write_forward(
+    c: &mut Coordinator,
+    t: &Ordered,
+    values: &[Value],
+) -> Result<Vec<u16>, Abort> {
+    let bufs = buffers(c).expect("calvin: a one-sided forward registers its buffers");
+    let (me, s) = (c.node(), state(c));
+    let words = buffers::encode_values(t.epoch, t.id, me.0, values.to_vec());
+    let mut placed = Vec::with_capacity(t.fwd_send.len());
+    let mut by_rpc = Vec::new();
+    for &(r, k) in &t.fwd_send {
+        match s.fwd_alloc(t.epoch, r, words.len() as u64, bufs.fwd_log_words) {
+            Some(off) => placed.push((r, k, off)),
+            None => by_rpc.push(r),
+        }
+    }
+    if placed.is_empty() {
+        return Ok(by_rpc);
+    }
+    let mut d = c.ep.doorbell_for(placed.len());
+    for &(r, _, off) in &placed {
+        d.write(
+            bufs.fwd_log(NodeId(r), me.0, off),
+            words.iter().copied().collect(),
+        );
+    }
+    d.submit().await.map_err(|_| Abort::NodeFailed)?;
+    // The values are in place before their entry says so.
+    let mut d = c.ep.doorbell_for(placed.len());
+    for &(r, k, off) in &placed {
+        let entry = buffers::fwd_word(off, words.len() as u64);
+        d.write(
+            bufs.fwd_entry(NodeId(r), me.0, k),
+            [entry].into_iter().collect(),
+        );
+    }
+    d.submit().await.map_err(|_| Abort::NodeFailed)?;
+    Ok(by_rpc)
+}
+
+/// Reads this node's forward entries of `t` not yet taken: the values each written one
+/// points to become `t`'s, and the entry is zeroed for the next epoch's.
+async fn pull_forwards(c: &mut Coordinator, t: &Ordered) -> Result<(), Abort> {
+    let Some(bufs) = buffers(c).filter(|b| b.fwd_entries > 0) else {
+        return Ok(());
+    };
+    let (me, s) = (c.node(), state(c));
+    for &(p, k) in &t.fwd_recv {
+        if s.has_forward(t.id, p) {
+            continue;
+        }
+        let entry = bufs.fwd_entry(me, p, k);
+        let word = c.ep.read(entry, 1).await.map_err(|_| Abort::NodeFailed)?[0];
+        let Some((off, len)) = buffers::read_fwd_word(word) else {
+            continue;
+        };
+        let body =
+            c.ep.read(bufs.fwd_log(me, p, off), len as u32)
+                .await
+                .map_err(|_| Abort::NodeFailed)?;
+        let (id, from, values) = buffers::decode_values(&body).unwrap_or_else(|e| {
+            panic!(
+                "calvin: node {}: a malformed forward in its log of node {p}: {}",
+                me.0, e.0
+            )
+        });
+        assert!(
+            (id, from) == (t.id, p),
+            "calvin: node {}: forward entry {k} of node {p} holds transaction {id} of node {from}, not {}",
+            me.0,
+            t.id
+        );
+        let mut d = c.ep.doorbell_for(1);
+        d.write(entry, [0].into_iter().collect());
+        d.submit().await.map_err(|_| Abort::NodeFailed)?;
+        s.forward(t.id, p, values);
+    }
+    Ok(())
+}
+
+/// The values every other participant of `t` forwarded here, once all are (pulled from
+/// this node's forward log when forward is one-sided); `node_failed` after [`WAIT_NS_MAX`].
+async fn gather(c: &mut Coordinator, t: &Ordered) -> Result<Vec<Value>, Abort> {
+    let (me, s) = (c.node().0, state(c));
+    let mut backoff = Backoff::new(c);
+    loop {
+        pull_forwards(c, t).await?;
+        if let Some(v) = s.gathered(t, me) {
+            return Ok(v);
+        }
+        backoff.pause(c).await?;
+    }
 }
 
 /// Inserts the transaction's records this node holds (their keys follow from the values
@@ -546,13 +648,8 @@ impl Protocol for Calvin {
         config::configure(knobs)
     }
 
-    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
-        if plan.get(FORWARD) == Primitive::OneSided {
-            return Err(PlanError(format!(
-                "calvin's {} stage runs over rpc only so far (one-sided forward is issue 38's next step): give forward=rpc (dispatch and barrier run either way)",
-                FORWARD.name()
-            )));
-        }
+    fn check_plan(_plan: &Plan) -> Result<(), PlanError> {
+        // Every stage runs over either primitive.
         Ok(())
     }
 

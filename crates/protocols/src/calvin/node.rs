@@ -49,6 +49,11 @@ pub struct Ordered {
     /// In the `lane` order: it conflicts with an earlier lane's transaction and runs in the
     /// epoch's second pass.
     pub deferred: bool,
+    /// One-sided forward: the nodes this node forwards its values to, each with the entry
+    /// they go to there ([`super::buffers`]), and the nodes it gets values from, each with
+    /// the entry they come in.
+    pub fwd_send: Vec<(u16, u32)>,
+    pub fwd_recv: Vec<(u16, u32)>,
 }
 
 impl Ordered {
@@ -79,6 +84,10 @@ struct Epoch {
     deferred: Vec<Ordered>,
     /// The `lane` order's second pass began here.
     second_pass: bool,
+    /// Forward entries used so far, per (sender, receiver) this node is one of.
+    fwd_next: HashMap<(u16, u16), u32>,
+    /// Words of each receiver's forward log of this node's this node used.
+    fwd_used: HashMap<u16, u64>,
     /// This node's transactions queued, and ended.
     queued: u64,
     ended: u64,
@@ -275,6 +284,27 @@ impl CalvinNode {
         }
     }
 
+    /// Takes `words` of receiver `to`'s forward log of this node, for `epoch`: where they
+    /// start, or `None` when fewer than that are left of its `log_words`.
+    pub fn fwd_alloc(&self, epoch: u64, to: u16, words: u64, log_words: u64) -> Option<u64> {
+        let mut s = self.lock();
+        let e = s.epochs.entry(epoch).or_default();
+        let used = e.fwd_used.entry(to).or_default();
+        let off = *used;
+        (off + words <= log_words).then(|| {
+            *used += words;
+            off
+        })
+    }
+
+    /// Whether node `from`'s values of transaction `id` are here.
+    pub fn has_forward(&self, id: u64, from: u16) -> bool {
+        self.lock()
+            .forwards
+            .get(&id)
+            .is_some_and(|v| v.iter().any(|(f, _)| *f == from))
+    }
+
     /// Whether `t` holds its locks here.
     pub fn granted(&self, t: &Ordered) -> bool {
         self.lock().locks.granted(t.id, &t.local)
@@ -416,6 +446,7 @@ fn queue_lane(
                 "calvin: epoch {epoch} over {EPOCH_TXNS_MAX} transactions"
             );
             let mut t = order_txn(epoch << 32 | place, epoch, request, catalog, me, n);
+            forward_entries(&mut t, me.0, &mut e.fwd_next);
             if order == Order::Lane {
                 // Against the earlier lanes' records only: this lane's own run in its order.
                 t.deferred = t.request.accesses.iter().any(|&(tb, k, write)| {
@@ -447,6 +478,25 @@ fn queue_lane(
         *e.declared.entry((tb, k)).or_default() |= write;
     }
     e.lanes_queued += 1;
+}
+
+/// The forward entries of `t` that node `me` sends or receives: the pair's next, counted
+/// over the epoch's transactions in order (both ends count the same).
+fn forward_entries(t: &mut Ordered, me: u16, next: &mut HashMap<(u16, u16), u32>) {
+    for &p in &t.participants {
+        for &r in &t.executors {
+            if p == r || (p != me && r != me) {
+                continue;
+            }
+            let k = next.entry((p, r)).or_default();
+            if p == me {
+                t.fwd_send.push((r, *k));
+            } else {
+                t.fwd_recv.push((p, *k));
+            }
+            *k += 1;
+        }
+    }
 }
 
 /// Where request `request` (drawn by node `from`'s lane) runs, as node `me` sees it.
@@ -491,5 +541,7 @@ fn order_txn(
         participants,
         executors,
         deferred: false,
+        fwd_send: Vec::new(),
+        fwd_recv: Vec::new(),
     }
 }

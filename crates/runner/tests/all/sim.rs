@@ -111,7 +111,7 @@ fn plans(p: ProtocolKind, base: u64) -> Vec<String> {
         .collect();
     // A seeded draw without replacement (splitmix steps), so a base seed replays it.
     let mut x = base ^ 0x9E37_79B9_7F4A_7C15;
-    // A protocol refusing a pure plan (CALVIN's forward is RPC only) draws a hybrid for it.
+    // A protocol refusing a pure plan draws a hybrid for it.
     let draws = HYBRIDS_PER_PROTOCOL + PURE_PLANS.len() - out.len();
     for _ in 0..draws.min(hybrids.len()) {
         x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
