@@ -738,12 +738,20 @@ fn calvin_runs_over_rpc_without_a_plan_and_refuses_by_name_what_it_does_not_run(
     assert!(out.contains("smallbank / calvin / plan one-sided"), "{out}");
     assert!(!out.contains("FAIL"), "{out}");
     bad(
-        &["bench", "--protocol", "calvin", "--calvin-order", "random"],
-        &["random", "global", "lane"],
+        &[
+            "bench",
+            "--protocol",
+            "calvin",
+            "--workload",
+            "cycle",
+            "-p",
+            "dyn_slots=100",
+        ],
+        &["dyn_slots=100", "caps table dyn", "leave dyn_slots out"],
     );
     bad(
-        &["bench", "--protocol", "calvin", "--workload", "cycle"],
-        &["workload cycle", "does not declare", "smallbank, ycsb"],
+        &["bench", "--protocol", "calvin", "--calvin-order", "random"],
+        &["random", "global", "lane"],
     );
     // An epoch no measured window can hold measures nothing: refused before the run.
     bad(

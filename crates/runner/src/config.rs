@@ -5,7 +5,7 @@ pub use atoll_fabric_sim::faults::FaultConfig;
 use atoll_protocols::ProtocolKind;
 use atoll_storage::{Placement, RoleSpec, Topology};
 use atoll_txn::{FamilyConfig, Knobs, Plan};
-use atoll_workloads::{Params, WorkloadKind, WorkloadShape};
+use atoll_workloads::{Params, Workload, WorkloadKind, WorkloadShape};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -517,6 +517,7 @@ impl RunConfig {
         runs_workload(self.protocol, self.workload).map_err(ConfigError)?;
         if self.protocol.sequenced() {
             self.sequenced_settings()?;
+            self.sequenced_refusal()?;
         } else if self.epoch_log.is_some() {
             return Err(ConfigError(format!(
                 "an epoch log records or replays a sequenced protocol's batches: --protocol {} has none (calvin has)",
@@ -524,6 +525,29 @@ impl RunConfig {
             )));
         }
         Ok(())
+    }
+
+    /// A workload configuration a sequenced protocol cannot run deterministically, refused
+    /// naming why.
+    fn sequenced_refusal(&self) -> Result<(), ConfigError> {
+        struct Refusal;
+        impl atoll_workloads::WorkloadVisitor for Refusal {
+            type Out = Option<String>;
+            fn visit<W: Workload>(self, w: W) -> Option<String> {
+                w.sequenced_refusal()
+            }
+        }
+        let refusal = self
+            .workload
+            .dispatch(&self.params, &self.workload_shape(), Refusal)
+            .map_err(|e| ConfigError(e.0))?;
+        match refusal {
+            Some(why) => Err(ConfigError(format!(
+                "--protocol {}: {why}",
+                self.protocol.name()
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// What a sequenced protocol (CALVIN) does not run yet, refused by name.

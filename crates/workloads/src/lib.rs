@@ -122,6 +122,26 @@ pub struct AccessSet {
     accesses: Vec<(TableId, u64, AccessMode)>,
 }
 
+/// A reconnaissance by trial (Calvin's OLLP): the set of every record `tx` touched, each a
+/// write unless it only read it. What the trial's logic decided from the records (a logic
+/// abort, a key not found) the execution decides again; any other abort is the trial's.
+pub fn touched<P: Protocol, T>(
+    tx: &Txn<'_, P>,
+    trial: Result<T, Abort>,
+) -> Result<Option<AccessSet>, Abort> {
+    match trial {
+        Ok(_) | Err(Abort::NotFound | Abort::UserAbort) => {}
+        Err(a) => return Err(a),
+    }
+    let mode = |a| match a {
+        atoll_txn::Access::Read => AccessMode::Read,
+        _ => AccessMode::Write,
+    };
+    Ok(Some(AccessSet::new(
+        tx.accesses().into_iter().map(|(t, k, a)| (t, k, mode(a))),
+    )))
+}
+
 impl AccessSet {
     /// The set of `accesses`; a record named twice keeps its strongest mode.
     pub fn new(accesses: impl IntoIterator<Item = (TableId, u64, AccessMode)>) -> Self {
@@ -306,6 +326,13 @@ pub trait Workload: Send + Sync + 'static {
         _input: &Self::Input,
     ) -> Result<Option<AccessSet>, Abort> {
         Ok(None)
+    }
+
+    /// Why this configuration cannot run under a deterministic protocol, if it cannot: an
+    /// outcome that depends on state no transaction declares (a capped table's free slots)
+    /// would differ between a run and its replay.
+    fn sequenced_refusal(&self) -> Option<String> {
+        None
     }
 
     /// What one committed transaction did, as the checks need it (built from the values it

@@ -413,7 +413,6 @@ impl Workload for Tpcc {
         tx: &mut Txn<'_, P>,
         input: &Input,
     ) -> Result<Option<AccessSet>, Abort> {
-        use crate::AccessMode::{Read, Write};
         match input {
             Input::Payment {
                 w,
@@ -428,20 +427,8 @@ impl Workload for Tpcc {
             }
             Input::NewOrder { .. } => Ok(None),
             _ => {
-                match self.run(tx, input).await {
-                    // What the logic decides from the records, the execution decides again.
-                    Ok(_) | Err(Abort::NotFound | Abort::UserAbort) => {}
-                    Err(a) => return Err(a),
-                }
-                let touched = tx.accesses().into_iter().map(|(t, k, a)| {
-                    let mode = if a == atoll_txn::Access::Read {
-                        Read
-                    } else {
-                        Write
-                    };
-                    (t, k, mode)
-                });
-                Ok(Some(AccessSet::new(touched)))
+                let trial = self.run(tx, input).await;
+                crate::touched(tx, trial)
             }
         }
     }
