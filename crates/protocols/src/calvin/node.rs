@@ -389,6 +389,89 @@ mod tests {
         }
     }
 
+    fn catalog() -> Catalog {
+        let spec = atoll_storage::TableSpec {
+            name: "t".into(),
+            payload_words: 1,
+            capacity_per_node: 16,
+            capacity_max_per_node: Some(16),
+            partition: atoll_storage::Partition::Modulo,
+            ordered: false,
+            gone_keys_max_per_node: 0,
+        };
+        Catalog::new(2, vec![spec], vec![])
+    }
+
+    fn touching(seq: u32, accesses: &[(u64, bool)]) -> Request {
+        Request {
+            accesses: accesses.iter().map(|&(k, w)| (TableId(0), k, w)).collect(),
+            ..request(seq)
+        }
+    }
+
+    fn run(n: &CalvinNode, c: &Catalog, me: u16, lane: u32) -> Take {
+        n.take(0, c, NodeId(me), lane, Order::Lane)
+    }
+
+    #[test]
+    fn calvin_lane_order_defers_a_transaction_that_conflicts_with_an_earlier_lanes_to_a_second_pass(
+    ) {
+        let c = catalog();
+        // Keys on node 0 are even. Lane 0 writes 2; lane 1 reads 2 (deferred) and writes 4.
+        let batches = |n: &CalvinNode| {
+            let lane = |lane, from, requests| Batch {
+                lane,
+                lanes: 2,
+                ..batch(0, from, 2, false, requests)
+            };
+            n.batch(2, lane(0, 0, vec![touching(0, &[(2, true)])]))
+                .unwrap();
+            n.batch(2, lane(0, 1, vec![])).unwrap();
+            n.batch(
+                2,
+                lane(
+                    1,
+                    0,
+                    vec![touching(0, &[(2, false)]), touching(1, &[(4, true)])],
+                ),
+            )
+            .unwrap();
+            n.batch(2, lane(1, 1, vec![touching(0, &[(3, true)])]))
+                .unwrap();
+        };
+        let n = CalvinNode::default();
+        batches(&n);
+        let Take::Run(a) = run(&n, &c, 0, 0) else {
+            panic!("lane 0 runs its own")
+        };
+        assert!(!a.deferred);
+        let Take::Run(b) = run(&n, &c, 0, 1) else {
+            panic!("lane 1 runs its own that conflicts with nothing earlier")
+        };
+        assert_eq!(b.request.accesses, vec![(TableId(0), 4, true)]);
+        assert!(
+            matches!(run(&n, &c, 0, 1), Take::Wait),
+            "the first pass is not over"
+        );
+        assert!(!n.ended(&a) && !n.ended(&b));
+        let Take::Run(d) = run(&n, &c, 0, 1) else {
+            panic!("the second pass runs the deferred one")
+        };
+        assert!(d.deferred);
+        assert_eq!(d.request.accesses, vec![(TableId(0), 2, false)]);
+        assert!(matches!(run(&n, &c, 0, 0), Take::Drained));
+        assert!(n.ended(&d), "node 0 finished the epoch");
+        // Node 1 holds none of the others' records: it runs its own write of 3 and is done.
+        let other = CalvinNode::default();
+        batches(&other);
+        let Take::Run(mine) = run(&other, &c, 1, 1) else {
+            panic!("node 1 runs lane 1's write of 3")
+        };
+        assert!(!mine.deferred);
+        assert!(other.ended(&mine), "node 1 finished the epoch");
+        assert!(matches!(run(&other, &c, 1, 0), Take::Drained));
+    }
+
     #[test]
     fn calvin_a_backup_keeps_the_newest_batches_it_backs_up_and_a_second_batch_is_refused() {
         let n = CalvinNode::default();
