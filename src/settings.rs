@@ -664,8 +664,7 @@ fn one_run_outputs(a: &BenchArgs, plan_all: bool) -> Result<(), String> {
 
 /// The plan `--plan` gives (`Ok(true)` for `all`, which `bench` resolves: every valid plan
 /// of the protocol, one run each); without one, the default, or over rpc for a protocol
-/// with stages not built one-sided (CALVIN, so far), rather than a refusal of a default
-/// nobody chose.
+/// that refuses it, rather than a refusal of a default nobody chose.
 fn resolve_plan(cfg: &mut RunConfig, plan: Option<&str>) -> Result<bool, String> {
     match plan {
         Some(p) if p.trim() == PLAN_ALL => return Ok(true),

@@ -688,7 +688,7 @@ fn plan_all_in_a_config_file_runs_every_plan_like_the_flag() {
 }
 
 #[test]
-fn calvin_runs_over_rpc_without_a_plan_and_refuses_by_name_what_it_does_not_run() {
+fn calvin_runs_one_sided_without_a_plan_and_over_rpc_and_refuses_by_name_what_it_does_not_run() {
     let (code, out, err) = atoll(&[
         "bench",
         "--protocol",
@@ -699,7 +699,7 @@ fn calvin_runs_over_rpc_without_a_plan_and_refuses_by_name_what_it_does_not_run(
         "0",
     ]);
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("smallbank / calvin / plan rpc"), "{out}");
+    assert!(out.contains("smallbank / calvin / plan one-sided"), "{out}");
     assert!(!out.contains("FAIL"), "{out}");
     // The breakdown and the final state's digests, which replays compare.
     assert!(out.contains("sequenced   epoch"), "{out}");
@@ -720,13 +720,13 @@ fn calvin_runs_over_rpc_without_a_plan_and_refuses_by_name_what_it_does_not_run(
     ]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(!out.contains("FAIL"), "{out}");
-    // Every stage one-sided: batches, values and EPOCH_DONE WRITEn into the buffers.
+    // Every stage over RPC: batches, values and EPOCH_DONE as messages.
     let (code, out, err) = atoll(&[
         "bench",
         "--protocol",
         "calvin",
         "--plan",
-        "one-sided",
+        "rpc",
         "--epoch-us",
         "2000",
         "--duration",
@@ -735,7 +735,7 @@ fn calvin_runs_over_rpc_without_a_plan_and_refuses_by_name_what_it_does_not_run(
         "0",
     ]);
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("smallbank / calvin / plan one-sided"), "{out}");
+    assert!(out.contains("smallbank / calvin / plan rpc"), "{out}");
     assert!(!out.contains("FAIL"), "{out}");
     bad(
         &[
@@ -745,9 +745,9 @@ fn calvin_runs_over_rpc_without_a_plan_and_refuses_by_name_what_it_does_not_run(
             "--workload",
             "cycle",
             "-p",
-            "dyn_slots=100",
+            "dyn_slots=40",
         ],
-        &["dyn_slots=100", "caps table dyn", "leave dyn_slots out"],
+        &["dyn_slots=40", "caps table dyn", "leave dyn_slots out"],
     );
     bad(
         &["bench", "--protocol", "calvin", "--calvin-order", "random"],
