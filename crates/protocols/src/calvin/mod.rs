@@ -237,12 +237,11 @@ async fn pull_batches(c: &mut Coordinator, epoch: u64) -> Result<bool, Abort> {
             b.lane
         );
         b.keep = backs_up(from);
-        // Another lane of this node may have pulled it meanwhile: once is enough.
-        if !s.has_batch(epoch, from, lane) {
-            s.batch(nodes, b)
-                .unwrap_or_else(|e| panic!("calvin: node {}: {e}", me.0));
-            took = true;
-        }
+        // Another lane of this node (on another thread) may have pulled it meanwhile: the
+        // first to hand it over takes it.
+        took |= s
+            .pulled(nodes, b)
+            .unwrap_or_else(|e| panic!("calvin: node {}: {e}", me.0));
     }
     Ok(took)
 }

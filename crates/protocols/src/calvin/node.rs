@@ -134,9 +134,24 @@ impl CalvinNode {
         self.inner.lock().expect("no poisoned calvin state")
     }
 
+    /// A batch a lane of this node pulled from its one-sided buffer: taken unless another
+    /// lane (on another thread) took it first, atomically; whether this one took it.
+    pub fn pulled(&self, nodes: u16, b: Batch) -> Result<bool, String> {
+        if self.has_batch(b.epoch, b.from, b.lane) {
+            return Ok(false);
+        }
+        self.batch_inner(nodes, b, true)
+    }
+
     /// A lane's batch arrived (from another node's lane, or this node's own); when it says
     /// `keep`, this node backs the sender up and keeps it after the epoch.
     pub fn batch(&self, nodes: u16, b: Batch) -> Result<(), String> {
+        self.batch_inner(nodes, b, false).map(|_| ())
+    }
+
+    /// [`CalvinNode::batch`]; a second copy of a batch is an error, or ignored (`Ok(false)`)
+    /// when `pulled`.
+    fn batch_inner(&self, nodes: u16, b: Batch, pulled: bool) -> Result<bool, String> {
         let Batch {
             epoch,
             from,
@@ -164,6 +179,9 @@ impl CalvinNode {
         }
         let e = s.epochs.entry(epoch).or_default();
         if !e.received.insert((lane, from)) {
+            if pulled {
+                return Ok(false);
+            }
             return Err(format!(
                 "a second batch of epoch {epoch} from node {from} lane {lane}"
             ));
@@ -177,7 +195,7 @@ impl CalvinNode {
         }
         let e = s.epochs.entry(epoch).or_default();
         e.batches.insert((lane, from), (last, requests));
-        Ok(())
+        Ok(true)
     }
 
     /// Whether node `from`'s lane `lane` batch of `epoch` arrived (a one-sided reader pulls

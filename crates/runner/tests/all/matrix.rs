@@ -111,6 +111,11 @@ fn every_protocol_plan_and_workload_keeps_invariants_under_contention_2_nodes_2_
                         // A capped table's free slots are state no transaction declares
                         // (refused).
                         cfg.params.remove("dyn_slots");
+                        // Epochs of a millisecond and small batches: a quarter-second cell
+                        // runs hundreds of them (its default 10 ms epochs of 256 requests a
+                        // lane are a few, which a descheduled thread stretches).
+                        cfg.set_knob("epoch_us", 1_000);
+                        cfg.set_knob("calvin_batch_max", 16);
                     }
                     let what = format!(
                         "{} / {} / {plan} ({duration_s} s)",
@@ -122,6 +127,16 @@ fn every_protocol_plan_and_workload_keeps_invariants_under_contention_2_nodes_2_
                         failures.push(format!("{what}: {:?}", r.checks));
                     }
                     let s = &r.summary;
+                    // A busy machine slows a sequenced protocol's lanes, each epoch waiting
+                    // for the slowest: a cell that committed little runs again, longer.
+                    if s.committed <= 100 && duration_s < MATRIX_RUN_S_MAX {
+                        eprintln!(
+                            "{what}: only {} committed; running it again, longer",
+                            s.committed
+                        );
+                        duration_s *= 2.0;
+                        continue;
+                    }
                     assert!(s.committed > 100, "{what}: only {} committed", s.committed);
                     if workload == WorkloadKind::SmallBank {
                         assert_eq!(s.user_aborted, s.aborts_by_reason["user_abort"], "{what}");
@@ -158,16 +173,18 @@ fn expected_aborts(
 ) -> Result<(), String> {
     let reason = |n: &str| s.aborts_by_reason[n];
     if protocol.sequenced() {
-        // Deterministic: a conflict waits its turn, so the only aborts are the logic's own.
+        // Deterministic: a conflict waits its turn, so the only aborts are the logic's own
+        // and, for the records a reconnaissance found, their having changed since (OLLP).
+        let expected = [Abort::UserAbort.name(), Abort::KeysChanged.name()];
         let other: u64 = s
             .aborts_by_reason
             .iter()
-            .filter(|(n, _)| n.as_str() != Abort::UserAbort.name())
+            .filter(|(n, _)| !expected.contains(&n.as_str()))
             .map(|(_, &v)| v)
             .sum();
         if other > 0 {
             return Err(format!(
-                "{other} aborts besides user_abort: {:?}",
+                "{other} aborts besides user_abort and keys_changed: {:?}",
                 s.aborts_by_reason
             ));
         }
