@@ -749,6 +749,25 @@ fn calvin_runs_one_sided_without_a_plan_and_over_rpc_and_refuses_by_name_what_it
         ],
         &["dyn_slots=40", "caps table dyn", "leave dyn_slots out"],
     );
+    // One-sided buffers past what a verb's word offset reaches: refused before sizing.
+    bad(
+        &[
+            "bench",
+            "--fabric",
+            "sim",
+            "--protocol",
+            "calvin",
+            "--calvin-batch-max",
+            "65536",
+            "--nodes",
+            "4",
+            "--threads",
+            "10",
+            "--coroutines",
+            "10",
+        ],
+        &["calvin_buffers", "4294967295", "--calvin-batch-max"],
+    );
     bad(
         &["bench", "--protocol", "calvin", "--calvin-order", "random"],
         &["random", "global", "lane"],
@@ -770,12 +789,15 @@ fn calvin_runs_one_sided_without_a_plan_and_over_rpc_and_refuses_by_name_what_it
         &["bench", "--protocol", "calvin", "--epoch-us", "0"],
         &["epoch_us", "1..=1000000"],
     );
-    // Every node holds every lane's batches: counted before anything is allocated.
+    // Every node holds every lane's batches: counted before anything is allocated (over
+    // RPC: no one-sided buffers to refuse first).
     bad(
         &[
             "bench",
             "--protocol",
             "calvin",
+            "--plan",
+            "rpc",
             "--calvin-batch-max",
             "65536",
             "--nodes",

@@ -515,6 +515,7 @@ impl RunConfig {
             .check_plan(&self.plan)
             .map_err(|e| ConfigError(format!("plan {}: {e}", self.plan)))?;
         runs_workload(self.protocol, self.workload).map_err(ConfigError)?;
+        self.family_regions_fit()?;
         if self.protocol.sequenced() {
             self.sequenced_settings()?;
             self.sequenced_refusal()?;
@@ -548,6 +549,23 @@ impl RunConfig {
             ))),
             None => Ok(()),
         }
+    }
+
+    /// Every region a family registers (CALVIN's buffers) addressable by a verb's word
+    /// offset, refused naming it otherwise.
+    fn family_regions_fit(&self) -> Result<(), ConfigError> {
+        let max = atoll_storage::layout::REGION_WORDS_MAX;
+        for r in self.family_config().regions(&self.cluster_shape()) {
+            if r.words as u64 > max {
+                return Err(ConfigError(format!(
+                    "--protocol {}: its region {} would take {} words on a node, over a region's {max}: expected fewer nodes, co-routines or a smaller batch (e.g. --calvin-batch-max)",
+                    self.protocol.name(),
+                    r.name,
+                    r.words
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// What a sequenced protocol (CALVIN) does not run yet, refused by name.
