@@ -749,6 +749,19 @@ fn calvin_runs_one_sided_without_a_plan_and_over_rpc_and_refuses_by_name_what_it
         ],
         &["dyn_slots=40", "caps table dyn", "leave dyn_slots out"],
     );
+    // A capped TPC-C table found full on one node while the others commit: refused.
+    bad(
+        &[
+            "bench",
+            "--protocol",
+            "calvin",
+            "--workload",
+            "tpcc",
+            "-p",
+            "new_orders_max=20",
+        ],
+        &["new_orders_max=20", "leave new_orders_max out"],
+    );
     // One-sided buffers past what a verb's word offset reaches: refused before sizing.
     bad(
         &[

@@ -478,6 +478,12 @@ impl Workload for Checkout {
         ))
     }
 
+    fn sequenced_refusal(&self) -> Option<String> {
+        self.orders_max.map(|n| {
+            crate::capped_table_refusal("checkout", "orders_max", n, "tables order and order_line")
+        })
+    }
+
     async fn execute<P: Protocol>(
         &self,
         tx: &mut Txn<'_, P>,

@@ -444,11 +444,8 @@ impl Workload for Cycle {
     }
 
     fn sequenced_refusal(&self) -> Option<String> {
-        self.dyn_slots.map(|n| {
-            format!(
-                "workload cycle -p dyn_slots={n} caps table dyn: whether an insert finds a free slot depends on deletes in other ranges, which it does not declare, so a replay of the same epochs could decide it otherwise (leave dyn_slots out: the table grows)"
-            )
-        })
+        self.dyn_slots
+            .map(|n| crate::capped_table_refusal("cycle", "dyn_slots", n, "table dyn"))
     }
 
     /// A range transaction's records: what a trial run touches now (Calvin's OLLP). Its

@@ -122,6 +122,16 @@ pub struct AccessSet {
     accesses: Vec<(TableId, u64, AccessMode)>,
 }
 
+/// Why a workload whose knob caps a table it inserts into cannot run under a deterministic
+/// protocol: whether an insert finds a free slot depends on inserts and deletes elsewhere,
+/// which no transaction declares, so one executing node may find the table full while the
+/// others commit, and a replay of the same epochs may decide it otherwise.
+pub fn capped_table_refusal(workload: &str, knob: &str, value: u64, tables: &str) -> String {
+    format!(
+        "workload {workload} -p {knob}={value} caps {tables}: whether an insert finds a free slot depends on inserts and deletes elsewhere, which no transaction declares, so one node could find it full while the others commit (leave {knob} out: the table grows)"
+    )
+}
+
 /// A reconnaissance by trial (Calvin's OLLP): the set of every record `tx` touched, each a
 /// write unless it only read it. What the trial's logic decided from the records (a logic
 /// abort, a key not found) the execution decides again; any other abort is the trial's.

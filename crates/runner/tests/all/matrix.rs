@@ -107,10 +107,8 @@ fn every_protocol_plan_and_workload_keeps_invariants_under_contention_2_nodes_2_
                         seed: 7,
                         ..RunConfig::default()
                     };
+                    crate::uncapped(&mut cfg);
                     if protocol.sequenced() {
-                        // A capped table's free slots are state no transaction declares
-                        // (refused).
-                        cfg.params.remove("dyn_slots");
                         // Epochs of a millisecond and small batches: a quarter-second cell
                         // runs hundreds of them (its default 10 ms epochs of 256 requests a
                         // lane are a few, which a descheduled thread stretches).

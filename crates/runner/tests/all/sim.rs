@@ -158,10 +158,6 @@ fn config(workload: WorkloadKind, protocol: ProtocolKind, plan: &str, seed: u64)
         progress_interval_s: 0.001,
         ..RunConfig::default()
     };
-    if protocol.sequenced() {
-        // A capped table's free slots are state no transaction declares (refused).
-        cfg.params.remove("dyn_slots");
-    }
     crate::short_epochs(&mut cfg);
     cfg
 }

@@ -433,6 +433,17 @@ impl Workload for Tpcc {
         }
     }
 
+    fn sequenced_refusal(&self) -> Option<String> {
+        self.new_orders_max.map(|n| {
+            crate::capped_table_refusal(
+                "tpcc",
+                "new_orders_max",
+                n,
+                "the tables NewOrder and Payment insert into",
+            )
+        })
+    }
+
     async fn execute<P: Protocol>(
         &self,
         tx: &mut Txn<'_, P>,
