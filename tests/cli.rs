@@ -785,6 +785,29 @@ fn calvin_runs_one_sided_without_a_plan_and_over_rpc_and_refuses_by_name_what_it
         &["bench", "--protocol", "calvin", "--calvin-order", "random"],
         &["random", "global", "lane"],
     );
+    // A crashed node would leave the epoch's other nodes waiting: refused until recovery.
+    bad(
+        &[
+            "bench",
+            "--fabric",
+            "sim",
+            "--protocol",
+            "calvin",
+            "--faults",
+            "crash_node=1,crash_us=1000",
+        ],
+        &["--protocol calvin", "crash_node", "issue 41"],
+    );
+    bad(
+        &[
+            "bench",
+            "--protocol",
+            "calvin",
+            "--architecture",
+            "shared-data",
+        ],
+        &["--protocol calvin", "shared-data"],
+    );
     // An epoch no measured window can hold measures nothing: refused before the run.
     bad(
         &[

@@ -266,7 +266,7 @@ fn stats_of(c: &Counters) -> Stats {
 fn library(cfg: &RunConfig, schema: Schema, source: Source) -> Result<Library, DbError> {
     if cfg.protocol.sequenced() {
         return Err(DbError::Config(format!(
-            "--protocol {} does not run the library's transactions yet: every node a transaction writes executes it, and a transaction is a closure of the process that submitted it (issue 38)",
+            "--protocol {} does not run the library's transactions: every node a transaction writes executes it, and a transaction is a closure of the process that submitted it, which other nodes cannot run (use another protocol)",
             cfg.protocol.name()
         )));
     }

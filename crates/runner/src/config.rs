@@ -571,17 +571,13 @@ impl RunConfig {
     /// What a sequenced protocol (CALVIN) does not run yet, refused by name.
     fn sequenced_settings(&self) -> Result<(), ConfigError> {
         let p = self.protocol.name();
-        let refuse = |what: &str| {
-            Err(ConfigError(format!(
-                "--protocol {p} does not run {what} yet (issue 38)"
-            )))
-        };
+        let refuse = |what: &str| Err(ConfigError(format!("--protocol {p} does not run {what}")));
         if !matches!(self.roles, Roles::Partitioned) {
             return refuse("on the shared-data architecture (--memory-nodes): it is partitioned");
         }
         if matches!(&self.fabric, Fabric::Sim { faults, .. } if faults.crash.is_some()) {
             return refuse(
-                "with a crashed node (faults crash_node): it has no recovery (issue 41)",
+                "with a crashed node (faults crash_node) yet: a dead node's epochs replay from the replicated inputs once recovery is built (issue 41)",
             );
         }
         if let Some(atoll_txn::EpochLogMode::Replay(log)) = &self.epoch_log {

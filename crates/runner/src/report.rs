@@ -582,6 +582,32 @@ impl Report {
     }
 
     /// Verbs, versions, RPCs by role, stages, UCX and the simulation.
+    /// The stages' mean times per committed transaction, the common ones in their order
+    /// and then the family's own.
+    fn stages_line(&self) -> String {
+        if self.sequenced.is_some() {
+            // Its stages run per lane epoch, not per attempt: their times are on that line.
+            return "per lane epoch and per txn on the sequenced line".into();
+        }
+        let common: Vec<&str> = atoll_txn::Stage::COMMON.iter().map(|s| s.name()).collect();
+        let own = self
+            .stage_us_mean
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !common.contains(k));
+        let stages: Vec<String> = common
+            .iter()
+            .copied()
+            .chain(own)
+            .filter_map(|name| {
+                self.stage_us_mean
+                    .get(name)
+                    .map(|us| format!("{name} {us:.2}"))
+            })
+            .collect();
+        format!("{} (mean per committed txn)", stages.join(", "))
+    }
+
     fn render_costs(&self, o: &mut String) {
         let v = &self.verbs;
         let kinds: Vec<String> = v
@@ -625,28 +651,7 @@ impl Report {
         if let Some(r) = &v.rpcs_served_by_role {
             let _ = writeln!(o, "{}", r.line());
         }
-        // The common stages in their order, then the family's own.
-        let common: Vec<&str> = atoll_txn::Stage::COMMON.iter().map(|s| s.name()).collect();
-        let own = self
-            .stage_us_mean
-            .keys()
-            .map(String::as_str)
-            .filter(|k| !common.contains(k));
-        let stages: Vec<String> = common
-            .iter()
-            .copied()
-            .chain(own)
-            .filter_map(|name| {
-                self.stage_us_mean
-                    .get(name)
-                    .map(|us| format!("{name} {us:.2}"))
-            })
-            .collect();
-        let _ = writeln!(
-            o,
-            "stages us   {} (mean per committed txn)",
-            stages.join(", ")
-        );
+        let _ = writeln!(o, "stages us   {}", self.stages_line());
         if let Some(q) = &self.sequenced {
             let _ = writeln!(o, "{}", q.line());
             // A deterministic protocol's final state is the point: printed, to compare runs.

@@ -12,7 +12,7 @@
 
 use atoll_storage::TableId;
 use std::any::Any;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// One request a lane collected: what its transaction is and the records it declares.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,24 +91,27 @@ pub struct SeqTxn {
 
 /// What a node's participant side and its coordinators share of a protocol family (one per
 /// node, whatever the backend): each family keeps one value of its own type here, made on
-/// first use.
-#[derive(Default)]
+/// first use. A slot per family id, so that a lookup on the hot path takes no lock.
 pub struct FamilyNodes {
-    slots: Mutex<Vec<(crate::msg::FamilyId, Arc<dyn Any + Send + Sync>)>>,
+    slots: Box<[OnceLock<Arc<dyn Any + Send + Sync>>]>,
+}
+
+impl Default for FamilyNodes {
+    fn default() -> Self {
+        let ids = u8::MAX as usize + 1;
+        FamilyNodes {
+            slots: (0..ids).map(|_| OnceLock::new()).collect(),
+        }
+    }
 }
 
 impl FamilyNodes {
     /// The family's node state, made with `Default` on first use.
     pub fn get<T: Any + Send + Sync + Default>(&self, family: crate::msg::FamilyId) -> Arc<T> {
-        let mut slots = self.slots.lock().expect("no poisoned family state");
-        if let Some((_, s)) = slots.iter().find(|(f, _)| *f == family) {
-            return s.clone().downcast::<T>().unwrap_or_else(|_| {
-                panic!("family {} keeps node state of another type", family.0)
-            });
-        }
-        let s = Arc::new(T::default());
-        slots.push((family, s.clone()));
-        s
+        let s = self.slots[family.0 as usize].get_or_init(|| Arc::new(T::default()));
+        s.clone()
+            .downcast::<T>()
+            .unwrap_or_else(|_| panic!("family {} keeps node state of another type", family.0))
     }
 }
 

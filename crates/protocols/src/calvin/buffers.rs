@@ -239,26 +239,25 @@ pub fn read_fwd_word(word: u64) -> Option<(u64, u64)> {
     })
 }
 
-/// Transaction `id`'s values forwarded by node `from`, as a log's words.
-pub fn encode_values(epoch: u64, id: u64, from: u16, values: Vec<Value>) -> Vec<u64> {
+/// A message as the words a buffer holds (a batch's slot, a forward log).
+pub fn to_words(msg: &CalvinRequest) -> Vec<u64> {
     let mut bytes = Vec::new();
-    CalvinRequest::Forward {
-        epoch,
-        id,
-        from,
-        values,
-    }
-    .encode(&mut WordWriter(&mut bytes));
+    msg.encode(&mut WordWriter(&mut bytes));
     bytes
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
         .collect()
 }
 
+/// A buffer's words as the message they hold: a malformed one is a typed error.
+fn from_words(words: &[u64]) -> Result<CalvinRequest, DecodeError> {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    CalvinRequest::decode(&bytes)
+}
+
 /// A log's words as the forwarded values they hold: `(id, from, values)`.
 pub fn decode_values(words: &[u64]) -> Result<(u64, u16, Vec<Value>), DecodeError> {
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    match CalvinRequest::decode(&bytes)? {
+    match from_words(words)? {
         CalvinRequest::Forward {
             id, from, values, ..
         } => Ok((id, from, values)),
@@ -268,20 +267,9 @@ pub fn decode_values(words: &[u64]) -> Result<(u64, u16, Vec<Value>), DecodeErro
     }
 }
 
-/// A batch as a slot's words.
-pub fn encode(b: &Batch) -> Vec<u64> {
-    let mut bytes = Vec::new();
-    CalvinRequest::Batch(b.clone()).encode(&mut WordWriter(&mut bytes));
-    bytes
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect()
-}
-
 /// A slot's words as the batch they hold: a malformed one is a typed error.
 pub fn decode(words: &[u64]) -> Result<Batch, DecodeError> {
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    match CalvinRequest::decode(&bytes)? {
+    match from_words(words)? {
         CalvinRequest::Batch(b) => Ok(b),
         other => Err(DecodeError(format!(
             "calvin buffer: a batch's slot holds {other:?}"
@@ -314,7 +302,12 @@ mod tests {
             version: 4,
             data: vec![1, 2, 3],
         };
-        let words = encode_values(3, 77, 1, vec![v.clone()]);
+        let words = to_words(&CalvinRequest::Forward {
+            epoch: 3,
+            id: 77,
+            from: 1,
+            values: vec![v.clone()],
+        });
         assert_eq!(decode_values(&words), Ok((77, 1, vec![v])));
         let batch = Batch {
             epoch: 0,
@@ -325,7 +318,7 @@ mod tests {
             keep: false,
             requests: vec![],
         };
-        assert!(decode_values(&encode(&batch)).is_err());
+        assert!(decode_values(&to_words(&CalvinRequest::Batch(batch))).is_err());
     }
 
     #[test]

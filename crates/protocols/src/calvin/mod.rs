@@ -12,8 +12,8 @@
 //! ([`DISPATCH`]) → take in order, wait for the locks → read, forward ([`FORWARD`]) → execute
 //! and write back locally → release → EPOCH_DONE and wait ([`BARRIER`]).
 //!
-//! Built: the `global` and `lane` orders ([`node`]); `dispatch` and `barrier` over RPC or one-sided ([`buffers`]),
-//! `forward` over RPC (one-sided forward is issue 38's next step); inserts and deletes, each
+//! Built: the `global` and `lane` orders ([`node`]); `dispatch`, `forward` and `barrier`
+//! each over RPC or one-sided ([`buffers`]); inserts and deletes, each
 //! node its own records; a transaction whose records changed since its reconnaissance
 //! (Calvin's OLLP) aborts with `keys_changed` on every node alike, and is sequenced again.
 
@@ -158,19 +158,21 @@ async fn say_done(c: &mut Coordinator, epoch: u64) -> Result<(), Abort> {
 
 /// The run's one-sided buffers, if the plan runs a stage one-sided.
 fn buffers(c: &Coordinator) -> Option<buffers::Buffers> {
-    let batch_max = c.cfg.family_as::<config::CalvinConfig>().batch_max;
-    buffers::Buffers::of(
-        &c.catalog,
-        &c.cfg.plan,
-        c.cfg.coordinators_per_node,
-        batch_max,
-    )
+    state(c).buffers(|| {
+        let batch_max = c.cfg.family_as::<config::CalvinConfig>().batch_max;
+        buffers::Buffers::of(
+            &c.catalog,
+            &c.cfg.plan,
+            c.cfg.coordinators_per_node,
+            batch_max,
+        )
+    })
 }
 
 /// WRITEs this node's batch into its slot on every other node, then its header.
 async fn write_batch(c: &mut Coordinator, b: &msg::Batch, to: &[u16]) -> Result<(), Abort> {
     let bufs = buffers(c).expect("calvin: a one-sided dispatch registers its buffers");
-    let words = buffers::encode(b);
+    let words = buffers::to_words(&CalvinRequest::Batch(b.clone()));
     assert!(
         words.len() as u64 <= bufs.slot_words,
         "calvin: a batch of {} words for a slot of {} (the lane's collection stops short of it)",
@@ -339,17 +341,16 @@ async fn participate(
     let mine = read_here(c, &t.local).await?;
     let to: Vec<u16> = t.executors.iter().copied().filter(|&n| n != me).collect();
     if !to.is_empty() && !mine.is_empty() {
-        let values: Vec<Value> = mine.iter().map(|(v, _)| v.clone()).collect();
-        let to = if c.cfg.plan.get(FORWARD) == Primitive::OneSided {
-            write_forward(c, t, &values).await?
-        } else {
-            to
-        };
         let msg = CalvinRequest::Forward {
             epoch: t.epoch,
             id: t.id,
             from: me,
-            values,
+            values: mine.iter().map(|(v, _)| v.clone()).collect(),
+        };
+        let to = if c.cfg.plan.get(FORWARD) == Primitive::OneSided {
+            write_forward(c, t, &buffers::to_words(&msg)).await?
+        } else {
+            to
         };
         send(c, &msg, &to).await?;
     }
@@ -392,17 +393,12 @@ async fn participate(
     }))
 }
 
-/// One-sided forward: WRITEs `values` into each receiver's log of this node, then the
-/// transaction's entry there; the receivers whose log has no room left this epoch, to
-/// whom they go as an RPC instead.
-async fn write_forward(
-    c: &mut Coordinator,
-    t: &Ordered,
-    values: &[Value],
-) -> Result<Vec<u16>, Abort> {
+/// One-sided forward: WRITEs `words` (`t`'s forward, encoded) into each receiver's log of
+/// this node, then the transaction's entry there; the receivers whose log has no room left
+/// this epoch, to whom it goes as an RPC instead.
+async fn write_forward(c: &mut Coordinator, t: &Ordered, words: &[u64]) -> Result<Vec<u16>, Abort> {
     let bufs = buffers(c).expect("calvin: a one-sided forward registers its buffers");
     let (me, s) = (c.node(), state(c));
-    let words = buffers::encode_values(t.epoch, t.id, me.0, values.to_vec());
     let mut placed = Vec::with_capacity(t.fwd_send.len());
     let mut by_rpc = Vec::new();
     for &(r, k) in &t.fwd_send {

@@ -22,7 +22,7 @@ use super::msg::{Batch, Request, Value};
 use atoll_fabric::NodeId;
 use atoll_storage::{Catalog, TableId};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// Epochs of each lane's batches a backup keeps (the newest): recovery replays from them.
 pub const KEPT_EPOCHS_MAX: usize = 4;
@@ -117,6 +117,8 @@ struct Inner {
 #[derive(Default)]
 pub struct CalvinNode {
     inner: Mutex<Inner>,
+    /// Where the run's one-sided buffers lie (the same for every lane of a run), found once.
+    buffers: OnceLock<Option<super::buffers::Buffers>>,
 }
 
 /// What [`CalvinNode::take`] found.
@@ -134,12 +136,17 @@ impl CalvinNode {
         self.inner.lock().expect("no poisoned calvin state")
     }
 
+    /// The run's one-sided buffers, found by `find` on first use.
+    pub fn buffers(
+        &self,
+        find: impl FnOnce() -> Option<super::buffers::Buffers>,
+    ) -> Option<super::buffers::Buffers> {
+        *self.buffers.get_or_init(find)
+    }
+
     /// A batch a lane of this node pulled from its one-sided buffer: taken unless another
     /// lane (on another thread) took it first, atomically; whether this one took it.
     pub fn pulled(&self, nodes: u16, b: Batch) -> Result<bool, String> {
-        if self.has_batch(b.epoch, b.from, b.lane) {
-            return Ok(false);
-        }
         self.batch_inner(nodes, b, true)
     }
 
