@@ -17,6 +17,7 @@ pub mod nowait;
 pub mod occ;
 pub mod rsi;
 pub mod sundial;
+pub mod tell;
 pub mod waitdie;
 
 pub use calvin::Calvin;

@@ -1,0 +1,18 @@
+//! Tell (Loesing et al., SIGMOD 2015; `../shared/papers/tell-shared-data-sigmod15.txt`): the
+//! shared-data design whose store offers only an atomic get and a conditional put (LL/SC)
+//! and whose snapshot isolation comes from commit managers. Processing nodes run whole
+//! transactions: a transaction starts at a commit manager ([`cm`]) with a tid and a snapshot
+//! descriptor ([`descriptor`]), reads every version of a record and picks the newest its
+//! snapshot sees ([`versions`]), buffers its updates, and commits by a log entry, a
+//! conditional put of each updated record, the index updates, the log's commit flag and
+//! `set_committed`.
+//!
+//! Built: the commit manager (one or several, merging), the descriptor, the version set's
+//! rules (the read, R1, the write and its undo, garbage collection by `lav`) and the
+//! latch-free B+tree over any LL/SC store ([`btree`]). Not yet:
+//! the family's store requests and `--protocol tell` (issue 39).
+
+pub mod btree;
+pub mod cm;
+pub mod descriptor;
+pub mod versions;
