@@ -9,10 +9,15 @@
 //!
 //! Built: the commit manager (one or several, merging), the descriptor, the version set's
 //! rules (the read, R1, the write and its undo, garbage collection by `lav`) and the
-//! latch-free B+tree over any LL/SC store ([`btree`]). Not yet:
+//! latch-free B+tree over any LL/SC store ([`btree`]); the commit manager's messages
+//! ([`msg`]) and the node state that serves them ([`node`]); a record's versions in its
+//! slot's words ([`record`]). Not yet:
 //! the family's store requests and `--protocol tell` (issue 39).
 
 pub mod btree;
 pub mod cm;
 pub mod descriptor;
+pub mod msg;
+pub mod node;
+pub mod record;
 pub mod versions;

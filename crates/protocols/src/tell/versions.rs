@@ -9,6 +9,8 @@ use super::descriptor::{Descriptor, Tid};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Version {
     pub tid: Tid,
+    /// The store's version word of it (incarnation and key version; never 0).
+    pub word: u64,
     /// `None`: the writer deleted the record.
     pub payload: Option<Vec<u64>>,
 }
@@ -19,13 +21,17 @@ pub struct VersionSet(Vec<Version>);
 
 impl VersionSet {
     /// The set of `versions`, in any order; no two of one tid.
-    pub fn new(mut versions: Vec<Version>) -> Self {
+    pub fn new(versions: Vec<Version>) -> Self {
+        Self::try_new(versions).unwrap_or_else(|t| panic!("tell: two versions of tid {}", t.0))
+    }
+
+    /// As [`VersionSet::new`]; `Err(tid)` when two versions have one tid.
+    pub fn try_new(mut versions: Vec<Version>) -> Result<Self, Tid> {
         versions.sort_by(|a, b| b.tid.cmp(&a.tid));
-        assert!(
-            versions.windows(2).all(|w| w[0].tid != w[1].tid),
-            "tell: two versions of one tid in {versions:?}"
-        );
-        VersionSet(versions)
+        if let Some(w) = versions.windows(2).find(|w| w[0].tid == w[1].tid) {
+            return Err(w[0].tid);
+        }
+        Ok(VersionSet(versions))
     }
 
     pub fn versions(&self) -> &[Version] {
@@ -56,16 +62,23 @@ impl VersionSet {
             .map(|v| v.tid)
     }
 
-    /// `own`'s version becomes `payload` (`None`: a deletion), replacing an earlier write of
-    /// its own.
-    pub fn write(&mut self, own: Tid, payload: Option<Vec<u64>>) {
+    /// `own`'s version becomes `payload` (`None`: a deletion) with version word `word`,
+    /// replacing an earlier write of its own.
+    pub fn write(&mut self, own: Tid, word: u64, payload: Option<Vec<u64>>) {
         self.unwrite(own);
         let at = self
             .0
             .iter()
             .position(|v| v.tid < own)
             .unwrap_or(self.0.len());
-        self.0.insert(at, Version { tid: own, payload });
+        self.0.insert(
+            at,
+            Version {
+                tid: own,
+                word,
+                payload,
+            },
+        );
     }
 
     /// Takes `own`'s version out (an abort's undo); whether it was there.
@@ -100,6 +113,7 @@ mod tests {
     fn v(tid: u64, x: u64) -> Version {
         Version {
             tid: Tid(tid),
+            word: tid + 1,
             payload: Some(vec![x]),
         }
     }
@@ -122,14 +136,14 @@ mod tests {
     #[test]
     fn tell_a_write_replaces_its_own_version_and_an_abort_takes_it_out() {
         let mut set = VersionSet::new(vec![v(2, 20)]);
-        set.write(Tid(7), Some(vec![70]));
-        set.write(Tid(7), Some(vec![71]));
+        set.write(Tid(7), 8, Some(vec![70]));
+        set.write(Tid(7), 8, Some(vec![71]));
         assert_eq!(set.versions(), &[v(7, 71), v(2, 20)]);
         assert!(set.unwrite(Tid(7)));
         assert!(!set.unwrite(Tid(7)));
         assert_eq!(set.versions(), &[v(2, 20)]);
         // A deletion reads as absent.
-        set.write(Tid(8), None);
+        set.write(Tid(8), 9, None);
         assert_eq!(set.read(&Descriptor::new(0, 8, 8, []), Tid(9)), None);
     }
 
@@ -142,7 +156,7 @@ mod tests {
         assert_eq!(set.collect(9), 2);
         assert_eq!(set.versions(), &[v(8, 8)]);
         assert!(!set.dead(9));
-        set.write(Tid(10), None);
+        set.write(Tid(10), 11, None);
         set.collect(10);
         assert!(set.dead(10) && !set.dead(9));
     }

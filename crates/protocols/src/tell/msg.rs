@@ -1,0 +1,217 @@
+//! Tell's messages to a commit manager (Tell §4.2): `start`, `set_committed`,
+//! `set_aborted`, and its replies (a tid with its snapshot, a refusal naming the limit it
+//! met). Decoding refuses anything malformed with a typed error.
+
+use super::cm::CmError;
+use super::descriptor::{Descriptor, Tid};
+use atoll_txn::msg::{DecodeError, FamilyId, Reply, WordReader, WordWriter};
+use atoll_txn::wire_tags;
+
+/// Tell's family id on the wire.
+pub const FAMILY: FamilyId = FamilyId(6);
+
+wire_tags! {
+    /// The first word of a Tell request's body.
+    pub enum TellTag ("tell request") {
+        Start = 1,
+        SetCommitted = 2,
+        SetAborted = 3,
+    }
+}
+
+wire_tags! {
+    /// The first word of a Tell reply's body.
+    pub enum TellReplyTag ("tell reply") {
+        Started = 1,
+        Done = 2,
+        InFlight = 3,
+        NotActive = 4,
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TellRequest {
+    /// A new transaction: its tid and snapshot.
+    Start { read_only: bool },
+    /// `tid` committed: every version it wrote is in the store.
+    SetCommitted { tid: Tid },
+    /// `tid` aborted: every version it wrote is gone from the store.
+    SetAborted { tid: Tid },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TellReply {
+    Started {
+        tid: Tid,
+        snapshot: Descriptor,
+    },
+    /// The completion is recorded.
+    Done,
+    /// `start` refused: tid `next` would lie more than `max` above the base.
+    InFlight {
+        next: u64,
+        base: u64,
+        max: u64,
+    },
+    /// A completion of a tid that is not active at this commit manager.
+    NotActive {
+        tid: Tid,
+    },
+}
+
+impl TellRequest {
+    pub fn encode(&self, e: &mut WordWriter<'_>) {
+        match self {
+            TellRequest::Start { read_only } => {
+                e.tag(TellTag::Start);
+                e.w(*read_only as u64);
+            }
+            TellRequest::SetCommitted { tid } => {
+                e.tag(TellTag::SetCommitted);
+                e.w(tid.0);
+            }
+            TellRequest::SetAborted { tid } => {
+                e.tag(TellTag::SetAborted);
+                e.w(tid.0);
+            }
+        }
+    }
+
+    /// The bytes of this request, ready to send.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        atoll_txn::msg::family_request(FAMILY, |e| self.encode(e))
+    }
+
+    pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
+        let mut d = WordReader::new(body, "tell request");
+        let r = match TellTag::try_from(d.w()?)? {
+            TellTag::Start => TellRequest::Start {
+                read_only: d.bool()?,
+            },
+            TellTag::SetCommitted => TellRequest::SetCommitted { tid: Tid(d.w()?) },
+            TellTag::SetAborted => TellRequest::SetAborted { tid: Tid(d.w()?) },
+        };
+        d.done()?;
+        Ok(r)
+    }
+}
+
+impl TellReply {
+    /// A commit manager's answer to a refused request.
+    pub fn of_error(e: CmError) -> Self {
+        match e {
+            CmError::InFlight { next, base, max } => TellReply::InFlight { next, base, max },
+            CmError::NotActive(tid) => TellReply::NotActive { tid },
+            // A lone manager's block never runs out; several take the next block first.
+            CmError::NoTids => unreachable!("tell: a commit manager served start without tids"),
+        }
+    }
+
+    /// As a shared reply.
+    pub fn into_reply(self) -> Reply {
+        atoll_txn::msg::family_reply(FAMILY, |e| match &self {
+            TellReply::Started { tid, snapshot } => {
+                e.tag(TellReplyTag::Started);
+                e.w(tid.0);
+                e.words(&snapshot.to_words());
+            }
+            TellReply::Done => e.tag(TellReplyTag::Done),
+            TellReply::InFlight { next, base, max } => {
+                e.tag(TellReplyTag::InFlight);
+                e.w(*next);
+                e.w(*base);
+                e.w(*max);
+            }
+            TellReply::NotActive { tid } => {
+                e.tag(TellReplyTag::NotActive);
+                e.w(tid.0);
+            }
+        })
+    }
+
+    pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
+        let mut d = WordReader::new(body, "tell reply");
+        let r = match TellReplyTag::try_from(d.w()?)? {
+            TellReplyTag::Started => TellReply::Started {
+                tid: Tid(d.w()?),
+                snapshot: Descriptor::from_words(&d.word_vec()?)?,
+            },
+            TellReplyTag::Done => TellReply::Done,
+            TellReplyTag::InFlight => TellReply::InFlight {
+                next: d.w()?,
+                base: d.w()?,
+                max: d.w()?,
+            },
+            TellReplyTag::NotActive => TellReply::NotActive { tid: Tid(d.w()?) },
+        };
+        d.done()?;
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tell_messages_round_trip_and_every_truncation_is_a_typed_error() {
+        let requests = [
+            TellRequest::Start { read_only: true },
+            TellRequest::SetCommitted { tid: Tid(41) },
+            TellRequest::SetAborted { tid: Tid(42) },
+        ];
+        for r in requests {
+            let mut b = Vec::new();
+            r.encode(&mut WordWriter(&mut b));
+            assert_eq!(TellRequest::decode(&b), Ok(r.clone()));
+            for cut in (0..b.len()).step_by(8) {
+                assert!(
+                    TellRequest::decode(&b[..cut]).is_err(),
+                    "{r:?} cut at {cut}"
+                );
+            }
+        }
+        let replies = [
+            TellReply::Started {
+                tid: Tid(9),
+                snapshot: Descriptor::new(2, 4, 8, [6, 8]),
+            },
+            TellReply::Done,
+            TellReply::InFlight {
+                next: 600_000,
+                base: 3,
+                max: 524_288,
+            },
+            TellReply::NotActive { tid: Tid(5) },
+        ];
+        for r in replies {
+            let Reply::Family { family, body } = r.clone().into_reply() else {
+                panic!("{r:?} is not a family reply");
+            };
+            assert_eq!(family, FAMILY);
+            assert_eq!(TellReply::decode(&body), Ok(r.clone()));
+            for cut in (0..body.len()).step_by(8) {
+                assert!(
+                    TellReply::decode(&body[..cut]).is_err(),
+                    "{r:?} cut at {cut}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn tell_a_reply_carrying_a_malformed_snapshot_is_refused() {
+        let Reply::Family { body, .. } = TellReply::Started {
+            tid: Tid(9),
+            snapshot: Descriptor::new(0, 4, 8, []),
+        }
+        .into_reply() else {
+            unreachable!("a family reply");
+        };
+        let mut bad = body.clone();
+        // The descriptor's lav (third word: tag, tid, length, lav) above its base.
+        bad[24..32].copy_from_slice(&7u64.to_le_bytes());
+        let e = TellReply::decode(&bad).unwrap_err();
+        assert!(e.0.contains("out of order"), "{e:?}");
+    }
+}
