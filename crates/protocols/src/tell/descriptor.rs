@@ -74,6 +74,30 @@ impl Descriptor {
         self.bits[(k / WORD_BITS) as usize] & (1 << (k % WORD_BITS)) != 0
     }
 
+    /// Whether every tid this snapshot sees, `other` sees too (Tell's `V ⊆ B`).
+    pub fn subset_of(&self, other: &Descriptor) -> bool {
+        let below = other.base.min(self.base);
+        (below + 1..=self.last).all(|t| !self.sees(Tid(t)) || other.sees(Tid(t)))
+    }
+
+    /// This snapshot with `tid` seen too (Tell's `V_max ∪ {tid}` of a write-through).
+    pub fn with(&self, tid: Tid) -> Descriptor {
+        if self.sees(tid) {
+            return self.clone();
+        }
+        let last = self.last.max(tid.0);
+        let completed = (self.base + 1..=self.last)
+            .filter(|&t| self.sees(Tid(t)))
+            .chain([tid.0]);
+        let mut d = Descriptor::new(self.lav, self.base, last, completed);
+        // The base moves over the bits now contiguous with it.
+        while d.base < d.last && d.sees(Tid(d.base + 1)) {
+            let rest: Vec<u64> = (d.base + 2..=d.last).filter(|&t| d.sees(Tid(t))).collect();
+            d = Descriptor::new(d.lav, d.base + 1, d.last, rest);
+        }
+        d
+    }
+
     /// Tids above the base that completed.
     pub fn completed_above_base(&self) -> u64 {
         self.bits.iter().map(|w| w.count_ones() as u64).sum()
@@ -145,6 +169,24 @@ mod tests {
         assert_eq!(seen, vec![12, 13, 20]);
         assert_eq!(d.completed_above_base(), 3);
         assert_eq!(Descriptor::from_words(&d.to_words()), Ok(d));
+    }
+
+    #[test]
+    fn tell_a_descriptor_is_a_subset_of_another_iff_the_other_sees_every_tid_it_sees() {
+        let a = Descriptor::new(0, 4, 9, [6, 9]);
+        assert!(a.subset_of(&a));
+        assert!(a.subset_of(&Descriptor::new(0, 6, 9, [9])));
+        assert!(!a.subset_of(&Descriptor::new(0, 6, 9, [])), "misses 9");
+        assert!(
+            !a.subset_of(&Descriptor::new(0, 3, 9, [4, 6, 8])),
+            "misses 9"
+        );
+        assert!(!Descriptor::new(0, 7, 7, []).subset_of(&a), "7 is not in a");
+        let b = a.with(Tid(5));
+        assert_eq!((b.base, b.last), (6, 9));
+        assert!(a.subset_of(&b) && b.sees(Tid(5)) && !b.sees(Tid(7)));
+        assert_eq!(a.with(Tid(12)).last, 12);
+        assert_eq!(a.with(Tid(3)), a, "3 is seen already");
     }
 
     #[test]

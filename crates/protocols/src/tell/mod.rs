@@ -11,10 +11,11 @@
 //! rules (the read, R1, the write and its undo, garbage collection by `lav`) and the
 //! latch-free B+tree over any LL/SC store ([`btree`]); the commit manager's messages
 //! ([`msg`]) and the node state that serves them ([`node`]); a record's versions in its
-//! slot's words ([`record`]). Not yet:
+//! slot's words ([`record`]); the shared record buffer of SB and SBVS ([`buffer`]). Not yet:
 //! the family's store requests and `--protocol tell` (issue 39).
 
 pub mod btree;
+pub mod buffer;
 pub mod cm;
 pub mod descriptor;
 pub mod msg;

@@ -1,0 +1,412 @@
+//! Tell's shared record buffer (Tell §5.5, SB and SBVS): one per processing node, between
+//! its transactions and the store. Each entry keeps a record with a version set `B` for
+//! which it is valid: every tid in `B` completed before the record was fetched, so the
+//! record holds every version of them. A transaction whose snapshot sees `V_tx` may use the
+//! entry iff `V_tx ⊆ B`; otherwise it fetches the record again.
+//!
+//! What makes `B` valid is the order of the caller's steps, which this type cannot see:
+//! - **SB**: take `V_max` (the snapshot of the node's newest transaction) *before* fetching
+//!   the record, then [`SharedBuffer::fill`] with it; after a successful conditional put,
+//!   [`SharedBuffer::write_through`] with `V_max ∪ {tid}` (a transaction in `V_max` that
+//!   changed the record would have failed the put).
+//! - **SBVS**: the store keeps a version set per cache unit of `unit_records` consecutive
+//!   rids, which a committing writer puts after every record put and before
+//!   `set_committed`. A reader fetches the unit's set `B'` *before* the record and fills
+//!   with it; an entry whose `B` does not cover `V_tx` is still valid if the unit's set is
+//!   still `B` ([`SharedBuffer::revalidate`]). A writer's update drops the unit's entries
+//!   on its own node ([`SharedBuffer::invalidate_unit`]).
+//!
+//! Bounded: at most `capacity` entries, the least recently used evicted first.
+
+use super::descriptor::Descriptor;
+use super::record::Record;
+use std::collections::{BTreeMap, HashMap};
+
+/// A record id in the store.
+pub type Rid = u64;
+
+struct Entry {
+    record: Record,
+    valid: Descriptor,
+    /// When it was last used (the LRU order's key).
+    used: u64,
+}
+
+/// Hits and misses, for the report's hit ratio.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BufferCounts {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    /// SBVS: entries found valid by the unit's version set after `V_tx ⊄ B`.
+    pub revalidated: u64,
+}
+
+impl BufferCounts {
+    pub fn hit_ratio(&self) -> f64 {
+        let all = self.hits + self.misses;
+        if all == 0 {
+            0.0
+        } else {
+            self.hits as f64 / all as f64
+        }
+    }
+}
+
+/// One processing node's shared buffer.
+pub struct SharedBuffer {
+    capacity: usize,
+    unit_records: u64,
+    entries: HashMap<Rid, Entry>,
+    /// `used` -> rid: the least recently used first.
+    lru: BTreeMap<u64, Rid>,
+    clock: u64,
+    pub counts: BufferCounts,
+}
+
+impl SharedBuffer {
+    /// A buffer of at most `capacity` records, in cache units of `unit_records` (SBVS; 1
+    /// for SB).
+    pub fn new(capacity: usize, unit_records: u64) -> Self {
+        assert!(
+            capacity > 0 && unit_records > 0,
+            "tell: a buffer of {capacity} records in units of {unit_records}"
+        );
+        SharedBuffer {
+            capacity,
+            unit_records,
+            entries: HashMap::new(),
+            lru: BTreeMap::new(),
+            clock: 0,
+            counts: BufferCounts::default(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The cache unit of `rid`.
+    pub fn unit_of(&self, rid: Rid) -> u64 {
+        rid / self.unit_records
+    }
+
+    /// The record for a transaction of snapshot `v_tx`, if the entry is valid for it
+    /// (counted as a hit; a miss otherwise).
+    pub fn get(&mut self, rid: Rid, v_tx: &Descriptor) -> Option<&Record> {
+        let hit = self
+            .entries
+            .get(&rid)
+            .is_some_and(|e| v_tx.subset_of(&e.valid));
+        if !hit {
+            self.counts.misses += 1;
+            return None;
+        }
+        self.counts.hits += 1;
+        self.touch(rid);
+        self.entries.get(&rid).map(|e| &e.record)
+    }
+
+    /// SBVS: after a miss, the unit's version set `unit_set` read from the store: an entry
+    /// fetched under that same set is still the unit's newest state, so it is valid.
+    pub fn revalidate(&mut self, rid: Rid, unit_set: &Descriptor) -> Option<&Record> {
+        let valid = self.entries.get(&rid).is_some_and(|e| e.valid == *unit_set);
+        if !valid {
+            return None;
+        }
+        self.counts.revalidated += 1;
+        self.touch(rid);
+        self.entries.get(&rid).map(|e| &e.record)
+    }
+
+    /// Puts `record`, fetched after `valid` was taken, in place of what the entry held.
+    pub fn fill(&mut self, rid: Rid, record: Record, valid: Descriptor) {
+        self.clock += 1;
+        let used = self.clock;
+        if let Some(old) = self.entries.insert(
+            rid,
+            Entry {
+                record,
+                valid,
+                used,
+            },
+        ) {
+            self.lru.remove(&old.used);
+        }
+        self.lru.insert(used, rid);
+        while self.entries.len() > self.capacity {
+            let (_, victim) = self.lru.pop_first().expect("an entry per lru key");
+            self.entries.remove(&victim);
+            self.counts.evictions += 1;
+        }
+    }
+
+    /// After this node's conditional put of `record` succeeded: the record as put, valid
+    /// for `V_max ∪ {tid}`.
+    pub fn write_through(&mut self, rid: Rid, record: Record, valid: Descriptor) {
+        self.fill(rid, record, valid);
+    }
+
+    /// Drops `rid`'s entry (an aborting writer's write-through).
+    pub fn forget(&mut self, rid: Rid) {
+        if let Some(e) = self.entries.remove(&rid) {
+            self.lru.remove(&e.used);
+        }
+    }
+
+    /// SBVS: this node updated `unit`'s version set; its entries of the unit are dropped.
+    pub fn invalidate_unit(&mut self, unit: u64) {
+        let unit_records = self.unit_records;
+        let gone: Vec<Rid> = self
+            .entries
+            .keys()
+            .copied()
+            .filter(|r| r / unit_records == unit)
+            .collect();
+        for rid in gone {
+            let e = self.entries.remove(&rid).expect("listed");
+            self.lru.remove(&e.used);
+        }
+    }
+
+    fn touch(&mut self, rid: Rid) {
+        self.clock += 1;
+        let e = self.entries.get_mut(&rid).expect("present");
+        self.lru.remove(&e.used);
+        e.used = self.clock;
+        self.lru.insert(self.clock, rid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tell::cm::CommitManager;
+    use crate::tell::descriptor::Tid;
+    use crate::tell::versions::{Version, VersionSet};
+
+    /// The store as the model sees it: each record's whole version set (no garbage
+    /// collection) and its sequence number.
+    struct Store {
+        records: Vec<Record>,
+    }
+
+    impl Store {
+        fn new(n: usize) -> Self {
+            let loaded = Version {
+                tid: Tid(0),
+                word: 1,
+                payload: Some(vec![0]),
+            };
+            let r = Record {
+                seq: 0,
+                locked: false,
+                versions: VersionSet::new(vec![loaded]),
+            };
+            Store {
+                records: vec![r; n],
+            }
+        }
+
+        fn put(&mut self, rid: Rid, tid: Tid, value: u64) -> Record {
+            let r = &mut self.records[rid as usize];
+            r.versions.write(tid, tid.0 + 1, Some(vec![value]));
+            r.seq += 1;
+            r.clone()
+        }
+
+        fn undo(&mut self, rid: Rid, tid: Tid) {
+            let r = &mut self.records[rid as usize];
+            assert!(r.versions.unwrite(tid));
+            r.seq += 1;
+        }
+    }
+
+    /// The value a snapshot reads of a record.
+    fn value(r: &Record, snap: &Descriptor, own: Tid) -> Option<u64> {
+        r.versions
+            .read(snap, own)
+            .map(|v| v.payload.as_ref().unwrap()[0])
+    }
+
+    /// A writer in flight: its tid, snapshot and the records it put.
+    struct Writer {
+        tid: Tid,
+        /// It runs on the buffer's node (it writes through).
+        here: bool,
+        snap: Descriptor,
+        put: Vec<Rid>,
+    }
+
+    /// Random transactions on one processing node with a shared buffer and writers (of
+    /// this node and others) putting, committing and aborting: every read through the
+    /// buffer equals the read of the store itself at the same moment. `fill_after_fetch`
+    /// and `forget_none` break the order the buffer relies on, for the test to catch.
+    fn run_model(seed: u64, fill_after_fetch: bool, forget_none: bool) -> Result<(), String> {
+        const RECORDS: u64 = 12;
+        let mut rng = atoll_fabric::rng::Rng::new(seed);
+        let mut cm = CommitManager::single(1 << 20);
+        let mut store = Store::new(RECORDS as usize);
+        let mut buf = SharedBuffer::new(6, 1);
+        let mut writers: Vec<Writer> = Vec::new();
+        // The node's newest transaction's snapshot (V_max).
+        let mut v_max = cm.start(true).map_err(|e| e.to_string())?.snapshot;
+        for step in 0..4_000 {
+            match rng.below(5) {
+                // A reader of this node.
+                0 | 1 => {
+                    let s = cm.start(true).map_err(|e| e.to_string())?;
+                    v_max = s.snapshot.clone();
+                    for _ in 0..3 {
+                        let rid = rng.below(RECORDS);
+                        let truth = value(&store.records[rid as usize], &s.snapshot, s.tid);
+                        let got = match buf.get(rid, &s.snapshot) {
+                            Some(r) => value(r, &s.snapshot, s.tid),
+                            None => {
+                                let fetched = store.records[rid as usize].clone();
+                                // The broken order takes V_max after the fetch: a commit
+                                // in between makes B claim what the record lacks.
+                                if fill_after_fetch && rng.below(2) == 0 {
+                                    let w = cm.start(false).map_err(|e| e.to_string())?;
+                                    let r = &store.records[rid as usize];
+                                    if r.versions.unseen_writer(&w.snapshot, w.tid).is_none() {
+                                        store.put(rid, w.tid, w.tid.0 * 100 + rid);
+                                    }
+                                    cm.set_committed(w.tid).map_err(|e| e.to_string())?;
+                                    // The node's newest transaction: a writer, still open.
+                                    let newest = cm.start(false).map_err(|e| e.to_string())?;
+                                    v_max = newest.snapshot.clone();
+                                    writers.push(Writer {
+                                        tid: newest.tid,
+                                        here: true,
+                                        snap: newest.snapshot,
+                                        put: Vec::new(),
+                                    });
+                                }
+                                buf.fill(rid, fetched.clone(), v_max.clone());
+                                value(&fetched, &s.snapshot, s.tid)
+                            }
+                        };
+                        if got != truth {
+                            return Err(format!(
+                                "seed {seed} step {step}: record {rid} read {got:?} through the buffer, {truth:?} in the store"
+                            ));
+                        }
+                    }
+                    cm.set_committed(s.tid).map_err(|e| e.to_string())?;
+                }
+                // A writer starts and puts some records.
+                2 => {
+                    let s = cm.start(false).map_err(|e| e.to_string())?;
+                    // Half the writers run on this node: the newest transaction here.
+                    let here = rng.below(2) == 0;
+                    if here {
+                        v_max = s.snapshot.clone();
+                    }
+                    let mut w = Writer {
+                        tid: s.tid,
+                        here,
+                        snap: s.snapshot,
+                        put: Vec::new(),
+                    };
+                    for _ in 0..2 {
+                        let rid = rng.below(RECORDS);
+                        let r = &store.records[rid as usize];
+                        // R1: another writer's version it does not see aborts it.
+                        if w.put.contains(&rid)
+                            || r.versions.unseen_writer(&w.snap, w.tid).is_some()
+                        {
+                            continue;
+                        }
+                        let put = store.put(rid, w.tid, w.tid.0 * 100 + rid);
+                        w.put.push(rid);
+                        // This node's writers write through, valid for V_max plus itself.
+                        if here {
+                            buf.write_through(rid, put, v_max.with(w.tid));
+                        }
+                    }
+                    writers.push(w);
+                }
+                // A writer commits, or aborts (its versions taken out first).
+                _ if !writers.is_empty() => {
+                    let w = writers.swap_remove(rng.below(writers.len() as u64) as usize);
+                    if rng.below(3) == 0 {
+                        for &rid in &w.put {
+                            store.undo(rid, w.tid);
+                            if w.here && !forget_none {
+                                buf.forget(rid);
+                            }
+                        }
+                        cm.set_aborted(w.tid).map_err(|e| e.to_string())?;
+                    } else {
+                        cm.set_committed(w.tid).map_err(|e| e.to_string())?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if buf.counts.hits == 0 || buf.counts.misses == 0 {
+            return Err(format!(
+                "seed {seed}: {:?}, the buffer was not exercised",
+                buf.counts
+            ));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn tell_a_shared_buffer_read_equals_the_stores_under_concurrent_writers_and_aborts() {
+        for seed in 0..20 {
+            run_model(seed, false, false).unwrap();
+        }
+    }
+
+    #[test]
+    fn tell_a_shared_buffer_breaking_its_order_is_caught() {
+        let caught = (0..20)
+            .filter(|&s| run_model(s, true, false).is_err())
+            .count();
+        assert!(
+            caught >= 18,
+            "V_max after the fetch: caught in {caught} of 20 seeds"
+        );
+        // An aborting writer that leaves its written-through entries.
+        let caught = (0..20)
+            .filter(|&s| run_model(s, false, true).is_err())
+            .count();
+        assert!(
+            caught >= 18,
+            "aborted entries kept: caught in {caught} of 20 seeds"
+        );
+    }
+
+    #[test]
+    fn tell_a_shared_buffer_evicts_the_least_recently_used_and_drops_a_units_entries() {
+        let rec = Record {
+            seq: 0,
+            locked: false,
+            versions: VersionSet::default(),
+        };
+        let all = Descriptor::new(0, 100, 100, []);
+        let mut buf = SharedBuffer::new(2, 10);
+        buf.fill(1, rec.clone(), all.clone());
+        buf.fill(2, rec.clone(), all.clone());
+        assert!(buf.get(1, &all).is_some());
+        buf.fill(13, rec.clone(), all.clone());
+        assert!(buf.get(2, &all).is_none(), "2 was the least recently used");
+        assert_eq!((buf.len(), buf.counts.evictions), (2, 1));
+        buf.invalidate_unit(1);
+        assert!(buf.get(13, &all).is_none() && buf.get(1, &all).is_some());
+        // SBVS: an entry fetched under the unit's set is valid while the set is unchanged.
+        let b = Descriptor::new(0, 5, 5, []);
+        buf.fill(3, rec, b.clone());
+        assert!(buf.get(3, &all).is_none());
+        assert!(buf.revalidate(3, &b).is_some());
+        assert!(buf.revalidate(3, &all).is_none());
+        assert_eq!(buf.counts.revalidated, 1);
+    }
+}
