@@ -185,7 +185,7 @@ impl SharedBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tell::cm::CommitManager;
+    use crate::tell::cm::{CommitManager, Pn};
     use crate::tell::descriptor::Tid;
     use crate::tell::versions::{Version, VersionSet};
 
@@ -254,12 +254,12 @@ mod tests {
         let mut buf = SharedBuffer::new(6, 1);
         let mut writers: Vec<Writer> = Vec::new();
         // The node's newest transaction's snapshot (V_max).
-        let mut v_max = cm.start(true).map_err(|e| e.to_string())?.snapshot;
+        let mut v_max = cm.start(Pn(0), true).map_err(|e| e.to_string())?.snapshot;
         for step in 0..4_000 {
             match rng.below(5) {
                 // A reader of this node.
                 0 | 1 => {
-                    let s = cm.start(true).map_err(|e| e.to_string())?;
+                    let s = cm.start(Pn(0), true).map_err(|e| e.to_string())?;
                     v_max = s.snapshot.clone();
                     for _ in 0..3 {
                         let rid = rng.below(RECORDS);
@@ -271,14 +271,15 @@ mod tests {
                                 // The broken order takes V_max after the fetch: a commit
                                 // in between makes B claim what the record lacks.
                                 if fill_after_fetch && rng.below(2) == 0 {
-                                    let w = cm.start(false).map_err(|e| e.to_string())?;
+                                    let w = cm.start(Pn(0), false).map_err(|e| e.to_string())?;
                                     let r = &store.records[rid as usize];
                                     if r.versions.unseen_writer(&w.snapshot, w.tid).is_none() {
                                         store.put(rid, w.tid, w.tid.0 * 100 + rid);
                                     }
                                     cm.set_committed(w.tid).map_err(|e| e.to_string())?;
                                     // The node's newest transaction: a writer, still open.
-                                    let newest = cm.start(false).map_err(|e| e.to_string())?;
+                                    let newest =
+                                        cm.start(Pn(0), false).map_err(|e| e.to_string())?;
                                     v_max = newest.snapshot.clone();
                                     writers.push(Writer {
                                         tid: newest.tid,
@@ -301,7 +302,7 @@ mod tests {
                 }
                 // A writer starts and puts some records.
                 2 => {
-                    let s = cm.start(false).map_err(|e| e.to_string())?;
+                    let s = cm.start(Pn(0), false).map_err(|e| e.to_string())?;
                     // Half the writers run on this node: the newest transaction here.
                     let here = rng.below(2) == 0;
                     if here {

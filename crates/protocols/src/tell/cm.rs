@@ -16,6 +16,18 @@
 use super::descriptor::{Descriptor, Tid};
 use std::collections::{BTreeMap, VecDeque};
 
+/// A processing node, as a commit manager knows who started a transaction (so that the
+/// recovery of a crashed one can end its tids).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Pn(pub u16);
+
+/// An active transaction: the base it started at and its processing node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Active {
+    base: u64,
+    pn: Pn,
+}
+
 /// Tids in flight at most by default: the 64 KiB ring of Tell's code, a bit each.
 pub const INFLIGHT_MAX_DEFAULT: u64 = 64 * 1024 * 8;
 
@@ -76,8 +88,8 @@ pub struct CommitManager {
     /// Its tids still to hand out: `next..end`.
     next: u64,
     end: u64,
-    /// Active transactions: tid -> the base it started at.
-    active: BTreeMap<u64, u64>,
+    /// Active transactions by tid.
+    active: BTreeMap<u64, Active>,
     /// The others' least `lav` at the last merge.
     peers_lav: Option<u64>,
     inflight_max: u64,
@@ -138,7 +150,7 @@ impl CommitManager {
 
     /// A new transaction's tid and snapshot. A read-only one completes at once (no base
     /// waits for it) but stays active until it ends, so that `lav` keeps its versions.
-    pub fn start(&mut self, read_only: bool) -> Result<Started, CmError> {
+    pub fn start(&mut self, pn: Pn, read_only: bool) -> Result<Started, CmError> {
         if self.next >= self.end {
             return Err(CmError::NoTids);
         }
@@ -153,7 +165,13 @@ impl CommitManager {
         self.next += 1;
         self.last = self.last.max(tid);
         let snapshot = self.descriptor(self.lav());
-        self.active.insert(tid, self.base);
+        self.active.insert(
+            tid,
+            Active {
+                base: self.base,
+                pn,
+            },
+        );
         if read_only {
             self.complete(tid);
         }
@@ -184,17 +202,31 @@ impl CommitManager {
 
     /// The lowest base among the active transactions, here and at the others.
     pub fn lav(&self) -> u64 {
-        let here = self.active.values().next().copied().unwrap_or(self.base);
+        let here = self.active.values().next().map_or(self.base, |a| a.base);
         // Bases only grow, so the oldest active tid started at the lowest one.
-        debug_assert!(self.active.values().all(|&b| b >= here));
+        debug_assert!(self.active.values().all(|a| a.base >= here));
         self.peers_lav.map_or(here, |p| p.min(here))
+    }
+
+    /// The tids processing node `pn` started that are still active, in order.
+    pub fn active_of(&self, pn: Pn) -> Vec<Tid> {
+        self.active
+            .iter()
+            .filter(|(_, a)| a.pn == pn)
+            .map(|(&t, _)| Tid(t))
+            .collect()
+    }
+
+    /// The highest tid handed out that this manager knows.
+    pub fn last(&self) -> u64 {
+        self.last
     }
 
     /// What this manager tells the others.
     pub fn summary(&self) -> Summary {
         Summary {
             completed: self.descriptor(self.base),
-            lav: self.active.values().next().copied().unwrap_or(self.base),
+            lav: self.active.values().next().map_or(self.base, |a| a.base),
         }
     }
 
@@ -255,12 +287,14 @@ mod tests {
     #[test]
     fn tell_a_commit_managers_base_moves_over_contiguous_completions_only() {
         let mut cm = CommitManager::single(INFLIGHT_MAX_DEFAULT);
-        let t: Vec<Tid> = (0..4).map(|_| cm.start(false).unwrap().tid).collect();
+        let t: Vec<Tid> = (0..4)
+            .map(|_| cm.start(Pn(0), false).unwrap().tid)
+            .collect();
         assert_eq!(t, vec![Tid(1), Tid(2), Tid(3), Tid(4)]);
         cm.set_committed(Tid(2)).unwrap();
         cm.set_aborted(Tid(3)).unwrap();
         assert_eq!(cm.base(), 0, "tid 1 is still open");
-        let s = cm.start(false).unwrap();
+        let s = cm.start(Pn(0), false).unwrap();
         assert!(!s.snapshot.sees(Tid(1)) && s.snapshot.sees(Tid(2)) && s.snapshot.sees(Tid(3)));
         assert!(!s.snapshot.sees(Tid(4)) && !s.snapshot.sees(s.tid));
         assert_eq!(s.snapshot.lav, 0);
@@ -272,9 +306,9 @@ mod tests {
     #[test]
     fn tell_a_long_read_only_transaction_holds_lav_back_but_not_the_base() {
         let mut cm = CommitManager::single(INFLIGHT_MAX_DEFAULT);
-        let reader = cm.start(true).unwrap();
+        let reader = cm.start(Pn(0), true).unwrap();
         for _ in 0..100 {
-            let w = cm.start(false).unwrap();
+            let w = cm.start(Pn(0), false).unwrap();
             cm.set_committed(w.tid).unwrap();
         }
         assert_eq!(cm.base(), 101);
@@ -286,11 +320,11 @@ mod tests {
     #[test]
     fn tell_a_start_past_the_tids_in_flight_is_refused_by_name() {
         let mut cm = CommitManager::single(8);
-        let first = cm.start(false).unwrap().tid;
+        let first = cm.start(Pn(0), false).unwrap().tid;
         for _ in 1..8 {
-            cm.start(false).unwrap();
+            cm.start(Pn(0), false).unwrap();
         }
-        let e = cm.start(false).unwrap_err();
+        let e = cm.start(Pn(0), false).unwrap_err();
         assert_eq!(
             e,
             CmError::InFlight {
@@ -301,18 +335,18 @@ mod tests {
         );
         assert!(e.to_string().contains("stayed open too long"), "{e}");
         cm.set_aborted(first).unwrap();
-        assert!(cm.start(false).is_ok());
+        assert!(cm.start(Pn(0), false).is_ok());
     }
 
     #[test]
     fn tell_commit_managers_that_merge_see_each_others_completions() {
         let mut a = CommitManager::without_tids(INFLIGHT_MAX_DEFAULT);
         let mut b = CommitManager::without_tids(INFLIGHT_MAX_DEFAULT);
-        assert_eq!(a.start(false), Err(CmError::NoTids));
+        assert_eq!(a.start(Pn(0), false), Err(CmError::NoTids));
         a.add_block(1, 4);
         b.add_block(5, 4);
-        let ta: Vec<Tid> = (0..4).map(|_| a.start(false).unwrap().tid).collect();
-        let tb = b.start(false).unwrap().tid;
+        let ta: Vec<Tid> = (0..4).map(|_| a.start(Pn(0), false).unwrap().tid).collect();
+        let tb = b.start(Pn(0), false).unwrap().tid;
         for &t in &ta {
             a.set_committed(t).unwrap();
         }
@@ -322,7 +356,7 @@ mod tests {
         a.merge(std::slice::from_ref(&sb));
         b.merge(std::slice::from_ref(&sa));
         assert_eq!((a.base(), b.base()), (5, 5));
-        let s = b.start(false).unwrap();
+        let s = b.start(Pn(0), false).unwrap();
         assert!((1..=5).all(|t| s.snapshot.sees(Tid(t))));
         // b's open transaction holds a's lav back after the next sync.
         a.merge(&[b.summary()]);
@@ -341,7 +375,7 @@ mod tests {
             if open.is_empty() || (rng.below(3) > 0 && open.len() < 300) {
                 let read_only = rng.below(4) == 0;
                 let base = cm.base();
-                let s = cm.start(read_only).unwrap();
+                let s = cm.start(Pn(0), read_only).unwrap();
                 // The snapshot sees exactly what completed before it.
                 if step % 97 == 0 {
                     for t in 1..=s.tid.0 {

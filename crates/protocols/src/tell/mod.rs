@@ -11,7 +11,8 @@
 //! rules (the read, R1, the write and its undo, garbage collection by `lav`) and the
 //! latch-free B+tree over any LL/SC store ([`btree`]); the commit manager's messages
 //! ([`msg`]) and the node state that serves them ([`node`]); a record's versions in its
-//! slot's words ([`record`]); the shared record buffer of SB and SBVS ([`buffer`]). Not yet:
+//! slot's words ([`record`]); the shared record buffer of SB and SBVS ([`buffer`]); the
+//! log and the recovery plan of a crashed processing node ([`recovery`]). Not yet:
 //! the family's store requests and `--protocol tell` (issue 39).
 
 pub mod btree;
@@ -21,4 +22,5 @@ pub mod descriptor;
 pub mod msg;
 pub mod node;
 pub mod record;
+pub mod recovery;
 pub mod versions;

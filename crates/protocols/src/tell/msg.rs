@@ -2,7 +2,7 @@
 //! `set_aborted`, and its replies (a tid with its snapshot, a refusal naming the limit it
 //! met). Decoding refuses anything malformed with a typed error.
 
-use super::cm::CmError;
+use super::cm::{CmError, Pn};
 use super::descriptor::{Descriptor, Tid};
 use atoll_txn::msg::{DecodeError, FamilyId, Reply, WordReader, WordWriter};
 use atoll_txn::wire_tags;
@@ -31,8 +31,8 @@ wire_tags! {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TellRequest {
-    /// A new transaction: its tid and snapshot.
-    Start { read_only: bool },
+    /// A new transaction of processing node `pn`: its tid and snapshot.
+    Start { pn: Pn, read_only: bool },
     /// `tid` committed: every version it wrote is in the store.
     SetCommitted { tid: Tid },
     /// `tid` aborted: every version it wrote is gone from the store.
@@ -62,8 +62,9 @@ pub enum TellReply {
 impl TellRequest {
     pub fn encode(&self, e: &mut WordWriter<'_>) {
         match self {
-            TellRequest::Start { read_only } => {
+            TellRequest::Start { pn, read_only } => {
                 e.tag(TellTag::Start);
+                e.w(pn.0 as u64);
                 e.w(*read_only as u64);
             }
             TellRequest::SetCommitted { tid } => {
@@ -85,9 +86,15 @@ impl TellRequest {
     pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
         let mut d = WordReader::new(body, "tell request");
         let r = match TellTag::try_from(d.w()?)? {
-            TellTag::Start => TellRequest::Start {
-                read_only: d.bool()?,
-            },
+            TellTag::Start => {
+                let pn = d.w()?;
+                let pn = u16::try_from(pn)
+                    .map_err(|_| d.error(format!("processing node {pn} out of range")))?;
+                TellRequest::Start {
+                    pn: Pn(pn),
+                    read_only: d.bool()?,
+                }
+            }
             TellTag::SetCommitted => TellRequest::SetCommitted { tid: Tid(d.w()?) },
             TellTag::SetAborted => TellRequest::SetAborted { tid: Tid(d.w()?) },
         };
@@ -156,7 +163,10 @@ mod tests {
     #[test]
     fn tell_messages_round_trip_and_every_truncation_is_a_typed_error() {
         let requests = [
-            TellRequest::Start { read_only: true },
+            TellRequest::Start {
+                pn: Pn(3),
+                read_only: true,
+            },
             TellRequest::SetCommitted { tid: Tid(41) },
             TellRequest::SetAborted { tid: Tid(42) },
         ];

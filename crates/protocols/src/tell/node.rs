@@ -30,7 +30,7 @@ impl TellNode {
         let cm = guard.get_or_insert_with(|| CommitManager::single(inflight_max));
         let done = |r: Result<(), _>| r.map_or_else(TellReply::of_error, |()| TellReply::Done);
         match req {
-            TellRequest::Start { read_only } => match cm.start(read_only) {
+            TellRequest::Start { pn, read_only } => match cm.start(pn, read_only) {
                 Ok(s) => TellReply::Started {
                     tid: s.tid,
                     snapshot: s.snapshot,
@@ -58,7 +58,10 @@ mod tests {
     fn tell_a_commit_manager_node_hands_out_tids_and_refuses_what_it_cannot_do_by_a_typed_reply() {
         let n = TellNode::default();
         assert_eq!(n.cm_state(), None);
-        let start = |ro| n.serve_cm(TellRequest::Start { read_only: ro }, 2);
+        let start = |ro| {
+            let pn = crate::tell::cm::Pn(1);
+            n.serve_cm(TellRequest::Start { pn, read_only: ro }, 2)
+        };
         let TellReply::Started { tid, snapshot } = start(false) else {
             panic!("no tid");
         };
