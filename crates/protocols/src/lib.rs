@@ -40,6 +40,9 @@ pub fn participants(nodes: &atoll_txn::FamilyNodes) -> Vec<Arc<dyn Participant>>
         Arc::new(calvin::participant::CalvinParticipant {
             node: nodes.get(calvin::msg::FAMILY),
         }),
+        Arc::new(tell::participant::TellParticipant {
+            node: nodes.get(tell::msg::FAMILY),
+        }),
     ]
 }
 

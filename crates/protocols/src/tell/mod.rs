@@ -12,7 +12,8 @@
 //! latch-free B+tree over any LL/SC store ([`btree`]); the commit manager's messages
 //! ([`msg`]) and the node state that serves them ([`node`]); a record's versions in its
 //! slot's words ([`record`]); the shared record buffer of SB and SBVS ([`buffer`]); the
-//! log and the recovery plan of a crashed processing node ([`recovery`]). Not yet:
+//! log and the recovery plan of a crashed processing node ([`recovery`]); the participant
+//! serving `get`, `put_if` and the commit manager's requests ([`participant`]). Not yet:
 //! the family's store requests and `--protocol tell` (issue 39).
 
 pub mod btree;
@@ -21,6 +22,7 @@ pub mod cm;
 pub mod descriptor;
 pub mod msg;
 pub mod node;
+pub mod participant;
 pub mod record;
 pub mod recovery;
 pub mod versions;

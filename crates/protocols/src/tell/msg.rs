@@ -1,9 +1,12 @@
-//! Tell's messages to a commit manager (Tell §4.2): `start`, `set_committed`,
+//! Tell's messages: to a commit manager (Tell §4.2) `start`, `set_committed`,
 //! `set_aborted`, and its replies (a tid with its snapshot, a refusal naming the limit it
-//! met). Decoding refuses anything malformed with a typed error.
+//! met); to a storage node (Tell §4.1) `get` (every version of a record: its slot) and
+//! `put_if` (a whole new slot, iff its sequence number is still the one read). Decoding
+//! refuses anything malformed with a typed error.
 
 use super::cm::{CmError, Pn};
 use super::descriptor::{Descriptor, Tid};
+use atoll_storage::TableId;
 use atoll_txn::msg::{DecodeError, FamilyId, Reply, WordReader, WordWriter};
 use atoll_txn::wire_tags;
 
@@ -16,6 +19,8 @@ wire_tags! {
         Start = 1,
         SetCommitted = 2,
         SetAborted = 3,
+        Get = 4,
+        PutIf = 5,
     }
 }
 
@@ -26,7 +31,21 @@ wire_tags! {
         Done = 2,
         InFlight = 3,
         NotActive = 4,
+        Records = 5,
+        Puts = 6,
+        Busy = 7,
     }
+}
+
+/// One record's conditional put: slot `loc` of `table` becomes `words` iff its sequence
+/// number is still `seq` and no put holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PutItem {
+    pub table: TableId,
+    pub loc: u32,
+    pub seq: u64,
+    /// The whole slot (its `LOCK` word is the node's to set).
+    pub words: Vec<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +56,10 @@ pub enum TellRequest {
     SetCommitted { tid: Tid },
     /// `tid` aborted: every version it wrote is gone from the store.
     SetAborted { tid: Tid },
+    /// Every version of each record, by key: its slot's words.
+    Get { items: Vec<(TableId, u64)> },
+    /// Conditional puts, each on its own.
+    PutIf { items: Vec<PutItem> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,9 +80,25 @@ pub enum TellReply {
     NotActive {
         tid: Tid,
     },
+    /// Per key of a `Get`: its slot and the slot's words, or `None` if the key has none.
+    Records(Vec<Option<(u32, Vec<u64>)>>),
+    /// Per item of a `PutIf`: whether it was put.
+    Puts(Vec<bool>),
+    /// A record stayed held by puts while the node read it: ask again.
+    Busy,
 }
 
 impl TellRequest {
+    /// Whether a commit manager serves it (else a storage node).
+    pub fn for_commit_manager(&self) -> bool {
+        matches!(
+            self,
+            TellRequest::Start { .. }
+                | TellRequest::SetCommitted { .. }
+                | TellRequest::SetAborted { .. }
+        )
+    }
+
     pub fn encode(&self, e: &mut WordWriter<'_>) {
         match self {
             TellRequest::Start { pn, read_only } => {
@@ -74,6 +113,24 @@ impl TellRequest {
             TellRequest::SetAborted { tid } => {
                 e.tag(TellTag::SetAborted);
                 e.w(tid.0);
+            }
+            TellRequest::Get { items } => {
+                e.tag(TellTag::Get);
+                e.w(items.len() as u64);
+                for (t, k) in items {
+                    e.w(t.0 as u64);
+                    e.w(*k);
+                }
+            }
+            TellRequest::PutIf { items } => {
+                e.tag(TellTag::PutIf);
+                e.w(items.len() as u64);
+                for it in items {
+                    e.w(it.table.0 as u64);
+                    e.w(it.loc as u64);
+                    e.w(it.seq);
+                    e.words(&it.words);
+                }
             }
         }
     }
@@ -97,6 +154,19 @@ impl TellRequest {
             }
             TellTag::SetCommitted => TellRequest::SetCommitted { tid: Tid(d.w()?) },
             TellTag::SetAborted => TellRequest::SetAborted { tid: Tid(d.w()?) },
+            TellTag::Get => TellRequest::Get {
+                items: d.list(|d| Ok((d.table()?, d.w()?)))?,
+            },
+            TellTag::PutIf => TellRequest::PutIf {
+                items: d.list(|d| {
+                    Ok(PutItem {
+                        table: d.table()?,
+                        loc: d.u32()?,
+                        seq: d.w()?,
+                        words: d.word_vec()?,
+                    })
+                })?,
+            },
         };
         d.done()?;
         Ok(r)
@@ -133,6 +203,28 @@ impl TellReply {
                 e.tag(TellReplyTag::NotActive);
                 e.w(tid.0);
             }
+            TellReply::Records(records) => {
+                e.tag(TellReplyTag::Records);
+                e.w(records.len() as u64);
+                for r in records {
+                    match r {
+                        None => e.w(0),
+                        Some((loc, words)) => {
+                            e.w(1);
+                            e.w(*loc as u64);
+                            e.words(words);
+                        }
+                    }
+                }
+            }
+            TellReply::Puts(puts) => {
+                e.tag(TellReplyTag::Puts);
+                e.w(puts.len() as u64);
+                for &p in puts {
+                    e.w(p as u64);
+                }
+            }
+            TellReply::Busy => e.tag(TellReplyTag::Busy),
         })
     }
 
@@ -150,6 +242,15 @@ impl TellReply {
                 max: d.w()?,
             },
             TellReplyTag::NotActive => TellReply::NotActive { tid: Tid(d.w()?) },
+            TellReplyTag::Records => TellReply::Records(d.list(|d| {
+                Ok(if d.bool()? {
+                    Some((d.u32()?, d.word_vec()?))
+                } else {
+                    None
+                })
+            })?),
+            TellReplyTag::Puts => TellReply::Puts(d.list(|d| d.bool())?),
+            TellReplyTag::Busy => TellReply::Busy,
         };
         d.done()?;
         Ok(r)
@@ -169,6 +270,17 @@ mod tests {
             },
             TellRequest::SetCommitted { tid: Tid(41) },
             TellRequest::SetAborted { tid: Tid(42) },
+            TellRequest::Get {
+                items: vec![(TableId(1), 7), (TableId(0), 9)],
+            },
+            TellRequest::PutIf {
+                items: vec![PutItem {
+                    table: TableId(2),
+                    loc: 3,
+                    seq: 11,
+                    words: vec![1, 2, 3],
+                }],
+            },
         ];
         for r in requests {
             let mut b = Vec::new();
@@ -193,6 +305,9 @@ mod tests {
                 max: 524_288,
             },
             TellReply::NotActive { tid: Tid(5) },
+            TellReply::Records(vec![None, Some((4, vec![8, 9]))]),
+            TellReply::Puts(vec![true, false]),
+            TellReply::Busy,
         ];
         for r in replies {
             let Reply::Family { family, body } = r.clone().into_reply() else {

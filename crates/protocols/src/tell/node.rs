@@ -24,12 +24,13 @@ pub struct TellNode {
 
 impl TellNode {
     /// Serves one commit-manager request, the manager keeping at most `inflight_max` tids
-    /// above its base (the run's setting; the first request makes it).
-    pub fn serve_cm(&self, req: TellRequest, inflight_max: u64) -> TellReply {
+    /// above its base (the run's setting; the first request makes it); `None` for a request
+    /// that is not a commit manager's.
+    pub fn serve_cm(&self, req: TellRequest, inflight_max: u64) -> Option<TellReply> {
         let mut guard = self.cm.lock().expect("no poisoned commit manager");
         let cm = guard.get_or_insert_with(|| CommitManager::single(inflight_max));
         let done = |r: Result<(), _>| r.map_or_else(TellReply::of_error, |()| TellReply::Done);
-        match req {
+        Some(match req {
             TellRequest::Start { pn, read_only } => match cm.start(pn, read_only) {
                 Ok(s) => TellReply::Started {
                     tid: s.tid,
@@ -39,7 +40,8 @@ impl TellNode {
             },
             TellRequest::SetCommitted { tid } => done(cm.set_committed(tid)),
             TellRequest::SetAborted { tid } => done(cm.set_aborted(tid)),
-        }
+            TellRequest::Get { .. } | TellRequest::PutIf { .. } => return None,
+        })
     }
 
     /// The manager's base and `lav` now (for a report or a check); `None` before it served.
@@ -61,6 +63,7 @@ mod tests {
         let start = |ro| {
             let pn = crate::tell::cm::Pn(1);
             n.serve_cm(TellRequest::Start { pn, read_only: ro }, 2)
+                .expect("a commit manager's request")
         };
         let TellReply::Started { tid, snapshot } = start(false) else {
             panic!("no tid");
@@ -79,16 +82,22 @@ mod tests {
                 max: 2
             }
         );
-        let commit = |t| n.serve_cm(TellRequest::SetCommitted { tid: Tid(t) }, 2);
+        let commit = |t| {
+            n.serve_cm(TellRequest::SetCommitted { tid: Tid(t) }, 2)
+                .unwrap()
+        };
         assert_eq!(commit(1), TellReply::Done);
         assert_eq!(commit(1), TellReply::NotActive { tid: Tid(1) });
         // Tid 2 (read-only) completed at its start, so the base is past both; it still
         // holds lav at the base it started at.
         assert_eq!(n.cm_state(), Some((2, 0)));
         assert_eq!(
-            n.serve_cm(TellRequest::SetAborted { tid: Tid(2) }, 2),
+            n.serve_cm(TellRequest::SetAborted { tid: Tid(2) }, 2)
+                .unwrap(),
             TellReply::Done
         );
         assert_eq!(n.cm_state(), Some((2, 2)));
+        let get = TellRequest::Get { items: vec![] };
+        assert_eq!(n.serve_cm(get, 2), None, "a store's request");
     }
 }

@@ -1403,3 +1403,79 @@ fn shared_data_a_node_role_is_placed_only_for_a_family_that_declares_it_and_only
     );
     assert_eq!(occ.protocol.roles(), &[]);
 }
+
+#[test]
+fn tell_a_storage_node_gets_a_whole_slot_and_puts_one_only_at_the_sequence_number_read() {
+    use atoll_protocols::tell::descriptor::Tid;
+    use atoll_protocols::tell::msg::{PutItem, TellReply, TellRequest, FAMILY};
+    use atoll_protocols::tell::record;
+    use atoll_storage::layout::H_KEY;
+    use atoll_txn::handler::StoreHandler;
+    use atoll_txn::msg::Reply;
+    // RSI's records with two versions inline: the slot Tell's records take.
+    let c = rsi_cluster(1, 2, Plan::uniform(atoll_txn::Primitive::Rpc));
+    let layout = c.catalog.layout(T).clone();
+    let handler = StoreHandler::new(
+        c.stores[0].clone(),
+        c.catalog.extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
+        atoll_protocols::participants(&Default::default()),
+    );
+    let ask = |req: TellRequest| -> Option<TellReply> {
+        match handler.answer(&req.to_bytes()).expect("answered at once") {
+            Reply::Family { family, body } if family == FAMILY => {
+                Some(TellReply::decode(&body).expect("a tell reply"))
+            }
+            Reply::BadRequest => None,
+            other => panic!("{other:?}"),
+        }
+    };
+    let get = || match ask(TellRequest::Get {
+        items: vec![(T, 5), (T, 99)],
+    }) {
+        Some(TellReply::Records(r)) => r,
+        other => panic!("{other:?}"),
+    };
+    let records = get();
+    assert!(records[1].is_none(), "key 99 was never loaded");
+    let (loc, words) = records[0].clone().expect("key 5 is loaded");
+    let r = record::decode(&layout, &words).unwrap();
+    assert_eq!((r.seq, r.versions.len()), (0, 1));
+    // Tid 7 adds its version; the loaded one stays for older snapshots.
+    let mut set = r.versions.clone();
+    let head = set.versions()[0].clone();
+    let mut payload = head.payload.clone().unwrap();
+    payload[2] = 555;
+    set.write(Tid(7), head.word + 1, Some(payload));
+    let new = record::encode(&layout, &words, &set).unwrap();
+    let put = |seq: u64, words: Vec<u64>| {
+        ask(TellRequest::PutIf {
+            items: vec![PutItem {
+                table: T,
+                loc,
+                seq,
+                words,
+            }],
+        })
+    };
+    assert_eq!(put(0, new.clone()), Some(TellReply::Puts(vec![true])));
+    // The same words again at the same sequence number: a put happened since, so it fails.
+    assert_eq!(put(0, new.clone()), Some(TellReply::Puts(vec![false])));
+    let (_, after) = get()[0].clone().unwrap();
+    let r = record::decode(&layout, &after).unwrap();
+    assert_eq!((r.seq, r.locked), (1, false));
+    assert_eq!(r.versions, set);
+    // Refused, changing nothing: another key's words, words that are no record, a
+    // commit manager's request where no commit manager runs.
+    let mut other_key = new.clone();
+    other_key[H_KEY as usize] += 1;
+    assert_eq!(put(1, other_key), None);
+    assert_eq!(put(1, new[..new.len() - 1].to_vec()), None);
+    assert_eq!(
+        ask(TellRequest::Start {
+            pn: atoll_protocols::tell::cm::Pn(1),
+            read_only: false
+        }),
+        None
+    );
+    assert_eq!(get()[0].clone().unwrap().1, after);
+}

@@ -1,0 +1,134 @@
+//! Tell's participant: a storage node's `get` and `put_if` on its record slots, and the
+//! commit manager's requests on the node that runs the role [`CM_ROLE`].
+//!
+//! A request is checked whole before it touches memory: every record it names must be a
+//! slot of this node, and a put's words must be a Tell record of the slot's layout that
+//! keeps the slot's key. A put takes the slot's `LOCK` from `[0 | seq]` to `[1 | seq]` by
+//! CAS (so it fails on any put since the read, even of the same value), writes the slot,
+//! then stores `[0 | seq + 1]`; a `get` takes words only between two equal unlocked `LOCK`
+//! reads.
+
+use super::cm::INFLIGHT_MAX_DEFAULT;
+use super::msg::{PutItem, TellReply, TellRequest, FAMILY};
+use super::node::{TellNode, CM_ROLE};
+use super::record;
+use atoll_fabric::ReplyTo;
+use atoll_storage::layout::{CID_LOCKED, H_KEY, H_LOCK};
+use atoll_txn::handler::{Local, Participant};
+use atoll_txn::msg::{FamilyId, Reply};
+use std::sync::Arc;
+
+/// Reads of a record a `get` tries while puts hold it, before it answers `Busy` (a put
+/// on this node's CPU holds a slot for one copy of its words).
+pub const GET_ATTEMPTS_MAX: u32 = 64;
+
+/// Tell's participant side of one node, over the node's Tell state.
+pub struct TellParticipant {
+    pub node: Arc<TellNode>,
+}
+
+/// Whether this node holds records (a compute or commit-manager node registers its
+/// tables' regions empty).
+fn holds_records(local: &Local) -> bool {
+    let store = local.store();
+    store.catalog.topology().holds_records(store.memory().node)
+}
+
+/// Whether `it` may be put here: a slot of this node whose layout holds Tell records,
+/// an unlocked sequence number, and words that are a record of the slot's own key.
+fn valid_put(local: &Local, it: &PutItem) -> bool {
+    if !holds_records(local) || !local.valid_loc(it.table, it.loc) || it.seq & CID_LOCKED != 0 {
+        return false;
+    }
+    let layout = local.store().catalog.layout(it.table);
+    let (r, off) = local.record(it.table, it.loc);
+    record::decode(layout, &it.words).is_ok()
+        && it.words[H_KEY as usize] == r.load(off + H_KEY as usize)
+}
+
+/// The words of slot `loc` of `t` between two equal unlocked `LOCK` reads; `None` if puts
+/// held it every time.
+fn read_slot(local: &Local, t: atoll_storage::TableId, loc: u32) -> Option<Vec<u64>> {
+    let layout = local.store().catalog.layout(t);
+    let (r, off) = local.record(t, loc);
+    let mut words = vec![0; layout.record_words as usize];
+    for _ in 0..GET_ATTEMPTS_MAX {
+        let before = r.load(off + H_LOCK as usize);
+        if before & CID_LOCKED != 0 {
+            std::hint::spin_loop();
+            continue;
+        }
+        r.read_into(off, &mut words);
+        if r.load(off + H_LOCK as usize) == before {
+            return Some(words);
+        }
+    }
+    None
+}
+
+fn serve_store(local: &Local, req: TellRequest) -> Reply {
+    match req {
+        TellRequest::Get { items } => {
+            if !holds_records(local) || !items.iter().all(|&(t, _)| local.valid_table(t)) {
+                return Reply::BadRequest;
+            }
+            let mut records = Vec::with_capacity(items.len());
+            for (t, key) in items {
+                // A deleted key keeps its slot (older snapshots read its versions).
+                let Some(loc) = local.store().find_slot(t, key) else {
+                    records.push(None);
+                    continue;
+                };
+                let Some(words) = read_slot(local, t, loc) else {
+                    return TellReply::Busy.into_reply();
+                };
+                let ours = words[H_KEY as usize] == key;
+                records.push(ours.then_some((loc, words)));
+            }
+            TellReply::Records(records).into_reply()
+        }
+        TellRequest::PutIf { items } => {
+            if !items.iter().all(|it| valid_put(local, it)) {
+                return Reply::BadRequest;
+            }
+            let puts = items
+                .iter()
+                .map(|it| {
+                    let (r, off) = local.record(it.table, it.loc);
+                    let lock = off + H_LOCK as usize;
+                    if r.cas(lock, it.seq, it.seq | CID_LOCKED) != it.seq {
+                        return false;
+                    }
+                    r.write_from(lock + 1, &it.words[H_LOCK as usize + 1..]);
+                    r.store(lock, it.seq + 1);
+                    true
+                })
+                .collect();
+            TellReply::Puts(puts).into_reply()
+        }
+        _ => Reply::BadRequest,
+    }
+}
+
+impl Participant for TellParticipant {
+    fn family(&self) -> FamilyId {
+        FAMILY
+    }
+
+    fn serve(&self, local: &Local, _from: ReplyTo, body: &[u8]) -> Option<Reply> {
+        let Ok(req) = TellRequest::decode(body) else {
+            return Some(Reply::BadRequest);
+        };
+        let store = local.store();
+        if !req.for_commit_manager() {
+            return Some(serve_store(local, req));
+        }
+        let node = store.memory().node;
+        if store.catalog.topology().service_node(CM_ROLE.name) != Some(node) {
+            return Some(Reply::BadRequest);
+        }
+        // TODO(#39): the commit manager's in-flight bound from the family's knob.
+        let reply = self.node.serve_cm(req, INFLIGHT_MAX_DEFAULT);
+        Some(reply.map_or(Reply::BadRequest, TellReply::into_reply))
+    }
+}
