@@ -13,7 +13,8 @@
 //! ([`msg`]) and the node state that serves them ([`node`]); a record's versions in its
 //! slot's words ([`record`]); the shared record buffer of SB and SBVS ([`buffer`]); the
 //! log and the recovery plan of a crashed processing node ([`recovery`]); the participant
-//! serving `get`, `put_if` and the commit manager's requests ([`participant`]). Not yet:
+//! serving `get`, `put_if` and the commit manager's requests ([`participant`]), and their
+//! one-sided form on a processing node ([`store`]). Not yet:
 //! the family's store requests and `--protocol tell` (issue 39).
 
 pub mod btree;
@@ -25,4 +26,5 @@ pub mod node;
 pub mod participant;
 pub mod record;
 pub mod recovery;
+pub mod store;
 pub mod versions;

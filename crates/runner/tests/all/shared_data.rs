@@ -1479,3 +1479,105 @@ fn tell_a_storage_node_gets_a_whole_slot_and_puts_one_only_at_the_sequence_numbe
     );
     assert_eq!(get()[0].clone().unwrap().1, after);
 }
+
+#[test]
+fn tell_conditional_puts_one_sided_and_by_rpc_racing_on_one_record_lose_no_update_and_no_get_is_torn(
+) {
+    use atoll_fabric::NodeId;
+    use atoll_protocols::tell::descriptor::Tid;
+    use atoll_protocols::tell::msg::{PutItem, TellReply, TellRequest};
+    use atoll_protocols::tell::{record, store};
+    use atoll_txn::msg::Reply;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const COROUTINES: u32 = 4;
+    const PUTS_EACH: u64 = 200;
+    const KEY: u64 = 5;
+    let c = rsi_cluster(COROUTINES, 2, Plan::uniform(atoll_txn::Primitive::OneSided));
+    let layout = c.catalog.layout(T).clone();
+    let loc = c.stores[0].lookup(T, KEY).unwrap();
+    let slot = c.catalog.record_ptr(T, NodeId(0), loc);
+    let failed = std::sync::Arc::new(AtomicU64::new(0));
+    async fn rpc(ep: &atoll_fabric::Endpoint, req: TellRequest) -> TellReply {
+        let mut d = ep.doorbell_for(1);
+        let i = d.rpc(NodeId(0), req.to_bytes());
+        let res = d.submit().await.unwrap();
+        match Reply::decode(res.rpc(i)).unwrap() {
+            Reply::Family { body, .. } => TellReply::decode(&body).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+    c.run(&|core, k| {
+        if core.id.node != NodeId(1) {
+            return None;
+        }
+        let co = c.coordinator(core, k);
+        let (layout, failed) = (layout.clone(), failed.clone());
+        // Even co-routines use verbs, odd ones requests served by the memory node's CPU,
+        // which runs on its own thread: the puts race for real.
+        let by_rpc = k % 2 == 1;
+        Some(Box::pin(async move {
+            let mut put = 0;
+            while put < PUTS_EACH {
+                let words = if by_rpc {
+                    match rpc(
+                        &co.ep,
+                        TellRequest::Get {
+                            items: vec![(T, KEY)],
+                        },
+                    )
+                    .await
+                    {
+                        TellReply::Records(r) => r[0].clone().unwrap().1,
+                        TellReply::Busy => continue,
+                        other => panic!("{other:?}"),
+                    }
+                } else {
+                    match store::get(&co.ep, slot, layout.record_words).await.unwrap() {
+                        Some(w) => w,
+                        None => continue,
+                    }
+                };
+                let r = record::decode(&layout, &words).unwrap();
+                // Every put writes its sequence number into the newest payload: a torn get
+                // would show another.
+                let head = r.versions.versions()[0].clone();
+                let mut payload = head.payload.clone().unwrap();
+                if r.seq > 0 {
+                    assert_eq!(payload[2], r.seq, "a torn get");
+                }
+                payload[2] = r.seq + 1;
+                let mut set = r.versions.clone();
+                set.collect(u64::MAX);
+                set.write(Tid(r.seq + 1), head.word + 1, Some(payload));
+                let new = record::encode(&layout, &words, &set).unwrap();
+                // Other co-routines run between this get and this put (one-sided ops to
+                // an in-process peer complete inline, without a yield of their own).
+                co.ep.sleep(1_000).await;
+                let ok = if by_rpc {
+                    let items = vec![PutItem {
+                        table: T,
+                        loc,
+                        seq: r.seq,
+                        words: new,
+                    }];
+                    rpc(&co.ep, TellRequest::PutIf { items }).await == TellReply::Puts(vec![true])
+                } else {
+                    store::put_if(&co.ep, slot, r.seq, &new).await.unwrap()
+                };
+                if ok {
+                    put += 1;
+                } else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }))
+    });
+    let r = c.stores[0].region(T);
+    let off = layout.record_offset(loc) as usize;
+    let words: Vec<u64> = r.load_range(off, layout.record_words as usize).collect();
+    let rec = record::decode(&layout, &words).unwrap();
+    let all = COROUTINES as u64 * PUTS_EACH;
+    assert_eq!((rec.seq, rec.locked), (all, false));
+    assert_eq!(rec.versions.versions()[0].payload.as_ref().unwrap()[2], all);
+    assert!(failed.load(Ordering::Relaxed) > 0, "the puts never raced");
+}
