@@ -301,10 +301,8 @@ impl Tree {
     ) -> Result<bool, TreeError> {
         let level = full.level;
         let (mut left, sep, right) = halves(full);
-        let right_rid = store.alloc().await;
+        let right_rid = put_fresh(store, &right).await;
         left.right = right_rid;
-        let put_right = store.put_if_absent(right_rid, right.to_words()).await;
-        assert!(put_right, "tell: fresh rid {right_rid} is taken");
         if !store.put_if(rid, left.to_words(), seq).await {
             self.orphans += 1;
             return Ok(false);
@@ -398,9 +396,7 @@ impl Tree {
             keys: vec![sep],
             values: vec![left, right],
         };
-        let rid = store.alloc().await;
-        let put = store.put_if_absent(rid, node.to_words()).await;
-        assert!(put, "tell: fresh rid {rid} is taken");
+        let rid = put_fresh(store, &node).await;
         if store.put_if(ROOT_RID, vec![rid, level + 1], seq).await {
             return Ok(true);
         }
@@ -555,6 +551,14 @@ impl Tree {
         }
         Ok((rid, seq, node))
     }
+}
+
+/// Puts `node` at a fresh rid from the store's counter, which no other writer holds.
+async fn put_fresh(store: &mut impl LlSc, node: &Node) -> Rid {
+    let rid = store.alloc().await;
+    let put = store.put_if_absent(rid, node.to_words()).await;
+    assert!(put, "tell: fresh rid {rid} is taken");
+    rid
 }
 
 /// A node one over its fanout as its lower half, the separator and its upper half (the

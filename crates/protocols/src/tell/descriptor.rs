@@ -86,16 +86,14 @@ impl Descriptor {
             return self.clone();
         }
         let last = self.last.max(tid.0);
-        let completed = (self.base + 1..=self.last)
-            .filter(|&t| self.sees(Tid(t)))
-            .chain([tid.0]);
-        let mut d = Descriptor::new(self.lav, self.base, last, completed);
-        // The base moves over the bits now contiguous with it.
-        while d.base < d.last && d.sees(Tid(d.base + 1)) {
-            let rest: Vec<u64> = (d.base + 2..=d.last).filter(|&t| d.sees(Tid(t))).collect();
-            d = Descriptor::new(d.lav, d.base + 1, d.last, rest);
-        }
-        d
+        let seen = |t: u64| t == tid.0 || self.sees(Tid(t));
+        // The base moves over the tids now contiguous with it.
+        let base = (self.base + 1..=last)
+            .take_while(|&t| seen(t))
+            .last()
+            .unwrap_or(self.base);
+        let completed = (base + 1..=last).filter(|&t| seen(t));
+        Descriptor::new(self.lav, base, last, completed)
     }
 
     /// Tids above the base that completed.
