@@ -317,7 +317,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ),
     ("crates/runner/src/calibrate.rs", "calibrate", 137),
     ("crates/runner/src/sizing.rs", "size", 119),
-    ("crates/storage/src/store.rs", "insert_locked", 101),
     ("crates/txn/src/handler.rs", "serve", 115),
     ("crates/txn/src/stages.rs", "write_back", 120),
     ("src/main.rs", "plan_all", 101),

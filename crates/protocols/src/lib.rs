@@ -27,6 +27,7 @@ pub use nowait::NoWait;
 pub use occ::Occ;
 pub use rsi::Rsi;
 pub use sundial::Sundial;
+pub use tell::Tell;
 pub use waitdie::WaitDie;
 
 /// Every family's participant side, one per node: the registration list. A family with
@@ -89,10 +90,11 @@ pub enum ProtocolKind {
     Rsi,
     NamDb,
     Calvin,
+    Tell,
 }
 
 impl ProtocolKind {
-    pub const ALL: [ProtocolKind; 8] = [
+    pub const ALL: [ProtocolKind; 9] = [
         ProtocolKind::NoWait,
         ProtocolKind::WaitDie,
         ProtocolKind::Occ,
@@ -101,6 +103,7 @@ impl ProtocolKind {
         ProtocolKind::Rsi,
         ProtocolKind::NamDb,
         ProtocolKind::Calvin,
+        ProtocolKind::Tell,
     ];
 
     /// Calls `v` with the protocol as a type: the one place that maps a selected protocol
@@ -115,6 +118,7 @@ impl ProtocolKind {
             ProtocolKind::Rsi => v.visit::<Rsi>(),
             ProtocolKind::NamDb => v.visit::<NamDb>(),
             ProtocolKind::Calvin => v.visit::<Calvin>(),
+            ProtocolKind::Tell => v.visit::<Tell>(),
         }
     }
 
@@ -180,6 +184,18 @@ impl ProtocolKind {
             }
         }
         self.dispatch(Own)
+    }
+
+    /// The family's stages that always go to a CPU ([`Protocol::CPU_STAGES`]).
+    pub fn cpu_stages(self) -> &'static [atoll_txn::Stage] {
+        struct Cpu;
+        impl ProtocolVisitor for Cpu {
+            type Out = &'static [atoll_txn::Stage];
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::CPU_STAGES
+            }
+        }
+        self.dispatch(Cpu)
     }
 
     /// Parses a plan for this protocol: the common stages and the family's own. A stage
@@ -504,7 +520,14 @@ mod tests {
         let ts = atoll_txn::tsvc::TS_ROLE;
         assert_eq!(
             ProtocolKind::all_roles(),
-            vec![(ts, vec![ProtocolKind::Rsi, ProtocolKind::NamDb])]
+            vec![
+                (ts, vec![ProtocolKind::Rsi, ProtocolKind::NamDb]),
+                (tell::node::CM_ROLE, vec![ProtocolKind::Tell])
+            ]
+        );
+        assert_eq!(
+            ProtocolKind::Tell.place_roles([("cm", "own")]).unwrap(),
+            vec![(tell::node::CM_ROLE, Placement::Own)]
         );
         assert_eq!(
             ProtocolKind::Rsi.place_roles([]).unwrap(),
@@ -529,7 +552,17 @@ mod tests {
             (
                 ProtocolKind::Rsi,
                 ("cm", "own"),
-                "unknown node role cm: accepted are ts",
+                "--cm-node own needs --protocol tell, not rsi (its roles: --ts-node)",
+            ),
+            (
+                ProtocolKind::Rsi,
+                ("sequencer", "own"),
+                "unknown node role sequencer: accepted are ts, cm",
+            ),
+            (
+                ProtocolKind::Occ,
+                ("cm", "own"),
+                "--cm-node own needs --protocol tell, not occ (its roles: none)",
             ),
         ] {
             assert_eq!(p.place_roles([given]).unwrap_err().0, error);
@@ -571,7 +604,12 @@ mod tests {
                     p.name(),
                     s.index()
                 );
-                assert!(p.stages().contains(s), "{}: {} unused", p.name(), s.name());
+                assert!(
+                    p.stages().contains(s) != p.cpu_stages().contains(s),
+                    "{}: {} unused, or both planned and always a request",
+                    p.name(),
+                    s.name()
+                );
             }
         }
     }

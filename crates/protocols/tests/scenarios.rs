@@ -25,14 +25,16 @@ fn plans() -> Vec<Plan> {
 }
 
 fn cluster(plan: Plan, ordered: bool) -> TestCluster {
-    cluster_locking(plan, ordered, atoll_storage::layout::LockWord::Owner)
+    cluster_locking(plan, ordered, atoll_storage::layout::LockWord::Owner, 1)
 }
 
-/// As `cluster`, with lock words in the format a protocol keeps (`Protocol::LOCK_WORD`).
+/// As `cluster`, with lock words in the format a protocol keeps (`Protocol::LOCK_WORD`) and
+/// `version_slots` versions a record.
 fn cluster_locking(
     plan: Plan,
     ordered: bool,
     lock_word: atoll_storage::layout::LockWord,
+    version_slots: u32,
 ) -> TestCluster {
     let spec = TableSpec {
         name: "t".into(),
@@ -46,7 +48,7 @@ fn cluster_locking(
         // Every key of the node once at most.
         gone_keys_max_per_node: KEYS_PER_NODE as u32,
     };
-    let c = TestCluster::with_layout(2, vec![spec], plan, 2, 1, lock_word);
+    let c = TestCluster::with_layout(2, vec![spec], plan, 2, version_slots, lock_word);
     for s in &c.stores {
         let base = s.node.0 as u64 * KEYS_PER_NODE;
         for k in base..base + KEYS_PER_NODE {
@@ -825,7 +827,11 @@ fn a_stale_cached_location_of_a_reused_slot_is_rejected_under_every_protocol_and
 /// leave exactly the values written (MVCC once lost the blind write while advancing the
 /// version, and failed every read-then-write on its own raised `RTS`).
 fn blind_write_then_read_then_write<P: Protocol>(plan: Plan) {
-    let c = cluster_locking(plan, false, P::LOCK_WORD);
+    // The versions its family keeps by default (Tell's slots hold at least two).
+    let versions = atoll_testkit::RecordShape::of::<P>(1)
+        .family
+        .version_slots();
+    let c = cluster_locking(plan, false, P::LOCK_WORD, versions);
     let before = c.header(T, REMOTE_KEY)[atoll_storage::layout::H_VERSION as usize];
     let notes = two(
         &c,

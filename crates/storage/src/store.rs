@@ -180,6 +180,13 @@ impl Alloc {
     }
 }
 
+/// Whether an insert takes back the deleted slot its key still owns.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Revive {
+    Yes,
+    No,
+}
+
 struct Shard {
     alloc: Mutex<Alloc>,
     /// Record slots handed out (`Alloc::next_fresh`), readable without the lock.
@@ -747,6 +754,26 @@ impl Store {
         payload: &[u64],
         lock: u64,
     ) -> Result<(u32, u64), StoreError> {
+        self.insert_locked_as(t, key, payload, lock, Revive::Yes)
+    }
+
+    /// [`Store::insert_locked`] of a key that has no slot yet: a key that still owns one
+    /// (live, or deleted and not reclaimed) is refused `Duplicate` instead of revived. For a
+    /// protocol that keeps its own versions in the slot (Tell), where a deleted key's slot
+    /// holds versions older snapshots still read and a sequence number that must not
+    /// restart.
+    pub fn insert_new_locked(
+        &self,
+        t: TableId,
+        key: u64,
+        payload: &[u64],
+        lock: u64,
+    ) -> Result<(u32, u64), StoreError> {
+        self.insert_locked_as(t, key, payload, lock, Revive::No)
+    }
+
+    /// The layout of `t` if `key` lives on this node and `payload` is a whole stored one.
+    fn insertable(&self, t: TableId, key: u64, payload: &[u64]) -> Result<TableLayout, StoreError> {
         if !self.catalog.holds(t, key, self.node) {
             return Err(StoreError::NotHere {
                 table: self.name(t),
@@ -762,11 +789,29 @@ impl Store {
                 expected: layout.payload_words,
             });
         }
+        Ok(layout)
+    }
+
+    fn insert_locked_as(
+        &self,
+        t: TableId,
+        key: u64,
+        payload: &[u64],
+        lock: u64,
+        revive: Revive,
+    ) -> Result<(u32, u64), StoreError> {
+        let layout = self.insertable(t, key, payload)?;
         let shard = &self.shards[t.0 as usize];
         let mut a = shard.alloc.lock();
         let region = self.region(t);
         if let Some(idx) = self.find_slot(t, key) {
-            return self.revive(t, idx, key, payload, lock);
+            return match revive {
+                Revive::Yes => self.revive(t, idx, key, payload, lock),
+                Revive::No => Err(StoreError::Duplicate {
+                    table: self.name(t),
+                    key,
+                }),
+            };
         }
         let gone = a.gone.get(&key).copied();
         if shard.ordered.is_some()

@@ -58,6 +58,11 @@ pub trait Protocol: 'static {
     /// ones: plans name them, and reports break latency down by them.
     const FAMILY_STAGES: &'static [Stage] = &[];
 
+    /// Those of its own stages whose requests always go to a CPU (Tell's commit manager,
+    /// a process of its own in the paper): reports break latency down by them, but no plan
+    /// chooses their primitive, so they are not among `STAGES`.
+    const CPU_STAGES: &'static [Stage] = &[];
+
     /// The aborts its conflicts end in under contention (a lock held, a validation that
     /// failed, ...): what the test matrix requires a contended run of it to count.
     const CONFLICT_ABORTS: &'static [Abort] = &[Abort::LockBusy];
@@ -92,6 +97,25 @@ pub trait Protocol: 'static {
 
     /// Releases whatever the attempt holds, after an abort during execution.
     async fn rollback(tx: &mut TxnCore<'_, Self::EntryState>);
+
+    /// Whether a range scan reports the attempt's snapshot rather than the records' newest
+    /// versions ([`Protocol::scan_visible`]): Tell, whose slots hold the versions of
+    /// writers still in flight, and whose snapshot may see a record the newest version
+    /// deletes.
+    const SCANS_SNAPSHOT: bool = false;
+
+    /// The version the attempt's snapshot sees of each record a scan met on `node`
+    /// (`keys`: key, slot, newest version word, as the node's ordered index reports them):
+    /// its version word (with `VERSION_ABSENT` for a deletion), or `None` for a record the
+    /// snapshot does not see at all. Called only with [`Protocol::SCANS_SNAPSHOT`].
+    async fn scan_visible(
+        _tx: &mut TxnCore<'_, Self::EntryState>,
+        _t: TableId,
+        _node: atoll_fabric::NodeId,
+        keys: &[(u64, u32, u64)],
+    ) -> Result<Vec<Option<u64>>, Abort> {
+        Ok(keys.iter().map(|k| Some(k.2)).collect())
+    }
 
     /// Whether every compute node runs [`Protocol::node_task`] beside its coordinators.
     fn node_task_wanted(_cfg: &crate::TxnConfig) -> bool {
@@ -466,6 +490,9 @@ impl<'c, P: Protocol> Txn<'c, P> {
         limit: u32,
         reverse: bool,
     ) -> Result<Vec<u64>, Abort> {
+        if P::SCANS_SNAPSHOT {
+            return self.scan_snapshot(t, lo, hi, limit, reverse).await;
+        }
         let node = self.core.c.catalog.home(t, lo, self.core.c.node());
         let reply = self
             .core
@@ -509,6 +536,81 @@ impl<'c, P: Protocol> Txn<'c, P> {
             }
             other => panic!("scan: unexpected reply {other:?}"),
         }
+    }
+
+    /// [`Txn::scan`] for a protocol whose scans report its snapshot
+    /// ([`Protocol::SCANS_SNAPSHOT`]): the node's keys in chunks of `limit` newest-live ones,
+    /// each chunk's versions as the snapshot sees them, until `limit` keys are live in the
+    /// snapshot or the range is done (at most one chunk per key in the range).
+    async fn scan_snapshot(
+        &mut self,
+        t: TableId,
+        lo: u64,
+        hi: u64,
+        limit: u32,
+        reverse: bool,
+    ) -> Result<Vec<u64>, Abort> {
+        let node = self.core.c.catalog.home(t, lo, self.core.c.node());
+        let live = |v: u64| v & VERSION_ABSENT == 0;
+        let (mut from, mut to) = (lo, hi);
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        // Bounded: every chunk that goes on moves `from` or `to` past a key it met.
+        loop {
+            let req = Request::Scan {
+                table: t,
+                lo: from,
+                hi: to,
+                limit,
+                reverse,
+            };
+            let reply = self
+                .core
+                .c
+                .ep
+                .rpc(node, req.to_bytes())
+                .await
+                .map_err(|e| self.core.op_failed(e))?;
+            let ks = match Reply::decode(&reply) {
+                Ok(Reply::Keys(ks)) => ks,
+                other => panic!("scan: unexpected reply {other:?}"),
+            };
+            let cut = ks.iter().filter(|k| live(k.2)).count() as u32 >= limit;
+            let vs = P::scan_visible(&mut self.core, t, node, &ks).await?;
+            for (&(k, _, _), v) in ks.iter().zip(vs) {
+                let Some(v) = v else {
+                    // Not in the snapshot: a key inserted since.
+                    continue;
+                };
+                seen.push((k, v));
+                if live(v) {
+                    out.push(k);
+                    if out.len() as u32 >= limit {
+                        break;
+                    }
+                }
+            }
+            let last = ks.last().map(|k| k.0);
+            let done = out.len() as u32 >= limit || !cut;
+            match last {
+                Some(k) if !done && !reverse && k < to => from = k + 1,
+                Some(k) if !done && reverse && k > from => to = k - 1,
+                _ => break,
+            }
+        }
+        // A scan that found `limit` keys covered the range up to its last.
+        let (covered_lo, covered_hi) = match (out.len() as u32 >= limit, out.last()) {
+            (true, Some(&k)) if reverse => (k, hi),
+            (true, Some(&k)) => (lo, k),
+            _ => (lo, hi),
+        };
+        self.core.scans.push(crate::coord::ScanObs {
+            table: t,
+            lo: covered_lo,
+            hi: covered_hi,
+            seen,
+        });
+        Ok(out)
     }
 
     /// Commits; on `Err` the attempt's locks are released.

@@ -65,6 +65,10 @@ impl std::fmt::Display for CmError {
 pub struct Started {
     pub tid: Tid,
     pub snapshot: Descriptor,
+    /// Commits this manager had recorded when it took the snapshot: the snapshot sees
+    /// exactly the commits numbered up to it ([`CommitManager::set_committed`]), which is
+    /// how a history names it (a scalar snapshot a checker orders commits by).
+    pub commits: u64,
 }
 
 /// What a commit manager tells the others at a sync.
@@ -93,6 +97,8 @@ pub struct CommitManager {
     /// The others' least `lav` at the last merge.
     peers_lav: Option<u64>,
     inflight_max: u64,
+    /// Commits recorded so far: the number the next one gets, less one.
+    commits: u64,
 }
 
 impl CommitManager {
@@ -120,6 +126,7 @@ impl CommitManager {
             active: BTreeMap::new(),
             peers_lav: None,
             inflight_max,
+            commits: 0,
         }
     }
 
@@ -178,13 +185,17 @@ impl CommitManager {
         Ok(Started {
             tid: Tid(tid),
             snapshot,
+            commits: self.commits,
         })
     }
 
     /// `tid` committed: its versions are in the store and become visible to every
-    /// snapshot handed out from now on.
-    pub fn set_committed(&mut self, tid: Tid) -> Result<(), CmError> {
-        self.end_txn(tid)
+    /// snapshot handed out from now on. Returns its commit's number (1, 2, ...): every
+    /// snapshot handed out after it has [`Started::commits`] at least that.
+    pub fn set_committed(&mut self, tid: Tid) -> Result<u64, CmError> {
+        self.end_txn(tid)?;
+        self.commits += 1;
+        Ok(self.commits)
     }
 
     /// `tid` aborted, its versions already removed.

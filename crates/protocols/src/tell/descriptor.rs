@@ -96,6 +96,17 @@ impl Descriptor {
         Descriptor::new(self.lav, base, last, completed)
     }
 
+    /// This snapshot with `tid` not seen (what a commit manager that lost a completion
+    /// would hand out; tests build broken ones with it).
+    pub fn without(&self, tid: Tid) -> Descriptor {
+        if tid.0 == 0 || !self.sees(tid) {
+            return self.clone();
+        }
+        let base = self.base.min(tid.0 - 1);
+        let completed = (base + 1..=self.last).filter(|&t| t != tid.0 && self.sees(Tid(t)));
+        Descriptor::new(self.lav.min(base), base, self.last, completed)
+    }
+
     /// Tids above the base that completed.
     pub fn completed_above_base(&self) -> u64 {
         self.bits.iter().map(|w| w.count_ones() as u64).sum()
@@ -185,6 +196,23 @@ mod tests {
         assert!(a.subset_of(&b) && b.sees(Tid(5)) && !b.sees(Tid(7)));
         assert_eq!(a.with(Tid(12)).last, 12);
         assert_eq!(a.with(Tid(3)), a, "3 is seen already");
+    }
+
+    #[test]
+    fn tell_a_descriptor_without_a_tid_sees_every_other_it_saw_and_not_that_one() {
+        let d = Descriptor::new(3, 10, 20, [12, 13, 20]);
+        for gone in [5, 10, 13, 20] {
+            let w = d.without(Tid(gone));
+            for t in 0..=22 {
+                assert_eq!(
+                    w.sees(Tid(t)),
+                    t != gone && d.sees(Tid(t)),
+                    "without {gone}: {t}"
+                );
+            }
+            assert!(w.lav <= w.base);
+        }
+        assert_eq!(d.without(Tid(11)), d, "a tid it does not see");
     }
 
     #[test]

@@ -20,6 +20,7 @@
 pub mod btree;
 pub mod buffer;
 pub mod cm;
+pub mod config;
 pub mod descriptor;
 pub mod msg;
 pub mod node;
@@ -27,4 +28,7 @@ pub mod participant;
 pub mod record;
 pub mod recovery;
 pub mod store;
+pub mod txn;
 pub mod versions;
+
+pub use txn::Tell;

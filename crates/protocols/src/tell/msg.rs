@@ -21,6 +21,7 @@ wire_tags! {
         SetAborted = 3,
         Get = 4,
         PutIf = 5,
+        Insert = 6,
     }
 }
 
@@ -34,6 +35,8 @@ wire_tags! {
         Records = 5,
         Puts = 6,
         Busy = 7,
+        Committed = 8,
+        Inserted = 9,
     }
 }
 
@@ -48,6 +51,30 @@ pub struct PutItem {
     pub words: Vec<u64>,
 }
 
+/// One record a transaction inserts (Tell's `put_if_absent`): `key` of `table` with its
+/// whole stored payload, its one version written by the inserting tid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InsertItem {
+    pub table: TableId,
+    pub key: u64,
+    pub payload: Vec<u64>,
+}
+
+/// What became of one [`InsertItem`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Inserted {
+    /// A new slot `loc` holds the record, its version word `version`, at sequence number
+    /// `seq`.
+    Placed { loc: u32, version: u64, seq: u64 },
+    /// The key's slot holds a live version: the insert fails (R3).
+    Live,
+    /// The key's slot `loc` holds a deletion as its newest version: these are its words,
+    /// and the insert is a conditional put of a new version over them.
+    Deleted { loc: u32, words: Vec<u64> },
+    /// The table on this node has no slot left (a limit, never retried).
+    Full,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TellRequest {
     /// A new transaction of processing node `pn`: its tid and snapshot.
@@ -60,6 +87,8 @@ pub enum TellRequest {
     Get { items: Vec<(TableId, u64)> },
     /// Conditional puts, each on its own.
     PutIf { items: Vec<PutItem> },
+    /// New records of transaction `tid`, each on its own.
+    Insert { tid: Tid, items: Vec<InsertItem> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,25 +96,25 @@ pub enum TellReply {
     Started {
         tid: Tid,
         snapshot: Descriptor,
+        /// The commits recorded before it ([`super::cm::Started::commits`]).
+        commits: u64,
     },
+    /// `set_committed` recorded the commit, numbered `at`.
+    Committed { at: u64 },
     /// The completion is recorded.
     Done,
     /// `start` refused: tid `next` would lie more than `max` above the base.
-    InFlight {
-        next: u64,
-        base: u64,
-        max: u64,
-    },
+    InFlight { next: u64, base: u64, max: u64 },
     /// A completion of a tid that is not active at this commit manager.
-    NotActive {
-        tid: Tid,
-    },
+    NotActive { tid: Tid },
     /// Per key of a `Get`: its slot and the slot's words, or `None` if the key has none.
     Records(Vec<Option<(u32, Vec<u64>)>>),
     /// Per item of a `PutIf`: whether it was put.
     Puts(Vec<bool>),
     /// A record stayed held by puts while the node read it: ask again.
     Busy,
+    /// Per item of an `Insert`: what became of it.
+    Inserted(Vec<Inserted>),
 }
 
 impl TellRequest {
@@ -132,6 +161,16 @@ impl TellRequest {
                     e.words(&it.words);
                 }
             }
+            TellRequest::Insert { tid, items } => {
+                e.tag(TellTag::Insert);
+                e.w(tid.0);
+                e.w(items.len() as u64);
+                for it in items {
+                    e.w(it.table.0 as u64);
+                    e.w(it.key);
+                    e.words(&it.payload);
+                }
+            }
         }
     }
 
@@ -167,13 +206,43 @@ impl TellRequest {
                     })
                 })?,
             },
+            TellTag::Insert => TellRequest::Insert {
+                tid: Tid(d.w()?),
+                items: d.list(|d| {
+                    Ok(InsertItem {
+                        table: d.table()?,
+                        key: d.w()?,
+                        payload: d.word_vec()?,
+                    })
+                })?,
+            },
         };
         d.done()?;
         Ok(r)
     }
 }
 
+/// Tags of [`Inserted`] on the wire.
+const PLACED: u64 = 0;
+const LIVE: u64 = 1;
+const DELETED: u64 = 2;
+const FULL: u64 = 3;
+
 impl TellReply {
+    /// The Tell reply in a shared reply's bytes; anything else is a bug on our side (the
+    /// participant answers every Tell request with one, or `BadRequest` for a malformed
+    /// one, which a coordinator never sends).
+    pub fn of(b: &[u8]) -> TellReply {
+        match Reply::decode(b) {
+            Ok(Reply::Family {
+                family: FAMILY,
+                body,
+            }) => TellReply::decode(&body)
+                .unwrap_or_else(|e| panic!("tell: an undecodable reply: {e}")),
+            other => panic!("tell: expected a tell reply, got {other:?}"),
+        }
+    }
+
     /// A commit manager's answer to a refused request.
     pub fn of_error(e: CmError) -> Self {
         match e {
@@ -187,10 +256,40 @@ impl TellReply {
     /// As a shared reply.
     pub fn into_reply(self) -> Reply {
         atoll_txn::msg::family_reply(FAMILY, |e| match &self {
-            TellReply::Started { tid, snapshot } => {
+            TellReply::Started {
+                tid,
+                snapshot,
+                commits,
+            } => {
                 e.tag(TellReplyTag::Started);
                 e.w(tid.0);
                 e.words(&snapshot.to_words());
+                e.w(*commits);
+            }
+            TellReply::Committed { at } => {
+                e.tag(TellReplyTag::Committed);
+                e.w(*at);
+            }
+            TellReply::Inserted(items) => {
+                e.tag(TellReplyTag::Inserted);
+                e.w(items.len() as u64);
+                for it in items {
+                    match it {
+                        Inserted::Placed { loc, version, seq } => {
+                            e.w(PLACED);
+                            e.w(*loc as u64);
+                            e.w(*version);
+                            e.w(*seq);
+                        }
+                        Inserted::Live => e.w(LIVE),
+                        Inserted::Deleted { loc, words } => {
+                            e.w(DELETED);
+                            e.w(*loc as u64);
+                            e.words(words);
+                        }
+                        Inserted::Full => e.w(FULL),
+                    }
+                }
             }
             TellReply::Done => e.tag(TellReplyTag::Done),
             TellReply::InFlight { next, base, max } => {
@@ -234,7 +333,25 @@ impl TellReply {
             TellReplyTag::Started => TellReply::Started {
                 tid: Tid(d.w()?),
                 snapshot: Descriptor::from_words(&d.word_vec()?)?,
+                commits: d.w()?,
             },
+            TellReplyTag::Committed => TellReply::Committed { at: d.w()? },
+            TellReplyTag::Inserted => TellReply::Inserted(d.list(|d| {
+                Ok(match d.w()? {
+                    PLACED => Inserted::Placed {
+                        loc: d.u32()?,
+                        version: d.w()?,
+                        seq: d.w()?,
+                    },
+                    LIVE => Inserted::Live,
+                    DELETED => Inserted::Deleted {
+                        loc: d.u32()?,
+                        words: d.word_vec()?,
+                    },
+                    FULL => Inserted::Full,
+                    other => return Err(d.error(format!("insert outcome {other}"))),
+                })
+            })?),
             TellReplyTag::Done => TellReply::Done,
             TellReplyTag::InFlight => TellReply::InFlight {
                 next: d.w()?,
@@ -281,6 +398,14 @@ mod tests {
                     words: vec![1, 2, 3],
                 }],
             },
+            TellRequest::Insert {
+                tid: Tid(12),
+                items: vec![InsertItem {
+                    table: TableId(1),
+                    key: 5,
+                    payload: vec![4, 5],
+                }],
+            },
         ];
         for r in requests {
             let mut b = Vec::new();
@@ -297,7 +422,22 @@ mod tests {
             TellReply::Started {
                 tid: Tid(9),
                 snapshot: Descriptor::new(2, 4, 8, [6, 8]),
+                commits: 3,
             },
+            TellReply::Committed { at: 4 },
+            TellReply::Inserted(vec![
+                Inserted::Placed {
+                    loc: 1,
+                    version: 2,
+                    seq: 3,
+                },
+                Inserted::Live,
+                Inserted::Deleted {
+                    loc: 4,
+                    words: vec![5, 6],
+                },
+                Inserted::Full,
+            ]),
             TellReply::Done,
             TellReply::InFlight {
                 next: 600_000,
@@ -329,6 +469,7 @@ mod tests {
         let Reply::Family { body, .. } = TellReply::Started {
             tid: Tid(9),
             snapshot: Descriptor::new(0, 4, 8, []),
+            commits: 0,
         }
         .into_reply() else {
             unreachable!("a family reply");

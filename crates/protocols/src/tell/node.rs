@@ -35,12 +35,18 @@ impl TellNode {
                 Ok(s) => TellReply::Started {
                     tid: s.tid,
                     snapshot: s.snapshot,
+                    commits: s.commits,
                 },
                 Err(e) => TellReply::of_error(e),
             },
-            TellRequest::SetCommitted { tid } => done(cm.set_committed(tid)),
+            TellRequest::SetCommitted { tid } => match cm.set_committed(tid) {
+                Ok(at) => TellReply::Committed { at },
+                Err(e) => TellReply::of_error(e),
+            },
             TellRequest::SetAborted { tid } => done(cm.set_aborted(tid)),
-            TellRequest::Get { .. } | TellRequest::PutIf { .. } => return None,
+            TellRequest::Get { .. } | TellRequest::PutIf { .. } | TellRequest::Insert { .. } => {
+                return None
+            }
         })
     }
 
@@ -65,7 +71,7 @@ mod tests {
             n.serve_cm(TellRequest::Start { pn, read_only: ro }, 2)
                 .expect("a commit manager's request")
         };
-        let TellReply::Started { tid, snapshot } = start(false) else {
+        let TellReply::Started { tid, snapshot, .. } = start(false) else {
             panic!("no tid");
         };
         assert_eq!((tid, snapshot.base), (Tid(1), 0));
@@ -86,7 +92,7 @@ mod tests {
             n.serve_cm(TellRequest::SetCommitted { tid: Tid(t) }, 2)
                 .unwrap()
         };
-        assert_eq!(commit(1), TellReply::Done);
+        assert_eq!(commit(1), TellReply::Committed { at: 1 });
         assert_eq!(commit(1), TellReply::NotActive { tid: Tid(1) });
         // Tid 2 (read-only) completed at its start, so the base is past both; it still
         // holds lav at the base it started at.

@@ -9,11 +9,13 @@
 //! reads.
 
 use super::cm::INFLIGHT_MAX_DEFAULT;
-use super::msg::{PutItem, TellReply, TellRequest, FAMILY};
+use super::descriptor::Tid;
+use super::msg::{InsertItem, Inserted, PutItem, TellReply, TellRequest, FAMILY};
 use super::node::{TellNode, CM_ROLE};
 use super::record;
 use atoll_fabric::ReplyTo;
-use atoll_storage::layout::{CID_LOCKED, H_KEY, H_LOCK};
+use atoll_storage::layout::{CID_LOCKED, H_KEY, H_LOCK, H_VERSION, H_WTS, VERSION_ABSENT};
+use atoll_storage::StoreError;
 use atoll_txn::handler::{Local, Participant};
 use atoll_txn::msg::{FamilyId, Reply};
 use std::sync::Arc;
@@ -44,6 +46,59 @@ fn valid_put(local: &Local, it: &PutItem) -> bool {
     let (r, off) = local.record(it.table, it.loc);
     record::decode(layout, &it.words).is_ok()
         && it.words[H_KEY as usize] == r.load(off + H_KEY as usize)
+}
+
+/// Whether `it` may be inserted here: a table of this node that holds Tell records, a key
+/// this node holds, a whole stored payload.
+fn valid_insert(local: &Local, it: &InsertItem) -> bool {
+    let store = local.store();
+    holds_records(local)
+        && local.valid_table(it.table)
+        && record::fits(store.catalog.layout(it.table))
+        && store.catalog.holds(it.table, it.key, store.memory().node)
+        && it.payload.len() == store.catalog.layout(it.table).payload_words as usize
+}
+
+/// Sequence number of a slot's first put: the insert holds the slot at `[1 | 0]` while it
+/// writes it, and frees it at 1.
+pub const INSERTED_SEQ: u64 = 1;
+
+/// Inserts one record of `tid` (Tell's `put_if_absent`): into a new slot, written whole
+/// while `LOCK` holds it, its one version the tid's; a key whose slot is there answers with
+/// its newest version (live: refused; a deletion: its words, for a conditional put over
+/// them).
+fn insert(local: &Local, tid: Tid, it: &InsertItem) -> Inserted {
+    let store = local.store();
+    let existing = |loc: u32| match read_slot(local, it.table, loc) {
+        Some(words) if words[H_VERSION as usize] & VERSION_ABSENT != 0 => {
+            Inserted::Deleted { loc, words }
+        }
+        // Live, or held by puts all along (a writer of it is under way: the insert would
+        // meet its version).
+        _ => Inserted::Live,
+    };
+    if let Some(loc) = store.find_slot(it.table, it.key) {
+        return existing(loc);
+    }
+    match store.insert_new_locked(it.table, it.key, &it.payload, CID_LOCKED) {
+        Ok((loc, version)) => {
+            let (r, off) = local.record(it.table, loc);
+            r.store(off + H_WTS as usize, tid.0);
+            r.store(off + H_LOCK as usize, INSERTED_SEQ);
+            Inserted::Placed {
+                loc,
+                version,
+                seq: INSERTED_SEQ,
+            }
+        }
+        // Another insert of the key got in first.
+        Err(StoreError::Duplicate { .. }) => match store.find_slot(it.table, it.key) {
+            Some(loc) => existing(loc),
+            None => Inserted::Live,
+        },
+        Err(e) if e.is_capacity() => Inserted::Full,
+        Err(e) => unreachable!("tell: an insert checked whole was refused: {e}"),
+    }
 }
 
 /// The words of slot `loc` of `t` between two equal unlocked `LOCK` reads; `None` if puts
@@ -105,6 +160,13 @@ fn serve_store(local: &Local, req: TellRequest) -> Reply {
                 })
                 .collect();
             TellReply::Puts(puts).into_reply()
+        }
+        TellRequest::Insert { tid, items } => {
+            if tid.0 == 0 || !items.iter().all(|it| valid_insert(local, it)) {
+                return Reply::BadRequest;
+            }
+            let done = items.iter().map(|it| insert(local, tid, it)).collect();
+            TellReply::Inserted(done).into_reply()
         }
         _ => Reply::BadRequest,
     }

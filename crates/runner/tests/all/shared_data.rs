@@ -433,8 +433,13 @@ fn si_cluster<P: atoll_txn::Protocol>(
         ordered: false,
         gone_keys_max_per_node: 0,
     };
+    // The family's roles (RSI's and NAM-DB's timestamp service, Tell's commit manager) each
+    // on a node of its own.
+    let topology = P::ROLES.iter().fold(Topology::shared_data(1, 1), |t, r| {
+        t.with_service(*r, Placement::Own)
+    });
     let c = atoll_testkit::TestCluster::with_topology(
-        Topology::shared_data(1, 1).with_service(TS_ROLE, Placement::Own),
+        topology,
         0,
         vec![spec],
         plan,
@@ -449,6 +454,16 @@ fn si_cluster<P: atoll_txn::Protocol>(
 
 const T: atoll_storage::TableId = atoll_storage::TableId(0);
 
+/// The verbs of one update transaction of snapshot-isolation family `P` (read keys 3 and
+/// 4, write both, commit) on [`si_cluster`] with `versions` per record, as
+/// [`update_verbs`] measures them.
+fn update_verbs_with<P: atoll_txn::Protocol>(
+    plan: Plan,
+    versions: u32,
+) -> (atoll_fabric::VerbCounters, bool) {
+    update_verbs_on::<P>(si_cluster::<P>(1, versions, plan))
+}
+
 /// The verbs of one RSI update transaction (read keys 3 and 4, write both, commit) by the
 /// only coordinator of [`si_cluster`] under `plan`, after two transactions that
 /// learn the keys' places and leave an outcome deferred; and whether its own outcome is
@@ -459,10 +474,16 @@ fn rsi_update_verbs(plan: Plan) -> (atoll_fabric::VerbCounters, bool) {
 
 /// [`rsi_update_verbs`] under protocol `P` of the snapshot-isolation family.
 fn update_verbs<P: atoll_txn::Protocol>(plan: Plan) -> (atoll_fabric::VerbCounters, bool) {
+    update_verbs_on::<P>(si_cluster::<P>(1, 1, plan))
+}
+
+/// [`update_verbs`] on cluster `c`.
+fn update_verbs_on<P: atoll_txn::Protocol>(
+    c: atoll_testkit::TestCluster,
+) -> (atoll_fabric::VerbCounters, bool) {
     use atoll_fabric::{NodeId, VerbCounters, VerbKind};
     use atoll_txn::Txn;
     use std::sync::{Arc, Mutex};
-    let c = si_cluster::<P>(1, 1, plan);
     let seen: Arc<Mutex<Option<(VerbCounters, bool)>>> = Arc::default();
     let update = |keys: [u64; 2]| keys.into_iter().map(|k| (T, k, true)).collect::<Vec<_>>();
     c.run(&|core, k| {
@@ -529,6 +550,37 @@ fn rsi_an_update_transaction_takes_3_signaled_round_trips_and_1_unsignaled_messa
     assert_eq!(ops(VerbKind::Write), 1 + 2 * 3, "{d:?}");
     assert_eq!(ops(VerbKind::Rpc), 0, "no CPU-served request: {d:?}");
     assert!(outcome_pending, "the transaction's own outcome is deferred");
+}
+
+#[test]
+fn tell_a_contention_free_update_takes_start_get_put_if_and_set_committed_one_sided_or_by_rpc() {
+    use atoll_fabric::VerbKind;
+    use atoll_txn::Primitive;
+    let (d, pending) =
+        update_verbs_with::<atoll_protocols::Tell>(Plan::uniform(Primitive::OneSided), 4);
+    let ops = |k: VerbKind| d.remote_ops[k as usize];
+    // start (a request to the commit manager), the gets (a READ of each slot and of its
+    // LOCK), the puts' CAS, their words and unlocks, set_committed.
+    assert_eq!((d.round_trips, d.doorbells), (5, 5), "{d:?}");
+    assert_eq!(ops(VerbKind::Read), 2 * 2, "{d:?}");
+    assert_eq!(ops(VerbKind::Cas), 2, "{d:?}");
+    assert_eq!(ops(VerbKind::Write), 2 * 2, "{d:?}");
+    assert_eq!(ops(VerbKind::Rpc), 2, "start and set_committed: {d:?}");
+    assert!(
+        !pending,
+        "a commit waits for set_committed's reply, its number"
+    );
+    // The storage node's CPU serves the gets and the puts instead: a request each.
+    let plan =
+        Plan::uniform(Primitive::Rpc).only(<atoll_protocols::Tell as atoll_txn::Protocol>::STAGES);
+    let (d, _) = update_verbs_with::<atoll_protocols::Tell>(plan, 4);
+    let ops = |k: VerbKind| d.remote_ops[k as usize];
+    assert_eq!((d.round_trips, ops(VerbKind::Rpc)), (4, 4), "{d:?}");
+    assert_eq!(
+        ops(VerbKind::Read) + ops(VerbKind::Write) + ops(VerbKind::Cas),
+        0,
+        "{d:?}"
+    );
 }
 
 #[test]
