@@ -57,6 +57,12 @@ pub const CM: Stage = Stage::family(0, "cm");
 /// and aborts by R1), so the first round succeeds unless a put raced the read.
 pub const UNDO_ROUNDS_MAX: u32 = 64;
 
+/// Rounds a one-sided get reads a slot that puts hold back to back, before it pauses
+/// [`GET_PAUSE_NS`] between rounds: 56 paused rounds wait out over 200 µs, the simulator's
+/// node pauses.
+pub const GET_SPIN_ROUNDS: u32 = 8;
+pub const GET_PAUSE_NS: u64 = 4_000;
+
 /// Rounds of conditional puts the apply phase takes at most: a put that failed is tried
 /// again only if what was put since holds no version the snapshot does not see.
 pub const PUT_ROUNDS_MAX: u32 = 4;
@@ -350,7 +356,13 @@ async fn get_slots<S: EntryState>(
 ) -> Result<Vec<Vec<u64>>, Abort> {
     let mut out = vec![Vec::new(); slots.len()];
     let mut todo: Vec<usize> = (0..slots.len()).collect();
-    for _ in 0..GET_ATTEMPTS_MAX {
+    for round in 0..GET_ATTEMPTS_MAX {
+        if round >= GET_SPIN_ROUNDS {
+            // A put held it through a few round trips: its WRITE is stalled, or its node
+            // paused mid-put. Pause between reads rather than give up in microseconds (a
+            // read-only transaction would abort).
+            tx.c.ep.sleep(GET_PAUSE_NS).await;
+        }
         let mut d = tx.c.ep.doorbell_for(2 * todo.len());
         let ops: Vec<(usize, usize)> = todo
             .iter()
