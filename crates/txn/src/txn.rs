@@ -494,46 +494,56 @@ impl<'c, P: Protocol> Txn<'c, P> {
             return self.scan_snapshot(t, lo, hi, limit, reverse).await;
         }
         let node = self.core.c.catalog.home(t, lo, self.core.c.node());
+        let ks = self.scan_keys(node, t, lo, hi, limit, reverse).await?;
+        let live = |v: u64| v & VERSION_ABSENT == 0;
+        let full = ks.iter().filter(|k| live(k.2)).count() as u32 >= limit;
+        // A scan cut off at its limit covered the range up to its last key.
+        let last = ks.last().map(|k| k.0);
+        let (covered_lo, covered_hi) = match (full, reverse, last) {
+            (true, false, Some(k)) => (lo, k),
+            (true, true, Some(k)) => (k, hi),
+            _ => (lo, hi),
+        };
+        self.core.scans.push(crate::coord::ScanObs {
+            table: t,
+            lo: covered_lo,
+            hi: covered_hi,
+            seen: ks.iter().map(|&(k, _, v)| (k, v)).collect(),
+        });
+        Ok(ks
+            .into_iter()
+            .filter(|k| live(k.2))
+            .map(|(k, _, _)| k)
+            .collect())
+    }
+
+    /// One scan request to `node`'s ordered index: the keys it met in `[lo, hi]` (up to
+    /// `limit` live ones), each `(key, slot, newest version word)`.
+    async fn scan_keys(
+        &mut self,
+        node: atoll_fabric::NodeId,
+        t: TableId,
+        lo: u64,
+        hi: u64,
+        limit: u32,
+        reverse: bool,
+    ) -> Result<Vec<(u64, u32, u64)>, Abort> {
+        let req = Request::Scan {
+            table: t,
+            lo,
+            hi,
+            limit,
+            reverse,
+        };
         let reply = self
             .core
             .c
             .ep
-            .rpc(
-                node,
-                Request::Scan {
-                    table: t,
-                    lo,
-                    hi,
-                    limit,
-                    reverse,
-                }
-                .to_bytes(),
-            )
+            .rpc(node, req.to_bytes())
             .await
             .map_err(|e| self.core.op_failed(e))?;
         match Reply::decode(&reply) {
-            Ok(Reply::Keys(ks)) => {
-                let live = |v: u64| v & VERSION_ABSENT == 0;
-                let full = ks.iter().filter(|k| live(k.2)).count() as u32 >= limit;
-                // A scan cut off at its limit covered the range up to its last key.
-                let last = ks.last().map(|k| k.0);
-                let (covered_lo, covered_hi) = match (full, reverse, last) {
-                    (true, false, Some(k)) => (lo, k),
-                    (true, true, Some(k)) => (k, hi),
-                    _ => (lo, hi),
-                };
-                self.core.scans.push(crate::coord::ScanObs {
-                    table: t,
-                    lo: covered_lo,
-                    hi: covered_hi,
-                    seen: ks.iter().map(|&(k, _, v)| (k, v)).collect(),
-                });
-                Ok(ks
-                    .into_iter()
-                    .filter(|k| live(k.2))
-                    .map(|(k, _, _)| k)
-                    .collect())
-            }
+            Ok(Reply::Keys(ks)) => Ok(ks),
             other => panic!("scan: unexpected reply {other:?}"),
         }
     }
@@ -557,24 +567,7 @@ impl<'c, P: Protocol> Txn<'c, P> {
         let mut out = Vec::new();
         // Bounded: every chunk that goes on moves `from` or `to` past a key it met.
         loop {
-            let req = Request::Scan {
-                table: t,
-                lo: from,
-                hi: to,
-                limit,
-                reverse,
-            };
-            let reply = self
-                .core
-                .c
-                .ep
-                .rpc(node, req.to_bytes())
-                .await
-                .map_err(|e| self.core.op_failed(e))?;
-            let ks = match Reply::decode(&reply) {
-                Ok(Reply::Keys(ks)) => ks,
-                other => panic!("scan: unexpected reply {other:?}"),
-            };
+            let ks = self.scan_keys(node, t, from, to, limit, reverse).await?;
             let cut = ks.iter().filter(|k| live(k.2)).count() as u32 >= limit;
             let vs = P::scan_visible(&mut self.core, t, node, &ks).await?;
             for (&(k, _, _), v) in ks.iter().zip(vs) {

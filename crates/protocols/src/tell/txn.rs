@@ -314,16 +314,27 @@ fn rpc(tx: &TxnCore<'_, TellEntry>, s: Stage) -> bool {
 
 /// Gets the slots of entries `idxs` and takes the version each attempt reads.
 async fn read(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abort> {
-    let slots = if rpc(tx, Stage::Read) {
-        get_by_rpc(tx, idxs).await?
-    } else {
+    if !rpc(tx, Stage::Read) {
         atoll_txn::stages::locate(tx, idxs).await?;
-        get_one_sided(tx, idxs).await?
-    };
+    }
+    let slots = get(tx, idxs).await?;
     for (i, loc, words) in slots {
         take(tx, i, loc, words)?;
     }
     Ok(())
+}
+
+/// Gets the slots of entries `idxs` (located, for one-sided gets) by the read stage's
+/// primitive: `(entry, slot, words)`.
+async fn get(
+    tx: &mut TxnCore<'_, TellEntry>,
+    idxs: &[usize],
+) -> Result<Vec<(usize, u32, Vec<u64>)>, Abort> {
+    if rpc(tx, Stage::Read) {
+        get_by_rpc(tx, idxs).await
+    } else {
+        get_one_sided(tx, idxs).await
+    }
 }
 
 /// One-sided gets: per record a READ of the slot and a READ of its `LOCK`, every record's
@@ -612,12 +623,7 @@ async fn apply(tx: &mut TxnCore<'_, TellEntry>, ws: &[usize], ins: &[usize]) -> 
 
 /// Gets the slots of entries `idxs` again, for another put over them (`words`, `seq`).
 async fn reread(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abort> {
-    let slots = if rpc(tx, Stage::Read) {
-        get_by_rpc(tx, idxs).await?
-    } else {
-        get_one_sided(tx, idxs).await?
-    };
-    for (i, _, w) in slots {
+    for (i, _, w) in get(tx, idxs).await? {
         let rec = decode(tx, i, &w)?;
         let e = &mut tx.entries[i];
         e.state.seq = rec.seq;
@@ -864,12 +870,7 @@ async fn undo(tx: &mut TxnCore<'_, TellEntry>) {
 /// Gets entries `idxs` again for an undo round: `put_seq` is the sequence number now and
 /// `words` the slot.
 async fn get_again(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abort> {
-    let slots = if rpc(tx, Stage::Read) {
-        get_by_rpc(tx, idxs).await?
-    } else {
-        get_one_sided(tx, idxs).await?
-    };
-    for (i, _, w) in slots {
+    for (i, _, w) in get(tx, idxs).await? {
         let e = &mut tx.entries[i];
         e.state.put_seq = Some(w[H_LOCK as usize] & !CID_LOCKED);
         e.state.words = w;
