@@ -73,7 +73,8 @@ fn run_failed(e: &atoll_runner::RunError, context: &str) -> ExitCode {
         atoll_runner::RunError::Panicked(_)
         | atoll_runner::RunError::NodeFailed { .. }
         | atoll_runner::RunError::Load { .. }
-        | atoll_runner::RunError::Crashed { .. } => ExitCode::from(EXIT_CHECK_FAILED),
+        | atoll_runner::RunError::Crashed { .. }
+        | atoll_runner::RunError::Unrecovered { .. } => ExitCode::from(EXIT_CHECK_FAILED),
     }
 }
 

@@ -783,6 +783,7 @@ pub(crate) fn coordinate_nodes<W: Workload, P: Protocol>(
         coroutines_hung: 0,
         // No injected crashes here: a process that died is named by the failure itself.
         crashed: Vec::new(),
+        recovered: Vec::new(),
         // Each node counts what its workers served and says so in its summary.
         rpcs_served_by_node: Vec::new(),
     };

@@ -444,6 +444,20 @@ impl ProtocolKind {
         self.dispatch(Seq)
     }
 
+    /// [`Protocol::RECOVERS_COMPUTE_NODES`], and if so why this run could not recover one
+    /// ([`Protocol::recovery_refusal`]): `None` if the protocol recovers none.
+    pub fn recovery(self, plan: &atoll_txn::Plan, log_replicas: u16) -> Option<Result<(), String>> {
+        struct Rec<'a>(&'a atoll_txn::Plan, u16);
+        impl ProtocolVisitor for Rec<'_> {
+            type Out = Option<Result<(), String>>;
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::RECOVERS_COMPUTE_NODES
+                    .then(|| P::recovery_refusal(self.0, self.1).map_or(Ok(()), Err))
+            }
+        }
+        self.dispatch(Rec(plan, log_replicas))
+    }
+
     /// Rejects a plan the protocol cannot run.
     pub fn check_plan(self, plan: &atoll_txn::Plan) -> Result<(), atoll_txn::PlanError> {
         struct Check<'a>(&'a atoll_txn::Plan);

@@ -509,6 +509,7 @@ impl RunConfig {
                         node.0, self.nodes
                     )));
                 }
+                self.recovery_refusal(node)?;
             }
         }
         self.protocol
@@ -526,6 +527,26 @@ impl RunConfig {
             )));
         }
         Ok(())
+    }
+
+    /// A crash of `node` that a protocol recovering compute nodes cannot recover from,
+    /// refused naming why: it recovers a compute node only (a storage or service node's
+    /// fail-over comes with replication), and only with what its recovery needs.
+    fn recovery_refusal(&self, node: atoll_fabric::NodeId) -> Result<(), ConfigError> {
+        let Some(can) = self.protocol.recovery(&self.plan, self.log_replicas) else {
+            return Ok(());
+        };
+        let p = self.protocol.name();
+        let topo = self.topology();
+        if !topo.runs_coordinators(node) || topo.holds_records(node) || topo.is_colocated() {
+            return Err(ConfigError(format!(
+                "faults crash_node={}: --protocol {p} recovers a crashed compute node of the shared-data architecture, not co-located (expected one of nodes {}..{}); a storage or service node's fail-over comes with replication (issue 41)",
+                node.0,
+                topo.memory_nodes(),
+                topo.memory_nodes() + topo.compute_nodes()
+            )));
+        }
+        can.map_err(|why| ConfigError(format!("faults crash_node={}: {why}", node.0)))
     }
 
     /// A workload configuration a sequenced protocol cannot run deterministically, refused

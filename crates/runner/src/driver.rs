@@ -134,6 +134,8 @@ pub struct RunFacts {
     pub coroutines_hung: usize,
     /// Nodes the fabric crashed: when (ns), and how many co-routines stopped with them.
     pub crashed: Vec<(NodeId, u64, usize)>,
+    /// A family's recoveries of crashed compute nodes.
+    pub recovered: Vec<atoll_txn::Recovered>,
     /// RPCs each node's CPU served over the whole run (warm-up included), from the
     /// fabric's worker counters; empty where the fabric does not report them.
     pub rpcs_served_by_node: Vec<u64>,
@@ -547,8 +549,52 @@ fn cluster_checks<W: Workload, P: Protocol>(
             ),
         });
     }
+    checks.extend(recovery_checks(&facts));
     checks.extend(fabric_checks(facts));
     checks
+}
+
+/// A family's recovery of each crashed compute node: it found nothing left wrong when it
+/// read its records back and asked the commit manager (no tid of the node left active, so
+/// nothing of it holds snapshots back); when the base passed the node's tids is reported.
+fn recovery_checks(facts: &RunFacts) -> Vec<CheckReport> {
+    let us = |ns: u64| ns as f64 / 1e3;
+    facts
+        .recovered
+        .iter()
+        .map(|r| {
+            let crashed_ns = facts
+                .crashed
+                .iter()
+                .find(|c| c.0 == r.node)
+                .map_or(r.detected_ns, |c| c.1);
+            let settled = match r.settled_ns {
+                Some(ns) => format!("its tids all behind the base {:.1} µs after", us(ns - r.done_ns)),
+                None => "the base had not passed its tids by the run's end (a live node's older tid held it)".into(),
+            };
+            let committed = r.attempts.iter().filter(|a| matches!(a.1, Some((_, true)))).count();
+            CheckReport {
+                name: "recovery.compute_node".into(),
+                passed: r.problems.is_empty(),
+                detail: format!(
+                    "compute node {} crashed at {:.1} µs, found dead {:.1} µs later, recovered in {:.1} µs ({} tids committed from the log, {} aborted, {} versions taken out, {committed} of its {} coordinators' last logged attempts committed), {settled}{}",
+                    r.node.0,
+                    us(crashed_ns),
+                    us(r.detected_ns.saturating_sub(crashed_ns)),
+                    us(r.done_ns - r.detected_ns),
+                    r.tids_committed,
+                    r.tids_aborted,
+                    r.versions_removed,
+                    r.attempts.len(),
+                    if r.problems.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; wrong: {}", r.problems.join("; "))
+                    }
+                ),
+            }
+        })
+        .collect()
 }
 
 /// Abort reasons that are no conflict but a limit reached: a transaction aborted so cannot

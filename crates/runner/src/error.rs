@@ -41,6 +41,21 @@ pub enum RunError {
         .at_ns / 1_000
     )]
     Crashed { node: NodeId, at_ns: u64 },
+    /// The simulator crashed compute node `node` at `at_ns` while it ran transactions, and
+    /// the protocol recovers such a node, but its recovery did not run (`recovered` false)
+    /// or left `unresolved` attempts it was committing unsettled by the run's end.
+    #[error(
+        "node {} crashed at {} µs (an injected fault) while running transactions, and {}: the outcome of what it was committing is unknown, so the run cannot be checked (crash it earlier or run longer)",
+        .node.0,
+        .at_ns / 1_000,
+        if *.recovered { format!("{} of the attempts it was committing were left unsettled by its recovery", .unresolved) } else { "its recovery had not run by the run's end".to_string() }
+    )]
+    Unrecovered {
+        node: NodeId,
+        at_ns: u64,
+        recovered: bool,
+        unresolved: usize,
+    },
 }
 
 /// The tail of [`RunError::NodeFailed`]'s message: the crashed nodes that `node` waited on,

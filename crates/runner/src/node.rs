@@ -37,6 +37,8 @@ pub struct NodeRuntime<W: Workload> {
     /// One of its co-routines began a transaction (set once: read-mostly, so it costs the
     /// transactions' path no shared write).
     began: AtomicBool,
+    /// Attempts its crashed workers were committing whose outcome no recovery settled.
+    unresolved: std::sync::atomic::AtomicUsize,
     /// What its coordinators share of NAM-DB's timestamp vector.
     pub clock: Arc<atoll_txn::tsvc::NodeClock>,
     /// Its tasks' and coordinators' counts of old versions (NAM-DB's overflow area).
@@ -157,6 +159,7 @@ impl<W: Workload> NodeRuntime<W> {
             drained_ns: AtomicU64::new(0),
             failed_after_log: Mutex::new(None),
             began: AtomicBool::new(false),
+            unresolved: Default::default(),
             clock: Arc::default(),
             versions: Arc::default(),
             family_nodes: Arc::default(),
@@ -219,6 +222,27 @@ impl<W: Workload> NodeRuntime<W> {
         h.stats.push(stats);
         h.history.append(history);
         h.ledgers.push(ledger);
+    }
+
+    /// A worker whose co-routines stopped before their end (a crash) hands over its ledger
+    /// (with the attempts a recovery found committed) and how many of the attempts it was
+    /// committing no recovery settled.
+    pub fn hand_over_stopped(
+        &self,
+        ledger: W::Ledger,
+        history: &mut Vec<TxnRecord>,
+        unresolved: usize,
+    ) {
+        let mut h = self.handed_over.lock().expect("no poisoned hand-over");
+        h.ledgers.push(ledger);
+        h.history.append(history);
+        drop(h);
+        self.unresolved.fetch_add(unresolved, Ordering::Relaxed);
+    }
+
+    /// Attempts of its crashed workers whose outcome no recovery settled.
+    pub fn unresolved(&self) -> usize {
+        self.unresolved.load(Ordering::Relaxed)
     }
 
     /// The node's summary, once its workers finished (takes what they handed over).

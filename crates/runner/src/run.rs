@@ -149,21 +149,59 @@ pub struct WorkerShared<W: Workload> {
     pub in_flight: RefCell<std::collections::HashMap<u32, TxnRecord>>,
     /// Where the history goes, for what is left when the worker's co-routines are dropped.
     pub run: Arc<RunShared<W>>,
+    /// With [`RunShared::hold_effects`]: each co-routine's committing attempt, by
+    /// coordinator id, as its tag and effect (at most one per co-routine).
+    pub pending: RefCell<std::collections::HashMap<u32, (u64, W::Effect)>>,
+    /// The node the worker belongs to, which a crashed worker hands its ledger to.
+    pub node: Arc<NodeRuntime<W>>,
 }
 
 impl<W: Workload> Drop for WorkerShared<W> {
     /// Co-routines dropped before their end (their node crashed, or the run stopped around
-    /// them) leave their attempts under way: the history file gets each as `lost`, and the
-    /// records the worker had not yet handed over, so a checker knows what it cannot see.
+    /// them) leave their attempts under way: the history gets each as `lost`, and the
+    /// records the worker had not yet handed over, so a checker knows what it cannot see
+    /// (in the history file, or handed to the node with the worker's ledger).
     fn drop(&mut self) {
-        let Some(out) = &self.run.history_out else {
-            return;
-        };
         let mut history = std::mem::take(self.history.get_mut());
         let mut lost: Vec<TxnRecord> = self.in_flight.get_mut().drain().map(|(_, r)| r).collect();
         lost.sort_unstable_by_key(|r| r.coord);
         history.extend(lost);
-        out.append(&mut history);
+        if let Some(out) = &self.run.history_out {
+            out.append(&mut history);
+        }
+        if self.live.get() > 0 {
+            self.hand_over_stopped(&mut history);
+        }
+    }
+}
+
+impl<W: Workload> WorkerShared<W> {
+    /// A worker whose co-routines stopped before their end (their node crashed) hands its
+    /// node the ledger of what they committed, and of each attempt they were committing,
+    /// the outcome a recovery settled: counted if it committed; one no recovery settled is
+    /// counted as unresolved (the run is then not judged).
+    fn hand_over_stopped(&mut self, history: &mut Vec<TxnRecord>) {
+        let mut ledger = std::mem::take(self.ledger.get_mut());
+        let recovered = self
+            .run
+            .recovered
+            .lock()
+            .expect("no poisoned recovery reports");
+        let mut unresolved = 0;
+        for (coord, (tag, effect)) in self.pending.get_mut().drain() {
+            let last = recovered
+                .iter()
+                .flat_map(|r| &r.attempts)
+                .find(|a| a.0 == coord)
+                .map(|a| a.1);
+            match last {
+                Some(Some((t, true))) if t == tag => self.run.w.record(&mut ledger, effect),
+                // Aborted, or never logged (its last logged attempt is an earlier one).
+                Some(_) => {}
+                None => unresolved += 1,
+            }
+        }
+        self.node.hand_over_stopped(ledger, history, unresolved);
     }
 }
 
@@ -191,6 +229,12 @@ pub struct RunShared<W> {
     /// Under the simulator: the latest virtual time a co-routine began a transaction at, for
     /// the heartbeat (one OS thread: no contended write).
     pub virtual_now_ns: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// With a crash injected: each committing attempt's effect is held where its worker's
+    /// shared state keeps it through the commit, so that a crashed node's attempt whose
+    /// outcome a recovery settles is counted as that outcome ([`WorkerShared::pending`]).
+    pub hold_effects: bool,
+    /// A family's recoveries of crashed compute nodes ([`atoll_txn::Recovered`]).
+    pub recovered: Arc<std::sync::Mutex<Vec<atoll_txn::Recovered>>>,
 }
 
 /// Records a worker keeps before handing them to the history file: one lock and one write
@@ -221,6 +265,8 @@ impl<W: Workload> RunShared<W> {
             txn_cpu_ns,
             budget: layout.budget.clone(),
             virtual_now_ns: None,
+            hold_effects: matches!(&cfg.fabric, Fabric::Sim { faults, .. } if faults.crash.is_some()),
+            recovered: Arc::default(),
         }
     }
 
@@ -376,6 +422,11 @@ fn run_phases<W: Workload, P: Protocol>(
             * prepared.layout.sizing.memory_nodes as u64,
         coroutines_hung: executed.hung,
         crashed: executed.crashed,
+        recovered: shared
+            .recovered
+            .lock()
+            .expect("no poisoned recovery reports")
+            .clone(),
         rpcs_served_by_node: executed.served,
     };
     let mut report = summarise::<W, P>(cfg, wire, &nodes, &shared, facts, wall, &prepared.probe)?;
@@ -713,6 +764,9 @@ struct LocalNodes<'a, W: Workload> {
     wire: SummaryWire,
     /// The nodes the simulator crashed: when, and how many co-routines stopped with them.
     crashed: &'a [(NodeId, u64, usize)],
+    /// The compute nodes a family recovered, if the protocol recovers any
+    /// ([`Protocol::RECOVERS_COMPUTE_NODES`]).
+    recovered: Option<Vec<NodeId>>,
 }
 
 impl<W: Workload> crate::driver::StoppedNodes<W> for LocalNodes<'_, W> {
@@ -731,14 +785,26 @@ impl<W: Workload> crate::driver::StoppedNodes<W> for LocalNodes<'_, W> {
     }
 
     fn refuse_unchecked(&self) -> Result<(), RunError> {
-        match self
-            .crashed
-            .iter()
-            .find(|c| self.nodes[c.0 .0 as usize].began_txns())
-        {
-            Some(&(node, at_ns, _)) => Err(RunError::Crashed { node, at_ns }),
-            None => Ok(()),
+        for &(node, at_ns, _) in self.crashed {
+            let n = &self.nodes[node.0 as usize];
+            if !n.began_txns() {
+                continue;
+            }
+            match &self.recovered {
+                None => return Err(RunError::Crashed { node, at_ns }),
+                // Recovered, and every attempt it was committing settled by the recovery.
+                Some(r) if r.contains(&node) && n.unresolved() == 0 => {}
+                Some(r) => {
+                    return Err(RunError::Unrecovered {
+                        node,
+                        at_ns,
+                        recovered: r.contains(&node),
+                        unresolved: n.unresolved(),
+                    })
+                }
+            }
         }
+        Ok(())
     }
 
     fn checks(&mut self, ledger: &W::Ledger) -> Result<Vec<NodeChecks<W::NodeCheck>>, RunError> {
@@ -773,11 +839,14 @@ fn summarise<W: Workload, P: Protocol>(
     probe: &crate::env::Probe,
 ) -> Result<Report, RunError> {
     let crashed = facts.crashed.clone();
+    let recovered =
+        P::RECOVERS_COMPUTE_NODES.then(|| facts.recovered.iter().map(|r| r.node).collect());
     let mut local = LocalNodes {
         nodes,
         w: &shared.w,
         wire,
         crashed: &crashed,
+        recovered,
     };
     crate::driver::conclude::<W, P, _>(cfg, &shared.w, &mut local, facts, wall, |committed| {
         probe.finish(&shared.cpu, committed)
@@ -886,6 +955,8 @@ fn worker_coroutines<W: Workload, P: Protocol>(
         ledger: RefCell::new(W::Ledger::default()),
         in_flight: RefCell::new(Default::default()),
         run: shared.clone(),
+        pending: RefCell::new(Default::default()),
+        node: node.clone(),
     });
     let mut tasks: Vec<Coroutine> = (0..coroutines as u32)
         .map(|k| {
@@ -909,6 +980,7 @@ fn worker_coroutines<W: Workload, P: Protocol>(
             cfg: shared.txn.clone(),
             clock: node.clock.clone(),
             versions: node.versions.clone(),
+            recovered: run.recovered.clone(),
             over: Box::new(move |now| run.over(&rt, now)),
             used_slots: {
                 let store = node.store().clone();
@@ -938,6 +1010,7 @@ fn memory_task<W: Workload, P: Protocol>(
         cfg: shared.txn.clone(),
         clock: node.clock.clone(),
         versions: node.versions.clone(),
+        recovered: run.recovered.clone(),
         over: Box::new(move |now| run.over(&rt, now)),
         used_slots: {
             let store = node.store().clone();
@@ -1127,11 +1200,23 @@ async fn attempt_until_settled<W: Workload, P: Protocol>(
             tx.compute(per_access_ns * touched).await;
         }
         let r = match executed {
-            Ok(effect) => match tx.commit().await {
-                // What the committed attempt touched, for the measured fidelity.
-                Ok(stages) => Ok((effect, stages, tx.footprint())),
-                Err(a) => Err(a),
-            },
+            Ok(effect) => {
+                let mut effect = Some(effect);
+                if run.hold_effects {
+                    let held = (tx.tag(), effect.take().expect("an effect"));
+                    ws.pending.borrow_mut().insert(id, held);
+                }
+                let committed = tx.commit().await;
+                if run.hold_effects {
+                    effect = ws.pending.borrow_mut().remove(&id).map(|p| p.1);
+                }
+                let effect = effect.expect("held through the commit");
+                match committed {
+                    // What the committed attempt touched, for the measured fidelity.
+                    Ok(stages) => Ok((effect, stages, tx.footprint())),
+                    Err(a) => Err(a),
+                }
+            }
             Err(a) => {
                 tx.rollback().await;
                 Err(a)

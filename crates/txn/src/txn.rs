@@ -117,6 +117,17 @@ pub trait Protocol: 'static {
         Ok(keys.iter().map(|k| Some(k.2)).collect())
     }
 
+    /// Whether the family recovers a crashed compute node itself (its memory task finds it
+    /// dead and resolves its transactions from a log): a run whose compute node crashed is
+    /// then judged, its lost attempts settled by the [`Recovered`] reports.
+    const RECOVERS_COMPUTE_NODES: bool = false;
+
+    /// Why this run cannot recover a crashed compute node (a plan or setting it cannot
+    /// recover from), for a configuration with a crash to refuse up front.
+    fn recovery_refusal(_plan: &Plan, _log_replicas: u16) -> Option<String> {
+        None
+    }
+
     /// Whether every compute node runs [`Protocol::node_task`] beside its coordinators.
     fn node_task_wanted(_cfg: &crate::TxnConfig) -> bool {
         false
@@ -188,6 +199,34 @@ pub struct NodeTask {
     /// Record slots of a table this node handed out so far (`Store::used_slots`): a task
     /// that walks a table's records stops there, not at its reservation.
     pub used_slots: Box<dyn Fn(atoll_storage::TableId) -> u32>,
+    /// Where a family's recovery of a crashed compute node reports (the run's, shared).
+    pub recovered: std::sync::Arc<std::sync::Mutex<Vec<Recovered>>>,
+}
+
+/// A family's recovery of one crashed compute node ([`Protocol::RECOVERS_COMPUTE_NODES`]),
+/// as its background task reports it: what the driver checks the run by, and how it learns
+/// the outcome of the attempts the node's clients never heard back from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    pub node: atoll_fabric::NodeId,
+    /// When a probe found it dead, and when its recovery ended (worker time, ns).
+    pub detected_ns: u64,
+    pub done_ns: u64,
+    /// When the commit manager's base first lay past every tid of the node (`None`: not
+    /// by the run's end, a live node's older tid holding it).
+    pub settled_ns: Option<u64>,
+    /// Per coordinator of the node, its last logged attempt: `(coordinator, Some((tag,
+    /// committed)))`, or `None` if its log held no entry (it never logged, or the crash
+    /// tore the entry). An attempt under way that is not its last logged one wrote nothing.
+    pub attempts: Vec<(u32, Option<(u64, bool)>)>,
+    /// Its tids the recovery committed (flag set) and aborted at the commit manager.
+    pub tids_committed: u32,
+    pub tids_aborted: u32,
+    /// Versions it took out of records.
+    pub versions_removed: u64,
+    /// What it found still wrong once it ended, read back from the records (a version of an
+    /// aborted tid left in a record): a failed check each.
+    pub problems: Vec<String>,
 }
 
 /// The records one attempt touched, by kind: what a report measures a workload's fidelity

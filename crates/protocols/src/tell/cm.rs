@@ -44,6 +44,8 @@ pub enum CmError {
     NoTids,
     /// A completion of a tid that is not active here.
     NotActive(Tid),
+    /// A start from a processing node declared crashed ([`CommitManager::recover`]).
+    Fenced(Pn),
 }
 
 impl std::fmt::Display for CmError {
@@ -56,6 +58,7 @@ impl std::fmt::Display for CmError {
             ),
             CmError::NoTids => write!(f, "the commit manager's block of tids is used up"),
             CmError::NotActive(t) => write!(f, "tid {} is not active at this commit manager", t.0),
+            CmError::Fenced(pn) => write!(f, "processing node {} was declared crashed", pn.0),
         }
     }
 }
@@ -99,6 +102,8 @@ pub struct CommitManager {
     inflight_max: u64,
     /// Commits recorded so far: the number the next one gets, less one.
     commits: u64,
+    /// Processing nodes declared crashed: their starts are refused.
+    fenced: std::collections::BTreeSet<Pn>,
 }
 
 impl CommitManager {
@@ -127,6 +132,7 @@ impl CommitManager {
             peers_lav: None,
             inflight_max,
             commits: 0,
+            fenced: Default::default(),
         }
     }
 
@@ -158,6 +164,9 @@ impl CommitManager {
     /// A new transaction's tid and snapshot. A read-only one completes at once (no base
     /// waits for it) but stays active until it ends, so that `lav` keeps its versions.
     pub fn start(&mut self, pn: Pn, read_only: bool) -> Result<Started, CmError> {
+        if self.fenced.contains(&pn) {
+            return Err(CmError::Fenced(pn));
+        }
         if self.next >= self.end {
             return Err(CmError::NoTids);
         }
@@ -226,6 +235,14 @@ impl CommitManager {
             .filter(|(_, a)| a.pn == pn)
             .map(|(&t, _)| Tid(t))
             .collect()
+    }
+
+    /// Processing node `pn` crashed: its starts are refused from now on (a start it sent
+    /// before it crashed may still arrive), and these are its active tids, for its recovery
+    /// to end.
+    pub fn recover(&mut self, pn: Pn) -> Vec<Tid> {
+        self.fenced.insert(pn);
+        self.active_of(pn)
     }
 
     /// The highest tid handed out that this manager knows.

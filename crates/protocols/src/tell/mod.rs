@@ -14,14 +14,17 @@
 //! slot's words ([`record`]); the shared record buffer of SB and SBVS ([`buffer`]); the
 //! log and the recovery plan of a crashed processing node ([`recovery`]); the participant
 //! serving `get`, `put_if` and the commit manager's requests ([`participant`]), and their
-//! one-sided form on a processing node ([`store`]). Not yet:
-//! the family's store requests and `--protocol tell` (issue 39).
+//! one-sided form on a processing node ([`store`]); the management role that finds a
+//! crashed processing node and recovers it ([`manager`]); and `--protocol tell` ([`txn`]).
+//! Not yet (issue 39): the B+tree as the store's index, several commit managers on the
+//! engine, the buffering strategies.
 
 pub mod btree;
 pub mod buffer;
 pub mod cm;
 pub mod config;
 pub mod descriptor;
+pub mod manager;
 pub mod msg;
 pub mod node;
 pub mod participant;

@@ -1,11 +1,15 @@
 //! Tell's messages: to a commit manager (Tell §4.2) `start`, `set_committed`,
 //! `set_aborted`, and its replies (a tid with its snapshot, a refusal naming the limit it
 //! met); to a storage node (Tell §4.1) `get` (every version of a record: its slot) and
-//! `put_if` (a whole new slot, iff its sequence number is still the one read). Decoding
+//! `put_if` (a whole new slot, iff its sequence number is still the one read); and the
+//! management role's, for the recovery of a crashed processing node (Tell §4.4): a fence at
+//! each storage node (it refuses the dead node's puts from then
+//! on), and at the commit manager the dead node's active tids and, later, its base. Decoding
 //! refuses anything malformed with a typed error.
 
 use super::cm::{CmError, Pn};
 use super::descriptor::{Descriptor, Tid};
+use atoll_fabric::NodeId;
 use atoll_storage::TableId;
 use atoll_txn::msg::{DecodeError, FamilyId, Reply, WordReader, WordWriter};
 use atoll_txn::wire_tags;
@@ -22,6 +26,9 @@ wire_tags! {
         Get = 4,
         PutIf = 5,
         Insert = 6,
+        Fence = 7,
+        Recover = 8,
+        State = 9,
     }
 }
 
@@ -37,6 +44,9 @@ wire_tags! {
         Busy = 7,
         Committed = 8,
         Inserted = 9,
+        Fenced = 10,
+        Active = 11,
+        State = 12,
     }
 }
 
@@ -85,10 +95,21 @@ pub enum TellRequest {
     SetAborted { tid: Tid },
     /// Every version of each record, by key: its slot's words.
     Get { items: Vec<(TableId, u64)> },
-    /// Conditional puts, each on its own.
-    PutIf { items: Vec<PutItem> },
-    /// New records of transaction `tid`, each on its own.
-    Insert { tid: Tid, items: Vec<InsertItem> },
+    /// Conditional puts, each on its own, sent by node `origin`.
+    PutIf { origin: NodeId, items: Vec<PutItem> },
+    /// New records of transaction `tid`, each on its own, sent by node `origin`.
+    Insert {
+        origin: NodeId,
+        tid: Tid,
+        items: Vec<InsertItem>,
+    },
+    /// Refuse every put and insert `node` sent from now on (it crashed; a storage node).
+    Fence { node: NodeId },
+    /// Processing node `pn` crashed: the commit manager refuses its starts from now on and
+    /// answers with its active tids.
+    Recover { pn: Pn },
+    /// The commit manager's base and `lav`.
+    State,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,6 +136,12 @@ pub enum TellReply {
     Busy,
     /// Per item of an `Insert`: what became of it.
     Inserted(Vec<Inserted>),
+    /// The sender is fenced: it was declared crashed, its puts are refused.
+    Fenced,
+    /// The active tids of a recovered processing node.
+    Active(Vec<Tid>),
+    /// The commit manager's base and `lav`.
+    State { base: u64, lav: u64 },
 }
 
 impl TellRequest {
@@ -125,6 +152,8 @@ impl TellRequest {
             TellRequest::Start { .. }
                 | TellRequest::SetCommitted { .. }
                 | TellRequest::SetAborted { .. }
+                | TellRequest::Recover { .. }
+                | TellRequest::State
         )
     }
 
@@ -151,8 +180,9 @@ impl TellRequest {
                     e.w(*k);
                 }
             }
-            TellRequest::PutIf { items } => {
+            TellRequest::PutIf { origin, items } => {
                 e.tag(TellTag::PutIf);
+                e.w(origin.0 as u64);
                 e.w(items.len() as u64);
                 for it in items {
                     e.w(it.table.0 as u64);
@@ -161,8 +191,9 @@ impl TellRequest {
                     e.words(&it.words);
                 }
             }
-            TellRequest::Insert { tid, items } => {
+            TellRequest::Insert { origin, tid, items } => {
                 e.tag(TellTag::Insert);
+                e.w(origin.0 as u64);
                 e.w(tid.0);
                 e.w(items.len() as u64);
                 for it in items {
@@ -171,6 +202,15 @@ impl TellRequest {
                     e.words(&it.payload);
                 }
             }
+            TellRequest::Fence { node } => {
+                e.tag(TellTag::Fence);
+                e.w(node.0 as u64);
+            }
+            TellRequest::Recover { pn } => {
+                e.tag(TellTag::Recover);
+                e.w(pn.0 as u64);
+            }
+            TellRequest::State => e.tag(TellTag::State),
         }
     }
 
@@ -181,22 +221,22 @@ impl TellRequest {
 
     pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
         let mut d = WordReader::new(body, "tell request");
+        let node = |d: &mut WordReader<'_>| {
+            let n = d.w()?;
+            u16::try_from(n).map_err(|_| d.error(format!("node {n} out of range")))
+        };
         let r = match TellTag::try_from(d.w()?)? {
-            TellTag::Start => {
-                let pn = d.w()?;
-                let pn = u16::try_from(pn)
-                    .map_err(|_| d.error(format!("processing node {pn} out of range")))?;
-                TellRequest::Start {
-                    pn: Pn(pn),
-                    read_only: d.bool()?,
-                }
-            }
+            TellTag::Start => TellRequest::Start {
+                pn: Pn(node(&mut d)?),
+                read_only: d.bool()?,
+            },
             TellTag::SetCommitted => TellRequest::SetCommitted { tid: Tid(d.w()?) },
             TellTag::SetAborted => TellRequest::SetAborted { tid: Tid(d.w()?) },
             TellTag::Get => TellRequest::Get {
                 items: d.list(|d| Ok((d.table()?, d.w()?)))?,
             },
             TellTag::PutIf => TellRequest::PutIf {
+                origin: NodeId(node(&mut d)?),
                 items: d.list(|d| {
                     Ok(PutItem {
                         table: d.table()?,
@@ -207,6 +247,7 @@ impl TellRequest {
                 })?,
             },
             TellTag::Insert => TellRequest::Insert {
+                origin: NodeId(node(&mut d)?),
                 tid: Tid(d.w()?),
                 items: d.list(|d| {
                     Ok(InsertItem {
@@ -216,6 +257,13 @@ impl TellRequest {
                     })
                 })?,
             },
+            TellTag::Fence => TellRequest::Fence {
+                node: NodeId(node(&mut d)?),
+            },
+            TellTag::Recover => TellRequest::Recover {
+                pn: Pn(node(&mut d)?),
+            },
+            TellTag::State => TellRequest::State,
         };
         d.done()?;
         Ok(r)
@@ -248,6 +296,7 @@ impl TellReply {
         match e {
             CmError::InFlight { next, base, max } => TellReply::InFlight { next, base, max },
             CmError::NotActive(tid) => TellReply::NotActive { tid },
+            CmError::Fenced(_) => TellReply::Fenced,
             // A lone manager's block never runs out; several take the next block first.
             CmError::NoTids => unreachable!("tell: a commit manager served start without tids"),
         }
@@ -324,6 +373,19 @@ impl TellReply {
                 }
             }
             TellReply::Busy => e.tag(TellReplyTag::Busy),
+            TellReply::Fenced => e.tag(TellReplyTag::Fenced),
+            TellReply::Active(tids) => {
+                e.tag(TellReplyTag::Active);
+                e.w(tids.len() as u64);
+                for t in tids {
+                    e.w(t.0);
+                }
+            }
+            TellReply::State { base, lav } => {
+                e.tag(TellReplyTag::State);
+                e.w(*base);
+                e.w(*lav);
+            }
         })
     }
 
@@ -368,6 +430,12 @@ impl TellReply {
             })?),
             TellReplyTag::Puts => TellReply::Puts(d.list(|d| d.bool())?),
             TellReplyTag::Busy => TellReply::Busy,
+            TellReplyTag::Fenced => TellReply::Fenced,
+            TellReplyTag::Active => TellReply::Active(d.list(|d| Ok(Tid(d.w()?)))?),
+            TellReplyTag::State => TellReply::State {
+                base: d.w()?,
+                lav: d.w()?,
+            },
         };
         d.done()?;
         Ok(r)
@@ -391,6 +459,7 @@ mod tests {
                 items: vec![(TableId(1), 7), (TableId(0), 9)],
             },
             TellRequest::PutIf {
+                origin: NodeId(3),
                 items: vec![PutItem {
                     table: TableId(2),
                     loc: 3,
@@ -399,6 +468,7 @@ mod tests {
                 }],
             },
             TellRequest::Insert {
+                origin: NodeId(2),
                 tid: Tid(12),
                 items: vec![InsertItem {
                     table: TableId(1),
@@ -406,6 +476,9 @@ mod tests {
                     payload: vec![4, 5],
                 }],
             },
+            TellRequest::Fence { node: NodeId(4) },
+            TellRequest::Recover { pn: Pn(1) },
+            TellRequest::State,
         ];
         for r in requests {
             let mut b = Vec::new();
@@ -448,6 +521,9 @@ mod tests {
             TellReply::Records(vec![None, Some((4, vec![8, 9]))]),
             TellReply::Puts(vec![true, false]),
             TellReply::Busy,
+            TellReply::Fenced,
+            TellReply::Active(vec![Tid(3), Tid(9)]),
+            TellReply::State { base: 5, lav: 2 },
         ];
         for r in replies {
             let Reply::Family { family, body } = r.clone().into_reply() else {

@@ -1,11 +1,14 @@
 //! What one node keeps of Tell: the commit manager, on the node that runs the role
 //! [`CM_ROLE`], serving `start`, `set_committed` and `set_aborted` one at a time under its
 //! lock (Tell's commit manager is one sequential state machine; several managers are
-//! several nodes, merged every sync interval).
+//! several nodes, merged every sync interval); and, on a storage node, the processing nodes
+//! a recovery fenced.
 
 use super::cm::CommitManager;
 use super::msg::{TellReply, TellRequest};
+use atoll_fabric::NodeId;
 use atoll_storage::RoleSpec;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// The node role that runs a commit manager: on memory node 0 or a node of its own
@@ -20,6 +23,10 @@ pub const CM_ROLE: RoleSpec = RoleSpec {
 pub struct TellNode {
     /// The commit manager, made by the first request this node serves.
     cm: Mutex<Option<CommitManager>>,
+    /// Nodes declared crashed, whose puts and inserts a storage node refuses; `any_fenced`
+    /// spares every put the lock while there is none.
+    fenced: Mutex<Vec<NodeId>>,
+    any_fenced: AtomicBool,
 }
 
 impl TellNode {
@@ -44,10 +51,35 @@ impl TellNode {
                 Err(e) => TellReply::of_error(e),
             },
             TellRequest::SetAborted { tid } => done(cm.set_aborted(tid)),
-            TellRequest::Get { .. } | TellRequest::PutIf { .. } | TellRequest::Insert { .. } => {
-                return None
-            }
+            TellRequest::Recover { pn } => TellReply::Active(cm.recover(pn)),
+            TellRequest::State => TellReply::State {
+                base: cm.base(),
+                lav: cm.lav(),
+            },
+            TellRequest::Get { .. }
+            | TellRequest::PutIf { .. }
+            | TellRequest::Insert { .. }
+            | TellRequest::Fence { .. } => return None,
         })
+    }
+
+    /// Refuses `node`'s puts and inserts from now on.
+    pub fn fence(&self, node: NodeId) {
+        let mut f = self.fenced.lock().expect("no poisoned fence list");
+        if !f.contains(&node) {
+            f.push(node);
+        }
+        self.any_fenced.store(true, Ordering::Release);
+    }
+
+    /// Whether `node` was fenced.
+    pub fn is_fenced(&self, node: NodeId) -> bool {
+        self.any_fenced.load(Ordering::Acquire)
+            && self
+                .fenced
+                .lock()
+                .expect("no poisoned fence list")
+                .contains(&node)
     }
 
     /// The manager's base and `lav` now (for a report or a check); `None` before it served.

@@ -6,7 +6,8 @@
 //! keeps the slot's key. A put takes the slot's `LOCK` from `[0 | seq]` to `[1 | seq]` by
 //! CAS (so it fails on any put since the read, even of the same value), writes the slot,
 //! then stores `[0 | seq + 1]`; a `get` takes words only between two equal unlocked `LOCK`
-//! reads.
+//! reads. A storage node refuses the puts and inserts of a processing node a recovery
+//! fenced.
 
 use super::cm::INFLIGHT_MAX_DEFAULT;
 use super::descriptor::Tid;
@@ -121,7 +122,7 @@ fn read_slot(local: &Local, t: atoll_storage::TableId, loc: u32) -> Option<Vec<u
     None
 }
 
-fn serve_store(local: &Local, req: TellRequest) -> Reply {
+fn serve_store(local: &Local, node: &TellNode, req: TellRequest) -> Reply {
     match req {
         TellRequest::Get { items } => {
             if !holds_records(local) || !items.iter().all(|&(t, _)| local.valid_table(t)) {
@@ -142,9 +143,13 @@ fn serve_store(local: &Local, req: TellRequest) -> Reply {
             }
             TellReply::Records(records).into_reply()
         }
-        TellRequest::PutIf { items } => {
+        TellRequest::PutIf { origin, items } => {
             if !items.iter().all(|it| valid_put(local, it)) {
                 return Reply::BadRequest;
+            }
+            if node.is_fenced(origin) {
+                // Sent before its node crashed, arriving after its recovery began.
+                return TellReply::Fenced.into_reply();
             }
             let puts = items
                 .iter()
@@ -161,12 +166,22 @@ fn serve_store(local: &Local, req: TellRequest) -> Reply {
                 .collect();
             TellReply::Puts(puts).into_reply()
         }
-        TellRequest::Insert { tid, items } => {
+        TellRequest::Insert { origin, tid, items } => {
             if tid.0 == 0 || !items.iter().all(|it| valid_insert(local, it)) {
                 return Reply::BadRequest;
             }
+            if node.is_fenced(origin) {
+                return TellReply::Fenced.into_reply();
+            }
             let done = items.iter().map(|it| insert(local, tid, it)).collect();
             TellReply::Inserted(done).into_reply()
+        }
+        TellRequest::Fence { node: dead } => {
+            if !holds_records(local) || !local.store().catalog.topology().runs_coordinators(dead) {
+                return Reply::BadRequest;
+            }
+            node.fence(dead);
+            TellReply::Done.into_reply()
         }
         _ => Reply::BadRequest,
     }
@@ -183,7 +198,7 @@ impl Participant for TellParticipant {
         };
         let store = local.store();
         if !req.for_commit_manager() {
-            return Some(serve_store(local, req));
+            return Some(serve_store(local, &self.node, req));
         }
         let node = store.memory().node;
         if store.catalog.topology().service_node(CM_ROLE.name) != Some(node) {

@@ -17,38 +17,80 @@
 
 use super::cm::Pn;
 use super::descriptor::Tid;
+use atoll_fabric::NodeId;
+use atoll_storage::TableId;
 use atoll_txn::msg::DecodeError;
 
-/// A record id in the store.
-pub type Rid = u64;
+/// A record of a write set: its table, the storage node holding it and its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Rid {
+    pub table: TableId,
+    pub node: NodeId,
+    pub key: u64,
+}
 
 /// One entry of the log, keyed by its tid.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogEntry {
     pub tid: Tid,
     pub pn: Pn,
+    /// The attempt's tag (what its payloads carry): how a client whose processing node
+    /// crashed learns the outcome of the attempt it never heard back from.
+    pub tag: u64,
     /// Every record the transaction updates, inserts or deletes.
     pub write_set: Vec<Rid>,
     /// Set once every update is applied: the transaction committed.
     pub committed: bool,
 }
 
+/// Words of an entry before its write set: tid, processing node, flag, records, tag,
+/// checksum.
+pub const HEAD_WORDS: u32 = 6;
+/// The commit flag's word in an entry: written on its own once every put is done.
+pub const FLAG_WORD: u32 = 2;
+/// Words per record of the write set: table and node, key.
+pub const RID_WORDS: u32 = 2;
+/// The checksum's word in an entry.
+const SUM_WORD: usize = 5;
+
+/// The checksum of an entry's words: every word but the flag and the checksum itself, so
+/// an entry torn by a crash mid-write does not read as one.
+fn checksum(w: &[u64]) -> u64 {
+    w.iter()
+        .enumerate()
+        .filter(|&(i, _)| i != FLAG_WORD as usize && i != SUM_WORD)
+        .fold(0x7e11_u64, |a, (_, &x)| a.rotate_left(9) ^ x)
+}
+
 impl LogEntry {
-    /// As the words stored under its tid: `[tid, pn, committed, n, rids...]`.
+    /// Words of an entry of a write set of `records` records.
+    pub fn words_for(records: usize) -> u32 {
+        HEAD_WORDS + RID_WORDS * records as u32
+    }
+
+    /// As the words stored for it: `[tid, pn, committed, n, tag, checksum, (table << 16 |
+    /// node, key)...]`.
     pub fn to_words(&self) -> Vec<u64> {
-        let mut w = vec![
+        let mut w = Vec::with_capacity(Self::words_for(self.write_set.len()) as usize);
+        w.extend_from_slice(&[
             self.tid.0,
             self.pn.0 as u64,
             self.committed as u64,
             self.write_set.len() as u64,
-        ];
-        w.extend_from_slice(&self.write_set);
+            self.tag,
+            0,
+        ]);
+        for r in &self.write_set {
+            w.push((r.table.0 as u64) << 16 | r.node.0 as u64);
+            w.push(r.key);
+        }
+        w[SUM_WORD] = checksum(&w);
         w
     }
 
     pub fn from_words(w: &[u64]) -> Result<Self, DecodeError> {
         let err = |what: String| Err(DecodeError(format!("tell log entry: {what}")));
-        let [tid, pn, committed, n, ref rids @ ..] = *w else {
+        let [tid, pn, committed, n, tag, sum, ref rids @ ..] = *w else {
             return err(format!("{} words", w.len()));
         };
         let Ok(pn) = u16::try_from(pn) else {
@@ -57,15 +99,38 @@ impl LogEntry {
         if committed > 1 {
             return err(format!("commit flag {committed}"));
         }
-        if rids.len() as u64 != n {
-            return err(format!("{} rids where it says {n}", rids.len()));
+        if rids.len() as u64 != n.saturating_mul(RID_WORDS as u64) {
+            return err(format!("{} words of records where it says {n}", rids.len()));
+        }
+        if checksum(w) != sum {
+            return err("checksum mismatch (torn or never written)".into());
+        }
+        let mut write_set = Vec::with_capacity(n as usize);
+        for r in rids.chunks_exact(RID_WORDS as usize) {
+            let Ok(table) = u16::try_from(r[0] >> 16) else {
+                return err(format!("table {}", r[0] >> 16));
+            };
+            write_set.push(Rid {
+                table: TableId(table),
+                node: NodeId((r[0] & 0xffff) as u16),
+                key: r[1],
+            });
         }
         Ok(LogEntry {
             tid: Tid(tid),
             pn: Pn(pn),
-            write_set: rids.to_vec(),
+            tag,
+            write_set,
             committed: committed == 1,
         })
+    }
+
+    /// The entry in `w`, the first words of its place in the log, or `None` if they hold
+    /// none (never written, or torn by a crash mid-write).
+    pub fn find(w: &[u64]) -> Option<Self> {
+        let n = *w.get(3)?;
+        let len = Self::words_for(usize::try_from(n).ok()?.min(w.len())) as usize;
+        Self::from_words(w.get(..len)?).ok()
     }
 }
 
@@ -127,20 +192,44 @@ mod tests {
     use crate::tell::versions::VersionSet;
     use std::collections::BTreeMap;
 
+    fn rid(key: u64) -> Rid {
+        Rid {
+            table: TableId(0),
+            node: NodeId(0),
+            key,
+        }
+    }
+
     #[test]
     fn tell_a_log_entry_round_trips_and_a_malformed_one_is_a_typed_error() {
         let e = LogEntry {
             tid: Tid(9),
             pn: Pn(2),
-            write_set: vec![4, 7],
+            tag: 77,
+            write_set: vec![rid(4), rid(7)],
             committed: true,
         };
-        assert_eq!(LogEntry::from_words(&e.to_words()), Ok(e));
+        let w = e.to_words();
+        assert_eq!(LogEntry::from_words(&w), Ok(e.clone()));
+        // The flag is set on its own, outside the checksum.
+        let mut unflagged = w.clone();
+        unflagged[FLAG_WORD as usize] = 0;
+        assert!(!LogEntry::from_words(&unflagged).unwrap().committed);
+        // In a longer place of the log, followed by anything.
+        let mut place = w.clone();
+        place.extend([5, 6, 7]);
+        assert_eq!(LogEntry::find(&place), Some(e));
+        // Torn: any other word changed.
+        for i in (0..w.len()).filter(|&i| i != FLAG_WORD as usize) {
+            let mut torn = w.clone();
+            torn[i] ^= 1 << 3;
+            assert_eq!(LogEntry::find(&torn), None, "word {i} torn");
+        }
+        assert_eq!(LogEntry::find(&[0; 8]), None, "never written");
         for bad in [
             &[1, 2, 0][..],
-            &[1, 2, 5, 0],
-            &[1, 1 << 20, 0, 0],
-            &[1, 2, 0, 3, 4],
+            &[1, 2, 5, 0, 0, 0],
+            &[1, 1 << 20, 0, 0, 0, 0],
         ] {
             assert!(LogEntry::from_words(bad).is_err(), "{bad:?}");
         }
@@ -176,7 +265,7 @@ mod tests {
                 let pn = Pn(rng.below(PNS as u64) as u16);
                 let s = cm.start(pn, false).map_err(|e| e.to_string())?;
                 let n = 1 + rng.below(3);
-                let mut writes: Vec<Rid> = (0..n).map(|_| rng.below(RECORDS)).collect();
+                let mut writes: Vec<Rid> = (0..n).map(|_| rid(rng.below(RECORDS))).collect();
                 writes.sort_unstable();
                 writes.dedup();
                 running.push(Txn {
@@ -198,6 +287,7 @@ mod tests {
                     let e = LogEntry {
                         tid: t.tid,
                         pn: t.pn,
+                        tag: t.tid.0,
                         write_set: t.writes.clone(),
                         committed: false,
                     };
@@ -205,7 +295,7 @@ mod tests {
                 }
                 d if d <= puts => {
                     let r = t.writes[d - 1];
-                    store[r as usize].write(t.tid, t.tid.0 + 1, Some(vec![t.tid.0]));
+                    store[r.key as usize].write(t.tid, t.tid.0 + 1, Some(vec![t.tid.0]));
                 }
                 d if d == puts + 1 => log.get_mut(&t.tid.0).expect("logged").committed = true,
                 _ => {
@@ -226,7 +316,7 @@ mod tests {
             p.abort.retain(|t| log.contains_key(&t.0));
         }
         for &(r, tid) in &p.undo {
-            store[r as usize].unwrite(tid);
+            store[r.key as usize].unwrite(tid);
         }
         for &t in &p.abort {
             cm.set_aborted(t)
@@ -250,9 +340,13 @@ mod tests {
         }
         for e in log.values().filter(|e| e.pn == crashed && e.committed) {
             for &r in &e.write_set {
-                if !store[r as usize].versions().iter().any(|v| v.tid == e.tid) {
+                if !store[r.key as usize]
+                    .versions()
+                    .iter()
+                    .any(|v| v.tid == e.tid)
+                {
                     return Err(format!(
-                        "seed {seed}: flagged tid {} lost record {r}",
+                        "seed {seed}: flagged tid {} lost record {r:?}",
                         e.tid.0
                     ));
                 }

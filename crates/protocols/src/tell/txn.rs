@@ -7,14 +7,17 @@
 //!    (slot, then `LOCK`; taken iff both agree) or by a request per storage node; the
 //!    version read is the newest the descriptor sees, and an update's record that holds a
 //!    version the descriptor does not see aborts at once (R1);
-//! 3. **log** (RCC's coordinator log to backups: Tell's log entry of the write set);
+//! 3. **log**: the log entry (tid, processing node, the attempt's tag, the write set, the
+//!    commit flag unset) at the start of the coordinator's log ring on each log backup;
 //! 4. **apply**: inserts by a request per storage node (`put_if_absent`; a key whose newest
 //!    version is a deletion gets a conditional put over it), then per updated record a
 //!    conditional put of its new version set (R1 checked again, versions below `lav`
 //!    collected): a CAS of `LOCK` and one doorbell of the words and the unlock, or a
 //!    request per storage node; a put that fails aborts (R2), a set that does not fit its
 //!    slot aborts (`slot_overflow`);
-//! 5. **set_committed** at the commit manager, whose reply numbers the commit.
+//! 5. **commit flag**: one word of the log entry set (stage `log`): the commit point a
+//!    recovery goes by;
+//! 6. **set_committed** at the commit manager, whose reply numbers the commit.
 //!
 //! An abort takes the attempt's versions out again, each by a get and a conditional put
 //! (an insert's leaves a deletion by tid 0, visible to all), and only then tells the
@@ -33,6 +36,7 @@ use super::msg::{InsertItem, Inserted, PutItem, TellReply, TellRequest};
 use super::node::CM_ROLE;
 use super::participant::GET_ATTEMPTS_MAX;
 use super::record::{self, Record};
+use super::recovery::{LogEntry, Rid, FLAG_WORD};
 use super::versions::Version;
 use atoll_fabric::{NodeId, RemotePtr, Words};
 use atoll_storage::layout::{
@@ -125,6 +129,36 @@ impl Protocol for Tell {
         Ok(())
     }
 
+    // The management role ([`super::manager`]) finds a crashed processing node and
+    // resolves its transactions from the log.
+    const RECOVERS_COMPUTE_NODES: bool = true;
+
+    fn recovery_refusal(plan: &Plan, log_replicas: u16) -> Option<String> {
+        if log_replicas == 0 {
+            return Some(
+                "tell recovers a crashed processing node from its log: expected --log-replicas 1 or more"
+                    .into(),
+            );
+        }
+        if plan.get(Stage::Commit) != Primitive::Rpc {
+            // A one-sided put locks the slot, then writes it: a crash between leaves a
+            // slot held, part written, with nothing to restore it from.
+            return Some(format!(
+                "tell recovers a crashed processing node only from puts by request: plan {plan} puts by one-sided verbs (expected commit=rpc)"
+            ));
+        }
+        None
+    }
+
+    fn memory_task_wanted(_catalog: &atoll_storage::Catalog) -> bool {
+        true
+    }
+
+    /// The management role ([`super::manager`]), on the first storage node.
+    async fn memory_task(task: atoll_txn::NodeTask) {
+        super::manager::run(task).await
+    }
+
     async fn fetch(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abort> {
         start(tx).await?;
         let t0 = tx.now_ns();
@@ -155,7 +189,7 @@ impl Protocol for Tell {
             }
         }
         let t0 = tx.now_ns();
-        let logged = atoll_txn::stages::log(tx, tx.c.plan().get(Stage::Log)).await;
+        let logged = log_entry(tx, &ws, &ins).await;
         tx.charge(Stage::Log, t0);
         if let Err(a) = logged {
             end(tx, false).await;
@@ -169,6 +203,10 @@ impl Protocol for Tell {
             end(tx, false).await;
             return Err(a);
         }
+        let t0 = tx.now_ns();
+        let flagged = flag(tx).await;
+        tx.charge(Stage::Log, t0);
+        flagged?;
         let t0 = tx.now_ns();
         let r = committed(tx).await;
         tx.charge(CM, t0);
@@ -234,12 +272,7 @@ pub async fn start(tx: &mut TxnCore<'_, TellEntry>) -> Result<(), Abort> {
     }
     let t0 = tx.now_ns();
     let cm = cm_node(tx);
-    let pn = Pn(tx
-        .c
-        .catalog
-        .topology()
-        .compute_index(tx.c.node())
-        .unwrap_or(0));
+    let pn = pn_of(tx);
     let deferred = tx.c.take_deferred();
     let mut d = tx.c.ep.doorbell_for(2);
     if let Some(op) = deferred {
@@ -270,6 +303,8 @@ pub async fn start(tx: &mut TxnCore<'_, TellEntry>) -> Result<(), Abort> {
         }
         // Too many tids open at the commit manager: this attempt gives way (retried).
         TellReply::InFlight { .. } => Err(Abort::Conflict),
+        // This node was declared crashed (it was not: a recovery fenced a live node).
+        TellReply::Fenced => panic!("tell: the commit manager fenced live node {}", pn.0),
         other => panic!("tell: the commit manager answered a start with {other:?}"),
     };
     tx.charge(CM, t0);
@@ -305,6 +340,121 @@ async fn end(tx: &mut TxnCore<'_, TellEntry>, committed: bool) {
     // A failed op here leaves the tid active at the commit manager: it holds the base
     // until recovery ends it (the run reports the failed node).
     let _ = tx.unabortable(d.submit().await);
+}
+
+/// Where the attempt's log entry goes: per log backup `(node, word offset of the
+/// coordinator's ring there)`. A coordinator runs one attempt at a time, and the entry of
+/// its previous one belongs to a tid that already ended, so its entry always takes the
+/// start of its ring: the log keeps exactly the entries a recovery needs.
+fn log_places(tx: &TxnCore<'_, TellEntry>) -> Vec<(NodeId, u32)> {
+    (0..tx.c.cfg.log_replicas)
+        .map(|b| {
+            let (backup, slot) = tx.c.catalog.topology().log_backup(tx.c.node(), b);
+            (backup, tx.c.cfg.log_ring_offset(tx.c.id, slot))
+        })
+        .collect()
+}
+
+/// Writes `words` at word `offset` of each log place, by the log stage's primitive.
+async fn write_log(
+    tx: &mut TxnCore<'_, TellEntry>,
+    offset: u32,
+    words: &[u64],
+) -> Result<(), Abort> {
+    let places = log_places(tx);
+    let region =
+        tx.c.catalog
+            .extra_region(atoll_txn::coord::LOG_EXTRA_REGION);
+    let one_sided = !rpc(tx, Stage::Log);
+    let mut d = tx.c.ep.doorbell_for(places.len());
+    for &(node, base) in &places {
+        if one_sided {
+            d.write(
+                RemotePtr::new(node, region, base + offset),
+                Words::from_slice(words),
+            );
+        } else {
+            d.rpc(
+                node,
+                atoll_txn::msg::Request::log_bytes(base + offset, words),
+            );
+        }
+    }
+    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    if !one_sided {
+        for j in 0..places.len() {
+            let r = atoll_txn::msg::Reply::decode(res.rpc(j));
+            assert!(
+                matches!(r, Ok(atoll_txn::msg::Reply::Ok)),
+                "tell: a log write answered {r:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The log entry (Tell §4.4), before any insert or put: tid, processing node, the
+/// attempt's tag and its write set, the commit flag unset. A recovery of this node takes
+/// out the versions of an entry whose flag is unset. Without log backups
+/// (`--log-replicas 0`) there is no log, and no recovery.
+async fn log_entry(
+    tx: &mut TxnCore<'_, TellEntry>,
+    ws: &[usize],
+    ins: &[usize],
+) -> Result<(), Abort> {
+    if tx.c.cfg.log_replicas == 0 {
+        tx.logged = true;
+        return Ok(());
+    }
+    let a = attempt(tx).expect("a commit starts the attempt first");
+    let entry = LogEntry {
+        tid: a.tid,
+        pn: pn_of(tx),
+        tag: tx.tag,
+        write_set: ws
+            .iter()
+            .chain(ins)
+            .map(|&i| {
+                let e = &tx.entries[i];
+                Rid {
+                    table: e.table,
+                    node: e.node,
+                    key: e.key,
+                }
+            })
+            .collect(),
+        committed: false,
+    };
+    let words = entry.to_words();
+    // The ring is sized for the workload's largest write set with its payloads.
+    assert!(
+        words.len() as u32 <= tx.c.cfg.log_ring_words,
+        "tell: a {}-word log entry does not fit a {}-word log ring (the workload wrote more than its largest write set declares)",
+        words.len(),
+        tx.c.cfg.log_ring_words
+    );
+    write_log(tx, 0, &words).await?;
+    tx.logged = true;
+    Ok(())
+}
+
+/// Sets the commit flag of the attempt's log entry: every put is done, so the transaction
+/// committed even if this node crashes before the commit manager hears of it.
+async fn flag(tx: &mut TxnCore<'_, TellEntry>) -> Result<(), Abort> {
+    if tx.c.cfg.log_replicas == 0 {
+        return Ok(());
+    }
+    write_log(tx, FLAG_WORD, &[1]).await
+}
+
+/// This coordinator's processing node, as the commit manager knows it.
+fn pn_of(tx: &TxnCore<'_, TellEntry>) -> Pn {
+    Pn(tx
+        .c
+        .catalog
+        .topology()
+        .compute_index(tx.c.node())
+        .unwrap_or(0))
 }
 
 /// Whether stage `s` goes as requests to the storage nodes' CPUs.
@@ -652,7 +802,9 @@ async fn insert(tx: &mut TxnCore<'_, TellEntry>, ins: &[usize]) -> Result<Idxs, 
                 }
             })
             .collect();
-        asked.push((d.rpc(n, TellRequest::Insert { tid, items }.to_bytes()), on));
+        let origin = tx.c.node();
+        let req = TellRequest::Insert { origin, tid, items };
+        asked.push((d.rpc(n, req.to_bytes()), on));
     }
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
     let mut over = Idxs::new();
@@ -782,7 +934,11 @@ async fn put_by_rpc(
                 }
             })
             .collect();
-        asked.push((d.rpc(n, TellRequest::PutIf { items: puts }.to_bytes()), on));
+        let req = TellRequest::PutIf {
+            origin: tx.c.node(),
+            items: puts,
+        };
+        asked.push((d.rpc(n, req.to_bytes()), on));
     }
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
     let mut done = vec![false; items.len()];

@@ -39,4 +39,5 @@ mod shared_data;
 mod si_samples;
 mod sim;
 mod skew;
+mod tell_recovery;
 mod tpcc;

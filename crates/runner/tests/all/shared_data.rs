@@ -423,6 +423,16 @@ fn si_cluster<P: atoll_txn::Protocol>(
     versions: u32,
     plan: Plan,
 ) -> atoll_testkit::TestCluster {
+    si_cluster_logged::<P>(coroutines, versions, plan, 0)
+}
+
+/// As [`si_cluster`], each coordinator logging to `log_replicas` memory nodes.
+fn si_cluster_logged<P: atoll_txn::Protocol>(
+    coroutines: u32,
+    versions: u32,
+    plan: Plan,
+    log_replicas: u16,
+) -> atoll_testkit::TestCluster {
     use atoll_storage::{Partition, TableSpec, Topology};
     let spec = TableSpec {
         name: "t".into(),
@@ -440,7 +450,7 @@ fn si_cluster<P: atoll_txn::Protocol>(
     });
     let c = atoll_testkit::TestCluster::with_topology(
         topology,
-        0,
+        log_replicas,
         vec![spec],
         plan,
         coroutines,
@@ -581,6 +591,33 @@ fn tell_a_contention_free_update_takes_start_get_put_if_and_set_committed_one_si
         0,
         "{d:?}"
     );
+}
+
+#[test]
+fn tell_a_logged_update_adds_the_log_entry_and_the_commit_flag_a_round_trip_each() {
+    use atoll_fabric::VerbKind;
+    use atoll_txn::Primitive;
+    let logged = |plan: Plan| {
+        update_verbs_on::<atoll_protocols::Tell>(si_cluster_logged::<atoll_protocols::Tell>(
+            1, 4, plan, 1,
+        ))
+        .0
+    };
+    let d = logged(Plan::uniform(Primitive::OneSided));
+    let ops = |k: VerbKind| d.remote_ops[k as usize];
+    // start, the gets, the log entry (a WRITE), the puts' CAS, their words and unlocks,
+    // the commit flag (a WRITE of one word), set_committed.
+    assert_eq!((d.round_trips, d.doorbells), (7, 7), "{d:?}");
+    assert_eq!(ops(VerbKind::Read), 2 * 2, "{d:?}");
+    assert_eq!(ops(VerbKind::Cas), 2, "{d:?}");
+    assert_eq!(ops(VerbKind::Write), 1 + 2 * 2 + 1, "{d:?}");
+    assert_eq!(ops(VerbKind::Rpc), 2, "start and set_committed: {d:?}");
+    // By request: start, get, the log entry, put, the flag, set_committed.
+    let plan =
+        Plan::uniform(Primitive::Rpc).only(<atoll_protocols::Tell as atoll_txn::Protocol>::STAGES);
+    let d = logged(plan);
+    let ops = |k: VerbKind| d.remote_ops[k as usize];
+    assert_eq!((d.round_trips, ops(VerbKind::Rpc)), (6, 6), "{d:?}");
 }
 
 #[test]
@@ -1501,6 +1538,7 @@ fn tell_a_storage_node_gets_a_whole_slot_and_puts_one_only_at_the_sequence_numbe
     let new = record::encode(&layout, &words, &set).unwrap();
     let put = |seq: u64, words: Vec<u64>| {
         ask(TellRequest::PutIf {
+            origin: atoll_fabric::NodeId(1),
             items: vec![PutItem {
                 table: T,
                 loc,
@@ -1612,7 +1650,9 @@ fn tell_conditional_puts_one_sided_and_by_rpc_racing_on_one_record_lose_no_updat
                         seq: r.seq,
                         words: new,
                     }];
-                    rpc(&co.ep, TellRequest::PutIf { items }).await == TellReply::Puts(vec![true])
+                    let origin = co.ep.node();
+                    rpc(&co.ep, TellRequest::PutIf { origin, items }).await
+                        == TellReply::Puts(vec![true])
                 } else {
                     store::put_if(&co.ep, slot, r.seq, &new).await.unwrap()
                 };
@@ -1632,4 +1672,79 @@ fn tell_conditional_puts_one_sided_and_by_rpc_racing_on_one_record_lose_no_updat
     assert_eq!((rec.seq, rec.locked), (all, false));
     assert_eq!(rec.versions.versions()[0].payload.as_ref().unwrap()[2], all);
     assert!(failed.load(Ordering::Relaxed) > 0, "the puts never raced");
+}
+
+#[test]
+fn tell_a_long_reader_holds_lav_so_a_hot_slot_fills_and_its_writers_abort_slot_overflow_in_the_slots_fixed_memory(
+) {
+    // Tell's records grow while the oldest active transaction holds `lav` back (Tell §5.1).
+    // Atoll's slot holds `--tell-versions` versions, sized and counted against the memory
+    // budget before the run: with the reader open, the slot keeps the version it reads and
+    // every newer one, so the writer that finds no room after garbage collection aborts
+    // `slot_overflow` rather than growing the record. Once the reader ends, `lav` moves and
+    // the next write collects the versions no snapshot reads any more.
+    use atoll_fabric::NodeId;
+    use atoll_protocols::Tell;
+    use atoll_testkit::Steps;
+    use atoll_txn::Txn;
+    use std::sync::{Arc, Mutex};
+    const VERSIONS: u32 = 4;
+    async fn update(co: &mut atoll_txn::Coordinator) -> Result<(), atoll_txn::Abort> {
+        let mut tx = Txn::<Tell>::begin(co);
+        let v = tx.read(T, 6).await.unwrap();
+        tx.write(T, 6, &[v[0] + 1]);
+        let r = tx.commit().await.map(|_| ());
+        co.flush_deferred().await.unwrap();
+        r
+    }
+    let c = si_cluster::<Tell>(2, VERSIONS, Plan::uniform(atoll_txn::Primitive::OneSided));
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let steps = Steps::default();
+    c.run(&|core, k| {
+        if core.id.node != NodeId(1) {
+            return None;
+        }
+        let mut co = c.coordinator(core, k);
+        let (seen, steps) = (seen.clone(), steps.clone());
+        Some(Box::pin(async move {
+            let ep = co.ep.clone();
+            if k == 0 {
+                // The long reader: its snapshot is taken by its first read.
+                let mut tx = Txn::<Tell>::begin(&mut co);
+                tx.read(T, 5).await.unwrap();
+                steps.reach(1);
+                steps.wait(&ep, 2).await;
+                let r = tx.read(T, 6).await.map(|v| v[0]);
+                seen.lock().unwrap().push(format!("reader {r:?}"));
+                tx.commit().await.unwrap();
+                co.flush_deferred().await.unwrap();
+                steps.reach(3);
+            } else {
+                steps.wait(&ep, 1).await;
+                for _ in 0..VERSIONS + 1 {
+                    let r = update(&mut co).await;
+                    seen.lock().unwrap().push(format!("writer {r:?}"));
+                }
+                steps.reach(2);
+                steps.wait(&ep, 3).await;
+                let r = update(&mut co).await;
+                seen.lock().unwrap().push(format!("after the reader {r:?}"));
+            }
+        }))
+    });
+    let ok = "writer Ok(())".to_string();
+    let full = "writer Err(SlotOverflow)".to_string();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![
+            ok.clone(),
+            ok.clone(),
+            ok,
+            full.clone(),
+            full,
+            "reader Ok(100)".to_string(),
+            "after the reader Ok(())".to_string(),
+        ]
+    );
+    assert_eq!(c.payload(T, 6), vec![104]);
 }
