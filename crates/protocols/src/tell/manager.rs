@@ -169,6 +169,11 @@ async fn recover(task: &NodeTask, dead: NodeId, defect: Option<Defect>) -> (Reco
         match ask(task, cm, req).await {
             Some(TellReply::Committed { .. }) if commit => rep.tids_committed += 1,
             Some(TellReply::Done) if !commit => rep.tids_aborted += 1,
+            // Its own end, sent before it crashed, arrived since the commit manager named
+            // it active: the same end (its set_committed follows its flag, its set_aborted
+            // its undo, both before the crash, so the log said what it did).
+            Some(TellReply::NotActive { .. }) if commit => rep.tids_committed += 1,
+            Some(TellReply::NotActive { .. }) => rep.tids_aborted += 1,
             other => rep.problems.push(format!(
                 "the commit manager ended tid {} with {other:?}",
                 tid.0
