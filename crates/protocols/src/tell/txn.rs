@@ -342,17 +342,13 @@ async fn end(tx: &mut TxnCore<'_, TellEntry>, committed: bool) {
     let _ = tx.unabortable(d.submit().await);
 }
 
-/// Where the attempt's log entry goes: per log backup `(node, word offset of the
+/// Where the attempt's log entry goes on log backup `b`: `(node, word offset of the
 /// coordinator's ring there)`. A coordinator runs one attempt at a time, and the entry of
 /// its previous one belongs to a tid that already ended, so its entry always takes the
 /// start of its ring: the log keeps exactly the entries a recovery needs.
-fn log_places(tx: &TxnCore<'_, TellEntry>) -> Vec<(NodeId, u32)> {
-    (0..tx.c.cfg.log_replicas)
-        .map(|b| {
-            let (backup, slot) = tx.c.catalog.topology().log_backup(tx.c.node(), b);
-            (backup, tx.c.cfg.log_ring_offset(tx.c.id, slot))
-        })
-        .collect()
+fn log_place(tx: &TxnCore<'_, TellEntry>, b: u16) -> (NodeId, u32) {
+    let (backup, slot) = tx.c.catalog.topology().log_backup(tx.c.node(), b);
+    (backup, tx.c.cfg.log_ring_offset(tx.c.id, slot))
 }
 
 /// Writes `words` at word `offset` of each log place, by the log stage's primitive.
@@ -361,13 +357,14 @@ async fn write_log(
     offset: u32,
     words: &[u64],
 ) -> Result<(), Abort> {
-    let places = log_places(tx);
+    let replicas = tx.c.cfg.log_replicas;
     let region =
         tx.c.catalog
             .extra_region(atoll_txn::coord::LOG_EXTRA_REGION);
     let one_sided = !rpc(tx, Stage::Log);
-    let mut d = tx.c.ep.doorbell_for(places.len());
-    for &(node, base) in &places {
+    let mut d = tx.c.ep.doorbell_for(replicas as usize);
+    for b in 0..replicas {
+        let (node, base) = log_place(tx, b);
         if one_sided {
             d.write(
                 RemotePtr::new(node, region, base + offset),
@@ -382,7 +379,7 @@ async fn write_log(
     }
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
     if !one_sided {
-        for j in 0..places.len() {
+        for j in 0..replicas as usize {
             let r = atoll_txn::msg::Reply::decode(res.rpc(j));
             assert!(
                 matches!(r, Ok(atoll_txn::msg::Reply::Ok)),

@@ -11,7 +11,7 @@ use atoll_check::{self as history, Mode};
 use atoll_fabric::Words;
 use atoll_protocols::mvcc::Versions;
 use atoll_protocols::sundial::Lease;
-use atoll_protocols::{calvin, namdb, rsi, tell, Mvcc, ProtocolKind};
+use atoll_protocols::{calvin, namdb, rsi, tell, Mvcc, ProtocolKind, Tell};
 use atoll_runner::config::Fabric;
 use atoll_runner::config::FaultConfig;
 use atoll_runner::{run_protocol, run_protocol_via, Report, RunConfig, SummaryWire};
@@ -917,60 +917,20 @@ fn row_with<P: Protocol>(
     (format!("{}{suffix}", P::NAME), counts)
 }
 
-/// Tell whose commit manager hands out descriptors missing a completed tid (the base it
-/// would report): a snapshot misses a committed version it must see, so reads go stale.
-struct TellMissingCompletedTid;
-
-impl Protocol for TellMissingCompletedTid {
-    const NAME: &'static str = "tell-missing-completed-tid";
-    const ISOLATION: atoll_txn::Isolation = atoll_txn::Isolation::Snapshot;
-    const LOCK_WORD: atoll_storage::layout::LockWord = atoll_storage::layout::LockWord::CommitId;
-    const MULTI_VERSION: bool = true;
-    const STAGES: &'static [Stage] = <atoll_protocols::Tell as Protocol>::STAGES;
-    const FAMILY_STAGES: &'static [Stage] = <atoll_protocols::Tell as Protocol>::FAMILY_STAGES;
-    const CPU_STAGES: &'static [Stage] = <atoll_protocols::Tell as Protocol>::CPU_STAGES;
-    const KNOBS: &'static [atoll_txn::KnobSpec] = <atoll_protocols::Tell as Protocol>::KNOBS;
-    const ROLES: &'static [atoll_storage::RoleSpec] = <atoll_protocols::Tell as Protocol>::ROLES;
-    const SCANS_SNAPSHOT: bool = true;
-    type EntryState = tell::txn::TellEntry;
-
-    fn configure(
-        knobs: &atoll_txn::Knobs,
-    ) -> Result<std::sync::Arc<dyn atoll_txn::FamilyConfig>, atoll_txn::knobs::KnobError> {
-        <atoll_protocols::Tell as Protocol>::configure(knobs)
-    }
-
-    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
-        <atoll_protocols::Tell as Protocol>::check_plan(plan)
-    }
-
-    async fn fetch(
-        tx: &mut TxnCore<'_, tell::txn::TellEntry>,
-        idxs: &[usize],
-    ) -> Result<(), Abort> {
+tell_variant! {
+    /// Tell whose commit manager hands out descriptors missing a completed tid (the base it
+    /// would report): a snapshot misses a committed version it must see, so reads go stale.
+    TellMissingCompletedTid = "tell-missing-completed-tid";
+    fetch(tx, idxs) {
         tell::txn::start(tx).await?;
         // The defect: the descriptor misses the tid at its base.
         if let Some(d) = tell::txn::snapshot_mut(tx) {
             *d = d.without(tell::descriptor::Tid(d.base));
         }
-        <atoll_protocols::Tell as Protocol>::fetch(tx, idxs).await
+        <Tell as Protocol>::fetch(tx, idxs).await
     }
-
-    async fn scan_visible(
-        tx: &mut TxnCore<'_, tell::txn::TellEntry>,
-        t: atoll_storage::TableId,
-        node: atoll_fabric::NodeId,
-        keys: &[(u64, u32, u64)],
-    ) -> Result<Vec<Option<u64>>, Abort> {
-        <atoll_protocols::Tell as Protocol>::scan_visible(tx, t, node, keys).await
-    }
-
-    async fn commit(tx: &mut TxnCore<'_, tell::txn::TellEntry>) -> Result<(), Abort> {
-        <atoll_protocols::Tell as Protocol>::commit(tx).await
-    }
-
-    async fn rollback(tx: &mut TxnCore<'_, tell::txn::TellEntry>) {
-        <atoll_protocols::Tell as Protocol>::rollback(tx).await
+    memory_task(task) {
+        tell::manager::run(task).await
     }
 }
 
@@ -1114,7 +1074,7 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
         row::<atoll_protocols::Rsi>(ProtocolKind::Rsi, seeds, base),
         row_under::<atoll_protocols::Rsi>(ProtocolKind::Rsi, &RPC_ONLY, " (rpc)", seeds, base),
         row_under::<atoll_protocols::NamDb>(ProtocolKind::NamDb, &ONE_SIDED_ONLY, "", seeds, base),
-        row::<atoll_protocols::Tell>(ProtocolKind::Tell, seeds, base),
+        row::<Tell>(ProtocolKind::Tell, seeds, base),
         row_under::<atoll_protocols::Calvin>(ProtocolKind::Calvin, &RPC_ONLY, "", seeds, base),
         row_with::<atoll_protocols::Calvin>(
             ProtocolKind::Calvin,

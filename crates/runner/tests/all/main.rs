@@ -24,6 +24,81 @@ pub fn uncapped(cfg: &mut atoll_runner::RunConfig) {
     }
 }
 
+/// A Tell that is Tell in every item but `fetch` and `memory_task`, given here: a
+/// deliberately broken variant states only its defect, and the rest (deletes, conflict
+/// aborts, recovery) cannot drift from the real family's.
+macro_rules! tell_variant {
+    (
+        $(#[$doc:meta])* $ty:ident = $name:literal;
+        fetch($tx:ident, $idxs:ident) $fetch:block
+        memory_task($task:ident) $mt:block
+    ) => {
+        $(#[$doc])*
+        struct $ty;
+
+        impl atoll_txn::Protocol for $ty {
+            const NAME: &'static str = $name;
+            const ISOLATION: atoll_txn::Isolation = <Tell as Protocol>::ISOLATION;
+            const DELETES: bool = <Tell as Protocol>::DELETES;
+            const LOCK_WORD: atoll_storage::layout::LockWord = <Tell as Protocol>::LOCK_WORD;
+            const MULTI_VERSION: bool = <Tell as Protocol>::MULTI_VERSION;
+            const STAGES: &'static [atoll_txn::Stage] = <Tell as Protocol>::STAGES;
+            const FAMILY_STAGES: &'static [atoll_txn::Stage] = <Tell as Protocol>::FAMILY_STAGES;
+            const CPU_STAGES: &'static [atoll_txn::Stage] = <Tell as Protocol>::CPU_STAGES;
+            const CONFLICT_ABORTS: &'static [atoll_txn::Abort] = <Tell as Protocol>::CONFLICT_ABORTS;
+            const KNOBS: &'static [atoll_txn::KnobSpec] = <Tell as Protocol>::KNOBS;
+            const ROLES: &'static [atoll_storage::RoleSpec] = <Tell as Protocol>::ROLES;
+            const SCANS_SNAPSHOT: bool = <Tell as Protocol>::SCANS_SNAPSHOT;
+            const RECOVERS_COMPUTE_NODES: bool = <Tell as Protocol>::RECOVERS_COMPUTE_NODES;
+            type EntryState = atoll_protocols::tell::txn::TellEntry;
+
+            fn configure(
+                knobs: &atoll_txn::Knobs,
+            ) -> Result<std::sync::Arc<dyn atoll_txn::FamilyConfig>, atoll_txn::knobs::KnobError> {
+                <Tell as Protocol>::configure(knobs)
+            }
+
+            fn check_plan(plan: &atoll_txn::Plan) -> Result<(), atoll_txn::PlanError> {
+                <Tell as Protocol>::check_plan(plan)
+            }
+
+            fn recovery_refusal(plan: &atoll_txn::Plan, log_replicas: u16) -> Option<String> {
+                <Tell as Protocol>::recovery_refusal(plan, log_replicas)
+            }
+
+            fn memory_task_wanted(catalog: &atoll_storage::Catalog) -> bool {
+                <Tell as Protocol>::memory_task_wanted(catalog)
+            }
+
+            async fn memory_task($task: atoll_txn::NodeTask) $mt
+
+            async fn fetch(
+                $tx: &mut atoll_txn::TxnCore<'_, Self::EntryState>,
+                $idxs: &[usize],
+            ) -> Result<(), atoll_txn::Abort> $fetch
+
+            async fn scan_visible(
+                tx: &mut atoll_txn::TxnCore<'_, Self::EntryState>,
+                t: atoll_storage::TableId,
+                node: atoll_fabric::NodeId,
+                keys: &[(u64, u32, u64)],
+            ) -> Result<Vec<Option<u64>>, atoll_txn::Abort> {
+                <Tell as Protocol>::scan_visible(tx, t, node, keys).await
+            }
+
+            async fn commit(
+                tx: &mut atoll_txn::TxnCore<'_, Self::EntryState>,
+            ) -> Result<(), atoll_txn::Abort> {
+                <Tell as Protocol>::commit(tx).await
+            }
+
+            async fn rollback(tx: &mut atoll_txn::TxnCore<'_, Self::EntryState>) {
+                <Tell as Protocol>::rollback(tx).await
+            }
+        }
+    };
+}
+
 const SHORT_EPOCH_US: u64 = 20;
 const SHORT_BATCH_MAX: u32 = 2;
 

@@ -7,11 +7,11 @@
 //! unflagged versions in place must be caught by them.
 
 use atoll_check::{self as history, Mode};
-use atoll_protocols::{tell, ProtocolKind};
+use atoll_protocols::{tell, ProtocolKind, Tell};
 use atoll_runner::config::{Fabric, FaultConfig, Roles};
 use atoll_runner::{run, run_protocol, Report, RunConfig, RunError};
 use atoll_testkit::{params, FAULTS_MIXED};
-use atoll_txn::{Abort, Plan, PlanError, Protocol, Stage, TxnCore};
+use atoll_txn::Protocol;
 use atoll_workloads::{Params, WorkloadKind};
 
 /// Gets and the log entry by verbs, puts by request (a one-sided put torn by a crash could
@@ -180,65 +180,15 @@ fn tell_a_crashed_processing_node_is_recovered_and_every_run_checks_clean_with_i
     );
 }
 
-/// Tell whose management role ends a dead node's unflagged tids without taking their
-/// versions out ([`tell::manager::Defect::KeepsUnflaggedVersions`]).
-struct TellKeepsUnflaggedVersions;
-
-impl Protocol for TellKeepsUnflaggedVersions {
-    const NAME: &'static str = "tell-keeps-unflagged-versions";
-    const ISOLATION: atoll_txn::Isolation = atoll_txn::Isolation::Snapshot;
-    const LOCK_WORD: atoll_storage::layout::LockWord = atoll_storage::layout::LockWord::CommitId;
-    const MULTI_VERSION: bool = true;
-    const STAGES: &'static [Stage] = <tell::Tell as Protocol>::STAGES;
-    const FAMILY_STAGES: &'static [Stage] = <tell::Tell as Protocol>::FAMILY_STAGES;
-    const CPU_STAGES: &'static [Stage] = <tell::Tell as Protocol>::CPU_STAGES;
-    const KNOBS: &'static [atoll_txn::KnobSpec] = <tell::Tell as Protocol>::KNOBS;
-    const ROLES: &'static [atoll_storage::RoleSpec] = <tell::Tell as Protocol>::ROLES;
-    const SCANS_SNAPSHOT: bool = true;
-    const RECOVERS_COMPUTE_NODES: bool = true;
-    type EntryState = tell::txn::TellEntry;
-
-    fn configure(
-        knobs: &atoll_txn::Knobs,
-    ) -> Result<std::sync::Arc<dyn atoll_txn::FamilyConfig>, atoll_txn::knobs::KnobError> {
-        <tell::Tell as Protocol>::configure(knobs)
+tell_variant! {
+    /// Tell whose management role ends a dead node's unflagged tids without taking their
+    /// versions out ([`tell::manager::Defect::KeepsUnflaggedVersions`]).
+    TellKeepsUnflaggedVersions = "tell-keeps-unflagged-versions";
+    fetch(tx, idxs) {
+        <Tell as Protocol>::fetch(tx, idxs).await
     }
-
-    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
-        <tell::Tell as Protocol>::check_plan(plan)
-    }
-
-    async fn fetch(
-        tx: &mut TxnCore<'_, tell::txn::TellEntry>,
-        idxs: &[usize],
-    ) -> Result<(), Abort> {
-        <tell::Tell as Protocol>::fetch(tx, idxs).await
-    }
-
-    async fn scan_visible(
-        tx: &mut TxnCore<'_, tell::txn::TellEntry>,
-        t: atoll_storage::TableId,
-        node: atoll_fabric::NodeId,
-        keys: &[(u64, u32, u64)],
-    ) -> Result<Vec<Option<u64>>, Abort> {
-        <tell::Tell as Protocol>::scan_visible(tx, t, node, keys).await
-    }
-
-    async fn commit(tx: &mut TxnCore<'_, tell::txn::TellEntry>) -> Result<(), Abort> {
-        <tell::Tell as Protocol>::commit(tx).await
-    }
-
-    async fn rollback(tx: &mut TxnCore<'_, tell::txn::TellEntry>) {
-        <tell::Tell as Protocol>::rollback(tx).await
-    }
-
-    fn memory_task_wanted(_catalog: &atoll_storage::Catalog) -> bool {
-        true
-    }
-
-    async fn memory_task(task: atoll_txn::NodeTask) {
-        let defect = Some(tell::manager::Defect::KeepsUnflaggedVersions);
-        tell::manager::run_with(task, defect).await
+    memory_task(task) {
+        tell::manager::run_with(task, Some(tell::manager::Defect::KeepsUnflaggedVersions)).await
     }
 }
 
