@@ -327,9 +327,10 @@ struct CheckArgs {
     /// Also write it as an rw-register history for adya / Elle (and OUT.order.json beside it).
     #[arg(long, value_name = "OUT.jsonl")]
     adya: Option<PathBuf>,
-    /// The isolation level to check: serializable (the default) or snapshot (from each
-    /// attempt's snapshot and commit timestamps; write skew allowed). A history that records
-    /// no snapshot timestamp cannot be checked as snapshot (exit 2).
+    /// The isolation level to check: serializable (the default), snapshot (from each
+    /// attempt's snapshot and commit timestamps; write skew allowed) or parallel-snapshot
+    /// (snapshot, long forks of vector snapshots allowed too). A history that records no
+    /// snapshot timestamp cannot be checked as snapshot (exit 2).
     #[arg(long, value_name = "LEVEL")]
     isolation: Option<String>,
     /// Memory the check may take (bytes, or with a unit: 512MiB, 8GiB); default the
@@ -829,20 +830,19 @@ fn check_memory_bound(a: &CheckArgs, file: &std::fs::File) -> Result<u64, ExitCo
 fn check_history(a: CheckArgs) -> ExitCode {
     use atoll_check as history;
     use atoll_txn::Isolation;
-    let isolation = match a.isolation.as_deref() {
-        None => Isolation::Serializable,
-        Some(s) => match Isolation::parse(s) {
-            Some(i) => i,
+    let mode = match a.isolation.as_deref() {
+        None => history::Mode::Serializable,
+        Some(s) => match history::Mode::parse(s) {
+            Some(m) => m,
             None => {
                 eprintln!(
                     "error: unknown isolation '{s}': accepted levels are {}",
-                    Isolation::ALL.map(Isolation::name).join(", ")
+                    history::Mode::ALL.map(history::Mode::flag).join(", ")
                 );
                 return ExitCode::from(EXIT_BAD_INPUT);
             }
         },
     };
-    let mode = history::Mode::from(isolation);
     let file = match std::fs::File::open(&a.file) {
         Ok(f) => f,
         Err(e) => {
@@ -871,7 +871,7 @@ fn check_history(a: CheckArgs) -> ExitCode {
     }
     // Snapshot isolation is judged from timestamps: without any, asking for it is a wrong
     // question about this file (exit 2), not a verdict on the history (exit 1).
-    if mode == history::Mode::Snapshot && !history::has_snapshots(&h) {
+    if mode.snapshots() && !history::has_snapshots(&h) {
         eprintln!(
             "error: {} records no snapshot timestamps (format version {}, recorded under {} isolation): it cannot be checked as snapshot isolation; check it with --isolation serializable",
             a.file.display(),

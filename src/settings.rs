@@ -593,16 +593,24 @@ fn resolve_roles(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
                     "--nodes {n} with --architecture shared-data: expected --memory-nodes M --compute-nodes C in its place"
                 ));
             }
+            let memory = memory.unwrap_or(SHARED_DATA_MEMORY_NODES_DEFAULT);
             let placed = cfg
                 .protocol
                 .place_roles(placements.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .and_then(|placed| {
+                    let knobs = a.knobs.given.iter();
+                    cfg.protocol.role_instances(
+                        placed,
+                        knobs.map(|(k, v)| (k.as_str(), v.as_str())),
+                        memory,
+                    )
+                })
                 .map_err(|e| e.0)?;
             let own: Vec<String> = placed
                 .iter()
                 .filter(|(_, p)| *p == Placement::Own)
                 .map(|(r, _)| format!(" {} own", r.flag()))
                 .collect();
-            let memory = memory.unwrap_or(SHARED_DATA_MEMORY_NODES_DEFAULT);
             let compute = compute.unwrap_or(SHARED_DATA_COMPUTE_NODES_DEFAULT);
             if memory == 0 || compute == 0 {
                 return Err(format!(

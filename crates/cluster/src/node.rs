@@ -577,12 +577,12 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
     // UCX allocates the node's words, so peers on this machine map them (real RMA over shm).
     let (arena, memory) = ucx::NodeArena::allocate(&ucfg, node, &catalog.region_words_of(node))
         .map_err(|e| ClusterError::BadInput(format!("node {}: {e}", node.0)))?;
-    let budget = node_budget(cfg, &layout, node)?;
-    layout.budget = budget.clone();
+    layout.budget = node_budget(cfg, &layout, node)?;
     let runtime = Arc::new(NodeRuntime::load_into(
         node,
         catalog.clone(),
-        budget,
+        layout.budget.clone(),
+        layout.txn_cfg.family.clone(),
         &w,
         Arc::new(memory),
     )?);

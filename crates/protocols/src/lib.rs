@@ -31,8 +31,12 @@ pub use tell::Tell;
 pub use waitdie::WaitDie;
 
 /// Every family's participant side, one per node: the registration list. A family with
-/// node-wide state keeps it in `nodes`, which the node's coordinators share.
-pub fn participants(nodes: &atoll_txn::FamilyNodes) -> Vec<Arc<dyn Participant>> {
+/// node-wide state keeps it in `nodes`, which the node's coordinators share; a family reads
+/// the run's configuration of it from `family`.
+pub fn participants(
+    nodes: &atoll_txn::FamilyNodes,
+    family: &dyn FamilyConfig,
+) -> Vec<Arc<dyn Participant>> {
     vec![
         Arc::new(waitdie::WaitDieParticipant::default()),
         Arc::new(sundial::SundialParticipant),
@@ -43,8 +47,20 @@ pub fn participants(nodes: &atoll_txn::FamilyNodes) -> Vec<Arc<dyn Participant>>
         }),
         Arc::new(tell::participant::TellParticipant {
             node: nodes.get(tell::msg::FAMILY),
+            cfg: family_of(family).unwrap_or_default(),
         }),
     ]
+}
+
+/// The run's configuration of family `C`, if the run is of that family.
+fn family_of<C: FamilyConfig + Copy>(family: &dyn FamilyConfig) -> Option<C> {
+    let own = family.as_any().downcast_ref::<C>();
+    own.or_else(|| {
+        family
+            .member(std::any::TypeId::of::<C>())
+            .and_then(|m| m.downcast_ref::<C>())
+    })
+    .copied()
 }
 
 /// A protocol's name that is not one of [`ProtocolKind::ALL`]'s. Its `Debug` is its message
@@ -370,6 +386,38 @@ impl ProtocolKind {
             })?;
         }
         Ok(placed)
+    }
+
+    /// `placed` with each role as many times as it runs: once, or as many as its count knob
+    /// says in `knobs` (name, text; any other knob is left for the family's configuration
+    /// to judge). A role on memory nodes runs its `i`th instance on memory node `i`, so it
+    /// needs as many of them as `memory_nodes`.
+    pub fn role_instances<'a>(
+        self,
+        placed: Vec<(RoleSpec, Placement)>,
+        knobs: impl IntoIterator<Item = (&'a str, &'a str)>,
+        memory_nodes: u16,
+    ) -> Result<Vec<(RoleSpec, Placement)>, KnobError> {
+        let counts: Vec<&str> = placed.iter().filter_map(|(r, _)| r.count_knob).collect();
+        let knobs = Knobs::resolve(
+            self.knobs(),
+            knobs.into_iter().filter(|(k, _)| counts.contains(k)),
+        )?;
+        let mut out = Vec::new();
+        for (role, placement) in placed {
+            let count = role.count_knob.map_or(1, |k| knobs.number(k));
+            if placement == Placement::Memory && count > memory_nodes as u64 {
+                let knob = role.count_knob.unwrap_or("").replace('_', "-");
+                return Err(KnobError(format!(
+                    "--{knob} {count} with {} memory: each {} runs on a memory node of its own, and there are {memory_nodes} (expected --{knob} at most {memory_nodes}, more memory nodes, or {} own)",
+                    role.flag(),
+                    role.what,
+                    role.flag()
+                )));
+            }
+            out.extend(std::iter::repeat_n((role, placement), count as usize));
+        }
+        Ok(out)
     }
 
     /// The family's roles as flags, or `none`.

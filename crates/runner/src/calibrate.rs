@@ -282,7 +282,7 @@ fn rpc_handler_ns(cl: &TestCluster, ops: u64, rng: &mut Rng, records: u64) -> (f
     let handler = StoreHandler::new(
         cl.stores[1].clone(),
         cl.catalog.extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
-        atoll_protocols::participants(&Default::default()),
+        atoll_protocols::participants(&Default::default(), &atoll_txn::knobs::NoKnobs),
     );
     let reqs: Vec<Vec<u8>> = (0..ops)
         .map(|_| {

@@ -465,11 +465,19 @@ impl RunConfig {
 
     /// The family's node roles and where each runs ([`RunConfig::placements`]).
     pub fn placed_roles(&self) -> Result<Vec<(RoleSpec, Placement)>, ConfigError> {
-        self.protocol
+        let placed = self
+            .protocol
             .place_roles(
                 self.placements
                     .iter()
                     .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
+            .map_err(|e| ConfigError(e.0))?;
+        self.protocol
+            .role_instances(
+                placed,
+                self.knobs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                self.memory_nodes(),
             )
             .map_err(|e| ConfigError(e.0))
     }

@@ -46,6 +46,8 @@ pub struct NodeRuntime<W: Workload> {
     /// The families' node-wide state, shared by the node's participant side and its
     /// coordinators (CALVIN's batches, order and lock table).
     pub family_nodes: Arc<atoll_txn::FamilyNodes>,
+    /// The run's configuration of its family, which the node's participant side serves by.
+    family: Arc<dyn atoll_txn::FamilyConfig>,
 }
 
 /// What the node's workers handed over when their last co-routine ended.
@@ -111,10 +113,11 @@ impl<W: Workload> NodeRuntime<W> {
         node: NodeId,
         catalog: Arc<Catalog>,
         budget: Arc<MemoryBudget>,
+        family: Arc<dyn atoll_txn::FamilyConfig>,
         w: &W,
     ) -> Result<Self, RunError> {
         let mem = Arc::new(NodeMemory::new(node, &catalog.region_words_of(node)));
-        Self::load_into(node, catalog, budget, w, mem)
+        Self::load_into(node, catalog, budget, family, w, mem)
     }
 
     /// As [`NodeRuntime::load`], into memory a backend allocated (zeroed, laid out as
@@ -123,6 +126,7 @@ impl<W: Workload> NodeRuntime<W> {
         node: NodeId,
         catalog: Arc<Catalog>,
         budget: Arc<MemoryBudget>,
+        family: Arc<dyn atoll_txn::FamilyConfig>,
         w: &W,
         mem: Arc<NodeMemory>,
     ) -> Result<Self, RunError> {
@@ -163,6 +167,7 @@ impl<W: Workload> NodeRuntime<W> {
             clock: Arc::default(),
             versions: Arc::default(),
             family_nodes: Arc::default(),
+            family,
         })
     }
 
@@ -180,7 +185,7 @@ impl<W: Workload> NodeRuntime<W> {
                 self.store
                     .catalog
                     .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
-                atoll_protocols::participants(&self.family_nodes),
+                atoll_protocols::participants(&self.family_nodes, &*self.family),
             )),
         }
     }

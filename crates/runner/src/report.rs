@@ -240,7 +240,8 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ucx: Option<UcxReport>,
     /// Old versions outside the records (NAM-DB's overflow area: `--overflow-versions`),
-    /// summed over nodes, whole run: the mover's copies and the reads that walked chains
+    /// summed over nodes, whole run: the mover's copies and the reads that walked chains;
+    /// and the reads Tell's shared buffers served and missed
     /// ([`atoll_txn::versions::VersionEvent`] names the keys).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub versions: Option<BTreeMap<String, u64>>,
@@ -631,7 +632,20 @@ impl Report {
         if let Some(m) = &self.versions {
             use atoll_txn::versions::VersionEvent as E;
             let n = |e: E| m.get(e.name()).copied().unwrap_or(0);
-            let _ = writeln!(
+            let (hits, misses) = (n(E::BufferHit), n(E::BufferMiss));
+            if hits + misses > 0 {
+                let _ = writeln!(
+                    o,
+                    "buffer      {hits} reads served by the shared buffer, {misses} fetched: hit ratio {:.2}%; whole run",
+                    100.0 * hits as f64 / (hits + misses) as f64
+                );
+            }
+            // A run whose only counts are the buffer's (Tell) has no overflow area to report.
+            let others_zero = E::ALL
+                .iter()
+                .all(|&e| matches!(e, E::BufferHit | E::BufferMiss) || n(e) == 0);
+            if hits + misses == 0 || !others_zero {
+                let _ = writeln!(
                 o,
                 "versions    mover: {} passes, {} versions moved ({} moved bits set, {} lost to installs), ring wrapped {} times, {} entries reclaimed, {} versions waited for a free entry; reads: {} chain walks of {} hops, {} served from overflow, {} beyond the kept versions, and {} updates behind them (both aborted snapshot_too_old); whole run",
                 n(E::MoverPass),
@@ -647,6 +661,7 @@ impl Report {
                 n(E::BeyondKept),
                 n(E::UpdateBehind)
             );
+            }
         }
         if let Some(r) = &v.rpcs_served_by_role {
             let _ = writeln!(o, "{}", r.line());

@@ -547,7 +547,10 @@ fn load_nodes<W: Workload>(
         let handles: Vec<_> = (0..cfg.nodes)
             .map(|n| {
                 let (catalog, budget) = (layout.catalog.clone(), layout.budget.clone());
-                s.spawn(move || NodeRuntime::load(NodeId(n), catalog, budget, w).map(Arc::new))
+                let family = layout.txn_cfg.family.clone();
+                s.spawn(move || {
+                    NodeRuntime::load(NodeId(n), catalog, budget, family, w).map(Arc::new)
+                })
             })
             .collect();
         handles
@@ -981,7 +984,8 @@ fn worker_coroutines<W: Workload, P: Protocol>(
             clock: node.clock.clone(),
             versions: node.versions.clone(),
             recovered: run.recovered.clone(),
-            over: Box::new(move |now| run.over(&rt, now)),
+            family_nodes: node.family_nodes.clone(),
+            over: Rc::new(move |now| run.over(&rt, now)),
             used_slots: {
                 let store = node.store().clone();
                 Box::new(move |t| store.used_slots(t))
@@ -992,15 +996,15 @@ fn worker_coroutines<W: Workload, P: Protocol>(
     tasks
 }
 
-/// The background task of a node that holds records ([`Protocol::memory_task`], NAM-DB's
-/// version mover) on its first worker, if the protocol runs one; nothing else runs there.
+/// The background task of a node that runs no coordinator ([`Protocol::memory_task`],
+/// NAM-DB's version mover) on its first worker, if the protocol runs one there; nothing
+/// else runs there.
 fn memory_task<W: Workload, P: Protocol>(
     core: &Rc<atoll_fabric::WorkerCore>,
     shared: &Arc<RunShared<W>>,
     node: &Arc<NodeRuntime<W>>,
 ) -> Vec<Coroutine> {
-    let holds = shared.catalog.topology().holds_records(core.node());
-    if core.id.thread != 0 || !holds || !P::memory_task_wanted(&shared.catalog) {
+    if core.id.thread != 0 || !P::memory_task_wanted(&shared.catalog, core.node()) {
         return Vec::new();
     }
     let (run, rt) = (shared.clone(), node.clone());
@@ -1011,7 +1015,8 @@ fn memory_task<W: Workload, P: Protocol>(
         clock: node.clock.clone(),
         versions: node.versions.clone(),
         recovered: run.recovered.clone(),
-        over: Box::new(move |now| run.over(&rt, now)),
+        family_nodes: node.family_nodes.clone(),
+        over: Rc::new(move |now| run.over(&rt, now)),
         used_slots: {
             let store = node.store().clone();
             Box::new(move |t| store.used_slots(t))

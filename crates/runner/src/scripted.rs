@@ -193,7 +193,7 @@ impl TestCluster {
                     s.clone(),
                     self.catalog
                         .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
-                    atoll_protocols::participants(&Default::default()),
+                    atoll_protocols::participants(&Default::default(), &atoll_txn::knobs::NoKnobs),
                 )),
             })
             .collect();

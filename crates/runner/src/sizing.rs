@@ -6,6 +6,7 @@ use crate::config::{ConfigError, RunConfig};
 use atoll_storage::layout::REGION_WORDS_MAX;
 use atoll_storage::ordered;
 use atoll_storage::{TableLayout, TableSpec};
+use atoll_txn::knobs::FamilyHeap;
 use atoll_txn::stages::log_record_words;
 use atoll_workloads::{Workload, WorkloadVisitor};
 
@@ -354,6 +355,13 @@ fn budget_fits_machine(cfg: &RunConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The family's heap per node holding records: its bytes per record slot, and its copies
+/// of the tables (as many bytes as the tables take at start, in percent).
+fn family_node_bytes(heap: &FamilyHeap, specs: &[TableSpec], table_start_bytes: u64) -> u64 {
+    let slots: u64 = specs.iter().map(|s| s.capacity_per_node as u64).sum();
+    slots * heap.per_record_bytes + table_start_bytes * heap.table_copies_percent / 100
+}
+
 /// What `cfg` needs with workload `w` and `version_slots` versions per record; refuses a
 /// region whose word offsets would not fit.
 pub fn size<W: Workload>(
@@ -431,11 +439,7 @@ pub fn size<W: Workload>(
         coroutine_bytes: cfg.coordinators_total() as u64 * W::COROUTINE_HEAP_BYTES,
         ordered_index_bytes,
         family_cluster_bytes: heap.cluster_bytes,
-        family_node_bytes: specs
-            .iter()
-            .map(|s| s.capacity_per_node as u64)
-            .sum::<u64>()
-            * heap.per_record_bytes,
+        family_node_bytes: family_node_bytes(&heap, &specs, table_start_bytes),
         loc_cache_bytes: cfg.coordinators_total() as u64
             * crate::config::loc_cache_entries_max(cfg.coordinators_total()) as u64
             * crate::config::LOC_CACHE_BYTES_PER_ENTRY,

@@ -37,13 +37,17 @@ impl Architecture {
 
 /// A node role a protocol family declares beyond memory and compute (RSI's timestamp
 /// service): where it runs is a setting of the run (`--NAME-node`), the rest is the
-/// family's code, which finds the role's node with [`Topology::service_node`].
+/// family's code, which finds the role's node with [`Topology::service_node`] (or, for a
+/// role that runs on several nodes, [`Topology::service_nodes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RoleSpec {
     /// Short and lower case (`ts`): the setting is `--NAME-node`, the report's `NAME_node`.
     pub name: &'static str,
     /// What runs there, for the run's header and help (`timestamp service`).
     pub what: &'static str,
+    /// The family knob that says on how many nodes it runs (Tell's commit managers), if it
+    /// may run on several; else one.
+    pub count_knob: Option<&'static str>,
 }
 
 impl RoleSpec {
@@ -99,8 +103,9 @@ pub struct Topology {
     memory_nodes: u16,
     /// Nodes running coordinators: the same nodes when partitioned, else the next ones.
     compute_nodes: u16,
-    /// The family's service roles and where each runs, in declaration order.
-    services: [Option<(RoleSpec, Placement)>; SERVICES_MAX],
+    /// The family's service roles, where each runs and on how many nodes, in declaration
+    /// order.
+    services: [Option<(RoleSpec, Placement, u16)>; SERVICES_MAX],
     /// Compute node `i` shares a machine with memory node `i` (for `i` below both counts):
     /// NAM-DB's locality, where a compute server next to a memory server reaches its records
     /// with the CPU's own loads, stores and atomics.
@@ -146,8 +151,10 @@ impl Topology {
         self
     }
 
-    /// The same roles and `role` placed at `placement`: on node 0, or (shared-data only) on
-    /// a node of its own numbered after the compute nodes and the services placed before.
+    /// The same roles and one more instance of `role` placed at `placement`: the `i`th on
+    /// memory node `i`, or (shared-data only) on a node of its own numbered after the
+    /// compute nodes and the services placed before. Every instance of a role has one
+    /// placement.
     pub fn with_service(mut self, role: RoleSpec, placement: Placement) -> Self {
         assert!(
             placement == Placement::Memory || self.architecture == Architecture::SharedData,
@@ -155,32 +162,56 @@ impl Topology {
             role.what,
             role.name
         );
-        assert!(
-            self.services
-                .iter()
-                .flatten()
-                .all(|(r, _)| r.name != role.name),
-            "role {} placed twice",
-            role.name
-        );
-        let free = self
+        if let Some((_, p, count)) = self
             .services
             .iter_mut()
-            .find(|s| s.is_none())
-            .unwrap_or_else(|| panic!("more than {SERVICES_MAX} service roles"));
-        *free = Some((role, placement));
+            .flatten()
+            .find(|(r, _, _)| r.name == role.name)
+        {
+            assert_eq!(*p, placement, "role {} placed two ways", role.name);
+            assert!(
+                role.count_knob.is_some(),
+                "role {} runs on one node only",
+                role.name
+            );
+            *count += 1;
+        } else {
+            let free = self
+                .services
+                .iter_mut()
+                .find(|s| s.is_none())
+                .unwrap_or_else(|| panic!("more than {SERVICES_MAX} service roles"));
+            *free = Some((role, placement, 1));
+        }
+        assert!(
+            placement == Placement::Own || self.instances(role.name) <= self.memory_nodes,
+            "{} {}s on {} memory nodes",
+            self.instances(role.name),
+            role.what,
+            self.memory_nodes
+        );
         self
     }
 
-    /// The service roles placed and the node each runs on, in declaration order.
+    /// How many nodes run role `name`.
+    fn instances(&self, name: &str) -> u16 {
+        self.services
+            .iter()
+            .flatten()
+            .find(|(r, _, _)| r.name == name)
+            .map_or(0, |&(_, _, n)| n)
+    }
+
+    /// Each node serving a role, with the role and its placement, in declaration order.
     pub fn services(&self) -> impl Iterator<Item = (RoleSpec, Placement, NodeId)> + '_ {
         let mut own_next = self.memory_nodes + self.compute_nodes;
         self.services
             .iter()
             .flatten()
-            .map(move |&(role, placement)| {
+            .flat_map(|&(role, placement, count)| (0..count).map(move |i| (role, placement, i)))
+            .map(move |(role, placement, i)| {
                 let node = match placement {
-                    Placement::Memory => NodeId(0),
+                    Placement::Memory => NodeId(i),
                     Placement::Own => {
                         own_next += 1;
                         NodeId(own_next - 1)
@@ -190,10 +221,15 @@ impl Topology {
             })
     }
 
-    /// The node serving role `name`, if the run places it.
+    /// The (first) node serving role `name`, if the run places it.
     pub fn service_node(&self, name: &str) -> Option<NodeId> {
+        self.service_nodes(name).next()
+    }
+
+    /// Every node serving role `name`, in order (none if the run does not place it).
+    pub fn service_nodes<'a>(&'a self, name: &'a str) -> impl Iterator<Item = NodeId> + 'a {
         self.services()
-            .find(|(r, _, _)| r.name == name)
+            .filter(move |(r, _, _)| r.name == name)
             .map(|(_, _, n)| n)
     }
 
@@ -202,8 +238,9 @@ impl Topology {
         self.services
             .iter()
             .flatten()
-            .filter(|(_, p)| *p == Placement::Own)
-            .count() as u16
+            .filter(|(_, p, _)| *p == Placement::Own)
+            .map(|&(_, _, n)| n)
+            .sum()
     }
 
     pub fn is_colocated(&self) -> bool {
@@ -347,13 +384,26 @@ impl Topology {
     /// service node`.
     pub fn describe(&self) -> String {
         let services: String = self
-            .services()
-            .map(|(role, placement, _)| match placement {
-                Placement::Memory if self.architecture == Architecture::Partitioned => {
+            .services
+            .iter()
+            .flatten()
+            .map(|&(role, placement, count)| match (placement, count) {
+                (Placement::Memory, 1) if self.architecture == Architecture::Partitioned => {
                     format!(" ({} on node 0)", role.what)
                 }
-                Placement::Memory => format!(" ({} on memory node 0)", role.what),
-                Placement::Own => format!(" + a {} node", role.what),
+                (Placement::Memory, 1) => format!(" ({} on memory node 0)", role.what),
+                (Placement::Memory, n) => format!(
+                    " ({n} {}s on {} nodes 0..{})",
+                    role.what,
+                    if self.architecture == Architecture::Partitioned {
+                        "the"
+                    } else {
+                        "memory"
+                    },
+                    n - 1
+                ),
+                (Placement::Own, 1) => format!(" + a {} node", role.what),
+                (Placement::Own, n) => format!(" + {n} {} nodes", role.what),
             })
             .collect();
         match self.architecture {
@@ -385,10 +435,12 @@ mod tests {
     const TS: RoleSpec = RoleSpec {
         name: "ts",
         what: "timestamp service",
+        count_knob: None,
     };
     const CM: RoleSpec = RoleSpec {
         name: "cm",
         what: "commit manager",
+        count_knob: Some("commit_managers"),
     };
 
     #[test]
@@ -457,6 +509,25 @@ mod tests {
             ),
             (4, Some(NodeId(0)), Some(NodeId(3)))
         );
+        // A role on several nodes: the `i`th on memory node `i`, or each on one of its own.
+        let cms = |placement| {
+            (0..3).fold(Topology::shared_data(3, 2), |t, _| {
+                t.with_service(CM, placement)
+            })
+        };
+        let on_memory = cms(Placement::Memory);
+        assert_eq!(on_memory.nodes_total(), 5);
+        let nodes: Vec<NodeId> = on_memory.service_nodes("cm").collect();
+        assert_eq!(nodes, vec![NodeId(0), NodeId(1), NodeId(2)]);
+        assert!(on_memory
+            .describe()
+            .ends_with("(3 commit managers on memory nodes 0..2)"));
+        let own = cms(Placement::Own).with_service(TS, Placement::Own);
+        assert_eq!(own.nodes_total(), 9);
+        let nodes: Vec<NodeId> = own.service_nodes("cm").collect();
+        assert_eq!(nodes, vec![NodeId(5), NodeId(6), NodeId(7)]);
+        assert_eq!(own.service_node("ts"), Some(NodeId(8)));
+        assert!(own.describe().contains("+ 3 commit manager nodes"));
         let p = Topology::partitioned(3).with_service(TS, Placement::Memory);
         assert_eq!(
             (p.nodes_total(), p.service_node("ts")),

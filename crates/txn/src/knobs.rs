@@ -232,6 +232,9 @@ pub struct FamilyHeap {
     /// On each node holding records, per record slot of its tables (e.g. NAM-DB's mover
     /// notes).
     pub per_record_bytes: u64,
+    /// Copies of the tables the family keeps off the memory nodes, in percent of what the
+    /// tables take at start (Tell's shared record buffers: compute nodes × buffer percent).
+    pub table_copies_percent: u64,
 }
 
 /// What a family makes of its knobs, built once at start-up ([`crate::Protocol::configure`])

@@ -22,6 +22,7 @@ use atoll_storage::{Catalog, RoleSpec};
 pub const TS_ROLE: RoleSpec = RoleSpec {
     name: "ts",
     what: "timestamp service",
+    count_knob: None,
 };
 
 /// The name of the catalog's extra region that holds the service (a family using it

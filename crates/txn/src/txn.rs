@@ -137,13 +137,15 @@ pub trait Protocol: 'static {
     /// worker, until `task.over` says the run is over.
     async fn node_task(_task: NodeTask) {}
 
-    /// Whether every memory node runs [`Protocol::memory_task`] (on its first worker).
-    fn memory_task_wanted(_catalog: &atoll_storage::Catalog) -> bool {
+    /// Whether `node`, which runs no coordinator (a memory node, or a node of a service
+    /// role), runs [`Protocol::memory_task`] (on its first worker).
+    fn memory_task_wanted(_catalog: &atoll_storage::Catalog, _node: atoll_fabric::NodeId) -> bool {
         false
     }
 
-    /// A memory node's background task (NAM-DB's version mover), until `task.over` says
-    /// the run is over.
+    /// The background task of a node that runs no coordinator (NAM-DB's version mover,
+    /// Tell's management role and commit managers' syncs), until `task.over` says the run
+    /// is over.
     async fn memory_task(_task: NodeTask) {}
 
     /// A deterministic protocol ([`crate::sequenced`]): the runner runs sequenced lanes
@@ -195,12 +197,14 @@ pub struct NodeTask {
     /// The node's counters of old versions (the version mover's).
     pub versions: std::sync::Arc<crate::versions::VersionCounters>,
     /// Whether the run is over at worker time `now_ns`: the task ends then.
-    pub over: Box<dyn Fn(u64) -> bool>,
+    pub over: std::rc::Rc<dyn Fn(u64) -> bool>,
     /// Record slots of a table this node handed out so far (`Store::used_slots`): a task
     /// that walks a table's records stops there, not at its reservation.
     pub used_slots: Box<dyn Fn(atoll_storage::TableId) -> u32>,
     /// Where a family's recovery of a crashed compute node reports (the run's, shared).
     pub recovered: std::sync::Arc<std::sync::Mutex<Vec<Recovered>>>,
+    /// The node's families' node-wide state (the participant side's, shared).
+    pub family_nodes: std::sync::Arc<crate::FamilyNodes>,
 }
 
 /// A family's recovery of one crashed compute node ([`Protocol::RECOVERS_COMPUTE_NODES`]),

@@ -40,10 +40,15 @@ pub enum VersionEvent {
     /// `SnapshotTooOld` too, though no overflow could save it (an update needs the current
     /// version, and first-committer-wins would abort it at the lock anyway).
     UpdateBehind,
+    /// A read served by a processing node's shared record buffer (Tell's SB): the entry's
+    /// version set covered the reader's snapshot.
+    BufferHit,
+    /// A read the shared buffer could not serve: fetched from the store.
+    BufferMiss,
 }
 
 impl VersionEvent {
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 14;
     pub const ALL: [VersionEvent; Self::COUNT] = [
         VersionEvent::MoverPass,
         VersionEvent::VersionMoved,
@@ -57,6 +62,8 @@ impl VersionEvent {
         VersionEvent::ChainRead,
         VersionEvent::BeyondKept,
         VersionEvent::UpdateBehind,
+        VersionEvent::BufferHit,
+        VersionEvent::BufferMiss,
     ];
 
     /// The name in reports (`--json`).
@@ -74,6 +81,8 @@ impl VersionEvent {
             VersionEvent::ChainRead => "reads_served_from_overflow",
             VersionEvent::BeyondKept => "reads_beyond_kept_versions",
             VersionEvent::UpdateBehind => "updates_behind_kept_versions",
+            VersionEvent::BufferHit => "buffer_hits",
+            VersionEvent::BufferMiss => "buffer_misses",
         }
     }
 }

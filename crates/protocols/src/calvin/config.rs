@@ -111,6 +111,7 @@ impl FamilyConfig for CalvinConfig {
             cluster_what: "CALVIN's epoch batches on every node",
             cluster_hint: ", or a smaller --calvin-batch-max",
             per_record_bytes: 0,
+            table_copies_percent: 0,
         }
     }
 }

@@ -175,6 +175,7 @@ impl FamilyConfig for NamDbConfig {
             cluster_what: "NAM-DB's snapshot vectors",
             cluster_hint: ", or --vector-slots node",
             per_record_bytes: self.overflow_versions as u64 * NOTE_BYTES_PER_ENTRY,
+            table_copies_percent: 0,
         }
     }
 }

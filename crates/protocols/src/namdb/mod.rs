@@ -206,8 +206,8 @@ impl Protocol for NamDb {
         nc.vector_fetcher || nc.overflow_gc
     }
 
-    fn memory_task_wanted(catalog: &atoll_storage::Catalog) -> bool {
-        mover::wanted(catalog)
+    fn memory_task_wanted(catalog: &atoll_storage::Catalog, node: atoll_fabric::NodeId) -> bool {
+        catalog.topology().holds_records(node) && mover::wanted(catalog)
     }
 
     /// The version mover ([`mover`]).

@@ -21,12 +21,13 @@
 use super::descriptor::Descriptor;
 use super::record::Record;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
 
 /// A record id in the store.
 pub type Rid = u64;
 
-struct Entry {
-    record: Record,
+struct Entry<T> {
+    record: T,
     valid: Descriptor,
     /// When it was last used (the LRU order's key).
     used: u64,
@@ -53,18 +54,19 @@ impl BufferCounts {
     }
 }
 
-/// One processing node's shared buffer.
-pub struct SharedBuffer {
+/// One processing node's shared buffer of records `T` (a decoded [`Record`], or a slot's
+/// words) by key `K` (a rid, or the engine's table, node and key).
+pub struct SharedBuffer<K = Rid, T = Record> {
     capacity: usize,
     unit_records: u64,
-    entries: HashMap<Rid, Entry>,
-    /// `used` -> rid: the least recently used first.
-    lru: BTreeMap<u64, Rid>,
+    entries: HashMap<K, Entry<T>>,
+    /// `used` -> key: the least recently used first.
+    lru: BTreeMap<u64, K>,
     clock: u64,
     pub counts: BufferCounts,
 }
 
-impl SharedBuffer {
+impl<K: Copy + Eq + Hash, T> SharedBuffer<K, T> {
     /// A buffer of at most `capacity` records, in cache units of `unit_records` (SBVS; 1
     /// for SB).
     pub fn new(capacity: usize, unit_records: u64) -> Self {
@@ -90,14 +92,9 @@ impl SharedBuffer {
         self.entries.is_empty()
     }
 
-    /// The cache unit of `rid`.
-    pub fn unit_of(&self, rid: Rid) -> u64 {
-        rid / self.unit_records
-    }
-
     /// The record for a transaction of snapshot `v_tx`, if the entry is valid for it
     /// (counted as a hit; a miss otherwise).
-    pub fn get(&mut self, rid: Rid, v_tx: &Descriptor) -> Option<&Record> {
+    pub fn get(&mut self, rid: K, v_tx: &Descriptor) -> Option<&T> {
         let hit = self
             .entries
             .get(&rid)
@@ -113,7 +110,7 @@ impl SharedBuffer {
 
     /// SBVS: after a miss, the unit's version set `unit_set` read from the store: an entry
     /// fetched under that same set is still the unit's newest state, so it is valid.
-    pub fn revalidate(&mut self, rid: Rid, unit_set: &Descriptor) -> Option<&Record> {
+    pub fn revalidate(&mut self, rid: K, unit_set: &Descriptor) -> Option<&T> {
         let valid = self.entries.get(&rid).is_some_and(|e| e.valid == *unit_set);
         if !valid {
             return None;
@@ -124,7 +121,7 @@ impl SharedBuffer {
     }
 
     /// Puts `record`, fetched after `valid` was taken, in place of what the entry held.
-    pub fn fill(&mut self, rid: Rid, record: Record, valid: Descriptor) {
+    pub fn fill(&mut self, rid: K, record: T, valid: Descriptor) {
         self.clock += 1;
         let used = self.clock;
         if let Some(old) = self.entries.insert(
@@ -147,15 +144,30 @@ impl SharedBuffer {
 
     /// After this node's conditional put of `record` succeeded: the record as put, valid
     /// for `V_max ∪ {tid}`.
-    pub fn write_through(&mut self, rid: Rid, record: Record, valid: Descriptor) {
+    pub fn write_through(&mut self, rid: K, record: T, valid: Descriptor) {
         self.fill(rid, record, valid);
     }
 
     /// Drops `rid`'s entry (an aborting writer's write-through).
-    pub fn forget(&mut self, rid: Rid) {
+    pub fn forget(&mut self, rid: K) {
         if let Some(e) = self.entries.remove(&rid) {
             self.lru.remove(&e.used);
         }
+    }
+
+    fn touch(&mut self, rid: K) {
+        self.clock += 1;
+        let e = self.entries.get_mut(&rid).expect("present");
+        self.lru.remove(&e.used);
+        e.used = self.clock;
+        self.lru.insert(self.clock, rid);
+    }
+}
+
+impl<T> SharedBuffer<Rid, T> {
+    /// The cache unit of `rid`.
+    pub fn unit_of(&self, rid: Rid) -> u64 {
+        rid / self.unit_records
     }
 
     /// SBVS: this node updated `unit`'s version set; its entries of the unit are dropped.
@@ -171,14 +183,6 @@ impl SharedBuffer {
             let e = self.entries.remove(&rid).expect("listed");
             self.lru.remove(&e.used);
         }
-    }
-
-    fn touch(&mut self, rid: Rid) {
-        self.clock += 1;
-        let e = self.entries.get_mut(&rid).expect("present");
-        self.lru.remove(&e.used);
-        e.used = self.clock;
-        self.lru.insert(self.clock, rid);
     }
 }
 

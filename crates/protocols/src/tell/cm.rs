@@ -4,11 +4,19 @@
 //! the base each started at. A completion sets the tid's bit and moves the base over the
 //! bits now contiguous with it.
 //!
-//! Several managers ([`CommitManager::merge`]): each hands out tids from blocks it takes
-//! from a counter in the store, and every sync interval each publishes its
-//! [`Summary`] and merges the others' (the union of the completed sets, the least `lav`).
-//! A tid of another manager's block that nobody has handed out yet holds every base below
-//! it (the paper's "higher abort rate" of contiguous ranges).
+//! Several managers ([`CommitManager::merge_from`]): each hands out tids from blocks it
+//! takes from a counter in the store ([`CommitManager::add_block`]), and every sync
+//! interval each publishes its [`Summary`] and merges the others' (the union of the
+//! completed sets, the least `lav`). A tid of another manager's block that nobody has
+//! handed out yet holds every base below it (the paper's "higher abort rate" of contiguous
+//! ranges), and a record's versions are ordered by tid, so an update by a lower tid than a
+//! version's aborts ([`super::versions::VersionSet::unseen_writer`]). So a manager that
+//! merges a summary naming a tid above some it has not handed out yet retires those: they
+//! complete unused (no base waits for them), and its next tid is above the peer's. Each
+//! manager numbers its own commits; a snapshot names, per manager, how many
+//! of its commits it sees ([`Started::seen`]), which is a prefix of them: a summary carries
+//! every completion its manager knew, so the commits of a manager it carries are exactly
+//! those numbered up to the count it names.
 //!
 //! At most [`CommitManager::inflight_max`] tids lie above the base: `start` past it is a
 //! typed error, never an unbounded bitset.
@@ -40,7 +48,7 @@ pub enum CmError {
     /// The next tid lies too far above the base: some transaction has been open for
     /// `max` tids.
     InFlight { next: u64, base: u64, max: u64 },
-    /// Its block of tids is used up: it takes the next from the store's counter first.
+    /// Its blocks of tids are used up: it takes the next from the store's counter first.
     NoTids,
     /// A completion of a tid that is not active here.
     NotActive(Tid),
@@ -68,10 +76,10 @@ impl std::fmt::Display for CmError {
 pub struct Started {
     pub tid: Tid,
     pub snapshot: Descriptor,
-    /// Commits this manager had recorded when it took the snapshot: the snapshot sees
-    /// exactly the commits numbered up to it ([`CommitManager::set_committed`]), which is
-    /// how a history names it (a scalar snapshot a checker orders commits by).
-    pub commits: u64,
+    /// Per manager (by index), the commits of it the snapshot sees: exactly those it
+    /// numbered up to this ([`CommitManager::set_committed`]), which is how a history names
+    /// the snapshot (one manager: a scalar a checker orders commits by; several: a vector).
+    pub seen: Vec<u64>,
 }
 
 /// What a commit manager tells the others at a sync.
@@ -81,6 +89,8 @@ pub struct Summary {
     pub completed: Descriptor,
     /// The lowest base among its active transactions (its base if none).
     pub lav: u64,
+    /// Per manager, the commits of it `completed` holds.
+    pub seen: Vec<u64>,
 }
 
 /// One commit manager's state.
@@ -92,16 +102,22 @@ pub struct CommitManager {
     bits: VecDeque<u64>,
     /// The highest tid known handed out (here or, at the last merge, elsewhere).
     last: u64,
-    /// Its tids still to hand out: `next..end`.
+    /// Its tids still to hand out: `next..end`, then the blocks queued.
     next: u64,
     end: u64,
+    blocks: VecDeque<(u64, u64)>,
+    /// Tids it retired unused, behind a peer's.
+    retired: u64,
     /// Active transactions by tid.
     active: BTreeMap<u64, Active>,
-    /// The others' least `lav` at the last merge.
-    peers_lav: Option<u64>,
+    /// Each other manager's `lav` at its last summary merged here.
+    peers_lav: BTreeMap<u16, u64>,
     inflight_max: u64,
-    /// Commits recorded so far: the number the next one gets, less one.
-    commits: u64,
+    /// This manager's index among the managers.
+    index: u16,
+    /// Per manager, its commits this one knows of (its own: every one it recorded, the
+    /// number the next gets less one).
+    seen: Vec<u64>,
     /// Processing nodes declared crashed: their starts are refused.
     fenced: std::collections::BTreeSet<Pn>,
 }
@@ -109,17 +125,21 @@ pub struct CommitManager {
 impl CommitManager {
     /// A lone commit manager: every tid from 1 on is its own.
     pub fn single(inflight_max: u64) -> Self {
-        let mut cm = Self::without_tids(inflight_max);
+        let mut cm = Self::one_of(0, 1, inflight_max);
         cm.add_block(1, u64::MAX - 1);
         cm
     }
 
-    /// One of several: it hands out tids only from the blocks [`CommitManager::add_block`]
-    /// gives it.
-    pub fn without_tids(inflight_max: u64) -> Self {
+    /// Manager `index` of `managers`: it hands out tids only from the blocks
+    /// [`CommitManager::add_block`] gives it.
+    pub fn one_of(index: u16, managers: u16, inflight_max: u64) -> Self {
         assert!(
             inflight_max > 0,
             "tell: a commit manager with no tid in flight"
+        );
+        assert!(
+            index < managers,
+            "tell: commit manager {index} of {managers}"
         );
         CommitManager {
             base: 0,
@@ -128,10 +148,13 @@ impl CommitManager {
             last: 0,
             next: 1,
             end: 1,
+            blocks: VecDeque::new(),
+            retired: 0,
             active: BTreeMap::new(),
-            peers_lav: None,
+            peers_lav: BTreeMap::new(),
             inflight_max,
-            commits: 0,
+            index,
+            seen: vec![0; managers as usize],
             fenced: Default::default(),
         }
     }
@@ -145,20 +168,29 @@ impl CommitManager {
     }
 
     /// Tids `first .. first + len` are this manager's to hand out (taken from the store's
-    /// counter), after those it has.
+    /// counter), after those it has: blocks come from one counter in increasing order, so
+    /// its tids do too.
     pub fn add_block(&mut self, first: u64, len: u64) {
+        let behind = self.blocks.back().map_or(self.end, |&(f, l)| f + l);
         assert!(
-            first >= self.end,
-            "tell: block {first} behind tids up to {}",
-            self.end
+            first >= behind && len > 0,
+            "tell: block {first} (+{len}) behind tids up to {behind}"
         );
-        self.next = first;
-        self.end = first.saturating_add(len);
+        if self.next >= self.end {
+            (self.next, self.end) = (first, first.saturating_add(len));
+        } else {
+            self.blocks.push_back((first, len));
+        }
     }
 
-    /// Tids of its block not yet handed out.
+    /// Tids not yet handed out, in its current block and those queued.
     pub fn tids_left(&self) -> u64 {
-        self.end - self.next
+        self.end - self.next + self.blocks.iter().map(|&(_, l)| l).sum::<u64>()
+    }
+
+    /// Blocks queued behind the current one.
+    pub fn blocks_queued(&self) -> usize {
+        self.blocks.len()
     }
 
     /// A new transaction's tid and snapshot. A read-only one completes at once (no base
@@ -168,7 +200,10 @@ impl CommitManager {
             return Err(CmError::Fenced(pn));
         }
         if self.next >= self.end {
-            return Err(CmError::NoTids);
+            let Some((first, len)) = self.blocks.pop_front() else {
+                return Err(CmError::NoTids);
+            };
+            (self.next, self.end) = (first, first + len);
         }
         let tid = self.next;
         if tid - self.base > self.inflight_max {
@@ -194,17 +229,24 @@ impl CommitManager {
         Ok(Started {
             tid: Tid(tid),
             snapshot,
-            commits: self.commits,
+            seen: self.seen.clone(),
         })
     }
 
     /// `tid` committed: its versions are in the store and become visible to every
-    /// snapshot handed out from now on. Returns its commit's number (1, 2, ...): every
-    /// snapshot handed out after it has [`Started::commits`] at least that.
+    /// snapshot handed out from now on. Returns its commit's number at this manager (1,
+    /// 2, ...): every snapshot handed out after it sees at least that many of its commits
+    /// ([`Started::seen`]).
     pub fn set_committed(&mut self, tid: Tid) -> Result<u64, CmError> {
         self.end_txn(tid)?;
-        self.commits += 1;
-        Ok(self.commits)
+        let own = &mut self.seen[self.index as usize];
+        *own += 1;
+        Ok(*own)
+    }
+
+    /// This manager's index among the managers.
+    pub fn index(&self) -> u16 {
+        self.index
     }
 
     /// `tid` aborted, its versions already removed.
@@ -225,7 +267,7 @@ impl CommitManager {
         let here = self.active.values().next().map_or(self.base, |a| a.base);
         // Bases only grow, so the oldest active tid started at the lowest one.
         debug_assert!(self.active.values().all(|a| a.base >= here));
-        self.peers_lav.map_or(here, |p| p.min(here))
+        self.peers_lav.values().fold(here, |m, &p| m.min(p))
     }
 
     /// The tids processing node `pn` started that are still active, in order.
@@ -255,21 +297,62 @@ impl CommitManager {
         Summary {
             completed: self.descriptor(self.base),
             lav: self.active.values().next().map_or(self.base, |a| a.base),
+            seen: self.seen.clone(),
         }
     }
 
-    /// Takes in the summaries of every other manager (their completions, their `lav`).
-    pub fn merge(&mut self, others: &[Summary]) {
-        self.peers_lav = others.iter().map(|s| s.lav).min();
-        for s in others {
-            let d = &s.completed;
-            for tid in self.base + 1..=d.last {
-                if d.sees(Tid(tid)) {
-                    self.complete(tid);
-                }
+    /// Takes in manager `peer`'s latest summary: its completions and the commits they
+    /// hold, and its `lav` (in place of the one it sent before).
+    pub fn merge_from(&mut self, peer: u16, s: &Summary) {
+        assert!(
+            peer != self.index && s.seen.len() == self.seen.len(),
+            "tell: manager {} of {} merging a summary of manager {peer} of {}",
+            self.index,
+            self.seen.len(),
+            s.seen.len()
+        );
+        self.peers_lav.insert(peer, s.lav);
+        let d = &s.completed;
+        for tid in self.base + 1..=d.last {
+            if d.sees(Tid(tid)) {
+                self.complete(tid);
             }
-            self.last = self.last.max(d.last);
         }
+        self.last = self.last.max(d.last);
+        self.retire_through(d.last);
+        for (m, &n) in s.seen.iter().enumerate() {
+            if m != self.index as usize {
+                self.seen[m] = self.seen[m].max(n);
+            }
+        }
+    }
+
+    /// Retires its tids not yet handed out up to `bound` (another manager handed `bound`
+    /// out): each completes unused, and its next tid is above `bound`.
+    fn retire_through(&mut self, bound: u64) {
+        // Bounded: each turn drops a block or moves `next` past `bound`.
+        while self.next <= bound {
+            if self.next < self.end {
+                let upto = self.end.min(bound + 1);
+                for t in self.next..upto {
+                    self.complete(t);
+                }
+                self.retired += upto - self.next;
+                self.next = upto;
+            }
+            if self.next < self.end {
+                return;
+            }
+            match self.blocks.pop_front() {
+                Some((first, len)) => (self.next, self.end) = (first, first + len),
+                None => return,
+            }
+        }
+    }
+
+    /// Tids it retired unused ([`CommitManager::merge_from`]).
+    pub fn retired(&self) -> u64 {
+        self.retired
     }
 
     /// The snapshot of every completion known now.
@@ -368,8 +451,8 @@ mod tests {
 
     #[test]
     fn tell_commit_managers_that_merge_see_each_others_completions() {
-        let mut a = CommitManager::without_tids(INFLIGHT_MAX_DEFAULT);
-        let mut b = CommitManager::without_tids(INFLIGHT_MAX_DEFAULT);
+        let mut a = CommitManager::one_of(0, 2, INFLIGHT_MAX_DEFAULT);
+        let mut b = CommitManager::one_of(1, 2, INFLIGHT_MAX_DEFAULT);
         assert_eq!(a.start(Pn(0), false), Err(CmError::NoTids));
         a.add_block(1, 4);
         b.add_block(5, 4);
@@ -381,14 +464,103 @@ mod tests {
         b.set_committed(tb).unwrap();
         assert_eq!((a.base(), b.base()), (4, 0));
         let (sa, sb) = (a.summary(), b.summary());
-        a.merge(std::slice::from_ref(&sb));
-        b.merge(std::slice::from_ref(&sa));
+        a.merge_from(1, &sb);
+        b.merge_from(0, &sa);
         assert_eq!((a.base(), b.base()), (5, 5));
         let s = b.start(Pn(0), false).unwrap();
         assert!((1..=5).all(|t| s.snapshot.sees(Tid(t))));
+        // Each numbers its own commits; the snapshot sees a's 4 and b's 1.
+        assert_eq!(s.seen, vec![4, 1]);
         // b's open transaction holds a's lav back after the next sync.
-        a.merge(&[b.summary()]);
+        a.merge_from(1, &b.summary());
         assert_eq!(a.lav(), 5);
+    }
+
+    #[test]
+    fn tell_a_commit_manager_takes_queued_blocks_in_order_and_says_when_it_has_none() {
+        let mut cm = CommitManager::one_of(0, 1, INFLIGHT_MAX_DEFAULT);
+        cm.add_block(1, 2);
+        cm.add_block(7, 1);
+        assert_eq!((cm.tids_left(), cm.blocks_queued()), (3, 1));
+        let t: Vec<u64> = (0..3)
+            .map(|_| cm.start(Pn(0), false).unwrap().tid.0)
+            .collect();
+        assert_eq!(t, vec![1, 2, 7]);
+        assert_eq!(cm.start(Pn(0), false), Err(CmError::NoTids));
+    }
+
+    #[test]
+    fn tell_a_commit_manager_retires_its_tids_below_a_peers_so_no_base_waits_for_them() {
+        let mut a = CommitManager::one_of(0, 2, INFLIGHT_MAX_DEFAULT);
+        let mut b = CommitManager::one_of(1, 2, INFLIGHT_MAX_DEFAULT);
+        a.add_block(1, 8);
+        b.add_block(9, 8);
+        let t1 = a.start(Pn(0), false).unwrap().tid;
+        let t9 = b.start(Pn(1), false).unwrap().tid;
+        b.set_committed(t9).unwrap();
+        a.merge_from(1, &b.summary());
+        assert_eq!(a.retired(), 7, "tids 2..=8 retired behind b's 9");
+        assert_eq!(a.start(Pn(0), false), Err(CmError::NoTids));
+        a.add_block(17, 8);
+        assert_eq!(a.start(Pn(0), false).unwrap().tid, Tid(17));
+        a.set_committed(t1).unwrap();
+        assert_eq!(a.base(), 9, "1 committed, 2..=8 retired, 9 committed at b");
+        // b learns the retired tids as completed, and retires its own 10..=16 behind a's 17.
+        b.merge_from(0, &a.summary());
+        assert_eq!((b.base(), b.retired()), (16, 7));
+    }
+
+    /// Several managers with random starts, ends and syncs: every snapshot sees exactly
+    /// the commits its `seen` vector names (commit `n` of manager `m` iff `n <= seen[m]`),
+    /// which is what the history checker is told.
+    #[test]
+    fn tell_several_commit_managers_snapshots_see_exactly_the_commits_their_vectors_name() {
+        const MANAGERS: u16 = 3;
+        const BLOCK: u64 = 8;
+        let mut rng = atoll_fabric::rng::Rng::new(11);
+        let mut cms: Vec<CommitManager> = (0..MANAGERS)
+            .map(|i| CommitManager::one_of(i, MANAGERS, INFLIGHT_MAX_DEFAULT))
+            .collect();
+        let mut counter = 1;
+        // Per tid: the manager and number of its commit.
+        let mut committed: BTreeMap<u64, (u16, u64)> = BTreeMap::new();
+        let mut open: Vec<(u16, Tid)> = Vec::new();
+        for step in 0..20_000 {
+            let m = rng.below(MANAGERS as u64) as u16;
+            let cm = &mut cms[m as usize];
+            match rng.below(10) {
+                0 => {
+                    let peer = rng.below(MANAGERS as u64) as u16;
+                    if peer != m {
+                        let s = cms[peer as usize].summary();
+                        cms[m as usize].merge_from(peer, &s);
+                    }
+                }
+                1..=5 if open.len() < 200 => {
+                    if cm.tids_left() < BLOCK {
+                        cm.add_block(counter, BLOCK);
+                        counter += BLOCK;
+                    }
+                    let s = cm.start(Pn(m), false).unwrap();
+                    for (&t, &(cm_of, n)) in &committed {
+                        let named = n <= s.seen[cm_of as usize];
+                        assert_eq!(s.snapshot.sees(Tid(t)), named, "step {step}: tid {t}");
+                    }
+                    open.push((m, s.tid));
+                }
+                _ if !open.is_empty() => {
+                    let (at, t) = open.swap_remove(rng.below(open.len() as u64) as usize);
+                    if rng.below(4) == 0 {
+                        cms[at as usize].set_aborted(t).unwrap();
+                    } else {
+                        let n = cms[at as usize].set_committed(t).unwrap();
+                        committed.insert(t.0, (at, n));
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert!(committed.len() > 1000, "{} committed", committed.len());
     }
 
     /// A model check: random starts and ends against a plain set of completed tids and

@@ -1,6 +1,10 @@
-//! Tell's knobs: the versions a record slot keeps.
+//! Tell's knobs: the versions a record slot keeps, and the commit managers (how many, how
+//! often they sync, the tids each takes from the store's counter at a time, the tids each
+//! keeps in flight).
 
-use atoll_txn::knobs::{FamilyConfig, KnobError, KnobKind, KnobSpec, Knobs};
+use atoll_txn::knobs::{
+    ClusterShape, FamilyConfig, FamilyHeap, KnobError, KnobKind, KnobSpec, Knobs,
+};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -20,12 +24,131 @@ pub const VERSIONS: KnobSpec = KnobSpec {
            record; an update that finds no room after garbage collection by lav aborts)",
 };
 
+/// Commit managers at most: the paper deploys 1 to 3; each is a node.
+pub const COMMIT_MANAGERS_MAX: u64 = 8;
+
+/// `--commit-managers`.
+pub const COMMIT_MANAGERS: KnobSpec = KnobSpec {
+    name: "commit_managers",
+    kind: KnobKind::Number {
+        default: 1,
+        min: 1,
+        max: COMMIT_MANAGERS_MAX,
+    },
+    help: "Tell's commit managers (Tell §4.2): manager i on memory node i, or each on a node \
+           of its own with --cm-node own; processing node p starts its transactions at \
+           manager p mod N; several take tid blocks from the store's counter and merge \
+           their state every --cm-sync-us",
+};
+
+/// `--cm-sync-us`: the paper's 1 ms by default.
+pub const CM_SYNC_US: KnobSpec = KnobSpec {
+    name: "cm_sync_us",
+    kind: KnobKind::Number {
+        default: 1_000,
+        min: 1,
+        max: 1_000_000,
+    },
+    help: "with several commit managers: how often each sends the others its completed tids \
+           and lav (Tell §4.2: 1 ms \"did not noticeably affect the overall abort rate\")",
+};
+
+/// `--tid-block`: the paper's example range.
+pub const TID_BLOCK: KnobSpec = KnobSpec {
+    name: "tid_block",
+    kind: KnobKind::Number {
+        default: 256,
+        min: 1,
+        max: 1 << 20,
+    },
+    help: "with several commit managers: tids a manager takes from the store's counter at a \
+           time (Tell §4.2's \"e.g., 256\"); a tid of another manager's block not yet handed \
+           out holds every base below it",
+};
+
+/// Tids in flight at most: a bit each, so at most 8 MiB of bitset per manager.
+pub const CM_INFLIGHT_MAX_MAX: u64 = 1 << 26;
+
+/// `--cm-inflight-max`.
+pub const CM_INFLIGHT_MAX: KnobSpec = KnobSpec {
+    name: "cm_inflight_max",
+    kind: KnobKind::Number {
+        default: super::cm::INFLIGHT_MAX_DEFAULT,
+        min: 1,
+        max: CM_INFLIGHT_MAX_MAX,
+    },
+    help: "tids a commit manager keeps above its base, a bit each (the 64 KiB ring of Tell's \
+           code by default); a start past it aborts, naming the limit",
+};
+
+/// `--buffering`: Tell §5.5's strategies built so far.
+pub const BUFFERING: KnobSpec = KnobSpec {
+    name: "buffering",
+    kind: KnobKind::Choice {
+        default: "tb",
+        accepted: &["tb", "sb"],
+    },
+    help: "Tell's record buffering (Tell §5.5): tb (each transaction fetches what it reads) or \
+           sb (a buffer per processing node, an entry used by a transaction whose snapshot \
+           its version set covers; LRU, --buffer-percent of the records)",
+};
+
+/// `--buffer-percent`: the spec's choice of 10% of the database (seed-mechanisms §1.11).
+pub const BUFFER_PERCENT: KnobSpec = KnobSpec {
+    name: "buffer_percent",
+    kind: KnobKind::Number {
+        default: 10,
+        min: 1,
+        max: 100,
+    },
+    help: "with --buffering sb: the records a processing node's buffer holds, as a percent of \
+           the records the tables hold",
+};
+
+/// Tell's record buffering ([`BUFFERING`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buffering {
+    /// The transaction's own entries: every read fetches.
+    Transaction,
+    /// A buffer per processing node ([`super::buffer::SharedBuffer`]).
+    Shared,
+}
+
 /// Tell's configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TellConfig {
     /// Versions per record slot ([`VERSIONS`]).
     pub versions: u32,
+    /// Commit managers ([`COMMIT_MANAGERS`]).
+    pub commit_managers: u16,
+    pub cm_sync_ns: u64,
+    pub tid_block: u64,
+    pub cm_inflight_max: u64,
+    pub buffering: Buffering,
+    pub buffer_percent: u64,
 }
+
+impl Default for TellConfig {
+    /// The knobs' defaults (what a node serves before a run says otherwise).
+    fn default() -> Self {
+        let number = |k: KnobSpec| match k.kind {
+            KnobKind::Number { default, .. } => default,
+            other => unreachable!("{} is a number, not {other:?}", k.name),
+        };
+        TellConfig {
+            versions: number(VERSIONS) as u32,
+            commit_managers: number(COMMIT_MANAGERS) as u16,
+            cm_sync_ns: number(CM_SYNC_US) * 1_000,
+            tid_block: number(TID_BLOCK),
+            cm_inflight_max: number(CM_INFLIGHT_MAX),
+            buffering: Buffering::Transaction,
+            buffer_percent: number(BUFFER_PERCENT),
+        }
+    }
+}
+
+/// Bits of the completed-tid bitset per byte.
+const BITS_PER_BYTE: u64 = 8;
 
 impl FamilyConfig for TellConfig {
     fn as_any(&self) -> &dyn Any {
@@ -35,10 +158,35 @@ impl FamilyConfig for TellConfig {
     fn version_slots(&self) -> u32 {
         self.versions
     }
+
+    fn heap(&self, shape: &ClusterShape) -> FamilyHeap {
+        FamilyHeap {
+            // Each manager's bitset of completed tids, at its fullest.
+            cluster_bytes: self.commit_managers as u64
+                * self.cm_inflight_max.div_ceil(BITS_PER_BYTE),
+            cluster_what: "Tell's commit managers' completed-tid bitsets",
+            cluster_hint: ", or a smaller --cm-inflight-max",
+            per_record_bytes: 0,
+            // Each processing node's shared buffer, full.
+            table_copies_percent: match self.buffering {
+                Buffering::Transaction => 0,
+                Buffering::Shared => shape.compute_nodes as u64 * self.buffer_percent,
+            },
+        }
+    }
 }
 
 pub fn configure(knobs: &Knobs) -> Result<Arc<dyn FamilyConfig>, KnobError> {
     Ok(Arc::new(TellConfig {
         versions: knobs.number(VERSIONS.name) as u32,
+        commit_managers: knobs.number(COMMIT_MANAGERS.name) as u16,
+        cm_sync_ns: knobs.number(CM_SYNC_US.name) * 1_000,
+        tid_block: knobs.number(TID_BLOCK.name),
+        cm_inflight_max: knobs.number(CM_INFLIGHT_MAX.name),
+        buffering: match knobs.choice(BUFFERING.name) {
+            "sb" => Buffering::Shared,
+            _ => Buffering::Transaction,
+        },
+        buffer_percent: knobs.number(BUFFER_PERCENT.name),
     }))
 }

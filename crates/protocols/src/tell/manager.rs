@@ -105,14 +105,6 @@ async fn probe(task: &NodeTask, alive: &[NodeId]) -> Option<NodeId> {
     d.submit().await.err().map(|e| e.node)
 }
 
-/// The commit manager's node.
-fn cm_node(task: &NodeTask) -> NodeId {
-    task.catalog
-        .topology()
-        .service_node(CM_ROLE.name)
-        .expect("a tell run places its commit manager")
-}
-
 /// One request to `node` and its reply; `None` if the op failed (another node is down:
 /// the run names it).
 async fn ask(task: &NodeTask, node: NodeId, req: TellRequest) -> Option<TellReply> {
@@ -135,7 +127,9 @@ async fn recover(task: &NodeTask, dead: NodeId, defect: Option<Defect>) -> (Reco
                 .push(format!("storage node {m} did not fence node {}", dead.0));
         }
     }
-    let active = match ask(task, cm_node(task), TellRequest::Recover { pn }).await {
+    // The manager it started its transactions at.
+    let cm = super::node::cm_of(topo, pn);
+    let active = match ask(task, cm, TellRequest::Recover { pn }).await {
         Some(TellReply::Active(tids)) => tids,
         other => {
             rep.problems.push(format!(
@@ -154,7 +148,6 @@ async fn recover(task: &NodeTask, dead: NodeId, defect: Option<Defect>) -> (Reco
         rep.versions_removed += undo(task, rid, tid, &mut rep.problems).await;
         undone.push(rid);
     }
-    let cm = cm_node(task);
     for (&tid, commit) in plan
         .commit
         .iter()
@@ -339,13 +332,16 @@ async fn read_back(task: &NodeTask, rid: Rid, gone: &[Tid], problems: &mut Vec<S
     }
 }
 
-/// Asks the commit manager for its base; a report whose node's tids it passed is settled
-/// now.
+/// Asks every commit manager for its base; a report whose node's tids every one passed is
+/// settled now.
 async fn settle(task: &NodeTask, settling: &mut Vec<(usize, u64)>) {
-    let Some(TellReply::State { base, .. }) = ask(task, cm_node(task), TellRequest::State).await
-    else {
-        return;
-    };
+    let mut base = u64::MAX;
+    for cm in task.catalog.topology().service_nodes(CM_ROLE.name) {
+        let Some(TellReply::State { base: b, .. }) = ask(task, cm, TellRequest::State).await else {
+            return;
+        };
+        base = base.min(b);
+    }
     let now = task.ep.now_ns();
     let mut out = task.recovered.lock().expect("no poisoned recovery reports");
     settling.retain(|&(i, last)| {

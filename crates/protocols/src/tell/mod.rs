@@ -31,6 +31,7 @@ pub mod participant;
 pub mod record;
 pub mod recovery;
 pub mod store;
+pub mod sync;
 pub mod txn;
 pub mod versions;
 

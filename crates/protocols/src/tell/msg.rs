@@ -4,10 +4,11 @@
 //! `put_if` (a whole new slot, iff its sequence number is still the one read); and the
 //! management role's, for the recovery of a crashed processing node (Tell §4.4): a fence at
 //! each storage node (it refuses the dead node's puts from then
-//! on), and at the commit manager the dead node's active tids and, later, its base. Decoding
-//! refuses anything malformed with a typed error.
+//! on), and at the commit manager the dead node's active tids and, later, its base; and,
+//! between several commit managers, a block of tids from the store's counter and each
+//! manager's summary at every sync. Decoding refuses anything malformed with a typed error.
 
-use super::cm::{CmError, Pn};
+use super::cm::{CmError, Pn, Summary};
 use super::descriptor::{Descriptor, Tid};
 use atoll_fabric::NodeId;
 use atoll_storage::TableId;
@@ -29,6 +30,8 @@ wire_tags! {
         Fence = 7,
         Recover = 8,
         State = 9,
+        Sync = 10,
+        TakeTids = 11,
     }
 }
 
@@ -47,6 +50,8 @@ wire_tags! {
         Fenced = 10,
         Active = 11,
         State = 12,
+        NoTids = 13,
+        Tids = 14,
     }
 }
 
@@ -110,6 +115,10 @@ pub enum TellRequest {
     Recover { pn: Pn },
     /// The commit manager's base and `lav`.
     State,
+    /// Commit manager `from`'s summary, for another to merge.
+    Sync { from: u16, summary: Summary },
+    /// The next `count` tids of the store's counter (on the first storage node).
+    TakeTids { count: u64 },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,8 +126,8 @@ pub enum TellReply {
     Started {
         tid: Tid,
         snapshot: Descriptor,
-        /// The commits recorded before it ([`super::cm::Started::commits`]).
-        commits: u64,
+        /// Per commit manager, its commits the snapshot sees ([`super::cm::Started::seen`]).
+        seen: Vec<u64>,
     },
     /// `set_committed` recorded the commit, numbered `at`.
     Committed { at: u64 },
@@ -142,6 +151,10 @@ pub enum TellReply {
     Active(Vec<Tid>),
     /// The commit manager's base and `lav`.
     State { base: u64, lav: u64 },
+    /// `start` refused: the manager's blocks of tids are used up until its next one.
+    NoTids,
+    /// The first of the tids taken from the store's counter.
+    Tids { first: u64 },
 }
 
 impl TellRequest {
@@ -154,6 +167,7 @@ impl TellRequest {
                 | TellRequest::SetAborted { .. }
                 | TellRequest::Recover { .. }
                 | TellRequest::State
+                | TellRequest::Sync { .. }
         )
     }
 
@@ -211,6 +225,17 @@ impl TellRequest {
                 e.w(pn.0 as u64);
             }
             TellRequest::State => e.tag(TellTag::State),
+            TellRequest::Sync { from, summary } => {
+                e.tag(TellTag::Sync);
+                e.w(*from as u64);
+                e.w(summary.lav);
+                e.words(&summary.seen);
+                e.words(&summary.completed.to_words());
+            }
+            TellRequest::TakeTids { count } => {
+                e.tag(TellTag::TakeTids);
+                e.w(*count);
+            }
         }
     }
 
@@ -264,6 +289,15 @@ impl TellRequest {
                 pn: Pn(node(&mut d)?),
             },
             TellTag::State => TellRequest::State,
+            TellTag::Sync => TellRequest::Sync {
+                from: node(&mut d)?,
+                summary: Summary {
+                    lav: d.w()?,
+                    seen: d.word_vec()?,
+                    completed: Descriptor::from_words(&d.word_vec()?)?,
+                },
+            },
+            TellTag::TakeTids => TellRequest::TakeTids { count: d.w()? },
         };
         d.done()?;
         Ok(r)
@@ -297,8 +331,7 @@ impl TellReply {
             CmError::InFlight { next, base, max } => TellReply::InFlight { next, base, max },
             CmError::NotActive(tid) => TellReply::NotActive { tid },
             CmError::Fenced(_) => TellReply::Fenced,
-            // A lone manager's block never runs out; several take the next block first.
-            CmError::NoTids => unreachable!("tell: a commit manager served start without tids"),
+            CmError::NoTids => TellReply::NoTids,
         }
     }
 
@@ -308,12 +341,12 @@ impl TellReply {
             TellReply::Started {
                 tid,
                 snapshot,
-                commits,
+                seen,
             } => {
                 e.tag(TellReplyTag::Started);
                 e.w(tid.0);
                 e.words(&snapshot.to_words());
-                e.w(*commits);
+                e.words(seen);
             }
             TellReply::Committed { at } => {
                 e.tag(TellReplyTag::Committed);
@@ -386,6 +419,11 @@ impl TellReply {
                 e.w(*base);
                 e.w(*lav);
             }
+            TellReply::NoTids => e.tag(TellReplyTag::NoTids),
+            TellReply::Tids { first } => {
+                e.tag(TellReplyTag::Tids);
+                e.w(*first);
+            }
         })
     }
 
@@ -395,7 +433,7 @@ impl TellReply {
             TellReplyTag::Started => TellReply::Started {
                 tid: Tid(d.w()?),
                 snapshot: Descriptor::from_words(&d.word_vec()?)?,
-                commits: d.w()?,
+                seen: d.word_vec()?,
             },
             TellReplyTag::Committed => TellReply::Committed { at: d.w()? },
             TellReplyTag::Inserted => TellReply::Inserted(d.list(|d| {
@@ -436,6 +474,8 @@ impl TellReply {
                 base: d.w()?,
                 lav: d.w()?,
             },
+            TellReplyTag::NoTids => TellReply::NoTids,
+            TellReplyTag::Tids => TellReply::Tids { first: d.w()? },
         };
         d.done()?;
         Ok(r)
@@ -479,6 +519,15 @@ mod tests {
             TellRequest::Fence { node: NodeId(4) },
             TellRequest::Recover { pn: Pn(1) },
             TellRequest::State,
+            TellRequest::Sync {
+                from: 2,
+                summary: Summary {
+                    completed: Descriptor::new(3, 3, 9, [5, 9]),
+                    lav: 3,
+                    seen: vec![4, 0, 7],
+                },
+            },
+            TellRequest::TakeTids { count: 256 },
         ];
         for r in requests {
             let mut b = Vec::new();
@@ -495,7 +544,7 @@ mod tests {
             TellReply::Started {
                 tid: Tid(9),
                 snapshot: Descriptor::new(2, 4, 8, [6, 8]),
-                commits: 3,
+                seen: vec![3, 1],
             },
             TellReply::Committed { at: 4 },
             TellReply::Inserted(vec![
@@ -524,6 +573,8 @@ mod tests {
             TellReply::Fenced,
             TellReply::Active(vec![Tid(3), Tid(9)]),
             TellReply::State { base: 5, lav: 2 },
+            TellReply::NoTids,
+            TellReply::Tids { first: 257 },
         ];
         for r in replies {
             let Reply::Family { family, body } = r.clone().into_reply() else {
@@ -545,7 +596,7 @@ mod tests {
         let Reply::Family { body, .. } = TellReply::Started {
             tid: Tid(9),
             snapshot: Descriptor::new(0, 4, 8, []),
-            commits: 0,
+            seen: vec![0],
         }
         .into_reply() else {
             unreachable!("a family reply");

@@ -1,21 +1,27 @@
-//! What one node keeps of Tell: the commit manager, on the node that runs the role
+//! What one node keeps of Tell: the commit manager, on a node that runs the role
 //! [`CM_ROLE`], serving `start`, `set_committed` and `set_aborted` one at a time under its
 //! lock (Tell's commit manager is one sequential state machine; several managers are
-//! several nodes, merged every sync interval); and, on a storage node, the processing nodes
-//! a recovery fenced.
+//! several nodes, merged every sync interval); on the first storage node, the store's tid
+//! counter several managers take blocks from; on a storage node, the processing nodes a
+//! recovery fenced; and on a processing node its shared record buffer (`--buffering sb`)
+//! with the snapshot of its newest transaction.
 
-use super::cm::CommitManager;
+use super::buffer::SharedBuffer;
+use super::cm::{CommitManager, Summary};
+use super::config::TellConfig;
+use super::descriptor::Descriptor;
 use super::msg::{TellReply, TellRequest};
 use atoll_fabric::NodeId;
 use atoll_storage::RoleSpec;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// The node role that runs a commit manager: on memory node 0 or a node of its own
-/// (`--cm-node memory|own`).
+/// The node role that runs a commit manager: `--commit-managers N` of them, manager `i` on
+/// memory node `i` or each on a node of its own (`--cm-node memory|own`).
 pub const CM_ROLE: RoleSpec = RoleSpec {
     name: "cm",
     what: "commit manager",
+    count_knob: Some(super::config::COMMIT_MANAGERS.name),
 };
 
 /// One node's Tell state.
@@ -27,22 +33,50 @@ pub struct TellNode {
     /// spares every put the lock while there is none.
     fenced: Mutex<Vec<NodeId>>,
     any_fenced: AtomicBool,
+    /// The store's tid counter (served on the first storage node): the next tid no
+    /// manager's block holds yet, 0 before the first block is taken.
+    tids_next: AtomicU64,
+    /// A processing node's shared buffer (made by its first buffered read).
+    buffer: Mutex<Option<NodeBuffer>>,
+    /// The snapshot of the newest transaction this processing node started: every tid it
+    /// sees had completed when it was handed out (SB's `V_max`).
+    newest: Mutex<Option<Descriptor>>,
+}
+
+/// A record in a processing node's buffer, by table, storage node and key: its slot and
+/// the slot's words as fetched.
+pub type NodeBuffer = SharedBuffer<(atoll_storage::TableId, NodeId, u64), (u32, Vec<u64>)>;
+
+/// The commit manager processing node `pn` starts its transactions at: manager `pn mod N`
+/// of the run's `N`.
+pub fn cm_of(topology: &atoll_storage::Topology, pn: super::cm::Pn) -> NodeId {
+    let managers = topology.service_nodes(CM_ROLE.name).count();
+    assert!(managers > 0, "a tell run places its commit managers");
+    topology
+        .service_nodes(CM_ROLE.name)
+        .nth(pn.0 as usize % managers)
+        .expect("a manager below the count")
+}
+
+/// Where manager `index` of several begins: its first block, so that no start waits for a
+/// block at the run's beginning; the counter hands out blocks after every manager's first.
+pub fn first_block(index: u16, cfg: &TellConfig) -> u64 {
+    1 + index as u64 * cfg.tid_block
 }
 
 impl TellNode {
-    /// Serves one commit-manager request, the manager keeping at most `inflight_max` tids
-    /// above its base (the run's setting; the first request makes it); `None` for a request
-    /// that is not a commit manager's.
-    pub fn serve_cm(&self, req: TellRequest, inflight_max: u64) -> Option<TellReply> {
+    /// Serves one request to commit manager `index` of the run's (`cfg`; the first
+    /// request makes it); `None` for a request that is not a commit manager's.
+    pub fn serve_cm(&self, req: TellRequest, index: u16, cfg: &TellConfig) -> Option<TellReply> {
         let mut guard = self.cm.lock().expect("no poisoned commit manager");
-        let cm = guard.get_or_insert_with(|| CommitManager::single(inflight_max));
+        let cm = guard.get_or_insert_with(|| Self::new_cm(index, cfg));
         let done = |r: Result<(), _>| r.map_or_else(TellReply::of_error, |()| TellReply::Done);
         Some(match req {
             TellRequest::Start { pn, read_only } => match cm.start(pn, read_only) {
                 Ok(s) => TellReply::Started {
                     tid: s.tid,
                     snapshot: s.snapshot,
-                    commits: s.commits,
+                    seen: s.seen,
                 },
                 Err(e) => TellReply::of_error(e),
             },
@@ -56,11 +90,67 @@ impl TellNode {
                 base: cm.base(),
                 lav: cm.lav(),
             },
+            TellRequest::Sync { from, summary } => {
+                if from == index
+                    || from >= cfg.commit_managers
+                    || summary.seen.len() != cfg.commit_managers as usize
+                {
+                    return None;
+                }
+                cm.merge_from(from, &summary);
+                TellReply::Done
+            }
             TellRequest::Get { .. }
             | TellRequest::PutIf { .. }
             | TellRequest::Insert { .. }
-            | TellRequest::Fence { .. } => return None,
+            | TellRequest::Fence { .. }
+            | TellRequest::TakeTids { .. } => return None,
         })
+    }
+
+    fn new_cm(index: u16, cfg: &TellConfig) -> CommitManager {
+        if cfg.commit_managers == 1 {
+            return CommitManager::single(cfg.cm_inflight_max);
+        }
+        let mut cm = CommitManager::one_of(index, cfg.commit_managers, cfg.cm_inflight_max);
+        cm.add_block(first_block(index, cfg), cfg.tid_block);
+        cm
+    }
+
+    /// The next `count` tids of the store's counter (this node holds it), after every
+    /// manager's first block.
+    pub fn take_tids(&self, count: u64, cfg: &TellConfig) -> u64 {
+        let after_first = first_block(cfg.commit_managers, cfg);
+        let _ =
+            self.tids_next
+                .compare_exchange(0, after_first, Ordering::AcqRel, Ordering::Acquire);
+        self.tids_next.fetch_add(count, Ordering::AcqRel)
+    }
+
+    /// Manager `index`'s summary for the others, and whether it wants another block of
+    /// tids (fewer than `tid_block` left to hand out, none queued); made on first use.
+    pub fn cm_summary(&self, index: u16, cfg: &TellConfig) -> (Summary, bool) {
+        let mut guard = self.cm.lock().expect("no poisoned commit manager");
+        let cm = guard.get_or_insert_with(|| Self::new_cm(index, cfg));
+        (cm.summary(), Self::wants_block(cm, cfg))
+    }
+
+    /// Whether manager `index` wants another block of tids.
+    pub fn cm_wants_block(&self, index: u16, cfg: &TellConfig) -> bool {
+        let mut guard = self.cm.lock().expect("no poisoned commit manager");
+        let cm = guard.get_or_insert_with(|| Self::new_cm(index, cfg));
+        Self::wants_block(cm, cfg)
+    }
+
+    fn wants_block(cm: &CommitManager, cfg: &TellConfig) -> bool {
+        cm.blocks_queued() == 0 && cm.tids_left() < cfg.tid_block
+    }
+
+    /// Gives manager `index` the block of tids from `first` on.
+    pub fn cm_add_block(&self, index: u16, cfg: &TellConfig, first: u64) {
+        let mut guard = self.cm.lock().expect("no poisoned commit manager");
+        let cm = guard.get_or_insert_with(|| Self::new_cm(index, cfg));
+        cm.add_block(first, cfg.tid_block);
     }
 
     /// Refuses `node`'s puts and inserts from now on.
@@ -82,6 +172,29 @@ impl TellNode {
                 .contains(&node)
     }
 
+    /// This processing node's buffer, made with `capacity` records by its first use.
+    pub fn buffer(&self, capacity: usize) -> std::sync::MutexGuard<'_, Option<NodeBuffer>> {
+        let mut g = self.buffer.lock().expect("no poisoned buffer");
+        g.get_or_insert_with(|| SharedBuffer::new(capacity.max(1), 1));
+        g
+    }
+
+    /// A transaction of this node started with `snapshot`: the newest, if its tids reach
+    /// at least as far as the one kept (snapshots of one manager only grow).
+    pub fn started(&self, snapshot: &Descriptor) {
+        let mut g = self.newest.lock().expect("no poisoned snapshot");
+        if g.as_ref()
+            .is_none_or(|d| d.last <= snapshot.last && d.base <= snapshot.base)
+        {
+            *g = Some(snapshot.clone());
+        }
+    }
+
+    /// The snapshot of the newest transaction this node started (SB's `V_max`).
+    pub fn newest(&self) -> Option<Descriptor> {
+        self.newest.lock().expect("no poisoned snapshot").clone()
+    }
+
     /// The manager's base and `lav` now (for a report or a check); `None` before it served.
     pub fn cm_state(&self) -> Option<(u64, u64)> {
         let guard = self.cm.lock().expect("no poisoned commit manager");
@@ -97,10 +210,14 @@ mod tests {
     #[test]
     fn tell_a_commit_manager_node_hands_out_tids_and_refuses_what_it_cannot_do_by_a_typed_reply() {
         let n = TellNode::default();
+        let cfg = TellConfig {
+            cm_inflight_max: 2,
+            ..TellConfig::default()
+        };
         assert_eq!(n.cm_state(), None);
         let start = |ro| {
             let pn = crate::tell::cm::Pn(1);
-            n.serve_cm(TellRequest::Start { pn, read_only: ro }, 2)
+            n.serve_cm(TellRequest::Start { pn, read_only: ro }, 0, &cfg)
                 .expect("a commit manager's request")
         };
         let TellReply::Started { tid, snapshot, .. } = start(false) else {
@@ -121,7 +238,7 @@ mod tests {
             }
         );
         let commit = |t| {
-            n.serve_cm(TellRequest::SetCommitted { tid: Tid(t) }, 2)
+            n.serve_cm(TellRequest::SetCommitted { tid: Tid(t) }, 0, &cfg)
                 .unwrap()
         };
         assert_eq!(commit(1), TellReply::Committed { at: 1 });
@@ -130,12 +247,12 @@ mod tests {
         // holds lav at the base it started at.
         assert_eq!(n.cm_state(), Some((2, 0)));
         assert_eq!(
-            n.serve_cm(TellRequest::SetAborted { tid: Tid(2) }, 2)
+            n.serve_cm(TellRequest::SetAborted { tid: Tid(2) }, 0, &cfg)
                 .unwrap(),
             TellReply::Done
         );
         assert_eq!(n.cm_state(), Some((2, 2)));
         let get = TellRequest::Get { items: vec![] };
-        assert_eq!(n.serve_cm(get, 2), None, "a store's request");
+        assert_eq!(n.serve_cm(get, 0, &cfg), None, "a store's request");
     }
 }

@@ -7,9 +7,10 @@
 //! CAS (so it fails on any put since the read, even of the same value), writes the slot,
 //! then stores `[0 | seq + 1]`; a `get` takes words only between two equal unlocked `LOCK`
 //! reads. A storage node refuses the puts and inserts of a processing node a recovery
-//! fenced.
+//! fenced. The first storage node serves the tid counter several commit managers take
+//! blocks from.
 
-use super::cm::INFLIGHT_MAX_DEFAULT;
+use super::config::TellConfig;
 use super::descriptor::Tid;
 use super::msg::{InsertItem, Inserted, PutItem, TellReply, TellRequest, FAMILY};
 use super::node::{TellNode, CM_ROLE};
@@ -25,9 +26,11 @@ use std::sync::Arc;
 /// on this node's CPU holds a slot for one copy of its words).
 pub const GET_ATTEMPTS_MAX: u32 = 64;
 
-/// Tell's participant side of one node, over the node's Tell state.
+/// Tell's participant side of one node, over the node's Tell state and the run's Tell
+/// configuration (its defaults in a run of another family, which sends no Tell request).
 pub struct TellParticipant {
     pub node: Arc<TellNode>,
+    pub cfg: TellConfig,
 }
 
 /// Whether this node holds records (a compute or commit-manager node registers its
@@ -122,7 +125,7 @@ fn read_slot(local: &Local, t: atoll_storage::TableId, loc: u32) -> Option<Vec<u
     None
 }
 
-fn serve_store(local: &Local, node: &TellNode, req: TellRequest) -> Reply {
+fn serve_store(local: &Local, node: &TellNode, cfg: &TellConfig, req: TellRequest) -> Reply {
     match req {
         TellRequest::Get { items } => {
             if !holds_records(local) || !items.iter().all(|&(t, _)| local.valid_table(t)) {
@@ -183,6 +186,17 @@ fn serve_store(local: &Local, node: &TellNode, req: TellRequest) -> Reply {
             node.fence(dead);
             TellReply::Done.into_reply()
         }
+        TellRequest::TakeTids { count } => {
+            // The counter lives on the first storage node.
+            let here = local.store().memory().node;
+            if here != atoll_fabric::NodeId(0) || !holds_records(local) || count != cfg.tid_block {
+                return Reply::BadRequest;
+            }
+            TellReply::Tids {
+                first: node.take_tids(count, cfg),
+            }
+            .into_reply()
+        }
         _ => Reply::BadRequest,
     }
 }
@@ -198,14 +212,21 @@ impl Participant for TellParticipant {
         };
         let store = local.store();
         if !req.for_commit_manager() {
-            return Some(serve_store(local, &self.node, req));
+            return Some(serve_store(local, &self.node, &self.cfg, req));
         }
         let node = store.memory().node;
-        if store.catalog.topology().service_node(CM_ROLE.name) != Some(node) {
+        let Some(index) = cm_index(store.catalog.topology(), node) else {
             return Some(Reply::BadRequest);
-        }
-        // TODO(#39): the commit manager's in-flight bound from the family's knob.
-        let reply = self.node.serve_cm(req, INFLIGHT_MAX_DEFAULT);
+        };
+        let reply = self.node.serve_cm(req, index, &self.cfg);
         Some(reply.map_or(Reply::BadRequest, TellReply::into_reply))
     }
+}
+
+/// Which of the run's commit managers `node` runs, if any.
+pub fn cm_index(topology: &atoll_storage::Topology, node: atoll_fabric::NodeId) -> Option<u16> {
+    topology
+        .service_nodes(CM_ROLE.name)
+        .position(|n| n == node)
+        .map(|i| i as u16)
 }

@@ -31,6 +31,7 @@
 //! handed the descriptor out.
 
 use super::cm::Pn;
+use super::config::{Buffering, TellConfig};
 use super::descriptor::{Descriptor, Tid};
 use super::msg::{InsertItem, Inserted, PutItem, TellReply, TellRequest};
 use super::node::CM_ROLE;
@@ -112,7 +113,15 @@ impl Protocol for Tell {
     const STAGES: &'static [Stage] = &[Stage::Read, Stage::Log, Stage::Commit];
     const FAMILY_STAGES: &'static [Stage] = &[CM];
     const CPU_STAGES: &'static [Stage] = &[CM];
-    const KNOBS: &'static [atoll_txn::KnobSpec] = &[super::config::VERSIONS];
+    const KNOBS: &'static [atoll_txn::KnobSpec] = &[
+        super::config::VERSIONS,
+        super::config::COMMIT_MANAGERS,
+        super::config::CM_SYNC_US,
+        super::config::TID_BLOCK,
+        super::config::CM_INFLIGHT_MAX,
+        super::config::BUFFERING,
+        super::config::BUFFER_PERCENT,
+    ];
     const ROLES: &'static [atoll_storage::RoleSpec] = &[CM_ROLE];
     // R1 (an unseen version), R2 (a failed conditional put), a record held by puts.
     const CONFLICT_ABORTS: &'static [Abort] = &[Abort::Conflict, Abort::ValidationFailed];
@@ -150,13 +159,14 @@ impl Protocol for Tell {
         None
     }
 
-    fn memory_task_wanted(_catalog: &atoll_storage::Catalog) -> bool {
-        true
+    fn memory_task_wanted(catalog: &atoll_storage::Catalog, node: NodeId) -> bool {
+        node == NodeId(0) || super::participant::cm_index(catalog.topology(), node).is_some()
     }
 
-    /// The management role ([`super::manager`]), on the first storage node.
+    /// The management role ([`super::manager`]) on the first storage node, and a commit
+    /// manager's syncs ([`super::sync`]) on its node.
     async fn memory_task(task: atoll_txn::NodeTask) {
-        super::manager::run(task).await
+        super::sync::with_syncs(task, super::manager::run).await
     }
 
     async fn fetch(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abort> {
@@ -256,12 +266,12 @@ pub fn snapshot_mut<'a>(tx: &'a mut TxnCore<'_, TellEntry>) -> Option<&'a mut De
         .map(|a| &mut a.snapshot)
 }
 
-/// The commit manager's node.
+/// Starts a transaction's attempt asks for at most while its manager has no tids.
+const START_ROUNDS_MAX: u32 = 100;
+
+/// The node of the commit manager this processing node starts its transactions at.
 fn cm_node(tx: &TxnCore<'_, TellEntry>) -> NodeId {
-    tx.c.catalog
-        .topology()
-        .service_node(CM_ROLE.name)
-        .expect("a tell run places its commit manager")
+    super::node::cm_of(tx.c.catalog.topology(), pn_of(tx))
 }
 
 /// Starts the attempt at the commit manager, once: its tid and snapshot descriptor. The
@@ -273,27 +283,46 @@ pub async fn start(tx: &mut TxnCore<'_, TellEntry>) -> Result<(), Abort> {
     let t0 = tx.now_ns();
     let cm = cm_node(tx);
     let pn = pn_of(tx);
-    let deferred = tx.c.take_deferred();
-    let mut d = tx.c.ep.doorbell_for(2);
-    if let Some(op) = deferred {
-        op.post(&mut d);
+    let req = TellRequest::Start {
+        pn,
+        read_only: false,
     }
-    let j = d.rpc(
-        cm,
-        TellRequest::Start {
-            pn,
-            read_only: false,
+    .to_bytes();
+    let mut reply = TellReply::NoTids;
+    for round in 0..START_ROUNDS_MAX {
+        if round > 0 {
+            // Its manager retired a block behind another's: its next comes from the
+            // store's counter within a check of its sync task.
+            tx.c.ep.sleep(super::sync::BLOCK_CHECK_NS).await;
         }
-        .to_bytes(),
-    );
-    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-    let r = match TellReply::of(res.rpc(j)) {
+        let deferred = tx.c.take_deferred();
+        let mut d = tx.c.ep.doorbell_for(2);
+        if let Some(op) = deferred {
+            op.post(&mut d);
+        }
+        let j = d.rpc(cm, req.clone());
+        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+        reply = TellReply::of(res.rpc(j));
+        if reply != TellReply::NoTids {
+            break;
+        }
+    }
+    let r = match reply {
         TellReply::Started {
             tid,
             snapshot,
-            commits,
+            seen,
         } => {
-            tx.snapshot_ts = Timestamp::from_word(commits + 1);
+            // The history's snapshot: the commits it sees (one manager), or per manager
+            // (several), each a commit's number plus one as its timestamp is.
+            if let [commits] = seen[..] {
+                tx.snapshot_ts = Timestamp::from_word(commits + 1);
+            } else {
+                tx.snapshot_vector = seen.iter().map(|n| n + 1).collect();
+            }
+            if buffered(tx) {
+                tell_node(tx).started(&snapshot);
+            }
             tx.c.family_ctx = Some(Box::new(Attempt {
                 tag: tx.tag,
                 tid,
@@ -301,8 +330,9 @@ pub async fn start(tx: &mut TxnCore<'_, TellEntry>) -> Result<(), Abort> {
             }));
             Ok(())
         }
-        // Too many tids open at the commit manager: this attempt gives way (retried).
-        TellReply::InFlight { .. } => Err(Abort::Conflict),
+        // Too many tids open at the commit manager, or no tids through every round: this
+        // attempt gives way (retried).
+        TellReply::InFlight { .. } | TellReply::NoTids => Err(Abort::Conflict),
         // This node was declared crashed (it was not: a recovery fenced a live node).
         TellReply::Fenced => panic!("tell: the commit manager fenced live node {}", pn.0),
         other => panic!("tell: the commit manager answered a start with {other:?}"),
@@ -459,8 +489,21 @@ fn rpc(tx: &TxnCore<'_, TellEntry>, s: Stage) -> bool {
     tx.c.plan().get(s) == Primitive::Rpc
 }
 
+/// Whether reads go through the processing node's shared buffer (`--buffering sb`).
+fn buffered(tx: &TxnCore<'_, TellEntry>) -> bool {
+    tx.c.cfg.family_as::<TellConfig>().buffering == Buffering::Shared
+}
+
+/// This node's Tell state.
+fn tell_node(tx: &TxnCore<'_, TellEntry>) -> std::sync::Arc<super::node::TellNode> {
+    tx.c.family_nodes.get(super::msg::FAMILY)
+}
+
 /// Gets the slots of entries `idxs` and takes the version each attempt reads.
 async fn read(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abort> {
+    if buffered(tx) {
+        return read_buffered(tx, idxs).await;
+    }
     if !rpc(tx, Stage::Read) {
         atoll_txn::stages::locate(tx, idxs).await?;
     }
@@ -469,6 +512,81 @@ async fn read(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abo
         take(tx, i, loc, words)?;
     }
     Ok(())
+}
+
+/// [`read`] through the processing node's shared buffer (Tell §5.5, SB): an entry whose
+/// version set covers the attempt's snapshot is taken as it is; the rest are fetched, the
+/// snapshot of the node's newest transaction taken first (every tid it sees had completed
+/// before the fetch, so the fetched record holds each one's version), and buffered valid for
+/// it. A buffered record older than the store is still right for a snapshot its set
+/// covers; an update of it then fails its conditional put (R2), as Tell's does.
+async fn read_buffered(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abort> {
+    let node = tell_node(tx);
+    let capacity = buffer_capacity(tx);
+    let snap = attempt(tx)
+        .expect("a read starts the attempt first")
+        .snapshot
+        .clone();
+    let mut hits = Vec::new();
+    let mut misses = Idxs::new();
+    {
+        let mut g = node.buffer(capacity);
+        let buf = g.as_mut().expect("made by buffer()");
+        for &i in idxs {
+            let e = &tx.entries[i];
+            match buf.get((e.table, e.node, e.key), &snap) {
+                Some((loc, words)) => hits.push((i, *loc, words.clone())),
+                None => misses.push(i),
+            }
+        }
+    }
+    let counts = &tx.c.versions;
+    counts.add(
+        atoll_txn::versions::VersionEvent::BufferHit,
+        hits.len() as u64,
+    );
+    counts.add(
+        atoll_txn::versions::VersionEvent::BufferMiss,
+        misses.len() as u64,
+    );
+    for (i, loc, words) in hits {
+        take(tx, i, loc, words)?;
+    }
+    if misses.is_empty() {
+        return Ok(());
+    }
+    let valid = node.newest();
+    if !rpc(tx, Stage::Read) {
+        atoll_txn::stages::locate(tx, &misses).await?;
+    }
+    let slots = get(tx, &misses).await?;
+    if let Some(valid) = valid {
+        let mut g = node.buffer(capacity);
+        let buf = g.as_mut().expect("made by buffer()");
+        for (i, loc, words) in &slots {
+            let e = &tx.entries[*i];
+            buf.fill(
+                (e.table, e.node, e.key),
+                (*loc, words.clone()),
+                valid.clone(),
+            );
+        }
+    }
+    for (i, loc, words) in slots {
+        take(tx, i, loc, words)?;
+    }
+    Ok(())
+}
+
+/// Records a processing node's buffer holds: `--buffer-percent` of every table's slots.
+fn buffer_capacity(tx: &TxnCore<'_, TellEntry>) -> usize {
+    let catalog = &tx.c.catalog;
+    let slots: u64 = (0..catalog.table_count())
+        .map(|t| catalog.layout(TableId(t as u16)).capacity as u64)
+        .sum::<u64>()
+        * catalog.topology().memory_nodes() as u64;
+    let percent = tx.c.cfg.family_as::<TellConfig>().buffer_percent;
+    (slots * percent / 100) as usize
 }
 
 /// Gets the slots of entries `idxs` (located, for one-sided gets) by the read stage's
@@ -1046,6 +1164,11 @@ async fn committed(tx: &mut TxnCore<'_, TellEntry>) -> Result<(), Abort> {
     match TellReply::of(res.rpc(j)) {
         TellReply::Committed { at } => {
             tx.commit_ts = Timestamp::from_word(at + 1);
+            let managers = tx.c.catalog.topology().service_nodes(CM_ROLE.name).count();
+            if managers > 1 {
+                // Numbered at its manager: the slot of the history's vector it counts in.
+                tx.commit_slot = Some(pn_of(tx).0 as u32 % managers as u32);
+            }
             tx.c.family_ctx = None;
             Ok(())
         }

@@ -66,8 +66,11 @@ macro_rules! tell_variant {
                 <Tell as Protocol>::recovery_refusal(plan, log_replicas)
             }
 
-            fn memory_task_wanted(catalog: &atoll_storage::Catalog) -> bool {
-                <Tell as Protocol>::memory_task_wanted(catalog)
+            fn memory_task_wanted(
+                catalog: &atoll_storage::Catalog,
+                node: atoll_fabric::NodeId,
+            ) -> bool {
+                <Tell as Protocol>::memory_task_wanted(catalog, node)
             }
 
             async fn memory_task($task: atoll_txn::NodeTask) $mt
@@ -114,5 +117,6 @@ mod shared_data;
 mod si_samples;
 mod sim;
 mod skew;
+mod tell_managers;
 mod tell_recovery;
 mod tpcc;

@@ -988,7 +988,7 @@ fn rsi_requests_that_would_corrupt_a_record_or_the_timestamp_service_are_refused
         StoreHandler::new(
             c.stores[n].clone(),
             log,
-            atoll_protocols::participants(&Default::default()),
+            atoll_protocols::participants(&Default::default(), &atoll_txn::knobs::NoKnobs),
         )
     };
     let ask = |n: usize, req: &[u8]| {
@@ -1507,7 +1507,7 @@ fn tell_a_storage_node_gets_a_whole_slot_and_puts_one_only_at_the_sequence_numbe
     let handler = StoreHandler::new(
         c.stores[0].clone(),
         c.catalog.extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
-        atoll_protocols::participants(&Default::default()),
+        atoll_protocols::participants(&Default::default(), &atoll_txn::knobs::NoKnobs),
     );
     let ask = |req: TellRequest| -> Option<TellReply> {
         match handler.answer(&req.to_bytes()).expect("answered at once") {

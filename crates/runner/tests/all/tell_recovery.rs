@@ -40,7 +40,7 @@ fn workload_params(w: WorkloadKind) -> Params {
 /// Seed `seed`'s run: 2 memory + 2 compute nodes (odd seeds) or 1 memory + 3 compute nodes
 /// and the commit manager on a node of its own (even seeds), a seeded compute node crashing
 /// at a seeded moment in the first half of the measured window, with the mixed faults.
-fn crash_config(w: WorkloadKind, seed: u64) -> RunConfig {
+pub fn crash_config(w: WorkloadKind, seed: u64) -> RunConfig {
     let (memory, compute, own) = if seed % 2 == 1 {
         (2u16, 2u16, false)
     } else {
@@ -86,23 +86,38 @@ fn crash_config(w: WorkloadKind, seed: u64) -> RunConfig {
 
 /// What the run's own checks and the history checker found wrong (empty: nothing), apart
 /// from the recovery's own report.
-fn judged(r: &Report) -> Vec<String> {
+pub fn judged(r: &Report) -> Vec<String> {
     let mut wrong: Vec<String> = r
         .checks
         .iter()
         .filter(|c| !c.passed && c.name != "recovery.compute_node")
         .map(|c| format!("{}: {}", c.name, c.detail))
         .collect();
-    let v = history::check(&r.history, Mode::Snapshot);
+    let v = history::check(&r.history, mode_of(r));
     if !v.ok() {
         wrong.push(history::render(&r.history, &v));
     }
     wrong
 }
 
+/// The level a Tell run's history is checked at: snapshot isolation with one commit
+/// manager, parallel snapshot isolation with several (each sees its own commits before
+/// the others do, so snapshots fork: `tell_managers`).
+pub fn mode_of(r: &Report) -> Mode {
+    let managers = r.config.family.0.iter().find_map(|(name, v)| match v {
+        atoll_txn::KnobValue::Number(n) if *name == "commit_managers" => Some(*n),
+        _ => None,
+    });
+    if managers.unwrap_or(1) > 1 {
+        Mode::ParallelSnapshot
+    } else {
+        Mode::Snapshot
+    }
+}
+
 /// The recovery's report in `r`: (its check passed, versions taken out, tids committed
 /// from the log, the base passed the node's tids by the run's end).
-fn recovery(r: &Report) -> (bool, u64, u64, bool) {
+pub fn recovery(r: &Report) -> (bool, u64, u64, bool) {
     let c = r
         .checks
         .iter()
