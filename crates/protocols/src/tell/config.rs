@@ -165,7 +165,7 @@ impl FamilyConfig for TellConfig {
             cluster_bytes: self.commit_managers as u64
                 * self.cm_inflight_max.div_ceil(BITS_PER_BYTE),
             cluster_what: "Tell's commit managers' completed-tid bitsets",
-            cluster_hint: ", or a smaller --cm-inflight-max",
+            cluster_hint: ", or a smaller --cm-inflight-max or --buffer-percent",
             per_record_bytes: 0,
             // Each processing node's shared buffer, full.
             table_copies_percent: match self.buffering {
