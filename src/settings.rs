@@ -30,8 +30,14 @@ pub struct FamilyKnobArgs {
 /// A node role's help line: the families declaring it, and where it can run.
 fn role_help(role: &RoleSpec, families: &[ProtocolKind]) -> String {
     let owners: Vec<String> = families.iter().map(|p| p.title()).collect();
+    let several = role.count_knob.map_or(String::new(), |k| {
+        format!(
+            "; with several (--{}), the i-th on memory node i, or each on a node of its own",
+            k.replace('_', "-")
+        )
+    });
     format!(
-        "{} only, shared-data: where the {} runs: memory (a role of memory node 0) or own (a node of its own) [default: memory]",
+        "{} only, shared-data: where the {} runs: memory (a role of memory node 0) or own (a node of its own){several} [default: memory]",
         owners.join(" and "),
         role.what
     )

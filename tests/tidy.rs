@@ -550,8 +550,14 @@ fn family_knob_table() -> String {
     }
     for (role, families) in atoll_protocols::ProtocolKind::all_roles() {
         let names: Vec<&str> = families.iter().map(|p| p.name()).collect();
+        let several = role.count_knob.map_or(String::new(), |k| {
+            format!(
+                "; with several (`--{}`), the i-th on memory node i, or each on a node of its own",
+                k.replace('_', "-")
+            )
+        });
         t += &format!(
-            "| `{}` (`{}`) | {} | memory \\| own | `memory` | node role, shared-data: the {} on memory node 0 (`memory`) or a node of its own after the compute nodes (`own`) |\n",
+            "| `{}` (`{}`) | {} | memory \\| own | `memory` | node role, shared-data: the {} on memory node 0 (`memory`) or a node of its own after the compute nodes (`own`){several} |\n",
             role.flag(),
             role.key(),
             names.join(", "),
