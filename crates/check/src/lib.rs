@@ -2075,6 +2075,13 @@ mod tests {
                 v.anomalies.iter().any(|a| a.contains(expect)),
                 "expected '{expect}' in:\n{text}"
             );
+            // Parallel snapshot isolation allows the long fork and nothing else.
+            let (p, text) = verdict(&h, Mode::ParallelSnapshot);
+            assert_eq!(
+                p.ok(),
+                expect.ends_with("a long fork"),
+                "{expect} under parallel SI:\n{text}"
+            );
         }
     }
 
