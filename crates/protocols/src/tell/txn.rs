@@ -857,6 +857,10 @@ async fn apply(tx: &mut TxnCore<'_, TellEntry>, ws: &[usize], ins: &[usize]) -> 
             let (words, word) = new_slot(tx, i)?;
             items.push((i, words, word));
         }
+        // SB's write-through is valid for the node's newest snapshot taken before the put
+        // (each of its tids had put before it was handed out, so a put it made after the
+        // attempt's read would have failed this one) and the attempt's own tid.
+        let through = buffered(tx).then(|| (tell_node(tx).newest(), attempt(tx).map(|a| a.tid)));
         let done = if rpc(tx, Stage::Commit) {
             put_by_rpc(tx, &items).await?
         } else {
@@ -872,6 +876,9 @@ async fn apply(tx: &mut TxnCore<'_, TellEntry>, ws: &[usize], ins: &[usize]) -> 
             e.state.put_seq = Some(e.state.seq + 1);
             e.state.words = words;
             e.installed = Some(word & !VERSION_ABSENT);
+            if let Some((Some(valid), Some(tid))) = &through {
+                write_through(tx, i, valid.with(*tid));
+            }
         }
         if failed.is_empty() {
             return Ok(());
@@ -884,6 +891,22 @@ async fn apply(tx: &mut TxnCore<'_, TellEntry>, ws: &[usize], ins: &[usize]) -> 
         puts = failed;
     }
     Err(Abort::ValidationFailed)
+}
+
+/// Puts entry `i`'s slot as its successful put left it into the node's buffer, valid for
+/// `valid`. An abort's undo then changes the slot again, so the entry goes stale for
+/// updates (their put fails) but never wrong for reads: the aborted tid is in no snapshot.
+fn write_through(tx: &TxnCore<'_, TellEntry>, i: usize, valid: Descriptor) {
+    let e = &tx.entries[i];
+    let (Some(loc), Some(seq)) = (e.loc, e.state.put_seq) else {
+        return;
+    };
+    let mut words = e.state.words.clone();
+    words[H_LOCK as usize] = seq;
+    let node = tell_node(tx);
+    let mut g = node.buffer(buffer_capacity(tx));
+    let buf = g.as_mut().expect("made by buffer()");
+    buf.write_through((e.table, e.node, e.key), (loc.0, words), valid);
 }
 
 /// Gets the slots of entries `idxs` again, for another put over them (`words`, `seq`).
