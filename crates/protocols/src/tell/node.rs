@@ -172,10 +172,13 @@ impl TellNode {
                 .contains(&node)
     }
 
-    /// This processing node's buffer, made with `capacity` records by its first use.
-    pub fn buffer(&self, capacity: usize) -> std::sync::MutexGuard<'_, Option<NodeBuffer>> {
+    /// This processing node's buffer, made with `capacity()` records by its first use.
+    pub fn buffer(
+        &self,
+        capacity: impl FnOnce() -> usize,
+    ) -> std::sync::MutexGuard<'_, Option<NodeBuffer>> {
         let mut g = self.buffer.lock().expect("no poisoned buffer");
-        g.get_or_insert_with(|| SharedBuffer::new(capacity.max(1), 1));
+        g.get_or_insert_with(|| SharedBuffer::new(capacity().max(1), 1));
         g
     }
 

@@ -522,19 +522,17 @@ async fn read(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abo
 /// covers; an update of it then fails its conditional put (R2), as Tell's does.
 async fn read_buffered(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abort> {
     let node = tell_node(tx);
-    let capacity = buffer_capacity(tx);
-    let snap = attempt(tx)
-        .expect("a read starts the attempt first")
-        .snapshot
-        .clone();
     let mut hits = Vec::new();
     let mut misses = Idxs::new();
     {
-        let mut g = node.buffer(capacity);
+        let snap = &attempt(tx)
+            .expect("a read starts the attempt first")
+            .snapshot;
+        let mut g = node.buffer(|| buffer_capacity(tx));
         let buf = g.as_mut().expect("made by buffer()");
         for &i in idxs {
             let e = &tx.entries[i];
-            match buf.get((e.table, e.node, e.key), &snap) {
+            match buf.get((e.table, e.node, e.key), snap) {
                 Some((loc, words)) => hits.push((i, *loc, words.clone())),
                 None => misses.push(i),
             }
@@ -561,7 +559,7 @@ async fn read_buffered(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Resul
     }
     let slots = get(tx, &misses).await?;
     if let Some(valid) = valid {
-        let mut g = node.buffer(capacity);
+        let mut g = node.buffer(|| buffer_capacity(tx));
         let buf = g.as_mut().expect("made by buffer()");
         for (i, loc, words) in &slots {
             let e = &tx.entries[*i];
@@ -904,7 +902,7 @@ fn write_through(tx: &TxnCore<'_, TellEntry>, i: usize, valid: Descriptor) {
     let mut words = e.state.words.clone();
     words[H_LOCK as usize] = seq;
     let node = tell_node(tx);
-    let mut g = node.buffer(buffer_capacity(tx));
+    let mut g = node.buffer(|| buffer_capacity(tx));
     let buf = g.as_mut().expect("made by buffer()");
     buf.write_through((e.table, e.node, e.key), (loc.0, words), valid);
 }
