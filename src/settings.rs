@@ -323,6 +323,13 @@ pub struct BenchArgs {
     #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "is_false")]
     pub colocate: bool,
+    /// Shared-data: where a transaction's local keys (its home warehouse, its local
+    /// accounts) are: near (its compute node's home memory node, i mod M) or any (a memory
+    /// node drawn for each transaction: no locality, as Tell's processing nodes) [default:
+    /// near].
+    #[arg(help_heading = "Cluster shape", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub homes: Option<String>,
     /// Worker threads per node [default: 1; 1..=64].
     #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -566,6 +573,14 @@ fn resolve_replay(
 /// partitioned, `--memory-nodes`, `--compute-nodes` and the family's `--NAME-node` for
 /// shared-data.
 fn resolve_roles(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
+    if let Some(h) = a.homes.as_deref() {
+        cfg.homes = atoll_storage::Homes::parse(h).ok_or_else(|| {
+            format!(
+                "--homes '{h}' is not a placement of home keys: accepted are {}",
+                atoll_storage::Homes::accepted()
+            )
+        })?;
+    }
     let architecture = a
         .architecture
         .as_deref()

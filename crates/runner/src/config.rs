@@ -128,6 +128,9 @@ pub struct RunConfig {
     /// Shared-data only: compute node `i` on memory node `i`'s machine, reaching its
     /// records without the network (NAM-DB's locality).
     pub colocate: bool,
+    /// Shared-data only: where a transaction's local keys are (its compute node's home
+    /// memory node, or any memory node drawn per transaction).
+    pub homes: atoll_storage::Homes,
     pub threads: u16,
     pub coroutines: u16,
     pub duration_s: f64,
@@ -194,6 +197,7 @@ impl Default for RunConfig {
             nodes: 2,
             roles: Roles::Partitioned,
             colocate: false,
+            homes: atoll_storage::Homes::Near,
             threads: 1,
             coroutines: 8,
             duration_s: 10.0,
@@ -351,6 +355,12 @@ impl RunConfig {
             return Err(ConfigError(
                 "--colocate needs --architecture shared-data (a partitioned node already holds the records it runs transactions on)".into(),
             ));
+        }
+        if self.homes != atoll_storage::Homes::Near && self.roles == Roles::Partitioned {
+            return Err(ConfigError(format!(
+                "--homes {} needs --architecture shared-data (a partitioned node's local keys are its own partition): expected --homes near",
+                self.homes.name()
+            )));
         }
         range("threads", self.threads, 1, THREADS_MAX)?;
         range("coroutines", self.coroutines, 1, COROUTINES_MAX)?;
@@ -655,6 +665,7 @@ impl RunConfig {
                     memory_nodes,
                     self.nodes.saturating_sub(memory_nodes + own).max(1),
                 );
+                let t = t.with_homes(self.homes);
                 if self.colocate {
                     t.colocated()
                 } else {
@@ -744,6 +755,9 @@ pub struct ConfigReport {
     /// Shared-data: compute node `i` beside memory node `i` on one machine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub colocated: Option<bool>,
+    /// Shared-data: where a transaction's local keys are (`near`, `any`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub homes: Option<&'static str>,
     pub threads: u16,
     pub coroutines: u16,
     pub duration_s: f64,

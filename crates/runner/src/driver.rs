@@ -721,6 +721,7 @@ fn config_report<W: Workload, P: Protocol>(
             .map(|(role, _, node)| (role.key(), node.0))
             .collect(),
         colocated: shared_data.then(|| topology.is_colocated()),
+        homes: shared_data.then(|| topology.homes().name()),
         threads: cfg.threads,
         coroutines: cfg.coroutines,
         duration_s: cfg.duration_s,

@@ -441,10 +441,11 @@ impl Report {
                     .filter(|(_, &n)| n >= m + cn)
                     .map(|(key, _)| format!(" + 1 {}", key.trim_end_matches("_node")))
                     .collect::<String>(),
-                if c.colocated == Some(true) {
-                    " (co-located in pairs)"
-                } else {
-                    ""
+                match (c.colocated == Some(true), c.homes == Some("any")) {
+                    (true, true) => " (co-located in pairs; homes drawn per transaction)",
+                    (true, false) => " (co-located in pairs)",
+                    (false, true) => " (homes drawn per transaction)",
+                    (false, false) => "",
                 }
             ),
             _ => format!("{} nodes", c.nodes),
@@ -633,17 +634,19 @@ impl Report {
             use atoll_txn::versions::VersionEvent as E;
             let n = |e: E| m.get(e.name()).copied().unwrap_or(0);
             let (hits, misses) = (n(E::BufferHit), n(E::BufferMiss));
-            if hits + misses > 0 {
+            let revalidated = n(E::BufferRevalidated);
+            let served = hits + revalidated;
+            if served + misses > 0 {
                 let _ = writeln!(
                     o,
-                    "buffer      {hits} reads served by the shared buffer, {misses} fetched: hit ratio {:.2}%; whole run",
-                    100.0 * hits as f64 / (hits + misses) as f64
+                    "buffer      {hits} reads served by the shared buffer, {revalidated} after their unit's stamp, {misses} fetched: hit ratio {:.2}%; whole run",
+                    100.0 * served as f64 / (served + misses) as f64
                 );
             }
             // A run whose only counts are the buffer's (Tell) has no overflow area to report.
-            let others_zero = E::ALL
-                .iter()
-                .all(|&e| matches!(e, E::BufferHit | E::BufferMiss) || n(e) == 0);
+            let buffer = [E::BufferHit, E::BufferMiss, E::BufferRevalidated];
+            let others_zero = E::ALL.iter().all(|e| buffer.contains(e) || n(*e) == 0);
+            let (hits, misses) = (served, misses);
             if hits + misses == 0 || !others_zero {
                 let _ = writeln!(
                 o,

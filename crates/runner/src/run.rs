@@ -1095,7 +1095,7 @@ pub async fn coroutine<W: Workload, P: Protocol>(
     progress: mpsc::Sender<Interval>,
 ) {
     // Workloads pick keys among the memory nodes, "local" ones on the coordinator's home.
-    let (nodes, home) = (run.catalog.nodes, run.catalog.topology().home_of(ep.node()));
+    let (nodes, topo) = (run.catalog.nodes, *run.catalog.topology());
     let mut rng = Rng::derive(run.cfg.seed, id as u64);
     let mut c = node_coordinator(&run, &node, &ep, id);
     let mut schedule = OpenLoop::new(&run, c.now_ns(), id);
@@ -1120,6 +1120,7 @@ pub async fn coroutine<W: Workload, P: Protocol>(
             run.cpu.mark_end();
             break;
         }
+        let home = topo.home_for(ep.node(), |m| rng.below(m as u64) as u16);
         let (ty, input) = match run.w.draw(&mut rng, nodes, home) {
             Draw::Ready(ty, input) => (ty, input),
             Draw::Wait => {

@@ -134,10 +134,7 @@ async fn collect<W: Workload, P: Protocol>(
     c: &mut Coordinator,
     src: &mut Source<W::Input>,
 ) -> (Vec<SeqInput>, bool) {
-    let (nodes, home) = (
-        run.catalog.nodes,
-        run.catalog.topology().home_of(c.ep.node()),
-    );
+    let (nodes, topo) = (run.catalog.nodes, *run.catalog.topology());
     let epoch_end_ns = c.now_ns() + src.shape.epoch_ns;
     let mut requests: Vec<SeqInput> = Vec::new();
     let mut words = 0;
@@ -186,6 +183,7 @@ async fn collect<W: Workload, P: Protocol>(
             }
             None => now,
         };
+        let home = topo.home_for(c.ep.node(), |m| src.rng.below(m as u64) as u16);
         match run.w.draw(&mut src.rng, nodes, home) {
             Draw::Ready(ty, input) => {
                 let Some(r) = sequenced_input::<W, P>(run, ws, c, ty, &input, arrival_ns, 1).await

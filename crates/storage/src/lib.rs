@@ -15,4 +15,4 @@ pub mod topology;
 pub use budget::{MemoryBudget, Refusal};
 pub use layout::{Catalog, ExtraRegion, Partition, TableId, TableLayout, TableSpec};
 pub use store::{Store, StoreError, GONE_BYTES_PER_KEY_MAX};
-pub use topology::{Architecture, Placement, RoleSpec, Topology, SERVICES_MAX};
+pub use topology::{Architecture, Homes, Placement, RoleSpec, Topology, SERVICES_MAX};

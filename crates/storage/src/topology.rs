@@ -110,6 +110,39 @@ pub struct Topology {
     /// NAM-DB's locality, where a compute server next to a memory server reaches its records
     /// with the CPU's own loads, stores and atomics.
     colocated: bool,
+    /// Where a coordinator's "local" keys are: its home memory node ([`Topology::home_of`]),
+    /// or (shared-data only) a memory node drawn anew for every transaction.
+    homes: Homes,
+}
+
+/// Where the keys a workload calls local live, for a transaction of a compute node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Homes {
+    /// The compute node's own home memory node (NAM-DB's locality).
+    Near,
+    /// Any memory node, drawn uniformly for each transaction: no locality, every compute
+    /// node working on every memory node's warehouses (Tell's processing nodes).
+    Any,
+}
+
+impl Homes {
+    pub const ALL: [Homes; 2] = [Homes::Near, Homes::Any];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Homes::Near => "near",
+            Homes::Any => "any",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|h| h.name() == s)
+    }
+
+    /// `near, any`, for an error naming what is accepted.
+    pub fn accepted() -> String {
+        Self::ALL.map(|h| h.name()).join(", ")
+    }
 }
 
 impl Topology {
@@ -122,6 +155,7 @@ impl Topology {
             compute_nodes: nodes,
             services: [None; SERVICES_MAX],
             colocated: false,
+            homes: Homes::Near,
         }
     }
 
@@ -137,6 +171,7 @@ impl Topology {
             compute_nodes: compute,
             services: [None; SERVICES_MAX],
             colocated: false,
+            homes: Homes::Near,
         }
     }
 
@@ -243,6 +278,21 @@ impl Topology {
             .sum()
     }
 
+    /// The same roles with every transaction's home drawn among the memory nodes
+    /// (shared-data only).
+    pub fn with_homes(mut self, homes: Homes) -> Self {
+        assert!(
+            homes == Homes::Near || self.architecture == Architecture::SharedData,
+            "only shared-data separates a compute node from the records it works on"
+        );
+        self.homes = homes;
+        self
+    }
+
+    pub fn homes(&self) -> Homes {
+        self.homes
+    }
+
     pub fn is_colocated(&self) -> bool {
         self.colocated
     }
@@ -323,6 +373,23 @@ impl Topology {
             .compute_index(n)
             .unwrap_or_else(|| panic!("node {} runs no coordinator", n.0));
         NodeId(i % self.memory_nodes)
+    }
+
+    /// The home of one transaction of compute node `n`: [`Topology::home_of`], or with
+    /// [`Homes::Any`] the memory node `pick(memory nodes)` names (`pick(m)` is below `m`).
+    pub fn home_for(&self, n: NodeId, pick: impl FnOnce(u16) -> u16) -> NodeId {
+        match self.homes {
+            Homes::Near => self.home_of(n),
+            Homes::Any => {
+                let m = pick(self.memory_nodes);
+                assert!(
+                    m < self.memory_nodes,
+                    "home {m} of {} memory nodes",
+                    self.memory_nodes
+                );
+                NodeId(m)
+            }
+        }
     }
 
     /// The most log backups a coordinator can have: other nodes when partitioned, memory
@@ -480,6 +547,9 @@ mod tests {
         assert!(!t.holds_records(NodeId(7)) && !t.runs_coordinators(NodeId(7)));
         assert_eq!(t.compute_node(0), NodeId(3));
         assert_eq!(t.home_of(NodeId(6)), NodeId(0));
+        assert_eq!(t.home_for(NodeId(6), |_| unreachable!()), NodeId(0));
+        let any = t.with_homes(Homes::Any);
+        assert_eq!(any.home_for(NodeId(6), |m| m - 1), NodeId(2));
         assert_eq!(t.service_node("cm"), None);
         assert!(t
             .describe()

@@ -45,10 +45,13 @@ pub enum VersionEvent {
     BufferHit,
     /// A read the shared buffer could not serve: fetched from the store.
     BufferMiss,
+    /// A read the shared buffer served after its entry's cache-unit stamp in the store
+    /// showed no update since the fetch (Tell's SBVS): a round trip, no record fetched.
+    BufferRevalidated,
 }
 
 impl VersionEvent {
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 15;
     pub const ALL: [VersionEvent; Self::COUNT] = [
         VersionEvent::MoverPass,
         VersionEvent::VersionMoved,
@@ -64,6 +67,7 @@ impl VersionEvent {
         VersionEvent::UpdateBehind,
         VersionEvent::BufferHit,
         VersionEvent::BufferMiss,
+        VersionEvent::BufferRevalidated,
     ];
 
     /// The name in reports (`--json`).
@@ -83,6 +87,7 @@ impl VersionEvent {
             VersionEvent::UpdateBehind => "updates_behind_kept_versions",
             VersionEvent::BufferHit => "buffer_hits",
             VersionEvent::BufferMiss => "buffer_misses",
+            VersionEvent::BufferRevalidated => "buffer_revalidated",
         }
     }
 }

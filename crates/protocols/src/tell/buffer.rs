@@ -9,12 +9,14 @@
 //!   the record, then [`SharedBuffer::fill`] with it; after a successful conditional put,
 //!   [`SharedBuffer::write_through`] with `V_max ∪ {tid}` (a transaction in `V_max` that
 //!   changed the record would have failed the put).
-//! - **SBVS**: the store keeps a version set per cache unit of `unit_records` consecutive
-//!   rids, which a committing writer puts after every record put and before
-//!   `set_committed`. A reader fetches the unit's set `B'` *before* the record and fills
-//!   with it; an entry whose `B` does not cover `V_tx` is still valid if the unit's set is
-//!   still `B` ([`SharedBuffer::revalidate`]). A writer's update drops the unit's entries
-//!   on its own node ([`SharedBuffer::invalidate_unit`]).
+//! - **SBVS**: the store keeps a stamp per cache unit of consecutive keys (the unit's
+//!   version set, reduced to what a reader compares: whether it changed), which a writer
+//!   bumps after its record puts (and an abort after its undo) and before it tells the
+//!   commit manager. A reader that misses takes `V_max`, then reads the unit's stamp, then
+//!   (if still needed) the record: an entry filled under that same stamp holds the record
+//!   as the store does but for puts of writers not yet completed, so it is valid for
+//!   `V_max` ([`SharedBuffer::revalidate`]); a fetched record is filled with the stamp read
+//!   before it ([`SharedBuffer::fill_stamped`]).
 //!
 //! Bounded: at most `capacity` entries, the least recently used evicted first.
 
@@ -29,6 +31,9 @@ pub type Rid = u64;
 struct Entry<T> {
     record: T,
     valid: Descriptor,
+    /// SBVS: the unit's stamp read before the record was fetched (`None`: not known, as
+    /// after a write-through, so only `valid` can vouch for it).
+    stamp: Option<u64>,
     /// When it was last used (the LRU order's key).
     used: u64,
 }
@@ -39,17 +44,19 @@ pub struct BufferCounts {
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
-    /// SBVS: entries found valid by the unit's version set after `V_tx ⊄ B`.
+    /// SBVS: misses found valid by the unit's stamp after `V_tx ⊄ B` (served from the
+    /// buffer, but after a round trip).
     pub revalidated: u64,
 }
 
 impl BufferCounts {
+    /// Reads served from the buffer (revalidated ones included) over all reads.
     pub fn hit_ratio(&self) -> f64 {
         let all = self.hits + self.misses;
         if all == 0 {
             0.0
         } else {
-            self.hits as f64 / all as f64
+            (self.hits + self.revalidated) as f64 / all as f64
         }
     }
 }
@@ -58,7 +65,6 @@ impl BufferCounts {
 /// words) by key `K` (a rid, or the engine's table, node and key).
 pub struct SharedBuffer<K = Rid, T = Record> {
     capacity: usize,
-    unit_records: u64,
     entries: HashMap<K, Entry<T>>,
     /// `used` -> key: the least recently used first.
     lru: BTreeMap<u64, K>,
@@ -67,16 +73,11 @@ pub struct SharedBuffer<K = Rid, T = Record> {
 }
 
 impl<K: Copy + Eq + Hash, T> SharedBuffer<K, T> {
-    /// A buffer of at most `capacity` records, in cache units of `unit_records` (SBVS; 1
-    /// for SB).
-    pub fn new(capacity: usize, unit_records: u64) -> Self {
-        assert!(
-            capacity > 0 && unit_records > 0,
-            "tell: a buffer of {capacity} records in units of {unit_records}"
-        );
+    /// A buffer of at most `capacity` records.
+    pub fn new(capacity: usize) -> Self {
+        assert!(capacity > 0, "tell: a buffer of {capacity} records");
         SharedBuffer {
             capacity,
-            unit_records,
             entries: HashMap::new(),
             lru: BTreeMap::new(),
             clock: 0,
@@ -108,13 +109,15 @@ impl<K: Copy + Eq + Hash, T> SharedBuffer<K, T> {
         self.entries.get(&rid).map(|e| &e.record)
     }
 
-    /// SBVS: after a miss, the unit's version set `unit_set` read from the store: an entry
-    /// fetched under that same set is still the unit's newest state, so it is valid.
-    pub fn revalidate(&mut self, rid: K, unit_set: &Descriptor) -> Option<&T> {
-        let valid = self.entries.get(&rid).is_some_and(|e| e.valid == *unit_set);
-        if !valid {
+    /// SBVS: after a miss, the unit's stamp `stamp`, read after `v_max` was taken: an entry
+    /// filled under the same stamp lacks no version of a tid completed before the read, so
+    /// it is valid for `v_max` from now on (counted as revalidated; the miss stays counted).
+    pub fn revalidate(&mut self, rid: K, stamp: u64, v_max: &Descriptor) -> Option<&T> {
+        let e = self.entries.get_mut(&rid)?;
+        if e.stamp != Some(stamp) {
             return None;
         }
+        e.valid = v_max.clone();
         self.counts.revalidated += 1;
         self.touch(rid);
         self.entries.get(&rid).map(|e| &e.record)
@@ -122,6 +125,16 @@ impl<K: Copy + Eq + Hash, T> SharedBuffer<K, T> {
 
     /// Puts `record`, fetched after `valid` was taken, in place of what the entry held.
     pub fn fill(&mut self, rid: K, record: T, valid: Descriptor) {
+        self.insert(rid, record, valid, None);
+    }
+
+    /// SBVS: [`SharedBuffer::fill`] of a record fetched after its unit's stamp was read as
+    /// `stamp`.
+    pub fn fill_stamped(&mut self, rid: K, record: T, valid: Descriptor, stamp: u64) {
+        self.insert(rid, record, valid, Some(stamp));
+    }
+
+    fn insert(&mut self, rid: K, record: T, valid: Descriptor, stamp: Option<u64>) {
         self.clock += 1;
         let used = self.clock;
         if let Some(old) = self.entries.insert(
@@ -129,6 +142,7 @@ impl<K: Copy + Eq + Hash, T> SharedBuffer<K, T> {
             Entry {
                 record,
                 valid,
+                stamp,
                 used,
             },
         ) {
@@ -164,28 +178,6 @@ impl<K: Copy + Eq + Hash, T> SharedBuffer<K, T> {
     }
 }
 
-impl<T> SharedBuffer<Rid, T> {
-    /// The cache unit of `rid`.
-    pub fn unit_of(&self, rid: Rid) -> u64 {
-        rid / self.unit_records
-    }
-
-    /// SBVS: this node updated `unit`'s version set; its entries of the unit are dropped.
-    pub fn invalidate_unit(&mut self, unit: u64) {
-        let unit_records = self.unit_records;
-        let gone: Vec<Rid> = self
-            .entries
-            .keys()
-            .copied()
-            .filter(|r| r / unit_records == unit)
-            .collect();
-        for rid in gone {
-            let e = self.entries.remove(&rid).expect("listed");
-            self.lru.remove(&e.used);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +189,24 @@ mod tests {
     /// collection) and its sequence number.
     struct Store {
         records: Vec<Record>,
+        /// SBVS: each cache unit's stamp.
+        stamps: Vec<u64>,
+    }
+
+    /// Records per cache unit in the model.
+    const UNIT_RECORDS: u64 = 3;
+
+    /// Which mode the model runs and which of its order it breaks (for the test to catch).
+    #[derive(Clone, Copy, Default)]
+    struct Model {
+        /// SBVS: misses revalidated by the unit's stamp.
+        sbvs: bool,
+        /// `V_max` (and the stamp) taken after the fetch.
+        fill_after_fetch: bool,
+        /// An aborting writer leaves its written-through entries.
+        forget_none: bool,
+        /// SBVS: an aborting writer's undo does not bump the unit's stamp.
+        undo_unstamped: bool,
     }
 
     impl Store {
@@ -213,6 +223,7 @@ mod tests {
             };
             Store {
                 records: vec![r; n],
+                stamps: vec![0; n.div_ceil(UNIT_RECORDS as usize)],
             }
         }
 
@@ -227,6 +238,14 @@ mod tests {
             let r = &mut self.records[rid as usize];
             assert!(r.versions.unwrite(tid));
             r.seq += 1;
+        }
+
+        fn bump(&mut self, rid: Rid) {
+            self.stamps[(rid / UNIT_RECORDS) as usize] += 1;
+        }
+
+        fn stamp(&self, rid: Rid) -> u64 {
+            self.stamps[(rid / UNIT_RECORDS) as usize]
         }
     }
 
@@ -248,14 +267,13 @@ mod tests {
 
     /// Random transactions on one processing node with a shared buffer and writers (of
     /// this node and others) putting, committing and aborting: every read through the
-    /// buffer equals the read of the store itself at the same moment. `fill_after_fetch`
-    /// and `forget_none` break the order the buffer relies on, for the test to catch.
-    fn run_model(seed: u64, fill_after_fetch: bool, forget_none: bool) -> Result<(), String> {
+    /// buffer equals the read of the store itself at the same moment.
+    fn run_model(seed: u64, m: Model) -> Result<(), String> {
         const RECORDS: u64 = 12;
         let mut rng = atoll_fabric::rng::Rng::new(seed);
         let mut cm = CommitManager::single(1 << 20);
         let mut store = Store::new(RECORDS as usize);
-        let mut buf = SharedBuffer::new(6, 1);
+        let mut buf = SharedBuffer::new(6);
         let mut writers: Vec<Writer> = Vec::new();
         // The node's newest transaction's snapshot (V_max).
         let mut v_max = cm.start(Pn(0), true).map_err(|e| e.to_string())?.snapshot;
@@ -268,19 +286,31 @@ mod tests {
                     for _ in 0..3 {
                         let rid = rng.below(RECORDS);
                         let truth = value(&store.records[rid as usize], &s.snapshot, s.tid);
-                        let got = match buf.get(rid, &s.snapshot) {
-                            Some(r) => value(r, &s.snapshot, s.tid),
+                        let stamp = store.stamp(rid);
+                        let mut cached = buf
+                            .get(rid, &s.snapshot)
+                            .map(|r| value(r, &s.snapshot, s.tid));
+                        if cached.is_none() && m.sbvs {
+                            cached = buf
+                                .revalidate(rid, stamp, &v_max)
+                                .map(|r| value(r, &s.snapshot, s.tid));
+                        }
+                        let got = match cached {
+                            Some(v) => v,
                             None => {
                                 let fetched = store.records[rid as usize].clone();
                                 // The broken order takes V_max after the fetch: a commit
                                 // in between makes B claim what the record lacks.
-                                if fill_after_fetch && rng.below(2) == 0 {
+                                let mut stamp = stamp;
+                                if m.fill_after_fetch && rng.below(2) == 0 {
                                     let w = cm.start(Pn(0), false).map_err(|e| e.to_string())?;
                                     let r = &store.records[rid as usize];
                                     if r.versions.unseen_writer(&w.snapshot, w.tid).is_none() {
                                         store.put(rid, w.tid, w.tid.0 * 100 + rid);
+                                        store.bump(rid);
                                     }
                                     cm.set_committed(w.tid).map_err(|e| e.to_string())?;
+                                    stamp = store.stamp(rid);
                                     // The node's newest transaction: a writer, still open.
                                     let newest =
                                         cm.start(Pn(0), false).map_err(|e| e.to_string())?;
@@ -292,7 +322,11 @@ mod tests {
                                         put: Vec::new(),
                                     });
                                 }
-                                buf.fill(rid, fetched.clone(), v_max.clone());
+                                if m.sbvs {
+                                    buf.fill_stamped(rid, fetched.clone(), v_max.clone(), stamp);
+                                } else {
+                                    buf.fill(rid, fetched.clone(), v_max.clone());
+                                }
                                 value(&fetched, &s.snapshot, s.tid)
                             }
                         };
@@ -342,19 +376,27 @@ mod tests {
                     if rng.below(3) == 0 {
                         for &rid in &w.put {
                             store.undo(rid, w.tid);
-                            if w.here && !forget_none {
+                            if !m.undo_unstamped {
+                                store.bump(rid);
+                            }
+                            if w.here && !m.forget_none {
                                 buf.forget(rid);
                             }
                         }
                         cm.set_aborted(w.tid).map_err(|e| e.to_string())?;
                     } else {
+                        // The stamps after the puts, before the commit manager hears.
+                        for &rid in &w.put {
+                            store.bump(rid);
+                        }
                         cm.set_committed(w.tid).map_err(|e| e.to_string())?;
                     }
                 }
                 _ => {}
             }
         }
-        if buf.counts.hits == 0 || buf.counts.misses == 0 {
+        if buf.counts.hits == 0 || buf.counts.misses == 0 || (m.sbvs && buf.counts.revalidated == 0)
+        {
             return Err(format!(
                 "seed {seed}: {:?}, the buffer was not exercised",
                 buf.counts
@@ -365,53 +407,87 @@ mod tests {
 
     #[test]
     fn tell_a_shared_buffer_read_equals_the_stores_under_concurrent_writers_and_aborts() {
-        for seed in 0..20 {
-            run_model(seed, false, false).unwrap();
+        for sbvs in [false, true] {
+            for seed in 0..20 {
+                run_model(
+                    seed,
+                    Model {
+                        sbvs,
+                        ..Model::default()
+                    },
+                )
+                .unwrap();
+            }
         }
     }
 
     #[test]
     fn tell_a_shared_buffer_breaking_its_order_is_caught() {
-        let caught = (0..20)
-            .filter(|&s| run_model(s, true, false).is_err())
-            .count();
+        let caught = |m: Model| (0..20).filter(|&s| run_model(s, m).is_err()).count();
+        for sbvs in [false, true] {
+            let broken = [
+                (
+                    "V_max after the fetch",
+                    Model {
+                        sbvs,
+                        fill_after_fetch: true,
+                        ..Model::default()
+                    },
+                ),
+                (
+                    "aborted entries kept",
+                    Model {
+                        sbvs,
+                        forget_none: true,
+                        ..Model::default()
+                    },
+                ),
+            ];
+            for (what, m) in broken {
+                let n = caught(m);
+                assert!(n >= 18, "{what} (sbvs {sbvs}): caught in {n} of 20 seeds");
+            }
+        }
+        let n = caught(Model {
+            sbvs: true,
+            undo_unstamped: true,
+            ..Model::default()
+        });
         assert!(
-            caught >= 18,
-            "V_max after the fetch: caught in {caught} of 20 seeds"
-        );
-        // An aborting writer that leaves its written-through entries.
-        let caught = (0..20)
-            .filter(|&s| run_model(s, false, true).is_err())
-            .count();
-        assert!(
-            caught >= 18,
-            "aborted entries kept: caught in {caught} of 20 seeds"
+            n >= 18,
+            "sbvs: an undo that leaves the stamp: caught in {n} of 20 seeds"
         );
     }
 
     #[test]
-    fn tell_a_shared_buffer_evicts_the_least_recently_used_and_drops_a_units_entries() {
+    fn tell_a_shared_buffer_evicts_the_least_recently_used_and_revalidates_by_the_stamp() {
         let rec = Record {
             seq: 0,
             locked: false,
             versions: VersionSet::default(),
         };
         let all = Descriptor::new(0, 100, 100, []);
-        let mut buf = SharedBuffer::new(2, 10);
+        let mut buf = SharedBuffer::new(2);
         buf.fill(1, rec.clone(), all.clone());
         buf.fill(2, rec.clone(), all.clone());
         assert!(buf.get(1, &all).is_some());
         buf.fill(13, rec.clone(), all.clone());
         assert!(buf.get(2, &all).is_none(), "2 was the least recently used");
         assert_eq!((buf.len(), buf.counts.evictions), (2, 1));
-        buf.invalidate_unit(1);
-        assert!(buf.get(13, &all).is_none() && buf.get(1, &all).is_some());
-        // SBVS: an entry fetched under the unit's set is valid while the set is unchanged.
+        // SBVS: an entry fetched under the unit's stamp is valid while the stamp is the same.
         let b = Descriptor::new(0, 5, 5, []);
-        buf.fill(3, rec, b.clone());
+        buf.fill_stamped(3, rec, b.clone(), 7);
         assert!(buf.get(3, &all).is_none());
-        assert!(buf.revalidate(3, &b).is_some());
-        assert!(buf.revalidate(3, &all).is_none());
+        assert!(buf.revalidate(3, 8, &all).is_none(), "the unit changed");
+        assert!(buf.revalidate(3, 7, &all).is_some());
+        assert!(
+            buf.get(3, &all).is_some(),
+            "valid for V_max once revalidated"
+        );
+        assert!(
+            buf.revalidate(13, 0, &all).is_none(),
+            "filled without a stamp"
+        );
         assert_eq!(buf.counts.revalidated, 1);
     }
 }

@@ -1,6 +1,6 @@
 //! Tell's knobs: the versions a record slot keeps, and the commit managers (how many, how
 //! often they sync, the tids each takes from the store's counter at a time, the tids each
-//! keeps in flight).
+//! keeps in flight), and the buffering strategy.
 
 use atoll_txn::knobs::{
     ClusterShape, FamilyConfig, FamilyHeap, KnobError, KnobKind, KnobSpec, Knobs,
@@ -86,12 +86,35 @@ pub const BUFFERING: KnobSpec = KnobSpec {
     name: "buffering",
     kind: KnobKind::Choice {
         default: "tb",
-        accepted: &["tb", "sb"],
+        accepted: &["tb", "sb", "sbvs"],
     },
-    help: "Tell's record buffering (Tell §5.5): tb (each transaction fetches what it reads) or \
+    help: "Tell's record buffering (Tell §5.5): tb (each transaction fetches what it reads), \
            sb (a buffer per processing node, an entry used by a transaction whose snapshot \
-           its version set covers; LRU, --buffer-percent of the records)",
+           its version set covers; LRU, --buffer-percent of the records) or sbvs (sb, and a \
+           miss first reads its cache unit's stamp in the store, which every update bumps: \
+           an entry fetched under the same stamp is still valid)",
 };
+
+/// `--sbvs-unit`: consecutive keys of a table sharing one stamp (the paper tests 10 and
+/// 1000).
+pub const SBVS_UNIT: KnobSpec = KnobSpec {
+    name: "sbvs_unit",
+    kind: KnobKind::Number {
+        default: 10,
+        min: 1,
+        max: 1 << 20,
+    },
+    help: "with --buffering sbvs: consecutive keys of a table in one cache unit, sharing the \
+           stamp an update bumps (Tell §5.5.3's record grouping; the paper tests 10 and 1000)",
+};
+
+/// Words of the stamp region on each storage node: a unit's stamp is the word its table and
+/// unit hash to, so units sharing a word invalidate each other's entries (a needless
+/// refetch, never a stale read). 8 MiB a node.
+pub const SBVS_STAMPS: usize = 1 << 20;
+
+/// The stamp region's name.
+pub const SBVS_REGION: &str = "tell_sbvs_stamps";
 
 /// `--buffer-percent`: the spec's choice of 10% of the database (seed-mechanisms §1.11).
 pub const BUFFER_PERCENT: KnobSpec = KnobSpec {
@@ -101,7 +124,7 @@ pub const BUFFER_PERCENT: KnobSpec = KnobSpec {
         min: 1,
         max: 100,
     },
-    help: "with --buffering sb: the records a processing node's buffer holds, as a percent of \
+    help: "with --buffering sb or sbvs: the records a processing node's buffer holds, as a percent of \
            the records the tables hold",
 };
 
@@ -112,6 +135,15 @@ pub enum Buffering {
     Transaction,
     /// A buffer per processing node ([`super::buffer::SharedBuffer`]).
     Shared,
+    /// The same, misses revalidated by their cache unit's stamp in the store.
+    Versioned,
+}
+
+impl Buffering {
+    /// Whether a processing node keeps a shared buffer.
+    pub fn shared(self) -> bool {
+        self != Buffering::Transaction
+    }
 }
 
 /// Tell's configuration.
@@ -126,6 +158,8 @@ pub struct TellConfig {
     pub cm_inflight_max: u64,
     pub buffering: Buffering,
     pub buffer_percent: u64,
+    /// Keys per cache unit ([`SBVS_UNIT`]).
+    pub sbvs_unit: u64,
 }
 
 impl Default for TellConfig {
@@ -143,6 +177,7 @@ impl Default for TellConfig {
             cm_inflight_max: number(CM_INFLIGHT_MAX),
             buffering: Buffering::Transaction,
             buffer_percent: number(BUFFER_PERCENT),
+            sbvs_unit: number(SBVS_UNIT),
         }
     }
 }
@@ -170,8 +205,21 @@ impl FamilyConfig for TellConfig {
             // Each processing node's shared buffer, full.
             table_copies_percent: match self.buffering {
                 Buffering::Transaction => 0,
-                Buffering::Shared => shape.compute_nodes as u64 * self.buffer_percent,
+                Buffering::Shared | Buffering::Versioned => {
+                    shape.compute_nodes as u64 * self.buffer_percent
+                }
             },
+        }
+    }
+
+    /// SBVS: the units' stamps.
+    fn regions(&self, _shape: &ClusterShape) -> Vec<atoll_storage::ExtraRegion> {
+        match self.buffering {
+            Buffering::Versioned => vec![atoll_storage::ExtraRegion {
+                name: SBVS_REGION,
+                words: SBVS_STAMPS,
+            }],
+            Buffering::Transaction | Buffering::Shared => Vec::new(),
         }
     }
 }
@@ -185,8 +233,10 @@ pub fn configure(knobs: &Knobs) -> Result<Arc<dyn FamilyConfig>, KnobError> {
         cm_inflight_max: knobs.number(CM_INFLIGHT_MAX.name),
         buffering: match knobs.choice(BUFFERING.name) {
             "sb" => Buffering::Shared,
+            "sbvs" => Buffering::Versioned,
             _ => Buffering::Transaction,
         },
         buffer_percent: knobs.number(BUFFER_PERCENT.name),
+        sbvs_unit: knobs.number(SBVS_UNIT.name),
     }))
 }

@@ -12,7 +12,8 @@
 //!    coordinator runs one attempt at a time, so that is the only one not yet settled);
 //! 4. **undo**: every version of an entry whose commit flag is unset is taken out of each
 //!    record of its write set by a get and a conditional put (an insert's new slot is left
-//!    a deletion at the version before it, as a coordinator's own undo leaves it);
+//!    a deletion at the version before it, as a coordinator's own undo leaves it), and
+//!    under SBVS each undone record's cache-unit stamp bumped;
 //! 5. **end its tids** at the commit manager: flagged ones committed, every other aborted;
 //! 6. **read back** each record it undid: a version of an aborted tid still there is a
 //!    problem the run's report fails on;
@@ -27,6 +28,7 @@
 //! node's put is atomic on its CPU).
 
 use super::cm::Pn;
+use super::config::{Buffering, TellConfig};
 use super::descriptor::Tid;
 use super::msg::{PutItem, TellReply, TellRequest};
 use super::node::CM_ROLE;
@@ -148,6 +150,10 @@ async fn recover(task: &NodeTask, dead: NodeId, defect: Option<Defect>) -> (Reco
         rep.versions_removed += undo(task, rid, tid, &mut rep.problems).await;
         undone.push(rid);
     }
+    // SBVS: the undone records' units change stamps before their tids end (a buffer
+    // holding an undone version must not pass it off as unchanged to a snapshot that
+    // sees the aborted tid).
+    bump_units(task, &undone, &mut rep.problems).await;
     for (&tid, commit) in plan
         .commit
         .iter()
@@ -232,6 +238,31 @@ async fn read_log(task: &NodeTask, dead: NodeId, rep: &mut Recovered) -> Vec<Log
         entries.extend(entry);
     }
     entries
+}
+
+/// SBVS: bumps the cache-unit stamps of records `rids`, a request per storage node.
+async fn bump_units(task: &NodeTask, rids: &[Rid], problems: &mut Vec<String>) {
+    let cfg = task.cfg.family_as::<TellConfig>();
+    if cfg.buffering != Buffering::Versioned {
+        return;
+    }
+    for m in 0..task.catalog.topology().memory_nodes() {
+        let words: Vec<u32> = rids
+            .iter()
+            .filter(|r| r.node == NodeId(m))
+            .map(|r| super::sbvs::stamp_word(r.table, r.key, cfg.sbvs_unit))
+            .collect();
+        if words.is_empty() {
+            continue;
+        }
+        let n = words.len();
+        match ask(task, NodeId(m), TellRequest::Stamps { bump: true, words }).await {
+            Some(TellReply::Stamps(s)) if s.len() == n => {}
+            other => problems.push(format!(
+                "storage node {m} answered a bump of {n} unit stamps with {other:?}"
+            )),
+        }
+    }
 }
 
 /// Takes `tid`'s versions out of record `rid`: the versions removed (0: it held none).

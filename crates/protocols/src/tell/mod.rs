@@ -16,8 +16,8 @@
 //! serving `get`, `put_if` and the commit manager's requests ([`participant`]), and their
 //! one-sided form on a processing node ([`store`]); the management role that finds a
 //! crashed processing node and recovers it ([`manager`]); and `--protocol tell` ([`txn`]).
-//! Not yet (issue 39): the B+tree as the store's index, several commit managers on the
-//! engine, the buffering strategies.
+//! SBVS's cache-unit stamps in the store ([`sbvs`]). Not yet (issue 39): the B+tree as the
+//! store's index.
 
 pub mod btree;
 pub mod buffer;
@@ -30,6 +30,7 @@ pub mod node;
 pub mod participant;
 pub mod record;
 pub mod recovery;
+pub mod sbvs;
 pub mod store;
 pub mod sync;
 pub mod txn;

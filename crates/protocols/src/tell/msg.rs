@@ -32,6 +32,7 @@ wire_tags! {
         State = 9,
         Sync = 10,
         TakeTids = 11,
+        Stamps = 12,
     }
 }
 
@@ -52,6 +53,7 @@ wire_tags! {
         State = 12,
         NoTids = 13,
         Tids = 14,
+        Stamps = 15,
     }
 }
 
@@ -119,6 +121,9 @@ pub enum TellRequest {
     Sync { from: u16, summary: Summary },
     /// The next `count` tids of the store's counter (on the first storage node).
     TakeTids { count: u64 },
+    /// SBVS: the stamps at these words of the node's stamp region, each bumped first
+    /// (after an update's puts) or only read (before a fetch).
+    Stamps { bump: bool, words: Vec<u32> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,6 +160,8 @@ pub enum TellReply {
     NoTids,
     /// The first of the tids taken from the store's counter.
     Tids { first: u64 },
+    /// [`TellRequest::Stamps`]: each stamp after the request.
+    Stamps(Vec<u64>),
 }
 
 impl TellRequest {
@@ -236,6 +243,14 @@ impl TellRequest {
                 e.tag(TellTag::TakeTids);
                 e.w(*count);
             }
+            TellRequest::Stamps { bump, words } => {
+                e.tag(TellTag::Stamps);
+                e.w(*bump as u64);
+                e.w(words.len() as u64);
+                for &w in words {
+                    e.w(w as u64);
+                }
+            }
         }
     }
 
@@ -298,6 +313,10 @@ impl TellRequest {
                 },
             },
             TellTag::TakeTids => TellRequest::TakeTids { count: d.w()? },
+            TellTag::Stamps => TellRequest::Stamps {
+                bump: d.bool()?,
+                words: d.list(|d| d.u32())?,
+            },
         };
         d.done()?;
         Ok(r)
@@ -424,6 +443,10 @@ impl TellReply {
                 e.tag(TellReplyTag::Tids);
                 e.w(*first);
             }
+            TellReply::Stamps(stamps) => {
+                e.tag(TellReplyTag::Stamps);
+                e.words(stamps);
+            }
         })
     }
 
@@ -476,6 +499,7 @@ impl TellReply {
             },
             TellReplyTag::NoTids => TellReply::NoTids,
             TellReplyTag::Tids => TellReply::Tids { first: d.w()? },
+            TellReplyTag::Stamps => TellReply::Stamps(d.word_vec()?),
         };
         d.done()?;
         Ok(r)
@@ -528,6 +552,10 @@ mod tests {
                 },
             },
             TellRequest::TakeTids { count: 256 },
+            TellRequest::Stamps {
+                bump: true,
+                words: vec![3, 1 << 19],
+            },
         ];
         for r in requests {
             let mut b = Vec::new();
@@ -575,6 +603,7 @@ mod tests {
             TellReply::State { base: 5, lav: 2 },
             TellReply::NoTids,
             TellReply::Tids { first: 257 },
+            TellReply::Stamps(vec![0, u64::MAX]),
         ];
         for r in replies {
             let Reply::Family { family, body } = r.clone().into_reply() else {

@@ -104,7 +104,8 @@ impl TellNode {
             | TellRequest::PutIf { .. }
             | TellRequest::Insert { .. }
             | TellRequest::Fence { .. }
-            | TellRequest::TakeTids { .. } => return None,
+            | TellRequest::TakeTids { .. }
+            | TellRequest::Stamps { .. } => return None,
         })
     }
 
@@ -178,7 +179,7 @@ impl TellNode {
         capacity: impl FnOnce() -> usize,
     ) -> std::sync::MutexGuard<'_, Option<NodeBuffer>> {
         let mut g = self.buffer.lock().expect("no poisoned buffer");
-        g.get_or_insert_with(|| SharedBuffer::new(capacity().max(1), 1));
+        g.get_or_insert_with(|| SharedBuffer::new(capacity().max(1)));
         g
     }
 

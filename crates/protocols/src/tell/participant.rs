@@ -8,7 +8,8 @@
 //! then stores `[0 | seq + 1]`; a `get` takes words only between two equal unlocked `LOCK`
 //! reads. A storage node refuses the puts and inserts of a processing node a recovery
 //! fenced. The first storage node serves the tid counter several commit managers take
-//! blocks from.
+//! blocks from. Under SBVS a storage node reads and bumps its cache units' stamps
+//! ([`super::sbvs`]).
 
 use super::config::TellConfig;
 use super::descriptor::Tid;
@@ -196,6 +197,28 @@ fn serve_store(local: &Local, node: &TellNode, cfg: &TellConfig, req: TellReques
                 first: node.take_tids(count, cfg),
             }
             .into_reply()
+        }
+        TellRequest::Stamps { bump, words } => {
+            let store = local.store();
+            let Some(i) = store.catalog.extra_region_named(super::config::SBVS_REGION) else {
+                return Reply::BadRequest;
+            };
+            let size = store.catalog.extra_region_words(i);
+            if !holds_records(local) || words.iter().any(|&w| w as usize >= size) {
+                return Reply::BadRequest;
+            }
+            let region = store.memory().region(store.catalog.extra_region(i));
+            let stamps = words
+                .iter()
+                .map(|&w| {
+                    if bump {
+                        region.fetch_add(w as usize, 1) + 1
+                    } else {
+                        region.load(w as usize)
+                    }
+                })
+                .collect();
+            TellReply::Stamps(stamps).into_reply()
         }
         _ => Reply::BadRequest,
     }

@@ -121,6 +121,7 @@ impl Protocol for Tell {
         super::config::CM_INFLIGHT_MAX,
         super::config::BUFFERING,
         super::config::BUFFER_PERCENT,
+        super::config::SBVS_UNIT,
     ];
     const ROLES: &'static [atoll_storage::RoleSpec] = &[CM_ROLE];
     // R1 (an unseen version), R2 (a failed conditional put), a record held by puts.
@@ -210,9 +211,16 @@ impl Protocol for Tell {
         tx.charge(Stage::Commit, t0);
         if let Err(a) = applied {
             undo(tx).await;
-            end(tx, false).await;
+            // An op that failed stops the run; the recovery bumps what it undoes.
+            if bump_units(tx, &ws, &ins).await.is_ok() {
+                end(tx, false).await;
+            }
             return Err(a);
         }
+        let t0 = tx.now_ns();
+        let bumped = bump_units(tx, &ws, &ins).await;
+        tx.charge(Stage::Commit, t0);
+        bumped?;
         let t0 = tx.now_ns();
         let flagged = flag(tx).await;
         tx.charge(Stage::Log, t0);
@@ -489,9 +497,25 @@ fn rpc(tx: &TxnCore<'_, TellEntry>, s: Stage) -> bool {
     tx.c.plan().get(s) == Primitive::Rpc
 }
 
-/// Whether reads go through the processing node's shared buffer (`--buffering sb`).
+/// Whether reads go through the processing node's shared buffer (`--buffering sb|sbvs`).
 fn buffered(tx: &TxnCore<'_, TellEntry>) -> bool {
-    tx.c.cfg.family_as::<TellConfig>().buffering == Buffering::Shared
+    tx.c.cfg.family_as::<TellConfig>().buffering.shared()
+}
+
+/// SBVS: the cache-unit stamps of entries `idxs` on their storage nodes (`None`: not SBVS).
+fn units(tx: &TxnCore<'_, TellEntry>, idxs: &[usize]) -> Option<Vec<(NodeId, u32)>> {
+    let cfg = tx.c.cfg.family_as::<TellConfig>();
+    (cfg.buffering == Buffering::Versioned).then(|| {
+        idxs.iter()
+            .map(|&i| {
+                let e = &tx.entries[i];
+                (
+                    e.node,
+                    super::sbvs::stamp_word(e.table, e.key, cfg.sbvs_unit),
+                )
+            })
+            .collect()
+    })
 }
 
 /// This node's Tell state.
@@ -519,7 +543,8 @@ async fn read(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abo
 /// snapshot of the node's newest transaction taken first (every tid it sees had completed
 /// before the fetch, so the fetched record holds each one's version), and buffered valid for
 /// it. A buffered record older than the store is still right for a snapshot its set
-/// covers; an update of it then fails its conditional put (R2), as Tell's does.
+/// covers; an update of it then fails its conditional put (R2), as Tell's does. SBVS reads
+/// the misses' unit stamps between taking that snapshot and fetching ([`revalidated`]).
 async fn read_buffered(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abort> {
     let node = tell_node(tx);
     let mut hits = Vec::new();
@@ -538,14 +563,9 @@ async fn read_buffered(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Resul
             }
         }
     }
-    let counts = &tx.c.versions;
-    counts.add(
+    tx.c.versions.add(
         atoll_txn::versions::VersionEvent::BufferHit,
         hits.len() as u64,
-    );
-    counts.add(
-        atoll_txn::versions::VersionEvent::BufferMiss,
-        misses.len() as u64,
     );
     for (i, loc, words) in hits {
         take(tx, i, loc, words)?;
@@ -554,6 +574,21 @@ async fn read_buffered(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Resul
         return Ok(());
     }
     let valid = node.newest();
+    // SBVS: each miss's unit stamp, by entry, read after `valid` was taken.
+    let mut stamps: Option<Vec<(usize, u64)>> = None;
+    if let (Some(valid), Some(at)) = (&valid, units(tx, &misses)) {
+        let read = super::sbvs::stamps(tx, Stage::Read, false, &at).await?;
+        let left = revalidated(tx, &misses, &read, valid)?;
+        misses = left.iter().map(|&(i, _)| i).collect();
+        stamps = Some(left);
+        if misses.is_empty() {
+            return Ok(());
+        }
+    }
+    tx.c.versions.add(
+        atoll_txn::versions::VersionEvent::BufferMiss,
+        misses.len() as u64,
+    );
     if !rpc(tx, Stage::Read) {
         atoll_txn::stages::locate(tx, &misses).await?;
     }
@@ -563,17 +598,50 @@ async fn read_buffered(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Resul
         let buf = g.as_mut().expect("made by buffer()");
         for (i, loc, words) in &slots {
             let e = &tx.entries[*i];
-            buf.fill(
-                (e.table, e.node, e.key),
-                (*loc, words.clone()),
-                valid.clone(),
-            );
+            let (key, rec) = ((e.table, e.node, e.key), (*loc, words.clone()));
+            match stamps.as_ref().and_then(|st| st.iter().find(|s| s.0 == *i)) {
+                Some(&(_, stamp)) => buf.fill_stamped(key, rec, valid.clone(), stamp),
+                None => buf.fill(key, rec, valid.clone()),
+            }
         }
     }
     for (i, loc, words) in slots {
         take(tx, i, loc, words)?;
     }
     Ok(())
+}
+
+/// SBVS: takes each miss of `misses` whose entry was filled under the stamp its unit has
+/// now (`stamps`, read after `valid`), which makes the entry valid for `valid`; the misses
+/// left, each with its stamp, to fetch.
+fn revalidated(
+    tx: &mut TxnCore<'_, TellEntry>,
+    misses: &[usize],
+    stamps: &[u64],
+    valid: &Descriptor,
+) -> Result<Vec<(usize, u64)>, Abort> {
+    let node = tell_node(tx);
+    let mut found = Vec::new();
+    let mut left = Vec::new();
+    {
+        let mut g = node.buffer(|| buffer_capacity(tx));
+        let buf = g.as_mut().expect("made by buffer()");
+        for (&i, &stamp) in misses.iter().zip(stamps) {
+            let e = &tx.entries[i];
+            match buf.revalidate((e.table, e.node, e.key), stamp, valid) {
+                Some((loc, words)) => found.push((i, *loc, words.clone())),
+                None => left.push((i, stamp)),
+            }
+        }
+    }
+    tx.c.versions.add(
+        atoll_txn::versions::VersionEvent::BufferRevalidated,
+        found.len() as u64,
+    );
+    for (i, loc, words) in found {
+        take(tx, i, loc, words)?;
+    }
+    Ok(left)
 }
 
 /// Records a processing node's buffer holds: `--buffer-percent` of every table's slots.
@@ -891,9 +959,29 @@ async fn apply(tx: &mut TxnCore<'_, TellEntry>, ws: &[usize], ins: &[usize]) -> 
     Err(Abort::ValidationFailed)
 }
 
+/// SBVS: bumps the cache-unit stamps of the written records `ws` and inserted `ins`, after
+/// their puts (or their undo) and before the commit flag and the commit manager hear: a
+/// tid a snapshot sees has bumped every unit it changed. Nothing to do under TB and SB.
+async fn bump_units(
+    tx: &mut TxnCore<'_, TellEntry>,
+    ws: &[usize],
+    ins: &[usize],
+) -> Result<(), Abort> {
+    let written: Idxs = ws.iter().chain(ins).copied().collect();
+    let Some(mut at) = units(tx, &written) else {
+        return Ok(());
+    };
+    // Units sharing a stamp need one bump.
+    at.sort_unstable();
+    at.dedup();
+    super::sbvs::stamps(tx, Stage::Commit, true, &at).await?;
+    Ok(())
+}
+
 /// Puts entry `i`'s slot as its successful put left it into the node's buffer, valid for
-/// `valid`. An abort's undo then changes the slot again, so the entry goes stale for
-/// updates (their put fails) but never wrong for reads: the aborted tid is in no snapshot.
+/// `valid`, which names the attempt's own tid. An abort must take the entry out again
+/// before `set_aborted` ([`undo`]): an aborted tid counts as completed, so a later snapshot
+/// that `valid` covers would read the aborted version.
 fn write_through(tx: &TxnCore<'_, TellEntry>, i: usize, valid: Descriptor) {
     let e = &tx.entries[i];
     let (Some(loc), Some(seq)) = (e.loc, e.state.put_seq) else {
@@ -1098,6 +1186,16 @@ async fn undo(tx: &mut TxnCore<'_, TellEntry>) {
     let t0 = tx.now_ns();
     let tid = attempt(tx).expect("an undo of a started attempt").tid;
     let mut todo = tx.select(|e| e.state.put_seq.is_some());
+    if buffered(tx) {
+        // The attempt's written-through entries hold its version, valid for its tid.
+        let node = tell_node(tx);
+        let mut g = node.buffer(|| buffer_capacity(tx));
+        let buf = g.as_mut().expect("made by buffer()");
+        for &i in &todo {
+            let e = &tx.entries[i];
+            buf.forget((e.table, e.node, e.key));
+        }
+    }
     for _ in 0..UNDO_ROUNDS_MAX {
         if todo.is_empty() {
             break;
