@@ -260,6 +260,22 @@ pub struct Report {
     pub history: Vec<atoll_history::TxnRecord>,
 }
 
+/// The family's roles on nodes of their own (numbered from `first` on, after the compute
+/// nodes), as the header names them: one role takes every such node (a role of several
+/// instances, as Tell's commit managers, names its first only in `service_nodes`).
+fn own_nodes(c: &ConfigReport, first: u16) -> String {
+    let own: Vec<&str> = c
+        .service_nodes
+        .iter()
+        .filter(|(_, &n)| n >= first)
+        .map(|(key, _)| key.trim_end_matches("_node"))
+        .collect();
+    match own.as_slice() {
+        [role] => format!(" + {} {role}", c.nodes.saturating_sub(first)),
+        roles => roles.iter().map(|r| format!(" + 1 {r}")).collect(),
+    }
+}
+
 impl Report {
     /// Every node's state digest: `node N HEX, ...`.
     pub fn digests_line(&self) -> String {
@@ -435,12 +451,7 @@ impl Report {
         let nodes = match (c.memory_nodes, c.compute_nodes) {
             (Some(m), Some(cn)) => format!(
                 "shared-data {m} memory + {cn} compute{} nodes{}",
-                // The family's roles on nodes of their own, numbered after the compute nodes.
-                c.service_nodes
-                    .iter()
-                    .filter(|(_, &n)| n >= m + cn)
-                    .map(|(key, _)| format!(" + 1 {}", key.trim_end_matches("_node")))
-                    .collect::<String>(),
+                own_nodes(c, m + cn),
                 match (c.colocated == Some(true), c.homes == Some("any")) {
                     (true, true) => " (co-located in pairs; homes drawn per transaction)",
                     (true, false) => " (co-located in pairs)",

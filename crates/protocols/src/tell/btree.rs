@@ -39,18 +39,19 @@ pub const ATTEMPTS_MAX: u32 = 10_000;
 /// Levels at most: a tree of fanout 3 this tall holds more keys than a u64 counts.
 const LEVELS_MAX: u64 = 64;
 
-/// The store as the tree sees it: Tell's storage interface.
+/// The store as the tree sees it: Tell's storage interface. Each operation may fail (a
+/// verb to a node that stopped answering, an area out of slots) as [`TreeError::Store`].
 #[allow(async_fn_in_trait)]
 pub trait LlSc {
     /// The record's sequence number and value; `None` when absent.
-    async fn get(&mut self, rid: Rid) -> Option<(u64, Vec<u64>)>;
+    async fn get(&mut self, rid: Rid) -> Result<Option<(u64, Vec<u64>)>, TreeError>;
     /// Writes `value` iff the record's sequence number is still `seq` (any put since, even
     /// of the same value, fails it); whether it did.
-    async fn put_if(&mut self, rid: Rid, value: Vec<u64>, seq: u64) -> bool;
+    async fn put_if(&mut self, rid: Rid, value: Vec<u64>, seq: u64) -> Result<bool, TreeError>;
     /// Writes `value` iff the record is absent; whether it did.
-    async fn put_if_absent(&mut self, rid: Rid, value: Vec<u64>) -> bool;
+    async fn put_if_absent(&mut self, rid: Rid, value: Vec<u64>) -> Result<bool, TreeError>;
     /// A fresh rid (from the store's counter).
-    async fn alloc(&mut self) -> Rid;
+    async fn alloc(&mut self) -> Result<Rid, TreeError>;
 }
 
 /// Why a tree operation failed.
@@ -62,6 +63,8 @@ pub enum TreeError {
     Contended { key: u64 },
     /// The key is [`KEY_MAX`], which bounds every level.
     KeyOutOfRange(u64),
+    /// The store could not do an operation: a failed verb, an area out of node slots.
+    Store(String),
 }
 
 /// One node, decoded.
@@ -173,7 +176,7 @@ impl Tree {
 
     /// Makes an empty tree in `store` (once, before any other operation).
     pub async fn create(store: &mut impl LlSc) -> Result<(), TreeError> {
-        let leaf = store.alloc().await;
+        let leaf = store.alloc().await?;
         let empty = Node {
             level: 0,
             low: 0,
@@ -182,8 +185,8 @@ impl Tree {
             keys: vec![],
             values: vec![],
         };
-        let made = store.put_if_absent(leaf, empty.to_words()).await
-            && store.put_if_absent(ROOT_RID, vec![leaf, 0]).await;
+        let made = store.put_if_absent(leaf, empty.to_words()).await?
+            && store.put_if_absent(ROOT_RID, vec![leaf, 0]).await?;
         if made {
             Ok(())
         } else {
@@ -259,7 +262,7 @@ impl Tree {
             node.keys.insert(at, key);
             node.values.insert(at, rid);
             if node.keys.len() <= self.fanout {
-                if store.put_if(f.rid, node.to_words(), f.seq).await {
+                if store.put_if(f.rid, node.to_words(), f.seq).await? {
                     return Ok(true);
                 }
                 continue;
@@ -281,7 +284,7 @@ impl Tree {
             let mut node = f.node;
             node.keys.remove(at);
             node.values.remove(at);
-            if store.put_if(f.rid, node.to_words(), f.seq).await {
+            if store.put_if(f.rid, node.to_words(), f.seq).await? {
                 return Ok(true);
             }
         }
@@ -301,9 +304,9 @@ impl Tree {
     ) -> Result<bool, TreeError> {
         let level = full.level;
         let (mut left, sep, right) = halves(full);
-        let right_rid = put_fresh(store, &right).await;
+        let right_rid = put_fresh(store, &right).await?;
         left.right = right_rid;
-        if !store.put_if(rid, left.to_words(), seq).await {
+        if !store.put_if(rid, left.to_words(), seq).await? {
             self.orphans += 1;
             return Ok(false);
         }
@@ -354,7 +357,7 @@ impl Tree {
             node.keys.insert(at, sep);
             node.values.insert(at + 1, right);
             if node.keys.len() <= self.fanout {
-                if store.put_if(prid, node.to_words(), pseq).await {
+                if store.put_if(prid, node.to_words(), pseq).await? {
                     self.cache.insert(prid, node);
                     return Ok(());
                 }
@@ -396,8 +399,8 @@ impl Tree {
             keys: vec![sep],
             values: vec![left, right],
         };
-        let rid = put_fresh(store, &node).await;
-        if store.put_if(ROOT_RID, vec![rid, level + 1], seq).await {
+        let rid = put_fresh(store, &node).await?;
+        if store.put_if(ROOT_RID, vec![rid, level + 1], seq).await? {
             return Ok(true);
         }
         self.orphans += 1;
@@ -523,7 +526,7 @@ impl Tree {
 
     /// The root record: its sequence number, the root's rid and the height.
     async fn root(&mut self, store: &mut impl LlSc) -> Result<(u64, (Rid, u64)), TreeError> {
-        match store.get(ROOT_RID).await {
+        match store.get(ROOT_RID).await? {
             Some((seq, w)) if w.len() == 2 => Ok((seq, (w[0], w[1]))),
             other => Err(TreeError::Malformed {
                 rid: ROOT_RID,
@@ -537,7 +540,7 @@ impl Tree {
         store: &mut impl LlSc,
         rid: Rid,
     ) -> Result<(Rid, u64, Node), TreeError> {
-        let Some((seq, w)) = store.get(rid).await else {
+        let Some((seq, w)) = store.get(rid).await? else {
             return Err(TreeError::Malformed {
                 rid,
                 what: "no node".into(),
@@ -554,11 +557,16 @@ impl Tree {
 }
 
 /// Puts `node` at a fresh rid from the store's counter, which no other writer holds.
-async fn put_fresh(store: &mut impl LlSc, node: &Node) -> Rid {
-    let rid = store.alloc().await;
-    let put = store.put_if_absent(rid, node.to_words()).await;
-    assert!(put, "tell: fresh rid {rid} is taken");
-    rid
+async fn put_fresh(store: &mut impl LlSc, node: &Node) -> Result<Rid, TreeError> {
+    let rid = store.alloc().await?;
+    if store.put_if_absent(rid, node.to_words()).await? {
+        Ok(rid)
+    } else {
+        Err(TreeError::Malformed {
+            rid,
+            what: "a fresh rid from the counter is taken".into(),
+        })
+    }
 }
 
 /// A node one over its fanout as its lower half, the separator and its upper half (the
@@ -638,14 +646,14 @@ mod tests {
     }
 
     impl LlSc for MemStore {
-        async fn get(&mut self, rid: Rid) -> Option<(u64, Vec<u64>)> {
+        async fn get(&mut self, rid: Rid) -> Result<Option<(u64, Vec<u64>)>, TreeError> {
             YieldOnce(false).await;
-            self.0.borrow().records.get(&rid).cloned()
+            Ok(self.0.borrow().records.get(&rid).cloned())
         }
-        async fn put_if(&mut self, rid: Rid, value: Vec<u64>, seq: u64) -> bool {
+        async fn put_if(&mut self, rid: Rid, value: Vec<u64>, seq: u64) -> Result<bool, TreeError> {
             YieldOnce(false).await;
             let mut s = self.0.borrow_mut();
-            match s.records.get_mut(&rid) {
+            Ok(match s.records.get_mut(&rid) {
                 Some(r) if r.0 == seq => {
                     *r = (seq + 1, value);
                     true
@@ -654,22 +662,22 @@ mod tests {
                     s.puts_failed += 1;
                     false
                 }
-            }
+            })
         }
-        async fn put_if_absent(&mut self, rid: Rid, value: Vec<u64>) -> bool {
+        async fn put_if_absent(&mut self, rid: Rid, value: Vec<u64>) -> Result<bool, TreeError> {
             YieldOnce(false).await;
             let mut s = self.0.borrow_mut();
             if s.records.contains_key(&rid) {
-                return false;
+                return Ok(false);
             }
             s.records.insert(rid, (0, value));
-            true
+            Ok(true)
         }
-        async fn alloc(&mut self) -> Rid {
+        async fn alloc(&mut self) -> Result<Rid, TreeError> {
             YieldOnce(false).await;
             let mut s = self.0.borrow_mut();
             s.next_rid += 1;
-            s.next_rid
+            Ok(s.next_rid)
         }
     }
 

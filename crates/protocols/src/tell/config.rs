@@ -160,6 +160,9 @@ pub struct TellConfig {
     pub buffer_percent: u64,
     /// Keys per cache unit ([`SBVS_UNIT`]).
     pub sbvs_unit: u64,
+    /// The B+tree region on each storage node ([`super::tree_store`]); `None`: none.
+    /// TODO(#39): `--tell-index btree` sizes it from the tables and makes it the index.
+    pub tree: Option<super::tree_store::TreeShape>,
 }
 
 impl Default for TellConfig {
@@ -178,6 +181,7 @@ impl Default for TellConfig {
             buffering: Buffering::Transaction,
             buffer_percent: number(BUFFER_PERCENT),
             sbvs_unit: number(SBVS_UNIT),
+            tree: None,
         }
     }
 }
@@ -212,15 +216,22 @@ impl FamilyConfig for TellConfig {
         }
     }
 
-    /// SBVS: the units' stamps.
+    /// SBVS's unit stamps; the B+tree's node slots.
     fn regions(&self, _shape: &ClusterShape) -> Vec<atoll_storage::ExtraRegion> {
-        match self.buffering {
-            Buffering::Versioned => vec![atoll_storage::ExtraRegion {
+        let mut out = Vec::new();
+        if self.buffering == Buffering::Versioned {
+            out.push(atoll_storage::ExtraRegion {
                 name: SBVS_REGION,
                 words: SBVS_STAMPS,
-            }],
-            Buffering::Transaction | Buffering::Shared => Vec::new(),
+            });
         }
+        if let Some(t) = self.tree {
+            out.push(atoll_storage::ExtraRegion {
+                name: super::tree_store::TREE_REGION,
+                words: t.region_words() as usize,
+            });
+        }
+        out
     }
 }
 
@@ -238,5 +249,6 @@ pub fn configure(knobs: &Knobs) -> Result<Arc<dyn FamilyConfig>, KnobError> {
         },
         buffer_percent: knobs.number(BUFFER_PERCENT.name),
         sbvs_unit: knobs.number(SBVS_UNIT.name),
+        tree: None,
     }))
 }

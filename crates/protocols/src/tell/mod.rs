@@ -16,8 +16,9 @@
 //! serving `get`, `put_if` and the commit manager's requests ([`participant`]), and their
 //! one-sided form on a processing node ([`store`]); the management role that finds a
 //! crashed processing node and recovers it ([`manager`]); and `--protocol tell` ([`txn`]).
-//! SBVS's cache-unit stamps in the store ([`sbvs`]). Not yet (issue 39): the B+tree as the
-//! store's index.
+//! SBVS's cache-unit stamps in the store ([`sbvs`]); the B+tree's nodes in a storage node's
+//! region, reached by one-sided verbs ([`tree_store`]). Not yet (issue 39): the B+tree as
+//! the index Tell's transactions find records by.
 
 pub mod btree;
 pub mod buffer;
@@ -33,6 +34,7 @@ pub mod recovery;
 pub mod sbvs;
 pub mod store;
 pub mod sync;
+pub mod tree_store;
 pub mod txn;
 pub mod versions;
 

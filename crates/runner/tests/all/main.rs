@@ -119,4 +119,5 @@ mod sim;
 mod skew;
 mod tell_managers;
 mod tell_recovery;
+mod tell_tree;
 mod tpcc;

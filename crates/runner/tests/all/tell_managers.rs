@@ -6,7 +6,7 @@
 //! shared record buffer per processing node, alone or revalidated by its cache units' stamps
 //! in the store (Tell §5.5, `--buffering sb|sbvs`).
 
-use crate::tell_recovery::{crash_config, judged, recovery};
+use crate::tell_recovery::{crash_config, each_run, judged, recovery, seeds_from};
 use atoll_check::{self as history, Mode};
 use atoll_runner::{run, RunConfig, RunError};
 use atoll_workloads::WorkloadKind;
@@ -27,51 +27,36 @@ fn managers_config(w: WorkloadKind, seed: u64, managers: u16) -> RunConfig {
 
 #[test]
 fn tell_two_commit_managers_run_clean_as_parallel_snapshot_isolation_and_their_snapshots_fork() {
-    let seeds: u64 = std::env::var("ATOLL_TELL_CM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(4);
+    let seeds = seeds_from("ATOLL_TELL_CM_SEEDS", 4);
     let (mut runs, mut committed, mut forked) = (0, 0, 0);
     let mut failures = Vec::new();
-    for w in [
-        WorkloadKind::SmallBank,
-        WorkloadKind::Ycsb,
-        WorkloadKind::Tpcc,
-    ] {
-        for seed in 1..=seeds {
-            let cfg = managers_config(w, seed, 2);
-            let what = format!("{} seed {seed}", w.name());
-            let r = match run(&cfg, &|_| {}) {
-                Ok(r) => r,
-                Err(e) => {
-                    failures.push(format!("{what}: {e}"));
-                    continue;
-                }
-            };
-            runs += 1;
-            committed += r.summary.committed;
-            let mut wrong = judged(&r);
-            if !recovery(&r).0 {
-                wrong.push("the recovery's own check failed".into());
-            }
-            if !wrong.is_empty() {
-                failures.push(format!("{what}: {}", wrong.join("\n")));
-            }
-            // The same history as snapshot isolation: a long fork is all it may add.
-            let si = history::check(&r.history, Mode::Snapshot);
-            if !si.ok() {
-                forked += 1;
-                let text = history::render(&r.history, &si);
-                let other = text
-                    .lines()
-                    .filter(|l| l.starts_with("anomaly:") && !l.contains("a long fork"))
-                    .count();
-                if other > 0 || si.cycle.is_some() {
-                    failures.push(format!("{what}: more than long forks under SI:\n{text}"));
-                }
+    let mut wrong_runs = Vec::new();
+    let cfg_of = |w, seed| managers_config(w, seed, 2);
+    each_run(seeds, cfg_of, &mut failures, |what, r| {
+        runs += 1;
+        committed += r.summary.committed;
+        let mut wrong = judged(&r);
+        if !recovery(&r).0 {
+            wrong.push("the recovery's own check failed".into());
+        }
+        if !wrong.is_empty() {
+            wrong_runs.push(format!("{what}: {}", wrong.join("\n")));
+        }
+        // The same history as snapshot isolation: a long fork is all it may add.
+        let si = history::check(&r.history, Mode::Snapshot);
+        if !si.ok() {
+            forked += 1;
+            let text = history::render(&r.history, &si);
+            let other = text
+                .lines()
+                .filter(|l| l.starts_with("anomaly:") && !l.contains("a long fork"))
+                .count();
+            if other > 0 || si.cycle.is_some() {
+                wrong_runs.push(format!("{what}: more than long forks under SI:\n{text}"));
             }
         }
-    }
+    });
+    failures.extend(wrong_runs);
     eprintln!("tell with 2 commit managers: {runs} runs, {committed} committed; the snapshots of {forked} forked (long forks: parallel snapshot isolation, not snapshot isolation)");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     assert!(
@@ -106,47 +91,35 @@ fn tell_commit_managers_on_memory_nodes_need_a_memory_node_each_or_nodes_of_thei
 
 #[test]
 fn tell_shared_buffers_sb_and_sbvs_serve_reads_and_every_run_checks_clean_with_its_history_si() {
-    let seeds: u64 = std::env::var("ATOLL_TELL_CM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(4);
+    let seeds = seeds_from("ATOLL_TELL_CM_SEEDS", 4);
     let mut failures = Vec::new();
     for buffering in ["sb", "sbvs"] {
         let (mut hits, mut misses, mut revalidated, mut committed) = (0, 0, 0, 0);
-        for w in [
-            WorkloadKind::SmallBank,
-            WorkloadKind::Ycsb,
-            WorkloadKind::Tpcc,
-        ] {
-            for seed in 1..=seeds {
-                let mut cfg = crash_config(w, seed);
-                cfg.set_knob("buffering", buffering);
-                // Units of 4 keys: records of a unit meet in one run's few milliseconds.
-                if buffering == "sbvs" {
-                    cfg.set_knob("sbvs_unit", 4);
-                }
-                let what = format!("{buffering} {} seed {seed}", w.name());
-                let r = match run(&cfg, &|_| {}) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        failures.push(format!("{what}: {e}"));
-                        continue;
-                    }
-                };
-                committed += r.summary.committed;
-                let count = |k: &str| r.versions.as_ref().and_then(|m| m.get(k)).copied();
-                hits += count("buffer_hits").unwrap_or(0);
-                misses += count("buffer_misses").unwrap_or(0);
-                revalidated += count("buffer_revalidated").unwrap_or(0);
-                let mut wrong = judged(&r);
-                if !recovery(&r).0 {
-                    wrong.push("the recovery's own check failed".into());
-                }
-                if !wrong.is_empty() {
-                    failures.push(format!("{what}: {}", wrong.join("\n")));
-                }
+        let mut wrong_runs = Vec::new();
+        let cfg_of = |w, seed| {
+            let mut cfg = crash_config(w, seed);
+            cfg.set_knob("buffering", buffering);
+            // Units of 4 keys: records of a unit meet in one run's few milliseconds.
+            if buffering == "sbvs" {
+                cfg.set_knob("sbvs_unit", 4);
             }
-        }
+            cfg
+        };
+        each_run(seeds, cfg_of, &mut failures, |what, r| {
+            committed += r.summary.committed;
+            let count = |k: &str| r.versions.as_ref().and_then(|m| m.get(k)).copied();
+            hits += count("buffer_hits").unwrap_or(0);
+            misses += count("buffer_misses").unwrap_or(0);
+            revalidated += count("buffer_revalidated").unwrap_or(0);
+            let mut wrong = judged(&r);
+            if !recovery(&r).0 {
+                wrong.push("the recovery's own check failed".into());
+            }
+            if !wrong.is_empty() {
+                wrong_runs.push(format!("{buffering} {what}: {}", wrong.join("\n")));
+            }
+        });
+        failures.extend(wrong_runs);
         eprintln!("tell {buffering}: {committed} committed; {hits} reads served by the buffers, {revalidated} after their unit's stamp, {misses} fetched");
         assert!(
             hits > 0 && misses > 0,
@@ -170,8 +143,15 @@ fn tell_shared_buffers_on_real_threads_keep_tpcc_snapshot_isolated_through_abort
         let mut cfg = crash_config(WorkloadKind::Tpcc, 1);
         cfg.fabric = atoll_runner::config::Fabric::InProc;
         cfg.homes = atoll_storage::Homes::Any;
-        cfg.duration_s = 1.0;
+        cfg.duration_s = 0.5;
         cfg.warmup_s = 0.1;
+        // Room for every NewOrder a fast machine commits in the window (a full table stops
+        // the run, and this test is about the buffer).
+        cfg.params = atoll_testkit::params(&[
+            ("customers_per_district", "30"),
+            ("items", "100"),
+            ("new_orders_max", "5000"),
+        ]);
         cfg.set_knob("buffering", buffering);
         if buffering == "sbvs" {
             cfg.set_knob("sbvs_unit", 1000);

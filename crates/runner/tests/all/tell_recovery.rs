@@ -37,6 +37,37 @@ fn workload_params(w: WorkloadKind) -> Params {
     }
 }
 
+/// Seeds a test runs: the environment variable `var` if set, else `default`.
+pub fn seeds_from(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs `cfg_of(w, seed)` for SmallBank, YCSB and TPC-C and seeds `1..=seeds`: each report
+/// to `each` with its name, each run that failed to run into `failures`.
+pub fn each_run(
+    seeds: u64,
+    cfg_of: impl Fn(WorkloadKind, u64) -> RunConfig,
+    failures: &mut Vec<String>,
+    mut each: impl FnMut(&str, Report),
+) {
+    for w in [
+        WorkloadKind::SmallBank,
+        WorkloadKind::Ycsb,
+        WorkloadKind::Tpcc,
+    ] {
+        for seed in 1..=seeds {
+            let what = format!("{} seed {seed}", w.name());
+            match run(&cfg_of(w, seed), &|_| {}) {
+                Ok(r) => each(&what, r),
+                Err(e) => failures.push(format!("{what}: {e}")),
+            }
+        }
+    }
+}
+
 /// Seed `seed`'s run: 2 memory + 2 compute nodes (odd seeds) or 1 memory + 3 compute nodes
 /// and the commit manager on a node of its own (even seeds), a seeded compute node crashing
 /// at a seeded moment in the first half of the measured window, with the mixed faults.
@@ -144,43 +175,27 @@ pub fn recovery(r: &Report) -> (bool, u64, u64, bool) {
 
 #[test]
 fn tell_a_crashed_processing_node_is_recovered_and_every_run_checks_clean_with_its_history_si() {
-    let seeds: u64 = std::env::var("ATOLL_TELL_CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8);
+    let seeds = seeds_from("ATOLL_TELL_CRASH_SEEDS", 8);
     let (mut runs, mut removed, mut from_log, mut committed, mut settled) = (0, 0, 0, 0, 0);
     let mut failures = Vec::new();
-    for w in [
-        WorkloadKind::SmallBank,
-        WorkloadKind::Ycsb,
-        WorkloadKind::Tpcc,
-    ] {
-        for seed in 1..=seeds {
-            let cfg = crash_config(w, seed);
-            let what = format!("{} seed {seed}", w.name());
-            let r = match run(&cfg, &|_| {}) {
-                Ok(r) => r,
-                Err(e) => {
-                    failures.push(format!("{what}: {e}"));
-                    continue;
-                }
-            };
-            runs += 1;
-            committed += r.summary.committed;
-            let (passed, versions, tids, base_passed) = recovery(&r);
-            removed += versions;
-            from_log += tids;
-            settled += u64::from(base_passed);
-            let mut wrong = judged(&r);
-            if !passed {
-                let c = r.checks.iter().find(|c| c.name == "recovery.compute_node");
-                wrong.push(format!("the recovery's own check failed: {c:?}"));
-            }
-            if !wrong.is_empty() {
-                failures.push(format!("{what}: {}", wrong.join("\n")));
-            }
+    let mut wrong_runs = Vec::new();
+    each_run(seeds, crash_config, &mut failures, |what, r| {
+        runs += 1;
+        committed += r.summary.committed;
+        let (passed, versions, tids, base_passed) = recovery(&r);
+        removed += versions;
+        from_log += tids;
+        settled += u64::from(base_passed);
+        let mut wrong = judged(&r);
+        if !passed {
+            let c = r.checks.iter().find(|c| c.name == "recovery.compute_node");
+            wrong.push(format!("the recovery's own check failed: {c:?}"));
         }
-    }
+        if !wrong.is_empty() {
+            wrong_runs.push(format!("{what}: {}", wrong.join("\n")));
+        }
+    });
+    failures.extend(wrong_runs);
     eprintln!(
         "tell recovery: {runs} runs, {committed} committed; {removed} versions taken out, {from_log} flagged tids committed from the log; the base passed the crashed node's tids in {settled} runs"
     );
