@@ -12,7 +12,7 @@
 
 use super::config::{SBVS_REGION, SBVS_STAMPS};
 use super::msg::{TellReply, TellRequest};
-use atoll_fabric::{NodeId, RemotePtr};
+use atoll_fabric::{NodeId, RegionId, RemotePtr};
 use atoll_storage::{Catalog, TableId};
 use atoll_txn::{Abort, EntryState, Primitive, Stage, TxnCore};
 
@@ -28,12 +28,12 @@ pub fn stamp_word(t: TableId, key: u64, unit: u64) -> u32 {
     (h >> (u64::BITS - SBVS_STAMPS.trailing_zeros())) as u32
 }
 
-/// The stamp at `word` of node `n`'s region, as a verb names it.
-fn ptr(catalog: &Catalog, n: NodeId, word: u32) -> RemotePtr {
+/// The stamp region's id (found by name once per request, not per stamp).
+fn region(catalog: &Catalog) -> RegionId {
     let i = catalog
         .extra_region_named(SBVS_REGION)
         .expect("tell: --buffering sbvs registers the stamp region");
-    RemotePtr::new(n, catalog.extra_region(i), word)
+    catalog.extra_region(i)
 }
 
 /// The stamps at `(node, word)` each, bumped first if `bump`: one doorbell of READs or
@@ -46,10 +46,11 @@ pub async fn stamps<S: EntryState>(
 ) -> Result<Vec<u64>, Abort> {
     let mut d = tx.c.ep.doorbell_for(at.len());
     if tx.c.plan().get(stage) != Primitive::Rpc {
+        let r = region(&tx.c.catalog);
         let ops: Vec<usize> = at
             .iter()
             .map(|&(n, w)| {
-                let p = ptr(&tx.c.catalog, n, w);
+                let p = RemotePtr::new(n, r, w);
                 if bump {
                     d.fetch_add(p, 1)
                 } else {

@@ -967,10 +967,12 @@ async fn bump_units(
     ws: &[usize],
     ins: &[usize],
 ) -> Result<(), Abort> {
-    let written: Idxs = ws.iter().chain(ins).copied().collect();
-    let Some(mut at) = units(tx, &written) else {
+    if tx.c.cfg.family_as::<TellConfig>().buffering != Buffering::Versioned {
+        // TB and SB keep no stamps: nothing to gather on every commit.
         return Ok(());
-    };
+    }
+    let written: Idxs = ws.iter().chain(ins).copied().collect();
+    let mut at = units(tx, &written).expect("sbvs");
     // Units sharing a stamp need one bump.
     at.sort_unstable();
     at.dedup();
