@@ -564,7 +564,8 @@ impl RunConfig {
                 topo.memory_nodes() + topo.compute_nodes()
             )));
         }
-        can.map_err(|why| ConfigError(format!("faults crash_node={}: {why}", node.0)))
+        can.and_then(|()| self.family_config().crash_refusal().map_or(Ok(()), Err))
+            .map_err(|why| ConfigError(format!("faults crash_node={}: {why}", node.0)))
     }
 
     /// A workload configuration a sequenced protocol cannot run deterministically, refused

@@ -151,6 +151,10 @@ impl<W: Workload> NodeRuntime<W> {
                 message: e.to_string(),
             })?;
         }
+        // What the family keeps beside the records (Tell's B+trees), before any run.
+        family
+            .after_load(&store)
+            .map_err(|message| RunError::Load { node, message })?;
         Ok(NodeRuntime {
             node,
             store: Arc::new(store),
@@ -296,9 +300,16 @@ impl<W: Workload> NodeRuntime<W> {
         if !self.store.catalog.topology().holds_records(self.node) {
             return None;
         }
+        let mut storage = atoll_workloads::storage_check_node(&self.store);
+        storage.family = self
+            .family
+            .check_node(&self.store)
+            .into_iter()
+            .map(Into::into)
+            .collect();
         Some(NodeChecks {
             node: self.node.0,
-            storage: atoll_workloads::storage_check_node(&self.store),
+            storage,
             workload: w.check_node(&self.store, ledger),
         })
     }

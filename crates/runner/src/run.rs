@@ -485,7 +485,8 @@ pub fn layout<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Layout
         .with_lock_word(P::LOCK_WORD)
         .with_old_versions(P::OLD_VERSIONS)
         .with_growth(&sizing.growth_bytes_per_node, overflow_per_record)
-        .with_overflow(overflow_per_record),
+        .with_overflow(overflow_per_record)
+        .with_table_regions(|records| txn_cfg.family.table_regions(records)),
     );
     debug_assert!(
         (0..cfg.nodes).all(|n| catalog

@@ -162,7 +162,8 @@ impl TestCluster {
             .with_lock_word(shape.lock_word)
             .with_old_versions(shape.old_versions)
             .with_growth(&growth_bytes, shape.overflow_per_record)
-            .with_overflow(shape.overflow_per_record),
+            .with_overflow(shape.overflow_per_record)
+            .with_table_regions(|records| txn.family.table_regions(records)),
         );
         let stores = (0..nodes)
             .map(|n| {

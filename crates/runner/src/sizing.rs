@@ -120,6 +120,12 @@ pub struct Sizing {
     /// Words of each of the protocol family's regions each node registers, by name, in
     /// the catalog's order ([`atoll_txn::FamilyConfig::regions`]).
     pub family_regions: Vec<(&'static str, u64)>,
+    /// Words of each of the family's regions its tables size, on each node holding records
+    /// only, after `family_regions` ([`atoll_txn::FamilyConfig::table_regions`]): room
+    /// reserved for the tables' growth, of which only what is used becomes memory.
+    pub table_family_regions: Vec<(&'static str, u64)>,
+    /// Bytes of those in use at start on each node holding records.
+    pub table_family_start_bytes: u64,
     /// Words of each table's region on each node, by table name: the address space it
     /// reserves (a table that grows reserves room for what the budget allows), of which
     /// only what it holds becomes memory.
@@ -157,6 +163,11 @@ impl Sizing {
             .map(|(_, w)| if holds_records { *w } else { 0 })
             .chain(std::iter::once(self.log_region_words))
             .chain(self.family_regions.iter().map(|(_, w)| *w))
+            .chain(
+                self.table_family_regions
+                    .iter()
+                    .map(|(_, w)| if holds_records { *w } else { 0 }),
+            )
             .collect()
     }
 
@@ -168,11 +179,13 @@ impl Sizing {
             * WORD_BYTES
     }
 
-    /// Bytes of every node's regions other than its tables' (logs, a family's own).
+    /// Bytes of every node's regions other than its tables' (logs, a family's own), and
+    /// what those the family sizes by the tables take at start on the nodes holding them.
     pub fn fixed_region_bytes(&self) -> u64 {
         (self.log_region_words + self.family_regions.iter().map(|(_, w)| *w).sum::<u64>())
             * self.nodes as u64
             * WORD_BYTES
+            + self.table_family_start_bytes * self.memory_nodes as u64
     }
 
     /// Bytes a run takes at start: its tables as loaded, every other region, index and
@@ -299,8 +312,9 @@ fn table_sizes<W: Workload>(
     version_slots: u32,
     overflow_versions: u32,
     growth_bytes_per_node: &[u64],
-) -> Result<(Vec<(String, u64)>, u64), ConfigError> {
+) -> Result<(Vec<(String, u64)>, u64, Vec<atoll_storage::TableSlots>), ConfigError> {
     let mut table_region_words = Vec::with_capacity(specs.len());
+    let mut table_records = Vec::with_capacity(specs.len());
     let mut table_start_bytes = 0;
     for (spec, &growth_bytes_per_node) in specs.iter().zip(growth_bytes_per_node) {
         let records = TableLayout::capacity_reserved(
@@ -335,8 +349,12 @@ fn table_sizes<W: Workload>(
             )));
         }
         table_region_words.push((spec.name.clone(), words));
+        table_records.push(atoll_storage::TableSlots {
+            start: spec.capacity_per_node as u64,
+            reserved: records as u64,
+        });
     }
-    Ok((table_region_words, table_start_bytes))
+    Ok((table_region_words, table_start_bytes, table_records))
 }
 
 /// Refuses a `--memory-max` beyond the machine's memory.
@@ -362,6 +380,51 @@ fn family_node_bytes(heap: &FamilyHeap, specs: &[TableSpec], table_start_bytes: 
     slots * heap.per_record_bytes + table_start_bytes * heap.table_copies_percent / 100
 }
 
+/// Bytes of the ordered indexes and deleted keys a node's tables take at start (a table
+/// that grows counts its keys as it goes: its store asks the budget).
+fn ordered_index_bytes(specs: &[TableSpec]) -> u64 {
+    specs
+        .iter()
+        .map(|s| {
+            // A table that grows counts its keys as it goes (its store asks the budget).
+            let gone = match s.capacity_max_per_node {
+                Some(_) => s.gone_keys_max_per_node as u64,
+                None => 0,
+            };
+            let ordered_keys = if s.ordered && s.capacity_max_per_node.is_some() {
+                s.capacity_per_node as u64 + gone
+            } else {
+                0
+            };
+            ordered_keys * ordered::BYTES_PER_KEY_MAX + gone * atoll_storage::GONE_BYTES_PER_KEY_MAX
+        })
+        .sum()
+}
+
+/// The family's regions sized by the tables' record slots (`tables`), by name and words;
+/// refuses one past a region's word limit.
+fn family_table_regions<W: Workload>(
+    cfg: &RunConfig,
+    w: &W,
+    table_records: &[atoll_storage::TableSlots],
+) -> Result<(Vec<(&'static str, u64)>, u64), ConfigError> {
+    let family = cfg.family_config();
+    let regions: Vec<(&'static str, u64)> = family
+        .table_regions(table_records)
+        .into_iter()
+        .map(|r| (r.name, r.words as u64))
+        .collect();
+    if let Some((name, words)) = regions.iter().find(|(_, w)| *w > REGION_WORDS_MAX) {
+        return Err(ConfigError(format!(
+            "--protocol {}: its region {name}, sized by the tables' {} record slots per node (room to grow included), would take {words} words on a node, over a region's {REGION_WORDS_MAX}: expected fewer records per node ({}) or a smaller --memory-max (the room a table reserves to grow)",
+            cfg.protocol.name(),
+            table_records.iter().map(|t| t.reserved).sum::<u64>(),
+            knobs(w)
+        )));
+    }
+    Ok((regions, family.table_regions_start_bytes(table_records)))
+}
+
 /// What `cfg` needs with workload `w` and `version_slots` versions per record; refuses a
 /// region whose word offsets would not fit.
 pub fn size<W: Workload>(
@@ -374,7 +437,7 @@ pub fn size<W: Workload>(
     let specs: Vec<TableSpec> = w.tables(cfg.memory_nodes());
     let (limit, source) = budget_fits_machine(cfg).map(|()| memory_limit(cfg))?;
     let growth_bytes_per_node = growth_room(cfg, &specs, version_slots, overflow_versions, limit);
-    let (table_region_words, table_start_bytes) = table_sizes(
+    let (table_region_words, table_start_bytes, table_records) = table_sizes(
         w,
         &specs,
         version_slots,
@@ -402,24 +465,11 @@ pub fn size<W: Workload>(
             knobs(w)
         )));
     }
-    let ordered_index_bytes = specs
-        .iter()
-        .map(|s| {
-            // A table that grows counts its keys as it goes (its store asks the budget).
-            let gone = match s.capacity_max_per_node {
-                Some(_) => s.gone_keys_max_per_node as u64,
-                None => 0,
-            };
-            let ordered_keys = if s.ordered && s.capacity_max_per_node.is_some() {
-                s.capacity_per_node as u64 + gone
-            } else {
-                0
-            };
-            ordered_keys * ordered::BYTES_PER_KEY_MAX + gone * atoll_storage::GONE_BYTES_PER_KEY_MAX
-        })
-        .sum();
+    let ordered_index_bytes = ordered_index_bytes(&specs);
     let shape = cfg.cluster_shape();
     let heap = family.heap(&shape);
+    let (table_family_regions, table_family_start_bytes) =
+        family_table_regions(cfg, w, &table_records)?;
     let sizing = Sizing {
         nodes: cfg.nodes,
         memory_nodes: cfg.memory_nodes(),
@@ -431,6 +481,8 @@ pub fn size<W: Workload>(
             .into_iter()
             .map(|r| (r.name, r.words as u64))
             .collect(),
+        table_family_regions,
+        table_family_start_bytes,
         table_region_words,
         table_start_bytes,
         growth_bytes_per_node,
@@ -632,6 +684,8 @@ mod tests {
                 ("ts_vector", 1 << 3),
                 ("ts_floors", 1),
             ],
+            table_family_regions: Vec::new(),
+            table_family_start_bytes: 0,
             table_region_words: vec![("t".into(), (1 << 20) - (1 << 10) - (1 << 6) - (1 << 3) - 1)],
             table_start_bytes: ((1 << 20) - (1 << 10) - (1 << 6) - (1 << 3) - 1) * WORD_BYTES,
             growth_bytes_per_node: vec![0],

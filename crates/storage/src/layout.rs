@@ -855,11 +855,22 @@ pub struct Catalog {
     topology: Topology,
     tables: Vec<(TableSpec, TableLayout)>,
     extra_regions: Vec<ExtraRegion>,
+    /// The last this many of `extra_regions` are registered only by nodes holding records
+    /// ([`Catalog::with_table_regions`]).
+    records_only: usize,
     lock_word: LockWord,
     /// Per table and node holding records, where its index stood as its owner last
     /// published it (or a reader saw it): where the next lookup starts (a hint only; any
     /// hint finds the key, see [`IndexWalk`]).
     index_hints: Vec<std::sync::atomic::AtomicU64>,
+}
+
+/// A table's record slots on each node holding it: as loaded, and as reserved for its
+/// growth ([`Catalog::with_growth`]); what a region sized by the tables is sized from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableSlots {
+    pub start: u64,
+    pub reserved: u64,
 }
 
 /// A region every node registers after its tables' (the coordinators' log, a protocol
@@ -902,6 +913,7 @@ impl Catalog {
                 .collect(),
             tables,
             extra_regions,
+            records_only: 0,
             lock_word: LockWord::Owner,
         }
     }
@@ -1079,6 +1091,37 @@ impl Catalog {
         self.extra_regions.iter().position(|r| r.name == name)
     }
 
+    /// The catalog with regions sized by its tables' record slots per node (growth
+    /// included), as `regions` makes them from those counts (Tell's B+tree index): numbered
+    /// after the extra regions, registered by nodes holding records only (empty elsewhere).
+    /// Called after [`Catalog::with_growth`] and [`Catalog::with_overflow`].
+    pub fn with_table_regions(
+        mut self,
+        regions: impl FnOnce(&[TableSlots]) -> Vec<ExtraRegion>,
+    ) -> Self {
+        let records = self.table_slots();
+        let made = regions(&records);
+        self.records_only += made.len();
+        self.extra_regions.extend(made);
+        self
+    }
+
+    /// Each table's record slots per node, as loaded and as reserved.
+    pub fn table_slots(&self) -> Vec<TableSlots> {
+        self.tables
+            .iter()
+            .map(|(s, l)| TableSlots {
+                start: s.capacity_per_node as u64,
+                reserved: l.capacity as u64,
+            })
+            .collect()
+    }
+
+    /// Whether extra region `i` is registered only by nodes holding records.
+    fn records_only(&self, i: usize) -> bool {
+        i >= self.extra_regions.len() - self.records_only
+    }
+
     /// Sizes of every region a node registers, in region-id order.
     pub fn region_words(&self) -> Vec<usize> {
         self.tables
@@ -1095,7 +1138,13 @@ impl Catalog {
         self.tables
             .iter()
             .map(|(_, l)| if holds { l.region_words() } else { 0 })
-            .chain(self.extra_regions.iter().map(|r| r.words))
+            .chain(self.extra_regions.iter().enumerate().map(|(i, r)| {
+                if holds || !self.records_only(i) {
+                    r.words
+                } else {
+                    0
+                }
+            }))
             .collect()
     }
 

@@ -13,6 +13,6 @@ pub mod store;
 pub mod topology;
 
 pub use budget::{MemoryBudget, Refusal};
-pub use layout::{Catalog, ExtraRegion, Partition, TableId, TableLayout, TableSpec};
+pub use layout::{Catalog, ExtraRegion, Partition, TableId, TableLayout, TableSlots, TableSpec};
 pub use store::{Store, StoreError, GONE_BYTES_PER_KEY_MAX};
 pub use topology::{Architecture, Homes, Placement, RoleSpec, Topology, SERVICES_MAX};

@@ -42,7 +42,8 @@ pub struct TxnConfig {
 impl TxnConfig {
     /// The regions every node registers after its tables', in the catalog's extra-region
     /// order: the log ([`LOG_EXTRA_REGION`]), then the family's own
-    /// ([`crate::knobs::FamilyConfig::regions`]).
+    /// ([`crate::knobs::FamilyConfig::regions`]). Those the tables size come after, on
+    /// nodes holding records only ([`atoll_storage::Catalog::with_table_regions`]).
     pub fn extra_regions(&self) -> Vec<atoll_storage::ExtraRegion> {
         let log = atoll_storage::ExtraRegion {
             name: crate::regions::LOG_REGION,

@@ -268,6 +268,40 @@ pub trait FamilyConfig: Any + fmt::Debug + Send + Sync {
         Vec::new()
     }
 
+    /// The family's regions sized by the tables (Tell's B+tree index), registered after
+    /// [`FamilyConfig::regions`] by nodes holding records only: `tables[t]` is the record
+    /// slots table `t` keeps on each such node, as loaded and as reserved for its growth.
+    /// Like a table's, such a region reserves room for the growth and becomes memory as it
+    /// is used: the run counts [`FamilyConfig::table_regions_start_bytes`] at start, and the
+    /// family takes its growth from the budget as it goes.
+    fn table_regions(&self, _tables: &[atoll_storage::TableSlots]) -> Vec<ExtraRegion> {
+        Vec::new()
+    }
+
+    /// Bytes of [`FamilyConfig::table_regions`] in use at start on a node holding records.
+    fn table_regions_start_bytes(&self, _tables: &[atoll_storage::TableSlots]) -> u64 {
+        0
+    }
+
+    /// Builds what the family keeps beside the records a node holding them just loaded
+    /// (Tell's B+tree of each table), before any transaction runs; `Err` says what failed.
+    fn after_load(&self, _store: &atoll_storage::Store) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Checks what the family keeps beside the records on a node holding them, after the
+    /// run (Tell's B+tree index reaches every record slot).
+    fn check_node(&self, _store: &atoll_storage::Store) -> Vec<StateCheck> {
+        Vec::new()
+    }
+
+    /// Why the family's knobs keep it from recovering a crashed compute node (beside the
+    /// plan's reasons, [`crate::Protocol::recovery_refusal`]), for a run with a crash to
+    /// refuse up front.
+    fn crash_refusal(&self) -> Option<String> {
+        None
+    }
+
     /// Heap the family needs beside its regions.
     fn heap(&self, _shape: &ClusterShape) -> FamilyHeap {
         FamilyHeap::default()
@@ -278,6 +312,21 @@ pub trait FamilyConfig: Any + fmt::Debug + Send + Sync {
     fn report_fields(&self, _shape: &ClusterShape) -> Vec<(&'static str, KnobValue)> {
         Vec::new()
     }
+}
+
+/// One node's part of a check the family makes of what it keeps beside the records
+/// (Tell's B+tree index), from the final state ([`FamilyConfig::check_node`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateCheck {
+    /// The check's name in reports (`tell.index_reaches_every_slot`).
+    pub name: &'static str,
+    /// What it checks, of each item (`a record slot is found by its key in its table's
+    /// B+tree`).
+    pub what: &'static str,
+    pub checked: u64,
+    pub failed: u64,
+    /// The first few failed items, named.
+    pub examples: Vec<String>,
 }
 
 /// The configuration of a family that declares no knob.
@@ -317,6 +366,25 @@ impl FamilyConfig for FamilySet {
             }
         }
         out
+    }
+
+    fn table_regions(&self, tables: &[atoll_storage::TableSlots]) -> Vec<ExtraRegion> {
+        let mut out: Vec<ExtraRegion> = Vec::new();
+        for r in self.0.iter().flat_map(|f| f.table_regions(tables)) {
+            match out.iter().find(|o| o.name == r.name) {
+                Some(o) => assert_eq!(*o, r, "two families size region {} differently", r.name),
+                None => out.push(r),
+            }
+        }
+        out
+    }
+
+    fn after_load(&self, store: &atoll_storage::Store) -> Result<(), String> {
+        self.0.iter().try_for_each(|f| f.after_load(store))
+    }
+
+    fn check_node(&self, store: &atoll_storage::Store) -> Vec<StateCheck> {
+        self.0.iter().flat_map(|f| f.check_node(store)).collect()
     }
 }
 

@@ -639,6 +639,74 @@ pub struct StorageCheck {
     /// order their slots are in: two runs that installed the same writes have the same.
     #[serde(default)]
     pub digest: u64,
+    /// The protocol family's checks of what it keeps beside the records
+    /// ([`atoll_txn::FamilyConfig::check_node`]).
+    #[serde(default)]
+    pub family: Vec<FamilyCheck>,
+}
+
+/// One node's part of a family's check ([`atoll_txn::knobs::StateCheck`]), as it travels.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FamilyCheck {
+    pub name: String,
+    pub what: String,
+    pub checked: u64,
+    pub failed: u64,
+    pub examples: Vec<String>,
+}
+
+impl From<atoll_txn::knobs::StateCheck> for FamilyCheck {
+    fn from(c: atoll_txn::knobs::StateCheck) -> Self {
+        FamilyCheck {
+            name: c.name.into(),
+            what: c.what.into(),
+            checked: c.checked,
+            failed: c.failed,
+            examples: c.examples,
+        }
+    }
+}
+
+/// The family's checks over every node's part, by name in first-seen order.
+fn family_checks(parts: &[StorageCheck]) -> Vec<CheckResult> {
+    let mut all: Vec<FamilyCheck> = Vec::new();
+    for c in parts.iter().flat_map(|p| &p.family) {
+        let i = match all.iter().position(|a| a.name == c.name) {
+            Some(i) => i,
+            None => {
+                all.push(FamilyCheck {
+                    name: c.name.clone(),
+                    what: c.what.clone(),
+                    ..FamilyCheck::default()
+                });
+                all.len() - 1
+            }
+        };
+        let a = &mut all[i];
+        a.checked += c.checked;
+        a.failed += c.failed;
+        for e in &c.examples {
+            push_example(&mut a.examples, || e.clone());
+        }
+    }
+    all.into_iter()
+        .map(|a| CheckResult {
+            name: a.name,
+            binds: Binds::Always,
+            passed: a.failed == 0,
+            detail: if a.failed == 0 {
+                format!("all {} hold: {}", a.checked, a.what)
+            } else {
+                format!(
+                    "{} of {} fail ({}): {}",
+                    a.failed,
+                    a.checked,
+                    a.what,
+                    a.examples.join(", ")
+                )
+            },
+        })
+        .collect()
 }
 
 /// One word folded into a running hash (SplitMix64's finalizer over the sum).
@@ -802,6 +870,7 @@ pub fn storage_check_cluster(parts: &[StorageCheck]) -> Vec<CheckResult> {
             },
         },
     ];
+    checks.extend(family_checks(parts));
     if all.overflow_tables > 0 {
         checks.push(CheckResult {
             name: "storage.moved_versions_copied".into(),

@@ -21,6 +21,7 @@
 //! linked: no search reaches it, and it is counted in [`Tree::orphans`].
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// A record id in the store.
 pub type Rid = u64;
@@ -63,8 +64,10 @@ pub enum TreeError {
     Contended { key: u64 },
     /// The key is [`KEY_MAX`], which bounds every level.
     KeyOutOfRange(u64),
-    /// The store could not do an operation: a failed verb, an area out of node slots.
+    /// The store could not do an operation (a failed verb).
     Store(String),
+    /// Tree `tree`'s area has no node slot left of its `nodes`.
+    Full { tree: u32, nodes: u32 },
 }
 
 /// One node, decoded.
@@ -141,10 +144,62 @@ impl Node {
     }
 }
 
-/// A processing node's view of one tree: its cached inner nodes and its fanout.
+/// A processing node's cached inner nodes of one tree and the root's rid, shared by its
+/// co-routines (each has its own [`Tree`] over it). Bounded by the tree's inner nodes.
+#[derive(Clone, Default)]
+pub struct NodeCache(Arc<Mutex<CacheState>>);
+
+#[derive(Default)]
+struct CacheState {
+    nodes: HashMap<Rid, Node>,
+    /// The root as last read. A stale one is still a start: a node never moves left, so
+    /// an old root is its level's leftmost node, its links reaching every key.
+    root: Option<Rid>,
+}
+
+impl NodeCache {
+    fn state(&self) -> std::sync::MutexGuard<'_, CacheState> {
+        // A panic elsewhere while it was held leaves only a cache: go on with it.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, rid: Rid, key: u64) -> Option<Node> {
+        self.state()
+            .nodes
+            .get(&rid)
+            .filter(|n| n.covers(key))
+            .cloned()
+    }
+
+    fn insert(&self, rid: Rid, node: Node) {
+        self.state().nodes.insert(rid, node);
+    }
+
+    fn remove(&self, rid: Rid) {
+        self.state().nodes.remove(&rid);
+    }
+
+    /// Forgets every node and the root.
+    fn clear(&self) {
+        let mut s = self.state();
+        s.nodes.clear();
+        s.root = None;
+    }
+
+    /// Inner nodes cached.
+    pub fn len(&self) -> usize {
+        self.state().nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A co-routine's view of one tree: the node's cache it shares and its fanout.
 pub struct Tree {
     fanout: usize,
-    cache: HashMap<Rid, Node>,
+    cache: NodeCache,
     /// Inner-node fetches and leaf fetches, for the report's counts.
     pub inner_fetches: u64,
     pub leaf_fetches: u64,
@@ -164,10 +219,15 @@ struct Found {
 impl Tree {
     /// A view of a tree of nodes of at most `fanout` entries.
     pub fn new(fanout: usize) -> Self {
+        Self::with_cache(fanout, NodeCache::default())
+    }
+
+    /// A view sharing `cache` with others of the same tree.
+    pub fn with_cache(fanout: usize, cache: NodeCache) -> Self {
         assert!(fanout >= FANOUT_MIN, "tell: a B+tree of fanout {fanout}");
         Tree {
             fanout,
-            cache: HashMap::new(),
+            cache,
             inner_fetches: 0,
             leaf_fetches: 0,
             orphans: 0,
@@ -272,6 +332,53 @@ impl Tree {
             }
         }
         Err(TreeError::Contended { key })
+    }
+
+    /// Puts every `(key, rid)` of `entries` (keys ascending, none twice): the keys one leaf
+    /// covers go in by one conditional put when they fit in it (an insert's consecutive
+    /// keys share a leaf: TPC-C's order lines), the others as [`Tree::insert`] would. How
+    /// many keys were new (an existing key keeps its rid).
+    pub async fn insert_sorted(
+        &mut self,
+        store: &mut impl LlSc,
+        entries: &[(u64, Rid)],
+    ) -> Result<u64, TreeError> {
+        if let Some(w) = entries.windows(2).find(|w| w[0].0 >= w[1].0) {
+            return Err(TreeError::Malformed {
+                rid: ROOT_RID,
+                what: format!("a batch of keys out of order ({} then {})", w[0].0, w[1].0),
+            });
+        }
+        let (mut i, mut new) = (0, 0);
+        'next: while i < entries.len() {
+            for _ in 0..ATTEMPTS_MAX {
+                let f = self.find(store, entries[i].0).await?;
+                let mut node = f.node.clone();
+                let (mut j, mut added) = (i, 0);
+                while j < entries.len() && node.covers(entries[j].0) {
+                    let (key, rid) = entries[j];
+                    if let Err(at) = node.keys.binary_search(&key) {
+                        node.keys.insert(at, key);
+                        node.values.insert(at, rid);
+                        added += 1;
+                    }
+                    j += 1;
+                }
+                if node.keys.len() > self.fanout {
+                    // More than the leaf holds: the first key alone, splitting it.
+                    new += u64::from(self.insert(store, entries[i].0, entries[i].1).await?);
+                    i += 1;
+                    continue 'next;
+                }
+                if added == 0 || store.put_if(f.rid, node.to_words(), f.seq).await? {
+                    new += added;
+                    i = j;
+                    continue 'next;
+                }
+            }
+            return Err(TreeError::Contended { key: entries[i].0 });
+        }
+        Ok(new)
     }
 
     /// Takes `key` out; whether it was there. Nodes never merge.
@@ -461,10 +568,18 @@ impl Tree {
         store: &mut impl LlSc,
         key: u64,
     ) -> Result<Option<Found>, TreeError> {
-        let (_, (mut rid, _)) = self.root(store).await?;
+        let cached_root = self.cache.state().root;
+        let mut rid = match cached_root {
+            Some(r) => r,
+            None => {
+                let (_, (r, _)) = self.root(store).await?;
+                self.cache.state().root = Some(r);
+                r
+            }
+        };
         let mut path = Vec::new();
         loop {
-            let cached = self.cache.get(&rid).filter(|n| n.covers(key)).cloned();
+            let cached = self.cache.get(rid, key);
             let node = match cached {
                 Some(n) => n,
                 None => {
@@ -518,7 +633,7 @@ impl Tree {
             }
             // The parent's cached copy predates the split: fetch it next time.
             if let Some(&p) = path.last() {
-                self.cache.remove(&p);
+                self.cache.remove(p);
             }
             (rid, seq, node) = self.fetch(store, node.right).await?;
         }
@@ -553,6 +668,157 @@ impl Tree {
             self.inner_fetches += 1;
         }
         Ok((rid, seq, node))
+    }
+}
+
+/// One key's lookup driven by a caller that fetches the nodes itself, so that the lookups
+/// of many keys share each round trip ([`Tree::lookup_step`], [`Tree::lookup_take`]): the
+/// same descent as [`Tree::get`]'s, through the shared cache, without its `await`s.
+#[derive(Clone, Debug)]
+pub struct Lookup {
+    key: u64,
+    at: LookupAt,
+    /// The inner node the descent came through last (dropped from the cache when its
+    /// child turns out to have split since).
+    parent: Option<Rid>,
+    /// Nodes fetched so far, bounded by [`ATTEMPTS_MAX`].
+    fetched: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LookupAt {
+    /// The root record is to be read.
+    Root,
+    Node(Rid),
+    Done(Option<Rid>),
+}
+
+/// What a lookup needs next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LookupStep {
+    /// The words of this rid ([`Tree::lookup_take`] takes them).
+    Fetch(Rid),
+    /// The rid stored under the key, or `None`.
+    Found(Option<Rid>),
+}
+
+impl Lookup {
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+}
+
+impl Tree {
+    /// A lookup of `key`, started at the cached root.
+    pub fn lookup(&self, key: u64) -> Result<Lookup, TreeError> {
+        if key == KEY_MAX {
+            return Err(TreeError::KeyOutOfRange(key));
+        }
+        let root = self.cache.state().root;
+        Ok(Lookup {
+            key,
+            at: root.map_or(LookupAt::Root, LookupAt::Node),
+            parent: None,
+            fetched: 0,
+        })
+    }
+
+    /// Walks `l` down the cached inner nodes: the rid to fetch next, or its answer.
+    pub fn lookup_step(&self, l: &mut Lookup) -> LookupStep {
+        for _ in 0..LEVELS_MAX {
+            match l.at {
+                LookupAt::Root => return LookupStep::Fetch(ROOT_RID),
+                LookupAt::Done(found) => return LookupStep::Found(found),
+                LookupAt::Node(rid) => match self.cache.get(rid, l.key) {
+                    Some(n) => {
+                        l.parent = Some(rid);
+                        l.at = LookupAt::Node(n.child(l.key));
+                    }
+                    None => return LookupStep::Fetch(rid),
+                },
+            }
+        }
+        // Each cached step goes a level down, so a walk this long met a cycle of
+        // cached nodes; fetching the node again breaks it.
+        match l.at {
+            LookupAt::Node(rid) => LookupStep::Fetch(rid),
+            _ => LookupStep::Fetch(ROOT_RID),
+        }
+    }
+
+    /// Takes the words of the rid `l` asked for (`None`: no such node), as read between
+    /// two equal unlocked sequence numbers.
+    pub fn lookup_take(
+        &mut self,
+        l: &mut Lookup,
+        rid: Rid,
+        words: Option<&[u64]>,
+    ) -> Result<(), TreeError> {
+        l.fetched += 1;
+        if l.fetched > ATTEMPTS_MAX {
+            return Err(TreeError::Contended { key: l.key });
+        }
+        let Some(w) = words else {
+            return Err(TreeError::Malformed {
+                rid,
+                what: "no node".into(),
+            });
+        };
+        if rid == ROOT_RID {
+            let &[root, _level] = w else {
+                return Err(TreeError::Malformed {
+                    rid,
+                    what: format!("root record {w:?}"),
+                });
+            };
+            self.cache.state().root = Some(root);
+            l.at = LookupAt::Node(root);
+            return Ok(());
+        }
+        let node = Node::from_words(rid, w)?;
+        if node.leaf() {
+            self.leaf_fetches += 1;
+        } else {
+            self.inner_fetches += 1;
+        }
+        if l.key < node.low {
+            // A stale cached path: start again from the root, every inner node refetched.
+            self.cache.clear();
+            l.at = LookupAt::Root;
+            l.parent = None;
+            return Ok(());
+        }
+        if node.covers(l.key) {
+            l.at = if node.leaf() {
+                let i = node.keys.binary_search(&l.key).ok();
+                LookupAt::Done(i.map(|i| node.values[i]))
+            } else {
+                let child = node.child(l.key);
+                self.cache.insert(rid, node);
+                l.parent = Some(rid);
+                LookupAt::Node(child)
+            };
+            return Ok(());
+        }
+        if node.right == 0 {
+            return Err(TreeError::Malformed {
+                rid,
+                what: format!(
+                    "the rightmost node ends at {} below key {}",
+                    node.high, l.key
+                ),
+            });
+        }
+        if node.leaf() {
+            // The parent's cached copy predates the split: fetch it next time.
+            if let Some(p) = l.parent {
+                self.cache.remove(p);
+            }
+        } else {
+            self.cache.insert(rid, node.clone());
+        }
+        l.at = LookupAt::Node(node.right);
+        Ok(())
     }
 }
 
@@ -710,6 +976,33 @@ mod tests {
         }
     }
 
+    /// Looks `keys` up together, one store access per fetch each round, as a processing
+    /// node's doorbell would.
+    async fn lookup_batch(tree: &mut Tree, store: &mut MemStore, keys: &[u64]) -> Vec<Option<Rid>> {
+        let mut ls: Vec<Lookup> = keys.iter().map(|&k| tree.lookup(k).unwrap()).collect();
+        let mut out = vec![None; keys.len()];
+        let mut done = vec![false; keys.len()];
+        while done.iter().any(|d| !d) {
+            for (j, l) in ls.iter_mut().enumerate() {
+                if done[j] {
+                    continue;
+                }
+                match tree.lookup_step(l) {
+                    LookupStep::Found(r) => {
+                        out[j] = r;
+                        done[j] = true;
+                    }
+                    LookupStep::Fetch(rid) => {
+                        let got = store.get(rid).await.unwrap();
+                        tree.lookup_take(l, rid, got.as_ref().map(|(_, w)| &w[..]))
+                            .unwrap();
+                    }
+                }
+            }
+        }
+        out
+    }
+
     #[test]
     fn tell_btree_one_writer_agrees_with_a_btreemap_across_splits() {
         let s = shared();
@@ -729,7 +1022,17 @@ mod tests {
                 model.entry(key).or_insert(i + 100);
             }
         }
-        for key in 0..500 {
+        // Batches of consecutive keys, some there already, some past a leaf's room.
+        for b in 0..40u64 {
+            let batch: Vec<(u64, Rid)> = (0..1 + b % 9).map(|k| (480 + b * 5 + k * 3, b)).collect();
+            let fresh = batch.iter().filter(|(k, _)| !model.contains_key(k)).count() as u64;
+            let new = block_on(tree.insert_sorted(&mut store, &batch)).unwrap();
+            assert_eq!(new, fresh, "batch {b}");
+            for &(k, r) in &batch {
+                model.entry(k).or_insert(r);
+            }
+        }
+        for key in 0..800 {
             assert_eq!(
                 block_on(tree.get(&mut store, key)).unwrap(),
                 model.get(&key).copied()
@@ -771,11 +1074,18 @@ mod tests {
             }
             let models: Rc<RefCell<BTreeMap<u64, u64>>> = Rc::default();
             let mut tasks: Vec<Pin<Box<dyn Future<Output = ()>>>> = Vec::new();
+            // Writers 0 and 1 and the batch reader share one node's cache.
+            let node_cache = NodeCache::default();
             for w in 0..WRITERS {
                 let (s, models) = (s.clone(), models.clone());
+                let cache = if w < 2 {
+                    node_cache.clone()
+                } else {
+                    NodeCache::default()
+                };
                 tasks.push(Box::pin(async move {
                     let mut store = MemStore(s);
-                    let mut tree = Tree::new(4);
+                    let mut tree = Tree::with_cache(4, cache);
                     let mut rng = atoll_fabric::rng::Rng::derive(seed, w);
                     for i in 0..300 {
                         let key = rng.below(KEYS / WRITERS) * WRITERS + w;
@@ -813,6 +1123,26 @@ mod tests {
                     }
                 }));
             }
+            let (s2, stable2) = (s.clone(), stable.clone());
+            tasks.push(Box::pin(async move {
+                let mut store = MemStore(s2);
+                let mut tree = Tree::with_cache(4, node_cache);
+                for i in 0..100 {
+                    // Three stable keys and one never loaded, in one batch a round trip.
+                    let keys = [
+                        stable2[i % stable2.len()],
+                        stable2[(i + 7) % stable2.len()],
+                        stable2[(i + 13) % stable2.len()],
+                        1_000 * 40 + 1,
+                    ];
+                    let found = lookup_batch(&mut tree, &mut store, &keys).await;
+                    let expect: Vec<Option<Rid>> = keys
+                        .iter()
+                        .map(|&k| (k % 1_000 == 0).then_some(k))
+                        .collect();
+                    assert_eq!(found, expect, "seed {seed}: a batched lookup");
+                }
+            }));
             run_interleaved(tasks, seed);
             let mut tree = Tree::new(4);
             let mut store = MemStore(s.clone());

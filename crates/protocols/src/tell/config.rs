@@ -1,6 +1,6 @@
 //! Tell's knobs: the versions a record slot keeps, and the commit managers (how many, how
 //! often they sync, the tids each takes from the store's counter at a time, the tids each
-//! keeps in flight), and the buffering strategy.
+//! keeps in flight), the buffering strategy and the index.
 
 use atoll_txn::knobs::{
     ClusterShape, FamilyConfig, FamilyHeap, KnobError, KnobKind, KnobSpec, Knobs,
@@ -128,6 +128,42 @@ pub const BUFFER_PERCENT: KnobSpec = KnobSpec {
            the records the tables hold",
 };
 
+/// `--tell-index`.
+pub const INDEX: KnobSpec = KnobSpec {
+    name: "tell_index",
+    kind: KnobKind::Choice {
+        default: "hash",
+        accepted: &["hash", "btree"],
+    },
+    help: "how Tell's transactions find a record's slot by its key: hash (the engine's \
+           one-sided hash index, as RSI and NAM-DB) or btree (Tell §5.3's latch-free B+tree, \
+           a tree per table on each storage node, its nodes in the store and changed by \
+           LL/SC only; processing nodes cache the inner nodes and fetch leaves, the storage \
+           node walks it for a get by request; inserts add their keys at the commit's index \
+           step; scans still use the engine's ordered index)",
+};
+
+/// `--btree-fanout`.
+pub const BTREE_FANOUT: KnobSpec = KnobSpec {
+    name: "btree_fanout",
+    kind: KnobKind::Number {
+        default: 32,
+        min: super::btree::FANOUT_MIN as u64,
+        max: 1024,
+    },
+    help: "with --tell-index btree: keys a tree node holds at most (a leaf of 32 is 72 words, \
+           one READ)",
+};
+
+/// How Tell's transactions find records ([`INDEX`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Index {
+    /// The engine's hash index.
+    Hash,
+    /// A B+tree per table on each storage node ([`super::tree_store`]).
+    BTree { fanout: u32 },
+}
+
 /// Tell's record buffering ([`BUFFERING`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Buffering {
@@ -160,9 +196,24 @@ pub struct TellConfig {
     pub buffer_percent: u64,
     /// Keys per cache unit ([`SBVS_UNIT`]).
     pub sbvs_unit: u64,
-    /// The B+tree region on each storage node ([`super::tree_store`]); `None`: none.
-    /// TODO(#39): `--tell-index btree` sizes it from the tables and makes it the index.
-    pub tree: Option<super::tree_store::TreeShape>,
+    pub index: Index,
+}
+
+impl TellConfig {
+    /// The B+tree region's layout for `tables` (a tree each, with room for its reserved
+    /// slots; `None`: the hash index, no region).
+    pub fn tree_layout(
+        &self,
+        tables: &[atoll_storage::TableSlots],
+    ) -> Option<super::tree_store::TreeLayout> {
+        let reserved: Vec<u64> = tables.iter().map(|t| t.reserved).collect();
+        match self.index {
+            Index::Hash => None,
+            Index::BTree { fanout } => {
+                Some(super::tree_store::TreeLayout::for_tables(&reserved, fanout))
+            }
+        }
+    }
 }
 
 impl Default for TellConfig {
@@ -181,7 +232,7 @@ impl Default for TellConfig {
             buffering: Buffering::Transaction,
             buffer_percent: number(BUFFER_PERCENT),
             sbvs_unit: number(SBVS_UNIT),
-            tree: None,
+            index: Index::Hash,
         }
     }
 }
@@ -216,7 +267,52 @@ impl FamilyConfig for TellConfig {
         }
     }
 
-    /// SBVS's unit stamps; the B+tree's node slots.
+    /// The B+tree index's node slots: a tree per table, sized by its reserved record
+    /// slots.
+    fn table_regions(
+        &self,
+        tables: &[atoll_storage::TableSlots],
+    ) -> Vec<atoll_storage::ExtraRegion> {
+        match self.tree_layout(tables) {
+            Some(t) => vec![atoll_storage::ExtraRegion {
+                name: super::tree_store::TREE_REGION,
+                // Beyond a usize only where the sizing refuses it first.
+                words: usize::try_from(t.region_words()).unwrap_or(usize::MAX),
+            }],
+            None => Vec::new(),
+        }
+    }
+
+    /// The nodes a tree of the loaded keys takes; an insert takes its key's share as it
+    /// comes ([`super::tree_store::TreeLayout::bytes_per_key`]).
+    fn table_regions_start_bytes(&self, tables: &[atoll_storage::TableSlots]) -> u64 {
+        match self.index {
+            Index::Hash => 0,
+            Index::BTree { fanout } => {
+                let start: Vec<u64> = tables.iter().map(|t| t.start).collect();
+                super::tree_store::TreeLayout::for_tables(&start, fanout).region_bytes()
+            }
+        }
+    }
+
+    fn crash_refusal(&self) -> Option<String> {
+        (self.index != Index::Hash).then(|| {
+            "--tell-index btree puts the tree's nodes by one-sided verbs: a crash between a \
+             node's lock and its words leaves it held and part written, with nothing to \
+             restore it from (expected --tell-index hash with a crash)"
+                .into()
+        })
+    }
+
+    fn check_node(&self, store: &atoll_storage::Store) -> Vec<atoll_txn::knobs::StateCheck> {
+        super::index::check_trees(self, store)
+    }
+
+    fn after_load(&self, store: &atoll_storage::Store) -> Result<(), String> {
+        super::index::build_trees(self, store)
+    }
+
+    /// SBVS's unit stamps.
     fn regions(&self, _shape: &ClusterShape) -> Vec<atoll_storage::ExtraRegion> {
         let mut out = Vec::new();
         if self.buffering == Buffering::Versioned {
@@ -225,17 +321,19 @@ impl FamilyConfig for TellConfig {
                 words: SBVS_STAMPS,
             });
         }
-        if let Some(t) = self.tree {
-            out.push(atoll_storage::ExtraRegion {
-                name: super::tree_store::TREE_REGION,
-                words: t.region_words() as usize,
-            });
-        }
         out
     }
 }
 
 pub fn configure(knobs: &Knobs) -> Result<Arc<dyn FamilyConfig>, KnobError> {
+    if knobs.given(BTREE_FANOUT.name) && knobs.choice(INDEX.name) != "btree" {
+        return Err(KnobError(format!(
+            "--{}={} sizes the B+tree index's nodes: it needs --tell-index btree (not {})",
+            BTREE_FANOUT.flag(),
+            knobs.number(BTREE_FANOUT.name),
+            knobs.choice(INDEX.name)
+        )));
+    }
     Ok(Arc::new(TellConfig {
         versions: knobs.number(VERSIONS.name) as u32,
         commit_managers: knobs.number(COMMIT_MANAGERS.name) as u16,
@@ -249,6 +347,11 @@ pub fn configure(knobs: &Knobs) -> Result<Arc<dyn FamilyConfig>, KnobError> {
         },
         buffer_percent: knobs.number(BUFFER_PERCENT.name),
         sbvs_unit: knobs.number(SBVS_UNIT.name),
-        tree: None,
+        index: match knobs.choice(INDEX.name) {
+            "btree" => Index::BTree {
+                fanout: knobs.number(BTREE_FANOUT.name) as u32,
+            },
+            _ => Index::Hash,
+        },
     }))
 }

@@ -17,14 +17,15 @@
 //! one-sided form on a processing node ([`store`]); the management role that finds a
 //! crashed processing node and recovers it ([`manager`]); and `--protocol tell` ([`txn`]).
 //! SBVS's cache-unit stamps in the store ([`sbvs`]); the B+tree's nodes in a storage node's
-//! region, reached by one-sided verbs ([`tree_store`]). Not yet (issue 39): the B+tree as
-//! the index Tell's transactions find records by.
+//! region, reached by one-sided verbs ([`tree_store`]), and, with `--tell-index btree`,
+//! the index Tell's transactions find records by ([`index`]).
 
 pub mod btree;
 pub mod buffer;
 pub mod cm;
 pub mod config;
 pub mod descriptor;
+pub mod index;
 pub mod manager;
 pub mod msg;
 pub mod node;

@@ -6,6 +6,7 @@
 //! recovery fenced; and on a processing node its shared record buffer (`--buffering sb`)
 //! with the snapshot of its newest transaction.
 
+use super::btree::NodeCache;
 use super::buffer::SharedBuffer;
 use super::cm::{CommitManager, Summary};
 use super::config::TellConfig;
@@ -41,7 +42,19 @@ pub struct TellNode {
     /// The snapshot of the newest transaction this processing node started: every tid it
     /// sees had completed when it was handed out (SB's `V_max`).
     newest: Mutex<Option<Descriptor>>,
+    /// A processing node's cached inner nodes of each B+tree (`--tell-index btree`), by
+    /// table and storage node; bounded by the trees' inner nodes.
+    trees: Mutex<std::collections::HashMap<(atoll_storage::TableId, NodeId), NodeCache>>,
+    /// The B+tree region's layout (made by the first lookup; the same on every node).
+    tree_layout: std::sync::OnceLock<super::tree_store::TreeLayout>,
+    /// A storage node's keys inserted into its trees since the load, and the keys whose
+    /// share of the trees' growth it took from the run's memory budget so far.
+    tree_keys: AtomicU64,
+    tree_keys_covered: AtomicU64,
 }
+
+/// Keys whose share of the trees' growth a storage node takes from the budget at a time.
+const TREE_KEYS_PER_TAKE: u64 = 4096;
 
 /// A record in a processing node's buffer, by table, storage node and key: its slot and
 /// the slot's words as fetched.
@@ -65,6 +78,53 @@ pub fn first_block(index: u16, cfg: &TellConfig) -> u64 {
 }
 
 impl TellNode {
+    /// The processing node's cache of the tree of `t` on storage node `node`.
+    pub fn tree_cache(&self, t: atoll_storage::TableId, node: NodeId) -> NodeCache {
+        self.trees
+            .lock()
+            .expect("tell: tree caches poisoned")
+            .entry((t, node))
+            .or_default()
+            .clone()
+    }
+
+    /// Makes sure the run's memory budget covers one more key in this storage node's
+    /// trees of `fanout` (taking a share for [`TREE_KEYS_PER_TAKE`] keys when it does
+    /// not); `false` when the budget refuses.
+    pub fn cover_tree_key(&self, store: &atoll_storage::Store, fanout: u32) -> bool {
+        let next = self.tree_keys.load(Ordering::Relaxed) + 1;
+        let covered = self.tree_keys_covered.load(Ordering::Relaxed);
+        if next <= covered {
+            return true;
+        }
+        let per_key = super::tree_store::TreeLayout::bytes_per_key(fanout);
+        let taken = store.budget().take(
+            || "Tell's B+tree index".into(),
+            store.memory().node.0,
+            covered * per_key,
+            TREE_KEYS_PER_TAKE * per_key,
+        );
+        if taken.is_err() {
+            return false;
+        }
+        self.tree_keys_covered
+            .fetch_add(TREE_KEYS_PER_TAKE, Ordering::Relaxed);
+        true
+    }
+
+    /// A key went into this storage node's trees (its share covered first).
+    pub fn tree_key_inserted(&self) {
+        self.tree_keys.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The B+tree region's layout, made by `make` the first time.
+    pub fn tree_layout(
+        &self,
+        make: impl FnOnce() -> super::tree_store::TreeLayout,
+    ) -> &super::tree_store::TreeLayout {
+        self.tree_layout.get_or_init(make)
+    }
+
     /// Serves one request to commit manager `index` of the run's (`cfg`; the first
     /// request makes it); `None` for a request that is not a commit manager's.
     pub fn serve_cm(&self, req: TellRequest, index: u16, cfg: &TellConfig) -> Option<TellReply> {

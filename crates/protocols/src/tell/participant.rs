@@ -72,7 +72,7 @@ pub const INSERTED_SEQ: u64 = 1;
 /// while `LOCK` holds it, its one version the tid's; a key whose slot is there answers with
 /// its newest version (live: refused; a deletion: its words, for a conditional put over
 /// them).
-fn insert(local: &Local, tid: Tid, it: &InsertItem) -> Inserted {
+fn insert(local: &Local, node: &TellNode, cfg: &TellConfig, tid: Tid, it: &InsertItem) -> Inserted {
     let store = local.store();
     let existing = |loc: u32| match read_slot(local, it.table, loc) {
         Some(words) if words[H_VERSION as usize] & VERSION_ABSENT != 0 => {
@@ -85,8 +85,21 @@ fn insert(local: &Local, tid: Tid, it: &InsertItem) -> Inserted {
     if let Some(loc) = store.find_slot(it.table, it.key) {
         return existing(loc);
     }
+    // A new key's share of its tree's growth, from the run's memory budget.
+    let tree = match cfg.index {
+        super::config::Index::Hash => false,
+        super::config::Index::BTree { fanout } => {
+            if !node.cover_tree_key(store, fanout) {
+                return Inserted::Full;
+            }
+            true
+        }
+    };
     match store.insert_new_locked(it.table, it.key, &it.payload, CID_LOCKED) {
         Ok((loc, version)) => {
+            if tree {
+                node.tree_key_inserted();
+            }
             let (r, off) = local.record(it.table, loc);
             r.store(off + H_WTS as usize, tid.0);
             r.store(off + H_LOCK as usize, INSERTED_SEQ);
@@ -126,27 +139,49 @@ fn read_slot(local: &Local, t: atoll_storage::TableId, loc: u32) -> Option<Vec<u
     None
 }
 
+/// `get` by request: each key's whole slot, found by the run's index (`None`: no such
+/// key), or `Busy` when puts held a slot or a tree node through every read.
+fn get(
+    local: &Local,
+    node: &TellNode,
+    cfg: &TellConfig,
+    items: Vec<(atoll_storage::TableId, u64)>,
+) -> Reply {
+    if !holds_records(local) || !items.iter().all(|&(t, _)| local.valid_table(t)) {
+        return Reply::BadRequest;
+    }
+    let mut records = Vec::with_capacity(items.len());
+    let tree = match cfg.index {
+        super::config::Index::Hash => None,
+        super::config::Index::BTree { fanout } => {
+            Some(node.tree_layout(|| super::index::tree_layout(&local.store().catalog, fanout)))
+        }
+    };
+    for (t, key) in items {
+        // A deleted key keeps its slot (older snapshots read its versions).
+        let found = match tree {
+            None => local.store().find_slot(t, key),
+            Some(layout) => match super::index::find_local(local.store(), layout, t, key) {
+                Ok(found) => found,
+                Err(_) => return TellReply::Busy.into_reply(),
+            },
+        };
+        let Some(loc) = found else {
+            records.push(None);
+            continue;
+        };
+        let Some(words) = read_slot(local, t, loc) else {
+            return TellReply::Busy.into_reply();
+        };
+        let ours = words[H_KEY as usize] == key;
+        records.push(ours.then_some((loc, words)));
+    }
+    TellReply::Records(records).into_reply()
+}
+
 fn serve_store(local: &Local, node: &TellNode, cfg: &TellConfig, req: TellRequest) -> Reply {
     match req {
-        TellRequest::Get { items } => {
-            if !holds_records(local) || !items.iter().all(|&(t, _)| local.valid_table(t)) {
-                return Reply::BadRequest;
-            }
-            let mut records = Vec::with_capacity(items.len());
-            for (t, key) in items {
-                // A deleted key keeps its slot (older snapshots read its versions).
-                let Some(loc) = local.store().find_slot(t, key) else {
-                    records.push(None);
-                    continue;
-                };
-                let Some(words) = read_slot(local, t, loc) else {
-                    return TellReply::Busy.into_reply();
-                };
-                let ours = words[H_KEY as usize] == key;
-                records.push(ours.then_some((loc, words)));
-            }
-            TellReply::Records(records).into_reply()
-        }
+        TellRequest::Get { items } => get(local, node, cfg, items),
         TellRequest::PutIf { origin, items } => {
             if !items.iter().all(|it| valid_put(local, it)) {
                 return Reply::BadRequest;
@@ -177,7 +212,10 @@ fn serve_store(local: &Local, node: &TellNode, cfg: &TellConfig, req: TellReques
             if node.is_fenced(origin) {
                 return TellReply::Fenced.into_reply();
             }
-            let done = items.iter().map(|it| insert(local, tid, it)).collect();
+            let done = items
+                .iter()
+                .map(|it| insert(local, node, cfg, tid, it))
+                .collect();
             TellReply::Inserted(done).into_reply()
         }
         TellRequest::Fence { node: dead } => {

@@ -122,6 +122,8 @@ impl Protocol for Tell {
         super::config::BUFFERING,
         super::config::BUFFER_PERCENT,
         super::config::SBVS_UNIT,
+        super::config::INDEX,
+        super::config::BTREE_FANOUT,
     ];
     const ROLES: &'static [atoll_storage::RoleSpec] = &[CM_ROLE];
     // R1 (an unseen version), R2 (a failed conditional put), a record held by puts.
@@ -207,7 +209,11 @@ impl Protocol for Tell {
             return Err(a);
         }
         let t0 = tx.now_ns();
-        let applied = apply(tx, &ws, &ins).await;
+        let mut applied = apply(tx, &ws, &ins).await;
+        if applied.is_ok() {
+            // The index step: the inserted keys into their trees (B+tree index only).
+            applied = super::index::add_keys(tx, &ins).await;
+        }
         tx.charge(Stage::Commit, t0);
         if let Err(a) = applied {
             undo(tx).await;
@@ -519,7 +525,7 @@ fn units(tx: &TxnCore<'_, TellEntry>, idxs: &[usize]) -> Option<Vec<(NodeId, u32
 }
 
 /// This node's Tell state.
-fn tell_node(tx: &TxnCore<'_, TellEntry>) -> std::sync::Arc<super::node::TellNode> {
+pub(super) fn tell_node(tx: &TxnCore<'_, TellEntry>) -> std::sync::Arc<super::node::TellNode> {
     tx.c.family_nodes.get(super::msg::FAMILY)
 }
 
@@ -529,7 +535,7 @@ async fn read(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Result<(), Abo
         return read_buffered(tx, idxs).await;
     }
     if !rpc(tx, Stage::Read) {
-        atoll_txn::stages::locate(tx, idxs).await?;
+        super::index::locate(tx, idxs).await?;
     }
     let slots = get(tx, idxs).await?;
     for (i, loc, words) in slots {
@@ -590,7 +596,7 @@ async fn read_buffered(tx: &mut TxnCore<'_, TellEntry>, idxs: &[usize]) -> Resul
         misses.len() as u64,
     );
     if !rpc(tx, Stage::Read) {
-        atoll_txn::stages::locate(tx, &misses).await?;
+        super::index::locate(tx, &misses).await?;
     }
     let slots = get(tx, &misses).await?;
     if let Some(valid) = valid {

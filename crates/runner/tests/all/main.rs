@@ -117,6 +117,7 @@ mod shared_data;
 mod si_samples;
 mod sim;
 mod skew;
+mod tell_index;
 mod tell_managers;
 mod tell_recovery;
 mod tell_tree;

@@ -4,9 +4,10 @@
 
 use atoll_fabric::NodeId;
 use atoll_protocols::tell::btree::{LlSc, Rid, Tree, TreeError, KEY_MAX};
-use atoll_protocols::tell::config::TellConfig;
-use atoll_protocols::tell::tree_store::{TreeArea, TreeShape, VerbTree, TREE_REGION};
-use atoll_storage::{Placement, Topology};
+use atoll_protocols::tell::config::{Index, TellConfig};
+use atoll_protocols::tell::index::tree_layout;
+use atoll_protocols::tell::tree_store::{TreeArea, VerbTree, TREE_REGION};
+use atoll_storage::{Partition, Placement, TableSpec, Topology};
 use atoll_txn::{Plan, Primitive};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -42,53 +43,56 @@ impl LlSc for Yielding<'_> {
     }
 }
 
-/// A cluster of one storage node holding a tree region of `shape`, two processing nodes
-/// and Tell's commit manager on a node of its own.
-fn tree_cluster(shape: TreeShape) -> atoll_testkit::TestCluster {
+/// A cluster of one storage node holding the B+tree index's region for tables of
+/// `capacities` record slots (a tree each, of `fanout`), two processing nodes and Tell's
+/// commit manager on a node of its own.
+fn tree_cluster(capacities: &[u32], fanout: u32) -> atoll_testkit::TestCluster {
     let topology = Topology::shared_data(1, 2)
         .with_service(atoll_protocols::tell::node::CM_ROLE, Placement::Own);
     let family = TellConfig {
-        tree: Some(shape),
+        index: Index::BTree { fanout },
         ..TellConfig::default()
     };
+    let tables = capacities
+        .iter()
+        .enumerate()
+        .map(|(t, &cap)| TableSpec {
+            name: format!("t{t}"),
+            payload_words: 1,
+            capacity_per_node: cap,
+            capacity_max_per_node: Some(cap),
+            partition: Partition::Modulo,
+            ordered: false,
+            gone_keys_max_per_node: 0,
+        })
+        .collect();
     let mut record = atoll_testkit::RecordShape::of::<atoll_protocols::Tell>(2);
     record.family = Arc::new(family);
     atoll_testkit::TestCluster::with_topology(
         topology,
         0,
-        Vec::new(),
+        tables,
         Plan::uniform(Primitive::OneSided),
         COROUTINES,
         record,
     )
 }
 
-fn area(c: &atoll_testkit::TestCluster, shape: TreeShape) -> TreeArea {
+/// Tree `t`'s area on the storage node.
+fn area(c: &atoll_testkit::TestCluster, fanout: u32, t: u32) -> TreeArea {
     let i = c
         .catalog
         .extra_region_named(TREE_REGION)
         .expect("the tree region is registered");
-    TreeArea {
-        node: NodeId(0),
-        region: c.catalog.extra_region(i),
-        shape,
-        tree: 0,
-    }
+    tree_layout(&c.catalog, fanout).area(NodeId(0), c.catalog.extra_region(i), t)
 }
 
 #[test]
 fn tell_btree_in_the_store_agrees_with_a_btreemap_under_writers_on_two_processing_nodes() {
-    let shape = TreeShape {
-        trees: 2,
-        nodes: 4_096,
-        fanout: 6,
-    };
-    let c = tree_cluster(shape);
+    const FANOUT: u32 = 6;
+    let c = tree_cluster(&[16, 4_096], FANOUT);
     // The second tree of the region, so an area's offset is exercised.
-    let at = TreeArea {
-        tree: 1,
-        ..area(&c, shape)
-    };
+    let at = area(&c, FANOUT, 1);
     // Made once, by one co-routine.
     c.run(&|core, k| {
         (core.id.node == NodeId(1) && k == 0).then(|| {
@@ -110,7 +114,7 @@ fn tell_btree_in_the_store_agrees_with_a_btreemap_under_writers_on_two_processin
         let (model, raced) = (model_ref.clone(), raced_ref.clone());
         Some(Box::pin(async move {
             let mut store = Yielding(VerbTree::new(&co.ep, at));
-            let mut tree = Tree::new(shape.fanout as usize);
+            let mut tree = Tree::new(FANOUT as usize);
             let mut rng = atoll_fabric::rng::Rng::derive(11, w);
             for i in 0..OPS_EACH {
                 let key = rng.below(KEYS / WRITERS) * WRITERS + w;
@@ -147,7 +151,7 @@ fn tell_btree_in_the_store_agrees_with_a_btreemap_under_writers_on_two_processin
             let all = all_ref.clone();
             Box::pin(async move {
                 let mut store = VerbTree::new(&co.ep, at);
-                let found = Tree::new(shape.fanout as usize)
+                let found = Tree::new(FANOUT as usize)
                     .scan(&mut store, 0, KEY_MAX)
                     .await
                     .unwrap();
@@ -172,23 +176,20 @@ fn tell_btree_in_the_store_agrees_with_a_btreemap_under_writers_on_two_processin
 
 #[test]
 fn tell_btree_in_the_store_out_of_node_slots_is_a_typed_error_not_a_write_past_its_area() {
-    let shape = TreeShape {
-        trees: 2,
-        nodes: 8,
-        fanout: 3,
-    };
-    let c = tree_cluster(shape);
+    const FANOUT: u32 = 3;
+    let c = tree_cluster(&[1, 1], FANOUT);
+    let slots = tree_layout(&c.catalog, FANOUT).nodes[0];
     let failed: Arc<Mutex<Option<TreeError>>> = Arc::default();
     let failed_ref = &failed;
     c.run(&|core, k| {
         (core.id.node == NodeId(1) && k == 0).then(|| {
             let co = c.coordinator(core, k);
             let failed = failed_ref.clone();
-            let first = area(&c, shape);
+            let first = area(&c, FANOUT, 0);
             Box::pin(async move {
                 let mut store = VerbTree::new(&co.ep, first);
                 Tree::create(&mut store).await.unwrap();
-                let mut tree = Tree::new(shape.fanout as usize);
+                let mut tree = Tree::new(FANOUT as usize);
                 for key in 0..1_000 {
                     if let Err(e) = tree.insert(&mut store, key, key + 1).await {
                         *failed.lock().unwrap() = Some(e);
@@ -202,10 +203,13 @@ fn tell_btree_in_the_store_out_of_node_slots_is_a_typed_error_not_a_write_past_i
         .lock()
         .unwrap()
         .clone()
-        .expect("8 slots cannot hold 1,000 keys");
-    assert!(
-        matches!(&e, TreeError::Store(what) if what.contains("out of its 8 node slots")),
-        "{e:?}"
+        .expect("a tree sized for one key cannot hold 1,000");
+    assert_eq!(
+        e,
+        TreeError::Full {
+            tree: 0,
+            nodes: slots
+        }
     );
     // The next tree's area is untouched: its counter and first slots still zero.
     let second = c.catalog.extra_region(
@@ -214,6 +218,7 @@ fn tell_btree_in_the_store_out_of_node_slots_is_a_typed_error_not_a_write_past_i
             .expect("registered"),
     );
     let mem = c.stores[0].memory().region(second);
-    let from = shape.area_words() as usize;
-    assert!((from..from + 3 * shape.slot_words() as usize).all(|w| mem.load(w) == 0));
+    let layout = tree_layout(&c.catalog, FANOUT);
+    let from = layout.area_base(1) as usize;
+    assert!((from..from + 3 * layout.slot_words() as usize).all(|w| mem.load(w) == 0));
 }
