@@ -171,6 +171,16 @@ impl NodeCache {
             .cloned()
     }
 
+    /// The child of cached inner node `rid` covering `key`, read under the lock (no copy
+    /// of the node): `None` when `rid` is not cached or does not cover `key`.
+    fn child(&self, rid: Rid, key: u64) -> Option<Rid> {
+        self.state()
+            .nodes
+            .get(&rid)
+            .filter(|n| n.covers(key))
+            .map(|n| n.child(key))
+    }
+
     fn insert(&self, rid: Rid, node: Node) {
         self.state().nodes.insert(rid, node);
     }
@@ -729,10 +739,10 @@ impl Tree {
             match l.at {
                 LookupAt::Root => return LookupStep::Fetch(ROOT_RID),
                 LookupAt::Done(found) => return LookupStep::Found(found),
-                LookupAt::Node(rid) => match self.cache.get(rid, l.key) {
-                    Some(n) => {
+                LookupAt::Node(rid) => match self.cache.child(rid, l.key) {
+                    Some(child) => {
                         l.parent = Some(rid);
-                        l.at = LookupAt::Node(n.child(l.key));
+                        l.at = LookupAt::Node(child);
                     }
                     None => return LookupStep::Fetch(rid),
                 },
