@@ -330,10 +330,43 @@ pub struct BenchArgs {
     #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub homes: Option<String>,
-    /// Worker threads per node [default: 1; 1..=64].
+    /// Worker threads per node [default: 1; 1..=128].
     #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<u16>,
+    /// Hardware islands: machines the instances are placed on (with --granularity, the
+    /// nodes and threads derive from the machines; --nodes and --threads are not given)
+    /// [default: 1, or the preset's].
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machines: Option<u16>,
+    /// Sockets of each machine [default: 1, or the preset's].
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sockets_per_machine: Option<u16>,
+    /// Cores of each socket [default: 1, or the preset's].
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cores_per_socket: Option<u16>,
+    /// A machine model of the hardware-islands paper: x5660-cluster (8 machines x 2
+    /// sockets x 6 cores) or e7-80core (1 x 8 x 10, a twisted cube); --machines and the
+    /// other counts override its.
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine_preset: Option<String>,
+    /// An instance per core, socket or machine, or N instances per machine
+    /// [default: machine].
+    #[arg(help_heading = "Machines", long)]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "string_or_number"
+    )]
+    pub granularity: Option<String>,
+    /// Simulator: the channel between instances of one machine: shm, tcp-local or unix
+    /// [default: shm]; instances on different machines talk over --net.
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
     /// Coordinator co-routines per thread [default: 8; 1..=256].
     #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -661,6 +694,72 @@ fn resolve_roles(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// A deployment on machines (`--machines`, `--granularity`, ...): the placement, and from
+/// it the nodes and threads, which are then not given.
+fn resolve_islands(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
+    use atoll_fabric::machine::{self, Granularity, Machines, SocketLinks};
+    let given = a.machines.is_some()
+        || a.sockets_per_machine.is_some()
+        || a.cores_per_socket.is_some()
+        || a.machine_preset.is_some()
+        || a.granularity.is_some();
+    if !given {
+        if let Some(c) = &a.channel {
+            return Err(format!(
+                "--channel {c} needs a deployment on machines (--machines or --machine-preset, --granularity)"
+            ));
+        }
+        return Ok(());
+    }
+    if let Some(flag) = [
+        a.nodes.map(|n| format!("--nodes {n}")),
+        a.threads.map(|t| format!("--threads {t}")),
+    ]
+    .into_iter()
+    .flatten()
+    .next()
+    {
+        return Err(format!(
+            "{flag} with a deployment on machines: the machines and --granularity give the nodes and threads"
+        ));
+    }
+    let base = match &a.machine_preset {
+        Some(name) => machine::preset(name).map_err(|e| e.to_string())?,
+        None => Machines {
+            machines: 1,
+            sockets_per_machine: 1,
+            cores_per_socket: 1,
+            links: SocketLinks::Full,
+        },
+    };
+    let machines = Machines {
+        machines: a.machines.unwrap_or(base.machines),
+        sockets_per_machine: a.sockets_per_machine.unwrap_or(base.sockets_per_machine),
+        cores_per_socket: a.cores_per_socket.unwrap_or(base.cores_per_socket),
+        // A preset's links hold for its own socket count; another is a full mesh.
+        links: match a.sockets_per_machine {
+            Some(s) if s != base.sockets_per_machine => SocketLinks::Full,
+            _ => base.links,
+        },
+    };
+    let g = a.granularity.as_deref().unwrap_or("machine");
+    let granularity = Granularity::parse(g).ok_or_else(|| {
+        format!(
+            "--granularity '{g}' is not a deployment: expected {} or a number of instances per machine",
+            Granularity::NAMES.join(", ")
+        )
+    })?;
+    let placement =
+        machine::Placement::derive(machines, granularity, NODES_MAX).map_err(|e| e.to_string())?;
+    cfg.nodes = placement.nodes();
+    cfg.threads = placement.threads_per_node;
+    cfg.islands = Some(atoll_runner::config::IslandsConfig {
+        placement,
+        channel: a.channel.clone(),
+    });
+    Ok(())
+}
+
 /// Shared-data's shape when `--memory-nodes` or `--compute-nodes` is not given.
 const SHARED_DATA_MEMORY_NODES_DEFAULT: u16 = 1;
 const SHARED_DATA_COMPUTE_NODES_DEFAULT: u16 = 2;
@@ -742,6 +841,7 @@ pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
     if let Some(v) = a.threads {
         cfg.threads = v;
     }
+    resolve_islands(&mut cfg, a)?;
     if let Some(v) = a.coroutines {
         cfg.coroutines = v;
     }

@@ -6,9 +6,11 @@
 //! the same run. Nothing here reads the wall clock. Each worker is a simulated core: running
 //! its co-routines and serving RPCs costs CPU time (see [`net::CpuProfile`]), and its clock
 //! advances as it works; messages cross the [`net::NetProfile`] model; [`faults`] delay
-//! links, pause nodes, or crash them.
+//! links, pause nodes, or crash them; [`islands`] places nodes on machines of sockets and
+//! prices memory, cache lines, the channel inside a machine and thread migrations.
 
 pub mod faults;
+pub mod islands;
 pub mod net;
 
 use atoll_fabric::core::{
@@ -54,6 +56,9 @@ pub struct SimConfig {
     /// least [`HUNG_AFTER_NS_MIN`]): the run sizes it from its own faults, timeouts and
     /// think times, so no wait it asked for is taken for a hang.
     pub idle_limit_ns: u64,
+    /// Nodes as instances on machines of sockets ([`islands`]), and the seed of its draws;
+    /// `None`: every node a machine of its own, its memory all local.
+    pub islands: Option<(islands::Islands, u64)>,
 }
 
 /// The op timeout when none is configured: 1 ms of virtual time, a few hundred round trips
@@ -198,12 +203,18 @@ struct WorkerState {
     run_queued: bool,
     /// CPU time charged so far (the sum of its runs' clock advances).
     busy_ns: u64,
+    /// CPU time receiving messages that arrived since it last ran (a kernel channel's
+    /// receive path), charged at its next run.
+    recv_due_ns: u64,
 }
 
 #[derive(Default)]
 struct NodeState {
     tx_free_ns: u64,
     rx_free_ns: u64,
+    /// The same for the channel to the instances of its own machine ([`islands`]).
+    channel_tx_free_ns: u64,
+    channel_rx_free_ns: u64,
     pauses: Vec<(u64, u64)>,
     crashed_at: Option<u64>,
     /// Requests from other nodes this node received and has not answered yet, by
@@ -238,6 +249,7 @@ struct World {
     /// reaches `atomic_prune_len`, so it holds about the words under contention.
     atomic_free_ns: HashMap<(NodeId, RegionId, u32), u64>,
     atomic_prune_len: usize,
+    islands: Option<islands::IslandsState>,
 }
 
 /// Words the atomic model keeps before it first prunes the ones no longer busy.
@@ -247,6 +259,38 @@ impl World {
     /// Index of the (from, to) link in the per-link tables.
     fn link(&self, from: NodeId, to: NodeId) -> usize {
         from.0 as usize * self.cfg.nodes as usize + to.0 as usize
+    }
+
+    /// Whether messages from `from` to `to` take the channel between instances of one
+    /// machine rather than the network.
+    fn on_channel(&self, from: NodeId, to: NodeId) -> bool {
+        self.islands
+            .as_ref()
+            .is_some_and(|i| from != to && i.same_machine(from, to))
+    }
+
+    /// The profile of the link from `from` to `to`: the machine's channel or the network.
+    fn link_net(&self, from: NodeId, to: NodeId) -> &NetProfile {
+        match &self.islands {
+            Some(i) if from != to && i.same_machine(from, to) => &i.model.channel,
+            _ => &self.cfg.net,
+        }
+    }
+
+    /// [`World::transmit`] of a message worker `w` receives: its receive path's CPU is due
+    /// at its next run.
+    fn deliver(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        kind: VerbKind,
+        bytes: u64,
+        t: u64,
+        w: u32,
+    ) -> u64 {
+        let at = self.transmit(from, to, kind, bytes, t);
+        self.workers[w as usize].recv_due_ns += self.link_net(from, to).msg_cpu_ns;
+        at
     }
 
     /// Executes a verb that reached the head of its link now: whole, with its completion
@@ -263,7 +307,7 @@ impl World {
         let target = op.node();
         let src_node = self.node_of(src);
         if let (false, Op::Cas { ptr, .. } | Op::FetchAdd { ptr, .. }) = (at_turn, &op) {
-            let start = self.atomic_turn(*ptr);
+            let start = self.atomic_turn(src_node, *ptr);
             if start > self.now_ns {
                 // Its word is busy with earlier atomics: it waits its turn, and its link
                 // with it (a queue pair executes in order).
@@ -311,7 +355,7 @@ impl World {
         }
         let kind = op.kind();
         let c = execute_one_sided(&self.memory[target.0 as usize], op);
-        let at = self.transmit(target, src_node, kind, c.reply_bytes(), now);
+        let at = self.deliver(target, src_node, kind, c.reply_bytes(), now, src);
         self.push(
             at,
             Ev::Arrive {
@@ -328,9 +372,9 @@ impl World {
 
     /// When an atomic reaching `ptr` now starts: at once, or after the atomics already
     /// queued on its word, each of which holds it `atomic_word_ns`.
-    fn atomic_turn(&mut self, ptr: RemotePtr) -> u64 {
+    fn atomic_turn(&mut self, from: NodeId, ptr: RemotePtr) -> u64 {
         let now = self.now_ns;
-        let ns = self.cfg.net.atomic_word_ns;
+        let ns = self.link_net(from, ptr.node).atomic_word_ns;
         if ns == 0 {
             return now;
         }
@@ -460,11 +504,20 @@ impl World {
     /// Moves `bytes` from one node to another starting at `t`; returns when the target's
     /// NIC has received it.
     fn transmit(&mut self, from: NodeId, to: NodeId, kind: VerbKind, bytes: u64, t: u64) -> u64 {
-        let net = &self.cfg.net;
+        let channel = self.on_channel(from, to);
+        let net = self.link_net(from, to);
         let svc = net.service_ns(bytes);
+        let half_rtt_ns = net.rtt_ns[kind as usize] / 2;
+        // The channel inside a machine has no NIC connections to cache.
+        let qp_ns = if channel { 0 } else { self.qp_penalty_ns };
         let src = &mut self.nodes[from.0 as usize];
-        let depart = t.max(src.tx_free_ns);
-        src.tx_free_ns = depart + svc;
+        let tx_free = if channel {
+            &mut src.channel_tx_free_ns
+        } else {
+            &mut src.tx_free_ns
+        };
+        let depart = t.max(*tx_free);
+        *tx_free = depart + svc;
         let spike: u64 = self
             .spikes
             .iter()
@@ -481,15 +534,54 @@ impl World {
             }
             None => 0,
         };
-        let arrive =
-            depart + svc + net.rtt_ns[kind as usize] / 2 + spike + stall + self.qp_penalty_ns;
+        let arrive = depart + svc + half_rtt_ns + spike + stall + qp_ns;
         let dst = &mut self.nodes[to.0 as usize];
-        let received = arrive.max(dst.rx_free_ns) + svc;
-        dst.rx_free_ns = received;
+        let rx_free = if channel {
+            &mut dst.channel_rx_free_ns
+        } else {
+            &mut dst.rx_free_ns
+        };
+        let received = arrive.max(*rx_free) + svc;
+        *rx_free = received;
         let link = self.link(from, to);
         let received = received.max(self.link_last_ns[link]);
         self.link_last_ns[link] = received;
         received
+    }
+
+    /// A message a core handed its NIC now crosses the link; what it carries happens when
+    /// it arrives (a delivery charges its receiver's side of the channel).
+    fn on_send(&mut self, from: NodeId, to: NodeId, kind: VerbKind, bytes: u64, then: Ev) {
+        let now = self.now_ns;
+        let at = match then {
+            Ev::Arrive { w, .. } => self.deliver(from, to, kind, bytes, now, w),
+            _ => self.transmit(from, to, kind, bytes, now),
+        };
+        self.push(at, then);
+    }
+
+    /// CPU of an own-node op `posted` by worker `w` of `node`: serving it when it was a
+    /// request, else a local access (and, with islands, its socket hops and line transfer).
+    fn own_node_ns(
+        &mut self,
+        w: u32,
+        node: NodeId,
+        posted: &Posted,
+        access: Option<(RemotePtr, bool)>,
+        req_bytes: u64,
+    ) -> u64 {
+        let cpu = &self.cfg.cpu;
+        match posted {
+            Posted::Done(Completion::Rpc(reply)) => cpu.handler_ns(req_bytes + reply.len() as u64),
+            Posted::Held => cpu.handler_ns(req_bytes),
+            _ => {
+                let far = match (self.islands.as_mut(), access) {
+                    (Some(i), Some((ptr, write))) => i.access_ns(w, node, ptr, write),
+                    _ => 0,
+                };
+                cpu.local_op_ns + far
+            }
+        }
     }
 
     /// End of the pause covering `t` on `node`, if any.
@@ -555,23 +647,26 @@ impl Transport for SimTransport {
                 Op::Rpc { req, .. } => req.len() as u64,
                 _ => 0,
             };
+            // Where a one-sided op lands, for the islands' memory model.
+            let access = match &op {
+                Op::Read { ptr, .. } => Some((*ptr, false)),
+                Op::Write { ptr, .. } | Op::Cas { ptr, .. } | Op::FetchAdd { ptr, .. } => {
+                    Some((*ptr, true))
+                }
+                Op::Rpc { .. } => None,
+            };
             let posted = execute_local(&self.memory, self.handler.as_ref(), from, op);
             let mut wd = self.world.borrow_mut();
-            let cpu = &wd.cfg.cpu;
-            let ns = match &posted {
-                Posted::Done(Completion::Rpc(reply)) => {
-                    cpu.handler_ns(req_bytes + reply.len() as u64)
-                }
-                Posted::Held => cpu.handler_ns(req_bytes),
-                _ => cpu.local_op_ns,
-            };
+            let ns = wd.own_node_ns(self.w, self.node, &posted, access, req_bytes);
             wd.workers[self.w as usize].clock_ns += ns;
             return posted;
         }
         let mut wd = self.world.borrow_mut();
-        wd.workers[self.w as usize].clock_ns += wd.cfg.cpu.post_ns;
-        let t = wd.workers[self.w as usize].clock_ns;
         let to = op.node();
+        // Posting, and a kernel channel's send path.
+        let send_ns = wd.cfg.cpu.post_ns + wd.link_net(self.node, to).msg_cpu_ns;
+        wd.workers[self.w as usize].clock_ns += send_ns;
+        let t = wd.workers[self.w as usize].clock_ns;
         let kind = op.kind();
         let bytes = op.request_bytes();
         let then = match op {
@@ -665,10 +760,15 @@ impl Transport for SimTransport {
             .serving
             .remove(&(to.worker, to.slot.0, to.index))
             .map_or(0, |(_, bytes)| bytes);
-        let handler_ns = wd.cfg.cpu.handler_ns(req_bytes + reply.len() as u64);
-        wd.workers[self.w as usize].clock_ns += handler_ns;
-        let t = wd.workers[self.w as usize].clock_ns;
         let dst = wd.node_of(to.worker);
+        let handler_ns = wd.cfg.cpu.handler_ns(req_bytes + reply.len() as u64);
+        let send_ns = if dst == self.node {
+            0
+        } else {
+            wd.link_net(self.node, dst).msg_cpu_ns
+        };
+        wd.workers[self.w as usize].clock_ns += handler_ns + send_ns;
+        let t = wd.workers[self.w as usize].clock_ns;
         let bytes = reply.len() as u64;
         let arrive = Ev::Arrive {
             w: to.worker,
@@ -760,9 +860,7 @@ pub fn run(
                 bytes,
                 then,
             } => {
-                let now = wd.now_ns;
-                let at = wd.transmit(from, to, kind, bytes, now);
-                wd.push(at, *then);
+                wd.on_send(from, to, kind, bytes, *then);
             }
             Ev::Arrive { w, delivery } => wd.on_arrive(w, delivery),
             Ev::Exec {
@@ -886,10 +984,18 @@ struct Ran {
 fn run_worker(world: &Rc<RefCell<World>>, e: &mut Executor, w: u32, at_ns: u64) -> Ran {
     let run_start_ns = {
         let mut wd = world.borrow_mut();
+        let wd = &mut *wd;
         let ws = &mut wd.workers[w as usize];
         ws.run_queued = false;
-        ws.clock_ns = at_ns.max(ws.cpu_free_ns);
-        ws.clock_ns
+        let start = at_ns.max(ws.cpu_free_ns);
+        ws.clock_ns = start;
+        // What arrived over a kernel channel, and the OS moving an unbound thread, took
+        // this core's time before the turn.
+        ws.clock_ns += std::mem::take(&mut ws.recv_due_ns);
+        if let Some(i) = wd.islands.as_mut() {
+            ws.clock_ns += i.migrations_ns(w, ws.clock_ns);
+        }
+        start
     };
     let before = e.live_tasks();
     e.core().progress();
@@ -1002,6 +1108,13 @@ impl World {
                 } => stall = Some((permille, stall_ns_max, atoll_fabric::rng::Rng::new(seed))),
             }
         }
+        if let Some((i, _)) = &cfg.islands {
+            assert_eq!(
+                (i.placement.nodes(), i.placement.threads_per_node),
+                (cfg.nodes, cfg.threads_per_node),
+                "the islands' placement and the simulated cluster's shape differ"
+            );
+        }
         let links = cfg.nodes as usize * cfg.nodes as usize;
         let mut world = World {
             memory,
@@ -1020,6 +1133,10 @@ impl World {
             link_waiting: (0..links).map(|_| VecDeque::new()).collect(),
             atomic_free_ns: HashMap::new(),
             atomic_prune_len: ATOMIC_WORDS_PRUNE_MIN,
+            islands: cfg
+                .islands
+                .as_ref()
+                .map(|(model, seed)| islands::IslandsState::new(model.clone(), *seed)),
             cfg: cfg.clone(),
         };
         for (node, at_ns) in crashes {
@@ -1061,12 +1178,15 @@ impl World {
     /// (as a small request); behind a torn verb on the same link it waits its turn.
     fn on_exec(&mut self, verb: Verb, cpu_reserved: bool) {
         let target = verb.op.node();
-        if !self.cfg.net.one_sided_in_nic && !cpu_reserved {
-            // No RDMA: the target's CPU performs the op like a small request.
+        let src_node = self.node_of(verb.src);
+        if !self.link_net(src_node, target).one_sided_in_nic && !cpu_reserved {
+            // No RDMA: the target's CPU receives the op and performs it like a small
+            // request.
             let threads = self.cfg.threads_per_node as u32;
             let tw = self.serving_worker(target, (verb.src % threads) as u16);
             let start = self.now_ns.max(self.workers[tw as usize].cpu_free_ns);
-            let done = start + self.cfg.cpu.rpc_handler_ns;
+            let recv_ns = self.link_net(src_node, target).msg_cpu_ns;
+            let done = start + self.cfg.cpu.rpc_handler_ns + recv_ns;
             self.workers[tw as usize].cpu_free_ns = done;
             let Verb {
                 src,
@@ -1125,8 +1245,10 @@ impl World {
         }
         let now = self.now_ns;
         if end < total {
-            let wire_ns = ((chunk as u64 * 8) as f64 * 1e9 / self.cfg.net.bandwidth_bytes_per_s)
-                .ceil() as u64;
+            let bandwidth = self
+                .link_net(self.node_of(src), target)
+                .bandwidth_bytes_per_s;
+            let wire_ns = ((chunk as u64 * 8) as f64 * 1e9 / bandwidth).ceil() as u64;
             let tear = self.tear.as_mut().expect("torn steps only with tearing on");
             let stall = tear.rng.below(tear.stall_ns_max + 1);
             self.push(
@@ -1149,7 +1271,7 @@ impl World {
             _ => Completion::Write,
         };
         let src_node = self.node_of(src);
-        let at = self.transmit(target, src_node, kind, c.reply_bytes(), now);
+        let at = self.deliver(target, src_node, kind, c.reply_bytes(), now, src);
         self.push(
             at,
             Ev::Arrive {
@@ -1200,6 +1322,7 @@ mod tests {
             qp_miss_ns: 0,
             one_sided_in_nic: true,
             atomic_word_ns: 0,
+            msg_cpu_ns: 0,
         }
     }
 
@@ -1237,6 +1360,7 @@ mod tests {
             op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
             machine_pairs: Vec::new(),
             idle_limit_ns: HUNG_AFTER_NS_MIN,
+            islands: None,
         };
         (memory, handlers, cfg)
     }
@@ -1300,6 +1424,7 @@ mod tests {
             op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
             machine_pairs: Vec::new(),
             idle_limit_ns: HUNG_AFTER_NS_MIN,
+            islands: None,
         };
         let mixed = Arc::new(Mutex::new(0usize));
         let m = mixed.clone();
@@ -1414,6 +1539,7 @@ mod tests {
             op_timeout_ns: OP_TIMEOUT_NS_DEFAULT,
             machine_pairs: Vec::new(),
             idle_limit_ns: HUNG_AFTER_NS_MIN,
+            islands: None,
         };
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();

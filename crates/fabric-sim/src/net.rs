@@ -43,6 +43,10 @@ pub struct NetProfile {
     /// them: what makes a global FETCH_ADD counter plateau (NAM-DB §4, the timestamp
     /// oracle). Atomics to different words do not wait for each other. 0: not modelled.
     pub atomic_word_ns: u64,
+    /// CPU time of one message at each end beyond posting and handling it: the kernel's
+    /// send and receive paths of a socket (system calls, copies, wake-ups). 0 where the
+    /// NIC or shared memory moves the message without the kernel.
+    pub msg_cpu_ns: u64,
 }
 
 /// CPU costs charged to a worker's simulated core.
@@ -192,6 +196,8 @@ pub enum ProfileError {
     UnknownCpu(String),
     #[error("unknown network profile '{name}': accepted are {accepted}")]
     UnknownNet { name: String, accepted: String },
+    #[error("unknown channel '{name}': accepted are {accepted}")]
+    UnknownChannel { name: String, accepted: String },
 }
 
 /// The CPU profile named `name` (see [`CPU_PROFILES`]) times `scale`, or why not.
@@ -231,6 +237,7 @@ pub fn profiles() -> Vec<NetProfile> {
             qp_miss_ns: 500,
             one_sided_in_nic: true,
             atomic_word_ns: ATOMIC_WORD_NS_CONNECTX,
+            msg_cpu_ns: 0,
         },
         NetProfile {
             name: "fdr-ib",
@@ -245,6 +252,7 @@ pub fn profiles() -> Vec<NetProfile> {
             qp_miss_ns: 700,
             one_sided_in_nic: true,
             atomic_word_ns: ATOMIC_WORD_NS_CONNECTX,
+            msg_cpu_ns: 0,
         },
         NetProfile {
             name: "qdr-ib",
@@ -258,6 +266,7 @@ pub fn profiles() -> Vec<NetProfile> {
             qp_miss_ns: 1_000,
             one_sided_in_nic: true,
             atomic_word_ns: ATOMIC_WORD_NS_CONNECTX,
+            msg_cpu_ns: 0,
         },
         NetProfile {
             name: "10gbe-tcp",
@@ -273,6 +282,7 @@ pub fn profiles() -> Vec<NetProfile> {
             one_sided_in_nic: false,
             // Emulated by the target's CPU, which serves them one at a time anyway.
             atomic_word_ns: 0,
+            msg_cpu_ns: 0,
         },
         NetProfile {
             name: "ipoib",
@@ -288,8 +298,89 @@ pub fn profiles() -> Vec<NetProfile> {
             one_sided_in_nic: false,
             // Emulated by the target's CPU, which serves them one at a time anyway.
             atomic_word_ns: 0,
+            msg_cpu_ns: 0,
         },
     ]
+}
+
+/// The channels between instances of one machine, measured on this machine on 2026-11-30
+/// (docs/simulator.md, "Islands"): a 64-byte ping-pong between two processes pinned to the
+/// two cores, 200,000 round trips, the median of 3 runs on an idle machine. TCP (loopback,
+/// TCP_NODELAY): 30.3 us a round trip, 11.6 us of the client's CPU per round trip (a send
+/// and a receive); UNIX stream sockets: 20.7 us and 7.3 us; a shared cache line: 0.25 us.
+/// A message's CPU at each end is half the client's per round trip; the rest of the round
+/// trip (less the four ends' CPU, which the simulator charges to the cores) is the latency.
+pub const MEASURED_SHM_RTT_NS: u64 = 250;
+pub const MEASURED_TCP_LOCAL_MSG_CPU_NS: u64 = 5_800;
+pub const MEASURED_TCP_LOCAL_RTT_NS: u64 = 30_300 - 4 * MEASURED_TCP_LOCAL_MSG_CPU_NS;
+pub const MEASURED_UNIX_MSG_CPU_NS: u64 = 3_650;
+pub const MEASURED_UNIX_RTT_NS: u64 = 20_700 - 4 * MEASURED_UNIX_MSG_CPU_NS;
+
+/// The channels between instances of one machine (`--channel`), the hardware-islands
+/// paper's three [H§3, §5.2]: shared memory ("to emulate the best RDMA scenario"), TCP
+/// over loopback, and UNIX domain sockets.
+pub fn channels() -> Vec<NetProfile> {
+    let kernel = |name, source, rtt_ns, msg_cpu_ns| NetProfile {
+        name,
+        source,
+        rtt_ns: [rtt_ns; VerbKind::COUNT],
+        // A copy through the kernel: memory bandwidth, not a wire.
+        bandwidth_bytes_per_s: 5.0 * GB,
+        // One message per send path: the CPU, not a queue, is the limit.
+        nic_msgs_per_s: 1e9 / msg_cpu_ns as f64,
+        wire_header_bytes: 0,
+        qp_cache_peers: u32::MAX,
+        qp_miss_ns: 0,
+        one_sided_in_nic: false,
+        atomic_word_ns: 0,
+        msg_cpu_ns,
+    };
+    vec![
+        NetProfile {
+            name: "shm",
+            source: "shared memory between the instances' processes: a 64-byte ping-pong on a shared \
+                     cache line measured here (MEASURED_SHM_RTT_NS); one-sided ops are the target's \
+                     memory reached directly, as RDMA would",
+            rtt_ns: [MEASURED_SHM_RTT_NS; VerbKind::COUNT],
+            bandwidth_bytes_per_s: 5.0 * GB,
+            // A cache line per message; a core moves tens of millions a second.
+            nic_msgs_per_s: 50e6,
+            wire_header_bytes: 0,
+            qp_cache_peers: u32::MAX,
+            qp_miss_ns: 0,
+            one_sided_in_nic: true,
+            atomic_word_ns: 0,
+            msg_cpu_ns: 0,
+        },
+        kernel(
+            "tcp-local",
+            "TCP over loopback between the instances' processes (TCP_NODELAY): round trip and CPU \
+             per message measured here (MEASURED_TCP_LOCAL_*)",
+            MEASURED_TCP_LOCAL_RTT_NS,
+            MEASURED_TCP_LOCAL_MSG_CPU_NS,
+        ),
+        kernel(
+            "unix",
+            "UNIX domain stream sockets between the instances' processes (Silo's channel in the \
+             paper's §6): round trip and CPU per message measured here (MEASURED_UNIX_*)",
+            MEASURED_UNIX_RTT_NS,
+            MEASURED_UNIX_MSG_CPU_NS,
+        ),
+    ]
+}
+
+/// The channel named `name`, or the accepted names.
+pub fn channel(name: &str) -> Result<NetProfile, ProfileError> {
+    let all = channels();
+    let names: Vec<&str> = all.iter().map(|p| p.name).collect();
+    let accepted =
+        names.join(", ") + &atoll_fabric::names::did_you_mean(name, names.iter().copied());
+    all.into_iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| ProfileError::UnknownChannel {
+            name: name.to_string(),
+            accepted,
+        })
 }
 
 /// The profile named `name`, or the accepted names.

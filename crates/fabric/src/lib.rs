@@ -9,6 +9,7 @@
 pub mod core;
 pub mod ids;
 pub mod inthash;
+pub mod machine;
 pub mod memory;
 pub mod names;
 pub mod rng;

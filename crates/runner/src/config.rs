@@ -32,7 +32,7 @@ pub fn loc_cache_entries_max(coordinators: u32) -> usize {
 /// Largest cluster shape accepted per dimension; the product is bounded further by the
 /// co-routine ids a timestamp holds ([`atoll_txn::ts::COROUTINES_MAX`]).
 pub const NODES_MAX: u16 = 1024;
-pub const THREADS_MAX: u16 = 64;
+pub const THREADS_MAX: u16 = 128;
 pub const COROUTINES_MAX: u16 = 256;
 /// Longest warm-up accepted, in seconds.
 pub const WARMUP_S_MAX: f64 = 3_600.0;
@@ -184,7 +184,23 @@ pub struct RunConfig {
     /// A sequenced protocol's lanes record their batches into this log, or replay them
     /// from it instead of drawing (the determinism check); `None`: neither.
     pub epoch_log: Option<atoll_txn::EpochLogMode>,
+    /// The nodes as instances on machines of sockets of cores (hardware islands): the
+    /// placement gives the nodes and their threads; the simulator models it.
+    pub islands: Option<IslandsConfig>,
 }
+
+/// A deployment on machines (`--machines`, `--granularity`, ...).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IslandsConfig {
+    pub placement: atoll_fabric::machine::Placement,
+    /// Simulator only: the channel between instances of one machine
+    /// (`atoll_fabric_sim::net::channels`); `None` on real fabrics.
+    pub channel: Option<String>,
+}
+
+/// The channel between instances of one machine when a simulated run names none: shared
+/// memory, the paper's fastest ("the best RDMA scenario").
+pub const CHANNEL_DEFAULT: &str = "shm";
 
 impl Default for RunConfig {
     fn default() -> Self {
@@ -221,6 +237,7 @@ impl Default for RunConfig {
             memory_max_from: None,
             regions_whole: false,
             epoch_log: None,
+            islands: None,
         }
     }
 }
@@ -320,6 +337,7 @@ impl RunConfig {
     /// Nodes, roles, threads and co-routines, and the co-routine ids a timestamp can name.
     fn validate_shape(&self) -> Result<(), ConfigError> {
         range("nodes", self.nodes, 1, NODES_MAX)?;
+        self.validate_islands()?;
         let placed = self.placed_roles()?;
         match self.roles {
             Roles::Partitioned => {
@@ -374,6 +392,39 @@ impl RunConfig {
                 atoll_txn::ts::TS_ID_BITS,
                 atoll_txn::ts::COROUTINES_MAX
             )));
+        }
+        Ok(())
+    }
+
+    /// A deployment on machines: partitioned, its shape the placement's, its channel known
+    /// and only where the simulator models it.
+    fn validate_islands(&self) -> Result<(), ConfigError> {
+        let Some(i) = &self.islands else {
+            return Ok(());
+        };
+        let p = &i.placement;
+        if self.roles != Roles::Partitioned {
+            return Err(ConfigError(
+                "--machines/--granularity need the partitioned architecture: an instance holds its own partition".into(),
+            ));
+        }
+        if (self.nodes, self.threads) != (p.nodes(), p.threads_per_node) {
+            return Err(ConfigError(format!(
+                "--nodes {} --threads {} differ from the placement's {} instances of {} threads ({p}): give the machines and granularity only",
+                self.nodes, self.threads, p.nodes(), p.threads_per_node
+            )));
+        }
+        match (&self.fabric, &i.channel) {
+            (Fabric::Sim { .. }, Some(c)) => {
+                atoll_fabric_sim::net::channel(c).map_err(|e| ConfigError(format!("--channel: {e}")))?;
+            }
+            (Fabric::Sim { .. }, None) => {}
+            (_, Some(c)) => {
+                return Err(ConfigError(format!(
+                    "--channel {c} needs --fabric sim (real instances talk over the fabric that carries them)"
+                )))
+            }
+            (_, None) => {}
         }
         Ok(())
     }
@@ -780,6 +831,15 @@ pub struct ConfigReport {
     pub log_ring_words: u32,
     /// Bytes of every node's regions and ordered indexes, as computed before allocating.
     pub memory_bytes: u64,
+    /// A deployment on machines: the placement of its instances and threads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
+    /// The simulator's channel between instances of one machine, with its source.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<NetReport>,
+    /// The simulator's memory and migration model of the machines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine_model: Option<String>,
 }
 
 /// A family's knobs and derived fields as a report shows them, in declaration order.

@@ -739,6 +739,17 @@ fn config_report<W: Workload, P: Protocol>(
         family: family_report(cfg),
         log_ring_words: facts.log_ring_words,
         memory_bytes: facts.memory_bytes,
+        placement: cfg.islands.as_ref().map(|i| i.placement.to_string()),
+        channel: cfg
+            .islands
+            .as_ref()
+            .and_then(|i| i.channel.as_deref())
+            .and_then(|c| sim::net::channel(c).ok())
+            .map(|p| crate::config::NetReport::of(&p)),
+        machine_model: match (&cfg.fabric, &cfg.islands) {
+            (Fabric::Sim { .. }, Some(i)) => Some(crate::run::sim_islands(cfg, i).0.describe()),
+            _ => None,
+        },
     }
 }
 

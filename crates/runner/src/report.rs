@@ -474,6 +474,12 @@ impl Report {
             if self.measured_s < 1.0 { 3 } else { 1 },
             self.measured_s
         );
+        if let Some(p) = &c.placement {
+            let _ = writeln!(o, "placement   {p}");
+        }
+        if let Some(m) = &c.machine_model {
+            let _ = writeln!(o, "machines    {m}");
+        }
         if let Some(r) = c.rate_per_s {
             let _ = writeln!(
                 o,

@@ -708,6 +708,27 @@ pub fn sim_idle_limit_ns(
         .saturating_add(think_ns.saturating_mul(cfg.coroutines as u64 + 1))
 }
 
+/// The simulator's model of a deployment on machines: its placement, channel (the default
+/// when none is named), the memory and migration costs, pinning as the run asks, and the
+/// seed of its draws.
+pub fn sim_islands(
+    cfg: &RunConfig,
+    i: &crate::config::IslandsConfig,
+) -> (sim::islands::Islands, u64) {
+    let channel = i
+        .channel
+        .as_deref()
+        .unwrap_or(crate::config::CHANNEL_DEFAULT);
+    let model = sim::islands::Islands {
+        placement: i.placement,
+        channel: sim::net::channel(channel).expect("validated channel"),
+        memory: sim::islands::westmere(),
+        pinned: cfg.pin_threads,
+        migration: sim::islands::migration(),
+    };
+    (model, cfg.seed)
+}
+
 /// The simulator's part: every worker on this thread in virtual time, with the run's faults.
 fn execute_sim(
     cfg: &RunConfig,
@@ -729,6 +750,7 @@ fn execute_sim(
         op_timeout_ns: faults.op_timeout_ns(),
         machine_pairs: cfg.topology().machine_pairs(),
         idle_limit_ns: sim_idle_limit_ns(cfg, faults, end_ns, think_ns, op_words_max),
+        islands: cfg.islands.as_ref().map(|i| sim_islands(cfg, i)),
     };
     let t0 = Instant::now();
     // The simulator runs every worker on this thread: a panic ends them all.

@@ -112,6 +112,7 @@ mod contracts;
 mod driver;
 mod failures;
 mod fidelity;
+mod islands;
 mod matrix;
 mod shared_data;
 mod si_samples;
