@@ -272,7 +272,7 @@ impl World {
     /// The profile of the link from `from` to `to`: the machine's channel or the network.
     fn link_net(&self, from: NodeId, to: NodeId) -> &NetProfile {
         match &self.islands {
-            Some(i) if from != to && i.same_machine(from, to) => &i.model.channel,
+            Some(i) if self.on_channel(from, to) => &i.model.channel,
             _ => &self.cfg.net,
         }
     }
