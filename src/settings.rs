@@ -367,6 +367,48 @@ pub struct BenchArgs {
     #[arg(help_heading = "Machines", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub channel: Option<String>,
+    /// Simulator, islands model: ns a core pays per socket hop to its page's memory
+    /// [default: 41; sources give 25..70].
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_ns_per_hop: Option<u64>,
+    /// Simulator, islands model: ns for a line another core of the socket wrote last
+    /// [default: 40; sources give 25..60].
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line_same_socket_ns: Option<u64>,
+    /// Simulator, islands model: ns per hop for a line a core of another socket wrote last
+    /// [default: 100; sources give 60..150].
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line_ns_per_hop: Option<u64>,
+    /// Simulator, islands model: µs between two moves of an unbound thread, on average
+    /// [default: 4000; sources give 1000..16000].
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migration_interval_us: Option<u64>,
+    /// Simulator, islands model: µs a move costs the moved thread (its caches refilled)
+    /// [default: 50; sources give 10..200].
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migration_cost_us: Option<u64>,
+    /// Each instance (node) keeps its own commit log, shared by its threads with group
+    /// commit: a committing writer's record reaches it before any backup's. The simulator
+    /// models its writes; real fabrics write a ring file per node.
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub instance_log: bool,
+    /// Real fabrics: where the nodes' own log files go [default: /dev/shm, else the
+    /// temporary directory]; needs --instance-log.
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_log_dir: Option<std::path::PathBuf>,
+    /// Simulator: after each group's write, µs until its device has it (0: a file in memory,
+    /// the paper's memory-mapped log; 75: fdatasync to this machine's disk) [default: 0;
+    /// 0..=1000000]; needs --instance-log.
+    #[arg(help_heading = "Machines", long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_log_sync_us: Option<f64>,
     /// Coordinator co-routines per thread [default: 8; 1..=256].
     #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -709,6 +751,12 @@ fn resolve_islands(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
                 "--channel {c} needs a deployment on machines (--machines or --machine-preset, --granularity)"
             ));
         }
+        if let Some((name, v)) = islands_constants(a).first() {
+            return Err(format!(
+                "--{} {v} needs a deployment on machines (--machines or --machine-preset, --granularity)",
+                name.replace('_', "-")
+            ));
+        }
         return Ok(());
     }
     if let Some(flag) = [
@@ -756,8 +804,45 @@ fn resolve_islands(cfg: &mut RunConfig, a: &BenchArgs) -> Result<(), String> {
     cfg.islands = Some(atoll_runner::config::IslandsConfig {
         placement,
         channel: a.channel.clone(),
+        constants: islands_constants(a),
     });
     Ok(())
+}
+
+/// Each node's own log (`--instance-log`, its directory and device), or none; its other
+/// flags without it refused.
+fn resolve_instance_log(
+    a: &BenchArgs,
+) -> Result<Option<atoll_runner::config::InstanceLogConfig>, String> {
+    match (a.instance_log, &a.instance_log_dir, a.instance_log_sync_us) {
+        (false, None, None) => Ok(None),
+        (false, dir, _) => Err(format!(
+            "{} needs --instance-log",
+            if dir.is_some() {
+                "--instance-log-dir"
+            } else {
+                "--instance-log-sync-us"
+            }
+        )),
+        (true, dir, sync) => Ok(Some(atoll_runner::config::InstanceLogConfig {
+            dir: dir.clone(),
+            sync_us: sync.unwrap_or(0.0),
+        })),
+    }
+}
+
+/// The islands model's constants the flags set, by the model's names.
+fn islands_constants(a: &BenchArgs) -> Vec<(String, u64)> {
+    [
+        ("remote_ns_per_hop", a.remote_ns_per_hop),
+        ("line_same_socket_ns", a.line_same_socket_ns),
+        ("line_ns_per_hop", a.line_ns_per_hop),
+        ("migration_interval_us", a.migration_interval_us),
+        ("migration_cost_us", a.migration_cost_us),
+    ]
+    .into_iter()
+    .filter_map(|(name, v)| v.map(|v| (name.to_string(), v)))
+    .collect()
 }
 
 /// Shared-data's shape when `--memory-nodes` or `--compute-nodes` is not given.
@@ -842,6 +927,7 @@ pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
         cfg.threads = v;
     }
     resolve_islands(&mut cfg, a)?;
+    cfg.instance_log = resolve_instance_log(a)?;
     if let Some(v) = a.coroutines {
         cfg.coroutines = v;
     }

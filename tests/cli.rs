@@ -2141,6 +2141,88 @@ at_least = 1.0
     );
 }
 
+#[test]
+fn cli_repro_judges_a_points_own_figure_and_a_claims_chosen_figure() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("repro-value");
+    let _ = std::fs::remove_dir_all(&dir);
+    let exp = dir.join("experiments");
+    std::fs::create_dir_all(&exp).unwrap();
+    let experiment = |claims: &str| {
+        format!(
+            r#"title = "contention"
+source = "a test"
+metric = "summary.committed_per_s"
+[fixed]
+fabric = "sim"
+workload = "micro"
+nodes = 2
+coroutines = 4
+duration = 0.003
+warmup = 0.0005
+[fixed.params]
+kind = "update"
+rows = 2
+multisite_fraction = 1
+[sweep]
+key = "params.rows_per_node"
+values = [4, 100000]
+{claims}"#
+        )
+    };
+    // A hot population aborts, a large one hardly; throughput is no abort rate.
+    std::fs::write(
+        exp.join("contention.toml"),
+        experiment(
+            r#"[[claim]]
+text = "a hot population aborts"
+paper = "-"
+value = { "params.rows_per_node" = 4 }
+figure = "abort_rate"
+at_least = 0.05
+[[claim]]
+text = "a large one hardly"
+paper = "-"
+value = { "params.rows_per_node" = 100000 }
+figure = "abort_rate"
+at_most = 0.05
+[[claim]]
+text = "throughput is not a rate below 1"
+paper = "-"
+value = { "params.rows_per_node" = 100000 }
+at_most = 1.0
+"#,
+        ),
+    )
+    .unwrap();
+    let (e, out) = (exp.to_str().unwrap(), dir.join("out"));
+    let o = out.to_str().unwrap();
+    let (code, stdout, err) = atoll(&["repro", "contention", "--experiments", e, "--out", o]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    for (claim, verdict) in [
+        ("a hot population aborts", "| holds |"),
+        ("a large one hardly", "| holds |"),
+        ("throughput is not a rate below 1", "| does not hold |"),
+    ] {
+        let line = stdout.lines().find(|l| l.contains(claim)).unwrap_or("");
+        assert!(line.ends_with(verdict), "{claim}: {line}\n{stdout}");
+    }
+    // A value claim names its point alone; a figure must be one a run has.
+    for (claim, why) in [
+        (
+            "value = { \"params.rows_per_node\" = 4 }\nnumerator = { \"params.rows_per_node\" = 4 }",
+            "a value claim names its point only",
+        ),
+        (
+            "value = { \"params.rows_per_node\" = 4 }\nfigure = \"latency\"",
+            "figure = \"latency\": expected one of metric, abort_rate, committed_per_s",
+        ),
+    ] {
+        let text = format!("[[claim]]\ntext = \"t\"\npaper = \"-\"\n{claim}\nat_least = 1\n");
+        std::fs::write(exp.join("contention.toml"), experiment(&text)).unwrap();
+        bad(&["repro", "contention", "--experiments", e, "--out", o], &[why]);
+    }
+}
+
 /// The `atoll ...` command lines of README.md's `sh` blocks, continuations joined, comments
 /// dropped.
 fn readme_commands() -> Vec<String> {

@@ -131,6 +131,12 @@ pub struct Claim {
     pub numerator: Option<toml::Table>,
     /// The point measured below...
     pub denominator: Option<toml::Table>,
+    /// ... or no ratio: this point's figure itself is judged (an abort rate against the
+    /// paper's).
+    pub value: Option<toml::Table>,
+    /// Which figure of the points a ratio or value takes: `metric` (the experiment's, the
+    /// default), `abort_rate` or `committed_per_s`.
+    pub figure: Option<String>,
     /// ... or the peer's figure of this name.
     pub peer: Option<String>,
     /// Divides the ratio by this one's (a ratio of ratios: "drops the most" is its 90% / 10%
@@ -147,6 +153,9 @@ pub struct Claim {
     /// ... or at most this.
     pub at_most: Option<f64>,
 }
+
+/// The figures of a run a claim may take ([`Claim::figure`]).
+pub const FIGURES: [&str; 3] = ["metric", "abort_rate", "committed_per_s"];
 
 /// The properties a `share` claim counts.
 pub const SHARES: [&str; 4] = ["passed", "clean", "serializable", "snapshot"];
@@ -291,16 +300,28 @@ fn check_launches(e: &Experiment) -> Result<(), String> {
     }
 }
 
-/// A claim is a ratio (numerator over denominator or a peer figure) or a share, with
-/// exactly one bound, naming only points of its experiment.
+/// A claim is a ratio (numerator over denominator or a peer figure), a value (one point's
+/// figure) or a share, with exactly one bound, naming only points of its experiment.
 fn check_claim(e: &Experiment, c: &Claim) -> Result<(), String> {
     if c.at_least.is_none() == c.at_most.is_none() {
         return Err("expected exactly one of at_least, at_most".into());
     }
+    if let Some(f) = c.figure.as_deref().filter(|f| !FIGURES.contains(f)) {
+        return Err(format!(
+            "figure = {f:?}: expected one of {}",
+            FIGURES.join(", ")
+        ));
+    }
     let ratio = c.numerator.is_some();
     let below = c.denominator.is_some() as u8 + c.peer.is_some() as u8;
+    if c.value.is_some() {
+        if ratio || below > 0 || c.share.is_some() || c.relative_to.is_some() {
+            return Err("a value claim names its point only (no numerator, denominator, peer, share or relative_to)".into());
+        }
+    }
     match (ratio, below, &c.share) {
         (true, 1, None) => {}
+        (false, 0, None) if c.value.is_some() => {}
         (false, 0, Some(s)) if SHARES.contains(&s.as_str()) => {
             if c.relative_to.is_some() {
                 return Err("a share has no relative_to".into());
@@ -319,7 +340,8 @@ fn check_claim(e: &Experiment, c: &Claim) -> Result<(), String> {
         }
         _ => {
             return Err(
-                "expected numerator with one of denominator or peer, or share (with of)".into(),
+                "expected numerator with one of denominator or peer, value, or share (with of)"
+                    .into(),
             )
         }
     }
@@ -330,7 +352,9 @@ fn check_claim(e: &Experiment, c: &Claim) -> Result<(), String> {
         .relative_to
         .iter()
         .flat_map(|r| [&r.numerator, &r.denominator]);
-    let points = [&c.numerator, &c.denominator, &c.of].into_iter().flatten();
+    let points = [&c.numerator, &c.denominator, &c.of, &c.value]
+        .into_iter()
+        .flatten();
     for point in points.chain(relative) {
         for k in point.keys() {
             let known = *k == e.sweep.key || e.series.as_ref().is_some_and(|s| *k == s.key);

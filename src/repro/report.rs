@@ -25,12 +25,16 @@ fn is_point(e: &Experiment, row: &RunRow, point: &toml::Table) -> bool {
 
 /// A point's figure: the median over its clean runs (its seeds); none if any run of it
 /// was not clean, so a claim is never judged on a failed run.
-fn figure(e: &Experiment, rows: &[RunRow], point: &toml::Table) -> Option<f64> {
+fn figure(e: &Experiment, rows: &[RunRow], point: &toml::Table, which: &str) -> Option<f64> {
     let of: Vec<&RunRow> = rows.iter().filter(|r| is_point(e, r, point)).collect();
     if of.is_empty() || of.iter().any(|r| !r.clean) {
         return None;
     }
-    median(of.iter().filter_map(|r| r.metric))
+    median(of.iter().filter_map(|r| match which {
+        "abort_rate" => r.abort_rate,
+        "committed_per_s" => r.committed_per_s,
+        _ => r.metric,
+    }))
 }
 
 /// The share of the runs `of` names with the property `share`.
@@ -66,9 +70,11 @@ pub(super) fn judge(
         (Some(n), Some(d)) if d > 0.0 => Some(n / d),
         _ => None,
     };
-    let point = |p: &Option<toml::Table>| p.as_ref().and_then(|p| figure(e, rows, p));
+    let which = c.figure.as_deref().unwrap_or("metric");
+    let point = |p: &Option<toml::Table>| p.as_ref().and_then(|p| figure(e, rows, p, which));
     let (figure_, skipped) = match (&c.share, &c.peer) {
         (Some(s), _) => (share(e, rows, s, c.of.as_ref()), false),
+        (None, None) if c.value.is_some() => (point(&c.value), false),
         (None, Some(name)) => match peer {
             Some(f) => (
                 ratio_of(point(&c.numerator), f.figures.get(name).copied()),
@@ -81,8 +87,8 @@ pub(super) fn judge(
     let ratio = figure_.and_then(|r| match &c.relative_to {
         None => Some(r),
         Some(rel) => ratio_of(
-            figure(e, rows, &rel.numerator),
-            figure(e, rows, &rel.denominator),
+            figure(e, rows, &rel.numerator, which),
+            figure(e, rows, &rel.denominator, which),
         )
         .filter(|&q| q > 0.0)
         .map(|q| r / q),

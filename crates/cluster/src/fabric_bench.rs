@@ -361,6 +361,7 @@ pub(crate) fn serve_node(
         coalesce: false,
         // Both nodes are children of this machine's `fabric-bench`: UCX's defaults find them.
         settings: Vec::new(),
+        pin_cpus: Vec::new(),
     };
     // Both nodes register the same region, as the directory expects of every node; UCX
     // allocates it, as `atoll cluster`'s nodes do, so the peer maps it over shm.

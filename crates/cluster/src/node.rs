@@ -546,6 +546,29 @@ pub fn history_part(path: &std::path::Path, node: u16) -> std::path::PathBuf {
     path.with_file_name(name)
 }
 
+/// The UCX settings of node `node` of the run `cfg`.
+fn ucx_config(
+    cfg: &RunConfig,
+    node: NodeId,
+    transports: Transports,
+    settings: Vec<(String, String)>,
+) -> ucx::UcxConfig {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    ucx::UcxConfig {
+        transports,
+        settings,
+        nodes: cfg.nodes,
+        threads_per_node: cfg.threads,
+        pin_cpus: cfg.pin_cpus(node, cpus),
+        op_timeout_ns: ucx::OP_TIMEOUT_MS_DEFAULT * 1_000_000,
+        // Over tcp every one-sided op is a message too, and a doorbell carries tens of them
+        // (a TPC-C NewOrder's reads): room for each coordinator's whole doorbell.
+        am_inbox_messages_max: ucx::AM_INBOX_MESSAGES_DEFAULT
+            .max(cfg.coordinators_total() as usize * AM_INBOX_MESSAGES_PER_COORDINATOR),
+        coalesce: cfg.coalesce,
+    }
+}
+
 pub(crate) fn node_with<W: Workload, P: Protocol>(
     cfg: &RunConfig,
     w: W,
@@ -562,30 +585,22 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
     };
     let mut layout = atoll_runner::run::layout::<W, P>(cfg, &w)?;
     let catalog = layout.catalog.clone();
-    let ucfg = ucx::UcxConfig {
-        transports,
-        settings,
-        nodes: cfg.nodes,
-        threads_per_node: cfg.threads,
-        op_timeout_ns: ucx::OP_TIMEOUT_MS_DEFAULT * 1_000_000,
-        // Over tcp every one-sided op is a message too, and a doorbell carries tens of them
-        // (a TPC-C NewOrder's reads): room for each coordinator's whole doorbell.
-        am_inbox_messages_max: ucx::AM_INBOX_MESSAGES_DEFAULT
-            .max(cfg.coordinators_total() as usize * AM_INBOX_MESSAGES_PER_COORDINATOR),
-        coalesce: cfg.coalesce,
-    };
+    let ucfg = ucx_config(cfg, node, transports, settings);
     // UCX allocates the node's words, so peers on this machine map them (real RMA over shm).
     let (arena, memory) = ucx::NodeArena::allocate(&ucfg, node, &catalog.region_words_of(node))
         .map_err(|e| ClusterError::BadInput(format!("node {}: {e}", node.0)))?;
     layout.budget = node_budget(cfg, &layout, node)?;
-    let runtime = Arc::new(NodeRuntime::load_into(
-        node,
-        catalog.clone(),
-        layout.budget.clone(),
-        layout.txn_cfg.family.clone(),
-        &w,
-        Arc::new(memory),
-    )?);
+    let runtime = Arc::new(
+        NodeRuntime::load_into(
+            node,
+            catalog.clone(),
+            layout.budget.clone(),
+            layout.txn_cfg.family.clone(),
+            &w,
+            Arc::new(memory),
+        )?
+        .with_own_log(cfg, false, layout.txn_cfg.log_ring_words)?,
+    );
     let setup = runtime.setup();
     let history_out = match &cfg.history_file {
         Some(part) => Some(

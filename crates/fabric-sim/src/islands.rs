@@ -124,6 +124,100 @@ pub fn migration() -> Migration {
     }
 }
 
+/// A constant of the model a run may set (`--remote-ns-per-hop 70`, ...), for sensitivity
+/// runs: its default (the source's figure) and the range its sources support
+/// (`docs/simulator.md`'s table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Constant {
+    /// The name, as the flag spells it with `_` for `-`.
+    pub name: &'static str,
+    pub default: u64,
+    pub low: u64,
+    pub high: u64,
+}
+
+/// Every constant a run may set, in the order of the docs' table.
+pub const CONSTANTS: [Constant; 5] = [
+    Constant {
+        name: "remote_ns_per_hop",
+        default: 41,
+        low: 25,
+        high: 70,
+    },
+    Constant {
+        name: "line_same_socket_ns",
+        default: 40,
+        low: 25,
+        high: 60,
+    },
+    Constant {
+        name: "line_ns_per_hop",
+        default: 100,
+        low: 60,
+        high: 150,
+    },
+    Constant {
+        name: "migration_interval_us",
+        default: 4_000,
+        low: 1_000,
+        high: 16_000,
+    },
+    Constant {
+        name: "migration_cost_us",
+        default: 50,
+        low: 10,
+        high: 200,
+    },
+];
+
+/// How far past its cited range's top a constant may be set: further, the model is outside
+/// anything its sources describe.
+pub const CONSTANT_BEYOND_RANGE_MAX: u64 = 10;
+
+impl Islands {
+    /// Sets constant `name` ([`CONSTANTS`]) to `value`, refused (naming what is accepted)
+    /// when unknown or beyond [`CONSTANT_BEYOND_RANGE_MAX`] times its range's top, or a
+    /// migration interval of 0.
+    pub fn set_constant(&mut self, name: &str, value: u64) -> Result<(), String> {
+        let Some(c) = CONSTANTS.iter().find(|c| c.name == name) else {
+            let names: Vec<&str> = CONSTANTS.iter().map(|c| c.name).collect();
+            return Err(format!(
+                "'{name}' is not a constant of the islands model: expected one of {}",
+                names.join(", ")
+            ));
+        };
+        let max = c.high * CONSTANT_BEYOND_RANGE_MAX;
+        let min = u64::from(name == "migration_interval_us");
+        if !(min..=max).contains(&value) {
+            return Err(format!(
+                "{name} {value} is out of range: expected {min}..={max} (its sources give {}..{}, default {})",
+                c.low, c.high, c.default
+            ));
+        }
+        match name {
+            "remote_ns_per_hop" => self.memory.remote_ns_per_hop = value,
+            "line_same_socket_ns" => self.memory.line_same_socket_ns = value,
+            "line_ns_per_hop" => self.memory.line_ns_per_hop = value,
+            "migration_interval_us" => self.migration.interval_ns = value * 1_000,
+            "migration_cost_us" => self.migration.cost_ns = value * 1_000,
+            other => unreachable!("{other} is in CONSTANTS and set above"),
+        }
+        Ok(())
+    }
+
+    /// Constant `name`'s value in this model.
+    pub fn constant(&self, name: &str) -> Option<u64> {
+        Some(match name {
+            "remote_ns_per_hop" => self.memory.remote_ns_per_hop,
+            "line_same_socket_ns" => self.memory.line_same_socket_ns,
+            "line_ns_per_hop" => self.memory.line_ns_per_hop,
+            "migration_interval_us" => self.migration.interval_ns / 1_000,
+            "migration_cost_us" => self.migration.cost_ns / 1_000,
+            _ => return None,
+        })
+    }
+}
+
 /// The model's state in a run: where each worker is, and each tracked line's last writer.
 pub(crate) struct IslandsState {
     pub(crate) model: Islands,
@@ -256,6 +350,34 @@ mod tests {
     /// Word offset of the first word of page `page`.
     fn page(page: u32) -> u32 {
         page * (westmere().page_bytes / 8) as u32
+    }
+
+    #[test]
+    fn islands_constants_default_to_their_sources_and_refuse_values_past_their_range() {
+        let placement = Placement::derive(
+            atoll_fabric::machine::preset("x5660-cluster").unwrap(),
+            atoll_fabric::machine::Granularity::Socket,
+            1024,
+        )
+        .unwrap();
+        let mut m = Islands {
+            placement,
+            channel: crate::net::channel("shm").unwrap(),
+            memory: westmere(),
+            pinned: false,
+            migration: migration(),
+        };
+        for c in CONSTANTS {
+            assert_eq!(m.constant(c.name), Some(c.default), "{}", c.name);
+            assert!(c.low <= c.default && c.default <= c.high, "{c:?}");
+            m.set_constant(c.name, c.high).unwrap();
+            assert_eq!(m.constant(c.name), Some(c.high), "{}", c.name);
+            let e = m.set_constant(c.name, c.high * 10 + 1).unwrap_err();
+            assert!(e.contains("out of range"), "{e}");
+        }
+        assert!(m.set_constant("migration_interval_us", 0).is_err());
+        let e = m.set_constant("qpi_ns", 1).unwrap_err();
+        assert!(e.contains("remote_ns_per_hop"), "{e}");
     }
 
     #[test]

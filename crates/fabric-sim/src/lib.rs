@@ -59,6 +59,9 @@ pub struct SimConfig {
     /// Nodes as instances on machines of sockets ([`islands`]), and the seed of its draws;
     /// `None`: every node a machine of its own, its memory all local.
     pub islands: Option<(islands::Islands, u64)>,
+    /// Every node's own commit log, group-committed, as this device prices its writes;
+    /// `None`: no node keeps one.
+    pub instance_log: Option<net::LogDevice>,
 }
 
 /// The op timeout when none is configured: 1 ms of virtual time, a few hundred round trips
@@ -222,6 +225,10 @@ struct NodeState {
     /// each fails at its requester after the op timeout. Ordered, so a crash replays.
     /// The request's bytes ride along for the handler's CPU charge.
     serving: BTreeMap<(u32, u32, u32), (u64, u64)>,
+    /// Its own log's last group ([`SimConfig::instance_log`]): when the write carrying it
+    /// starts (appends before then join it) and when it is durable.
+    log_group_start_ns: u64,
+    log_group_end_ns: u64,
 }
 
 struct World {
@@ -708,6 +715,33 @@ impl Transport for SimTransport {
     fn reads_whole(&self) -> bool {
         // Without tearing, a verb executes at one instant of virtual time.
         self.world.borrow().tear.is_none()
+    }
+
+    fn instance_log_model(&self, bytes: u64) -> Option<atoll_fabric::LogWait> {
+        let mut wd = self.world.borrow_mut();
+        let device = wd.cfg.instance_log?;
+        let now = wd.workers[self.w as usize].clock_ns;
+        let node = &mut wd.nodes[self.node.0 as usize];
+        if now < node.log_group_start_ns {
+            // A group gathers behind the write under way: the record rides in its write.
+            return Some(atoll_fabric::LogWait {
+                wait_ns: node.log_group_end_ns - now,
+                led: false,
+            });
+        }
+        // A new group, written once the write under way (if any) ends. Its first appender
+        // pays the write's CPU now (the real leader pays it when the group starts: the same
+        // CPU, a little earlier).
+        let start = now.max(node.log_group_end_ns);
+        let end = start + device.write_ns(bytes) + device.sync_ns;
+        node.log_group_start_ns = start;
+        node.log_group_end_ns = end;
+        let cpu = device.write_ns(bytes);
+        wd.workers[self.w as usize].clock_ns += cpu;
+        Some(atoll_fabric::LogWait {
+            wait_ns: end.saturating_sub(now + cpu),
+            led: true,
+        })
     }
 
     fn post_timer(&self, slot: SlotId, delay_ns: u64) {
@@ -1361,6 +1395,7 @@ mod tests {
             machine_pairs: Vec::new(),
             idle_limit_ns: HUNG_AFTER_NS_MIN,
             islands: None,
+            instance_log: None,
         };
         (memory, handlers, cfg)
     }
@@ -1399,6 +1434,43 @@ mod tests {
         (v, report)
     }
 
+    #[test]
+    fn instance_log_appends_during_a_write_share_the_next_one() {
+        // Node 0's three workers append a 64-byte record at time 0 to a log whose device
+        // takes 10 us to sync: the first starts a write; the second finds it under way and
+        // starts the next group, written when the first ends; the third joins that group.
+        const SYNC_NS: u64 = 10_000;
+        let (memory, handlers, mut cfg) = two_nodes(3, Vec::new());
+        cfg.instance_log = Some(net::LogDevice::measured(SYNC_NS));
+        let write = cfg.instance_log.unwrap().write_ns(64);
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let o = out.clone();
+        run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &move |core| {
+                if core.id.node != NodeId(0) {
+                    return Vec::new();
+                }
+                let ep = Endpoint::new(core.clone(), TaskId(0));
+                let o = o.clone();
+                vec![Box::pin(async move {
+                    let w = ep.instance_log_model(64).expect("the run models a log");
+                    ep.sleep(w.wait_ns).await;
+                    o.lock().unwrap().push((w.led, ep.now_ns()));
+                }) as Coroutine]
+            },
+        );
+        let mut t = out.lock().unwrap().clone();
+        t.sort();
+        let group = write + SYNC_NS;
+        assert_eq!(
+            t,
+            vec![(false, 2 * group), (true, group), (true, 2 * group)]
+        );
+    }
+
     const REMOTE: RemotePtr = RemotePtr::new(NodeId(1), RegionId(0), 0);
 
     /// Node 0 writes 16 words of 7 over node 1's zeros while node 2 READs them many times:
@@ -1425,6 +1497,7 @@ mod tests {
             machine_pairs: Vec::new(),
             idle_limit_ns: HUNG_AFTER_NS_MIN,
             islands: None,
+            instance_log: None,
         };
         let mixed = Arc::new(Mutex::new(0usize));
         let m = mixed.clone();
@@ -1540,6 +1613,7 @@ mod tests {
             machine_pairs: Vec::new(),
             idle_limit_ns: HUNG_AFTER_NS_MIN,
             islands: None,
+            instance_log: None,
         };
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();

@@ -128,6 +128,9 @@ pub struct UcxConfig {
     /// Coalesce the active messages a worker sends one peer worker within an event-loop turn
     /// into one ([`AM_BATCH`]); otherwise each goes at once as its own.
     pub coalesce: bool,
+    /// The CPU each worker thread is bound to, by thread (`--pin`, from the deployment's
+    /// placement); empty: the OS places them.
+    pub pin_cpus: Vec<usize>,
 }
 
 /// What one node tells its peers at start-up: its workers' addresses (by thread) and its
@@ -1405,6 +1408,11 @@ pub fn run_node(
                 .name(format!("atoll-ucx-{t}"))
                 .spawn_scoped(s, move || {
                     let id = WorkerId { node, thread: t };
+                    if let Some(&cpu) = cfg.pin_cpus.get(t as usize) {
+                        // A CPU the machine lacks leaves the thread where the OS puts it
+                        // (the launcher refuses such a placement before any process starts).
+                        core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+                    }
                     let body = || serve_thread(cfg, setup, spawn, context, sh, t, to_main, dir_rx);
                     if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(body)) {
                         let mut f = sh.failure.lock().unwrap_or_else(|e| e.into_inner());

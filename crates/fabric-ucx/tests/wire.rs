@@ -75,6 +75,7 @@ fn forge(t: Transports, id: u16, header: Vec<u8>, data: Vec<u8>) -> Option<NodeR
         op_timeout_ns: 5_000_000_000,
         am_inbox_messages_max: AM_INBOX_MESSAGES_DEFAULT,
         coalesce: true,
+        pin_cpus: Vec::new(),
     };
     let memory = Arc::new(NodeMemory::new(NodeId(0), &[64]));
     let arena = match NodeArena::register(&cfg, &memory) {

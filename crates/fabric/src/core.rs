@@ -153,6 +153,22 @@ pub trait Transport {
     fn reads_whole(&self) -> bool {
         false
     }
+    /// A modelled own log of this node (the simulator's group commit): appends a record of
+    /// `bytes` at the caller's now and returns how long until the write carrying it ends,
+    /// having charged the calling core the write when it leads its group. `None` (the
+    /// default): the backend models nothing, and the caller writes a real log.
+    fn instance_log_model(&self, _bytes: u64) -> Option<LogWait> {
+        None
+    }
+}
+
+/// When a record appended to a modelled instance log is durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogWait {
+    /// Time from the append until the write carrying the record ends.
+    pub wait_ns: u64,
+    /// The caller's append started the write (it leads the group and paid for the write).
+    pub led: bool,
 }
 
 /// Runs an op on this node's CPU at once: a one-sided op on `memory`, an RPC by `handler`
@@ -589,6 +605,12 @@ impl Endpoint {
 
     pub fn counters(&self) -> VerbCounters {
         self.core.counters()
+    }
+
+    /// Appends a `bytes`-byte record to this node's modelled own log
+    /// ([`Transport::instance_log_model`]): `None` where the backend models none.
+    pub fn instance_log_model(&self, bytes: u64) -> Option<LogWait> {
+        self.core.transport.instance_log_model(bytes)
     }
 
     /// The own-node region `ptr` lies in, for an in-place access counted as the local op

@@ -17,8 +17,8 @@ pub mod verbs;
 
 pub use crate::core::ReplyTo;
 pub use crate::core::{
-    execute_local, panic_message, Completions, Coroutine, Doorbell, Endpoint, Executor, NodeSetup,
-    Posted, TaskId, Transport, WorkerCore, WorkerPanic,
+    execute_local, panic_message, Completions, Coroutine, Doorbell, Endpoint, Executor, LogWait,
+    NodeSetup, Posted, TaskId, Transport, WorkerCore, WorkerPanic,
 };
 pub use crate::ids::{NodeId, RegionId, RemotePtr, WorkerId};
 pub use crate::inthash::{IntHasher, IntMap};

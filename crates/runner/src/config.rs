@@ -187,7 +187,29 @@ pub struct RunConfig {
     /// The nodes as instances on machines of sockets of cores (hardware islands): the
     /// placement gives the nodes and their threads; the simulator models it.
     pub islands: Option<IslandsConfig>,
+    /// Each node keeps its own commit log ([`atoll_txn::own_log`]): modelled in the
+    /// simulator, a ring file per node elsewhere.
+    pub instance_log: Option<InstanceLogConfig>,
 }
+
+/// A node's own commit log (`--instance-log`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceLogConfig {
+    /// Real fabrics: the directory of the nodes' log files (default
+    /// [`INSTANCE_LOG_DIR_DEFAULT`], else the system's temporary directory).
+    pub dir: Option<std::path::PathBuf>,
+    /// Simulator: a write's wait for its device after the write itself, in µs (0: a file in
+    /// memory, the paper's memory-mapped log; about 75 for fdatasync to this machine's disk).
+    pub sync_us: f64,
+}
+
+/// Where real nodes write their own logs when the run names no directory: memory, as the
+/// paper's memory-mapped log files.
+pub const INSTANCE_LOG_DIR_DEFAULT: &str = "/dev/shm";
+
+/// Largest device wait a simulated instance log accepts (`--instance-log-sync-us`): a
+/// second per write is beyond any device.
+pub const INSTANCE_LOG_SYNC_US_MAX: f64 = 1e6;
 
 /// A deployment on machines (`--machines`, `--granularity`, ...).
 #[derive(Clone, Debug, PartialEq)]
@@ -196,6 +218,10 @@ pub struct IslandsConfig {
     /// Simulator only: the channel between instances of one machine
     /// (`atoll_fabric_sim::net::channels`); `None` on real fabrics.
     pub channel: Option<String>,
+    /// Simulator only: constants of the islands model set by the run, by name
+    /// (`atoll_fabric_sim::islands::CONSTANTS`), for sensitivity runs; the rest keep their
+    /// sources' figures.
+    pub constants: Vec<(String, u64)>,
 }
 
 /// The channel between instances of one machine when a simulated run names none: shared
@@ -238,6 +264,7 @@ impl Default for RunConfig {
             regions_whole: false,
             epoch_log: None,
             islands: None,
+            instance_log: None,
         }
     }
 }
@@ -338,6 +365,7 @@ impl RunConfig {
     fn validate_shape(&self) -> Result<(), ConfigError> {
         range("nodes", self.nodes, 1, NODES_MAX)?;
         self.validate_islands()?;
+        self.validate_instance_log()?;
         let placed = self.placed_roles()?;
         match self.roles {
             Roles::Partitioned => {
@@ -426,7 +454,80 @@ impl RunConfig {
             }
             (_, None) => {}
         }
+        if let Some((name, _)) = i.constants.first() {
+            if !matches!(self.fabric, Fabric::Sim { .. }) {
+                return Err(ConfigError(format!(
+                    "--{} needs --fabric sim (it is a constant of the simulator's islands model)",
+                    name.replace('_', "-")
+                )));
+            }
+            let mut model = crate::run::sim_islands_model(self, i);
+            for (name, v) in &i.constants {
+                model
+                    .set_constant(name, *v)
+                    .map_err(|e| ConfigError(format!("--{}: {e}", name.replace('_', "-"))))?;
+            }
+        }
         Ok(())
+    }
+
+    /// The CPU each of `node`'s worker threads is bound to under `--pin` (empty without it):
+    /// the core the deployment's placement gives the thread (its index within its machine),
+    /// else the node's threads in node order, each modulo the `cpus` this machine has. CPU
+    /// ids are Linux's numbering, which on a multi-socket machine may interleave sockets.
+    pub fn pin_cpus(&self, node: atoll_fabric::NodeId, cpus: usize) -> Vec<usize> {
+        if !self.pin_threads || cpus == 0 {
+            return Vec::new();
+        }
+        (0..self.threads)
+            .map(|t| {
+                let core = match &self.islands {
+                    Some(i) => i.placement.machine_core_index(i.placement.core_of(node, t)),
+                    None => node.0 as usize * self.threads as usize + t as usize,
+                };
+                core % cpus
+            })
+            .collect()
+    }
+
+    /// A node's own log: on partitioned families that log commit records, its device's
+    /// wait in the simulator, its directory elsewhere.
+    fn validate_instance_log(&self) -> Result<(), ConfigError> {
+        let Some(l) = &self.instance_log else {
+            return Ok(());
+        };
+        // The families whose commit goes through the log stage (`stages::log`).
+        use atoll_protocols::ProtocolKind as P;
+        let logs_records = [P::NoWait, P::WaitDie, P::Occ, P::Mvcc, P::Sundial];
+        if self.roles != Roles::Partitioned || !logs_records.contains(&self.protocol) {
+            return Err(ConfigError(format!(
+                "--instance-log needs the partitioned architecture and a protocol that logs commit records (nowait, waitdie, occ, mvcc, sundial): {} on {} logs otherwise",
+                self.protocol.name(),
+                if self.roles == Roles::Partitioned { "partitioned" } else { "shared-data" }
+            )));
+        }
+        if !l.sync_us.is_finite() || !(0.0..=INSTANCE_LOG_SYNC_US_MAX).contains(&l.sync_us) {
+            return Err(ConfigError(format!(
+                "--instance-log-sync-us {} is out of range: expected µs in 0..={INSTANCE_LOG_SYNC_US_MAX}",
+                l.sync_us
+            )));
+        }
+        match (&self.fabric, &l.dir) {
+            (Fabric::Sim { .. }, Some(d)) => Err(ConfigError(format!(
+                "--instance-log-dir {} needs a real fabric (the simulator models the log's writes)",
+                d.display()
+            ))),
+            (Fabric::Sim { .. }, None) => Ok(()),
+            (_, _) if l.sync_us > 0.0 => Err(ConfigError(format!(
+                "--instance-log-sync-us {} needs --fabric sim (a real log's writes take what its device takes)",
+                l.sync_us
+            ))),
+            (_, Some(d)) if !d.is_dir() => Err(ConfigError(format!(
+                "--instance-log-dir {}: not a directory (expected one to write the nodes' log files into)",
+                d.display()
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Warm-up, duration, injected latency, backups, attempts and OS threads.
@@ -745,6 +846,7 @@ impl RunConfig {
             plan: self.plan,
             log_replicas: self.log_replicas,
             log_ring_words,
+            instance_log: self.instance_log.is_some(),
             coordinators_total: self.coordinators_total(),
             coordinators_per_node: self.coordinators_per_node(),
             log_slots: self.topology().log_slots(self.log_replicas),
@@ -840,6 +942,9 @@ pub struct ConfigReport {
     /// The simulator's memory and migration model of the machines.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub machine_model: Option<String>,
+    /// Each node's own commit log (`--instance-log`): how it is kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_log: Option<String>,
 }
 
 /// A family's knobs and derived fields as a report shows them, in declaration order.

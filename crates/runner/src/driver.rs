@@ -165,6 +165,7 @@ pub fn report<W: Workload, P: Protocol>(
     // co-routine finished.
     let drained_ns = summaries.iter().filter_map(|s| s.drained_ns).max();
     let versions = version_report(cfg, &summaries);
+    let (instance_log, own_log) = own_log_check(&summaries).unzip();
     let memory = memory_report(cfg, w, &facts, &summaries, stopped_ns);
     // Every attempt, ordered by end time (ties by id), whichever node ran it.
     let mut history: Vec<TxnRecord> = summaries.into_iter().flat_map(|s| s.history).collect();
@@ -199,6 +200,7 @@ pub fn report<W: Workload, P: Protocol>(
         w.full_table_expected().then_some(W::NAME),
     ));
     checks.push(budget_check(&memory));
+    checks.extend(own_log);
     let passed = checks.iter().all(|c| c.passed);
     Report {
         format: FORMAT,
@@ -226,6 +228,7 @@ pub fn report<W: Workload, P: Protocol>(
         sim_wall_s: 0.0,
         ucx: None,
         versions,
+        instance_log,
         state_digests,
         sequenced: P::SEQUENCED.then(|| crate::report::SeqReport::of(&all.seq)),
         memory,
@@ -287,6 +290,41 @@ fn memory_report<W: Workload, L>(
 
 /// Whether the run stayed within its memory budget: a table refused growth stops the run
 /// (and fails it), naming what grew.
+/// The nodes' own logs (`--instance-log`), if the run kept them: their counts, and the
+/// check that every write succeeded, stating how many records a write carried.
+fn own_log_check<L>(
+    summaries: &[NodeSummary<L>],
+) -> Option<(crate::report::InstanceLogReport, CheckReport)> {
+    let logs: Vec<_> = summaries
+        .iter()
+        .filter_map(|s| s.own_log.as_ref())
+        .collect();
+    if logs.is_empty() {
+        return None;
+    }
+    let records: u64 = logs.iter().map(|l| l.0).sum();
+    let writes: u64 = logs.iter().map(|l| l.1).sum();
+    let records_per_write = records as f64 / writes.max(1) as f64;
+    let failure = logs.iter().find_map(|l| l.2.clone());
+    let check = CheckReport {
+        name: "run.instance_log".into(),
+        passed: failure.is_none(),
+        detail: match failure {
+            Some(f) => format!("a node's own log failed: {f}"),
+            None => format!(
+                "{records} records in {writes} group writes ({records_per_write:.2} records a write) over {} nodes' own logs, whole run",
+                logs.len()
+            ),
+        },
+    };
+    let report = crate::report::InstanceLogReport {
+        records,
+        writes,
+        records_per_write,
+    };
+    Some((report, check))
+}
+
 fn budget_check(m: &MemoryReport) -> CheckReport {
     use crate::sizing::human_bytes;
     CheckReport {
@@ -750,6 +788,26 @@ fn config_report<W: Workload, P: Protocol>(
             (Fabric::Sim { .. }, Some(i)) => Some(crate::run::sim_islands(cfg, i).0.describe()),
             _ => None,
         },
+        instance_log: cfg.instance_log.as_ref().map(|l| match (&cfg.fabric, &l.dir) {
+            (Fabric::Sim { .. }, _) => {
+                let d = sim::net::LogDevice::measured((l.sync_us * 1e3).round() as u64);
+                format!(
+                    "each node's own, group commit: a write {:.2} µs + {:.2} µs/KiB of CPU (measured into /dev/shm), then {} µs for its device",
+                    d.write_base_ns as f64 / 1e3,
+                    d.write_ns_per_kib as f64 / 1e3,
+                    l.sync_us
+                )
+            }
+            (_, dir) => format!(
+                "each node's own, group commit: a ring file in {} written by one write per group",
+                dir.as_ref()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_else(|| format!(
+                        "{} (else the temporary directory)",
+                        crate::config::INSTANCE_LOG_DIR_DEFAULT
+                    ))
+            ),
+        }),
     }
 }
 

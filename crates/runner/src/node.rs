@@ -48,6 +48,9 @@ pub struct NodeRuntime<W: Workload> {
     pub family_nodes: Arc<atoll_txn::FamilyNodes>,
     /// The run's configuration of its family, which the node's participant side serves by.
     family: Arc<dyn atoll_txn::FamilyConfig>,
+    /// Its own commit log, shared by its coordinators, when the run keeps one
+    /// ([`NodeRuntime::with_own_log`]).
+    pub own_log: Option<Arc<atoll_txn::own_log::OwnLog>>,
 }
 
 /// What the node's workers handed over when their last co-routine ended.
@@ -95,6 +98,9 @@ pub struct NodeSummary<L> {
     pub budget_limit_bytes: u64,
     #[serde(default)]
     pub budget_refusal: Option<String>,
+    /// Its own commit log's records, writes and first error, whole run (`--instance-log`).
+    #[serde(default)]
+    pub own_log: Option<(u64, u64, Option<String>)>,
 }
 
 /// A node's checks of its own records against the merged ledger.
@@ -172,7 +178,52 @@ impl<W: Workload> NodeRuntime<W> {
             versions: Arc::default(),
             family_nodes: Arc::default(),
             family,
+            own_log: None,
         })
+    }
+
+    /// Gives the node its own commit log as `cfg` asks (`--instance-log`): the backend's
+    /// model of it (`modelled`: the simulator), or a ring file in the run's directory with
+    /// room for records of `record_words_max` words.
+    pub fn with_own_log(
+        mut self,
+        cfg: &crate::config::RunConfig,
+        modelled: bool,
+        record_words_max: u32,
+    ) -> Result<Self, RunError> {
+        use atoll_txn::own_log::OwnLog;
+        let Some(l) = &cfg.instance_log else {
+            return Ok(self);
+        };
+        let log = if modelled {
+            OwnLog::modelled()
+        } else {
+            let dir = l.dir.clone().unwrap_or_else(|| {
+                let shm = std::path::PathBuf::from(crate::config::INSTANCE_LOG_DIR_DEFAULT);
+                if shm.is_dir() {
+                    shm
+                } else {
+                    std::env::temp_dir()
+                }
+            });
+            let path = dir.join(format!(
+                "atoll-{}-node{}.log",
+                std::process::id(),
+                self.node.0
+            ));
+            // Records of the largest write set four times over: a group never wraps onto
+            // its own records.
+            let ring = atoll_storage::instance_log::INSTANCE_LOG_RING_BYTES_DEFAULT
+                .max(4 * 8 * record_words_max as u64);
+            let file =
+                atoll_storage::InstanceLog::create(&path, ring).map_err(|e| RunError::Load {
+                    node: self.node,
+                    message: e.to_string(),
+                })?;
+            OwnLog::with_file(file)
+        };
+        self.own_log = Some(Arc::new(log));
+        Ok(self)
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -291,6 +342,10 @@ impl<W: Workload> NodeRuntime<W> {
             budget_used_bytes: self.store.budget().used_bytes(),
             budget_limit_bytes: self.store.budget().limit_bytes(),
             budget_refusal: self.store.budget().refusal().map(|r| r.to_string()),
+            own_log: self.own_log.as_ref().map(|l| {
+                let c = l.counts();
+                (c.records, c.writes, l.failure())
+            }),
         }
     }
 

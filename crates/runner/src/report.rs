@@ -245,6 +245,9 @@ pub struct Report {
     /// ([`atoll_txn::versions::VersionEvent`] names the keys).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub versions: Option<BTreeMap<String, u64>>,
+    /// The nodes' own commit logs (`--instance-log`), summed over nodes, whole run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_log: Option<InstanceLogReport>,
     /// Per node holding records, in node order: a digest of its records at the end
     /// (`StorageCheck::digest`), to compare two runs' final states.
     pub state_digests: Vec<(u16, u64)>,
@@ -274,6 +277,15 @@ fn own_nodes(c: &ConfigReport, first: u16) -> String {
         [role] => format!(" + {} {role}", c.nodes.saturating_sub(first)),
         roles => roles.iter().map(|r| format!(" + 1 {r}")).collect(),
     }
+}
+
+/// The nodes' own commit logs' records and the group writes that carried them.
+#[derive(Clone, Debug, Serialize)]
+pub struct InstanceLogReport {
+    pub records: u64,
+    pub writes: u64,
+    /// Records a write carried, on average: the group commit's group.
+    pub records_per_write: f64,
 }
 
 impl Report {
@@ -479,6 +491,9 @@ impl Report {
         }
         if let Some(m) = &c.machine_model {
             let _ = writeln!(o, "machines    {m}");
+        }
+        if let Some(l) = &c.instance_log {
+            let _ = writeln!(o, "log         {l}");
         }
         if let Some(r) = c.rate_per_s {
             let _ = writeln!(

@@ -544,13 +544,17 @@ fn load_nodes<W: Workload>(
     layout: &Layout,
     w: &W,
 ) -> Result<Vec<Arc<NodeRuntime<W>>>, RunError> {
+    let modelled = matches!(cfg.fabric, Fabric::Sim { .. });
+    let record_words_max = layout.txn_cfg.log_ring_words;
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.nodes)
             .map(|n| {
                 let (catalog, budget) = (layout.catalog.clone(), layout.budget.clone());
                 let family = layout.txn_cfg.family.clone();
                 s.spawn(move || {
-                    NodeRuntime::load(NodeId(n), catalog, budget, family, w).map(Arc::new)
+                    NodeRuntime::load(NodeId(n), catalog, budget, family, w)
+                        .and_then(|r| r.with_own_log(cfg, modelled, record_words_max))
+                        .map(Arc::new)
                 })
             })
             .collect();
@@ -715,18 +719,31 @@ pub fn sim_islands(
     cfg: &RunConfig,
     i: &crate::config::IslandsConfig,
 ) -> (sim::islands::Islands, u64) {
+    let mut model = sim_islands_model(cfg, i);
+    for (name, v) in &i.constants {
+        model
+            .set_constant(name, *v)
+            .unwrap_or_else(|e| panic!("validated at start-up: {e}"));
+    }
+    (model, cfg.seed)
+}
+
+/// The islands model of `cfg`'s deployment with its sources' constants.
+pub(crate) fn sim_islands_model(
+    cfg: &RunConfig,
+    i: &crate::config::IslandsConfig,
+) -> sim::islands::Islands {
     let channel = i
         .channel
         .as_deref()
         .unwrap_or(crate::config::CHANNEL_DEFAULT);
-    let model = sim::islands::Islands {
+    sim::islands::Islands {
         placement: i.placement,
         channel: sim::net::channel(channel).expect("validated channel"),
         memory: sim::islands::westmere(),
         pinned: cfg.pin_threads,
         migration: sim::islands::migration(),
-    };
-    (model, cfg.seed)
+    }
 }
 
 /// The simulator's part: every worker on this thread in virtual time, with the run's faults.
@@ -751,6 +768,10 @@ fn execute_sim(
         machine_pairs: cfg.topology().machine_pairs(),
         idle_limit_ns: sim_idle_limit_ns(cfg, faults, end_ns, think_ns, op_words_max),
         islands: cfg.islands.as_ref().map(|i| sim_islands(cfg, i)),
+        instance_log: cfg
+            .instance_log
+            .as_ref()
+            .map(|l| sim::net::LogDevice::measured((l.sync_us * 1e3).round() as u64)),
     };
     let t0 = Instant::now();
     // The simulator runs every worker on this thread: a panic ends them all.
@@ -1075,6 +1096,7 @@ pub(crate) fn node_coordinator<W: Workload>(
     let mut c = Coordinator::new(ep.clone(), run.catalog.clone(), run.txn.clone(), id);
     c.node_clock = node.clock.clone();
     c.versions = node.versions.clone();
+    c.own_log = node.own_log.clone();
     c.family_nodes = node.family_nodes.clone();
     c
 }

@@ -7,12 +7,14 @@
 //! Storage knows no backend: it sees only [`atoll_fabric::NodeMemory`] and pointers.
 
 pub mod budget;
+pub mod instance_log;
 pub mod layout;
 pub mod ordered;
 pub mod store;
 pub mod topology;
 
 pub use budget::{MemoryBudget, Refusal};
+pub use instance_log::{InstanceLog, InstanceLogCounts, InstanceLogError};
 pub use layout::{Catalog, ExtraRegion, Partition, TableId, TableLayout, TableSlots, TableSpec};
 pub use store::{Store, StoreError, GONE_BYTES_PER_KEY_MAX};
 pub use topology::{Architecture, Homes, Placement, RoleSpec, Topology, SERVICES_MAX};

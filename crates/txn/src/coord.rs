@@ -24,6 +24,9 @@ pub struct TxnConfig {
     pub log_replicas: u16,
     /// Words of each coordinator's log ring on each backup.
     pub log_ring_words: u32,
+    /// Each node keeps its own commit log, which a committing writer's record reaches
+    /// before the backups' ([`crate::own_log`]).
+    pub instance_log: bool,
     /// Co-routines in the cluster.
     pub coordinators_total: u32,
     /// Co-routines on each compute node: a backup holds one log ring per co-routine of each
@@ -174,6 +177,9 @@ pub struct Coordinator {
     /// The node's counters of old versions read outside the record (the runner hands every
     /// coordinator of a node the same one).
     pub versions: Arc<crate::versions::VersionCounters>,
+    /// The node's own commit log, when the run keeps one ([`TxnConfig::instance_log`]; the
+    /// runner hands every coordinator of a node the same one).
+    pub own_log: Option<Arc<crate::own_log::OwnLog>>,
     /// The families' node-wide state on this coordinator's node, shared with the node's
     /// participant side (the runner hands every coordinator of a node the same one).
     pub family_nodes: Arc<crate::sequenced::FamilyNodes>,
@@ -268,6 +274,7 @@ impl Coordinator {
             next_snapshot: None,
             node_clock: Arc::default(),
             versions: Arc::default(),
+            own_log: None,
             family_nodes: Arc::default(),
             family_ctx: None,
         }
@@ -834,6 +841,7 @@ mod tests {
                 plan: Plan::uniform(Primitive::OneSided),
                 log_replicas: replicas,
                 log_ring_words: 10,
+                instance_log: false,
                 coordinators_total: computes * per_node,
                 coordinators_per_node: per_node,
                 log_slots: topology.log_slots(replicas),

@@ -10,6 +10,7 @@ pub mod coord;
 pub mod handler;
 pub mod knobs;
 pub mod msg;
+pub mod own_log;
 pub mod plan;
 pub mod regions;
 pub mod sequenced;

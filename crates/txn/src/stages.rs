@@ -780,7 +780,7 @@ pub fn log_record_words(payload_words: impl IntoIterator<Item = u64>) -> u64 {
 /// to this coordinator's ring on each backup, which wraps when full (lazy reclamation).
 pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Result<(), Abort> {
     let replicas = tx.c.cfg.log_replicas as usize;
-    if replicas == 0 {
+    if replicas == 0 && !tx.c.cfg.instance_log {
         // Without backups a writer passes the point of no return here all the same.
         tx.logged = tx.entries.iter().any(|e| e.is_write());
         return Ok(());
@@ -810,6 +810,20 @@ pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Res
         "a {}-word log record does not fit a {ring}-word log ring (the workload wrote more than its largest write set declares)",
         rec.len()
     );
+    if tx.c.cfg.instance_log {
+        let own = tx.c.own_log.clone().unwrap_or_else(|| {
+            panic!(
+                "coordinator {}: the run keeps instance logs and gave this one none",
+                tx.c.id
+            )
+        });
+        // The instance's own log first: a record the backups hold is one it holds too.
+        own.append(&tx.c.ep, &rec).await?;
+    }
+    if replicas == 0 {
+        tx.logged = true;
+        return Ok(());
+    }
     let region = tx.c.catalog.extra_region(crate::coord::LOG_EXTRA_REGION);
     let mut d = tx.c.ep.doorbell();
     for b in 0..replicas {

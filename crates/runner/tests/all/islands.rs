@@ -1,13 +1,14 @@
 //! Hardware islands' deployments end to end in the simulator: nodes derived from machines of
 //! sockets of cores at each granularity (an instance per core, per socket, per machine), the
 //! placement the report states, and every deployment's run under faults checked clean with
-//! its history serializable, over each channel within a machine, threads bound or not.
+//! its history serializable, over each channel within a machine, threads bound or not; the
+//! instances' own logs, group-committed in the simulator and written to files in process.
 
 use crate::tell_recovery::seeds_from;
 use atoll_check::{self as history, Mode};
 use atoll_fabric::machine::{Granularity, Machines, Placement, SocketLinks};
 use atoll_protocols::ProtocolKind;
-use atoll_runner::config::{Fabric, FaultConfig, IslandsConfig, NODES_MAX};
+use atoll_runner::config::{Fabric, FaultConfig, InstanceLogConfig, IslandsConfig, NODES_MAX};
 use atoll_runner::{run, RunConfig, RunError};
 use atoll_testkit::{params, FAULTS_MIXED};
 use atoll_workloads::{Params, WorkloadKind};
@@ -67,8 +68,14 @@ fn islands_config(w: WorkloadKind, granularity: Granularity, seed: u64) -> RunCo
         islands: Some(IslandsConfig {
             placement,
             channel: Some(CHANNELS[seed as usize % CHANNELS.len()].into()),
+            constants: Vec::new(),
         }),
         pin_threads: seed % 3 != 0,
+        // Every instance's own log on odd seeds (the paper's instances each keep one).
+        instance_log: (seed % 2 == 1).then_some(InstanceLogConfig {
+            dir: None,
+            sync_us: 0.0,
+        }),
         log_replicas: 1,
         coroutines: 2,
         duration_s,
@@ -166,6 +173,7 @@ fn islands_a_machine_spread_over_sockets_pays_for_its_remote_memory() {
             islands: Some(IslandsConfig {
                 placement,
                 channel: None,
+                constants: Vec::new(),
             }),
             pin_threads: true,
             log_replicas: 0,
@@ -200,6 +208,125 @@ fn islands_a_deployment_that_does_not_fit_is_refused_up_front() {
     cfg.islands.as_mut().unwrap().channel = Some("carrier-pigeon".into());
     match run(&cfg, &|_| {}) {
         Err(RunError::Config(e)) => assert!(e.0.contains("shm, tcp-local, unix"), "{e}"),
+        other => panic!(
+            "expected a refusal, got {:?}",
+            other.map(|r| r.summary.committed)
+        ),
+    }
+}
+
+/// A one-instance-per-`granularity` deployment of 1 machine of 4 cores running local update
+/// transactions of the microbenchmark, one co-routine a thread, every instance keeping its
+/// own log on `fabric`.
+fn logged_run(fabric: Fabric, granularity: Granularity, sync_us: f64) -> atoll_runner::Report {
+    let machines = Machines {
+        machines: 1,
+        sockets_per_machine: 1,
+        cores_per_socket: 4,
+        links: SocketLinks::Full,
+    };
+    let placement = Placement::derive(machines, granularity, NODES_MAX).unwrap();
+    let sim = matches!(fabric, Fabric::Sim { .. });
+    let cfg = RunConfig {
+        fabric,
+        workload: WorkloadKind::Micro,
+        params: params(&[
+            ("rows_per_node", "10000"),
+            ("rows", "4"),
+            ("kind", "update"),
+            ("multisite_fraction", "0"),
+        ]),
+        protocol: ProtocolKind::WaitDie,
+        nodes: placement.nodes(),
+        threads: placement.threads_per_node,
+        islands: Some(IslandsConfig {
+            placement,
+            channel: None,
+            constants: Vec::new(),
+        }),
+        instance_log: Some(InstanceLogConfig { dir: None, sync_us }),
+        // This machine's 2 cores cannot take the model's 4 bound threads.
+        pin_threads: sim,
+        log_replicas: 0,
+        coroutines: 1,
+        duration_s: if sim { 0.01 } else { 0.3 },
+        warmup_s: if sim { 0.001 } else { 0.05 },
+        ..RunConfig::default()
+    };
+    let r = run(&cfg, &|_| {}).unwrap();
+    assert!(r.checks.iter().all(|c| c.passed), "{}", r.render());
+    r
+}
+
+#[test]
+fn islands_an_instance_log_groups_its_threads_records_into_shared_writes() {
+    let sim = || Fabric::Sim {
+        net: "10gbe-tcp".into(),
+        faults: FaultConfig::default(),
+    };
+    // 20 µs a write on the device: threads that commit while a write is under way share the
+    // next one. An instance of 4 threads groups; instances of 1 thread of 1 co-routine never
+    // have a second record to group.
+    let up = logged_run(sim(), Granularity::Machine, 20.0);
+    let out = logged_run(sim(), Granularity::Core, 20.0);
+    let (lu, lo) = (
+        up.instance_log.clone().unwrap(),
+        out.instance_log.clone().unwrap(),
+    );
+    assert!(lu.records_per_write > 1.5, "scale-up: {lu:?}");
+    assert!(
+        (lo.records_per_write - 1.0).abs() < 1e-9,
+        "scale-out: {lo:?}"
+    );
+    for (r, l) in [(&up, &lu), (&out, &lo)] {
+        assert!(
+            l.records >= r.summary.committed,
+            "{l:?} for {}",
+            r.summary.committed
+        );
+        let check = r
+            .checks
+            .iter()
+            .find(|c| c.name == "run.instance_log")
+            .unwrap();
+        assert!(check.detail.contains("records a write"), "{}", check.detail);
+    }
+    // The device's wait is the transaction's: without it the same run commits more.
+    let fast = logged_run(sim(), Granularity::Core, 0.0);
+    assert!(
+        fast.summary.committed_per_s > 1.5 * out.summary.committed_per_s,
+        "{} against {} tx/s",
+        fast.summary.committed_per_s,
+        out.summary.committed_per_s
+    );
+    // In process the instances write real files, each record once.
+    for g in [Granularity::Machine, Granularity::Core] {
+        let r = logged_run(Fabric::InProc, g, 0.0);
+        let l = r.instance_log.unwrap();
+        assert!(
+            l.records >= r.summary.committed && l.writes >= 1 && l.writes <= l.records,
+            "{} in process: {l:?}, {} committed",
+            g.name(),
+            r.summary.committed
+        );
+    }
+}
+
+#[test]
+fn islands_an_instance_log_is_refused_where_nothing_logs_commit_records() {
+    let mut cfg = islands_config(WorkloadKind::SmallBank, Granularity::Socket, 1);
+    cfg.protocol = ProtocolKind::Calvin;
+    match run(&cfg, &|_| {}) {
+        Err(RunError::Config(e)) => assert!(e.0.contains("--instance-log"), "{e}"),
+        other => panic!(
+            "expected a refusal, got {:?}",
+            other.map(|r| r.summary.committed)
+        ),
+    }
+    let mut cfg = islands_config(WorkloadKind::SmallBank, Granularity::Socket, 1);
+    cfg.instance_log.as_mut().unwrap().dir = Some("/tmp".into());
+    match run(&cfg, &|_| {}) {
+        Err(RunError::Config(e)) => assert!(e.0.contains("needs a real fabric"), "{e}"),
         other => panic!(
             "expected a refusal, got {:?}",
             other.map(|r| r.summary.committed)
