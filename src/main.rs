@@ -1020,10 +1020,11 @@ fn resolve_cluster_bench(args: &[String]) -> Result<(RunConfig, BenchArgs), Stri
             "--fabric {f} with cluster: a cluster's fabric is UCX between its processes"
         ));
     }
-    if a.os_threads.is_some() || a.pin || a.net_latency_us.is_some() {
+    // `--pin` binds each process's threads (`RunConfig::pin_cpus`); these two only shape
+    // an in-process run.
+    if a.os_threads.is_some() || a.net_latency_us.is_some() {
         return Err(
-            "--os-threads, --pin and --net-latency-us are in-process settings, not a cluster's"
-                .into(),
+            "--os-threads and --net-latency-us are in-process settings, not a cluster's".into(),
         );
     }
     let r = resolve(&a)?;
@@ -1085,9 +1086,11 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         Err(e) => return bad(e.0),
     };
     // The nodes get the flags as given, with the cluster's node count, unless the flags
-    // give a shared-data shape, which names its own (memory + compute + the family's role nodes).
+    // give a shared-data shape, which names its own (memory + compute + the family's role
+    // nodes), or a deployment on machines, whose placement gives them.
     let mut args: Vec<String> = rest.to_vec();
-    let shaped = resolve_cluster_bench(&args).is_ok_and(|(c, _)| c.roles != Roles::Partitioned);
+    let shaped = resolve_cluster_bench(&args)
+        .is_ok_and(|(c, _)| c.roles != Roles::Partitioned || c.islands.is_some());
     if !shaped
         && !rest
             .iter()
@@ -1106,9 +1109,10 @@ fn cluster(a: ClusterArgs) -> ExitCode {
         );
     }
     if let Some(nodes) = given.filter(|&n| n != cfg.nodes) {
-        let what = match cfg.roles {
-            Roles::Partitioned => format!("bench --nodes {}", cfg.nodes),
-            Roles::SharedData { .. } => format!(
+        let what = match (cfg.roles, &cfg.islands) {
+            (_, Some(i)) => format!("the deployment's {} instances ({})", cfg.nodes, i.placement),
+            (Roles::Partitioned, None) => format!("bench --nodes {}", cfg.nodes),
+            (Roles::SharedData { .. }, None) => format!(
                 "the shared-data shape's {} nodes ({})",
                 cfg.nodes,
                 cfg.topology().describe()

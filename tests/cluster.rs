@@ -183,6 +183,79 @@ fn ucx_cluster_sends_each_message_on_its_own_with_coalesce_off_and_says_which_it
 }
 
 #[test]
+fn ucx_cluster_a_deployment_on_machines_starts_its_placements_instances_each_with_its_own_log() {
+    let _one = serial();
+    if !ucx_built() {
+        return;
+    }
+    // One machine of 2 cores: an instance per core (2 processes of 1 thread, each bound to
+    // its core and writing its own log) and one per machine (1 process of 2 threads).
+    for (granularity, instances) in [("core", 2), ("machine", 1)] {
+        let args = [
+            "cluster",
+            "--transport",
+            "shm",
+            "bench",
+            "--machines",
+            "1",
+            "--cores-per-socket",
+            "2",
+            "--granularity",
+            granularity,
+            "--pin",
+            "--instance-log",
+            "--workload",
+            "micro",
+            "-p",
+            "kind=update",
+            "-p",
+            "multisite_fraction=0.5",
+            "--protocol",
+            "waitdie",
+            "--plan",
+            "rpc",
+            "--log-replicas",
+            "0",
+            "--duration",
+            "0.2",
+            "--warmup",
+            "0.05",
+        ];
+        let (code, out, err) = cluster(&args);
+        assert_eq!(code, 0, "{granularity}: exited {code}:\n{out}\n{err}");
+        assert!(
+            out.contains(&format!("granularity {granularity}")) && !out.contains("FAIL"),
+            "{granularity}:\n{out}"
+        );
+        let log = out
+            .lines()
+            .find(|l| l.contains("run.instance_log"))
+            .unwrap_or_else(|| panic!("{granularity}: no instance log check:\n{out}"));
+        assert!(
+            log.contains("PASS") && log.contains(&format!("over {instances} nodes' own logs")),
+            "{granularity}: {log}"
+        );
+    }
+    // The cluster's node count is the placement's: another one is refused.
+    let (code, _, err) = cluster(&[
+        "cluster",
+        "--nodes",
+        "3",
+        "--transport",
+        "shm",
+        "bench",
+        "--machines",
+        "1",
+        "--cores-per-socket",
+        "2",
+        "--granularity",
+        "core",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the deployment's 2 instances"), "{err}");
+}
+
+#[test]
 fn ucx_cluster_3_processes_run_the_write_skew_probe_and_checkout_with_every_check_passing() {
     let _one = serial();
     if !ucx_built() {

@@ -8,10 +8,11 @@ use std::path::Path;
 /// How a run is made.
 enum Launch {
     InProcess,
-    /// `atoll cluster --nodes N --transport T bench --config K.toml`.
+    /// `atoll cluster --nodes N --transport T bench --config K.toml`; without `--nodes` for
+    /// a deployment on machines (its placement gives the nodes).
     Cluster {
         transport: String,
-        nodes: u16,
+        nodes: Option<u16>,
     },
 }
 
@@ -21,11 +22,12 @@ impl Launch {
         match table.remove(CLUSTER_KEY) {
             None => Ok(Launch::InProcess),
             Some(toml::Value::String(t)) if CLUSTER_TRANSPORTS.contains(&t.as_str()) => {
+                let on_machines = MACHINE_KEYS.iter().any(|k| table.contains_key(*k));
                 let nodes = table
                     .get("nodes")
                     .and_then(|n| n.as_integer())
                     .and_then(|n| u16::try_from(n).ok())
-                    .unwrap_or(CLUSTER_NODES_DEFAULT);
+                    .or((!on_machines).then_some(CLUSTER_NODES_DEFAULT));
                 Ok(Launch::Cluster {
                     transport: t,
                     nodes,
@@ -51,7 +53,8 @@ impl Launch {
         match self {
             Launch::InProcess => format!("atoll bench --config {}{history}", config.display()),
             Launch::Cluster { transport, nodes } => format!(
-                "atoll cluster --nodes {nodes} --transport {transport} bench --config {}{history}",
+                "atoll cluster{} --transport {transport} bench --config {}{history}",
+                nodes.map_or(String::new(), |n| format!(" --nodes {n}")),
                 config.display()
             ),
         }
@@ -60,6 +63,15 @@ impl Launch {
 
 /// Node processes of a cluster run whose settings name no `nodes` (bench's default).
 const CLUSTER_NODES_DEFAULT: u16 = 2;
+
+/// Settings that make a deployment on machines, whose placement gives the nodes.
+const MACHINE_KEYS: [&str; 5] = [
+    "machines",
+    "machine_preset",
+    "sockets_per_machine",
+    "cores_per_socket",
+    "granularity",
+];
 
 /// Runs run `k` of `e` with settings `table`, labelled `(x, series)`: an error only when
 /// its files cannot be written (a run that fails is a row that says why).
@@ -149,14 +161,16 @@ fn cluster(
     config: &Path,
     history: Option<&Path>,
     transport: &str,
-    nodes: u16,
+    nodes: Option<u16>,
 ) -> Result<serde_json::Value, String> {
     let exe = std::env::current_exe()
         .map_err(|err| format!("cannot find this program to start a cluster: {err}"))?;
     let json = config.with_extension("json");
     let _ = std::fs::remove_file(&json);
+    let nodes = nodes.map(|n| ["--nodes".to_string(), n.to_string()]);
     let out = std::process::Command::new(exe)
-        .args(["cluster", "--nodes", &nodes.to_string()])
+        .arg("cluster")
+        .args(nodes.iter().flatten())
         .args(["--transport", transport, "bench", "--quiet", "--config"])
         .arg(config)
         .arg("--json")
