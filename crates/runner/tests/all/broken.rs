@@ -199,6 +199,51 @@ impl Protocol for NoWaitWithoutReadLocks {
     }
 }
 
+/// WAITDIE whose participants give back a read lock as soon as they answer: the
+/// hardware-islands paper's one-shot read-only optimisation, which lets a transaction
+/// release before it holds all its locks, so it is no longer two-phase
+/// (docs/reproducing.md, "One-shot 2PC").
+struct WaitDieReleasingReadsAtAnswer;
+
+impl Protocol for WaitDieReleasingReadsAtAnswer {
+    const NAME: &'static str = "waitdie-releasing-reads-at-answer";
+    const STAGES: &'static [Stage] = atoll_protocols::WaitDie::STAGES;
+    const KEEP_TS_ON_RETRY: bool = true;
+    const KNOBS: &'static [atoll_txn::KnobSpec] = atoll_protocols::WaitDie::KNOBS;
+    type EntryState = ();
+
+    fn configure(
+        knobs: &atoll_txn::Knobs,
+    ) -> Result<std::sync::Arc<dyn atoll_txn::FamilyConfig>, atoll_txn::knobs::KnobError> {
+        atoll_protocols::WaitDie::configure(knobs)
+    }
+
+    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
+        atoll_protocols::WaitDie::check_plan(plan)
+    }
+
+    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+        <atoll_protocols::WaitDie as Protocol>::fetch(tx, idxs).await?;
+        // The defect: the records only read are unlocked once read.
+        let reads: atoll_txn::Idxs = idxs
+            .iter()
+            .copied()
+            .filter(|&i| tx.entries[i].access == Access::Read)
+            .collect();
+        let prim = tx.c.plan().get(Stage::Release);
+        stages::release(tx, &reads, prim).await;
+        Ok(())
+    }
+
+    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+        <atoll_protocols::WaitDie as Protocol>::commit(tx).await
+    }
+
+    async fn rollback(tx: &mut TxnCore<'_>) {
+        <atoll_protocols::WaitDie as Protocol>::rollback(tx).await
+    }
+}
+
 /// SUNDIAL that commits at a timestamp its read leases may not reach: no renewal.
 struct SundialWithoutRenewal;
 
@@ -1030,6 +1075,7 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
         row::<OccWithoutValidation>(ProtocolKind::Occ, seeds, base),
         row::<OccSwappingPayloads>(ProtocolKind::Occ, seeds, base),
         row::<NoWaitWithoutReadLocks>(ProtocolKind::NoWait, seeds, base),
+        row::<WaitDieReleasingReadsAtAnswer>(ProtocolKind::WaitDie, seeds, base),
         row::<SundialWithoutRenewal>(ProtocolKind::Sundial, seeds, base),
         row::<OccLeavingAbortedWrites>(ProtocolKind::Occ, seeds, base),
         row::<MvccOldWriteBack>(ProtocolKind::Mvcc, seeds, base),
@@ -1069,6 +1115,7 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
     let controls = vec![
         row::<atoll_protocols::Occ>(ProtocolKind::Occ, seeds, base),
         row::<atoll_protocols::NoWait>(ProtocolKind::NoWait, seeds, base),
+        row::<atoll_protocols::WaitDie>(ProtocolKind::WaitDie, seeds, base),
         row::<atoll_protocols::Sundial>(ProtocolKind::Sundial, seeds, base),
         row::<Mvcc>(ProtocolKind::Mvcc, seeds, base),
         row::<atoll_protocols::Rsi>(ProtocolKind::Rsi, seeds, base),
