@@ -526,6 +526,23 @@ impl RunConfig {
                 "--instance-log-dir {}: not a directory (expected one to write the nodes' log files into)",
                 d.display()
             ))),
+            (_, Some(d)) => {
+                // Refused now rather than when a node's load fails: a probe file made and
+                // removed at once.
+                let probe = d.join(format!(".atoll-probe-{}", std::process::id()));
+                let made = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&probe);
+                let _ = std::fs::remove_file(&probe);
+                made.map(|_| ()).map_err(|e| {
+                    ConfigError(format!(
+                        "--instance-log-dir {}: cannot write a file there ({e}): expected a writable directory",
+                        d.display()
+                    ))
+                })
+            }
             _ => Ok(()),
         }
     }
