@@ -777,7 +777,9 @@ pub fn log_record_words(payload_words: impl IntoIterator<Item = u64>) -> u64 {
 
 /// Logs the write set to `log_replicas` backups (RCC's coordinator log, before write-back):
 /// the record `[ts, entries, words, (table, key, new version, payload...)..., checksum]` goes
-/// to this coordinator's ring on each backup, which wraps when full (lazy reclamation).
+/// to this coordinator's ring on each backup, which wraps when full (lazy reclamation). With
+/// `instance_log`, the same record is first made durable in the node's own log
+/// ([`crate::own_log`]).
 pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Result<(), Abort> {
     let replicas = tx.c.cfg.log_replicas as usize;
     if replicas == 0 && !tx.c.cfg.instance_log {
