@@ -259,6 +259,23 @@ pub const ATOMIC_WORD_NS_CONNECTX: u64 = 400;
 
 /// The named network profiles.
 pub fn profiles() -> Vec<NetProfile> {
+    // Kernel TCP over 10 GbE, with and without its CPU per message charged.
+    let ten_gbe = NetProfile {
+            name: "10gbe-tcp",
+            source: "10 Gb Ethernet with kernel TCP, the baseline of the hardware-islands paper and Tell §6.6. \
+                     A ~30 us small-message round trip and ~1 M msgs/s per node are our estimates; one-sided \
+                     verbs are emulated in software on the target CPU",
+            rtt_ns: [30_000; VerbKind::COUNT],
+            bandwidth_bytes_per_s: 1.25 * GB,
+            nic_msgs_per_s: 1e6,
+            wire_header_bytes: 66,
+            qp_cache_peers: u32::MAX,
+            qp_miss_ns: 0,
+            one_sided_in_nic: false,
+            // Emulated by the target's CPU, which serves them one at a time anyway.
+            atomic_word_ns: 0,
+            msg_cpu_ns: 0,
+        };
     vec![
         NetProfile {
             name: "edr-ib",
@@ -304,35 +321,16 @@ pub fn profiles() -> Vec<NetProfile> {
             atomic_word_ns: ATOMIC_WORD_NS_CONNECTX,
             msg_cpu_ns: 0,
         },
-        NetProfile {
-            name: "10gbe-tcp",
-            source: "10 Gb Ethernet with kernel TCP, the baseline of the hardware-islands paper and Tell §6.6. \
-                     A ~30 us small-message round trip and ~1 M msgs/s per node are our estimates; one-sided \
-                     verbs are emulated in software on the target CPU",
-            rtt_ns: [30_000; VerbKind::COUNT],
-            bandwidth_bytes_per_s: 1.25 * GB,
-            nic_msgs_per_s: 1e6,
-            wire_header_bytes: 66,
-            qp_cache_peers: u32::MAX,
-            qp_miss_ns: 0,
-            one_sided_in_nic: false,
-            // Emulated by the target's CPU, which serves them one at a time anyway.
-            atomic_word_ns: 0,
-            msg_cpu_ns: 0,
-        },
+        ten_gbe.clone(),
         NetProfile {
             name: "10gbe-kernel",
-            source: "10 Gb Ethernet with kernel TCP whose send and receive CPU is charged:                      10gbe-tcp's ~30 us round trip on the wire and NICs, plus the kernel's CPU per                      message end measured here over loopback (MEASURED_TCP_LOCAL_MSG_CPU_NS) on                      both cores, as the channel tcp-local charges it within a machine (the                      hardware-islands experiments' cluster network)",
-            rtt_ns: [30_000; VerbKind::COUNT],
-            bandwidth_bytes_per_s: 1.25 * GB,
-            // The NIC's rate, as 10gbe-tcp's: the kernel's CPU is each core's, charged to it.
-            nic_msgs_per_s: 1e6,
-            wire_header_bytes: 66,
-            qp_cache_peers: u32::MAX,
-            qp_miss_ns: 0,
-            one_sided_in_nic: false,
-            atomic_word_ns: 0,
+            source: "10 Gb Ethernet with kernel TCP whose send and receive CPU is charged: \
+                     10gbe-tcp's ~30 us round trip on the wire and NICs, plus the kernel's CPU per \
+                     message end measured here over loopback (MEASURED_TCP_LOCAL_MSG_CPU_NS) on \
+                     both cores, as the channel tcp-local charges it within a machine (the \
+                     hardware-islands experiments' cluster network)",
             msg_cpu_ns: MEASURED_TCP_LOCAL_MSG_CPU_NS,
+            ..ten_gbe
         },
         NetProfile {
             name: "ipoib",

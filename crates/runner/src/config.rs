@@ -467,6 +467,16 @@ impl RunConfig {
                     .set_constant(name, *v)
                     .map_err(|e| ConfigError(format!("--{}: {e}", name.replace('_', "-"))))?;
             }
+            let m = &model.migration;
+            if !self.pin_threads && m.interval_ns <= m.cost_ns {
+                // Each move would cost more than the time to the next: the threads do
+                // nothing but move (the simulation finds them hung).
+                return Err(ConfigError(format!(
+                    "--migration-interval-us {} is not above --migration-cost-us {}: an unbound thread would do nothing but move (expected an interval above the cost)",
+                    m.interval_ns / 1_000,
+                    m.cost_ns / 1_000
+                )));
+            }
         }
         Ok(())
     }
