@@ -599,6 +599,7 @@ pub(crate) fn node_with<W: Workload, P: Protocol>(
             &w,
             Arc::new(memory),
         )?
+        .with_replicas(&layout.txn_cfg, &w)?
         .with_own_log(cfg, false, layout.txn_cfg.log_ring_words)?,
     );
     let setup = runtime.setup();

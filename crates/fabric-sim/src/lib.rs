@@ -767,6 +767,13 @@ impl Transport for SimTransport {
         true
     }
 
+    fn local_work_ns(&self, accesses: u64, bytes: u64) -> u64 {
+        // Priced as a handler's work on the same memory: its accesses and its copying.
+        let wd = self.world.borrow();
+        let cpu = &wd.cfg.cpu;
+        accesses * cpu.local_op_ns + (bytes as f64 * cpu.rpc_handler_ns_per_byte) as u64
+    }
+
     fn on_switch(&self) {
         let mut wd = self.world.borrow_mut();
         wd.workers[self.w as usize].clock_ns += wd.cfg.cpu.switch_ns;

@@ -123,6 +123,12 @@ pub trait Transport {
     fn compute(&self, ns: u64) -> bool;
     /// Charges a switch to a co-routine (the simulator's CPU model; free elsewhere).
     fn on_switch(&self) {}
+    /// The CPU this backend charges for work on the node's own memory outside any verb
+    /// (a backup applying a log record to its replica): `accesses` direct accesses and
+    /// `bytes` copied. 0 (the default) where the work itself takes real time.
+    fn local_work_ns(&self, _accesses: u64, _bytes: u64) -> u64 {
+        0
+    }
     /// The worker's event loop finished a turn: every ready co-routine ran once and what
     /// arrived was handled. A backend that holds messages back to send them together sends
     /// them now (UCX's coalescing); nothing to do elsewhere.
@@ -715,6 +721,14 @@ impl Endpoint {
             slot,
         }
         .await;
+    }
+
+    /// Charges what this backend prices `accesses` direct accesses to the node's own memory
+    /// and `bytes` copied at ([`Transport::local_work_ns`]): nothing where the work took
+    /// its real time already.
+    pub async fn local_work(&self, accesses: u64, bytes: u64) {
+        let ns = self.core.transport.local_work_ns(accesses, bytes);
+        self.compute(ns).await;
     }
 
     /// Lets the other co-routines of this worker run, resuming after `ns` (at least one

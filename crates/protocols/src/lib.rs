@@ -481,6 +481,18 @@ impl ProtocolKind {
     }
 
     /// [`Protocol::SEQUENCED`]: a deterministic protocol, run by sequenced lanes.
+    /// [`Protocol::LOGS_ITS_INSTALLS`].
+    pub fn logs_its_installs(self) -> bool {
+        struct Logs;
+        impl ProtocolVisitor for Logs {
+            type Out = bool;
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::LOGS_ITS_INSTALLS
+            }
+        }
+        self.dispatch(Logs)
+    }
+
     pub fn sequenced(self) -> bool {
         struct Seq;
         impl ProtocolVisitor for Seq {

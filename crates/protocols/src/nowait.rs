@@ -12,6 +12,7 @@ pub struct NoWait;
 
 impl Protocol for NoWait {
     const NAME: &'static str = "nowait";
+    const LOGS_ITS_INSTALLS: bool = true;
     const STAGES: &'static [Stage] = &[
         Stage::Read,
         Stage::Lock,

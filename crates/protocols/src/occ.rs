@@ -12,6 +12,7 @@ pub struct Occ;
 
 impl Protocol for Occ {
     const NAME: &'static str = "occ";
+    const LOGS_ITS_INSTALLS: bool = true;
     const STAGES: &'static [Stage] = &[
         Stage::Read,
         Stage::Lock,

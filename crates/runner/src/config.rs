@@ -873,6 +873,7 @@ impl RunConfig {
             plan: self.plan,
             log_replicas: self.log_replicas,
             log_ring_words,
+            log_applied: self.replicates_partitions(),
             instance_log: self.instance_log.is_some(),
             coordinators_total: self.coordinators_total(),
             coordinators_per_node: self.coordinators_per_node(),
@@ -880,6 +881,16 @@ impl RunConfig {
             loc_cache_entries_max: loc_cache_entries_max(self.coordinators_total()),
             family: self.family_config(),
         }
+    }
+
+    /// Whether each partition's backups keep a replica of it, applying the coordinators'
+    /// logs ([`atoll_txn::TxnConfig::log_applied`]): partitioned, with backups, and a protocol
+    /// whose log is what it installs (a sequenced one replicates its inputs instead; the
+    /// snapshot-isolation family's replicas come with the shared-data fail-over, issue 41).
+    pub fn replicates_partitions(&self) -> bool {
+        matches!(self.roles, Roles::Partitioned)
+            && self.log_replicas > 0
+            && self.protocol.logs_its_installs()
     }
 
     /// Co-routines running transactions, on every compute node.

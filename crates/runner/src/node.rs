@@ -51,6 +51,28 @@ pub struct NodeRuntime<W: Workload> {
     /// Its own commit log, shared by its coordinators, when the run keeps one
     /// ([`NodeRuntime::with_own_log`]).
     pub own_log: Option<Arc<atoll_txn::own_log::OwnLog>>,
+    /// Its replicas of the partitions it backs up and the cleaner applying its log rings to
+    /// them, when the run replicates partitions ([`NodeRuntime::with_replicas`]).
+    pub cleaner: Option<Arc<Mutex<atoll_txn::log_ring::LogCleaner>>>,
+}
+
+/// A node's replicas after the run, its rings drained: what the driver compares with each
+/// partition's primary.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaCheck {
+    /// The node's own partition: its live records and their digest
+    /// ([`atoll_txn::log_ring::partition_digest`]).
+    pub primary: (u64, u64),
+    /// Each replica it holds: the partition, its live records and their digest.
+    pub copies: Vec<(u16, u64, u64)>,
+    /// Log records and entries its cleaner applied over the run.
+    pub applied_records: u64,
+    pub applied_entries: u64,
+    /// Passes at which a ring's next entry waited on another ring's earlier write.
+    pub waits: u64,
+    /// What its cleaner found wrong (the first few), and how many in all.
+    pub problems: Vec<String>,
+    pub problems_seen: u64,
 }
 
 /// What the node's workers handed over when their last co-routine ended.
@@ -110,6 +132,9 @@ pub struct NodeChecks<C> {
     pub node: u16,
     pub storage: StorageCheck,
     pub workload: C,
+    /// Its replicas against the partitions' primaries, when the run replicates partitions.
+    #[serde(default)]
+    pub replicas: Option<ReplicaCheck>,
 }
 
 impl<W: Workload> NodeRuntime<W> {
@@ -179,7 +204,47 @@ impl<W: Workload> NodeRuntime<W> {
             family_nodes: Arc::default(),
             family,
             own_log: None,
+            cleaner: None,
         })
+    }
+
+    /// Gives the node a replica of each partition it backs up when `txn` replicates
+    /// partitions ([`atoll_txn::TxnConfig::log_applied`]): each loaded as its primary was
+    /// (the workload's loader is a function of the partition), in tables of its own beside
+    /// the node's registered memory, reached only by the node's log cleaner.
+    pub fn with_replicas(mut self, txn: &atoll_txn::TxnConfig, w: &W) -> Result<Self, RunError> {
+        use atoll_txn::log_ring::{LogCleaner, Replica};
+        if !txn.log_applied {
+            return Ok(self);
+        }
+        let topology = *self.store.catalog.topology();
+        let mut replicas = Vec::new();
+        for p in topology.replicated_by(self.node, txn.log_replicas) {
+            let load_error = |message: String| RunError::Load {
+                node: self.node,
+                message: format!("its replica of partition {}: {message}", p.0),
+            };
+            let catalog = Arc::new(self.store.catalog.detached());
+            let tables = catalog.table_count();
+            // Only the tables: the log and a family's regions are the registered memory's.
+            let words: Vec<usize> = catalog
+                .region_words_of(p)
+                .into_iter()
+                .enumerate()
+                .map(|(r, w)| if r < tables { w } else { 0 })
+                .collect();
+            let memory = Arc::new(NodeMemory::new(p, &words));
+            let store = Store::with_budget(catalog, memory, self.store.budget().clone())
+                .map_err(|e| load_error(e.to_string()))?;
+            w.load(&store).map_err(|e| load_error(e.to_string()))?;
+            replicas.push(Replica {
+                partition: p,
+                store: Arc::new(store),
+            });
+        }
+        let cleaner = LogCleaner::new(txn.log_geometry(), replicas, topology.nodes_total());
+        self.cleaner = Some(Arc::new(Mutex::new(cleaner)));
+        Ok(self)
     }
 
     /// Gives the node its own commit log as `cfg` asks (`--instance-log`): the backend's
@@ -366,6 +431,37 @@ impl<W: Workload> NodeRuntime<W> {
             node: self.node.0,
             storage,
             workload: w.check_node(&self.store, ledger),
+            replicas: self.replica_check(),
+        })
+    }
+
+    /// Drains the node's log rings into its replicas (every coordinator has finished) and
+    /// digests them and its own partition.
+    fn replica_check(&self) -> Option<ReplicaCheck> {
+        use atoll_txn::log_ring::partition_digest;
+        let cleaner = self.cleaner.as_ref()?;
+        let mut c = cleaner.lock().expect("no poisoned cleaner");
+        let log = self.store.memory().region(
+            self.store
+                .catalog
+                .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
+        );
+        c.drain(log);
+        Some(ReplicaCheck {
+            primary: partition_digest(&self.store),
+            copies: c
+                .replicas()
+                .iter()
+                .map(|r| {
+                    let (records, digest) = partition_digest(&r.store);
+                    (r.partition.0, records, digest)
+                })
+                .collect(),
+            applied_records: c.applied.records,
+            applied_entries: c.applied.entries,
+            waits: c.applied.waiting,
+            problems: c.problems.clone(),
+            problems_seen: c.problems_seen(),
         })
     }
 }

@@ -553,6 +553,7 @@ fn load_nodes<W: Workload>(
                 let family = layout.txn_cfg.family.clone();
                 s.spawn(move || {
                     NodeRuntime::load(NodeId(n), catalog, budget, family, w)
+                        .and_then(|r| r.with_replicas(&layout.txn_cfg, w))
                         .and_then(|r| r.with_own_log(cfg, modelled, record_words_max))
                         .map(Arc::new)
                 })
@@ -1018,11 +1019,23 @@ fn worker_coroutines<W: Workload, P: Protocol>(
             Box::pin(fut) as Coroutine
         })
         .collect();
+    if let (0, Some(cleaner)) = (core.id.thread, &node.cleaner) {
+        // The node's log cleaner rides on its first worker too.
+        let (run, rt) = (shared.clone(), node.clone());
+        tasks.push(Box::pin(atoll_txn::log_ring::clean(
+            Endpoint::new(core.clone(), TaskId(tasks.len() as u32)),
+            cleaner.clone(),
+            shared
+                .catalog
+                .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
+            Rc::new(move |now| run.over(&rt, now)),
+        )));
+    }
     if core.id.thread == 0 && P::node_task_wanted(&shared.txn) {
         // The node's background task rides on its first worker, after its co-routines.
         let (run, rt) = (shared.clone(), node.clone());
         let task = atoll_txn::NodeTask {
-            ep: Endpoint::new(core.clone(), TaskId(coroutines as u32)),
+            ep: Endpoint::new(core.clone(), TaskId(tasks.len() as u32)),
             catalog: shared.catalog.clone(),
             cfg: shared.txn.clone(),
             clock: node.clock.clone(),

@@ -144,6 +144,7 @@ impl TestCluster {
             plan,
             log_replicas,
             log_ring_words: 1024,
+            log_applied: false,
             instance_log: false,
             // Ids as `coordinator` hands them out: by worker index, over every node.
             coordinators_total: nodes as u32 * coroutines,

@@ -10,9 +10,7 @@ use atoll_txn::knobs::FamilyHeap;
 use atoll_txn::stages::log_record_words;
 use atoll_workloads::{Workload, WorkloadVisitor};
 
-/// Largest log records a coordinator's ring holds before it wraps: a few, so the ring is
-/// not the record's size exactly and consecutive commits land at different offsets.
-pub const LOG_RING_RECORDS: u64 = 8;
+pub use atoll_txn::log_ring::LOG_RING_RECORDS;
 
 /// Bytes of a memory word.
 const WORD_BYTES: u64 = 8;
@@ -153,6 +151,9 @@ pub struct Sizing {
     /// Every coordinator's location cache, full (each capped at its share of
     /// `config::LOC_CACHES_BYTES_MAX`).
     pub loc_cache_bytes: u64,
+    /// Replicas of other partitions each node holding records keeps beside its own (its
+    /// backups' share: [`RunConfig::replicates_partitions`]), each as large as a partition.
+    pub replica_copies: u16,
 }
 
 impl Sizing {
@@ -191,14 +192,16 @@ impl Sizing {
     /// Bytes a run takes at start: its tables as loaded, every other region, index and
     /// heap, every node's: what the budget is asked for before anything grows.
     pub fn total_bytes(&self) -> u64 {
-        self.start_bytes_beside_tables() + self.table_start_bytes * self.memory_nodes as u64
+        let copies = 1 + self.replica_copies as u64;
+        self.start_bytes_beside_tables()
+            + self.table_start_bytes * self.memory_nodes as u64 * copies
     }
 
     /// [`Sizing::total_bytes`] without the tables (which their stores take themselves).
     pub fn start_bytes_beside_tables(&self) -> u64 {
         self.fixed_region_bytes()
             + self.coroutine_bytes
-            + self.ordered_index_bytes * self.memory_nodes as u64
+            + self.ordered_index_bytes * self.memory_nodes as u64 * (1 + self.replica_copies as u64)
             + self.family_cluster_bytes
             + self.family_node_bytes * self.memory_nodes as u64
             + self.loc_cache_bytes
@@ -271,7 +274,9 @@ fn growth_room(
     overflow_versions: u32,
     limit: u64,
 ) -> Vec<u64> {
-    let per_node = limit / cfg.memory_nodes().max(1) as u64;
+    // A node's replicas of other partitions grow as its own partition does.
+    let copies = 1 + cfg.replicates_partitions() as u64 * cfg.log_replicas as u64;
+    let per_node = limit / cfg.memory_nodes().max(1) as u64 / copies;
     let start = |s: &TableSpec| {
         s.capacity_per_node as u64
             * (TableLayout::slot_words(s, version_slots)
@@ -450,10 +455,10 @@ pub fn size<W: Workload>(
     };
     let write_set = w.largest_write_set();
     let log_record_words_max = log_record_words(write_set.iter().map(|&t| payload_words(t)));
-    let ring = LOG_RING_RECORDS * log_record_words_max;
+    let ring = LOG_RING_RECORDS as u64 * log_record_words_max;
     let rings =
         cfg.topology().log_slots(cfg.log_replicas) as u64 * cfg.coordinators_per_node() as u64;
-    let log_region_words = ring * rings;
+    let log_region_words = (atoll_txn::log_ring::LOG_RING_HEAD_WORDS as u64 + ring) * rings;
     if log_region_words > REGION_WORDS_MAX {
         return Err(ConfigError(format!(
             "the log region needs {log_region_words} words per node ({rings} rings (log slots × threads × coroutines = {} × {} × {}) of {ring} words: {LOG_RING_RECORDS} records of up to {log_record_words_max} words, as {} writes up to {} records), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer threads, coroutines or log replicas, or a smaller write set ({})",
@@ -495,6 +500,11 @@ pub fn size<W: Workload>(
         loc_cache_bytes: cfg.coordinators_total() as u64
             * crate::config::loc_cache_entries_max(cfg.coordinators_total()) as u64
             * crate::config::LOC_CACHE_BYTES_PER_ENTRY,
+        replica_copies: if cfg.replicates_partitions() {
+            cfg.log_replicas
+        } else {
+            0
+        },
     };
     let need = sizing.total_bytes();
     if need > limit {
@@ -638,11 +648,11 @@ mod tests {
         };
         let s = sizing(&ycsb).unwrap();
         // Two entries of 512 stored words each, plus their heads, the record's head and tail.
-        assert_eq!(s.log_record_words_max, 3 + 2 * (4 + 512) + 1);
-        assert_eq!(s.log_ring_words as u64, LOG_RING_RECORDS * 1036);
+        assert_eq!(s.log_record_words_max, 4 + 2 * (4 + 512) + 1);
+        assert_eq!(s.log_ring_words as u64, LOG_RING_RECORDS as u64 * 1037);
         let smallbank = sizing(&RunConfig::default()).unwrap();
         // Amalgamate's three one-word balances (three stored words each).
-        assert_eq!(smallbank.log_record_words_max, 3 + 3 * (4 + 3) + 1);
+        assert_eq!(smallbank.log_record_words_max, 4 + 3 * (4 + 3) + 1);
     }
 
     #[test]
@@ -656,7 +666,8 @@ mod tests {
     }
 
     #[test]
-    fn sizing_log_regions_hold_rings_of_the_nodes_logging_to_them_only() {
+    fn sizing_log_regions_hold_a_ring_of_every_coordinator_that_may_write_a_partition_backed_up_there(
+    ) {
         let cfg = RunConfig {
             nodes: 8,
             threads: 2,
@@ -667,9 +678,15 @@ mod tests {
         let s = sizing(&cfg).unwrap();
         assert_eq!(
             s.log_region_words,
-            2 * 2 * 4 * s.log_ring_words as u64,
-            "log_replicas × threads × coroutines rings, whatever the node count"
+            8 * 2 * 4 * (1 + s.log_ring_words as u64),
+            "nodes × threads × coroutines rings (any coordinator may write a partition this node backs up), each a head word and its slots"
         );
+        let none = sizing(&RunConfig {
+            log_replicas: 0,
+            ..cfg
+        })
+        .unwrap();
+        assert_eq!(none.log_region_words, 0, "no backups, no rings");
     }
 
     fn small_sizing(nodes: u16) -> Sizing {
@@ -696,6 +713,7 @@ mod tests {
             family_cluster_bytes: 0,
             family_node_bytes: 0,
             loc_cache_bytes: 0,
+            replica_copies: 0,
         }
     }
 

@@ -992,6 +992,27 @@ impl Catalog {
         }
     }
 
+    /// The same catalog with index hints of its own, starting where this one's stand: for a
+    /// store that holds a copy of a partition (a backup's replica), whose own splits must
+    /// not move the hints the partition's readers start from.
+    pub fn detached(&self) -> Catalog {
+        Catalog {
+            nodes: self.nodes,
+            topology: self.topology,
+            tables: self.tables.clone(),
+            extra_regions: self.extra_regions.clone(),
+            records_only: self.records_only,
+            lock_word: self.lock_word,
+            index_hints: self
+                .index_hints
+                .iter()
+                .map(|h| {
+                    std::sync::atomic::AtomicU64::new(h.load(std::sync::atomic::Ordering::Relaxed))
+                })
+                .collect(),
+        }
+    }
+
     /// The catalog with records whose `LOCK` word holds `lock_word`'s format.
     pub fn with_lock_word(mut self, lock_word: LockWord) -> Self {
         self.lock_word = lock_word;

@@ -943,6 +943,38 @@ impl Store {
         Ok(())
     }
 
+    /// The key version of `key`'s live record and its slot, `None` if it has none.
+    pub fn live_key_version(&self, t: TableId, key: u64) -> Option<(u32, u64)> {
+        let idx = self.lookup(t, key)?;
+        let off = self.catalog.layout(t).record_offset(idx) as usize;
+        let v = self.region(t).load(off + H_VERSION as usize);
+        Some((idx, v & VERSION_KEY_MASK))
+    }
+
+    /// Installs a whole stored `payload` and `key_version` in the live record at slot `idx`
+    /// on the owner's CPU (a backup's log cleaner applying a logged write to its replica):
+    /// payload first, then the version word, keeping the slot's incarnation.
+    pub fn install(&self, t: TableId, idx: u32, key_version: u64, payload: &[u64]) {
+        let layout = self.catalog.layout(t);
+        assert_eq!(
+            payload.len(),
+            layout.payload_words as usize,
+            "{}: a payload of {} words installed in {}-word records",
+            self.name(t),
+            payload.len(),
+            layout.payload_words
+        );
+        let off = layout.record_offset(idx) as usize;
+        let region = self.region(t);
+        region.write_from(off + HEADER_WORDS as usize, payload);
+        let v = region.load(off + H_VERSION as usize);
+        debug_assert_eq!(v & VERSION_ABSENT, 0, "install into an absent record");
+        region.store(
+            off + H_VERSION as usize,
+            make_version(incarnation(v), key_version & VERSION_KEY_MASK),
+        );
+    }
+
     /// The stored payload (engine words included) of slot `idx`.
     pub fn read_payload(&self, t: TableId, idx: u32, out: &mut Vec<u64>) {
         let layout = self.catalog.layout(t);

@@ -404,14 +404,44 @@ impl Topology {
     }
 
     /// Log ring slots (each one ring per co-routine of a compute node) a backup holds, for
-    /// `replicas` backups per coordinator.
+    /// `replicas` backups per coordinator. Partitioned, a coordinator logs to the backups of
+    /// the partitions it writes, so every node holds a slot of every node's coordinators.
     pub fn log_slots(&self, replicas: u16) -> u32 {
         match self.architecture {
-            Architecture::Partitioned => replicas as u32,
+            Architecture::Partitioned if replicas == 0 => 0,
+            Architecture::Partitioned => self.memory_nodes as u32,
             Architecture::SharedData => {
                 replicas as u32 * self.compute_nodes.div_ceil(self.memory_nodes) as u32
             }
         }
+    }
+
+    /// Backup `b` (0-based) of partition `p` (the records node `p` holds as their primary):
+    /// the `b+1`-th next node. Partitioned only; `b` below [`Topology::log_replicas_max`].
+    pub fn partition_backup(&self, p: NodeId, b: u16) -> NodeId {
+        assert!(
+            self.architecture == Architecture::Partitioned && p.0 < self.memory_nodes,
+            "partition {} of {self:?}",
+            p.0
+        );
+        debug_assert!(
+            b + 1 < self.memory_nodes,
+            "backup {b} of {} nodes",
+            self.memory_nodes
+        );
+        NodeId(((p.0 as u32 + 1 + b as u32) % self.memory_nodes as u32) as u16)
+    }
+
+    /// The partitions node `n` holds a replica of when every partition has `backups`
+    /// backups ([`Topology::partition_backup`]): the `backups` nodes before it.
+    pub fn replicated_by(&self, n: NodeId, backups: u16) -> Vec<NodeId> {
+        if self.architecture != Architecture::Partitioned || !self.holds_records(n) {
+            return Vec::new();
+        }
+        let m = self.memory_nodes as u32;
+        (1..=backups as u32)
+            .map(|b| NodeId(((n.0 as u32 + m - b % m) % m) as u16))
+            .collect()
     }
 
     /// Backup `b` (0-based) of coordinators on compute node `n`, and the slot of their rings

@@ -29,10 +29,14 @@ pub enum Abort {
     /// (a reconnaissance read's, Calvin's OLLP) did not name, because what it read changed
     /// since; every node executing it finds the same, and it is sequenced again.
     KeysChanged,
+    /// A backup's log ring stayed full (its log cleaner applied none of the coordinator's
+    /// records while the attempt waited for room, [`crate::log_ring`]): back-pressure, nothing
+    /// logged, the attempt retried.
+    LogFull,
 }
 
 impl Abort {
-    pub const ALL: [Abort; 11] = [
+    pub const ALL: [Abort; 12] = [
         Abort::LockBusy,
         Abort::ValidationFailed,
         Abort::Conflict,
@@ -44,6 +48,7 @@ impl Abort {
         Abort::NodeFailed,
         Abort::SnapshotTooOld,
         Abort::KeysChanged,
+        Abort::LogFull,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -64,6 +69,7 @@ impl Abort {
             Abort::NodeFailed => "node_failed",
             Abort::SnapshotTooOld => "snapshot_too_old",
             Abort::KeysChanged => "keys_changed",
+            Abort::LogFull => "log_full",
         }
     }
 

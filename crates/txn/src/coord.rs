@@ -22,8 +22,15 @@ pub struct TxnConfig {
     pub plan: Plan,
     /// Backups each committing coordinator logs its writes to (RCC's coordinator log).
     pub log_replicas: u16,
-    /// Words of each coordinator's log ring on each backup.
+    /// Words of each coordinator's log ring on each backup: its record slots
+    /// ([`crate::log_ring::LOG_RING_RECORDS`] records of the largest write set each), after
+    /// the ring's head word.
     pub log_ring_words: u32,
+    /// The backups apply their rings to replicas of the partitions they back up (partitioned,
+    /// with backups): a coordinator logs to every backup of every partition it writes, and
+    /// waits for room in a ring its backup has not applied yet. Otherwise (shared-data) a
+    /// coordinator logs to its own backups and a ring wraps over its oldest records.
+    pub log_applied: bool,
     /// Each node keeps its own commit log, which a committing writer's record reaches
     /// before the backups' ([`crate::own_log`]).
     pub instance_log: bool,
@@ -92,20 +99,30 @@ impl TxnConfig {
         })
     }
 
-    /// Words of the log region each node registers.
-    pub fn log_region_words(&self) -> usize {
-        self.log_ring_words as usize * self.log_slots as usize * self.coordinators_per_node as usize
+    /// Where the rings lie in every node's log region.
+    pub fn log_geometry(&self) -> crate::log_ring::RingGeometry {
+        crate::log_ring::RingGeometry {
+            ring_words: self.log_ring_words,
+            rings: self.log_slots * self.coordinators_per_node,
+        }
     }
 
-    /// Where, in a backup's log region, the ring of coordinator `id` starts when its compute
-    /// node's rings take `slot` there ([`atoll_storage::Topology::log_backup`]).
+    /// Words of the log region each node registers.
+    pub fn log_region_words(&self) -> usize {
+        self.log_geometry().region_words()
+    }
+
+    /// Where, in a backup's log region, the ring of coordinator `id` starts (its head word)
+    /// when its compute node's rings take `slot` there ([`atoll_storage::Topology::log_backup`];
+    /// partitioned, the compute node's index).
     pub fn log_ring_offset(&self, id: u32, slot: u32) -> u32 {
         debug_assert!(
             slot < self.log_slots,
             "log slot {slot} of {}",
             self.log_slots
         );
-        (slot * self.coordinators_per_node + id % self.coordinators_per_node) * self.log_ring_words
+        (slot * self.coordinators_per_node + id % self.coordinators_per_node)
+            * self.log_geometry().stride()
     }
 }
 
@@ -142,8 +159,10 @@ pub struct Coordinator {
     /// Where attempts take their timestamps from.
     ts: Box<dyn TsSource>,
     loc_cache: HashMap<(TableId, NodeId, u64), Loc, BuildHasherDefault<LocHasher>>,
-    /// Next write offset within this coordinator's ring, per backup (1st, 2nd, ...).
-    pub(crate) log_pos: Vec<u32>,
+    /// The number of this coordinator's next record in its ring on each node (by node).
+    pub(crate) log_seq: Vec<u64>,
+    /// Records of its ring each node had applied when it last looked ([`TxnConfig::log_applied`]).
+    pub(crate) log_applied: Vec<u64>,
     /// Attempts begun so far: the low bits of the next attempt's tag.
     attempts_begun: u64,
     /// Sequenced requests this coordinator dispatched ([`Coordinator::next_sequenced_tag`]).
@@ -255,13 +274,14 @@ impl Coordinator {
             "coordinator {id} of {}",
             cfg.coordinators_total
         );
-        let replicas = cfg.log_replicas as usize;
+        let nodes = catalog.topology().nodes_total() as usize;
         Coordinator {
             ep,
             catalog,
             ts,
             loc_cache: HashMap::default(),
-            log_pos: vec![0; replicas],
+            log_seq: vec![0; nodes],
+            log_applied: vec![0; nodes],
             cfg,
             id,
             attempts_begun: 0,
@@ -841,6 +861,7 @@ mod tests {
                 plan: Plan::uniform(Primitive::OneSided),
                 log_replicas: replicas,
                 log_ring_words: 10,
+                log_applied: false,
                 instance_log: false,
                 coordinators_total: computes * per_node,
                 coordinators_per_node: per_node,
@@ -863,11 +884,11 @@ mod tests {
                 rings.sort();
                 for w in rings.windows(2) {
                     assert!(
-                        w[1] >= w[0] + cfg.log_ring_words,
+                        w[1] >= w[0] + cfg.log_geometry().stride(),
                         "{topology:?}: rings overlap on node {backup}"
                     );
                 }
-                let end = rings.last().unwrap() + cfg.log_ring_words;
+                let end = rings.last().unwrap() + cfg.log_geometry().stride();
                 assert!(
                     end as usize <= cfg.log_region_words(),
                     "{topology:?}: a ring ends at {end}, past node {backup}'s region"

@@ -492,6 +492,15 @@ impl Local {
                 r.write_from(offset as usize, &words);
                 Reply::Ok
             }
+            Request::LogHead { offset } => {
+                let r = store.memory().region(self.log_region);
+                if offset as usize >= r.len_words() {
+                    return Reply::BadRequest;
+                }
+                Reply::Word {
+                    value: r.load(offset as usize),
+                }
+            }
             Request::WriteBack(wb) => {
                 if !self.write_back_valid(&wb) {
                     return Reply::BadRequest;

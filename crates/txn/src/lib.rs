@@ -9,6 +9,7 @@ pub mod abort;
 pub mod coord;
 pub mod handler;
 pub mod knobs;
+pub mod log_ring;
 pub mod msg;
 pub mod own_log;
 pub mod plan;

@@ -290,6 +290,11 @@ pub enum Request {
         offset: u32,
         words: Vec<u64>,
     },
+    /// The head word of the log ring starting at `offset` in the log region: how many of its
+    /// records the node applied ([`crate::log_ring`]).
+    LogHead {
+        offset: u32,
+    },
     /// Install payloads, bump versions, and (if `release`) unlock records held by `ts`.
     WriteBack(WriteBack),
     /// Unlock records held by `ts`.
@@ -414,6 +419,10 @@ pub enum Reply {
         family: FamilyId,
         body: Vec<u8>,
     },
+    /// One word of the node's memory ([`Request::LogHead`]).
+    Word {
+        value: u64,
+    },
 }
 
 /// Declares a message tag enum: `#[repr(u8)]`, the list of every tag, their names, and a
@@ -491,6 +500,7 @@ wire_tags! {
         Scan = 9,
         UndoInsert = 10,
         Family = 11,
+        LogHead = 12,
     }
 }
 
@@ -509,6 +519,7 @@ wire_tags! {
         Deleted = 10,
         Full = 11,
         Family = 12,
+        Word = 13,
     }
 }
 
@@ -757,6 +768,7 @@ impl Request {
             Request::Lock { items, .. } => 5 + ITEM_WORDS * items.len(),
             Request::Validate { items, .. } => 3 + 3 * items.len(),
             Request::Log { words, .. } => 3 + words.len(),
+            Request::LogHead { .. } => 2,
             Request::WriteBack(wb) => {
                 5 + wb.items.iter().map(|(_, _, p)| 3 + p.len()).sum::<usize>()
             }
@@ -792,6 +804,10 @@ impl Request {
                 }
             }
             Request::Log { offset, words } => Self::encode_log(&mut e, *offset, words),
+            Request::LogHead { offset } => {
+                e.tag(RequestTag::LogHead);
+                e.w(*offset as u64);
+            }
             Request::WriteBack(wb) => {
                 e.tag(RequestTag::WriteBack);
                 wb.encode(&mut e);
@@ -922,6 +938,7 @@ impl Request {
                 offset: d.u32()?,
                 words: d.word_vec()?,
             },
+            RequestTag::LogHead => Request::LogHead { offset: d.u32()? },
             RequestTag::WriteBack => Request::WriteBack(WriteBack::decode(&mut d)?),
             RequestTag::Release => {
                 let ts = d.w()?;
@@ -974,7 +991,10 @@ impl Reply {
                         .sum::<usize>()
             }
             Reply::LockFailed { .. } | Reply::Inserted { .. } => 3,
-            Reply::NotFound { .. } | Reply::Invalid { .. } | Reply::Deleted { .. } => 2,
+            Reply::NotFound { .. }
+            | Reply::Invalid { .. }
+            | Reply::Deleted { .. }
+            | Reply::Word { .. } => 2,
             Reply::Ok | Reply::Duplicate | Reply::BadRequest | Reply::Full => 1,
             Reply::Keys(ks) => 2 + 3 * ks.len(),
             Reply::Family { body, .. } => 2 + body.len().div_ceil(8),
@@ -1022,6 +1042,10 @@ impl Reply {
             Reply::Duplicate => e.tag(ReplyTag::Duplicate),
             Reply::BadRequest => e.tag(ReplyTag::BadRequest),
             Reply::Full => e.tag(ReplyTag::Full),
+            Reply::Word { value } => {
+                e.tag(ReplyTag::Word);
+                e.w(*value);
+            }
             Reply::Keys(ks) => {
                 e.tag(ReplyTag::Keys);
                 e.w(ks.len() as u64);
@@ -1078,6 +1102,7 @@ impl Reply {
                 }
             }
             ReplyTag::Full => Reply::Full,
+            ReplyTag::Word => Reply::Word { value: d.w()? },
         };
         d.done()?;
         Ok(r)
@@ -1139,6 +1164,7 @@ mod tests {
             ts: 5,
             items: vec![(TableId(1), 2, 3)],
         });
+        round_trip(Request::LogHead { offset: 12 });
         round_trip(Request::Log {
             offset: 10,
             words: vec![1, 2, 3],
@@ -1211,6 +1237,7 @@ mod tests {
                 version: 9,
             },
             Reply::Deleted { version: 8 },
+            Reply::Word { value: 11 },
             Reply::Keys(vec![(1, 2, 3), (4, 5, 6)]),
             Reply::Duplicate,
             Reply::Full,

@@ -757,12 +757,7 @@ pub async fn validate<S: EntryState>(
     Ok(())
 }
 
-/// Words of a log record before its entries: timestamp, entry count, record length.
-pub const LOG_RECORD_HEAD_WORDS: u64 = 3;
-/// Words of a log record after its entries: the checksum.
-pub const LOG_RECORD_TAIL_WORDS: u64 = 1;
-/// Words of each log entry before its payload: table, key, new version, payload length.
-pub const LOG_ENTRY_HEAD_WORDS: u64 = 4;
+pub use crate::log_ring::{LOG_ENTRY_HEAD_WORDS, LOG_RECORD_HEAD_WORDS, LOG_RECORD_TAIL_WORDS};
 
 /// Words of the log record of a write set whose entries hold payloads of these lengths
 /// (stored payload words, engine words included): what [`log`] writes.
@@ -775,11 +770,149 @@ pub fn log_record_words(payload_words: impl IntoIterator<Item = u64>) -> u64 {
         + LOG_RECORD_TAIL_WORDS
 }
 
+/// Looks at a full ring's head word before the attempt gives up waiting for room
+/// (`LogFull`): with the waits below, about 0.4 s of a backup applying nothing.
+const LOG_ROOM_POLLS_MAX: u32 = 4096;
+/// The first wait after a look found a ring still full, doubled up to the next.
+const LOG_ROOM_WAIT_NS_FIRST: u64 = 500;
+const LOG_ROOM_WAIT_NS_MAX: u64 = 100_000;
+
+/// The log record of write entries `ws`: `[ts, seq, entries, words, (what, key, new version,
+/// payload length, payload...)..., checksum]`, with `seq` 0 and the checksum of its body
+/// ([`crate::log_ring::body_sum`]): each backup's copy gets its ring's `seq`
+/// ([`crate::log_ring::record_sum`]). An entry's version is the key's version after the
+/// write (an insert's as placed, before the log).
+pub fn log_record<S: EntryState>(tx: &TxnCore<'_, S>, ws: &[usize]) -> Vec<u64> {
+    use crate::log_ring::entry_what;
+    // Sized once: growing it entry by entry reallocated twice a transaction (issue #9).
+    let words = log_record_words(ws.iter().map(|&i| tx.entries[i].data.len() as u64)) as usize;
+    let mut rec: Vec<u64> = Vec::with_capacity(words);
+    rec.extend_from_slice(&[tx.ts.word(), 0, ws.len() as u64, 0]);
+    for &i in ws {
+        let e = &tx.entries[i];
+        let version = match e.access {
+            Access::Insert => e.version,
+            _ => e.version + 1,
+        };
+        rec.extend_from_slice(&[
+            entry_what(e.table, e.access, e.node),
+            e.key,
+            version,
+            e.data.len() as u64,
+        ]);
+        rec.extend_from_slice(&e.data);
+    }
+    rec[3] = rec.len() as u64 + LOG_RECORD_TAIL_WORDS;
+    rec.push(crate::log_ring::body_sum(&rec));
+    debug_assert_eq!(rec.len(), words);
+    rec
+}
+
+/// The backups the record of write entries `ws` goes to, each with the slot its ring takes
+/// there: with [`crate::TxnConfig::log_applied`], every backup of every partition written
+/// (the partition's replicas apply it); otherwise the coordinator's own backups.
+pub fn log_targets<S: EntryState>(tx: &TxnCore<'_, S>, ws: &[usize]) -> Idxs {
+    let topo = tx.c.catalog.topology();
+    let backups = tx.c.cfg.log_replicas;
+    let mut nodes = Idxs::new();
+    if tx.c.cfg.log_applied {
+        for &i in ws {
+            for b in 0..backups {
+                let n = topo.partition_backup(tx.entries[i].node, b).0 as usize;
+                if !nodes.contains(&n) {
+                    nodes.push(n);
+                }
+            }
+        }
+        nodes.sort_unstable();
+    } else {
+        nodes.extend((0..backups).map(|b| topo.log_backup(tx.c.node(), b).0 .0 as usize));
+    }
+    nodes
+}
+
+/// The slot coordinator rings of this coordinator's node take on backup `backup`.
+fn log_slot<S: EntryState>(tx: &TxnCore<'_, S>, backup: NodeId) -> u32 {
+    let topo = tx.c.catalog.topology();
+    if tx.c.cfg.log_applied {
+        return topo
+            .compute_index(tx.c.node())
+            .expect("a coordinator runs on a compute node") as u32;
+    }
+    (0..tx.c.cfg.log_replicas)
+        .map(|b| topo.log_backup(tx.c.node(), b))
+        .find(|&(n, _)| n == backup)
+        .map(|(_, slot)| slot)
+        .unwrap_or_else(|| {
+            panic!(
+                "node {} is no log backup of node {}",
+                backup.0,
+                tx.c.node().0
+            )
+        })
+}
+
+/// Waits until this coordinator's ring on each of `targets` has room for its next record
+/// (its backup applied enough of it): back-pressure, never a record dropped. Looks at a
+/// ring's head word only when the last look left it full; `LogFull` after
+/// [`LOG_ROOM_POLLS_MAX`] looks.
+async fn wait_for_room<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    targets: &[usize],
+    prim: Primitive,
+) -> Result<(), Abort> {
+    use crate::log_ring::LOG_RING_RECORDS;
+    let region = tx.c.catalog.extra_region(crate::coord::LOG_EXTRA_REGION);
+    let mut wait_ns = LOG_ROOM_WAIT_NS_FIRST;
+    for poll in 0..=LOG_ROOM_POLLS_MAX {
+        let full: Idxs = targets
+            .iter()
+            .copied()
+            .filter(|&n| tx.c.log_seq[n] >= tx.c.log_applied[n] + LOG_RING_RECORDS as u64)
+            .collect();
+        if full.is_empty() {
+            return Ok(());
+        }
+        if poll == LOG_ROOM_POLLS_MAX {
+            break;
+        }
+        if poll > 0 {
+            tx.c.ep.sleep(wait_ns).await;
+            wait_ns = (wait_ns * 2).min(LOG_ROOM_WAIT_NS_MAX);
+        }
+        let mut d = tx.c.ep.doorbell();
+        for &n in &full {
+            let backup = NodeId(n as u16);
+            let base = tx.c.cfg.log_ring_offset(tx.c.id, log_slot(tx, backup));
+            match prim {
+                Primitive::OneSided => {
+                    d.read(atoll_fabric::RemotePtr::new(backup, region, base), 1);
+                }
+                Primitive::Rpc => {
+                    d.rpc(backup, Request::LogHead { offset: base }.to_bytes());
+                }
+            }
+        }
+        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+        for (j, &n) in full.iter().enumerate() {
+            let applied = match prim {
+                Primitive::OneSided => res.read(j)[0],
+                Primitive::Rpc => match decode(res.rpc(j)) {
+                    Reply::Word { value } => value,
+                    r => panic!("log head: unexpected reply {r:?}"),
+                },
+            };
+            tx.c.log_applied[n] = tx.c.log_applied[n].max(applied);
+        }
+    }
+    Err(Abort::LogFull)
+}
+
 /// Logs the write set to `log_replicas` backups (RCC's coordinator log, before write-back):
-/// the record `[ts, entries, words, (table, key, new version, payload...)..., checksum]` goes
-/// to this coordinator's ring on each backup, which wraps when full (lazy reclamation). With
-/// `instance_log`, the same record is first made durable in the node's own log
-/// ([`crate::own_log`]).
+/// the record ([`log_record`]) goes to this coordinator's ring on each backup
+/// ([`log_targets`]), in the slot its `seq` names ([`crate::log_ring`]). Where backups
+/// apply their rings it first waits for room in each. With `instance_log`, the same record
+/// is first made durable in the node's own log ([`crate::own_log`]).
 pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Result<(), Abort> {
     let replicas = tx.c.cfg.log_replicas as usize;
     if replicas == 0 && !tx.c.cfg.instance_log {
@@ -791,25 +924,13 @@ pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Res
     if ws.is_empty() {
         return Ok(());
     }
-    // Sized once: growing it entry by entry reallocated twice a transaction (issue #9).
-    let words = log_record_words(ws.iter().map(|&i| tx.entries[i].data.len() as u64)) as usize;
-    let mut rec: Vec<u64> = Vec::with_capacity(words);
-    rec.extend_from_slice(&[tx.ts.word(), ws.len() as u64, 0]);
-    for &i in &ws {
-        let e = &tx.entries[i];
-        rec.extend_from_slice(&[e.table.0 as u64, e.key, e.version + 1, e.data.len() as u64]);
-        rec.extend_from_slice(&e.data);
-    }
-    rec[2] = rec.len() as u64 + LOG_RECORD_TAIL_WORDS;
-    let sum = rec.iter().fold(0u64, |a, w| a.rotate_left(7) ^ w);
-    rec.push(sum);
-    debug_assert_eq!(rec.len(), words);
-    let ring = tx.c.cfg.log_ring_words;
+    let mut rec = log_record(tx, &ws);
+    let room = tx.c.cfg.log_geometry().record_words_max();
     // The driver sizes the ring from the workload's largest write set; a bigger one is a
     // workload that misdeclared it.
     assert!(
-        rec.len() as u32 <= ring,
-        "a {}-word log record does not fit a {ring}-word log ring (the workload wrote more than its largest write set declares)",
+        rec.len() as u32 <= room,
+        "a {}-word log record does not fit a {room}-word log slot (the workload wrote more than its largest write set declares)",
         rec.len()
     );
     if tx.c.cfg.instance_log {
@@ -826,41 +947,64 @@ pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Res
         tx.logged = true;
         return Ok(());
     }
+    let targets = log_targets(tx, &ws);
+    if tx.c.cfg.log_applied {
+        wait_for_room(tx, &targets, prim).await?;
+    }
+    log_to(tx, prim, &targets, &mut rec).await?;
+    // A failed log write aborted above, though the record may sit on the backups that
+    // answered: recovery must treat a record without write-back as undecided (TODO(#41):
+    // its crash handling detects and stops; recovery itself comes after it).
+    tx.logged = true;
+    Ok(())
+}
+
+/// Writes record `rec` ([`log_record`]) to this coordinator's ring on each node of
+/// `targets`, as the next record of each ring (no wait for room: [`log`] waits first).
+pub async fn log_to<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    prim: Primitive,
+    targets: &[usize],
+    rec: &mut [u64],
+) -> Result<(), Abort> {
+    use crate::log_ring::{record_sum, RECORD_SEQ_WORD};
     let region = tx.c.catalog.extra_region(crate::coord::LOG_EXTRA_REGION);
-    let mut d = tx.c.ep.doorbell();
-    for b in 0..replicas {
-        let (backup, slot) = tx.c.catalog.topology().log_backup(tx.c.node(), b as u16);
-        let base = tx.c.cfg.log_ring_offset(tx.c.id, slot);
-        let mut pos = tx.c.log_pos[b];
-        if pos + rec.len() as u32 > ring {
-            pos = 0;
-        }
-        tx.c.log_pos[b] = pos + rec.len() as u32;
+    let geometry = tx.c.cfg.log_geometry();
+    let body = rec[rec.len() - 1];
+    let mut d = tx.c.ep.doorbell_for(targets.len());
+    for &n in targets {
+        let backup = NodeId(n as u16);
+        let base = tx.c.cfg.log_ring_offset(tx.c.id, log_slot(tx, backup));
+        let seq = tx.c.log_seq[n];
+        tx.c.log_seq[n] = seq + 1;
+        rec[RECORD_SEQ_WORD] = seq;
+        let last = rec.len() - 1;
+        rec[last] = record_sum(body, seq);
+        let at = geometry.slot_offset(base, seq);
         match prim {
             Primitive::OneSided => {
                 d.write(
-                    atoll_fabric::RemotePtr::new(backup, region, base + pos),
-                    Words::from_slice(&rec),
+                    atoll_fabric::RemotePtr::new(backup, region, at),
+                    Words::from_slice(rec),
                 );
             }
             Primitive::Rpc => {
-                d.rpc(backup, Request::log_bytes(base + pos, &rec));
+                d.rpc(backup, Request::log_bytes(at, rec));
             }
         }
     }
+    let last = rec.len() - 1;
+    rec[RECORD_SEQ_WORD] = 0;
+    rec[last] = body;
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
     if prim == Primitive::Rpc {
-        for j in 0..replicas {
+        for j in 0..targets.len() {
             match decode(res.rpc(j)) {
                 Reply::Ok => {}
                 r => panic!("log: unexpected reply {r:?}"),
             }
         }
     }
-    // A failed log write aborted above, though the record may sit on the backups that
-    // answered: recovery must treat a record without write-back as undecided (TODO(#11):
-    // its crash handling detects and stops; recovery itself comes after it).
-    tx.logged = true;
     Ok(())
 }
 
@@ -1205,7 +1349,16 @@ pub async fn apply_inserts_deletes_locked_by<S: EntryState>(
         return Ok(());
     }
     apply_inserts_locked_by(tx, lock).await?;
+    apply_deletes(tx, lock).await
+}
+
+/// The delete half of [`apply_inserts_deletes_locked_by`]: each deleted record removed by
+/// its node and its lock (`lock`) released.
+pub async fn apply_deletes<S: EntryState>(tx: &mut TxnCore<'_, S>, lock: u64) -> Result<(), Abort> {
     let del = tx.select(|e| e.access == Access::Delete);
+    if del.is_empty() {
+        return Ok(());
+    }
     let ts = lock;
     let mut d = tx.c.ep.doorbell();
     for &i in &del {
@@ -1303,36 +1456,49 @@ pub async fn apply_inserts_at<S: EntryState>(
         }
     }
     if let Some(abort) = failed {
-        // Take the inserts made back: each record returns to its absent state at its old
-        // version (an aborted attempt leaves no version behind) and unlocked.
-        let mut d = tx.c.ep.doorbell();
-        for &i in &done {
-            let e = &tx.entries[i];
-            d.rpc(
-                e.node,
-                Request::UndoInsert {
-                    ts,
-                    table: e.table,
-                    key: e.key,
-                }
-                .to_bytes(),
-            );
-        }
-        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-        for (j, &i) in done.iter().enumerate() {
-            match decode(res.rpc(j)) {
-                Reply::Ok => {}
-                r => panic!(
-                    "undo insert: unexpected reply {r:?} for key {} this attempt inserted",
-                    tx.entries[i].key
-                ),
-            }
-        }
-        for &i in &done {
-            tx.entries[i].locked = false;
-            tx.entries[i].installed = None;
-        }
+        undo_inserts(tx, &done, ts).await?;
         return Err(abort);
+    }
+    Ok(())
+}
+
+/// Takes back the inserts `done` made by an attempt that aborts (they hold lock `ts`): each
+/// record returns to its absent state at its old version (an aborted attempt leaves no
+/// version behind) and unlocked.
+pub async fn undo_inserts<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    done: &[usize],
+    ts: u64,
+) -> Result<(), Abort> {
+    if done.is_empty() {
+        return Ok(());
+    }
+    let mut d = tx.c.ep.doorbell();
+    for &i in done {
+        let e = &tx.entries[i];
+        d.rpc(
+            e.node,
+            Request::UndoInsert {
+                ts,
+                table: e.table,
+                key: e.key,
+            }
+            .to_bytes(),
+        );
+    }
+    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    for (j, &i) in done.iter().enumerate() {
+        match decode(res.rpc(j)) {
+            Reply::Ok => {}
+            r => panic!(
+                "undo insert: unexpected reply {r:?} for key {} this attempt inserted",
+                tx.entries[i].key
+            ),
+        }
+    }
+    for &i in done {
+        tx.entries[i].locked = false;
+        tx.entries[i].installed = None;
     }
     Ok(())
 }
@@ -1427,12 +1593,28 @@ pub async fn release_all<S: EntryState>(tx: &mut TxnCore<'_, S>) {
 /// inserts and deletes. On failure every lock the attempt holds is released.
 pub async fn log_and_apply<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Result<(), Abort> {
     let prim = tx.c.plan().get(Stage::Log);
-    let t0 = tx.now_ns();
-    let r = log(tx, prim).await;
-    tx.charge(Stage::Log, t0);
-    let r = match r {
-        Ok(()) => apply_inserts_deletes(tx).await,
+    let ts = tx.ts.word();
+    // Inserts are placed (locked, so invisible) before the log: one refused (a duplicate,
+    // a full table) aborts the attempt before anything is logged, and the log carries the
+    // versions they were placed at. Deletes make a change visible, so they come after it.
+    let ins = tx.select(|e| e.access == Access::Insert);
+    let r = match apply_inserts_at(tx, &ins, ts).await {
+        Ok(()) => {
+            let t0 = tx.now_ns();
+            let r = log(tx, prim).await;
+            tx.charge(Stage::Log, t0);
+            r
+        }
         Err(a) => Err(a),
+    };
+    let r = match r {
+        Ok(()) => apply_deletes(tx, ts).await,
+        Err(a) if tx.logged => Err(a),
+        Err(a) => {
+            // Nothing was logged: the inserts placed are taken back.
+            let placed = tx.select(|e| e.access == Access::Insert && e.installed.is_some());
+            undo_inserts(tx, &placed, ts).await.and(Err(a))
+        }
     };
     if r.is_err() {
         release_all(tx).await;

@@ -117,6 +117,12 @@ pub trait Protocol: 'static {
         Ok(keys.iter().map(|k| Some(k.2)).collect())
     }
 
+    /// Whether its log record is exactly what its write-back installs (each written key's
+    /// next version and payload, through [`crate::stages::log_and_apply`]), so a partition's
+    /// backups keep a replica by applying it ([`crate::log_ring`]): NOWAIT, WAITDIE, OCC,
+    /// MVCC and SUNDIAL. The snapshot-isolation family installs its versions its own way.
+    const LOGS_ITS_INSTALLS: bool = false;
+
     /// Whether the family recovers a crashed compute node itself (its memory task finds it
     /// dead and resolves its transactions from a log): a run whose compute node crashed is
     /// then judged, its lost attempts settled by the [`Recovered`] reports.

@@ -41,6 +41,7 @@ pub struct Mvcc;
 
 impl Protocol for Mvcc {
     const NAME: &'static str = "mvcc";
+    const LOGS_ITS_INSTALLS: bool = true;
     const STAGES: &'static [Stage] = &[
         Stage::Read,
         Stage::Lock,

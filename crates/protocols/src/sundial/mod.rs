@@ -31,6 +31,7 @@ pub struct Sundial;
 
 impl Protocol for Sundial {
     const NAME: &'static str = "sundial";
+    const LOGS_ITS_INSTALLS: bool = true;
     const STAGES: &'static [Stage] = &[
         Stage::Read,
         Stage::Lock,

@@ -28,6 +28,7 @@ pub struct WaitDie;
 
 impl Protocol for WaitDie {
     const NAME: &'static str = "waitdie";
+    const LOGS_ITS_INSTALLS: bool = true;
     const STAGES: &'static [Stage] = &[
         Stage::Read,
         Stage::Lock,

@@ -321,6 +321,72 @@ impl Protocol for OccLeavingAbortedWrites {
     }
 }
 
+/// OCC whose commit logs each record to the first backup of the partitions it writes only
+/// (with three replicas a partition's second backup never hears of it): the replicas drift
+/// from their primaries, which only the replica check sees.
+struct OccLoggingToOneBackup;
+
+impl Protocol for OccLoggingToOneBackup {
+    const NAME: &'static str = "occ-logging-to-one-backup";
+    const STAGES: &'static [Stage] = atoll_protocols::Occ::STAGES;
+    type EntryState = ();
+
+    fn check_plan(plan: &Plan) -> Result<(), PlanError> {
+        atoll_protocols::Occ::check_plan(plan)
+    }
+
+    async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+        atoll_protocols::Occ::fetch(tx, idxs).await
+    }
+
+    async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+        let plan = *tx.c.plan();
+        let ws = tx.select(|e| e.is_write() && e.access != Access::Insert);
+        let rs = tx.select(|e| !e.is_write());
+        let seen = |e: &atoll_txn::Entry| e.version;
+        stages::lock_unchanged(
+            tx,
+            &ws,
+            UnchangedOpts {
+                freeze_rts: false,
+                seen,
+            },
+        )
+        .await?;
+        if let Err(a) = stages::validate(tx, &rs, plan.get(Stage::Validate)).await {
+            stages::release_all(tx).await;
+            return Err(a);
+        }
+        let ts = tx.ts.word();
+        let ins = tx.select(|e| e.access == Access::Insert);
+        if let Err(a) = stages::apply_inserts_at(tx, &ins, ts).await {
+            stages::release_all(tx).await;
+            return Err(a);
+        }
+        let written = tx.select(|e| e.is_write());
+        if !written.is_empty() {
+            let mut rec = stages::log_record(tx, &written);
+            let mut targets = stages::log_targets(tx, &written);
+            // The bug: one backup hears of the commit, the others never.
+            targets.truncate(1);
+            stages::log_to(tx, plan.get(Stage::Log), &targets, &mut rec).await?;
+        }
+        tx.logged = true;
+        stages::apply_deletes(tx, ts).await?;
+        stages::commit_and_release(tx, CommitOpts::plain()).await;
+        Ok(())
+    }
+
+    async fn rollback(tx: &mut TxnCore<'_>) {
+        stages::release_all(tx).await
+    }
+}
+
+/// Three replicas of every partition (two backups each).
+fn three_replicas(cfg: &mut RunConfig) {
+    cfg.log_replicas = 2;
+}
+
 /// OCC whose write-back stores a record's payload and version after unlocking it, the
 /// order an in-place write-back must never take; the gap (a yield to the worker's other
 /// co-routines) stands for a descheduled writer. On one in-process node every record is the
@@ -1078,6 +1144,14 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
         row::<WaitDieReleasingReadsAtAnswer>(ProtocolKind::WaitDie, seeds, base),
         row::<SundialWithoutRenewal>(ProtocolKind::Sundial, seeds, base),
         row::<OccLeavingAbortedWrites>(ProtocolKind::Occ, seeds, base),
+        row_with::<OccLoggingToOneBackup>(
+            ProtocolKind::Occ,
+            &PLANS,
+            " (3 replicas)",
+            &three_replicas,
+            seeds,
+            base,
+        ),
         row::<MvccOldWriteBack>(ProtocolKind::Mvcc, seeds, base),
         row::<RsiWithoutValidation>(ProtocolKind::Rsi, seeds, base),
         // Its lock requests served by the records' CPUs (the participant's compare).
@@ -1114,6 +1188,14 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
     // Controls: the real protocols under the same runs are caught by nothing.
     let controls = vec![
         row::<atoll_protocols::Occ>(ProtocolKind::Occ, seeds, base),
+        row_with::<atoll_protocols::Occ>(
+            ProtocolKind::Occ,
+            &PLANS,
+            " (3 replicas)",
+            &three_replicas,
+            seeds,
+            base,
+        ),
         row::<atoll_protocols::NoWait>(ProtocolKind::NoWait, seeds, base),
         row::<atoll_protocols::WaitDie>(ProtocolKind::WaitDie, seeds, base),
         row::<atoll_protocols::Sundial>(ProtocolKind::Sundial, seeds, base),

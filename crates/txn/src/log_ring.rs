@@ -1,0 +1,650 @@
+//! The coordinators' log rings on a backup and the log cleaner that applies them to the
+//! backup's replicas of the partitions it backs up (FaRM's backups, applied in order).
+//!
+//! A ring is a header word then [`LOG_RING_RECORDS`] record slots, each room for the
+//! workload's largest record. A coordinator's records to one backup are numbered from 0
+//! (`seq`); record `seq` lies in slot `seq % LOG_RING_RECORDS`, and the header word holds
+//! how many records the backup applied, so a coordinator writes record `seq` only once
+//! `seq < applied + LOG_RING_RECORDS` (back-pressure: a full ring waits, never drops). A
+//! record carries its `seq` in its checksum, so a slot's stale record of an earlier lap, or
+//! one still being written (a torn WRITE), is never taken for the one expected.
+//!
+//! The cleaner applies each ring's records in order, entry by entry, each entry only when
+//! its key's version in the replica is the one just before it (a record of another
+//! coordinator's ring that wrote the key before may not be applied yet): a key's writes are
+//! serialized by its lock, and a writer logs only after the previous writer's log reached
+//! every backup, so the record an entry waits for is always already in its ring and the
+//! wait ends.
+
+use crate::coord::Access;
+use atoll_fabric::memory::Region;
+use atoll_fabric::NodeId;
+use atoll_storage::layout::{VERSION_ABSENT, VERSION_KEY_MASK};
+use atoll_storage::{Store, TableId};
+use std::sync::Arc;
+
+/// Record slots of a coordinator's ring on each backup: a few, so a backup that applies a
+/// little behind does not stall its coordinators.
+pub const LOG_RING_RECORDS: u32 = 8;
+/// Words before a ring's slots: the count of its records the backup applied.
+pub const LOG_RING_HEAD_WORDS: u32 = 1;
+
+/// Words of a log record before its entries: timestamp, the ring's record number (`seq`),
+/// entry count, record length.
+pub const LOG_RECORD_HEAD_WORDS: u64 = 4;
+/// Words of a log record after its entries: the checksum.
+pub const LOG_RECORD_TAIL_WORDS: u64 = 1;
+/// Words of each log entry before its payload: what (table, access, partition), key, new
+/// version, payload length.
+pub const LOG_ENTRY_HEAD_WORDS: u64 = 4;
+
+/// Where in a record its `seq` lies (filled per backup, after the rest is built).
+pub const RECORD_SEQ_WORD: usize = 1;
+
+/// Mixes a ring's record number into a record's checksum.
+const SEQ_MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// The checksum of a record's words (`seq` word and checksum excluded), before its `seq`.
+pub fn body_sum(words: &[u64]) -> u64 {
+    words
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != RECORD_SEQ_WORD)
+        .fold(0u64, |a, (_, w)| a.rotate_left(7) ^ w)
+}
+
+/// The checksum of a record whose body sums to `body` as record `seq` of its ring.
+pub fn record_sum(body: u64, seq: u64) -> u64 {
+    body ^ seq.wrapping_mul(SEQ_MIX).rotate_left(17)
+}
+
+/// The first word of a log entry: its table, how the transaction used the record, and the
+/// partition (the primary node) holding it.
+pub fn entry_what(table: TableId, access: Access, partition: NodeId) -> u64 {
+    let a = match access {
+        Access::Read => 0,
+        Access::Update => 1,
+        Access::Insert => 2,
+        Access::Delete => 3,
+    };
+    table.0 as u64 | a << 16 | (partition.0 as u64) << 32
+}
+
+fn what_parts(w: u64) -> Option<(TableId, Access, NodeId)> {
+    let access = match (w >> 16) & 0xffff {
+        1 => Access::Update,
+        2 => Access::Insert,
+        3 => Access::Delete,
+        _ => return None,
+    };
+    if w >> 48 != 0 {
+        return None;
+    }
+    Some((
+        TableId((w & 0xffff) as u16),
+        access,
+        NodeId(((w >> 32) & 0xffff) as u16),
+    ))
+}
+
+/// Where coordinators' rings lie in a node's log region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingGeometry {
+    /// Words of a ring's record slots, all of them (`LOG_RING_RECORDS` × the largest record).
+    pub ring_words: u32,
+    /// Rings the region holds.
+    pub rings: u32,
+}
+
+impl RingGeometry {
+    /// Words from one ring's start to the next's.
+    pub fn stride(&self) -> u32 {
+        LOG_RING_HEAD_WORDS + self.ring_words
+    }
+
+    /// Room for one record in a slot.
+    pub fn record_words_max(&self) -> u32 {
+        self.ring_words / LOG_RING_RECORDS
+    }
+
+    /// Words of the region holding every ring.
+    pub fn region_words(&self) -> usize {
+        self.stride() as usize * self.rings as usize
+    }
+
+    /// Where record `seq` goes in the ring starting at `base`.
+    pub fn slot_offset(&self, base: u32, seq: u64) -> u32 {
+        base + LOG_RING_HEAD_WORDS
+            + (seq % LOG_RING_RECORDS as u64) as u32 * self.record_words_max()
+    }
+}
+
+/// A backup's copy of one partition, which its cleaner keeps.
+pub struct Replica {
+    pub partition: NodeId,
+    pub store: Arc<Store>,
+}
+
+/// Where one ring's cleaning stands.
+#[derive(Clone, Copy, Debug, Default)]
+struct RingState {
+    /// The record expected next (records before it are applied).
+    next_seq: u64,
+    /// Entries of that record already applied (it stopped at one whose key was not ready).
+    entries_done: u32,
+}
+
+/// What a pass of the cleaner did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassCounts {
+    pub records: u64,
+    pub entries: u64,
+    /// Words of the applied entries' payloads (what the pass copied).
+    pub words: u64,
+    /// Rings whose next record waited on a key another ring's record writes first.
+    pub waiting: u64,
+}
+
+/// Most problems a cleaner keeps word of (the first ones: each names its record).
+const PROBLEMS_MAX: usize = 8;
+
+/// A backup's log cleaner: its rings' progress and its replicas.
+pub struct LogCleaner {
+    geometry: RingGeometry,
+    rings: Vec<RingState>,
+    replicas: Vec<Replica>,
+    /// Which replica holds partition `n` (by node index), if this node backs it up.
+    by_partition: Vec<Option<usize>>,
+    /// Records and entries applied so far.
+    pub applied: PassCounts,
+    /// Malformed records and entries that could not apply as logged: the replica check
+    /// fails naming them.
+    pub problems: Vec<String>,
+    problems_seen: u64,
+    scratch: Vec<u64>,
+}
+
+/// What one entry found in the replica.
+enum Step {
+    Applied(u64),
+    NotReady,
+    Skipped,
+}
+
+impl LogCleaner {
+    pub fn new(geometry: RingGeometry, replicas: Vec<Replica>, nodes: u16) -> Self {
+        let mut by_partition = vec![None; nodes as usize];
+        for (i, r) in replicas.iter().enumerate() {
+            by_partition[r.partition.0 as usize] = Some(i);
+        }
+        LogCleaner {
+            geometry,
+            rings: vec![RingState::default(); geometry.rings as usize],
+            replicas,
+            by_partition,
+            applied: PassCounts::default(),
+            problems: Vec::new(),
+            problems_seen: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    pub fn replicas(&self) -> &[Replica] {
+        &self.replicas
+    }
+
+    /// Problems found in all, including those not kept.
+    pub fn problems_seen(&self) -> u64 {
+        self.problems_seen
+    }
+
+    fn problem(&mut self, what: String) {
+        self.problems_seen += 1;
+        if self.problems.len() < PROBLEMS_MAX {
+            self.problems.push(what);
+        }
+    }
+
+    /// One pass over every ring of `log` (the node's log region): applies what is ready and
+    /// publishes each ring's applied count in its header word.
+    pub fn pass(&mut self, log: &Region) -> PassCounts {
+        let mut c = PassCounts::default();
+        for r in 0..self.rings.len() {
+            let base = r as u32 * self.geometry.stride();
+            let before = self.rings[r].next_seq;
+            loop {
+                match self.apply_next(log, r, base, &mut c) {
+                    Some(true) => continue,
+                    Some(false) => c.waiting += 1,
+                    None => {}
+                }
+                break;
+            }
+            if self.rings[r].next_seq != before {
+                log.store(base as usize, self.rings[r].next_seq);
+            }
+        }
+        self.applied.records += c.records;
+        self.applied.entries += c.entries;
+        self.applied.words += c.words;
+        self.applied.waiting += c.waiting;
+        c
+    }
+
+    /// Applies ring `r`'s next record if it is there: `Some(true)` applied whole,
+    /// `Some(false)` stopped at an entry not ready, `None` no (whole) record yet.
+    fn apply_next(
+        &mut self,
+        log: &Region,
+        r: usize,
+        base: u32,
+        c: &mut PassCounts,
+    ) -> Option<bool> {
+        let st = self.rings[r];
+        let at = self.geometry.slot_offset(base, st.next_seq) as usize;
+        let room = self.geometry.record_words_max() as u64;
+        let words = log.load(at + 3);
+        if log.load(at + RECORD_SEQ_WORD) != st.next_seq
+            || words < LOG_RECORD_HEAD_WORDS + LOG_RECORD_TAIL_WORDS
+            || words > room
+        {
+            return None;
+        }
+        let mut rec = std::mem::take(&mut self.scratch);
+        rec.resize(words as usize, 0);
+        log.read_into(at, &mut rec);
+        let whole = rec[RECORD_SEQ_WORD] == st.next_seq
+            && record_sum(body_sum(&rec[..rec.len() - 1]), st.next_seq) == rec[rec.len() - 1];
+        let out = if whole {
+            Some(self.apply_record(r, &rec, c))
+        } else {
+            None
+        };
+        self.scratch = rec;
+        out
+    }
+
+    /// Applies the entries of record `rec` of ring `r` from where the ring stopped.
+    fn apply_record(&mut self, r: usize, rec: &[u64], c: &mut PassCounts) -> bool {
+        let st = self.rings[r];
+        let entries = rec[2];
+        let end = rec.len() - LOG_RECORD_TAIL_WORDS as usize;
+        let mut at = LOG_RECORD_HEAD_WORDS as usize;
+        for j in 0..entries {
+            if at + LOG_ENTRY_HEAD_WORDS as usize > end {
+                self.malformed(r, st.next_seq, "its entries run past its length");
+                break;
+            }
+            let len = rec[at + 3] as usize;
+            let payload_at = at + LOG_ENTRY_HEAD_WORDS as usize;
+            if payload_at + len > end {
+                self.malformed(r, st.next_seq, "an entry's payload runs past its length");
+                break;
+            }
+            if j >= st.entries_done as u64 {
+                let (what, key, version) = (rec[at], rec[at + 1], rec[at + 2]);
+                match self.apply_entry(what, key, version, &rec[payload_at..payload_at + len]) {
+                    Step::Applied(words) => {
+                        c.entries += 1;
+                        c.words += words;
+                    }
+                    Step::Skipped => {}
+                    Step::NotReady => {
+                        self.rings[r].entries_done = j as u32;
+                        return false;
+                    }
+                }
+            }
+            at = payload_at + len;
+        }
+        self.rings[r] = RingState {
+            next_seq: st.next_seq + 1,
+            entries_done: 0,
+        };
+        c.records += 1;
+        true
+    }
+
+    fn malformed(&mut self, r: usize, seq: u64, why: &str) {
+        self.problem(format!("ring {r}: record {seq} is malformed: {why}"));
+    }
+
+    /// Applies one logged write to the replica of its partition, if this node holds one and
+    /// the replica's copy of the key is at the version just before the write's.
+    fn apply_entry(&mut self, what: u64, key: u64, version: u64, payload: &[u64]) -> Step {
+        let Some((t, access, partition)) = what_parts(what) else {
+            self.problem(format!(
+                "a log entry names no table, access and partition: {what:#x}"
+            ));
+            return Step::Skipped;
+        };
+        let Some(Some(i)) = self.by_partition.get(partition.0 as usize).copied() else {
+            return Step::Skipped;
+        };
+        let store = self.replicas[i].store.clone();
+        if t.0 as usize >= store.catalog.table_count()
+            || payload.len() != store.catalog.layout(t).payload_words as usize
+                && access != Access::Delete
+        {
+            self.problem(format!(
+                "a log entry of table {} for key {key} does not fit the table ({} payload words)",
+                t.0,
+                payload.len()
+            ));
+            return Step::Skipped;
+        }
+        let kv = version & VERSION_KEY_MASK;
+        let live = store.live_key_version(t, key);
+        match access {
+            Access::Update => match live {
+                Some((idx, v)) if v + 1 == kv => {
+                    store.install(t, idx, kv, payload);
+                    Step::Applied(payload.len() as u64)
+                }
+                Some((_, v)) if v >= kv => self.stale(t, key, kv, v),
+                _ => Step::NotReady,
+            },
+            Access::Delete => match live {
+                Some((_, v)) if v + 1 == kv => match store.delete(t, key) {
+                    Ok(_) => Step::Applied(0),
+                    Err(e) => {
+                        self.problem(format!("replica of partition {}: {e}", partition.0));
+                        Step::Skipped
+                    }
+                },
+                Some((_, v)) if v >= kv => self.stale(t, key, kv, v),
+                _ => Step::NotReady,
+            },
+            Access::Insert => match live {
+                Some(_) => Step::NotReady,
+                None => match store.insert_locked(t, key, payload, 0) {
+                    Ok((idx, _)) => {
+                        // The primary's slot history may differ from the replica's (a deleted
+                        // key's slot reclaimed on one and not the other): the logged version
+                        // is the key's.
+                        store.install(t, idx, kv, payload);
+                        Step::Applied(payload.len() as u64)
+                    }
+                    Err(e) => {
+                        self.problem(format!("replica of partition {}: {e}", partition.0));
+                        Step::Skipped
+                    }
+                },
+            },
+            Access::Read => Step::Skipped,
+        }
+    }
+
+    /// An entry whose key the replica already holds at its version or later: logged twice
+    /// or out of its key's order.
+    fn stale(&mut self, t: TableId, key: u64, kv: u64, v: u64) -> Step {
+        self.problem(format!(
+            "table {} key {key}: a log entry writes version {kv} where the replica holds {v} already",
+            t.0
+        ));
+        Step::Skipped
+    }
+
+    /// Applies everything the rings hold (the run is over: every record written is whole),
+    /// then names each ring still stopped at an entry that never became ready.
+    pub fn drain(&mut self, log: &Region) {
+        // Each pass applies at least one record while any applies; a ring stops only
+        // behind another ring's record, so at most one pass per record is needed.
+        loop {
+            let c = self.pass(log);
+            if c.records == 0 && c.entries == 0 {
+                break;
+            }
+        }
+        for r in 0..self.rings.len() {
+            let st = self.rings[r];
+            if st.entries_done > 0 {
+                self.problem(format!(
+                    "ring {r}: record {} stopped at entry {}, whose key's earlier write never arrived",
+                    st.next_seq, st.entries_done
+                ));
+            }
+        }
+    }
+}
+
+/// Records and an order-independent digest of a store's live records: key, key version and
+/// payload (engine words included) of each, not the slots or their incarnations, which a
+/// replica need not share with its primary.
+pub fn partition_digest(store: &Store) -> (u64, u64) {
+    use atoll_storage::layout::{HEADER_WORDS, H_KEY, H_VERSION};
+    let (mut records, mut digest) = (0u64, 0u64);
+    let mut tuple = Vec::new();
+    for t in (0..store.catalog.table_count()).map(|t| TableId(t as u16)) {
+        if store.region(t).len_words() == 0 || store.catalog.is_replicated(t) {
+            continue;
+        }
+        tuple.resize(store.catalog.layout(t).tuple_words as usize, 0);
+        for idx in 0..store.used_slots(t) {
+            store.read_tuple(t, idx, &mut tuple);
+            let v = tuple[H_VERSION as usize];
+            if v & VERSION_ABSENT != 0 {
+                continue;
+            }
+            records += 1;
+            let mix = |h: u64, w: u64| (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
+            let head = mix(
+                mix(t.0 as u64 + 1, tuple[H_KEY as usize]),
+                v & VERSION_KEY_MASK,
+            );
+            let h = tuple[HEADER_WORDS as usize..]
+                .iter()
+                .fold(head, |h, &w| mix(h, w));
+            digest = digest.wrapping_add(h);
+        }
+    }
+    (records, digest)
+}
+
+/// How long a cleaner with nothing to apply waits before its next pass.
+pub const CLEANER_IDLE_NS: u64 = 2_000;
+/// How long a cleaner goes on after the run is over: coordinators finishing their last
+/// attempts may still wait for room in its rings (one that waits longer gives up `LogFull`).
+pub const CLEANER_GRACE_NS: u64 = 2_000_000;
+/// Direct accesses a cleaner's pass makes per record applied (its head and checksum) and per
+/// entry (the replica's index walk, the version word, the install), for backends that
+/// price own-node work ([`atoll_fabric::Endpoint::local_work`]); its payload words are
+/// priced as copied bytes.
+const ACCESSES_PER_RECORD: u64 = 1;
+const ACCESSES_PER_ENTRY: u64 = 3;
+
+/// A node's log cleaner as a background task on one of its workers: passes over the rings
+/// in `log_region` until the run is `over` (and [`CLEANER_GRACE_NS`] after), waiting
+/// [`CLEANER_IDLE_NS`] after a pass that applied nothing.
+pub async fn clean(
+    ep: atoll_fabric::Endpoint,
+    cleaner: Arc<std::sync::Mutex<LogCleaner>>,
+    log_region: atoll_fabric::RegionId,
+    over: std::rc::Rc<dyn Fn(u64) -> bool>,
+) {
+    let mut over_at = None;
+    loop {
+        let now = ep.now_ns();
+        if over(now) {
+            let at = *over_at.get_or_insert(now);
+            if now >= at + CLEANER_GRACE_NS {
+                break;
+            }
+        }
+        let c = {
+            let mut cl = cleaner.lock().expect("no poisoned cleaner");
+            cl.pass(ep.local_memory().region(log_region))
+        };
+        if c.records + c.entries > 0 {
+            let accesses = ACCESSES_PER_RECORD * c.records + ACCESSES_PER_ENTRY * c.entries;
+            ep.local_work(accesses, c.words * 8).await;
+            // The worker's co-routines run between passes that found work.
+            ep.yield_now().await;
+        } else {
+            ep.sleep(CLEANER_IDLE_NS).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_fabric::NodeMemory;
+    use atoll_storage::layout::{seal, Catalog, Partition, TableSpec};
+
+    const T: TableId = TableId(0);
+    const KEYS: u64 = 4;
+
+    /// A replica of partition 0 of a 2-node table (keys 0, 2, 4, 6 live at their loaded
+    /// version) and a log region of `rings` rings.
+    fn setup(rings: u32) -> (LogCleaner, Arc<Store>, NodeMemory, RingGeometry) {
+        let spec = TableSpec {
+            name: "t".into(),
+            payload_words: 3,
+            capacity_per_node: 16,
+            capacity_max_per_node: Some(16),
+            partition: Partition::Modulo,
+            ordered: false,
+            gone_keys_max_per_node: 0,
+        };
+        let catalog = Arc::new(Catalog::new(2, vec![spec], vec![]));
+        let memory = Arc::new(NodeMemory::new(NodeId(0), &catalog.region_words()));
+        let store = Arc::new(Store::new(catalog, memory));
+        for k in 0..KEYS {
+            store.insert(T, 2 * k, &[k, 0, 0]).unwrap();
+        }
+        let geometry = RingGeometry {
+            ring_words: LOG_RING_RECORDS * 32,
+            rings,
+        };
+        let log = NodeMemory::new(NodeId(1), &[geometry.region_words()]);
+        let replica = Replica {
+            partition: NodeId(0),
+            store: store.clone(),
+        };
+        (
+            LogCleaner::new(geometry, vec![replica], 2),
+            store,
+            log,
+            geometry,
+        )
+    }
+
+    /// Writes record `seq` of ring `ring`: one entry per `(access, key, version, user)`.
+    fn put(
+        log: &NodeMemory,
+        g: RingGeometry,
+        ring: u32,
+        seq: u64,
+        entries: &[(Access, u64, u64, u64)],
+    ) {
+        let mut rec = vec![1, 0, entries.len() as u64, 0];
+        for &(access, key, version, user) in entries {
+            let mut payload = Vec::new();
+            seal(T, key, 7, &[user, 0, 0], &mut payload);
+            rec.extend_from_slice(&[
+                entry_what(T, access, NodeId((key % 2) as u16)),
+                key,
+                version,
+                payload.len() as u64,
+            ]);
+            rec.extend_from_slice(&payload);
+        }
+        rec[3] = rec.len() as u64 + 1;
+        let body = body_sum(&rec);
+        rec[RECORD_SEQ_WORD] = seq;
+        rec.push(record_sum(body, seq));
+        let at = g.slot_offset(ring * g.stride(), seq);
+        log.region(atoll_fabric::RegionId(0))
+            .write_from(at as usize, &rec);
+    }
+
+    fn user_word(store: &Store, key: u64) -> (u64, u64) {
+        let (idx, v) = store.live_key_version(T, key).expect("live");
+        let mut p = Vec::new();
+        store.read_payload(T, idx, &mut p);
+        (v, p[atoll_storage::layout::ENGINE_PAYLOAD_WORDS as usize])
+    }
+
+    #[test]
+    fn log_cleaner_applies_a_keys_writes_in_version_order_across_rings() {
+        let (mut cl, store, log, g) = setup(2);
+        let region = log.region(atoll_fabric::RegionId(0));
+        let (v0, _) = user_word(&store, 2);
+        // Ring 1 holds the key's second write, ring 0 its first (and a write of partition 1,
+        // which this node does not back up): the second waits for the first.
+        put(&log, g, 1, 0, &[(Access::Update, 2, v0 + 2, 20)]);
+        let c = cl.pass(region);
+        assert_eq!((c.records, c.waiting), (0, 1), "the second write waits");
+        put(
+            &log,
+            g,
+            0,
+            0,
+            &[(Access::Update, 3, 9, 5), (Access::Update, 2, v0 + 1, 10)],
+        );
+        cl.drain(region);
+        assert_eq!(user_word(&store, 2), (v0 + 2, 20), "{:?}", cl.problems);
+        assert_eq!(cl.applied.records, 2);
+        assert!(cl.problems.is_empty(), "{:?}", cl.problems);
+        assert_eq!(
+            (region.load(0), region.load(g.stride() as usize)),
+            (1, 1),
+            "each ring's applied count published"
+        );
+    }
+
+    #[test]
+    fn log_cleaner_takes_no_stale_or_torn_record_and_names_a_write_that_never_became_ready() {
+        let (mut cl, store, log, g) = setup(1);
+        let region = log.region(atoll_fabric::RegionId(0));
+        let (v0, _) = user_word(&store, 4);
+        // Record 0's slot holds a record numbered 8 (a later lap's): not the one expected.
+        put(
+            &log,
+            g,
+            0,
+            LOG_RING_RECORDS as u64,
+            &[(Access::Update, 4, v0 + 1, 1)],
+        );
+        assert_eq!(cl.pass(region).records, 0);
+        // Record 0 with one word torn: its checksum fails.
+        put(&log, g, 0, 0, &[(Access::Update, 4, v0 + 1, 1)]);
+        let at = g.slot_offset(0, 0) as usize + LOG_RECORD_HEAD_WORDS as usize + 5;
+        region.store(at, region.load(at) ^ 1);
+        assert_eq!(cl.pass(region).records, 0);
+        // Whole, but a delete then an insert of key 6 wait behind a write never logged.
+        put(
+            &log,
+            g,
+            0,
+            0,
+            &[
+                (Access::Update, 4, v0 + 1, 1),
+                (Access::Update, 6, v0 + 5, 1),
+            ],
+        );
+        cl.drain(region);
+        assert_eq!(user_word(&store, 4), (v0 + 1, 1));
+        assert_eq!(cl.problems.len(), 1, "{:?}", cl.problems);
+        assert!(
+            cl.problems[0].contains("never arrived"),
+            "{:?}",
+            cl.problems
+        );
+    }
+
+    #[test]
+    fn log_cleaner_applies_a_delete_and_a_reinsert_at_the_logged_version() {
+        let (mut cl, store, log, g) = setup(2);
+        let region = log.region(atoll_fabric::RegionId(0));
+        let (v0, _) = user_word(&store, 0);
+        // The re-insert (ring 1) arrives before the delete it follows (ring 0).
+        put(&log, g, 1, 0, &[(Access::Insert, 0, v0 + 2, 33)]);
+        assert_eq!(cl.pass(region).records, 0);
+        put(&log, g, 0, 0, &[(Access::Delete, 0, v0 + 1, 0)]);
+        cl.drain(region);
+        assert_eq!(user_word(&store, 0), (v0 + 2, 33));
+        assert!(cl.problems.is_empty(), "{:?}", cl.problems);
+    }
+}
