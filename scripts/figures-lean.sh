@@ -15,7 +15,7 @@ out=${OUT:-target/figures-lean}
 mkdir -p "$out"
 ycsb="--workload ycsb --nodes 1 --threads 2 --coroutines 1 -p records=2000000 -p ops_per_txn=16
       -p write_fraction=0.1 -p distribution=zipfian -p zipf_theta=0.6 -p compute_us=0
-      --log-replicas 0 --protocol occ --plan one-sided"
+      --replicas 1 --protocol occ --plan one-sided"
 sb="--workload smallbank --nodes 2 --threads 1 --coroutines 8 --protocol occ"
 shapes=("ycsb104|$ycsb -p record_bytes=104" "ycsb1000|$ycsb -p record_bytes=1000"
         "sb-one-sided|$sb --plan one-sided" "sb-rpc|$sb --plan rpc"

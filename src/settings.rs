@@ -6,7 +6,7 @@ use atoll_fabric::names::did_you_mean;
 use atoll_protocols::ProtocolKind;
 use atoll_runner::config::Fabric;
 use atoll_runner::config::FaultConfig;
-use atoll_runner::config::{Roles, NODES_MAX};
+use atoll_runner::config::{Roles, NODES_MAX, REPLICAS_MAX};
 use atoll_runner::RunConfig;
 use atoll_storage::{Architecture, Placement, RoleSpec};
 use atoll_txn::{KnobKind, KnobSpec};
@@ -197,6 +197,14 @@ fn read_config_file(path: Option<&std::path::Path>) -> Result<BenchArgs, String>
         if let Some(v) = table.remove(&role.key()) {
             knobs.placements.insert(role.name.to_string(), toml_text(v));
         }
+    }
+    if let Some(r) = REPLACED.iter().find(|r| table.contains_key(r.old)) {
+        return Err(format!(
+            "config file {}:{} {}",
+            path.display(),
+            line_of(&text, r.old),
+            r.refusal(false)
+        ));
     }
     // Each key alone first, so a refusal names the line of the key refused.
     for (k, v) in &table {
@@ -439,10 +447,22 @@ pub struct BenchArgs {
         deserialize_with = "string_or_number"
     )]
     pub net_latency_us: Option<String>,
-    /// Backups each commit logs to (default 1, or 0 on a single node).
-    #[arg(help_heading = "Cluster shape", long)]
+    /// Copies of each partition: its primary and R-1 backups a commit logs to (1..=3;
+    /// default 2, or 1 on a single node).
+    #[arg(help_heading = "Cluster shape", long, value_name = "R")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub log_replicas: Option<u16>,
+    pub replicas: Option<u16>,
+    /// `--log-replicas`, replaced by `--replicas` ([`LOG_REPLICAS`]): taken with any value
+    /// or none, and hidden, only to be refused naming its replacement.
+    #[arg(
+        long,
+        hide = true,
+        num_args = 0..=1,
+        default_missing_value = "",
+        allow_hyphen_values = true
+    )]
+    #[serde(skip)]
+    pub log_replicas: Option<String>,
     /// Pin worker threads to cores.
     #[arg(help_heading = "Cluster shape", long)]
     #[serde(skip_serializing_if = "is_false")]
@@ -894,8 +914,82 @@ fn resolve_plan(cfg: &mut RunConfig, plan: Option<&str>) -> Result<bool, String>
     Ok(false)
 }
 
+/// The backups each commit logs to (`RunConfig::log_replicas`): `--replicas R` less the
+/// primary, or unless given, one when there is another node to hold it. `--replicas 0`
+/// leaves the default, for [`no_replicas_refused`] to refuse once the shape is validated.
+fn resolve_replicas(cfg: &mut RunConfig, a: &BenchArgs) {
+    cfg.log_replicas = match (a.replicas, cfg.roles) {
+        (Some(r), _) if r > 0 => r - 1,
+        (_, Roles::Partitioned) => RunConfig::default_log_replicas(cfg.nodes),
+        // Every compute node has a memory node to log to, unless co-located with the only one.
+        (_, Roles::SharedData { .. }) => cfg.topology().log_replicas_max().min(1),
+    };
+}
+
+/// `--replicas 0` refused: a partition's primary is its first copy. Named with the range
+/// the run's shape accepts (as [`RunConfig::validate`] bounds it).
+fn no_replicas_refused(cfg: &RunConfig, a: &BenchArgs) -> Result<(), String> {
+    if a.replicas != Some(0) {
+        return Ok(());
+    }
+    let max = REPLICAS_MAX.min(cfg.topology().log_replicas_max() + 1);
+    Err(format!(
+        "replicas=0 is out of range: expected 1..={max} (the copies of each partition count its primary)"
+    ))
+}
+
+/// A setting replaced by another: a flag or config-file key of its old name is refused
+/// naming the new one (exit 2), rather than as unknown.
+struct Replaced {
+    /// The old key (its flag: `--` and dashes).
+    old: &'static str,
+    /// The new key.
+    new: &'static str,
+    /// The new key's value, as its refusal names it.
+    value: &'static str,
+    /// How an old value becomes a new one.
+    how: &'static str,
+    /// An old value and the new one it is.
+    example: (&'static str, &'static str),
+}
+
+/// `--log-replicas B` (the backups each commit logs to), replaced by `--replicas R` (the
+/// copies of each partition) in issue 41.
+const LOG_REPLICAS: Replaced = Replaced {
+    old: "log_replicas",
+    new: "replicas",
+    value: "R",
+    how: "R = backups + 1",
+    example: ("0", "1"),
+};
+
+/// The settings replaced so far, each also a hidden [`BenchArgs`] flag to be refused.
+const REPLACED: &[Replaced] = &[LOG_REPLICAS];
+
+impl Replaced {
+    /// Its refusal, as a flag (`--log-replicas`) or as a config file's key.
+    fn refusal(&self, as_flag: bool) -> String {
+        let (old, new, ex) = (self.old, self.new, self.example);
+        if as_flag {
+            let (old, new) = (old.replace('_', "-"), new.replace('_', "-"));
+            format!(
+                "--{old} was replaced by --{new} {} ({}: --{old} {} is --{new} {})",
+                self.value, self.how, ex.0, ex.1
+            )
+        } else {
+            format!(
+                "{old} was replaced by {new} = {} ({}: {old} = {} is {new} = {})",
+                self.value, self.how, ex.0, ex.1
+            )
+        }
+    }
+}
+
 /// A `bench` command's run configuration, from its flags over its config file's settings.
 pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
+    if flags.log_replicas.is_some() {
+        return Err(LOG_REPLICAS.refusal(true));
+    }
     let merged = overlay(read_config_file(flags.config.as_deref())?, flags)?;
     let a = &merged;
     let mut cfg = RunConfig::default();
@@ -948,16 +1042,8 @@ pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
     if let Some(s) = a.net_latency_us.as_ref() {
         cfg.net_latency_us = atoll_runner::config::parse_latency_us(s).map_err(|e| e.0)?;
     }
-    // Unless asked for explicitly, log to one backup when there is another node to hold it.
     cfg.colocate = a.colocate;
-    cfg.log_replicas = match cfg.roles {
-        Roles::Partitioned => RunConfig::default_log_replicas(cfg.nodes),
-        // Every compute node has a memory node to log to, unless co-located with the only one.
-        Roles::SharedData { .. } => cfg.topology().log_replicas_max().min(1),
-    };
-    if let Some(v) = a.log_replicas {
-        cfg.log_replicas = v;
-    }
+    resolve_replicas(&mut cfg, a);
     cfg.attempts_max = a.attempts_max.unwrap_or(cfg.attempts_max);
     cfg.rate_per_s = a.rate;
     cfg.pin_threads = a.pin;
@@ -974,6 +1060,7 @@ pub fn resolve(flags: &BenchArgs) -> Result<Resolved, String> {
         );
     }
     cfg.validate().map_err(|e| e.0)?;
+    no_replicas_refused(&cfg, a)?;
     one_run_outputs(a, plan_all)?;
     if plan_all && cfg.record_history {
         return Err(

@@ -195,8 +195,8 @@ fn bad_input_is_rejected_with_the_value_and_what_is_accepted() {
         &["-p 'novalue' is not KEY=VALUE"],
     );
     bad(
-        &["bench", "--nodes", "1", "--log-replicas", "1"],
-        &["log_replicas=1 is out of range"],
+        &["bench", "--nodes", "1", "--replicas", "2"],
+        &["replicas=2 is out of range"],
     );
     bad(
         &["bench", "--config", "/nonexistent/atoll.toml"],
@@ -892,7 +892,7 @@ fn calvin_replays_its_epochs_under_other_faults_to_the_same_state_and_refuses_wh
 }
 
 #[test]
-fn a_single_node_runs_with_the_default_log_replicas_and_an_unmeetable_explicit_value_is_refused() {
+fn a_single_node_runs_with_the_default_replicas_and_an_unmeetable_explicit_value_is_refused() {
     let (code, out, err) = atoll(&[
         "bench",
         "--nodes",
@@ -908,13 +908,65 @@ fn a_single_node_runs_with_the_default_log_replicas_and_an_unmeetable_explicit_v
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("PASS"), "{out}");
     bad(
-        &["bench", "--nodes", "1", "--log-replicas", "1"],
-        &["log_replicas=1 is out of range", "0..=0"],
+        &["bench", "--nodes", "1", "--replicas", "2"],
+        &["replicas=2 is out of range", "1..=1", "a node of its own"],
     );
     bad(
-        &["bench", "--nodes", "3", "--log-replicas", "3"],
-        &["log_replicas=3 is out of range", "0..=2"],
+        &["bench", "--nodes", "3", "--replicas", "4"],
+        &["replicas=4 is out of range", "1..=3"],
     );
+    // More nodes than copies: the range itself bounds them.
+    bad(
+        &["bench", "--nodes", "5", "--replicas", "4"],
+        &["replicas=4 is out of range", "1..=3", "at most 3 copies"],
+    );
+}
+
+#[test]
+fn replicas_count_the_primary_so_zero_is_refused_and_the_old_log_replicas_names_its_replacement() {
+    bad(
+        &["bench", "--replicas", "0"],
+        &["replicas=0 is out of range", "1..=2", "primary"],
+    );
+    let replaced = "--log-replicas was replaced by --replicas R (R = backups + 1: --log-replicas 0 is --replicas 1)";
+    bad(&["bench", "--log-replicas", "1"], &[replaced]);
+    // With no value, or one --replicas would refuse, it is still the replacement named.
+    bad(&["bench", "--log-replicas"], &[replaced]);
+    bad(&["bench", "--log-replicas", "x"], &[replaced]);
+    bad(
+        &["cluster", "--nodes", "2", "bench", "--log-replicas", "0"],
+        &[replaced],
+    );
+    // A config file's old key, by its line.
+    let dir = Scratch::new("atoll-replaced-key");
+    let file = dir.join("old.toml");
+    std::fs::write(&file, "nodes = 2\nlog_replicas = 0\n").unwrap();
+    bad(
+        &["bench", "--config", file.to_str().unwrap()],
+        &[
+            "line 2 `log_replicas = 0`",
+            "log_replicas was replaced by replicas = R (R = backups + 1: log_replicas = 0 is replicas = 1)",
+        ],
+    );
+    // The new key runs: one copy, no backups.
+    std::fs::write(
+        &file,
+        "nodes = 2\nreplicas = 1\nduration = 0.2\nwarmup = 0\n[params]\naccounts = 100\n",
+    )
+    .unwrap();
+    let json = dir.join("r.json");
+    let (code, out, err) = atoll(&[
+        "bench",
+        "--config",
+        file.to_str().unwrap(),
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["config"]["replicas"], 1, "{report}");
 }
 
 #[test]
@@ -1027,10 +1079,10 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
             "shared-data",
             "--memory-nodes",
             "2",
-            "--log-replicas",
-            "3",
+            "--replicas",
+            "4",
         ],
-        &["log_replicas=3", "0..=2", "one backup per memory node"],
+        &["replicas=4", "1..=3", "one backup per memory node"],
     );
     bad(
         &["bench", "--colocate"],
@@ -1047,10 +1099,10 @@ fn architecture_flags_are_refused_where_they_do_not_apply_naming_what_is_accepte
             "--compute-nodes",
             "2",
             "--colocate",
-            "--log-replicas",
-            "2",
+            "--replicas",
+            "3",
         ],
-        &["log_replicas=2", "0..=1", "on another machine"],
+        &["replicas=3", "1..=2", "on another machine"],
     );
     bad(
         &["bench", "--protocol", "occ", "--rsi-versions", "2"],

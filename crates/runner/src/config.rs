@@ -34,6 +34,9 @@ pub fn loc_cache_entries_max(coordinators: u32) -> usize {
 pub const NODES_MAX: u16 = 1024;
 pub const THREADS_MAX: u16 = 128;
 pub const COROUTINES_MAX: u16 = 256;
+/// Most copies of each partition (`--replicas`: its primary and up to 2 backups): the
+/// issue's range (issue 41); FaRM and Tell run up to 3 copies.
+pub const REPLICAS_MAX: u16 = 3;
 /// Longest warm-up accepted, in seconds.
 pub const WARMUP_S_MAX: f64 = 3_600.0;
 /// Seconds a run's clock may pass its end: the last transactions finish, retries back off
@@ -557,7 +560,7 @@ impl RunConfig {
         }
     }
 
-    /// Warm-up, duration, injected latency, backups, attempts and OS threads.
+    /// Warm-up, duration, injected latency, replicas, attempts and OS threads.
     fn validate_time_and_limits(&self) -> Result<(), ConfigError> {
         if !self.warmup_s.is_finite() || !(0.0..=WARMUP_S_MAX).contains(&self.warmup_s) {
             return Err(ConfigError(format!(
@@ -596,18 +599,27 @@ impl RunConfig {
                 )));
             }
         }
-        let topology = self.topology();
-        if self.log_replicas > topology.log_replicas_max() {
+        // `--replicas R`: the primary and `log_replicas` backups.
+        let shape_max = self.topology().log_replicas_max() + 1;
+        let max = REPLICAS_MAX.min(shape_max);
+        if self.log_replicas >= max {
             return Err(ConfigError(format!(
-                "log_replicas={} is out of range: expected 0..={} ({})",
-                self.log_replicas,
-                topology.log_replicas_max(),
+                "replicas={} is out of range: expected 1..={max} ({})",
+                self.log_replicas as u32 + 1,
                 match self.roles {
-                    Roles::Partitioned => "fewer backups than nodes",
-                    Roles::SharedData { .. } if self.colocate => {
-                        "at most one backup per memory node on another machine than the coordinator's"
+                    _ if shape_max > REPLICAS_MAX => format!(
+                        "at most {REPLICAS_MAX} copies: a primary and {} backups",
+                        REPLICAS_MAX - 1
+                    ),
+                    Roles::Partitioned => {
+                        "each copy on a node of its own: the primary's and each backup's".into()
                     }
-                    Roles::SharedData { .. } => "at most one backup per memory node",
+                    Roles::SharedData { .. } if self.colocate => {
+                        "a primary and at most one backup per memory node on another machine than the coordinator's".into()
+                    }
+                    Roles::SharedData { .. } => {
+                        "a primary and at most one backup per memory node".into()
+                    }
                 }
             )));
         }
@@ -826,8 +838,8 @@ impl RunConfig {
             .map_err(|e| ConfigError(e.to_string()))
     }
 
-    /// Backups a commit logs to unless told otherwise: one, or none on a single node (which
-    /// has no other node to hold a backup).
+    /// Backups a commit logs to unless told otherwise (`--replicas 2`): one, or none on a
+    /// single node (which has no other node to hold a backup: `--replicas 1`).
     pub fn default_log_replicas(nodes: u16) -> u16 {
         1.min(nodes.saturating_sub(1))
     }
@@ -958,7 +970,9 @@ pub struct ConfigReport {
     pub net_latency_us: std::collections::BTreeMap<String, f64>,
     pub pin_threads: bool,
     pub os_threads: usize,
-    pub log_replicas: u16,
+    /// Copies of each partition (`--replicas`): its primary and the backups each commit
+    /// logs to (`RunConfig::log_replicas` + 1).
+    pub replicas: u16,
     pub attempts_max: u32,
     /// Open loop: transactions offered per second (`--rate`), if not closed.
     #[serde(skip_serializing_if = "Option::is_none")]

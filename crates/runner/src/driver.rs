@@ -840,7 +840,7 @@ fn config_report<W: Workload, P: Protocol>(
             .collect(),
         pin_threads: cfg.pin_threads,
         os_threads: facts.os_threads,
-        log_replicas: cfg.log_replicas,
+        replicas: cfg.log_replicas + 1,
         attempts_max: cfg.attempts_max,
         rate_per_s: cfg.rate_per_s,
         family: family_report(cfg),

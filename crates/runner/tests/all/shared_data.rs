@@ -402,7 +402,7 @@ fn shared_data_shapes_that_leave_no_compute_node_or_too_many_backups_are_refused
         ..RunConfig::default()
     };
     let e = backups.validate().unwrap_err().0;
-    assert!(e.contains("log_replicas=3") && e.contains("0..=2"), "{e}");
+    assert!(e.contains("replicas=4") && e.contains("1..=3"), "{e}");
 }
 
 /// One coordinator on a compute node, records on a memory node, the timestamp service on a
