@@ -54,7 +54,7 @@ pub struct Batch {
     pub lanes: u32,
     /// The sender's lane stops after this epoch (the run's end).
     pub last: bool,
-    /// This node is one of the sender's `--log-replicas` backups: it keeps the batch after
+    /// This node is one of the sender's backups (`--replicas` less one): it keeps the batch after
     /// the epoch, for recovery to replay (RCC's asynchronous CRB lists).
     pub keep: bool,
     pub requests: Vec<Request>,

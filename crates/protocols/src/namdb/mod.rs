@@ -18,7 +18,7 @@
 //! 3. **lock + validate**: per written record one CAS from the commit id read to locked,
 //!    in one doorbell; no commit timestamp to fetch: it is the coordinator's last plus one,
 //!    taken with no network operation (an abort does not consume it);
-//! 4. **log** to backups (`--log-replicas 0` for the paper's protocol);
+//! 4. **log** to backups (`--replicas 1` for the paper's protocol);
 //! 5. **install**: as RSI's, payload sealed with the commit id, `LOCK` = the commit id last;
 //! 6. **publish**: one WRITE of the timestamp into the coordinator's slot, only after every
 //!    install completed, deferred to the coordinator's next doorbell (unsignaled).

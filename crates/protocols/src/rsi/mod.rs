@@ -16,7 +16,7 @@
 //! 3. **lock + validate**: per written record one CAS from the commit id read to locked,
 //!    doorbell-batched with the commit timestamp's FETCH_ADD (and a READ of `RTS` that
 //!    bounds the outcome ring);
-//! 4. **log** to backups (RCC's coordinator log; `--log-replicas 0` for the paper's
+//! 4. **log** to backups (RCC's coordinator log; `--replicas 1` for the paper's
 //!    protocol, which has none);
 //! 5. **install**: per record the payload (sealed with the commit timestamp), the version,
 //!    then `LOCK` = the commit timestamp, which unlocks, and a READ of `RTS` for the next

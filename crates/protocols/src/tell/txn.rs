@@ -148,7 +148,7 @@ impl Protocol for Tell {
     fn recovery_refusal(plan: &Plan, log_replicas: u16) -> Option<String> {
         if log_replicas == 0 {
             return Some(
-                "tell recovers a crashed processing node from its log: expected --log-replicas 1 or more"
+                "tell recovers a crashed processing node from its log: expected --replicas 2 or more"
                     .into(),
             );
         }
@@ -437,7 +437,7 @@ async fn write_log(
 /// The log entry (Tell §4.4), before any insert or put: tid, processing node, the
 /// attempt's tag and its write set, the commit flag unset. A recovery of this node takes
 /// out the versions of an entry whose flag is unset. Without log backups
-/// (`--log-replicas 0`) there is no log, and no recovery.
+/// (`--replicas 1`) there is no log, and no recovery.
 async fn log_entry(
     tx: &mut TxnCore<'_, TellEntry>,
     ws: &[usize],

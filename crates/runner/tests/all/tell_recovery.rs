@@ -286,5 +286,5 @@ fn tell_a_crash_it_cannot_recover_from_is_refused_up_front_naming_why() {
         "commit=rpc",
     );
     // No log to recover from.
-    refused(&|c| c.log_replicas = 0, "--log-replicas 1 or more");
+    refused(&|c| c.log_replicas = 0, "--replicas 2 or more");
 }
