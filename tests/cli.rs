@@ -1366,7 +1366,7 @@ fn runs(args: &[&str]) -> String {
 #[test]
 fn log_rings_are_sized_from_the_workloads_largest_write_set_and_a_log_region_that_cannot_fit_is_refused(
 ) {
-    // A 1036-word log record (two 4 KiB writes) and a 1040-word one (a pair of 512-word
+    // A 1037-word log record (two 4 KiB writes) and a 1041-word one (a pair of 512-word
     // records) overflowed the fixed 1024-word ring.
     runs(&[
         "--workload",
@@ -1401,7 +1401,7 @@ fn log_rings_are_sized_from_the_workloads_largest_write_set_and_a_log_region_tha
         ],
         &[
             "the log region needs",
-            "of up to 33028 words",
+            "of up to 33029 words",
             "over the 4294967295-word limit",
         ],
     );

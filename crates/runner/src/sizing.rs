@@ -455,10 +455,7 @@ pub fn size<W: Workload>(
     };
     let write_set = w.largest_write_set();
     let log_record_words_max = log_record_words(write_set.iter().map(|&t| payload_words(t)));
-    let ring = LOG_RING_RECORDS as u64 * log_record_words_max;
-    let rings =
-        cfg.topology().log_slots(cfg.log_replicas) as u64 * cfg.coordinators_per_node() as u64;
-    let log_region_words = (atoll_txn::log_ring::LOG_RING_HEAD_WORDS as u64 + ring) * rings;
+    let (ring, rings, log_region_words) = log_rings(cfg, log_record_words_max);
     if log_region_words > REGION_WORDS_MAX {
         return Err(ConfigError(format!(
             "the log region needs {log_region_words} words per node ({rings} rings (log slots × threads × coroutines = {} × {} × {}) of {ring} words: {LOG_RING_RECORDS} records of up to {log_record_words_max} words, as {} writes up to {} records), over the {REGION_WORDS_MAX}-word limit of a region's 32-bit word offsets: expected fewer threads, coroutines or log replicas, or a smaller write set ({})",
@@ -500,11 +497,7 @@ pub fn size<W: Workload>(
         loc_cache_bytes: cfg.coordinators_total() as u64
             * crate::config::loc_cache_entries_max(cfg.coordinators_total()) as u64
             * crate::config::LOC_CACHE_BYTES_PER_ENTRY,
-        replica_copies: if cfg.replicates_partitions() {
-            cfg.log_replicas
-        } else {
-            0
-        },
+        replica_copies: replica_copies(cfg),
     };
     let need = sizing.total_bytes();
     if need > limit {
@@ -540,6 +533,25 @@ pub fn size<W: Workload>(
         )));
     }
     Ok(sizing)
+}
+
+/// Each coordinator ring's record words, the rings every node holds, and the words of its
+/// log region (each ring a head word and its slots), for records of up to `record_words`.
+fn log_rings(cfg: &RunConfig, record_words: u64) -> (u64, u64, u64) {
+    let ring = LOG_RING_RECORDS as u64 * record_words;
+    let rings =
+        cfg.topology().log_slots(cfg.log_replicas) as u64 * cfg.coordinators_per_node() as u64;
+    let region = (atoll_txn::log_ring::LOG_RING_HEAD_WORDS as u64 + ring) * rings;
+    (ring, rings, region)
+}
+
+/// Replicas of other partitions each node holding records keeps ([`Sizing::replica_copies`]).
+fn replica_copies(cfg: &RunConfig) -> u16 {
+    if cfg.replicates_partitions() {
+        cfg.log_replicas
+    } else {
+        0
+    }
 }
 
 /// The memory `cfg` may use: `--memory-max`, or else [`memory_limit_bytes`]; with where

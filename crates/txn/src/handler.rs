@@ -461,6 +461,27 @@ impl Local {
         Ok(())
     }
 
+    /// A coordinator's log record copied into its ring ([`Request::Log`]).
+    fn log_write(&self, offset: u32, words: &[u64]) -> Reply {
+        let r = self.store.memory().region(self.log_region);
+        if offset as usize + words.len() > r.len_words() {
+            return Reply::BadRequest;
+        }
+        r.write_from(offset as usize, words);
+        Reply::Ok
+    }
+
+    /// A ring's head word: the records of it this node applied ([`Request::LogHead`]).
+    fn log_head(&self, offset: u32) -> Reply {
+        let r = self.store.memory().region(self.log_region);
+        if offset as usize >= r.len_words() {
+            return Reply::BadRequest;
+        }
+        Reply::Word {
+            value: r.load(offset as usize),
+        }
+    }
+
     /// Serves a shared request (a family's goes to its participant before this).
     fn serve(&self, req: Request) -> Reply {
         let store = &self.store;
@@ -484,23 +505,8 @@ impl Local {
                 }
                 Reply::Ok
             }
-            Request::Log { offset, words } => {
-                let r = store.memory().region(self.log_region);
-                if offset as usize + words.len() > r.len_words() {
-                    return Reply::BadRequest;
-                }
-                r.write_from(offset as usize, &words);
-                Reply::Ok
-            }
-            Request::LogHead { offset } => {
-                let r = store.memory().region(self.log_region);
-                if offset as usize >= r.len_words() {
-                    return Reply::BadRequest;
-                }
-                Reply::Word {
-                    value: r.load(offset as usize),
-                }
-            }
+            Request::Log { offset, words } => self.log_write(offset, &words),
+            Request::LogHead { offset } => self.log_head(offset),
             Request::WriteBack(wb) => {
                 if !self.write_back_valid(&wb) {
                     return Reply::BadRequest;

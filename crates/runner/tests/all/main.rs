@@ -114,6 +114,7 @@ mod failures;
 mod fidelity;
 mod islands;
 mod matrix;
+mod replicas;
 mod shared_data;
 mod si_samples;
 mod sim;
