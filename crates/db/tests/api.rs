@@ -296,7 +296,9 @@ fn api_a_user_error_is_returned_and_nothing_it_wrote_is_installed() {
             protocol.name()
         );
         assert_eq!(db.stats().user_aborted, 1);
-        assert!(db.close().unwrap().passed);
+        let r = db.close().unwrap();
+        let failed: Vec<_> = r.checks.iter().filter(|c| !c.passed).collect();
+        assert!(r.passed, "{}: {failed:?}", protocol.name());
     }
 }
 

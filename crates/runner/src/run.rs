@@ -1020,15 +1020,16 @@ fn worker_coroutines<W: Workload, P: Protocol>(
         })
         .collect();
     if let (0, Some(cleaner)) = (core.id.thread, &node.cleaner) {
-        // The node's log cleaner rides on its first worker too.
-        let (run, rt) = (shared.clone(), node.clone());
+        // The node's log cleaner rides on its first worker too, until the run is over or
+        // the worker's co-routines all ended (a library session ends when its source drains).
+        let (run, rt, ws) = (shared.clone(), node.clone(), ws.clone());
         tasks.push(Box::pin(atoll_txn::log_ring::clean(
             Endpoint::new(core.clone(), TaskId(tasks.len() as u32)),
             cleaner.clone(),
             shared
                 .catalog
                 .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
-            Rc::new(move |now| run.over(&rt, now)),
+            Rc::new(move |now| run.over(&rt, now) || ws.live.get() == 0),
         )));
     }
     if core.id.thread == 0 && P::node_task_wanted(&shared.txn) {

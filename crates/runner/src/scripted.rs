@@ -143,7 +143,8 @@ impl TestCluster {
         let txn = Arc::new(TxnConfig {
             plan,
             log_replicas,
-            log_ring_words: 1024,
+            // Room for records of up to 1024 words in each of a ring's slots.
+            log_ring_words: atoll_txn::log_ring::LOG_RING_RECORDS * 1024,
             log_applied: false,
             instance_log: false,
             // Ids as `coordinator` hands them out: by worker index, over every node.

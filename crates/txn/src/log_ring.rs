@@ -365,6 +365,9 @@ impl LogCleaner {
                         store.install(t, idx, kv, payload);
                         Step::Applied(payload.len() as u64)
                     }
+                    // The primary freed a slot for it by deleting another key, whose delete
+                    // (an earlier commit) another ring holds: it frees the replica's too.
+                    Err(e) if e.is_capacity() => Step::NotReady,
                     Err(e) => {
                         self.problem(format!("replica of partition {}: {e}", partition.0));
                         Step::Skipped

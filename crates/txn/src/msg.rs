@@ -1253,10 +1253,10 @@ mod tests {
             assert_eq!(b.len(), reply.encoded_len(), "encoded length of {reply:?}");
             assert_eq!(Reply::decode(&b), Ok(reply));
         }
-        assert!(Reply::decode(&13u64.to_le_bytes())
+        assert!(Reply::decode(&14u64.to_le_bytes())
             .unwrap_err()
             .0
-            .contains("unknown reply tag 13 (accepted: 1 Tuples, 2 LockFailed, 3 NotFound,"));
+            .contains("unknown reply tag 14 (accepted: 1 Tuples, 2 LockFailed, 3 NotFound,"));
     }
 
     /// Every entry of a `Tuples` reply read in place, or the first error.

@@ -777,6 +777,17 @@ const LOG_ROOM_POLLS_MAX: u32 = 4096;
 const LOG_ROOM_WAIT_NS_FIRST: u64 = 500;
 const LOG_ROOM_WAIT_NS_MAX: u64 = 100_000;
 
+/// The entries whose writes the attempt installs, what its log record carries: inserts
+/// (placed already), deletes, and the updates it wrote (a record locked for update and left
+/// as it was is released unchanged, [`write_back`]).
+pub fn installed_writes<S: EntryState>(tx: &TxnCore<'_, S>) -> Idxs {
+    tx.select(|e| match e.access {
+        Access::Read => false,
+        Access::Update => e.dirty,
+        Access::Insert | Access::Delete => true,
+    })
+}
+
 /// The log record of write entries `ws`: `[ts, seq, entries, words, (what, key, new version,
 /// payload length, payload...)..., checksum]`, with `seq` 0 and the checksum of its body
 /// ([`crate::log_ring::body_sum`]): each backup's copy gets its ring's `seq`
@@ -920,7 +931,7 @@ pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Res
         tx.logged = tx.entries.iter().any(|e| e.is_write());
         return Ok(());
     }
-    let ws = tx.select(|e| e.is_write());
+    let ws = installed_writes(tx);
     if ws.is_empty() {
         return Ok(());
     }

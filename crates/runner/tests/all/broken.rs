@@ -363,7 +363,7 @@ impl Protocol for OccLoggingToOneBackup {
             stages::release_all(tx).await;
             return Err(a);
         }
-        let written = tx.select(|e| e.is_write());
+        let written = stages::installed_writes(tx);
         if !written.is_empty() {
             let mut rec = stages::log_record(tx, &written);
             let mut targets = stages::log_targets(tx, &written);

@@ -51,8 +51,8 @@ fn replicas_every_partitioned_protocols_three_replicas_equal_their_primaries_und
                         threads: 2,
                         coroutines: 4,
                         log_replicas: 2,
-                        duration_s: 0.002,
-                        warmup_s: 0.0005,
+                        duration_s: 0.005,
+                        warmup_s: 0.001,
                         seed,
                         ..RunConfig::default()
                     };
@@ -64,8 +64,13 @@ fn replicas_every_partitioned_protocols_three_replicas_equal_their_primaries_und
                     );
                     let c = replica_check(&r);
                     assert!(r.passed && c.passed, "{what}: {:?}", r.checks);
+                    // These write in every short run (the others may draw only reads).
+                    let writes = matches!(
+                        w,
+                        WorkloadKind::SmallBank | WorkloadKind::Ycsb | WorkloadKind::Tpcc
+                    );
                     assert!(
-                        !c.detail.contains("applied 0 log records"),
+                        !writes || !c.detail.contains("applied 0 log records"),
                         "{what}: the cleaners applied nothing: {}",
                         c.detail
                     );
@@ -102,7 +107,8 @@ fn replicas_one_copy_keeps_no_replica_and_the_snapshot_isolation_family_logs_wit
 fn replicas_on_real_threads_equal_their_primaries_3_nodes_3_replicas() {
     for (protocol, w) in [
         (ProtocolKind::Occ, WorkloadKind::SmallBank),
-        (ProtocolKind::Mvcc, WorkloadKind::Tpcc),
+        (ProtocolKind::Mvcc, WorkloadKind::SmallBank),
+        (ProtocolKind::Sundial, WorkloadKind::Cycle),
         (ProtocolKind::WaitDie, WorkloadKind::Ycsb),
     ] {
         let cfg = RunConfig {
