@@ -316,8 +316,8 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
         108,
     ),
     ("crates/runner/src/calibrate.rs", "calibrate", 137),
-    ("crates/runner/src/sizing.rs", "size", 104),
-    ("crates/txn/src/handler.rs", "serve", 115),
+    ("crates/runner/src/sizing.rs", "size", 102),
+    ("crates/txn/src/handler.rs", "serve", 109),
     ("crates/txn/src/stages.rs", "write_back", 120),
     ("src/main.rs", "plan_all", 101),
 ];
