@@ -1401,7 +1401,7 @@ fn log_rings_are_sized_from_the_workloads_largest_write_set_and_a_log_region_tha
         ],
         &[
             "the log region needs",
-            "of up to 33029 words",
+            "of up to 33031 words",
             "over the 4294967295-word limit",
         ],
     );

@@ -37,6 +37,9 @@ pub struct FaultConfig {
     pub stall_ns: u64,
     /// A node that crashes for good, and when (virtual nanoseconds from the start).
     pub crash: Option<(NodeId, u64)>,
+    /// A crash's moment spread: it happens at its time plus a seeded uniform draw of up to
+    /// this (a matrix of seeds crashes the node at random moments, each replaying exactly).
+    pub crash_spread_ns: u64,
     /// How long an op to a crashed node waits before it fails as timed out; `None`:
     /// [`crate::OP_TIMEOUT_NS_DEFAULT`].
     pub op_timeout_ns: Option<u64>,
@@ -85,6 +88,7 @@ impl FaultConfig {
             stall_ns: 20_000,
             // Crashes end a run's figures: only asked for by name.
             crash: None,
+            crash_spread_ns: 0,
             op_timeout_ns: None,
         }
     }
@@ -120,6 +124,9 @@ impl FaultConfig {
         if let Some((node, at_ns)) = self.crash {
             k.insert("crash_node", node.0 as u64);
             k.insert("crash_us", at_ns / NS_PER_US);
+            if self.crash_spread_ns > 0 {
+                k.insert("crash_spread_us", self.crash_spread_ns / NS_PER_US);
+            }
         }
         if let Some(ns) = self.op_timeout_ns {
             k.insert("op_timeout_us", ns / NS_PER_US);
@@ -129,7 +136,7 @@ impl FaultConfig {
 
     /// Parses `none`, `some`, or
     /// `spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,
-    /// stall_permille=P,stall_us=T,crash_node=C,crash_us=U,op_timeout_us=O` (unnamed values
+    /// stall_permille=P,stall_us=T,crash_node=C,crash_us=U,crash_spread_us=V,op_timeout_us=O` (unnamed values
     /// as in `some`; `tear_words=0` turns tearing off, `stall_permille=0` stalls; a crash
     /// needs `crash_node`, at `crash_us` or 0).
     pub fn parse(s: &str) -> Result<Self, FaultsError> {
@@ -141,6 +148,7 @@ impl FaultConfig {
         let mut f = FaultConfig::some();
         // `crash_us` may come before `crash_node`.
         let mut crash_at_ns = None;
+        let mut spread_given = false;
         let mut seen: Vec<&str> = Vec::new();
         for part in s.split(',') {
             let (k, v) = part
@@ -192,14 +200,21 @@ impl FaultConfig {
                     let at_ns = us()?;
                     crash_at_ns = Some(at_ns);
                 }
+                "crash_spread_us" => {
+                    f.crash_spread_ns = us()?;
+                    spread_given = true;
+                }
                 "op_timeout_us" => f.op_timeout_ns = Some(us()?.max(1)),
                 other => return Err(FaultsError::UnknownKey(other.to_string())),
             }
         }
         match (&mut f.crash, crash_at_ns) {
             (Some(c), Some(at_ns)) => c.1 = at_ns,
-            (None, Some(_)) => return Err(FaultsError::CrashWithoutNode),
+            (None, Some(_)) => return Err(FaultsError::CrashWithoutNode("crash_us")),
             _ => {}
+        }
+        if spread_given && f.crash.is_none() {
+            return Err(FaultsError::CrashWithoutNode("crash_spread_us"));
         }
         Ok(f)
     }
@@ -208,7 +223,7 @@ impl FaultConfig {
 /// A `--faults` value that does not parse, naming the bad entry and what is accepted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FaultsError {
-    #[error("faults entry '{0}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,stall_permille=P,stall_us=T,crash_node=C,crash_us=U,op_timeout_us=O")]
+    #[error("faults entry '{0}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,stall_permille=P,stall_us=T,crash_node=C,crash_us=U,crash_spread_us=V,op_timeout_us=O")]
     NotKeyValue(String),
     #[error("faults {key}={value} is not a whole number")]
     NotWholeNumber { key: String, value: String },
@@ -220,10 +235,10 @@ pub enum FaultsError {
         max: u64,
         unit: &'static str,
     },
-    #[error("unknown faults key '{0}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us, tear_words, tear_ns, stall_permille, stall_us, crash_node, crash_us, op_timeout_us")]
+    #[error("unknown faults key '{0}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us, tear_words, tear_ns, stall_permille, stall_us, crash_node, crash_us, crash_spread_us, op_timeout_us")]
     UnknownKey(String),
-    #[error("faults crash_us needs crash_node (the node that crashes)")]
-    CrashWithoutNode,
+    #[error("faults {0} needs crash_node (the node that crashes)")]
+    CrashWithoutNode(&'static str),
     #[error("faults key '{0}' is given twice: expected each key once")]
     Duplicate(String),
 }
@@ -283,7 +298,15 @@ pub fn plan(cfg: &FaultConfig, nodes: u16, horizon_ns: u64, seed: u64) -> Vec<Fa
         });
     }
     if let Some((node, at_ns)) = cfg.crash {
-        out.push(Fault::Crash { node, at_ns });
+        // A stream of its own, so a spread moves no other fault of the seed.
+        let spread_ns = match cfg.crash_spread_ns {
+            0 => 0,
+            s => Rng::derive(seed, 0xC7A5).below(s + 1),
+        };
+        out.push(Fault::Crash {
+            node,
+            at_ns: at_ns + spread_ns,
+        });
     }
     if nodes < 2 || horizon_ns == 0 {
         return out;
@@ -322,10 +345,41 @@ mod tests {
             "some",
             "none",
             "spikes=3,pause_us=1500,tear_words=2,tear_ns=700,crash_node=1,crash_us=250,op_timeout_us=90",
+            "crash_node=2,crash_us=100,crash_spread_us=400",
         ] {
             let f = FaultConfig::parse(s).unwrap();
             let text: Vec<String> = f.to_keys().iter().map(|(k, v)| format!("{k}={v}")).collect();
             assert_eq!(FaultConfig::parse(&text.join(",")).unwrap(), f, "{s}");
         }
+    }
+
+    #[test]
+    fn faults_a_crash_spread_moves_the_crash_by_seed_within_its_bound_and_replays() {
+        let f = FaultConfig::parse("crash_node=1,crash_us=100,crash_spread_us=50").unwrap();
+        let at = |seed| {
+            plan(&f, 3, 1_000_000, seed)
+                .into_iter()
+                .find_map(|x| match x {
+                    Fault::Crash { node, at_ns } => Some((node, at_ns)),
+                    _ => None,
+                })
+                .expect("a crash is planned")
+        };
+        let moments: std::collections::BTreeSet<u64> = (0..64).map(|s| at(s).1).collect();
+        assert!(
+            moments.len() > 32,
+            "64 seeds gave {} moments",
+            moments.len()
+        );
+        assert!(
+            moments.iter().all(|&ns| (100_000..=150_000).contains(&ns)),
+            "{moments:?}"
+        );
+        assert_eq!(at(7), at(7));
+        assert_eq!(at(7).0, NodeId(1));
+        assert_eq!(
+            FaultConfig::parse("crash_spread_us=5"),
+            Err(FaultsError::CrashWithoutNode("crash_spread_us"))
+        );
     }
 }

@@ -856,6 +856,42 @@ impl Doorbell<'_> {
             spares: Some(core.spares.clone()),
         })
     }
+
+    /// As [`Doorbell::submit`], but a failure keeps the other ops' results: `Err` holds
+    /// the first failure and every completion ([`Completions::failed`] tells the failed
+    /// ones), so a stage learns what the ops at live nodes did (the locks it took there).
+    pub async fn submit_partial(mut self) -> Result<Completions, (OpError, Completions)> {
+        if self.ops.is_empty() {
+            return Ok(Completions {
+                results: Results::Posted(Vec::new()),
+                spares: None,
+            });
+        }
+        let core = &self.ep.core;
+        if let Some(done) = core.run_inline(&self.ops) {
+            return Ok(done);
+        }
+        let slot = core.post(self.ep.task, &mut self.ops);
+        let (results, remote) = match core.take_if_done(slot) {
+            Some(r) => r,
+            None => Wait { core, slot }.await,
+        };
+        if remote {
+            core.counters.borrow_mut().round_trips += 1;
+        }
+        let failed = results.iter().find_map(|c| match c {
+            Some(Completion::Failed(e)) => Some(*e),
+            _ => None,
+        });
+        let done = Completions {
+            results: Results::Posted(results),
+            spares: Some(core.spares.clone()),
+        };
+        match failed {
+            Some(e) => Err((e, done)),
+            None => Ok(done),
+        }
+    }
 }
 
 /// The op vector goes back to the worker's spares, submitted or not.
@@ -935,6 +971,15 @@ impl Completions {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether op `i` failed (its node down): only a [`Doorbell::submit_partial`] hands
+    /// back such completions.
+    pub fn failed(&self, i: usize) -> bool {
+        match &self.results {
+            Results::Posted(c) => matches!(c[i], Some(Completion::Failed(_))),
+            Results::Inline { .. } => false,
+        }
     }
 
     fn mismatch(&self, i: usize, want: &str) -> ! {

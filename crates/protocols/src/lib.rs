@@ -493,6 +493,18 @@ impl ProtocolKind {
         self.dispatch(Logs)
     }
 
+    /// [`Protocol::WRITE_BACK_IN_PLACE`].
+    pub fn writes_back_in_place(self) -> bool {
+        struct InPlace;
+        impl ProtocolVisitor for InPlace {
+            type Out = bool;
+            fn visit<P: Protocol>(self) -> Self::Out {
+                P::WRITE_BACK_IN_PLACE
+            }
+        }
+        self.dispatch(InPlace)
+    }
+
     pub fn sequenced(self) -> bool {
         struct Seq;
         impl ProtocolVisitor for Seq {

@@ -535,12 +535,20 @@ fn cluster_checks<W: Workload, P: Protocol>(
             all.committed_torn_reads
         ),
     };
-    // A node that crashed holding records lost them (nothing recovers them yet): its memory
-    // is not judged, and the workload's checks over every node's records cannot be.
+    // A node that crashed holding records lost them, unless its partition's recovery
+    // settled them at its backups (whose replica is then checked in its place): a lost
+    // node's memory is not judged, and the workload's checks over every node's records
+    // cannot be.
+    let recovered_partition = |n: NodeId| {
+        facts
+            .recovered
+            .iter()
+            .any(|r| r.node == n && r.partition.is_some())
+    };
     let lost: Vec<(NodeId, u64)> = facts
         .crashed
         .iter()
-        .filter(|c| holds(c.0))
+        .filter(|c| holds(c.0) && !recovered_partition(c.0))
         .map(|c| (c.0, c.1))
         .collect();
     let lost_text = lost
@@ -598,9 +606,8 @@ fn cluster_checks<W: Workload, P: Protocol>(
 
 /// `replicas.match`: after every backup drained its log rings, each replica holds what its
 /// partition's primary holds (the same live records, each at the same key version with the
-/// same payload), and no cleaner found a record it could not apply. Not judged when a node
-/// crashed: a record logged to some backups of an attempt that then aborted `node_failed`
-/// is applied by them, and undoing it is recovery's (issue 41).
+/// same payload), and no cleaner found a record it could not apply; a crashed node's
+/// partition, recovered, is held alike by every live backup.
 fn replica_check<C>(
     checks: &[NodeChecks<C>],
     crashed: &[(NodeId, u64, usize)],
@@ -614,13 +621,6 @@ fn replica_check<C>(
         return None;
     }
     let name = "replicas.match".to_string();
-    if !crashed.is_empty() {
-        return Some(CheckReport {
-            name,
-            passed: true,
-            detail: "not judged: a node crashed, and a dead node's logged attempts are not recovered yet (issue 41)".into(),
-        });
-    }
     if table_full > 0 {
         // A replica applies one key's insert before another key's delete that freed the
         // primary's slot (different keys, different rings), so a table its primary keeps
@@ -634,10 +634,14 @@ fn replica_check<C>(
     let primary: BTreeMap<u16, (u64, u64)> = with.iter().map(|(n, r)| (*n, r.primary)).collect();
     let mut wrong = Vec::new();
     let (mut copies, mut applied, mut entries, mut waits) = (0u64, 0u64, 0u64, 0u64);
+    let (mut by_successor, mut held) = (0u64, 0u64);
+    let mut dead_copies: BTreeMap<u16, (u64, u64)> = BTreeMap::new();
     for (n, r) in &with {
         applied += r.applied_records;
         entries += r.applied_entries;
         waits += r.waits;
+        by_successor += r.decided_by_successor;
+        held += r.held_at_end;
         for p in &r.problems {
             wrong.push(format!("node {n}: {p}"));
         }
@@ -649,6 +653,18 @@ fn replica_check<C>(
         }
         for &(p, records, digest) in &r.copies {
             copies += 1;
+            if crashed.iter().any(|c| c.0 .0 == p) {
+                // A crashed primary holds what it held when it died: its partition is what
+                // its live backups hold, each the same.
+                match dead_copies.insert(p, (records, digest)) {
+                    Some(first) if first != (records, digest) => wrong.push(format!(
+                        "the live backups' replicas of crashed partition {p} differ ({records} live records against {})",
+                        first.0
+                    )),
+                    _ => {}
+                }
+                continue;
+            }
             match primary.get(&p) {
                 Some(&(pr, pd)) if (pr, pd) == (records, digest) => {}
                 Some(&(pr, _)) => wrong.push(format!(
@@ -665,8 +681,13 @@ fn replica_check<C>(
         passed: wrong.is_empty(),
         detail: if wrong.is_empty() {
             format!(
-                "{copies} replicas of {} partitions ({records} live records in the primaries) each equal to its primary; the backups' cleaners applied {applied} log records ({entries} entries of the partitions they back up), an entry waited for another ring's earlier write {waits} times",
-                primary.len()
+                "{copies} replicas of {} partitions ({records} live records in the primaries) each equal to its primary; the backups' cleaners applied {applied} log records ({entries} entries of the partitions they back up), an entry waited for another ring's earlier write {waits} times, {by_successor} records were known committed by a later write of their keys before their coordinator logged again, {held} were still undecided at the end (settled as committed: a live coordinator's, or a dead one's its recovery committed){}",
+                primary.len(),
+                if dead_copies.is_empty() {
+                    String::new()
+                } else {
+                    format!("; crashed partitions {:?} held alike by their live backups", dead_copies.keys().collect::<Vec<_>>())
+                }
             )
         } else {
             format!("{} wrong: {}", wrong.len(), wrong.join("; "))
@@ -693,6 +714,9 @@ fn recovery_checks(facts: &RunFacts) -> Vec<CheckReport> {
                 None => "the base had not passed its tids by the run's end (a live node's older tid held it)".into(),
             };
             let committed = r.attempts.iter().filter(|a| matches!(a.1, Some((_, true)))).count();
+            if let Some(p) = &r.partition {
+                return partition_recovery_check(r, p, crashed_ns);
+            }
             CheckReport {
                 name: "recovery.compute_node".into(),
                 passed: r.problems.is_empty(),
@@ -715,6 +739,49 @@ fn recovery_checks(facts: &RunFacts) -> Vec<CheckReport> {
             }
         })
         .collect()
+}
+
+/// `recovery.node`: a crashed node of a replicated partitioned run was found dead, every
+/// survivor held the configuration without it, and the survivors settled its coordinators'
+/// transactions (applied or voided their records, finished or took back their writes,
+/// released their locks) with nothing they could not settle as logged.
+fn partition_recovery_check(
+    r: &atoll_txn::Recovered,
+    p: &atoll_txn::PartitionRecovered,
+    crashed_ns: u64,
+) -> CheckReport {
+    let us = |ns: u64| ns as f64 / 1e3;
+    let s = &p.settled;
+    let last = r.attempts.iter().filter(|a| a.1.is_some()).count();
+    let committed = r
+        .attempts
+        .iter()
+        .filter(|a| matches!(a.1, Some((_, true))))
+        .count();
+    CheckReport {
+        name: "recovery.node".into(),
+        passed: r.problems.is_empty(),
+        detail: format!(
+            "node {} crashed at {:.1} µs, found dead {:.1} µs later, configuration {} held by every survivor {:.1} µs after that, its transactions settled {:.1} µs later: of its {} coordinators {last} had a last logged transaction, {committed} committed; the backups applied {} of its records and voided {}, the primaries finished {} writes, took back {} inserts and released {} locks{}",
+            r.node.0,
+            us(crashed_ns),
+            us(r.detected_ns.saturating_sub(crashed_ns)),
+            p.epoch,
+            us(p.configured_ns.saturating_sub(r.detected_ns)),
+            us(r.done_ns.saturating_sub(p.configured_ns)),
+            r.attempts.len(),
+            s.records_applied,
+            s.records_voided,
+            s.writes_finished,
+            s.inserts_undone,
+            s.locks_released,
+            if r.problems.is_empty() {
+                String::new()
+            } else {
+                format!("; wrong: {}", r.problems.join("; "))
+            }
+        ),
+    }
 }
 
 /// Abort reasons that are no conflict but a limit reached: a transaction aborted so cannot

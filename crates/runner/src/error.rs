@@ -14,12 +14,13 @@ pub enum RunError {
     #[error("the run failed: {0}")]
     Panicked(WorkerPanic),
     /// An op to `node` failed after transaction `txn`'s log was written: its outcome is for
-    /// recovery to decide, which is not built yet, so the run stopped.
+    /// recovery to decide, which needs backups of the partitions (`--replicas`), so the run
+    /// stopped.
     /// `crashed`: nodes the simulator crashed (an injected fault), named when the op that
     /// failed was to another node (a crash stalls what waits on the crashed node: e.g. the
     /// timestamp service on its coordinators' outcomes).
     #[error(
-        "node {} failed while transaction {txn:#x} was committing: its outcome needs recovery (not built yet){}",
+        "node {} failed while transaction {txn:#x} was committing: its outcome needs recovery, which runs for a partitioned protocol's backups (--replicas 2 or 3 under nowait, waitdie, occ or sundial){}",
         .node.0,
         crash_cause(*.node, .crashed)
     )]

@@ -54,6 +54,11 @@ pub struct NodeRuntime<W: Workload> {
     /// Its replicas of the partitions it backs up and the cleaner applying its log rings to
     /// them, when the run replicates partitions ([`NodeRuntime::with_replicas`]).
     pub cleaner: Option<Arc<Mutex<atoll_txn::log_ring::LogCleaner>>>,
+    /// The node's view of the configuration, when the run replicates partitions (and so
+    /// recovers a crashed node: [`atoll_txn::recovery`]).
+    pub membership: Option<Arc<atoll_txn::recovery::Membership>>,
+    /// The run's transaction settings, for the recovery's participant.
+    txn: Option<Arc<atoll_txn::TxnConfig>>,
 }
 
 /// A node's replicas after the run, its rings drained: what the driver compares with each
@@ -70,6 +75,11 @@ pub struct ReplicaCheck {
     pub applied_entries: u64,
     /// Passes at which a ring's next entry waited on another ring's earlier write.
     pub waits: u64,
+    /// Records applied before their coordinator logged again to the node because another
+    /// ring's record wrote one of their keys next; records still waiting to be known
+    /// committed when the run ended (applied by the drain).
+    pub decided_by_successor: u64,
+    pub held_at_end: u64,
     /// What its cleaner found wrong (the first few), and how many in all.
     pub problems: Vec<String>,
     pub problems_seen: u64,
@@ -205,6 +215,8 @@ impl<W: Workload> NodeRuntime<W> {
             family,
             own_log: None,
             cleaner: None,
+            membership: None,
+            txn: None,
         })
     }
 
@@ -212,11 +224,21 @@ impl<W: Workload> NodeRuntime<W> {
     /// partitions ([`atoll_txn::TxnConfig::log_applied`]): each loaded as its primary was
     /// (the workload's loader is a function of the partition), in tables of its own beside
     /// the node's registered memory, reached only by the node's log cleaner.
-    pub fn with_replicas(mut self, txn: &atoll_txn::TxnConfig, w: &W) -> Result<Self, RunError> {
+    pub fn with_replicas(
+        mut self,
+        txn: &Arc<atoll_txn::TxnConfig>,
+        w: &W,
+    ) -> Result<Self, RunError> {
         use atoll_txn::log_ring::{LogCleaner, Replica};
         if !txn.log_applied {
             return Ok(self);
         }
+        let nodes = self.store.catalog.topology().nodes_total();
+        self.membership = Some(Arc::new(atoll_txn::recovery::Membership::new(
+            nodes,
+            txn.coordinators_per_node,
+        )));
+        self.txn = Some(txn.clone());
         let topology = *self.store.catalog.topology();
         let mut replicas = Vec::new();
         for p in topology.replicated_by(self.node, txn.log_replicas) {
@@ -237,10 +259,15 @@ impl<W: Workload> NodeRuntime<W> {
             let store = Store::with_budget(catalog, memory, self.store.budget().clone())
                 .map_err(|e| load_error(e.to_string()))?;
             w.load(&store).map_err(|e| load_error(e.to_string()))?;
+            // Loaded against the budget; what it grows by in the run its primary pays.
+            store.charge_copies(0);
             replicas.push(Replica {
                 partition: p,
                 store: Arc::new(store),
             });
+        }
+        if topology.holds_records(self.node) {
+            self.store.charge_copies(1 + txn.log_replicas as u64);
         }
         let cleaner = LogCleaner::new(txn.log_geometry(), replicas, topology.nodes_total());
         self.cleaner = Some(Arc::new(Mutex::new(cleaner)));
@@ -300,14 +327,34 @@ impl<W: Workload> NodeRuntime<W> {
     pub fn setup(&self) -> NodeSetup {
         NodeSetup {
             memory: self.store.memory().clone(),
-            handler: Arc::new(StoreHandler::new(
-                self.store.clone(),
-                self.store
-                    .catalog
-                    .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
-                atoll_protocols::participants(&self.family_nodes, &*self.family),
-            )),
+            handler: Arc::new({
+                let h = StoreHandler::new(
+                    self.store.clone(),
+                    self.store
+                        .catalog
+                        .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
+                    self.participants(),
+                );
+                match &self.membership {
+                    Some(m) => h.with_membership(m.clone()),
+                    None => h,
+                }
+            }),
         }
+    }
+
+    /// The participants the node's handler serves: its families', and the recovery's in a
+    /// run that replicates partitions.
+    fn participants(&self) -> Vec<Arc<dyn atoll_txn::handler::Participant>> {
+        let mut ps = atoll_protocols::participants(&self.family_nodes, &*self.family);
+        if let (Some(membership), Some(cfg)) = (&self.membership, &self.txn) {
+            ps.push(Arc::new(atoll_txn::recovery::RecoveryParticipant {
+                membership: membership.clone(),
+                cleaner: self.cleaner.clone(),
+                cfg: cfg.clone(),
+            }));
+        }
+        ps
     }
 
     /// A co-routine of this node begins a transaction.
@@ -435,6 +482,45 @@ impl<W: Workload> NodeRuntime<W> {
         })
     }
 
+    /// Checks dead partition `p`'s records as this node's replica holds them (its rings
+    /// drained, the partition's recovery settled): what stands for the partition once its
+    /// primary is gone. `None` if this node holds no replica of it.
+    pub fn check_replica(
+        &self,
+        p: NodeId,
+        w: &W,
+        ledger: &W::Ledger,
+    ) -> Option<NodeChecks<W::NodeCheck>> {
+        let cleaner = self.cleaner.as_ref()?;
+        let mut c = cleaner.lock().expect("no poisoned cleaner");
+        let log = self.store.memory().region(
+            self.store
+                .catalog
+                .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
+        );
+        c.drain(log);
+        let store = c
+            .replicas()
+            .iter()
+            .find(|r| r.partition == p)?
+            .store
+            .clone();
+        drop(c);
+        let mut storage = atoll_workloads::storage_check_node(&store);
+        storage.family = self
+            .family
+            .check_node(&store)
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        Some(NodeChecks {
+            node: p.0,
+            storage,
+            workload: w.check_node(&store, ledger),
+            replicas: None,
+        })
+    }
+
     /// Drains the node's log rings into its replicas (every coordinator has finished) and
     /// digests them and its own partition.
     fn replica_check(&self) -> Option<ReplicaCheck> {
@@ -446,6 +532,7 @@ impl<W: Workload> NodeRuntime<W> {
                 .catalog
                 .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
         );
+        let held_at_end = c.held_now(log);
         c.drain(log);
         Some(ReplicaCheck {
             primary: partition_digest(&self.store),
@@ -460,6 +547,8 @@ impl<W: Workload> NodeRuntime<W> {
             applied_records: c.applied.records,
             applied_entries: c.applied.entries,
             waits: c.applied.waiting,
+            decided_by_successor: c.applied.decided_by_successor,
+            held_at_end,
             problems: c.problems.clone(),
             problems_seen: c.problems_seen(),
         })

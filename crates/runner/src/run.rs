@@ -165,6 +165,7 @@ impl<W: Workload> Drop for WorkerShared<W> {
         let mut history = std::mem::take(self.history.get_mut());
         let mut lost: Vec<TxnRecord> = self.in_flight.get_mut().drain().map(|(_, r)| r).collect();
         lost.sort_unstable_by_key(|r| r.coord);
+        self.settle_lost(&mut lost);
         history.extend(lost);
         if let Some(out) = &self.run.history_out {
             out.append(&mut history);
@@ -176,6 +177,39 @@ impl<W: Workload> Drop for WorkerShared<W> {
 }
 
 impl<W: Workload> WorkerShared<W> {
+    /// Attempts lost with their crashed node whose outcome a partition's recovery settled:
+    /// one it committed becomes a committed record of the writes its log carried (what it
+    /// read is unknown, so it reads nothing); one it aborted, or that logged nothing the
+    /// survivors held after the last one they did (so it wrote nothing visible), an aborted
+    /// one. The others stay lost.
+    fn settle_lost(&self, lost: &mut [TxnRecord]) {
+        let recovered = self
+            .run
+            .recovered
+            .lock()
+            .expect("no poisoned recovery reports");
+        for r in lost.iter_mut() {
+            for rec in recovered.iter().filter(|x| x.partition.is_some()) {
+                let Some((_, last)) = rec.attempts.iter().find(|a| a.0 == r.coord) else {
+                    continue;
+                };
+                let p = rec.partition.as_ref().expect("a partition's recovery");
+                match last {
+                    Some((tag, true)) if *tag == r.tag => {
+                        if let Some(w) = p.writes.iter().find(|w| w.0 == r.coord && w.1 == r.tag) {
+                            r.ops = w.2.clone();
+                        }
+                        r.lost = false;
+                    }
+                    _ => {
+                        r.lost = false;
+                        r.aborted = Some(Abort::NodeFailed.name().to_string());
+                    }
+                }
+            }
+        }
+    }
+
     /// A worker whose co-routines stopped before their end (their node crashed) hands its
     /// node the ledger of what they committed, and of each attempt they were committing,
     /// the outcome a recovery settled: counted if it committed; one no recovery settled is
@@ -235,6 +269,10 @@ pub struct RunShared<W> {
     pub hold_effects: bool,
     /// A family's recoveries of crashed compute nodes ([`atoll_txn::Recovered`]).
     pub recovered: Arc<std::sync::Mutex<Vec<atoll_txn::Recovered>>>,
+    /// Transaction co-routines of this process not yet finished: once none is left no
+    /// coordinator waits on a failed node's declaration, so the watchers end (a library
+    /// session, whose co-routines end when its source drains, ends at once).
+    pub coroutines_live: std::sync::atomic::AtomicUsize,
 }
 
 /// Records a worker keeps before handing them to the history file: one lock and one write
@@ -267,6 +305,7 @@ impl<W: Workload> RunShared<W> {
             virtual_now_ns: None,
             hold_effects: matches!(&cfg.fabric, Fabric::Sim { faults, .. } if faults.crash.is_some()),
             recovered: Arc::default(),
+            coroutines_live: Default::default(),
         }
     }
 
@@ -856,11 +895,26 @@ impl<W: Workload> crate::driver::StoppedNodes<W> for LocalNodes<'_, W> {
     }
 
     fn checks(&mut self, ledger: &W::Ledger) -> Result<Vec<NodeChecks<W::NodeCheck>>, RunError> {
-        // Only nodes holding records check them (a workload's parts are per memory node).
+        // Only nodes holding records check them (a workload's parts are per memory node); a
+        // crashed node's partition a recovery settled is checked at a live backup's replica.
+        let crashed: Vec<NodeId> = self.crashed.iter().map(|c| c.0).collect();
+        let recovered = self.recovered.clone().unwrap_or_default();
         Ok(self
             .nodes
             .iter()
             .filter_map(|n| {
+                if crashed.contains(&n.node) {
+                    if !recovered.contains(&n.node) {
+                        return None;
+                    }
+                    let wire = self.wire;
+                    return self
+                        .nodes
+                        .iter()
+                        .filter(|b| !crashed.contains(&b.node))
+                        .find_map(|b| b.check_replica(n.node, self.w, ledger))
+                        .map(|c| wire.carry("a replica's checks", c));
+                }
                 // In memory every node reads the driver's ledger; over a wire each gets a copy.
                 let carried;
                 let ledger = match self.wire {
@@ -887,8 +941,8 @@ fn summarise<W: Workload, P: Protocol>(
     probe: &crate::env::Probe,
 ) -> Result<Report, RunError> {
     let crashed = facts.crashed.clone();
-    let recovered =
-        P::RECOVERS_COMPUTE_NODES.then(|| facts.recovered.iter().map(|r| r.node).collect());
+    let recovered = (P::RECOVERS_COMPUTE_NODES || cfg.replicates_partitions())
+        .then(|| facts.recovered.iter().map(|r| r.node).collect());
     let mut local = LocalNodes {
         nodes,
         w: &shared.w,
@@ -996,6 +1050,9 @@ fn worker_coroutines<W: Workload, P: Protocol>(
     coroutines: u16,
     progress: &mpsc::Sender<Interval>,
 ) -> Vec<Coroutine> {
+    shared
+        .coroutines_live
+        .fetch_add(coroutines as usize, Ordering::Relaxed);
     let ws = Rc::new(WorkerShared::<W> {
         stats: RefCell::new(WorkerStats::new(shared.w.txn_types().len())),
         live: (coroutines as usize).into(),
@@ -1030,6 +1087,36 @@ fn worker_coroutines<W: Workload, P: Protocol>(
                 .catalog
                 .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
             Rc::new(move |now| run.over(&rt, now) || ws.live.get() == 0),
+        )));
+    }
+    if let (0, Some(membership)) = (core.id.thread, &node.membership) {
+        // The node's watcher (heartbeats; the manager's recovery of a dead node) rides on
+        // its first worker as well.
+        let (run, rt) = (shared.clone(), node.clone());
+        // It goes on a crash's detection time past the run's end: a coordinator whose op
+        // failed at a node that crashed near the end waits for the node to be declared.
+        let grace_ns = detect_bound_ns(&shared.cfg);
+        let over_at = std::cell::Cell::new(None::<u64>);
+        tasks.push(Box::pin(atoll_txn::recovery::watch(
+            atoll_txn::recovery::Watch {
+                ep: Endpoint::new(core.clone(), TaskId(tasks.len() as u32)),
+                membership: membership.clone(),
+                catalog: shared.catalog.clone(),
+                cfg: shared.txn.clone(),
+                over: Rc::new(move |now| {
+                    if run.coroutines_live.load(Ordering::Relaxed) == 0 {
+                        return true;
+                    }
+                    if !run.over(&rt, now) {
+                        return false;
+                    }
+                    let at = over_at.get().unwrap_or(now);
+                    over_at.set(Some(at));
+                    now >= at.saturating_add(grace_ns)
+                }),
+                report: shared.recovered.clone(),
+                defect: P::recovery_defect(),
+            },
         )));
     }
     if core.id.thread == 0 && P::node_task_wanted(&shared.txn) {
@@ -1083,6 +1170,44 @@ fn memory_task<W: Workload, P: Protocol>(
     vec![Box::pin(P::memory_task(task))]
 }
 
+/// How often a coordinator whose op failed past its whole log looks whether the failed
+/// node was declared dead.
+const DEAD_POLL_NS: u64 = 10_000;
+/// Heartbeats a crash may take to be found beyond one op timeout (the ping in flight when
+/// it crashed, the next one that times out), and to reach every node.
+const DETECT_HEARTBEATS: u64 = 4;
+/// A real fabric's bound on an op to a dead node (its transport's timeout and more).
+const REAL_OP_TIMEOUT_NS: u64 = 1_000_000_000;
+
+/// How long a crash takes at most to be declared at every node: an op timeout (after which
+/// a ping to the dead node fails) and [`DETECT_HEARTBEATS`] heartbeats. A coordinator
+/// waits this long for a failed node to be declared dead, and the watchers go on this long
+/// after the run is over, so a crash near its end is still declared.
+pub(crate) fn detect_bound_ns(cfg: &RunConfig) -> u64 {
+    let op_timeout_ns = match &cfg.fabric {
+        Fabric::Sim { faults, .. } => faults.op_timeout_ns(),
+        _ => REAL_OP_TIMEOUT_NS,
+    };
+    op_timeout_ns.saturating_add(DETECT_HEARTBEATS * atoll_txn::recovery::HEARTBEAT_NS)
+}
+
+/// Whether `failed` is declared dead in the configuration coordinator `c`'s node holds,
+/// waiting up to `wait_ns` ([`detect_bound_ns`]); at once `false` in a run without
+/// recovery.
+async fn node_declared_dead(c: &Coordinator, failed: NodeId, wait_ns: u64) -> bool {
+    let Some(m) = c.membership.clone() else {
+        return false;
+    };
+    let until = c.ep.now_ns().saturating_add(wait_ns);
+    while !m.is_dead(failed) {
+        if c.ep.now_ns() >= until {
+            return false;
+        }
+        c.ep.sleep(DEAD_POLL_NS).await;
+    }
+    true
+}
+
 /// The cluster-wide index of co-routine `k` of worker `core`: compute nodes in order, their
 /// workers, then their co-routines (so ids are dense over the coordinators only).
 pub fn coordinator_id(
@@ -1112,6 +1237,7 @@ pub(crate) fn node_coordinator<W: Workload>(
     c.versions = node.versions.clone();
     c.own_log = node.own_log.clone();
     c.family_nodes = node.family_nodes.clone();
+    c.membership = node.membership.clone();
     c
 }
 
@@ -1287,11 +1413,9 @@ async fn attempt_until_settled<W: Workload, P: Protocol>(
                 Err(a)
             }
         };
-        if let Some(e) = tx.failed_after_log() {
-            unknown = true;
-            node.failed_after_log(e.node, tx.ts().word());
-            run.failed_after_log.store(true, Ordering::Relaxed);
-        }
+        // An op that failed past the attempt's whole log: committed if the node is dead
+        // (its recovery settles what the op would have done); otherwise the run stops.
+        let failed_after_log = tx.failed_after_log().map(|e| (e, tx.ts().word()));
         if r.is_ok() && tx.torn_reads() > 0 {
             ws.stats.borrow_mut().committed_torn_reads += 1;
         }
@@ -1300,6 +1424,13 @@ async fn attempt_until_settled<W: Workload, P: Protocol>(
             record_attempt(run, ws, &tx, id, attempts, aborted, attempt_start_ns);
         }
         tx.end();
+        if let Some((e, ts)) = failed_after_log {
+            if !node_declared_dead(c, e.node, detect_bound_ns(&run.cfg)).await {
+                unknown = true;
+                node.failed_after_log(e.node, ts);
+                run.failed_after_log.store(true, Ordering::Relaxed);
+            }
+        }
         match r {
             Ok(x) => return (Ok(x), attempts, unknown),
             Err(a) => {
@@ -1447,6 +1578,7 @@ pub(crate) fn coroutine_done<W: Workload>(
 ) {
     let left = ws.live.get() - 1;
     ws.live.set(left);
+    run.coroutines_live.fetch_sub(1, Ordering::Relaxed);
     if left == 0 {
         let mut st = ws.stats.borrow_mut();
         if st.verbs_at_end.is_none() {

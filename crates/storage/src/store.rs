@@ -202,6 +202,10 @@ pub struct Store {
     memory: Arc<NodeMemory>,
     shards: Vec<Shard>,
     budget: Arc<MemoryBudget>,
+    /// Copies of this store each byte it grows by is charged for ([`Store::charge_copies`]):
+    /// 1 alone; a replicated partition's primary pays for its backups' replicas too, and a
+    /// replica, prepaid so, 0 (it never stalls where its primary grew).
+    copies_charged: std::sync::atomic::AtomicU64,
 }
 
 /// Takes the `LOCK` word at `at` to `to` by one CAS if no transaction holds it: free is 0
@@ -262,6 +266,7 @@ impl Store {
             memory,
             shards,
             budget,
+            copies_charged: std::sync::atomic::AtomicU64::new(1),
         };
         for t in 0..store.catalog.table_count() {
             let t = TableId(t as u16);
@@ -297,16 +302,31 @@ impl Store {
             .collect()
     }
 
-    /// Takes `bytes` from the budget for table `t`'s `what`.
+    /// From now on, charges what the tables grow by for `copies` copies of this store: a
+    /// replicated partition's primary for itself and its backups' replicas (whose growth
+    /// follows its own), a replica 0 (its primary paid). A replica's growth then never
+    /// waits on a budget its primary's growth took first, which would stall its log
+    /// cleaner for good.
+    pub fn charge_copies(&self, copies: u64) {
+        self.copies_charged
+            .store(copies, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Takes `bytes` from the budget for table `t`'s `what` (times the copies charged).
     fn take(&self, t: TableId, a: &mut Alloc, what: &str, bytes: u64) -> Result<(), StoreError> {
-        self.budget
-            .take(
-                || format!("{what} of table {}", self.catalog.spec(t).name),
-                self.node.0,
-                a.charged_bytes,
-                bytes,
-            )
-            .map_err(StoreError::OverBudget)?;
+        let copies = self
+            .copies_charged
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if copies > 0 {
+            self.budget
+                .take(
+                    || format!("{what} of table {}", self.catalog.spec(t).name),
+                    self.node.0,
+                    a.charged_bytes,
+                    bytes.saturating_mul(copies),
+                )
+                .map_err(StoreError::OverBudget)?;
+        }
         a.charged_bytes += bytes;
         Ok(())
     }
@@ -910,6 +930,25 @@ impl Store {
         region.store(off + H_VERSION as usize, (v + 1) | VERSION_ABSENT);
         a.queue(idx);
         Ok((idx, v + 1))
+    }
+
+    /// The key version an insert of `key` would install now: one past the version its
+    /// deletion left (in its slot, or filed once the slot was reclaimed), or
+    /// `INITIAL_VERSION` for a key the table never held; `None` while `key` is live. A
+    /// backup's log cleaner applies a logged insert only at this version: a later one waits
+    /// for the key's writes before it.
+    pub fn insert_version(&self, t: TableId, key: u64) -> Option<u64> {
+        let shard = &self.shards[t.0 as usize];
+        let a = shard.alloc.lock();
+        if let Some(idx) = self.find_slot(t, key) {
+            let off = self.catalog.layout(t).record_offset(idx) as usize;
+            let v = self.region(t).load(off + H_VERSION as usize);
+            if v & VERSION_ABSENT == 0 {
+                return None;
+            }
+            return Some(key_version(v) + 1);
+        }
+        Some(a.gone.get(&key).map_or(INITIAL_VERSION, |v| v + 1))
     }
 
     /// Takes back an insert of `key` that holds the lock `lock` (its attempt aborts): the

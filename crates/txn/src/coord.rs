@@ -205,6 +205,9 @@ pub struct Coordinator {
     /// A family's state of the transaction this coordinator runs now, beside its attempt
     /// (CALVIN's gathered values for its `fetch`).
     pub family_ctx: Option<Box<dyn Any>>,
+    /// The node's view of the configuration, in a run that recovers crashed nodes
+    /// ([`crate::recovery`]): a dead node gets no log record.
+    pub membership: Option<Arc<crate::recovery::Membership>>,
 }
 
 /// An op left to ride in a coordinator's next doorbell ([`Coordinator::defer`]).
@@ -297,6 +300,7 @@ impl Coordinator {
             own_log: None,
             family_nodes: Arc::default(),
             family_ctx: None,
+            membership: None,
         }
     }
 

@@ -49,9 +49,17 @@ pub struct Local {
     log_region: atoll_fabric::RegionId,
     /// The timestamp service this node runs (snapshot-isolation runs, on its node).
     ts_service: Option<crate::tsvc::TsService>,
+    /// The node's view of the configuration, in a run that recovers crashed nodes.
+    membership: Option<Arc<crate::recovery::Membership>>,
 }
 
 impl Local {
+    /// Whether the transaction holding (or asking for) a lock with timestamp `ts` ran on a
+    /// node the configuration holds dead: a request of it held here is dropped.
+    pub fn owner_dead(&self, ts: u64) -> bool {
+        self.membership.as_ref().is_some_and(|m| m.issuer_dead(ts))
+    }
+
     pub fn store(&self) -> &Store {
         &self.store
     }
@@ -626,9 +634,17 @@ impl StoreHandler {
                 store,
                 log_region,
                 ts_service,
+                membership: None,
             },
             families,
         }
+    }
+
+    /// The handler of a node that holds `membership`: held requests of dead nodes'
+    /// transactions are dropped ([`Local::owner_dead`]).
+    pub fn with_membership(mut self, membership: Arc<crate::recovery::Membership>) -> Self {
+        self.local.membership = Some(membership);
+        self
     }
 
     /// Serves a request to this node now, as its own node's request is: the reply, or

@@ -13,6 +13,7 @@ pub mod log_ring;
 pub mod msg;
 pub mod own_log;
 pub mod plan;
+pub mod recovery;
 pub mod regions;
 pub mod sequenced;
 pub mod stages;
@@ -30,7 +31,7 @@ pub use knobs::{FamilyConfig, KnobKind, KnobSpec, KnobValue, Knobs};
 pub use plan::{Isolation, Plan, PlanError, Primitive, Stage};
 pub use sequenced::{EpochLog, EpochLogMode, FamilyNodes, SeqBatch, SeqInput, SeqShape, SeqTxn};
 pub use ts::{Timestamp, TsSource, TxnTimestamps};
-pub use txn::{check_plan, Footprint, NodeTask, Protocol, Recovered, Txn};
+pub use txn::{check_plan, Footprint, NodeTask, PartitionRecovered, Protocol, Recovered, Txn};
 
 /// A small set of entry indices (read and write sets are usually small).
 pub type Idxs = smallvec::SmallVec<[usize; 16]>;

@@ -15,6 +15,15 @@
 //! serialized by its lock, and a writer logs only after the previous writer's log reached
 //! every backup, so the record an entry waits for is always already in its ring and the
 //! wait ends.
+//!
+//! A record is applied only once its transaction is known to have committed, so a crash
+//! leaves every record of an undecided transaction unapplied, for recovery to roll forward
+//! or drop: a ring's record is decided once the coordinator's next record to the same ring
+//! is there (a coordinator logs its next transaction only after the last one's write-back,
+//! and one whose log write failed voids the record at every backup before it lets its
+//! locks go, [`crate::stages::log_to`]), or once another ring's record writes the next
+//! version of a key it writes (that writer saw its write installed, which follows a whole
+//! log), or once the run is over ([`LogCleaner::drain`]).
 
 use crate::coord::Access;
 use atoll_fabric::memory::Region;
@@ -30,8 +39,11 @@ pub const LOG_RING_RECORDS: u32 = 8;
 pub const LOG_RING_HEAD_WORDS: u32 = 1;
 
 /// Words of a log record before its entries: timestamp, the ring's record number (`seq`),
-/// entry count, record length.
-pub const LOG_RECORD_HEAD_WORDS: u64 = 4;
+/// entry count, record length, the attempt's tag, the timestamp its write-back sets.
+pub const LOG_RECORD_HEAD_WORDS: u64 = 6;
+/// Where in a record the attempt's tag and its write-back's timestamp lie.
+pub const RECORD_TAG_WORD: usize = 4;
+pub const RECORD_SET_TS_WORD: usize = 5;
 /// Words of a log record after its entries: the checksum.
 pub const LOG_RECORD_TAIL_WORDS: u64 = 1;
 /// Words of each log entry before its payload: what (table, access, partition), key, new
@@ -70,7 +82,7 @@ pub fn entry_what(table: TableId, access: Access, partition: NodeId) -> u64 {
     table.0 as u64 | a << 16 | (partition.0 as u64) << 32
 }
 
-fn what_parts(w: u64) -> Option<(TableId, Access, NodeId)> {
+pub(crate) fn what_parts(w: u64) -> Option<(TableId, Access, NodeId)> {
     let access = match (w >> 16) & 0xffff {
         1 => Access::Update,
         2 => Access::Insert,
@@ -125,6 +137,22 @@ pub struct Replica {
     pub store: Arc<Store>,
 }
 
+/// A record number no ring reaches: what a voided record's `seq` word is overwritten with
+/// (its coordinator's log write failed, or a recovery found it aborted).
+pub const VOID_SEQ: u64 = u64::MAX;
+
+/// One ring as a recovery gathers it ([`LogCleaner::doubts`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RingDoubt {
+    pub ring: u32,
+    /// The tag of the last record the backup applied from it (0: none).
+    pub applied_tag: u64,
+    /// That record, if its slot still holds it whole (else empty).
+    pub applied: Vec<u64>,
+    /// The whole records not applied yet, in ring order.
+    pub unapplied: Vec<Vec<u64>>,
+}
+
 /// Where one ring's cleaning stands.
 #[derive(Clone, Copy, Debug, Default)]
 struct RingState {
@@ -132,6 +160,22 @@ struct RingState {
     next_seq: u64,
     /// Entries of that record already applied (it stopped at one whose key was not ready).
     entries_done: u32,
+    /// Records before this one are known to have committed, though no record follows them
+    /// in the ring: another ring's record writes the next version of a key one writes, or
+    /// a recovery settled it.
+    decided_through: u64,
+    /// The tag of the last record applied (0: none yet).
+    applied_tag: u64,
+}
+
+/// The write an entry that was not ready waits for: of key `key` of table `table` in
+/// `partition`, its version `version` (`None`: the key's insert).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Want {
+    table: TableId,
+    partition: NodeId,
+    key: u64,
+    version: Option<u64>,
 }
 
 /// What a pass of the cleaner did.
@@ -143,6 +187,12 @@ pub struct PassCounts {
     pub words: u64,
     /// Rings whose next record waited on a key another ring's record writes first.
     pub waiting: u64,
+    /// Rings whose next record, whole, waited to be known committed (the coordinator's
+    /// last record to this node).
+    pub held: u64,
+    /// Records applied because another ring's record wrote after them (not because their
+    /// coordinator logged again).
+    pub decided_by_successor: u64,
 }
 
 /// Most problems a cleaner keeps word of (the first ones: each names its record).
@@ -167,8 +217,18 @@ pub struct LogCleaner {
 /// What one entry found in the replica.
 enum Step {
     Applied(u64),
-    NotReady,
+    NotReady(Option<Want>),
     Skipped,
+}
+
+/// How a ring's next record stands.
+enum Next {
+    /// Not there whole yet.
+    Absent,
+    /// There, but not known to have committed.
+    Held,
+    /// Applied whole (`true`) or stopped at an entry not ready.
+    Applied(bool),
 }
 
 impl LogCleaner {
@@ -206,66 +266,144 @@ impl LogCleaner {
     }
 
     /// One pass over every ring of `log` (the node's log region): applies what is ready and
-    /// publishes each ring's applied count in its header word.
+    /// known to have committed, and publishes each ring's applied count in its header word.
     pub fn pass(&mut self, log: &Region) -> PassCounts {
+        self.pass_settling(log, false)
+    }
+
+    /// A pass; `settle_all`: every whole record counts as committed (the run is over and no
+    /// coordinator crashed, so none is undecided).
+    fn pass_settling(&mut self, log: &Region, settle_all: bool) -> PassCounts {
         let mut c = PassCounts::default();
-        for r in 0..self.rings.len() {
-            let base = r as u32 * self.geometry.stride();
-            let before = self.rings[r].next_seq;
-            loop {
-                match self.apply_next(log, r, base, &mut c) {
-                    Some(true) => continue,
-                    Some(false) => c.waiting += 1,
-                    None => {}
+        let before: Vec<u64> = self.rings.iter().map(|st| st.next_seq).collect();
+        // Each round after the first decides at least one held record (or ends), so the
+        // rounds are bounded by the rings.
+        for _round in 0..=self.rings.len() {
+            // What waits or is held is counted as the pass leaves it: in its last round.
+            (c.waiting, c.held) = (0, 0);
+            let mut wants = Vec::new();
+            for r in 0..self.rings.len() {
+                let base = r as u32 * self.geometry.stride();
+                loop {
+                    match self.apply_next(log, r, base, settle_all, &mut c, &mut wants) {
+                        Next::Applied(true) => continue,
+                        Next::Applied(false) => c.waiting += 1,
+                        Next::Held => c.held += 1,
+                        Next::Absent => {}
+                    }
+                    break;
                 }
+            }
+            if wants.is_empty() || !self.decide_for(log, &wants) {
                 break;
             }
-            if self.rings[r].next_seq != before {
-                log.store(base as usize, self.rings[r].next_seq);
+        }
+        for (r, &seq) in before.iter().enumerate() {
+            if self.rings[r].next_seq != seq {
+                log.store(r * self.geometry.stride() as usize, self.rings[r].next_seq);
             }
         }
         self.applied.records += c.records;
         self.applied.entries += c.entries;
         self.applied.words += c.words;
         self.applied.waiting += c.waiting;
+        self.applied.held += c.held;
         c
     }
 
-    /// Applies ring `r`'s next record if it is there: `Some(true)` applied whole,
-    /// `Some(false)` stopped at an entry not ready, `None` no (whole) record yet.
+    /// Record `seq` of the ring at `base`, if it is there whole, read into `out`.
+    fn read_whole(&self, log: &Region, base: u32, seq: u64, out: &mut Vec<u64>) -> bool {
+        let at = self.geometry.slot_offset(base, seq) as usize;
+        let room = self.geometry.record_words_max() as u64;
+        let words = log.load(at + 3);
+        if log.load(at + RECORD_SEQ_WORD) != seq
+            || words < LOG_RECORD_HEAD_WORDS + LOG_RECORD_TAIL_WORDS
+            || words > room
+        {
+            return false;
+        }
+        out.resize(words as usize, 0);
+        log.read_into(at, out);
+        out[RECORD_SEQ_WORD] == seq
+            && record_sum(body_sum(&out[..out.len() - 1]), seq) == out[out.len() - 1]
+    }
+
+    /// Applies ring `r`'s next record if it is there whole and known to have committed (its
+    /// successor in the ring is there whole, a later write of one of its keys needed it, or
+    /// `settle_all`); an entry not ready adds what it waits for to `wants`.
     fn apply_next(
         &mut self,
         log: &Region,
         r: usize,
         base: u32,
+        settle_all: bool,
         c: &mut PassCounts,
-    ) -> Option<bool> {
+        wants: &mut Vec<Want>,
+    ) -> Next {
         let st = self.rings[r];
-        let at = self.geometry.slot_offset(base, st.next_seq) as usize;
-        let room = self.geometry.record_words_max() as u64;
-        let words = log.load(at + 3);
-        if log.load(at + RECORD_SEQ_WORD) != st.next_seq
-            || words < LOG_RECORD_HEAD_WORDS + LOG_RECORD_TAIL_WORDS
-            || words > room
-        {
-            return None;
-        }
         let mut rec = std::mem::take(&mut self.scratch);
-        rec.resize(words as usize, 0);
-        log.read_into(at, &mut rec);
-        let whole = rec[RECORD_SEQ_WORD] == st.next_seq
-            && record_sum(body_sum(&rec[..rec.len() - 1]), st.next_seq) == rec[rec.len() - 1];
-        let out = if whole {
-            Some(self.apply_record(r, &rec, c))
+        let out = if !self.read_whole(log, base, st.next_seq, &mut rec) {
+            Next::Absent
         } else {
-            None
+            let mut next = Vec::new();
+            if settle_all
+                || st.next_seq < st.decided_through
+                || self.read_whole(log, base, st.next_seq + 1, &mut next)
+            {
+                Next::Applied(self.apply_record(r, &rec, c, wants))
+            } else {
+                Next::Held
+            }
         };
         self.scratch = rec;
         out
     }
 
+    /// Marks as decided each held record (whole, not known to have committed) with an
+    /// entry that a write in `wants` waits for: a later writer of its key saw it installed.
+    /// Whether it decided any.
+    fn decide_for(&mut self, log: &Region, wants: &[Want]) -> bool {
+        let mut any = false;
+        let mut rec = Vec::new();
+        for r in 0..self.rings.len() {
+            let st = self.rings[r];
+            let base = r as u32 * self.geometry.stride();
+            if st.next_seq < st.decided_through
+                || !self.read_whole(log, base, st.next_seq, &mut rec)
+            {
+                continue;
+            }
+            let wanted = entries(&rec).any(|(what, key, version, _)| {
+                let Some((table, access, partition)) = what_parts(what) else {
+                    return false;
+                };
+                wants.iter().any(|w| {
+                    w.table == table
+                        && w.partition == partition
+                        && w.key == key
+                        && match w.version {
+                            Some(v) => v == version & VERSION_KEY_MASK,
+                            None => access == Access::Insert,
+                        }
+                })
+            });
+            if wanted {
+                self.rings[r].decided_through = st.next_seq + 1;
+                self.applied.decided_by_successor += 1;
+                any = true;
+            }
+        }
+        any
+    }
+
     /// Applies the entries of record `rec` of ring `r` from where the ring stopped.
-    fn apply_record(&mut self, r: usize, rec: &[u64], c: &mut PassCounts) -> bool {
+    fn apply_record(
+        &mut self,
+        r: usize,
+        rec: &[u64],
+        c: &mut PassCounts,
+        wants: &mut Vec<Want>,
+    ) -> bool {
         let st = self.rings[r];
         let entries = rec[2];
         let end = rec.len() - LOG_RECORD_TAIL_WORDS as usize;
@@ -289,8 +427,10 @@ impl LogCleaner {
                         c.words += words;
                     }
                     Step::Skipped => {}
-                    Step::NotReady => {
+                    Step::NotReady(want) => {
                         self.rings[r].entries_done = j as u32;
+                        self.rings[r].decided_through = st.next_seq + 1;
+                        wants.extend(want);
                         return false;
                     }
                 }
@@ -300,6 +440,8 @@ impl LogCleaner {
         self.rings[r] = RingState {
             next_seq: st.next_seq + 1,
             entries_done: 0,
+            decided_through: st.decided_through,
+            applied_tag: rec[RECORD_TAG_WORD],
         };
         c.records += 1;
         true
@@ -335,6 +477,16 @@ impl LogCleaner {
         }
         let kv = version & VERSION_KEY_MASK;
         let live = store.live_key_version(t, key);
+        // What an entry not ready waits for: the key's write after the replica's version,
+        // or its insert.
+        let want = |version: Option<u64>| {
+            Step::NotReady(Some(Want {
+                table: t,
+                partition,
+                key,
+                version,
+            }))
+        };
         match access {
             Access::Update => match live {
                 Some((idx, v)) if v + 1 == kv => {
@@ -342,7 +494,8 @@ impl LogCleaner {
                     Step::Applied(payload.len() as u64)
                 }
                 Some((_, v)) if v >= kv => self.stale(t, key, kv, v),
-                _ => Step::NotReady,
+                Some((_, v)) => want(Some(v + 1)),
+                None => want(None),
             },
             Access::Delete => match live {
                 Some((_, v)) if v + 1 == kv => match store.delete(t, key) {
@@ -353,28 +506,51 @@ impl LogCleaner {
                     }
                 },
                 Some((_, v)) if v >= kv => self.stale(t, key, kv, v),
-                _ => Step::NotReady,
+                Some((_, v)) => want(Some(v + 1)),
+                None => want(None),
             },
             Access::Insert => match live {
-                Some(_) => Step::NotReady,
-                None => match store.insert_locked(t, key, payload, 0) {
-                    Ok((idx, _)) => {
-                        // The primary's slot history may differ from the replica's (a deleted
-                        // key's slot reclaimed on one and not the other): the logged version
-                        // is the key's.
-                        store.install(t, idx, kv, payload);
-                        Step::Applied(payload.len() as u64)
-                    }
-                    // The primary freed a slot for it by deleting another key, whose delete
-                    // (an earlier commit) another ring holds: it frees the replica's too.
-                    Err(e) if e.is_capacity() => Step::NotReady,
-                    Err(e) => {
-                        self.problem(format!("replica of partition {}: {e}", partition.0));
-                        Step::Skipped
-                    }
+                // Its delete, at the version after the replica's.
+                Some((_, v)) => want(Some(v + 1)),
+                // Absent at a version before the one just ahead of the insert: the key's
+                // earlier insert or delete is in a ring not applied yet (a record held until
+                // it is known committed).
+                None => match store.insert_version(t, key) {
+                    Some(next) if next < kv => want(Some(next)),
+                    Some(next) if next > kv => self.stale(t, key, kv, next - 1),
+                    _ => self.insert_at(store.as_ref(), partition, t, key, kv, payload),
                 },
             },
             Access::Read => Step::Skipped,
+        }
+    }
+
+    /// Applies a logged insert of `key` at key version `kv`, the key absent at the version
+    /// before it.
+    fn insert_at(
+        &mut self,
+        store: &Store,
+        partition: NodeId,
+        t: TableId,
+        key: u64,
+        kv: u64,
+        payload: &[u64],
+    ) -> Step {
+        match store.insert_locked(t, key, payload, 0) {
+            Ok((idx, _)) => {
+                // The primary's slot history may differ from the replica's (a deleted key's
+                // slot reclaimed on one and not the other): the logged version is the key's.
+                store.install(t, idx, kv, payload);
+                Step::Applied(payload.len() as u64)
+            }
+            // The primary freed a slot for it by deleting another key, whose delete (an
+            // earlier commit) another ring holds: it frees the replica's too. Which key's
+            // delete is not known, so this waits for its record's successor.
+            Err(e) if e.is_capacity() => Step::NotReady(None),
+            Err(e) => {
+                self.problem(format!("replica of partition {}: {e}", partition.0));
+                Step::Skipped
+            }
         }
     }
 
@@ -388,13 +564,107 @@ impl LogCleaner {
         Step::Skipped
     }
 
-    /// Applies everything the rings hold (the run is over: every record written is whole),
-    /// then names each ring still stopped at an entry that never became ready.
+    /// What rings `rings` hold for a recovery of their coordinators' node: per ring, the
+    /// tag of the last record applied and that record if its slot still holds it whole,
+    /// and every whole record not applied yet, in order.
+    pub fn doubts(&self, log: &Region, rings: std::ops::Range<u32>) -> Vec<RingDoubt> {
+        rings
+            .filter(|&r| (r as usize) < self.rings.len())
+            .map(|r| {
+                let st = self.rings[r as usize];
+                let base = r * self.geometry.stride();
+                let mut applied = Vec::new();
+                if st.next_seq == 0 || !self.read_whole(log, base, st.next_seq - 1, &mut applied) {
+                    applied.clear();
+                }
+                let mut unapplied = Vec::new();
+                for seq in st.next_seq..st.next_seq + LOG_RING_RECORDS as u64 {
+                    let mut rec = Vec::new();
+                    if !self.read_whole(log, base, seq, &mut rec) {
+                        break;
+                    }
+                    unapplied.push(rec);
+                }
+                RingDoubt {
+                    ring: r,
+                    applied_tag: st.applied_tag,
+                    applied,
+                    unapplied,
+                }
+            })
+            .collect()
+    }
+
+    /// Settles the records rings `rings` hold unapplied by their tags' outcomes (`outcome`
+    /// of a tag: `Some(true)` committed, `Some(false)` aborted, `None` not decided): a
+    /// committed one is applied (now, or once the entries before it are), an aborted one is
+    /// voided in its slot, never to be applied. Returns the records applied and voided; a
+    /// record no outcome names is left as it is, and named in `problems`.
+    pub fn settle(
+        &mut self,
+        log: &Region,
+        rings: std::ops::Range<u32>,
+        outcome: impl Fn(u64) -> Option<bool>,
+    ) -> (u64, u64) {
+        let mut voided = 0;
+        let mut rec = Vec::new();
+        let count = self.rings.len() as u32;
+        for r in rings.filter(|&r| r < count) {
+            let base = r * self.geometry.stride();
+            let first = self.rings[r as usize].next_seq;
+            for seq in first..first + LOG_RING_RECORDS as u64 {
+                if !self.read_whole(log, base, seq, &mut rec) {
+                    break;
+                }
+                let tag = rec[RECORD_TAG_WORD];
+                match outcome(tag) {
+                    Some(true) => {
+                        let st = &mut self.rings[r as usize];
+                        st.decided_through = st.decided_through.max(seq + 1);
+                    }
+                    Some(false) => {
+                        let at = self.geometry.slot_offset(base, seq) as usize;
+                        log.store(at + RECORD_SEQ_WORD, VOID_SEQ);
+                        voided += 1;
+                        break;
+                    }
+                    None => {
+                        self.problem(format!(
+                            "ring {r}: record {seq} (tag {tag:#x}) left unsettled by the recovery"
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        let before = self.applied.records;
+        self.pass(log);
+        (self.applied.records - before, voided)
+    }
+
+    /// Rings whose next record is whole but not yet known to have committed.
+    pub fn held_now(&self, log: &Region) -> u64 {
+        let mut rec = Vec::new();
+        let mut next = Vec::new();
+        (0..self.rings.len())
+            .filter(|&r| {
+                let st = self.rings[r];
+                let base = r as u32 * self.geometry.stride();
+                st.next_seq >= st.decided_through
+                    && self.read_whole(log, base, st.next_seq, &mut rec)
+                    && !self.read_whole(log, base, st.next_seq + 1, &mut next)
+            })
+            .count() as u64
+    }
+
+    /// Applies everything the rings hold (the run is over and no coordinator crashed:
+    /// every record written is whole and committed), then names each ring still stopped at
+    /// an entry that never became ready.
     pub fn drain(&mut self, log: &Region) {
         // Each pass applies at least one record while any applies; a ring stops only
         // behind another ring's record, so at most one pass per record is needed.
         loop {
-            let c = self.pass(log);
+            let c = self.pass_settling(log, true);
             if c.records == 0 && c.entries == 0 {
                 break;
             }
@@ -409,6 +679,32 @@ impl LogCleaner {
             }
         }
     }
+}
+
+/// The entries of whole record `rec`: what, key, version, payload; stops at one that runs
+/// past the record's length (the cleaner names it when it applies the record).
+fn entries(rec: &[u64]) -> impl Iterator<Item = (u64, u64, u64, &[u64])> + '_ {
+    let end = rec.len() - LOG_RECORD_TAIL_WORDS as usize;
+    let count = rec[2];
+    let mut at = LOG_RECORD_HEAD_WORDS as usize;
+    (0..count).map_while(move |_| {
+        let payload_at = at + LOG_ENTRY_HEAD_WORDS as usize;
+        if payload_at > end {
+            return None;
+        }
+        let len = rec[at + 3] as usize;
+        if payload_at + len > end {
+            return None;
+        }
+        let e = (
+            rec[at],
+            rec[at + 1],
+            rec[at + 2],
+            &rec[payload_at..payload_at + len],
+        );
+        at = payload_at + len;
+        Some(e)
+    })
 }
 
 /// Records and an order-independent digest of a store's live records: key, key version and
@@ -541,7 +837,7 @@ mod tests {
         seq: u64,
         entries: &[(Access, u64, u64, u64)],
     ) {
-        let mut rec = vec![1, 0, entries.len() as u64, 0];
+        let mut rec = vec![1, 0, entries.len() as u64, 0, 7, 0];
         for &(access, key, version, user) in entries {
             let mut payload = Vec::new();
             seal(T, key, 7, &[user, 0, 0], &mut payload);
@@ -570,15 +866,15 @@ mod tests {
     }
 
     #[test]
-    fn log_cleaner_applies_a_keys_writes_in_version_order_across_rings() {
+    fn log_cleaner_applies_a_keys_writes_in_version_order_across_rings_once_known_committed() {
         let (mut cl, store, log, g) = setup(2);
         let region = log.region(atoll_fabric::RegionId(0));
-        let (v0, _) = user_word(&store, 2);
+        let loaded = user_word(&store, 2);
+        let v0 = loaded.0;
         // Ring 1 holds the key's second write, ring 0 its first (and a write of partition 1,
-        // which this node does not back up): the second waits for the first.
+        // which this node does not back up): each its coordinator's last record here, so
+        // neither is known to have committed yet.
         put(&log, g, 1, 0, &[(Access::Update, 2, v0 + 2, 20)]);
-        let c = cl.pass(region);
-        assert_eq!((c.records, c.waiting), (0, 1), "the second write waits");
         put(
             &log,
             g,
@@ -586,15 +882,50 @@ mod tests {
             0,
             &[(Access::Update, 3, 9, 5), (Access::Update, 2, v0 + 1, 10)],
         );
-        cl.drain(region);
+        let c = cl.pass(region);
+        assert_eq!((c.records, c.held), (0, 2), "undecided records wait");
+        assert_eq!(user_word(&store, 2), loaded, "nothing applied");
+        // Ring 1's coordinator logs again: its record 0 committed, and it wrote key 2 after
+        // ring 0's record, which so committed too.
+        let loaded6 = user_word(&store, 6);
+        let v6 = loaded6.0;
+        put(&log, g, 1, 1, &[(Access::Update, 6, v6 + 1, 60)]);
+        let c = cl.pass(region);
+        assert_eq!((c.records, c.held), (2, 1), "{:?}", cl.problems);
         assert_eq!(user_word(&store, 2), (v0 + 2, 20), "{:?}", cl.problems);
-        assert_eq!(cl.applied.records, 2);
+        assert_eq!(cl.applied.decided_by_successor, 1);
+        assert_eq!(user_word(&store, 6), loaded6, "the last record still waits");
+        cl.drain(region);
+        assert_eq!(user_word(&store, 6), (v6 + 1, 60));
+        assert_eq!(cl.applied.records, 3);
         assert!(cl.problems.is_empty(), "{:?}", cl.problems);
         assert_eq!(
             (region.load(0), region.load(g.stride() as usize)),
-            (1, 1),
+            (1, 2),
             "each ring's applied count published"
         );
+    }
+
+    #[test]
+    fn log_cleaner_never_applies_a_voided_record_and_takes_the_one_written_in_its_slot() {
+        let (mut cl, store, log, g) = setup(2);
+        let region = log.region(atoll_fabric::RegionId(0));
+        let (v0, _) = user_word(&store, 4);
+        // Ring 0's record 0 reached this node, but its log write failed elsewhere: its
+        // coordinator voided it (before letting its locks go) and aborted.
+        put(&log, g, 0, 0, &[(Access::Update, 4, v0 + 1, 1)]);
+        let at = g.slot_offset(0, 0) as usize + RECORD_SEQ_WORD;
+        region.store(at, u64::MAX);
+        // Another writer of key 4 then committed the same version, and logged again.
+        put(&log, g, 1, 0, &[(Access::Update, 4, v0 + 1, 2)]);
+        put(&log, g, 1, 1, &[(Access::Update, 4, v0 + 2, 3)]);
+        cl.pass(region);
+        assert_eq!(user_word(&store, 4), (v0 + 1, 2), "{:?}", cl.problems);
+        // The voiding coordinator's next record to this node reuses record 0's number.
+        put(&log, g, 0, 0, &[(Access::Update, 4, v0 + 3, 4)]);
+        cl.drain(region);
+        assert_eq!(user_word(&store, 4), (v0 + 3, 4), "{:?}", cl.problems);
+        assert!(cl.problems.is_empty(), "{:?}", cl.problems);
     }
 
     #[test]

@@ -82,6 +82,34 @@ pub async fn rpc_per_node<S: EntryState>(
     Ok((nodes, res))
 }
 
+/// As [`rpc_per_node`], keeping the replies of the nodes that answered when one failed
+/// ([`atoll_fabric::Doorbell::submit_partial`]): with the abort of that failure.
+pub async fn rpc_per_node_partial<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    idxs: &[usize],
+    build: impl Fn(&[Item]) -> Vec<u8>,
+) -> (StageNodes, Completions, Result<(), Abort>) {
+    let nodes = nodes_of(tx, idxs);
+    let mut d = tx.c.ep.doorbell_for(nodes.len());
+    let mut items = smallvec::SmallVec::<[Item; 16]>::new();
+    for &n in &nodes {
+        items.clear();
+        items.extend(
+            idxs.iter()
+                .filter(|&&i| tx.entries[i].node == n)
+                .map(|&i| item(tx, i)),
+        );
+        d.rpc(n, build(&items));
+    }
+    match d.submit_partial().await {
+        Ok(res) => (nodes, res, Ok(())),
+        Err((e, res)) => {
+            let a = tx.op_failed(e);
+            (nodes, res, Err(a))
+        }
+    }
+}
+
 /// A participant's reply read in place; one that does not decode is a bug on our side.
 pub fn view(b: &[u8]) -> ReplyView<'_> {
     match ReplyView::new(b) {
@@ -564,8 +592,15 @@ async fn lock_remote<S: EntryState>(
             lock_read_words(tx.c.catalog.layout(e.table), want_data),
         );
     }
-    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
-    let mut outcome = Ok(());
+    // A node that failed fails the stage, but the locks taken at the others are marked
+    // taken, for the caller's release.
+    let (res, mut outcome) = match d.submit_partial().await {
+        Ok(res) => (res, Ok(())),
+        Err((e, res)) => {
+            let a = tx.op_failed(e);
+            (res, Err(a))
+        }
+    };
     let mut stale = smallvec::SmallVec::<[atoll_fabric::RemotePtr; 4]>::new();
     let mut j = 0;
     for &i in idxs {
@@ -574,6 +609,9 @@ async fn lock_remote<S: EntryState>(
         }
         let (cas, read) = (2 * j, 2 * j + 1);
         j += 1;
+        if res.failed(cas) || res.failed(read) {
+            continue;
+        }
         if res.cas(cas) != 0 {
             outcome = outcome.and(Err(Abort::LockBusy));
             continue;
@@ -644,9 +682,13 @@ pub async fn lock_by_rpc<S: EntryState>(
     build: impl Fn(&[Item]) -> Vec<u8>,
     frozen: bool,
 ) -> Result<(), Abort> {
-    let mut outcome = Ok(());
-    let (nodes, res) = rpc_per_node(tx, idxs, build).await?;
+    // A node that failed fails the stage; the locks the others granted are marked taken,
+    // for the caller's release.
+    let (nodes, res, mut outcome) = rpc_per_node_partial(tx, idxs, build).await;
     for (j, &n) in nodes.iter().enumerate() {
+        if res.failed(j) {
+            continue;
+        }
         match view(res.rpc(j)) {
             ReplyView::Tuples(tuples) => {
                 let mine = on_node(tx, idxs, n);
@@ -788,17 +830,19 @@ pub fn installed_writes<S: EntryState>(tx: &TxnCore<'_, S>) -> Idxs {
     })
 }
 
-/// The log record of write entries `ws`: `[ts, seq, entries, words, (what, key, new version,
-/// payload length, payload...)..., checksum]`, with `seq` 0 and the checksum of its body
-/// ([`crate::log_ring::body_sum`]): each backup's copy gets its ring's `seq`
+/// The log record of write entries `ws`: `[ts, seq, entries, words, tag, set_ts, (what, key,
+/// new version, payload length, payload...)..., checksum]`, with `seq` 0 and the checksum of
+/// its body ([`crate::log_ring::body_sum`]): each backup's copy gets its ring's `seq`
 /// ([`crate::log_ring::record_sum`]). An entry's version is the key's version after the
-/// write (an insert's as placed, before the log).
-pub fn log_record<S: EntryState>(tx: &TxnCore<'_, S>, ws: &[usize]) -> Vec<u64> {
+/// write (an insert's as placed, before the log). `ts` is what the attempt locks with,
+/// `tag` names the attempt, `set_ts` is the timestamp its write-back sets (0: none): what a
+/// recovery needs to finish its write-back for it.
+pub fn log_record<S: EntryState>(tx: &TxnCore<'_, S>, ws: &[usize], set_ts: u64) -> Vec<u64> {
     use crate::log_ring::entry_what;
     // Sized once: growing it entry by entry reallocated twice a transaction (issue #9).
     let words = log_record_words(ws.iter().map(|&i| tx.entries[i].data.len() as u64)) as usize;
     let mut rec: Vec<u64> = Vec::with_capacity(words);
-    rec.extend_from_slice(&[tx.ts.word(), 0, ws.len() as u64, 0]);
+    rec.extend_from_slice(&[tx.ts.word(), 0, ws.len() as u64, 0, tx.tag, set_ts]);
     for &i in ws {
         let e = &tx.entries[i];
         let version = match e.access {
@@ -827,11 +871,13 @@ pub fn log_targets<S: EntryState>(tx: &TxnCore<'_, S>, ws: &[usize]) -> Idxs {
     let backups = tx.c.cfg.log_replicas;
     let mut nodes = Idxs::new();
     if tx.c.cfg.log_applied {
+        let dead = |n: NodeId| tx.c.membership.as_ref().is_some_and(|m| m.is_dead(n));
         for &i in ws {
             for b in 0..backups {
-                let n = topo.partition_backup(tx.entries[i].node, b).0 as usize;
-                if !nodes.contains(&n) {
-                    nodes.push(n);
+                let n = topo.partition_backup(tx.entries[i].node, b);
+                // A dead backup is no replica of the configuration any more.
+                if !dead(n) && !nodes.contains(&(n.0 as usize)) {
+                    nodes.push(n.0 as usize);
                 }
             }
         }
@@ -925,6 +971,15 @@ async fn wait_for_room<S: EntryState>(
 /// apply their rings it first waits for room in each. With `instance_log`, the same record
 /// is first made durable in the node's own log ([`crate::own_log`]).
 pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Result<(), Abort> {
+    log_with(tx, prim, 0).await
+}
+
+/// As [`log`], for a write-back that sets `set_ts` (0: none), which the record carries.
+pub async fn log_with<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    prim: Primitive,
+    set_ts: u64,
+) -> Result<(), Abort> {
     let replicas = tx.c.cfg.log_replicas as usize;
     if replicas == 0 && !tx.c.cfg.instance_log {
         // Without backups a writer passes the point of no return here all the same.
@@ -935,7 +990,7 @@ pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Res
     if ws.is_empty() {
         return Ok(());
     }
-    let mut rec = log_record(tx, &ws);
+    let mut rec = log_record(tx, &ws, set_ts);
     let room = tx.c.cfg.log_geometry().record_words_max();
     // The driver sizes the ring from the workload's largest write set; a bigger one is a
     // workload that misdeclared it.
@@ -963,9 +1018,8 @@ pub async fn log<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive) -> Res
         wait_for_room(tx, &targets, prim).await?;
     }
     log_to(tx, prim, &targets, &mut rec).await?;
-    // A failed log write aborted above, though the record may sit on the backups that
-    // answered: recovery must treat a record without write-back as undecided (TODO(#41):
-    // its crash handling detects and stops; recovery itself comes after it).
+    // A failed log write voided the record on every target and aborted above; a whole
+    // record without its write-back is undecided, for recovery (TODO(#41)) to settle.
     tx.logged = true;
     Ok(())
 }
@@ -1007,7 +1061,13 @@ pub async fn log_to<S: EntryState>(
     let last = rec.len() - 1;
     rec[RECORD_SEQ_WORD] = 0;
     rec[last] = body;
-    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    let res = match d.submit().await {
+        Ok(res) => res,
+        Err(e) => {
+            void_record(tx, prim, targets).await;
+            return Err(tx.op_failed(e));
+        }
+    };
     if prim == Primitive::Rpc {
         for j in 0..targets.len() {
             match decode(res.rpc(j)) {
@@ -1017,6 +1077,39 @@ pub async fn log_to<S: EntryState>(
         }
     }
     Ok(())
+}
+
+/// After a log write to `targets` failed: overwrites the record's `seq` word on each of them
+/// (those that got it and those that did not alike), before the attempt lets its locks go,
+/// so no backup takes it for a whole record another writer of its keys came after
+/// ([`crate::log_ring`]); the next record to each target reuses its number and slot. A
+/// target that fails again is the one that failed (its ring is gone with it, or recovery
+/// reads it as a record never whole); the others complete.
+async fn void_record<S: EntryState>(tx: &mut TxnCore<'_, S>, prim: Primitive, targets: &[usize]) {
+    use crate::log_ring::{RECORD_SEQ_WORD, VOID_SEQ};
+    let region = tx.c.catalog.extra_region(crate::coord::LOG_EXTRA_REGION);
+    let geometry = tx.c.cfg.log_geometry();
+    let mut d = tx.c.ep.doorbell_for(targets.len());
+    for &n in targets {
+        let backup = NodeId(n as u16);
+        let base = tx.c.cfg.log_ring_offset(tx.c.id, log_slot(tx, backup));
+        let seq = tx.c.log_seq[n] - 1;
+        tx.c.log_seq[n] = seq;
+        let at = geometry.slot_offset(base, seq) + RECORD_SEQ_WORD as u32;
+        match prim {
+            Primitive::OneSided => {
+                d.write(
+                    atoll_fabric::RemotePtr::new(backup, region, at),
+                    Words::from_slice(&[VOID_SEQ]),
+                );
+            }
+            Primitive::Rpc => {
+                d.rpc(backup, Request::log_bytes(at, &[VOID_SEQ]));
+            }
+        }
+    }
+    // Best effort by design: the failed target is why this runs.
+    let _ = d.submit().await;
 }
 
 /// A family's own way to install a new version in place of the plain write-back (MVCC
@@ -1392,7 +1485,17 @@ pub async fn apply_deletes<S: EntryState>(tx: &mut TxnCore<'_, S>, lock: u64) ->
             .to_bytes(),
         );
     }
-    let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+    let res = match d.submit().await {
+        Ok(res) => res,
+        Err(e) => {
+            // The deletes at the other nodes completed, each with its release; the failed
+            // node's are its recovery's.
+            for &i in &del {
+                tx.entries[i].locked = false;
+            }
+            return Err(tx.op_failed(e));
+        }
+    };
     for (j, &i) in del.iter().enumerate() {
         // The deleter holds the lock, so the record is there to delete.
         match decode(res.rpc(2 * j)) {
@@ -1603,6 +1706,16 @@ pub async fn release_all<S: EntryState>(tx: &mut TxnCore<'_, S>) {
 /// The steps between a protocol's serialisation point and its write-back: log, then apply
 /// inserts and deletes. On failure every lock the attempt holds is released.
 pub async fn log_and_apply<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Result<(), Abort> {
+    log_and_apply_setting(tx, None).await
+}
+
+/// As [`log_and_apply`], for a write-back that sets `WTS` and `RTS` to `set_ts` (SUNDIAL's
+/// commit timestamp, MVCC's version timestamp): the log carries it, for a recovery that
+/// finishes the write-back.
+pub async fn log_and_apply_setting<S: EntryState>(
+    tx: &mut TxnCore<'_, S>,
+    set_ts: Option<Timestamp>,
+) -> Result<(), Abort> {
     let prim = tx.c.plan().get(Stage::Log);
     let ts = tx.ts.word();
     // Inserts are placed (locked, so invisible) before the log: one refused (a duplicate,
@@ -1612,14 +1725,20 @@ pub async fn log_and_apply<S: EntryState>(tx: &mut TxnCore<'_, S>) -> Result<(),
     let r = match apply_inserts_at(tx, &ins, ts).await {
         Ok(()) => {
             let t0 = tx.now_ns();
-            let r = log(tx, prim).await;
+            let r = log_with(tx, prim, set_ts.map_or(0, Timestamp::word)).await;
             tx.charge(Stage::Log, t0);
             r
         }
         Err(a) => Err(a),
     };
     let r = match r {
-        Ok(()) => apply_deletes(tx, ts).await,
+        // Past a whole log the attempt has committed: a delete that failed at a node (its
+        // failure recorded, [`TxnCore::op_failed`]) is for the node's recovery to settle
+        // (its backups hold the record), and the write-back goes on.
+        Ok(()) => match apply_deletes(tx, ts).await {
+            Err(_) if tx.logged => Ok(()),
+            r => r,
+        },
         Err(a) if tx.logged => Err(a),
         Err(a) => {
             // Nothing was logged: the inserts placed are taken back.

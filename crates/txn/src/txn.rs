@@ -123,6 +123,17 @@ pub trait Protocol: 'static {
     /// MVCC and SUNDIAL. The snapshot-isolation family installs its versions its own way.
     const LOGS_ITS_INSTALLS: bool = false;
 
+    /// Whether a recovery may finish a dead coordinator's write-back in place, with the
+    /// shared write-back ([`crate::recovery::settle_primary`]): not MVCC, whose install keeps
+    /// the version it replaces (TODO(#41): its own install in the recovery).
+    const WRITE_BACK_IN_PLACE: bool = true;
+
+    /// A deliberately broken recovery of a crashed node of a replicated partitioned run
+    /// ([`crate::recovery`]), which the checks must catch: tests' protocols ask for one.
+    fn recovery_defect() -> Option<crate::recovery::Defect> {
+        None
+    }
+
     /// Whether the family recovers a crashed compute node itself (its memory task finds it
     /// dead and resolves its transactions from a log): a run whose compute node crashed is
     /// then judged, its lost attempts settled by the [`Recovered`] reports.
@@ -237,6 +248,21 @@ pub struct Recovered {
     /// What it found still wrong once it ended, read back from the records (a version of an
     /// aborted tid left in a record): a failed check each.
     pub problems: Vec<String>,
+    /// A partitioned node's recovery ([`crate::recovery`]): the configuration that declared
+    /// it dead, when every survivor held it (worker time, ns), and what the survivors did.
+    /// `None`: a compute node's recovery by its family.
+    pub partition: Option<PartitionRecovered>,
+}
+
+/// What a partitioned node's recovery did ([`Recovered::partition`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartitionRecovered {
+    pub epoch: u64,
+    pub configured_ns: u64,
+    pub settled: crate::recovery::Settled,
+    /// Per coordinator whose last logged attempt committed: its tag and the writes its
+    /// record logged, as a history records them (what the attempt's lost record becomes).
+    pub writes: Vec<(u32, u64, Vec<crate::HistOp>)>,
 }
 
 /// The records one attempt touched, by kind: what a report measures a workload's fidelity

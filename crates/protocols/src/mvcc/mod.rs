@@ -42,6 +42,7 @@ pub struct Mvcc;
 impl Protocol for Mvcc {
     const NAME: &'static str = "mvcc";
     const LOGS_ITS_INSTALLS: bool = true;
+    const WRITE_BACK_IN_PLACE: bool = false;
     const STAGES: &'static [Stage] = &[
         Stage::Read,
         Stage::Lock,
@@ -98,7 +99,7 @@ impl Protocol for Mvcc {
             Self::rollback(tx).await;
             return Err(a);
         }
-        stages::log_and_apply(tx).await?;
+        stages::log_and_apply_setting(tx, Some(tx.ts)).await?;
         // Write back (+ release), then release what is left.
         let opts = CommitOpts {
             set_ts: Some(tx.ts),

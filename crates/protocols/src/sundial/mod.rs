@@ -104,7 +104,7 @@ impl Protocol for Sundial {
             return Err(a);
         }
 
-        stages::log_and_apply(tx).await?;
+        stages::log_and_apply_setting(tx, Some(commit_ts)).await?;
         // Write back (+ release), then release what is left.
         let opts = CommitOpts {
             set_ts: Some(commit_ts),

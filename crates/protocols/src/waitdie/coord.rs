@@ -55,22 +55,19 @@ pub async fn lock_wait_die(
     let mut raised: Idxs = Idxs::new();
     let mut outcome = Ok(());
     for attempt in 0..WAIT_RETRIES_MAX {
-        let mut d = tx.c.ep.doorbell();
-        for &i in &pending {
-            let e = &tx.entries[i];
-            let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
-            d.cas(ptr.add(H_LOCK), 0, ts.word());
-            let words = if want_data {
-                tx.c.catalog.layout(e.table).tuple_words
-            } else {
-                HEADER_WORDS
-            };
-            d.read(ptr, words);
-        }
-        let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
+        let res = match lock_round(tx, &pending, ts.word(), want_data).await {
+            Ok(res) => res,
+            Err((a, res)) => {
+                outcome = Err(a);
+                res
+            }
+        };
         let mut still: Idxs = Idxs::new();
         let mut fixes = ep.doorbell();
         for (j, &i) in pending.iter().enumerate() {
+            if res.failed(2 * j) || res.failed(2 * j + 1) {
+                continue;
+            }
             let holder = res.cas(2 * j);
             let w = res.read(2 * j + 1);
             let ptr = {
@@ -135,4 +132,31 @@ pub async fn lock_wait_die(
         ep.sleep(WAIT_BACKOFF_NS).await;
     }
     unreachable!("the last attempt dies instead of waiting")
+}
+
+/// One round of a one-sided wait-die lock: a CAS and a READ of each of `pending`'s records
+/// in one doorbell. A node that failed dooms the attempt, but what the others granted is in
+/// the completions (the caller marks it taken, for its release, and lowers what it raised).
+async fn lock_round(
+    tx: &mut TxnCore<'_>,
+    pending: &[usize],
+    ts: u64,
+    want_data: bool,
+) -> Result<atoll_fabric::Completions, (Abort, atoll_fabric::Completions)> {
+    let mut d = tx.c.ep.doorbell();
+    for &i in pending {
+        let e = &tx.entries[i];
+        let ptr = tx.c.catalog.record_ptr(e.table, e.node, e.slot());
+        d.cas(ptr.add(H_LOCK), 0, ts);
+        let words = if want_data {
+            tx.c.catalog.layout(e.table).tuple_words
+        } else {
+            HEADER_WORDS
+        };
+        d.read(ptr, words);
+    }
+    match d.submit_partial().await {
+        Ok(res) => Ok(res),
+        Err((e, res)) => Err((tx.op_failed(e), res)),
+    }
 }

@@ -164,6 +164,13 @@ impl Participant for WaitDieParticipant {
         let mut i = 0;
         // Bounded by the held requests; each is advanced once per turn.
         while i < ws.len() {
+            if local.owner_dead(ws[i].ts) {
+                // Its coordinator's node died: what it took goes back, unanswered (the
+                // recovery released the locks it held before; this one is not granted).
+                let mut w = ws.swap_remove(i);
+                undo_waiter(local, &mut w);
+                continue;
+            }
             ws[i].polls += 1;
             let outcome = if ws[i].polls > WAIT_POLLS_MAX {
                 let w = &mut ws[i];

@@ -365,7 +365,7 @@ impl Protocol for OccLoggingToOneBackup {
         }
         let written = stages::installed_writes(tx);
         if !written.is_empty() {
-            let mut rec = stages::log_record(tx, &written);
+            let mut rec = stages::log_record(tx, &written, 0);
             let mut targets = stages::log_targets(tx, &written);
             // The bug: one backup hears of the commit, the others never.
             targets.truncate(1);
@@ -385,6 +385,67 @@ impl Protocol for OccLoggingToOneBackup {
 /// Three replicas of every partition (two backups each).
 fn three_replicas(cfg: &mut RunConfig) {
     cfg.log_replicas = 2;
+}
+
+/// OCC whose runs recover a crashed node with a deliberate defect `D`.
+macro_rules! occ_recovering_with {
+    ($(#[$m:meta])* $name:ident = $label:literal, $defect:expr) => {
+        $(#[$m])*
+        struct $name;
+
+        impl Protocol for $name {
+            const NAME: &'static str = $label;
+            const STAGES: &'static [Stage] = atoll_protocols::Occ::STAGES;
+            const LOGS_ITS_INSTALLS: bool = true;
+            type EntryState = ();
+
+            fn check_plan(plan: &Plan) -> Result<(), PlanError> {
+                atoll_protocols::Occ::check_plan(plan)
+            }
+
+            async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
+                atoll_protocols::Occ::fetch(tx, idxs).await
+            }
+
+            async fn commit(tx: &mut TxnCore<'_>) -> Result<(), Abort> {
+                atoll_protocols::Occ::commit(tx).await
+            }
+
+            async fn rollback(tx: &mut TxnCore<'_>) {
+                atoll_protocols::Occ::rollback(tx).await
+            }
+
+            fn recovery_defect() -> Option<atoll_txn::recovery::Defect> {
+                Some($defect)
+            }
+        }
+    };
+}
+
+occ_recovering_with! {
+    /// OCC whose recovery of a crashed node aborts each of its coordinators' last logged
+    /// transactions, committed or not: writes its clients saw acknowledged, or that other
+    /// primaries hold already, are dropped.
+    OccRecoveryAbortingLastRecords = "occ-recovery-aborting-last-records",
+    atoll_txn::recovery::Defect::AbortsEveryLastRecord
+}
+
+occ_recovering_with! {
+    /// OCC whose recovery of a crashed node leaves its coordinators' locks held.
+    OccRecoveryKeepingDeadLocks = "occ-recovery-keeping-dead-locks",
+    atoll_txn::recovery::Defect::KeepsDeadLocks
+}
+
+/// Three replicas, and node 1 of the three crashes mid-run (at a seeded moment of the
+/// measured window, as a committing transaction of its may be anywhere in its pipeline).
+fn crash_with_three_replicas(cfg: &mut RunConfig) {
+    cfg.log_replicas = 2;
+    let window_us = (cfg.duration_s * 1e6) as u64;
+    let at_us = (cfg.warmup_s * 1e6) as u64 + window_us / 4 + cfg.seed % (window_us / 2);
+    cfg.fabric = Fabric::Sim {
+        net: "edr-ib".into(),
+        faults: FaultConfig::parse(&format!("{FAULTS},crash_node=1,crash_us={at_us}")).unwrap(),
+    };
 }
 
 /// OCC whose write-back stores a record's payload and version after unlocking it, the
@@ -1152,6 +1213,22 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
             seeds,
             base,
         ),
+        row_with::<OccRecoveryAbortingLastRecords>(
+            ProtocolKind::Occ,
+            &PLANS,
+            " (node 1 crashes)",
+            &crash_with_three_replicas,
+            seeds,
+            base,
+        ),
+        row_with::<OccRecoveryKeepingDeadLocks>(
+            ProtocolKind::Occ,
+            &PLANS,
+            " (node 1 crashes)",
+            &crash_with_three_replicas,
+            seeds,
+            base,
+        ),
         row::<MvccOldWriteBack>(ProtocolKind::Mvcc, seeds, base),
         row::<RsiWithoutValidation>(ProtocolKind::Rsi, seeds, base),
         // Its lock requests served by the records' CPUs (the participant's compare).
@@ -1193,6 +1270,14 @@ fn every_broken_variant_is_caught_in_at_least_90_percent_of_simulated_seeds() {
             &PLANS,
             " (3 replicas)",
             &three_replicas,
+            seeds,
+            base,
+        ),
+        row_with::<atoll_protocols::Occ>(
+            ProtocolKind::Occ,
+            &PLANS,
+            " (node 1 crashes)",
+            &crash_with_three_replicas,
             seeds,
             base,
         ),

@@ -616,6 +616,8 @@ fn sim_a_history_of_a_run_with_a_crashed_node_marks_its_lost_attempts_and_checks
             history_file: Some(path.clone()),
             duration_s: 0.03,
             warmup_s: 0.0,
+            // Without backups: nothing recovers the node, so its attempts stay lost.
+            log_replicas: 0,
             ..config(
                 WorkloadKind::SmallBank,
                 ProtocolKind::Occ,
@@ -640,7 +642,7 @@ fn sim_a_history_of_a_run_with_a_crashed_node_marks_its_lost_attempts_and_checks
         let v = history::check(&h, Mode::Serializable);
         assert!(
             v.ok(),
-            "{what}: {}\nreplay: atoll bench --fabric sim --protocol occ --plan one-sided --nodes {NODES} --threads {THREADS} --coroutines {COROUTINES} --duration 0.03 --warmup 0 --seed {seed} --faults spikes=0,pauses=0,tear_words=0,stall_permille=0,crash_node=1,crash_us={crash_us},op_timeout_us=100 --history h.jsonl; atoll check-history h.jsonl",
+            "{what}: {}\nreplay: atoll bench --fabric sim --protocol occ --plan one-sided --nodes {NODES} --threads {THREADS} --coroutines {COROUTINES} --replicas 1 --duration 0.03 --warmup 0 --seed {seed} --faults spikes=0,pauses=0,tear_words=0,stall_permille=0,crash_node=1,crash_us={crash_us},op_timeout_us=100 --history h.jsonl; atoll check-history h.jsonl",
             history::render(&h, &v),
         );
         assert_eq!(v.lost, lost, "{what}");
@@ -662,6 +664,9 @@ fn sim_a_node_crashing_mid_run_with_records_is_named_and_its_memory_not_judged()
             record_history: false,
             duration_s: 0.002,
             warmup_s: 0.0005,
+            // Without backups: nothing recovers the node (with them, `recovery.node` and
+            // replicas.rs).
+            log_replicas: 0,
             ..config(
                 WorkloadKind::SmallBank,
                 ProtocolKind::Occ,
