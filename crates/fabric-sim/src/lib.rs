@@ -153,6 +153,22 @@ impl Ev {
             Ev::Crash { .. } | Ev::Send { .. } => None,
         }
     }
+
+    /// The node that sent a request or verb this event carries: a crash of it loses what
+    /// had not reached its target yet ([`World::drop_from_crashed`]).
+    fn source(&self, threads: u16) -> Option<NodeId> {
+        let node = |w: u32| NodeId((w / threads as u32) as u16);
+        match self {
+            Ev::Exec { src, .. } | Ev::Step { src, .. } | Ev::Atomic { src, .. } => {
+                Some(node(*src))
+            }
+            Ev::Arrive {
+                delivery: Delivery::Request { from, .. },
+                ..
+            } => Some(node(from.worker)),
+            _ => None,
+        }
+    }
 }
 
 /// Link stalls are drawn per thousand messages.
@@ -428,6 +444,34 @@ impl World {
                 },
             },
         );
+    }
+
+    /// `ev`, at `node`, unless a crash swallows it: `node` crashed
+    /// ([`World::drop_at_crashed`]), or the node that sent it ([`World::drop_from_crashed`]).
+    fn past_crashes(&mut self, node: NodeId, ev: Ev) -> Option<Ev> {
+        if self.nodes[node.0 as usize].crashed_at.is_some() {
+            self.drop_at_crashed(ev);
+            return None;
+        }
+        if let Some(src) = ev.source(self.cfg.threads_per_node) {
+            if self.nodes[src.0 as usize].crashed_at.is_some() {
+                self.drop_from_crashed(ev);
+                return None;
+            }
+        }
+        Some(ev)
+    }
+
+    /// A request or verb of a crashed node had not reached its target when the node crashed:
+    /// its NIC stopped with it, so it is lost, and a torn WRITE stays torn where its steps
+    /// stopped (a record whole at one backup may be missing at another). No one waits on
+    /// its completion; the verbs queued behind it on its link are lost as well.
+    fn drop_from_crashed(&mut self, ev: Ev) {
+        if let Ev::Step { src, op, .. } | Ev::Atomic { src, op, .. } = ev {
+            let link = self.link(self.node_of(src), op.node());
+            self.link_busy[link] = false;
+            self.link_waiting[link].clear();
+        }
     }
 
     /// An event reached a crashed node: it never happens, and an op it carried fails at its
@@ -864,7 +908,7 @@ pub fn run(
     // nothing is left to happen.
     let mut polled_ns = 0;
     while live > 0 {
-        let Some(Reverse(q)) = world.borrow_mut().queue.pop() else {
+        let Some(Reverse(mut q)) = world.borrow_mut().queue.pop() else {
             break;
         };
         if q.at_ns > polled_ns + cfg.idle_limit_ns.max(HUNG_AFTER_NS_MIN) {
@@ -874,10 +918,10 @@ pub fn run(
         wd.now_ns = q.at_ns;
         wd.events += 1;
         if let Some(node) = q.ev.node(cfg.threads_per_node) {
-            if wd.nodes[node.0 as usize].crashed_at.is_some() {
-                wd.drop_at_crashed(q.ev);
+            let Some(ev) = wd.past_crashes(node, q.ev) else {
                 continue;
-            }
+            };
+            q.ev = ev;
             if let Some(resume) = wd.paused_until(node, q.at_ns) {
                 // Deferred with its place in line: at `resume` it goes before whatever was
                 // posted after it, so a link stays in order across the pause.
