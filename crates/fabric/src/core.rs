@@ -824,37 +824,8 @@ impl Doorbell<'_> {
     /// Rings the doorbell and waits for every op; results are indexed as the ops were added.
     /// If any op failed, the first failure (in posting order) instead: the doorbell waits for
     /// every op either way, so no completion arrives for a slot after it was freed.
-    pub async fn submit(mut self) -> Result<Completions, OpError> {
-        if self.ops.is_empty() {
-            return Ok(Completions {
-                results: Results::Posted(Vec::new()),
-                spares: None,
-            });
-        }
-        let core = &self.ep.core;
-        // Own-node one-sided ops on a coherent backend: done before this returns, as the
-        // posted path would have completed them, minus its slot and queue bookkeeping.
-        if let Some(done) = core.run_inline(&self.ops) {
-            return Ok(done);
-        }
-        let slot = core.post(self.ep.task, &mut self.ops);
-        let (results, remote) = match core.take_if_done(slot) {
-            Some(r) => r,
-            None => Wait { core, slot }.await,
-        };
-        if remote {
-            core.counters.borrow_mut().round_trips += 1;
-        }
-        if let Some(e) = results.iter().find_map(|c| match c {
-            Some(Completion::Failed(e)) => Some(*e),
-            _ => None,
-        }) {
-            return Err(e);
-        }
-        Ok(Completions {
-            results: Results::Posted(results),
-            spares: Some(core.spares.clone()),
-        })
+    pub async fn submit(self) -> Result<Completions, OpError> {
+        self.submit_partial().await.map_err(|(e, _)| e)
     }
 
     /// As [`Doorbell::submit`], but a failure keeps the other ops' results: `Err` holds

@@ -467,19 +467,40 @@ impl<W: Workload> NodeRuntime<W> {
         if !self.store.catalog.topology().holds_records(self.node) {
             return None;
         }
-        let mut storage = atoll_workloads::storage_check_node(&self.store);
+        Some(self.checks_of(&self.store, self.node, w, ledger, self.replica_check()))
+    }
+
+    /// The storage, family and workload checks of `store`'s records, reported as `node`'s.
+    fn checks_of(
+        &self,
+        store: &Store,
+        node: NodeId,
+        w: &W,
+        ledger: &W::Ledger,
+        replicas: Option<ReplicaCheck>,
+    ) -> NodeChecks<W::NodeCheck> {
+        let mut storage = atoll_workloads::storage_check_node(store);
         storage.family = self
             .family
-            .check_node(&self.store)
+            .check_node(store)
             .into_iter()
             .map(Into::into)
             .collect();
-        Some(NodeChecks {
-            node: self.node.0,
+        NodeChecks {
+            node: node.0,
             storage,
-            workload: w.check_node(&self.store, ledger),
-            replicas: self.replica_check(),
-        })
+            workload: w.check_node(store, ledger),
+            replicas,
+        }
+    }
+
+    /// The node's log region: the rings of every coordinator that logs to it.
+    fn log_region(&self) -> &atoll_fabric::memory::Region {
+        self.store.memory().region(
+            self.store
+                .catalog
+                .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
+        )
     }
 
     /// Checks dead partition `p`'s records as this node's replica holds them (its rings
@@ -493,12 +514,7 @@ impl<W: Workload> NodeRuntime<W> {
     ) -> Option<NodeChecks<W::NodeCheck>> {
         let cleaner = self.cleaner.as_ref()?;
         let mut c = cleaner.lock().expect("no poisoned cleaner");
-        let log = self.store.memory().region(
-            self.store
-                .catalog
-                .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
-        );
-        c.drain(log);
+        c.drain(self.log_region());
         let store = c
             .replicas()
             .iter()
@@ -506,19 +522,7 @@ impl<W: Workload> NodeRuntime<W> {
             .store
             .clone();
         drop(c);
-        let mut storage = atoll_workloads::storage_check_node(&store);
-        storage.family = self
-            .family
-            .check_node(&store)
-            .into_iter()
-            .map(Into::into)
-            .collect();
-        Some(NodeChecks {
-            node: p.0,
-            storage,
-            workload: w.check_node(&store, ledger),
-            replicas: None,
-        })
+        Some(self.checks_of(&store, p, w, ledger, None))
     }
 
     /// Drains the node's log rings into its replicas (every coordinator has finished) and
@@ -527,11 +531,7 @@ impl<W: Workload> NodeRuntime<W> {
         use atoll_txn::log_ring::partition_digest;
         let cleaner = self.cleaner.as_ref()?;
         let mut c = cleaner.lock().expect("no poisoned cleaner");
-        let log = self.store.memory().region(
-            self.store
-                .catalog
-                .extra_region(atoll_txn::coord::LOG_EXTRA_REGION),
-        );
+        let log = self.log_region();
         let held_at_end = c.held_now(log);
         c.drain(log);
         Some(ReplicaCheck {

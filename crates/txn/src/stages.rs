@@ -66,18 +66,7 @@ pub async fn rpc_per_node<S: EntryState>(
     idxs: &[usize],
     build: impl Fn(&[Item]) -> Vec<u8>,
 ) -> Result<(StageNodes, Completions), Abort> {
-    let nodes = nodes_of(tx, idxs);
-    let mut d = tx.c.ep.doorbell_for(nodes.len());
-    let mut items = smallvec::SmallVec::<[Item; 16]>::new();
-    for &n in &nodes {
-        items.clear();
-        items.extend(
-            idxs.iter()
-                .filter(|&&i| tx.entries[i].node == n)
-                .map(|&i| item(tx, i)),
-        );
-        d.rpc(n, build(&items));
-    }
+    let (nodes, d) = rpc_doorbell(tx, idxs, build);
     let res = d.submit().await.map_err(|e| tx.op_failed(e))?;
     Ok((nodes, res))
 }
@@ -89,6 +78,22 @@ pub async fn rpc_per_node_partial<S: EntryState>(
     idxs: &[usize],
     build: impl Fn(&[Item]) -> Vec<u8>,
 ) -> (StageNodes, Completions, Result<(), Abort>) {
+    let (nodes, d) = rpc_doorbell(tx, idxs, build);
+    match d.submit_partial().await {
+        Ok(res) => (nodes, res, Ok(())),
+        Err((e, res)) => {
+            let a = tx.op_failed(e);
+            (nodes, res, Err(a))
+        }
+    }
+}
+
+/// The doorbell of [`rpc_per_node`]: one request per node holding some of `idxs`.
+fn rpc_doorbell<'t, S: EntryState>(
+    tx: &'t TxnCore<'_, S>,
+    idxs: &[usize],
+    build: impl Fn(&[Item]) -> Vec<u8>,
+) -> (StageNodes, atoll_fabric::Doorbell<'t>) {
     let nodes = nodes_of(tx, idxs);
     let mut d = tx.c.ep.doorbell_for(nodes.len());
     let mut items = smallvec::SmallVec::<[Item; 16]>::new();
@@ -101,13 +106,7 @@ pub async fn rpc_per_node_partial<S: EntryState>(
         );
         d.rpc(n, build(&items));
     }
-    match d.submit_partial().await {
-        Ok(res) => (nodes, res, Ok(())),
-        Err((e, res)) => {
-            let a = tx.op_failed(e);
-            (nodes, res, Err(a))
-        }
-    }
+    (nodes, d)
 }
 
 /// A participant's reply read in place; one that does not decode is a bug on our side.
@@ -1019,7 +1018,8 @@ pub async fn log_with<S: EntryState>(
     }
     log_to(tx, prim, &targets, &mut rec).await?;
     // A failed log write voided the record on every target and aborted above; a whole
-    // record without its write-back is undecided, for recovery (TODO(#41)) to settle.
+    // record without its write-back is undecided, for a crash's recovery to settle
+    // ([`crate::recovery`]).
     tx.logged = true;
     Ok(())
 }
