@@ -662,12 +662,14 @@ mod tests {
             ..RunConfig::default()
         };
         let s = sizing(&ycsb).unwrap();
-        // Two entries of 512 stored words each, plus their heads, the record's head and tail.
-        assert_eq!(s.log_record_words_max, 4 + 2 * (4 + 512) + 1);
-        assert_eq!(s.log_ring_words as u64, LOG_RING_RECORDS as u64 * 1037);
+        // Two entries of 512 stored words each, plus their heads (4 words), the record's
+        // head (6 words: to the 4 of a plain log, the attempt's tag and the timestamp its
+        // write-back sets, which recovery needs) and tail.
+        assert_eq!(s.log_record_words_max, 6 + 2 * (4 + 512) + 1);
+        assert_eq!(s.log_ring_words as u64, LOG_RING_RECORDS as u64 * 1039);
         let smallbank = sizing(&RunConfig::default()).unwrap();
         // Amalgamate's three one-word balances (three stored words each).
-        assert_eq!(smallbank.log_record_words_max, 4 + 3 * (4 + 3) + 1);
+        assert_eq!(smallbank.log_record_words_max, 6 + 3 * (4 + 3) + 1);
     }
 
     #[test]
