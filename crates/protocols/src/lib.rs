@@ -480,7 +480,6 @@ impl ProtocolKind {
         self.dispatch(Del)
     }
 
-    /// [`Protocol::SEQUENCED`]: a deterministic protocol, run by sequenced lanes.
     /// [`Protocol::LOGS_ITS_INSTALLS`].
     pub fn logs_its_installs(self) -> bool {
         struct Logs;
@@ -493,18 +492,7 @@ impl ProtocolKind {
         self.dispatch(Logs)
     }
 
-    /// [`Protocol::WRITE_BACK_IN_PLACE`].
-    pub fn writes_back_in_place(self) -> bool {
-        struct InPlace;
-        impl ProtocolVisitor for InPlace {
-            type Out = bool;
-            fn visit<P: Protocol>(self) -> Self::Out {
-                P::WRITE_BACK_IN_PLACE
-            }
-        }
-        self.dispatch(InPlace)
-    }
-
+    /// [`Protocol::SEQUENCED`]: a deterministic protocol, run by sequenced lanes.
     pub fn sequenced(self) -> bool {
         struct Seq;
         impl ProtocolVisitor for Seq {

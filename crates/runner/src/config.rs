@@ -742,13 +742,6 @@ impl RunConfig {
     /// refused naming why: it recovers a compute node only (a storage or service node's
     /// fail-over comes with replication), and only with what its recovery needs.
     fn recovery_refusal(&self, node: atoll_fabric::NodeId) -> Result<(), ConfigError> {
-        if self.replicates_partitions() && !self.protocol.writes_back_in_place() {
-            return Err(ConfigError(format!(
-                "faults crash_node={}: --protocol {} keeps the version a write replaces, which a recovery finishing a dead coordinator's write-back does not do yet (issue 41); nowait, waitdie, occ and sundial recover a crashed node of a replicated partitioned run",
-                node.0,
-                self.protocol.name()
-            )));
-        }
         let Some(can) = self.protocol.recovery(&self.plan, self.log_replicas) else {
             return Ok(());
         };

@@ -20,7 +20,7 @@ pub enum RunError {
     /// failed was to another node (a crash stalls what waits on the crashed node: e.g. the
     /// timestamp service on its coordinators' outcomes).
     #[error(
-        "node {} failed while transaction {txn:#x} was committing: its outcome needs recovery, which runs for a partitioned protocol's backups (--replicas 2 or 3 under nowait, waitdie, occ or sundial){}",
+        "node {} failed while transaction {txn:#x} was committing: its outcome needs recovery, which runs for a partitioned protocol's backups (--replicas 2 or 3 under nowait, waitdie, occ, mvcc or sundial){}",
         .node.0,
         crash_cause(*.node, .crashed)
     )]

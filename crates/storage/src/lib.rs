@@ -1,7 +1,8 @@
 //! Atoll storage: tables of fixed-size records in registered regions.
 //!
 //! [`layout`] defines the tuple header and where every word lives; [`store`] is one node's
-//! share (inserts, deletes, lookups); [`ordered`] is the per-node B+tree for range scans;
+//! share (inserts, deletes, lookups); [`slots`] a multi-version record's old slots;
+//! [`ordered`] is the per-node B+tree for range scans;
 //! [`topology`] says which nodes hold records, which run coordinators and which serve a
 //! family's roles.
 //! Storage knows no backend: it sees only [`atoll_fabric::NodeMemory`] and pointers.
@@ -10,6 +11,7 @@ pub mod budget;
 pub mod instance_log;
 pub mod layout;
 pub mod ordered;
+pub mod slots;
 pub mod store;
 pub mod topology;
 

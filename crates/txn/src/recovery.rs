@@ -15,10 +15,11 @@
 //! record of the coordinator committed (it logs a transaction only after the last one's
 //! write-back). Each survivor then settles the decisions ([`RecoveryRequest::Settle`]): its
 //! cleaner applies the committed records and voids the aborted ones; as a primary it
-//! finishes the write-back of each committed transaction, takes back each aborted one's
-//! inserts, and releases every lock a dead coordinator held (lock words carry the owner's
-//! timestamp, whose low bits name its coordinator), taking back the inserts an attempt
-//! placed before a log it never wrote.
+//! finishes the write-back of each committed transaction (under MVCC first keeping the
+//! current version in an old slot, as far as the dead writer had not), takes back each
+//! aborted one's inserts, and releases every lock a dead coordinator held (lock words
+//! carry the owner's timestamp, whose low bits name its coordinator), taking back the
+//! inserts an attempt placed before a log it never wrote.
 //!
 //! Until a dead node's partition fails over to a backup (TODO(#41)), it is not served:
 //! survivors' transactions that touch it abort `node_failed` and retry; the others go on,
@@ -34,6 +35,7 @@ use atoll_fabric::{Endpoint, NodeId, ReplyTo};
 use atoll_storage::layout::{
     HEADER_WORDS, H_KEY, H_LOCK, H_VERSION, P_TAG, VERSION_ABSENT, VERSION_KEY_MASK,
 };
+use atoll_storage::slots::install_steps_due;
 use atoll_storage::{Catalog, TableId};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,6 +57,18 @@ pub enum Defect {
     AbortsEveryLastRecord,
     /// Leaves the locks dead coordinators held where they are.
     KeepsDeadLocks,
+    /// Finishes a dead coordinator's committed MVCC update without keeping the version it
+    /// replaces in an old slot (where the dead writer had not).
+    DropsReplacedVersions,
+}
+
+/// What a primary's settling does beside finishing writes ([`RecoveryRequest::Settle`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settling {
+    /// Release every lock the dead coordinators held.
+    pub release_locks: bool,
+    /// Keep in an old slot the version a finished multi-version write replaces.
+    pub keep_versions: bool,
 }
 
 /// A node's view of the cluster's configuration.
@@ -181,11 +195,13 @@ pub enum RecoveryRequest {
     Config { epoch: u64, dead: Vec<u16> },
     /// The rings of `node`'s coordinators as this node's cleaner holds them.
     Doubts { node: u16 },
-    /// Settle dead `node`'s transactions as decided (and, with `release_locks`, release
-    /// every lock its coordinators held).
+    /// Settle dead `node`'s transactions as decided (with `release_locks`, releasing every
+    /// lock its coordinators held; with `keep_versions`, keeping in an old slot the version
+    /// a finished multi-version write replaces; both false only for a broken variant).
     Settle {
         node: u16,
         release_locks: bool,
+        keep_versions: bool,
         decisions: Vec<Decision>,
     },
 }
@@ -212,11 +228,13 @@ impl RecoveryRequest {
             RecoveryRequest::Settle {
                 node,
                 release_locks,
+                keep_versions,
                 decisions,
             } => {
                 e.tag(RecoveryTag::Settle);
                 e.w(*node as u64);
                 e.w(*release_locks as u64);
+                e.w(*keep_versions as u64);
                 e.w(decisions.len() as u64);
                 for d in decisions {
                     e.w(d.coord as u64);
@@ -250,6 +268,7 @@ impl RecoveryRequest {
             RecoveryTag::Settle => RecoveryRequest::Settle {
                 node: node(&mut d)?,
                 release_locks: d.bool()?,
+                keep_versions: d.bool()?,
                 decisions: d.list(|d| {
                     Ok(Decision {
                         coord: d.u32()?,
@@ -489,7 +508,7 @@ impl RecoveryParticipant {
         &self,
         local: &crate::handler::Local,
         node: u16,
-        release_locks: bool,
+        settling: Settling,
         decisions: &[Decision],
     ) -> Settled {
         let mut s = Settled::default();
@@ -502,7 +521,7 @@ impl RecoveryParticipant {
                 cl.settle(self.log(local), coords.clone(), outcome);
             s.problems += cl.problems_seen() - before;
         }
-        settle_primary(local, coords, release_locks, decisions, &mut s);
+        settle_primary(local, coords, settling, decisions, &mut s);
         s
     }
 }
@@ -514,7 +533,7 @@ impl RecoveryParticipant {
 pub fn settle_primary(
     local: &crate::handler::Local,
     coords: std::ops::Range<u32>,
-    release_locks: bool,
+    settling: Settling,
     decisions: &[Decision],
     s: &mut Settled,
 ) {
@@ -545,6 +564,9 @@ pub fn settle_primary(
             match (d.committed, e.access) {
                 (true, Access::Update) => {
                     if live && locked && kv + 1 == e.version {
+                        if settling.keep_versions {
+                            keep_current_version(store, e.table, region, off, set_ts);
+                        }
                         let wb = WriteBack {
                             ts,
                             release: true,
@@ -573,8 +595,29 @@ pub fn settle_primary(
             }
         }
     }
-    if release_locks {
+    if settling.release_locks {
         release_dead_locks(local, coords, decisions, s);
+    }
+}
+
+/// Before a dead coordinator's committed update of a multi-version record (MVCC) is
+/// written: the steps of keeping the current version in an old slot that it had not done
+/// (it may have stopped after any of them, [`install_steps_due`]).
+fn keep_current_version(
+    store: &atoll_storage::Store,
+    t: TableId,
+    region: &atoll_fabric::Region,
+    off: usize,
+    new_wts: u64,
+) {
+    let layout = store.catalog.layout(t);
+    if layout.version_slots <= 1 {
+        return;
+    }
+    let mut rec = vec![0u64; layout.record_words as usize];
+    region.read_into(off, &mut rec);
+    for (at, words) in install_steps_due(layout, &rec, new_wts) {
+        region.write_from(off + at as usize, &words);
     }
 }
 
@@ -665,9 +708,14 @@ impl crate::handler::Participant for RecoveryParticipant {
             RecoveryRequest::Settle {
                 node,
                 release_locks,
+                keep_versions,
                 decisions,
             } if node < nodes => {
-                encode_settled(&self.settle(local, node, release_locks, &decisions))
+                let settling = Settling {
+                    release_locks,
+                    keep_versions,
+                };
+                encode_settled(&self.settle(local, node, settling, &decisions))
             }
             RecoveryRequest::Doubts { .. } | RecoveryRequest::Settle { .. } => Reply::BadRequest,
         })
@@ -780,6 +828,7 @@ async fn recover(w: &Watch, dead: NodeId) {
     let settle = RecoveryRequest::Settle {
         node: dead.0,
         release_locks: w.defect != Some(Defect::KeepsDeadLocks),
+        keep_versions: w.defect != Some(Defect::DropsReplacedVersions),
         decisions: decisions.clone(),
     };
     let settled = settle_all(w, &settle, &mut problems).await;
@@ -1009,6 +1058,7 @@ mod tests {
             RecoveryRequest::Settle {
                 node: 2,
                 release_locks: true,
+                keep_versions: true,
                 decisions: vec![Decision {
                     coord: 4,
                     tag: 12,

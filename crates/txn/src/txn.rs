@@ -123,11 +123,6 @@ pub trait Protocol: 'static {
     /// MVCC and SUNDIAL. The snapshot-isolation family installs its versions its own way.
     const LOGS_ITS_INSTALLS: bool = false;
 
-    /// Whether a recovery may finish a dead coordinator's write-back in place, with the
-    /// shared write-back ([`crate::recovery::settle_primary`]): not MVCC, whose install keeps
-    /// the version it replaces (TODO(#41): its own install in the recovery).
-    const WRITE_BACK_IN_PLACE: bool = true;
-
     /// A deliberately broken recovery of a crashed node of a replicated partitioned run
     /// ([`crate::recovery`]), which the checks must catch: tests' protocols ask for one.
     fn recovery_defect() -> Option<crate::recovery::Defect> {

@@ -33,6 +33,10 @@ impl FamilyConfig for MvccConfig {
     fn version_slots(&self) -> u32 {
         self.slots
     }
+
+    fn check_node(&self, store: &atoll_storage::Store) -> Vec<atoll_txn::knobs::StateCheck> {
+        vec![super::version::check_kept(store)]
+    }
 }
 
 pub fn configure(knobs: &Knobs) -> Result<Arc<dyn FamilyConfig>, KnobError> {

@@ -42,7 +42,6 @@ pub struct Mvcc;
 impl Protocol for Mvcc {
     const NAME: &'static str = "mvcc";
     const LOGS_ITS_INSTALLS: bool = true;
-    const WRITE_BACK_IN_PLACE: bool = false;
     const STAGES: &'static [Stage] = &[
         Stage::Read,
         Stage::Lock,

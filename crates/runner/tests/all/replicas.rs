@@ -147,7 +147,7 @@ fn replicas_a_node_crashing_mid_run_is_recovered_and_every_check_passes_on_the_s
     for seed in base..base + CRASH_SEEDS {
         for protocol in ProtocolKind::ALL
             .into_iter()
-            .filter(|p| p.logs_its_installs() && p.writes_back_in_place())
+            .filter(|p| p.logs_its_installs())
         {
             for w in WorkloadKind::ALL {
                 // TPC-W's checkout spans every partition in every transaction: until a dead
