@@ -282,8 +282,9 @@ pub struct BenchArgs {
     pub cpu_scale: Option<f64>,
     /// Simulator faults: none, some, or any of spikes=N,spike_us=X,spike_len_us=Y,pauses=N,
     /// pause_us=Z,tear_words=W,tear_ns=S,stall_permille=P,stall_us=T,crash_node=C,crash_us=U,
-    /// crash_spread_us=V (the crash at U plus a seeded draw of up to V), op_timeout_us=O
-    /// (unnamed keys as in `some`).
+    /// crash_spread_us=V (the crash at U plus a seeded draw of up to V), freeze_us=F (the
+    /// node freezes F instead of crashing, then goes on), op_timeout_us=O (unnamed keys as
+    /// in `some`).
     #[arg(help_heading = "Simulator", long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<String>,

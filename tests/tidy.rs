@@ -304,7 +304,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("crates/check/src/lib.rs", "snapshot_checks", 115),
     ("crates/check/src/lib.rs", "vector_snapshot_checks", 124),
     ("crates/check/src/lib.rs", "to_adya", 106),
-    ("crates/fabric-sim/src/lib.rs", "run", 135),
+    ("crates/fabric-sim/src/lib.rs", "run", 132),
     ("crates/fabric-ucx/src/transport.rs", "poll", 118),
     ("crates/history/src/lib.rs", "from_json", 136),
     ("crates/protocols/src/mvcc/coord.rs", "read", 127),

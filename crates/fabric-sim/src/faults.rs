@@ -1,6 +1,7 @@
 //! Seeded, reproducible faults for the simulator: latency spikes on links, node pauses (the
 //! node neither serves nor sends), crashes (a hook for recovery; a crashed node stops
-//! for good), and torn verbs (a multi-word READ or WRITE done in steps that other verbs and
+//! for good), freezes (a long pause whose missed ops time out: a node that may be declared
+//! dead and come back), and torn verbs (a multi-word READ or WRITE done in steps that other verbs and
 //! CPU accesses interleave with, as RDMA promises no atomicity beyond a word).
 
 use atoll_fabric::ids::NodeId;
@@ -43,6 +44,11 @@ pub struct FaultConfig {
     /// How long an op to a crashed node waits before it fails as timed out; `None`:
     /// [`crate::OP_TIMEOUT_NS_DEFAULT`].
     pub op_timeout_ns: Option<u64>,
+    /// With a crash: instead of stopping for good, the node freezes this long (a stopped
+    /// process, a paused machine: CPU and NIC stand still, memory and state kept), then
+    /// goes on where it was. An op to it whose timeout passes meanwhile fails at its
+    /// requester and is never performed (the requester's connection gave it up). 0: a crash.
+    pub freeze_ns: u64,
 }
 
 impl FaultConfig {
@@ -68,7 +74,7 @@ impl FaultConfig {
         if self.stall_permille > 0 {
             ns = ns.saturating_add(self.stall_ns);
         }
-        ns
+        ns.saturating_add(self.freeze_ns)
     }
 
     pub fn some() -> Self {
@@ -90,6 +96,7 @@ impl FaultConfig {
             crash: None,
             crash_spread_ns: 0,
             op_timeout_ns: None,
+            freeze_ns: 0,
         }
     }
 
@@ -127,6 +134,9 @@ impl FaultConfig {
             if self.crash_spread_ns > 0 {
                 k.insert("crash_spread_us", self.crash_spread_ns / NS_PER_US);
             }
+            if self.freeze_ns > 0 {
+                k.insert("freeze_us", self.freeze_ns / NS_PER_US);
+            }
         }
         if let Some(ns) = self.op_timeout_ns {
             k.insert("op_timeout_us", ns / NS_PER_US);
@@ -136,7 +146,7 @@ impl FaultConfig {
 
     /// Parses `none`, `some`, or
     /// `spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,
-    /// stall_permille=P,stall_us=T,crash_node=C,crash_us=U,crash_spread_us=V,op_timeout_us=O` (unnamed values
+    /// stall_permille=P,stall_us=T,crash_node=C,crash_us=U,crash_spread_us=V,freeze_us=F,op_timeout_us=O` (unnamed values
     /// as in `some`; `tear_words=0` turns tearing off, `stall_permille=0` stalls; a crash
     /// needs `crash_node`, at `crash_us` or 0).
     pub fn parse(s: &str) -> Result<Self, FaultsError> {
@@ -149,6 +159,7 @@ impl FaultConfig {
         // `crash_us` may come before `crash_node`.
         let mut crash_at_ns = None;
         let mut spread_given = false;
+        let mut freeze_given = false;
         let mut seen: Vec<&str> = Vec::new();
         for part in s.split(',') {
             let (k, v) = part
@@ -204,6 +215,10 @@ impl FaultConfig {
                     f.crash_spread_ns = us()?;
                     spread_given = true;
                 }
+                "freeze_us" => {
+                    f.freeze_ns = us()?;
+                    freeze_given = true;
+                }
                 "op_timeout_us" => f.op_timeout_ns = Some(us()?.max(1)),
                 other => return Err(FaultsError::UnknownKey(other.to_string())),
             }
@@ -216,6 +231,9 @@ impl FaultConfig {
         if spread_given && f.crash.is_none() {
             return Err(FaultsError::CrashWithoutNode("crash_spread_us"));
         }
+        if freeze_given && f.crash.is_none() {
+            return Err(FaultsError::CrashWithoutNode("freeze_us"));
+        }
         Ok(f)
     }
 }
@@ -223,7 +241,7 @@ impl FaultConfig {
 /// A `--faults` value that does not parse, naming the bad entry and what is accepted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FaultsError {
-    #[error("faults entry '{0}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,stall_permille=P,stall_us=T,crash_node=C,crash_us=U,crash_spread_us=V,op_timeout_us=O")]
+    #[error("faults entry '{0}' is not KEY=VALUE: accepted are none, some, or spikes=N,spike_us=X,spike_len_us=Y,pauses=N,pause_us=Z,tear_words=W,tear_ns=S,stall_permille=P,stall_us=T,crash_node=C,crash_us=U,crash_spread_us=V,freeze_us=F,op_timeout_us=O")]
     NotKeyValue(String),
     #[error("faults {key}={value} is not a whole number")]
     NotWholeNumber { key: String, value: String },
@@ -235,7 +253,7 @@ pub enum FaultsError {
         max: u64,
         unit: &'static str,
     },
-    #[error("unknown faults key '{0}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us, tear_words, tear_ns, stall_permille, stall_us, crash_node, crash_us, crash_spread_us, op_timeout_us")]
+    #[error("unknown faults key '{0}': accepted are spikes, spike_us, spike_len_us, pauses, pause_us, tear_words, tear_ns, stall_permille, stall_us, crash_node, crash_us, crash_spread_us, freeze_us, op_timeout_us")]
     UnknownKey(String),
     #[error("faults {0} needs crash_node (the node that crashes)")]
     CrashWithoutNode(&'static str),
@@ -262,6 +280,13 @@ pub enum Fault {
     },
     /// The node stops for good at `at_ns`.
     Crash { node: NodeId, at_ns: u64 },
+    /// The node stands still in `[start, end)`, CPU and NIC, then goes on where it was; an
+    /// op to it whose timeout passes meanwhile fails at its requester, never performed.
+    Freeze {
+        node: NodeId,
+        start_ns: u64,
+        end_ns: u64,
+    },
     /// Every multi-word READ or WRITE moves `chunk_words` at a time, with a stall drawn
     /// from `seed` of up to `stall_ns_max` between steps; verbs on one link still execute
     /// in order (RC).
@@ -303,9 +328,14 @@ pub fn plan(cfg: &FaultConfig, nodes: u16, horizon_ns: u64, seed: u64) -> Vec<Fa
             0 => 0,
             s => Rng::derive(seed, 0xC7A5).below(s + 1),
         };
-        out.push(Fault::Crash {
-            node,
-            at_ns: at_ns + spread_ns,
+        let at_ns = at_ns + spread_ns;
+        out.push(match cfg.freeze_ns {
+            0 => Fault::Crash { node, at_ns },
+            len => Fault::Freeze {
+                node,
+                start_ns: at_ns,
+                end_ns: at_ns + len,
+            },
         });
     }
     if nodes < 2 || horizon_ns == 0 {
@@ -346,6 +376,7 @@ mod tests {
             "none",
             "spikes=3,pause_us=1500,tear_words=2,tear_ns=700,crash_node=1,crash_us=250,op_timeout_us=90",
             "crash_node=2,crash_us=100,crash_spread_us=400",
+            "crash_node=1,crash_us=100,freeze_us=3000",
         ] {
             let f = FaultConfig::parse(s).unwrap();
             let text: Vec<String> = f.to_keys().iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -380,6 +411,10 @@ mod tests {
         assert_eq!(
             FaultConfig::parse("crash_spread_us=5"),
             Err(FaultsError::CrashWithoutNode("crash_spread_us"))
+        );
+        assert_eq!(
+            FaultConfig::parse("freeze_us=5"),
+            Err(FaultsError::CrashWithoutNode("freeze_us"))
         );
     }
 }

@@ -109,6 +109,10 @@ enum Ev {
     Crash {
         node: NodeId,
     },
+    /// A node's freeze begins ([`Fault::Freeze`]).
+    Freeze {
+        node: NodeId,
+    },
     /// A message a worker's CPU handed to its NIC at this event's time: it takes its place
     /// in the NIC's queues now, then `then` happens when the target's NIC has received it.
     /// A worker runs ahead of the world's clock while it executes co-routines back to back,
@@ -150,7 +154,23 @@ impl Ev {
             Ev::Exec { op, .. } | Ev::Step { op, .. } | Ev::Atomic { op, .. } => Some(op.node()),
             // A sent message has left its worker's CPU: a crash or pause of either end
             // acts on the event it carries, when that arrives.
-            Ev::Crash { .. } | Ev::Send { .. } => None,
+            Ev::Crash { .. } | Ev::Freeze { .. } | Ev::Send { .. } => None,
+        }
+    }
+
+    /// When the op this event carries to a node was posted, if another node's worker posted
+    /// it: its timeout counts from then.
+    fn foreign_op_posted_ns(&self, at: NodeId, threads: u16) -> Option<u64> {
+        let from_other = |w: u32| (w / threads as u32) as u16 != at.0;
+        match self {
+            Ev::Exec { src, posted_ns, .. }
+            | Ev::Step { src, posted_ns, .. }
+            | Ev::Atomic { src, posted_ns, .. } => from_other(*src).then_some(*posted_ns),
+            Ev::Arrive {
+                delivery: Delivery::Request { from, .. },
+                ..
+            } => from_other(from.worker).then_some(from.posted_ns),
+            _ => None,
         }
     }
 
@@ -169,6 +189,16 @@ impl Ev {
             _ => None,
         }
     }
+}
+
+/// What [`World::at_node`] made of an event.
+enum AtNode {
+    /// It happens now.
+    Happens(Ev),
+    /// It happens later, or never.
+    Gone,
+    /// Its sender was fenced and stopped.
+    Refused(NodeId),
 }
 
 /// Link stalls are drawn per thousand messages.
@@ -235,6 +265,11 @@ struct NodeState {
     channel_tx_free_ns: u64,
     channel_rx_free_ns: u64,
     pauses: Vec<(u64, u64)>,
+    /// Its freezes ([`Fault::Freeze`]), `[start, end)`.
+    freezes: Vec<(u64, u64)>,
+    /// Requests it held when it froze whose requesters timed out meanwhile, by (requesting
+    /// worker, slot, op index, posted): the reply it still makes once it goes on is dropped.
+    abandoned: std::collections::BTreeSet<(u32, u32, u32, u64)>,
     crashed_at: Option<u64>,
     /// Requests from other nodes this node received and has not answered yet, by
     /// (requesting worker, slot, op index), with when they were posted: if it crashes,
@@ -515,7 +550,11 @@ impl World {
                 }
             }
             // Its own workers stop; completions for them are moot.
-            Ev::Run { .. } | Ev::Arrive { .. } | Ev::Crash { .. } | Ev::Send { .. } => {}
+            Ev::Run { .. }
+            | Ev::Arrive { .. }
+            | Ev::Crash { .. }
+            | Ev::Freeze { .. }
+            | Ev::Send { .. } => {}
         }
     }
 
@@ -632,6 +671,100 @@ impl World {
                 };
                 cpu.local_op_ns + far
             }
+        }
+    }
+
+    /// What becomes of event `ev` (queued at `at_ns`, `seq`) at `node` before it happens: swallowed by a crash
+    /// ([`World::past_crashes`]); refused by the node's fence, its sender stopped at once
+    /// (an evicted machine reboots) losing what it had not delivered; given up by its
+    /// requester while the node stands frozen, or deferred with its place in line to the
+    /// end of a freeze or pause (so a link stays in order across it).
+    fn at_node(
+        &mut self,
+        node: NodeId,
+        at_ns: u64,
+        seq: u64,
+        ev: Ev,
+        handlers: &[Arc<dyn RpcHandler>],
+    ) -> AtNode {
+        let threads = self.cfg.threads_per_node;
+        let Some(ev) = self.past_crashes(node, ev) else {
+            return AtNode::Gone;
+        };
+        if let Some(src) = ev.source(threads) {
+            if src != node && handlers[node.0 as usize].refuses(src) {
+                self.on_crash(src, at_ns);
+                self.drop_from_crashed(ev);
+                return AtNode::Refused(src);
+            }
+        }
+        let resume = match self.frozen_until(node, at_ns) {
+            Some(resume) => {
+                let posted = ev.foreign_op_posted_ns(node, threads);
+                if posted.is_some_and(|p| p.saturating_add(self.cfg.op_timeout_ns) < resume) {
+                    self.drop_at_crashed(ev);
+                    return AtNode::Gone;
+                }
+                resume
+            }
+            None => match self.paused_until(node, at_ns) {
+                Some(resume) => resume,
+                None => return AtNode::Happens(ev),
+            },
+        };
+        self.queue.push(Reverse(Queued {
+            at_ns: resume,
+            seq,
+            ev,
+        }));
+        AtNode::Gone
+    }
+
+    /// End of the freeze covering `t` on `node`, if any.
+    fn frozen_until(&self, node: NodeId, t: u64) -> Option<u64> {
+        self.nodes[node.0 as usize]
+            .freezes
+            .iter()
+            .filter(|(s, e)| (*s..*e).contains(&t))
+            .map(|(_, e)| *e)
+            .max()
+    }
+
+    /// `node` freezes at `at_ns` (unless it crashed): each request it holds whose
+    /// requester times out before the freeze ends fails there, and the reply it makes once
+    /// it goes on is dropped.
+    fn on_freeze(&mut self, node: NodeId, at_ns: u64) {
+        if self.nodes[node.0 as usize].crashed_at.is_some() {
+            return;
+        }
+        let end_ns = self.frozen_until(node, at_ns).unwrap_or(at_ns);
+        let timeout_ns = self.cfg.op_timeout_ns;
+        let held: Vec<((u32, u32, u32), u64)> = self.nodes[node.0 as usize]
+            .serving
+            .iter()
+            .filter(|(_, &(posted_ns, _))| posted_ns.saturating_add(timeout_ns) < end_ns)
+            .map(|(&k, &(posted_ns, _))| (k, posted_ns))
+            .collect();
+        for ((w, slot, index), posted_ns) in held {
+            let n = &mut self.nodes[node.0 as usize];
+            n.serving.remove(&(w, slot, index));
+            n.abandoned.insert((w, slot, index, posted_ns));
+            self.fail_later(w, SlotId(slot), index, node, posted_ns);
+        }
+        // One its workers had not begun is never served; one its handler holds may still
+        // change its state when answered (the reply is dropped).
+        let t = self.cfg.threads_per_node as usize;
+        for w in node.0 as usize * t..(node.0 as usize + 1) * t {
+            let (workers, nodes) = (&mut self.workers, &mut self.nodes);
+            workers[w].inbox.retain(|d| match d {
+                Delivery::Request { from, .. } => !nodes[node.0 as usize].abandoned.remove(&(
+                    from.worker,
+                    from.slot.0,
+                    from.index,
+                    from.posted_ns,
+                )),
+                _ => true,
+            });
         }
     }
 
@@ -841,6 +974,13 @@ impl Transport for SimTransport {
         let node = self.node.0 as usize;
         // A held request of this node's own co-routine was never in `serving`: its request
         // bytes were charged when the handler first saw it.
+        if wd.nodes[node]
+            .abandoned
+            .remove(&(to.worker, to.slot.0, to.index, to.posted_ns))
+        {
+            // Its requester gave it up while this node stood frozen.
+            return;
+        }
         let req_bytes = wd.nodes[node]
             .serving
             .remove(&(to.worker, to.slot.0, to.index))
@@ -895,6 +1035,8 @@ pub fn run(
         .map(|s| s.memory.clone())
         .collect::<Vec<_>>()
         .into();
+    // Each node's fence, asked of every op reaching it from a peer.
+    let handlers: Vec<Arc<dyn RpcHandler>> = setups.iter().map(|s| s.handler.clone()).collect();
     let world = Rc::new(RefCell::new(World::new(cfg, memory.clone())));
     let mut execs = executors(cfg, &world, &memory, setups, spawn);
     let workers = execs.len();
@@ -918,19 +1060,13 @@ pub fn run(
         wd.now_ns = q.at_ns;
         wd.events += 1;
         if let Some(node) = q.ev.node(cfg.threads_per_node) {
-            let Some(ev) = wd.past_crashes(node, q.ev) else {
-                continue;
-            };
-            q.ev = ev;
-            if let Some(resume) = wd.paused_until(node, q.at_ns) {
-                // Deferred with its place in line: at `resume` it goes before whatever was
-                // posted after it, so a link stays in order across the pause.
-                wd.queue.push(Reverse(Queued {
-                    at_ns: resume,
-                    seq: q.seq,
-                    ev: q.ev,
-                }));
-                continue;
+            match wd.at_node(node, q.at_ns, q.seq, q.ev, &handlers) {
+                AtNode::Happens(ev) => q.ev = ev,
+                AtNode::Gone => continue,
+                AtNode::Refused(src) => {
+                    crashed.push((src, q.at_ns));
+                    continue;
+                }
             }
         }
         match q.ev {
@@ -938,6 +1074,7 @@ pub fn run(
                 wd.on_crash(node, q.at_ns);
                 crashed.push((node, q.at_ns));
             }
+            Ev::Freeze { node } => wd.on_freeze(node, q.at_ns),
             Ev::Send {
                 from,
                 to,
@@ -1152,6 +1289,7 @@ impl World {
         let mut nodes: Vec<NodeState> = (0..cfg.nodes).map(|_| NodeState::default()).collect();
         let mut spikes = Vec::new();
         let mut crashes = Vec::new();
+        let mut freezes = Vec::new();
         let mut tear = None;
         let mut stall = None;
         for f in &cfg.faults {
@@ -1168,6 +1306,14 @@ impl World {
                     start_ns,
                     end_ns,
                 } => nodes[node.0 as usize].pauses.push((start_ns, end_ns)),
+                Fault::Freeze {
+                    node,
+                    start_ns,
+                    end_ns,
+                } => {
+                    nodes[node.0 as usize].freezes.push((start_ns, end_ns));
+                    freezes.push((node, start_ns));
+                }
                 Fault::Crash { node, at_ns } => {
                     crashes.push((node, at_ns));
                     // A machine crashes whole: the node sharing it goes down at the same instant.
@@ -1226,6 +1372,9 @@ impl World {
         };
         for (node, at_ns) in crashes {
             world.push(at_ns, Ev::Crash { node });
+        }
+        for (node, at_ns) in freezes {
+            world.push(at_ns, Ev::Freeze { node });
         }
         world
     }
@@ -1936,6 +2085,126 @@ mod tests {
                 "failed before the timeout"
             );
         }
+    }
+
+    #[test]
+    fn sim_an_op_to_a_frozen_node_times_out_unperformed_and_one_due_after_the_freeze_completes() {
+        // Node 1 stands frozen from 10 us for 3 op timeouts. A CAS posted in the freeze
+        // fails at its timeout and never lands, not even once node 1 goes on; an RPC posted
+        // close enough to the freeze's end is served when it does.
+        const FREEZE_NS: u64 = 3 * OP_TIMEOUT_NS_DEFAULT;
+        let freeze = Fault::Freeze {
+            node: NodeId(1),
+            start_ns: 10_000,
+            end_ns: 10_000 + FREEZE_NS,
+        };
+        let (memory, handlers, cfg) = two_nodes(1, vec![freeze]);
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let o = out.clone();
+        let report = run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &move |core| {
+                if core.id.node != NodeId(0) {
+                    return Vec::new();
+                }
+                let ep = Endpoint::new(core.clone(), TaskId(0));
+                let o = o.clone();
+                vec![Box::pin(async move {
+                    ep.sleep(20_000).await;
+                    let t0 = ep.now_ns();
+                    let w = ep.cas(REMOTE, 0, 7).await;
+                    assert_eq!(
+                        w.err(),
+                        Some(OpError {
+                            node: NodeId(1),
+                            kind: FailureKind::TimedOut
+                        })
+                    );
+                    o.lock().unwrap().push(ep.now_ns() - t0);
+                    // Posted half a timeout before node 1 goes on: it is served then.
+                    let due = 10_000 + FREEZE_NS - OP_TIMEOUT_NS_DEFAULT / 2;
+                    ep.sleep(due - ep.now_ns()).await;
+                    let rpc = ep.rpc(NodeId(1), vec![5; 8]).await;
+                    assert_eq!(rpc.ok().map(|r| r.to_vec()), Some(vec![5; 8]));
+                    o.lock().unwrap().push(ep.now_ns());
+                    // Long after: the CAS given up never happened.
+                    ep.sleep(2 * FREEZE_NS).await;
+                    let r = ep.read(REMOTE, 1).await.expect("node 1 is up");
+                    o.lock().unwrap().push(r[0]);
+                }) as Coroutine]
+            },
+        );
+        let t = out.lock().unwrap().clone();
+        assert_eq!(report.unfinished, 0);
+        assert!(report.crashed.is_empty(), "a freeze is no crash");
+        assert!(
+            (OP_TIMEOUT_NS_DEFAULT..=OP_TIMEOUT_NS_DEFAULT + 1_000).contains(&t[0]),
+            "the CAS failed after {} ns",
+            t[0]
+        );
+        assert!(
+            t[1] >= 10_000 + FREEZE_NS,
+            "the RPC was served at {} ns, in the freeze",
+            t[1]
+        );
+        assert_eq!(t[2], 0, "a CAS its requester gave up landed");
+    }
+
+    /// Refuses every op from node 0 once `fenced` is set (a configuration declared it dead).
+    struct Fenced(std::sync::atomic::AtomicBool);
+    impl RpcHandler for Fenced {
+        fn handle(
+            &self,
+            _node: NodeId,
+            _from: ReplyTo,
+            req: &[u8],
+            reply: &mut Vec<u8>,
+        ) -> atoll_fabric::Handled {
+            reply.extend_from_slice(req);
+            atoll_fabric::Handled::Replied
+        }
+        fn refuses(&self, from: NodeId) -> bool {
+            from == NodeId(0) && self.0.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
+    #[test]
+    fn sim_a_fenced_node_stops_at_its_first_op_and_the_op_is_not_performed() {
+        let (memory, _, cfg) = two_nodes(1, Vec::new());
+        let fence = Arc::new(Fenced(std::sync::atomic::AtomicBool::new(false)));
+        let handlers: Vec<Arc<dyn RpcHandler>> = vec![Arc::new(Echo), fence.clone()];
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let o = out.clone();
+        let report = run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &move |core| {
+                if core.id.node != NodeId(0) {
+                    return Vec::new();
+                }
+                let ep = Endpoint::new(core.clone(), TaskId(0));
+                let (o, fence) = (o.clone(), fence.clone());
+                vec![Box::pin(async move {
+                    ep.cas(REMOTE, 0, 3).await.expect("not fenced yet");
+                    o.lock().unwrap().push(ep.now_ns());
+                    fence.0.store(true, std::sync::atomic::Ordering::Relaxed);
+                    let _ = ep.cas(REMOTE, 3, 9).await;
+                    unreachable!("a fenced node's co-routine went on past its refused op");
+                }) as Coroutine]
+            },
+        );
+        let fenced_at = out.lock().unwrap()[0];
+        assert_eq!(report.crashed.len(), 1);
+        assert_eq!(report.crashed[0].0, NodeId(0));
+        assert!(report.crashed[0].1 > fenced_at);
+        assert_eq!(
+            memory[1].region(RegionId(0)).load(0),
+            3,
+            "the refused CAS landed"
+        );
     }
 
     #[test]

@@ -280,4 +280,12 @@ pub trait RpcHandler: Send + Sync {
     fn poll_deferred(&self, _node: NodeId, _out: &mut Vec<(crate::ids::ReplyTo, Bytes)>) -> bool {
         false
     }
+
+    /// Whether this node refuses every op from node `from` (fencing: `from` was declared
+    /// dead in the configuration this node holds, so a stale node coming back cannot write).
+    /// A backend that can fence asks it of each op arriving from a peer and stops a refused
+    /// node at once, as a machine evicted from its cluster's configuration reboots.
+    fn refuses(&self, _from: NodeId) -> bool {
+        false
+    }
 }

@@ -758,14 +758,28 @@ fn partition_recovery_check(
         .iter()
         .filter(|a| matches!(a.1, Some((_, true))))
         .count();
+    // A node that froze is found dead before it stops: fenced, it stops when it comes back
+    // and a survivor refuses it (or, never refused, at the run's end).
+    let died = if crashed_ns <= r.detected_ns {
+        format!(
+            "node {} crashed at {:.1} µs, found dead {:.1} µs later",
+            r.node.0,
+            us(crashed_ns),
+            us(r.detected_ns - crashed_ns)
+        )
+    } else {
+        format!(
+            "node {} stopped answering and was found dead at {:.1} µs, fenced, and stopped {:.1} µs later",
+            r.node.0,
+            us(r.detected_ns),
+            us(crashed_ns - r.detected_ns)
+        )
+    };
     CheckReport {
         name: "recovery.node".into(),
         passed: r.problems.is_empty(),
         detail: format!(
-            "node {} crashed at {:.1} µs, found dead {:.1} µs later, configuration {} held by every survivor {:.1} µs after that, its transactions settled {:.1} µs later: of its {} coordinators {last} had a last logged transaction, {committed} committed; the backups applied {} of its records and voided {}, the primaries finished {} writes, took back {} inserts and released {} locks{}",
-            r.node.0,
-            us(crashed_ns),
-            us(r.detected_ns.saturating_sub(crashed_ns)),
+            "{died}, configuration {} held by every survivor {:.1} µs after that, its transactions settled {:.1} µs later: of its {} coordinators {last} had a last logged transaction, {committed} committed; the backups applied {} of its records and voided {}, the primaries finished {} writes, took back {} inserts and released {} locks{}",
             p.epoch,
             us(p.configured_ns.saturating_sub(r.detected_ns)),
             us(r.done_ns.saturating_sub(p.configured_ns)),

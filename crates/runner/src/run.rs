@@ -446,7 +446,12 @@ fn run_phases<W: Workload, P: Protocol>(
         shared.virtual_now_ns = Some(virtual_now.clone());
     }
     let shared = Arc::new(shared);
-    let executed = execute::<W, P>(cfg, &nodes, &shared, os_threads, &progress)?;
+    let mut executed = execute::<W, P>(cfg, &nodes, &shared, os_threads, &progress)?;
+    let end_ns = executed
+        .sim
+        .as_ref()
+        .map_or(0, |s| (s.virtual_s * 1e9) as u64);
+    out_of_configuration(&nodes, end_ns, &mut executed.crashed);
     pulse.phase("checking", "");
     let facts = RunFacts {
         warmup_end_ns: shared.warmup_end_ns,
@@ -1116,6 +1121,7 @@ fn worker_coroutines<W: Workload, P: Protocol>(
                 }),
                 report: shared.recovered.clone(),
                 defect: P::recovery_defect(),
+                lease_ns: lease_ns(&shared.cfg),
             },
         )));
     }
@@ -1179,16 +1185,69 @@ const DETECT_HEARTBEATS: u64 = 4;
 /// A real fabric's bound on an op to a dead node (its transport's timeout and more).
 const REAL_OP_TIMEOUT_NS: u64 = 1_000_000_000;
 
-/// How long a crash takes at most to be declared at every node: an op timeout (after which
-/// a ping to the dead node fails) and [`DETECT_HEARTBEATS`] heartbeats. A coordinator
-/// waits this long for a failed node to be declared dead, and the watchers go on this long
-/// after the run is over, so a crash near its end is still declared.
-pub(crate) fn detect_bound_ns(cfg: &RunConfig) -> u64 {
-    let op_timeout_ns = match &cfg.fabric {
+/// Adds to `crashed` each node a survivor holds dead that never stopped (it froze and came
+/// back after the run's last op it would have been refused, or a broken variant let it go
+/// on): out of the configuration, its memory is not its partition's any more, so the
+/// run judges it as a crashed node's (at its end, having stopped no co-routine).
+fn out_of_configuration<W: Workload>(
+    nodes: &[Arc<NodeRuntime<W>>],
+    end_ns: u64,
+    crashed: &mut Vec<(NodeId, u64, usize)>,
+) {
+    let down = |n: NodeId, c: &[(NodeId, u64, usize)]| c.iter().any(|x| x.0 == n);
+    let Some(m) = nodes
+        .iter()
+        .find(|n| !down(n.node, crashed))
+        .and_then(|n| n.membership.clone())
+    else {
+        return;
+    };
+    for d in m.dead() {
+        if !down(d, crashed) {
+            crashed.push((d, end_ns, 0));
+        }
+    }
+}
+
+/// The fabric's bound on an op to a dead node.
+fn op_timeout_ns(cfg: &RunConfig) -> u64 {
+    match &cfg.fabric {
         Fabric::Sim { faults, .. } => faults.op_timeout_ns(),
         _ => REAL_OP_TIMEOUT_NS,
-    };
-    op_timeout_ns.saturating_add(DETECT_HEARTBEATS * atoll_txn::recovery::HEARTBEAT_NS)
+    }
+}
+
+/// How long an answered heartbeat holds a node's lease ([`atoll_txn::recovery::Watch`]):
+/// an op timeout, some ten heartbeats, so only a node whose pings would time out loses it.
+fn lease_ns(cfg: &RunConfig) -> u64 {
+    op_timeout_ns(cfg)
+}
+
+/// A commit's outcome at `now_ns` for an attempt that made `writes` writes: one that wrote
+/// nothing commits only while its node's lease holds (always, in a run without recovery),
+/// as past it the node may be out of the configuration and its reads stale.
+fn within_lease<T>(
+    committed: Result<T, Abort>,
+    writes: u32,
+    membership: &Option<Arc<atoll_txn::recovery::Membership>>,
+    now_ns: u64,
+) -> Result<T, Abort> {
+    let holds = || membership.as_ref().is_none_or(|m| m.lease_holds(now_ns));
+    match committed {
+        Ok(_) if writes == 0 && !holds() => Err(Abort::LeaseExpired),
+        r => r,
+    }
+}
+
+/// How long a crash takes at most to be declared at every node: an op timeout (after which
+/// a ping to the dead node fails), the lease the recoverer waits out, and
+/// [`DETECT_HEARTBEATS`] heartbeats. A coordinator waits this long for a failed node to be
+/// declared dead, and the watchers go on this long after the run is over, so a crash near
+/// its end is still declared.
+pub(crate) fn detect_bound_ns(cfg: &RunConfig) -> u64 {
+    op_timeout_ns(cfg)
+        .saturating_add(lease_ns(cfg))
+        .saturating_add(DETECT_HEARTBEATS * atoll_txn::recovery::HEARTBEAT_NS)
 }
 
 /// Whether `failed` is declared dead in the configuration coordinator `c`'s node holds,
@@ -1198,6 +1257,9 @@ async fn node_declared_dead(c: &Coordinator, failed: NodeId, wait_ns: u64) -> bo
     let Some(m) = c.membership.clone() else {
         return false;
     };
+    // Its op given up may never be performed, and this coordinator cannot tell: the node
+    // is declared dead (and fenced, if it only froze) rather than left in doubt.
+    m.suspect(failed);
     let until = c.ep.now_ns().saturating_add(wait_ns);
     while !m.is_dead(failed) {
         if c.ep.now_ns() >= until {
@@ -1371,6 +1433,7 @@ async fn attempt_until_settled<W: Workload, P: Protocol>(
     let mut attempts = 0;
     let mut first_ts = None;
     let mut unknown = false;
+    let membership = c.membership.clone();
     // Bounded by `attempts_max` and the run's end.
     loop {
         attempts += 1;
@@ -1402,11 +1465,10 @@ async fn attempt_until_settled<W: Workload, P: Protocol>(
                     effect = ws.pending.borrow_mut().remove(&id).map(|p| p.1);
                 }
                 let effect = effect.expect("held through the commit");
-                match committed {
-                    // What the committed attempt touched, for the measured fidelity.
-                    Ok(stages) => Ok((effect, stages, tx.footprint())),
-                    Err(a) => Err(a),
-                }
+                let footprint = tx.footprint();
+                // What the committed attempt touched, for the measured fidelity.
+                within_lease(committed, footprint.writes, &membership, tx.now_ns())
+                    .map(|stages| (effect, stages, footprint))
             }
             Err(a) => {
                 tx.rollback().await;

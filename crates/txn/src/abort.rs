@@ -33,10 +33,14 @@ pub enum Abort {
     /// records while the attempt waited for room, [`crate::log_ring`]): back-pressure, nothing
     /// logged, the attempt retried.
     LogFull,
+    /// A transaction that wrote nothing finished after its node's lease ended: the node may
+    /// have been declared dead (it froze) and recovered without it, so what it read may be
+    /// stale ([`crate::recovery::Membership::lease_holds`]).
+    LeaseExpired,
 }
 
 impl Abort {
-    pub const ALL: [Abort; 12] = [
+    pub const ALL: [Abort; 13] = [
         Abort::LockBusy,
         Abort::ValidationFailed,
         Abort::Conflict,
@@ -49,6 +53,7 @@ impl Abort {
         Abort::SnapshotTooOld,
         Abort::KeysChanged,
         Abort::LogFull,
+        Abort::LeaseExpired,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -70,6 +75,7 @@ impl Abort {
             Abort::SnapshotTooOld => "snapshot_too_old",
             Abort::KeysChanged => "keys_changed",
             Abort::LogFull => "log_full",
+            Abort::LeaseExpired => "lease_expired",
         }
     }
 

@@ -680,6 +680,11 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
     /// attempt simply aborts; after, its outcome is undecided, which is recorded for the
     /// driver to stop the run.
     pub fn op_failed(&mut self, e: OpError) -> crate::Abort {
+        if let Some(m) = &self.c.membership {
+            // An op given up may never be performed, nor a request held there answered:
+            // the node is declared dead (fenced, if it only froze) rather than trusted.
+            m.suspect(e.node);
+        }
         if self.logged {
             self.failed_after_log.get_or_insert(e);
         }

@@ -705,6 +705,13 @@ impl RpcHandler for StoreHandler {
         Handled::Replied
     }
 
+    fn refuses(&self, from: NodeId) -> bool {
+        self.local
+            .membership
+            .as_ref()
+            .is_some_and(|m| m.fences(from))
+    }
+
     fn poll_deferred(&self, node: NodeId, out: &mut Vec<(ReplyTo, Bytes)>) -> bool {
         if node != self.local.store.node {
             return false;

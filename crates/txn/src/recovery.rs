@@ -21,6 +21,12 @@
 //! carry the owner's timestamp, whose low bits name its coordinator), taking back the
 //! inserts an attempt placed before a log it never wrote.
 //!
+//! A node found dead may only have frozen and come back: the recoverer fences it first
+//! ([`Membership::fences`]: every node refuses ops from nodes dead in its configuration,
+//! and a refused node stops), then waits out the lease the node may hold (its heartbeats
+//! answered keep it, [`Membership::lease_holds`]; a transaction that wrote nothing commits
+//! only within it) before the configuration goes anywhere else.
+//!
 //! Until a dead node's partition fails over to a backup (TODO(#41)), it is not served:
 //! survivors' transactions that touch it abort `node_failed` and retry; the others go on,
 //! their log going to the partitions' live backups only.
@@ -57,6 +63,9 @@ pub enum Defect {
     AbortsEveryLastRecord,
     /// Leaves the locks dead coordinators held where they are.
     KeepsDeadLocks,
+    /// Neither fences a node declared dead nor holds nodes to their leases: a frozen node
+    /// that comes back after its recovery goes on as if still in the configuration.
+    NoFencing,
     /// Finishes a dead coordinator's committed MVCC update without keeping the version it
     /// replaces in an old slot (where the dead writer had not).
     DropsReplacedVersions,
@@ -78,8 +87,18 @@ pub struct Membership {
     epoch: AtomicU64,
     dead: Vec<AtomicBool>,
     any_dead: AtomicBool,
+    /// Nodes an op of this node (or one a peer reported) timed out on: declared dead by
+    /// their recoverer at its next heartbeat, since an op given up may never be performed
+    /// and its requester cannot tell ([`Membership::suspect`]).
+    suspected: Vec<AtomicBool>,
     /// Installs are serialized (the node's workers serve configurations concurrently).
     install: Mutex<()>,
+    /// Until when (the node's clock) it may still answer a transaction that wrote nothing:
+    /// its lease, renewed by each heartbeat its recoverer answers ([`watch`]).
+    lease_until_ns: AtomicU64,
+    /// Whether it refuses ops from nodes dead in its configuration and holds itself to
+    /// its lease (false only for a broken variant, [`Defect::NoFencing`]).
+    fencing: AtomicBool,
 }
 
 impl Membership {
@@ -91,8 +110,60 @@ impl Membership {
             epoch: AtomicU64::new(0),
             dead: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             any_dead: AtomicBool::new(false),
+            suspected: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             install: Mutex::new(()),
+            lease_until_ns: AtomicU64::new(u64::MAX),
+            fencing: AtomicBool::new(true),
         }
+    }
+
+    /// Marks `n` suspected: an op to it failed, so its recoverer is to declare it dead (a
+    /// node that only froze and came back is fenced all the same, and stops).
+    pub fn suspect(&self, n: NodeId) {
+        if let Some(s) = self.suspected.get(n.0 as usize) {
+            s.store(true, Ordering::Release);
+        }
+    }
+
+    /// A node suspected and not dead yet, if any.
+    fn suspect_pending(&self) -> Option<NodeId> {
+        (0..self.nodes())
+            .map(NodeId)
+            .find(|&n| self.suspected[n.0 as usize].load(Ordering::Acquire) && !self.is_dead(n))
+    }
+
+    /// The node that recovers `n` if it dies: the live one of lowest id but `n`.
+    fn recoverer_of(&self, n: NodeId) -> Option<NodeId> {
+        (0..self.nodes())
+            .map(NodeId)
+            .find(|&m| m != n && !self.is_dead(m))
+    }
+
+    /// Whether this node refuses every op from `n` ([`atoll_fabric::RpcHandler::refuses`]):
+    /// `n` is dead in the configuration it holds.
+    #[inline]
+    pub fn fences(&self, n: NodeId) -> bool {
+        self.is_dead(n) && self.fencing.load(Ordering::Relaxed)
+    }
+
+    /// Whether the node's lease holds at `now_ns`: if not, the node may have been declared
+    /// dead and recovered without it (it froze), so what it reads may be stale.
+    #[inline]
+    pub fn lease_holds(&self, now_ns: u64) -> bool {
+        now_ns < self.lease_until_ns.load(Ordering::Acquire)
+            || !self.fencing.load(Ordering::Relaxed)
+    }
+
+    /// The lease holds until `until_ns` (never shortened).
+    pub fn renew_lease(&self, until_ns: u64) {
+        self.lease_until_ns.fetch_max(until_ns, Ordering::AcqRel);
+    }
+
+    /// Starts the lease at `until_ns`, the node's first heartbeat before it; with
+    /// `fencing` false (a broken variant) neither fence nor lease holds.
+    fn start_lease(&self, until_ns: u64, fencing: bool) {
+        self.fencing.store(fencing, Ordering::Relaxed);
+        self.lease_until_ns.store(until_ns, Ordering::Release);
     }
 
     pub fn epoch(&self) -> u64 {
@@ -173,6 +244,7 @@ wire_tags! {
         Config = 2,
         Doubts = 3,
         Settle = 4,
+        Suspect = 5,
     }
 }
 
@@ -195,13 +267,13 @@ pub enum RecoveryRequest {
     Config { epoch: u64, dead: Vec<u16> },
     /// The rings of `node`'s coordinators as this node's cleaner holds them.
     Doubts { node: u16 },
-    /// Settle dead `node`'s transactions as decided (with `release_locks`, releasing every
-    /// lock its coordinators held; with `keep_versions`, keeping in an old slot the version
-    /// a finished multi-version write replaces; both false only for a broken variant).
+    /// An op to `node` failed at the sender: as its recoverer, declare it dead.
+    Suspect { node: u16 },
+    /// Settle dead `node`'s transactions as decided, doing beside it what `settling` asks
+    /// (every part of it true but for a broken variant).
     Settle {
         node: u16,
-        release_locks: bool,
-        keep_versions: bool,
+        settling: Settling,
         decisions: Vec<Decision>,
     },
 }
@@ -225,16 +297,19 @@ impl RecoveryRequest {
                 e.tag(RecoveryTag::Doubts);
                 e.w(*node as u64);
             }
+            RecoveryRequest::Suspect { node } => {
+                e.tag(RecoveryTag::Suspect);
+                e.w(*node as u64);
+            }
             RecoveryRequest::Settle {
                 node,
-                release_locks,
-                keep_versions,
+                settling,
                 decisions,
             } => {
                 e.tag(RecoveryTag::Settle);
                 e.w(*node as u64);
-                e.w(*release_locks as u64);
-                e.w(*keep_versions as u64);
+                e.w(settling.release_locks as u64);
+                e.w(settling.keep_versions as u64);
                 e.w(decisions.len() as u64);
                 for d in decisions {
                     e.w(d.coord as u64);
@@ -265,10 +340,15 @@ impl RecoveryRequest {
             RecoveryTag::Doubts => RecoveryRequest::Doubts {
                 node: node(&mut d)?,
             },
+            RecoveryTag::Suspect => RecoveryRequest::Suspect {
+                node: node(&mut d)?,
+            },
             RecoveryTag::Settle => RecoveryRequest::Settle {
                 node: node(&mut d)?,
-                release_locks: d.bool()?,
-                keep_versions: d.bool()?,
+                settling: Settling {
+                    release_locks: d.bool()?,
+                    keep_versions: d.bool()?,
+                },
                 decisions: d.list(|d| {
                     Ok(Decision {
                         coord: d.u32()?,
@@ -707,17 +787,16 @@ impl crate::handler::Participant for RecoveryParticipant {
             }
             RecoveryRequest::Settle {
                 node,
-                release_locks,
-                keep_versions,
+                settling,
                 decisions,
-            } if node < nodes => {
-                let settling = Settling {
-                    release_locks,
-                    keep_versions,
-                };
-                encode_settled(&self.settle(local, node, settling, &decisions))
+            } if node < nodes => encode_settled(&self.settle(local, node, settling, &decisions)),
+            RecoveryRequest::Suspect { node } if node < nodes => {
+                self.membership.suspect(NodeId(node));
+                Reply::Ok
             }
-            RecoveryRequest::Doubts { .. } | RecoveryRequest::Settle { .. } => Reply::BadRequest,
+            RecoveryRequest::Doubts { .. }
+            | RecoveryRequest::Settle { .. }
+            | RecoveryRequest::Suspect { .. } => Reply::BadRequest,
         })
     }
 }
@@ -734,6 +813,10 @@ pub struct Watch {
     pub report: Arc<Mutex<Vec<crate::Recovered>>>,
     /// A broken recovery a test asked for.
     pub defect: Option<Defect>,
+    /// How long a heartbeat's answer holds the node's lease, from when it was sent; a
+    /// recoverer waits as long after fencing a dead node before it installs the next
+    /// configuration anywhere else, so no lease the dead node holds outlives its old one.
+    pub lease_ns: u64,
 }
 
 /// A node's watcher, until the run is over: the manager pings every live node each
@@ -741,7 +824,29 @@ pub struct Watch {
 /// manager (the next live node of lowest id, if the manager itself died).
 pub async fn watch(w: Watch) {
     let me = w.ep.node();
+    w.membership.start_lease(
+        w.ep.now_ns().saturating_add(w.lease_ns),
+        w.defect != Some(Defect::NoFencing),
+    );
     while !(w.over)(w.ep.now_ns()) {
+        let round_ns = w.ep.now_ns();
+        if let Some(s) = w.membership.suspect_pending() {
+            // An op to it timed out here or at a peer: its recoverer declares it dead.
+            match w.membership.recoverer_of(s) {
+                Some(r) if r == me => {
+                    recover(&w, s).await;
+                    continue;
+                }
+                Some(r) => {
+                    // Told again each heartbeat until it is declared; a recoverer that
+                    // fails to answer is found dead below.
+                    let _ =
+                        w.ep.rpc(r, RecoveryRequest::Suspect { node: s.0 }.to_bytes())
+                            .await;
+                }
+                None => return,
+            }
+        }
         let Some(manager) = w.membership.manager() else {
             return;
         };
@@ -777,6 +882,11 @@ pub async fn watch(w: Watch) {
             }
             continue;
         }
+        // Every ping answered, the one to the node that would recover this one among them
+        // (the manager; for the manager, every live node): the lease holds from the
+        // round's start.
+        w.membership
+            .renew_lease(round_ns.saturating_add(w.lease_ns));
         w.ep.sleep(HEARTBEAT_NS).await;
     }
 }
@@ -786,23 +896,7 @@ pub async fn watch(w: Watch) {
 async fn recover(w: &Watch, dead: NodeId) {
     let detected_ns = w.ep.now_ns();
     let mut problems = Vec::new();
-    let mut dead_now = w.membership.dead();
-    dead_now.push(dead);
-    // Every survivor holds the configuration before any settles; one that fails to answer
-    // is dead too, and a configuration without it goes out again.
-    let mut epoch = w.membership.epoch();
-    for _round in 0..RECOVERY_ROUNDS_MAX {
-        epoch += 1;
-        w.membership.install(epoch, &dead_now);
-        let config = RecoveryRequest::Config {
-            epoch,
-            dead: dead_now.iter().map(|n| n.0).collect(),
-        };
-        match send_all(w, &config.to_bytes()).await {
-            Ok(_) => break,
-            Err(also) => dead_now.push(also),
-        }
-    }
+    let epoch = configure(w, dead).await;
     let configured_ns = w.ep.now_ns();
     let doubts = gather(w, dead, &mut problems).await;
     let per = w.cfg.coordinators_per_node;
@@ -827,8 +921,10 @@ async fn recover(w: &Watch, dead: NodeId) {
     }
     let settle = RecoveryRequest::Settle {
         node: dead.0,
-        release_locks: w.defect != Some(Defect::KeepsDeadLocks),
-        keep_versions: w.defect != Some(Defect::DropsReplacedVersions),
+        settling: Settling {
+            release_locks: w.defect != Some(Defect::KeepsDeadLocks),
+            keep_versions: w.defect != Some(Defect::DropsReplacedVersions),
+        },
         decisions: decisions.clone(),
     };
     let settled = settle_all(w, &settle, &mut problems).await;
@@ -874,6 +970,37 @@ async fn recover(w: &Watch, dead: NodeId) {
                 writes,
             }),
         });
+}
+
+/// Fences `dead` here, waits out its lease, then installs the next configuration at every
+/// survivor: its epoch.
+async fn configure(w: &Watch, dead: NodeId) -> u64 {
+    let mut dead_now = w.membership.dead();
+    dead_now.push(dead);
+    // Fenced here at once, so its heartbeats renew no lease from now on; the lease it
+    // holds ends within `lease_ns`, before any other survivor takes the configuration
+    // that recovers it (a node that froze may still answer a read-only transaction until
+    // then, never after).
+    let mut epoch = w.membership.epoch() + 1;
+    w.membership.install(epoch, &dead_now);
+    w.ep.sleep(w.lease_ns).await;
+    // Every survivor holds the configuration before any settles; one that fails to answer
+    // is dead too, and a configuration without it goes out again.
+    for round in 0..RECOVERY_ROUNDS_MAX {
+        if round > 0 {
+            epoch += 1;
+        }
+        w.membership.install(epoch, &dead_now);
+        let config = RecoveryRequest::Config {
+            epoch,
+            dead: dead_now.iter().map(|n| n.0).collect(),
+        };
+        match send_all(w, &config.to_bytes()).await {
+            Ok(_) => break,
+            Err(also) => dead_now.push(also),
+        }
+    }
+    epoch
 }
 
 /// The writes of whole log record `rec` as a history records an attempt's writes: each
@@ -1055,10 +1182,13 @@ mod tests {
                 dead: vec![1, 2],
             },
             RecoveryRequest::Doubts { node: 2 },
+            RecoveryRequest::Suspect { node: 1 },
             RecoveryRequest::Settle {
                 node: 2,
-                release_locks: true,
-                keep_versions: true,
+                settling: Settling {
+                    release_locks: true,
+                    keep_versions: false,
+                },
                 decisions: vec![Decision {
                     coord: 4,
                     tag: 12,

@@ -141,6 +141,78 @@ fn replicas_on_real_threads_equal_their_primaries_3_nodes_3_replicas() {
 }
 
 #[test]
+fn replicas_a_frozen_node_is_fenced_and_recovered_and_stops_when_it_comes_back_3_nodes() {
+    // A node freezes (CPU and NIC) for 700 us or 1.5 ms against a 400 us op timeout: found
+    // dead, fenced, recovered without it; back, its first op to a survivor is refused and
+    // it stops. Every check and the history hold as after a crash.
+    let seed: u64 = std::env::var("ATOLL_SEED").map_or(1, |s| s.parse().expect("a whole number"));
+    let (duration_us, warmup_us) = (6_000u64, 1_000u64);
+    let mut fenced_first = 0;
+    for protocol in ProtocolKind::ALL
+        .into_iter()
+        .filter(|p| p.logs_its_installs())
+    {
+        for w in [
+            WorkloadKind::SmallBank,
+            WorkloadKind::Ycsb,
+            WorkloadKind::Tpcc,
+        ] {
+            for (i, plan) in ["one-sided", "rpc"].into_iter().enumerate() {
+                let mix = seed
+                    .wrapping_mul(0x9e37_79b9)
+                    .wrapping_add(w as u64 * 31 + protocol as u64 * 7 + i as u64);
+                let node = mix % 3;
+                let at_us = warmup_us + duration_us / 4 + mix % (duration_us / 4);
+                let freeze_us = if mix % 2 == 0 { 700 } else { 1_500 };
+                let faults = format!(
+                    "crash_node={node},crash_us={at_us},freeze_us={freeze_us},op_timeout_us=400"
+                );
+                let cfg = RunConfig {
+                    fabric: Fabric::Sim {
+                        net: "edr-ib".into(),
+                        faults: FaultConfig::parse(&faults).unwrap(),
+                    },
+                    workload: w,
+                    params: params(w),
+                    protocol,
+                    plan: protocol.parse_plan(plan).unwrap(),
+                    nodes: 3,
+                    threads: 2,
+                    coroutines: 4,
+                    log_replicas: 2,
+                    duration_s: duration_us as f64 / 1e6,
+                    warmup_s: warmup_us as f64 / 1e6,
+                    seed,
+                    record_history: true,
+                    ..RunConfig::default()
+                };
+                let what = format!(
+                    "{} / {} / {plan}, seed {seed}, {faults} (ATOLL_SEED={seed} replays)",
+                    protocol.name(),
+                    w.name()
+                );
+                let r = run(&cfg, &|_| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let failed: Vec<_> = r.checks.iter().filter(|c| !c.passed).collect();
+                assert!(r.passed, "{what}: {failed:?}");
+                let recovery = r
+                    .checks
+                    .iter()
+                    .find(|c| c.name == "recovery.node")
+                    .unwrap_or_else(|| panic!("{what}: no recovery.node among {:?}", r.checks));
+                fenced_first += recovery.detail.contains("stopped answering") as u32;
+                let v =
+                    atoll_check::check(&r.history, atoll_check::Mode::from(protocol.isolation()));
+                assert!(v.ok(), "{what}: the history fails its check: {v:?}");
+            }
+        }
+    }
+    assert!(
+        fenced_first > 0,
+        "no frozen node was found dead before it stopped: the freezes test nothing a crash does"
+    );
+}
+
+#[test]
 fn replicas_a_node_crashing_mid_run_is_recovered_and_every_check_passes_on_the_survivors_3_nodes() {
     let base = std::env::var("ATOLL_SEED").map_or(1, |s| s.parse().expect("a whole number"));
     let (duration_us, warmup_us) = (6_000u64, 1_000u64);
