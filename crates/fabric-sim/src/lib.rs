@@ -95,6 +95,9 @@ enum Ev {
     Arrive {
         w: u32,
         delivery: Delivery,
+        /// The other node whose answer a completion carries (a verb's target, a request's
+        /// server): a node that holds it dead refuses it ([`World::at_node`]).
+        by: Option<NodeId>,
     },
     /// A one-sided op reaches its target's NIC (or, without NIC support, its CPU).
     Exec {
@@ -423,6 +426,7 @@ impl World {
                     index,
                     completion: c,
                 },
+                by: (target != src_node).then_some(target),
             },
         );
         false
@@ -477,6 +481,7 @@ impl World {
                     index,
                     completion,
                 },
+                by: None,
             },
         );
     }
@@ -698,6 +703,39 @@ impl World {
                 return AtNode::Refused(src);
             }
         }
+        if let Ev::Arrive {
+            w,
+            delivery: Delivery::Completion { slot, index, .. },
+            by: Some(by),
+        } = ev
+        {
+            if handlers[node.0 as usize].refuses(by) {
+                // An answer from a node this one holds dead (a frozen node serving, once it
+                // goes on, what was posted to it shortly before it was found dead): the op
+                // fails as one to a dead node does, and the answering node stops.
+                let failed = Delivery::Completion {
+                    slot,
+                    index,
+                    completion: Completion::Failed(OpError {
+                        node: by,
+                        kind: FailureKind::Unreachable,
+                    }),
+                };
+                self.push(
+                    at_ns,
+                    Ev::Arrive {
+                        w,
+                        delivery: failed,
+                        by: None,
+                    },
+                );
+                if self.nodes[by.0 as usize].crashed_at.is_some() {
+                    return AtNode::Gone;
+                }
+                self.on_crash(by, at_ns);
+                return AtNode::Refused(by);
+            }
+        }
         let resume = match self.frozen_until(node, at_ns) {
             Some(resume) => {
                 let posted = ev.foreign_op_posted_ns(node, threads);
@@ -865,6 +903,7 @@ impl Transport for SimTransport {
                 Ev::Arrive {
                     w: tw,
                     delivery: Delivery::Request { from, node, req },
+                    by: None,
                 }
             }
             op => Ev::Exec {
@@ -934,6 +973,7 @@ impl Transport for SimTransport {
             Ev::Arrive {
                 w: self.w,
                 delivery,
+                by: None,
             },
         );
     }
@@ -1002,6 +1042,7 @@ impl Transport for SimTransport {
                 index: to.index,
                 completion: Completion::Rpc(reply),
             },
+            by: (dst != self.node).then_some(self.node),
         };
         // A held local request is answered without the network.
         let ev = if dst == self.node {
@@ -1084,7 +1125,7 @@ pub fn run(
             } => {
                 wd.on_send(from, to, kind, bytes, *then);
             }
-            Ev::Arrive { w, delivery } => wd.on_arrive(w, delivery),
+            Ev::Arrive { w, delivery, .. } => wd.on_arrive(w, delivery),
             Ev::Exec {
                 src,
                 slot,
@@ -1515,6 +1556,7 @@ impl World {
                     index,
                     completion: c,
                 },
+                by: (target != src_node).then_some(target),
             },
         );
         let link = self.link(src_node, target);
@@ -2152,8 +2194,8 @@ mod tests {
         assert_eq!(t[2], 0, "a CAS its requester gave up landed");
     }
 
-    /// Refuses every op from node 0 once `fenced` is set (a configuration declared it dead).
-    struct Fenced(std::sync::atomic::AtomicBool);
+    /// Refuses every op from node `.0` once `.1` is set (a configuration declared it dead).
+    struct Fenced(NodeId, std::sync::atomic::AtomicBool);
     impl RpcHandler for Fenced {
         fn handle(
             &self,
@@ -2166,14 +2208,14 @@ mod tests {
             atoll_fabric::Handled::Replied
         }
         fn refuses(&self, from: NodeId) -> bool {
-            from == NodeId(0) && self.0.load(std::sync::atomic::Ordering::Relaxed)
+            from == self.0 && self.1.load(std::sync::atomic::Ordering::Relaxed)
         }
     }
 
     #[test]
     fn sim_a_fenced_node_stops_at_its_first_op_and_the_op_is_not_performed() {
         let (memory, _, cfg) = two_nodes(1, Vec::new());
-        let fence = Arc::new(Fenced(std::sync::atomic::AtomicBool::new(false)));
+        let fence = Arc::new(Fenced(NodeId(0), std::sync::atomic::AtomicBool::new(false)));
         let handlers: Vec<Arc<dyn RpcHandler>> = vec![Arc::new(Echo), fence.clone()];
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();
@@ -2190,7 +2232,7 @@ mod tests {
                 vec![Box::pin(async move {
                     ep.cas(REMOTE, 0, 3).await.expect("not fenced yet");
                     o.lock().unwrap().push(ep.now_ns());
-                    fence.0.store(true, std::sync::atomic::Ordering::Relaxed);
+                    fence.1.store(true, std::sync::atomic::Ordering::Relaxed);
                     let _ = ep.cas(REMOTE, 3, 9).await;
                     unreachable!("a fenced node's co-routine went on past its refused op");
                 }) as Coroutine]
@@ -2205,6 +2247,52 @@ mod tests {
             3,
             "the refused CAS landed"
         );
+    }
+
+    #[test]
+    fn sim_an_answer_from_a_node_held_dead_fails_at_its_receiver_and_the_node_stops() {
+        // Node 0 declares node 1 dead while its READ and its RPC to node 1 are out: both
+        // answers arrive and are refused, so each op fails as one to a dead node does, and
+        // node 1, which answered a node that fenced it, stops.
+        let (memory, _, cfg) = two_nodes(1, Vec::new());
+        let fence = Arc::new(Fenced(NodeId(1), std::sync::atomic::AtomicBool::new(false)));
+        let handlers: Vec<Arc<dyn RpcHandler>> = vec![fence.clone(), Arc::new(Echo)];
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let o = out.clone();
+        let report = run(
+            &cfg,
+            &NodeSetup::zip(&memory, &handlers),
+            &NodeDirectory::of(&memory),
+            &move |core| {
+                if core.id.node != NodeId(0) {
+                    return Vec::new();
+                }
+                let ep = Endpoint::new(core.clone(), TaskId(0));
+                let (o, fence) = (o.clone(), fence.clone());
+                vec![Box::pin(async move {
+                    ep.read(REMOTE, 1).await.expect("not fenced yet");
+                    let mut d = ep.doorbell();
+                    d.read(REMOTE, 1);
+                    d.rpc(NodeId(1), vec![1; 8]);
+                    // Declared dead before the answers are back.
+                    fence.1.store(true, std::sync::atomic::Ordering::Relaxed);
+                    let res = d.submit().await;
+                    o.lock().unwrap().push(res.err());
+                }) as Coroutine]
+            },
+        );
+        let got = out.lock().unwrap().clone();
+        assert_eq!(
+            got,
+            vec![Some(OpError {
+                node: NodeId(1),
+                kind: FailureKind::Unreachable
+            })],
+            "an answer from a fenced node was taken"
+        );
+        assert_eq!(report.unfinished, 0);
+        assert_eq!(report.crashed.len(), 1, "{:?}", report.crashed);
+        assert_eq!(report.crashed[0].0, NodeId(1));
     }
 
     #[test]

@@ -23,9 +23,10 @@
 //!
 //! A node found dead may only have frozen and come back: the recoverer fences it first
 //! ([`Membership::fences`]: every node refuses ops from nodes dead in its configuration,
-//! and a refused node stops), then waits out the lease the node may hold (its heartbeats
-//! answered keep it, [`Membership::lease_holds`]; a transaction that wrote nothing commits
-//! only within it) before the configuration goes anywhere else.
+//! and answers coming back from them, and a refused node stops), then waits out the lease
+//! the node may hold (each answer of its own recoverer keeps it, [`Membership::lease_holds`];
+//! a transaction that wrote nothing commits only within it) before the configuration goes
+//! anywhere else.
 //!
 //! Until a dead node's partition fails over to a backup (TODO(#41)), it is not served:
 //! survivors' transactions that touch it abort `node_failed` and retry; the others go on,
@@ -822,14 +823,23 @@ pub struct Watch {
 /// A node's watcher, until the run is over: the manager pings every live node each
 /// [`HEARTBEAT_NS`], the others ping the manager; a dead node found is recovered by the
 /// manager (the next live node of lowest id, if the manager itself died).
+///
+/// The node's lease is renewed by each answer of the node that would recover it (the live
+/// node of lowest id but itself, [`Membership::recoverer_of`], not counting a manager it
+/// found failed and whose recoverer has not declared it yet): that node answers only while
+/// it does not hold this one dead, and it waits one lease after fencing it before it
+/// installs a configuration without it anywhere else.
 pub async fn watch(w: Watch) {
     let me = w.ep.node();
     w.membership.start_lease(
         w.ep.now_ns().saturating_add(w.lease_ns),
         w.defect != Some(Defect::NoFencing),
     );
+    // The manager this node found failed, while its own recoverer may not have found it
+    // yet, and until when its pings go to the next node instead (then to it again, in
+    // case it only stalled).
+    let mut gone: Option<(NodeId, u64)> = None;
     while !(w.over)(w.ep.now_ns()) {
-        let round_ns = w.ep.now_ns();
         if let Some(s) = w.membership.suspect_pending() {
             // An op to it timed out here or at a peer: its recoverer declares it dead.
             match w.membership.recoverer_of(s) {
@@ -850,12 +860,21 @@ pub async fn watch(w: Watch) {
         let Some(manager) = w.membership.manager() else {
             return;
         };
+        if gone.is_some_and(|(g, until_ns)| w.membership.is_dead(g) || w.ep.now_ns() >= until_ns) {
+            gone = None;
+        }
+        let skipped = gone.map(|(g, _)| g);
+        let recoverer = (0..w.membership.nodes())
+            .map(NodeId)
+            .find(|&n| n != me && !w.membership.is_dead(n) && Some(n) != skipped);
         let peers: Vec<NodeId> = if manager == me {
             w.membership
                 .live()
                 .into_iter()
                 .filter(|&n| n != me)
                 .collect()
+        } else if skipped == Some(manager) {
+            recoverer.into_iter().collect()
         } else {
             vec![manager]
         };
@@ -864,9 +883,13 @@ pub async fn watch(w: Watch) {
             let ping = RecoveryRequest::Ping {
                 epoch: w.membership.epoch(),
             };
+            let sent_ns = w.ep.now_ns();
             if let Err(e) = w.ep.rpc(p, ping.to_bytes()).await {
                 found = Some(e.node);
                 break;
+            }
+            if Some(p) == recoverer {
+                w.membership.renew_lease(sent_ns.saturating_add(w.lease_ns));
             }
         }
         if let Some(dead) = found {
@@ -879,15 +902,36 @@ pub async fn watch(w: Watch) {
                 .find(|&n| n != dead && !w.membership.is_dead(n));
             if next == Some(me) {
                 recover(&w, dead).await;
+            } else if dead == manager {
+                // Its recoverer is to find it too; meanwhile that node's answers hold the
+                // lease, as they will once it has recovered the manager.
+                gone = Some((dead, w.ep.now_ns().saturating_add(2 * w.lease_ns)));
             }
             continue;
         }
-        // Every ping answered, the one to the node that would recover this one among them
-        // (the manager; for the manager, every live node): the lease holds from the
-        // round's start.
-        w.membership
-            .renew_lease(round_ns.saturating_add(w.lease_ns));
         w.ep.sleep(HEARTBEAT_NS).await;
+    }
+}
+
+/// Sleeps `ns` while this node's lease is renewed by its recoverer's answers to a ping
+/// each [`HEARTBEAT_NS`] (a recoverer waiting out a dead node's lease holds its own).
+async fn sleep_renewing(w: &Watch, ns: u64) {
+    let end_ns = w.ep.now_ns().saturating_add(ns);
+    loop {
+        let now_ns = w.ep.now_ns();
+        if now_ns >= end_ns {
+            return;
+        }
+        if let Some(r) = w.membership.recoverer_of(w.ep.node()) {
+            let ping = RecoveryRequest::Ping {
+                epoch: w.membership.epoch(),
+            };
+            if w.ep.rpc(r, ping.to_bytes()).await.is_ok() {
+                w.membership.renew_lease(now_ns.saturating_add(w.lease_ns));
+            }
+        }
+        let left_ns = end_ns.saturating_sub(w.ep.now_ns());
+        w.ep.sleep(left_ns.min(HEARTBEAT_NS)).await;
     }
 }
 
@@ -983,7 +1027,7 @@ async fn configure(w: &Watch, dead: NodeId) -> u64 {
     // then, never after).
     let mut epoch = w.membership.epoch() + 1;
     w.membership.install(epoch, &dead_now);
-    w.ep.sleep(w.lease_ns).await;
+    sleep_renewing(w, w.lease_ns).await;
     // Every survivor holds the configuration before any settles; one that fails to answer
     // is dead too, and a configuration without it goes out again.
     for round in 0..RECOVERY_ROUNDS_MAX {
@@ -1093,7 +1137,12 @@ async fn send_all(w: &Watch, req: &[u8]) -> Result<Vec<(NodeId, Vec<u8>)>, NodeI
     for &n in &live {
         d.rpc(n, req.to_vec());
     }
+    let sent_ns = w.ep.now_ns();
     let res = d.submit().await.map_err(|e| e.node)?;
+    // Its recoverer among those that answered: the lease holds from the send.
+    if w.membership.recoverer_of(w.ep.node()).is_some() {
+        w.membership.renew_lease(sent_ns.saturating_add(w.lease_ns));
+    }
     Ok(live
         .iter()
         .enumerate()
