@@ -231,6 +231,7 @@ pub fn report<W: Workload, P: Protocol>(
         instance_log,
         state_digests,
         sequenced: P::SEQUENCED.then(|| crate::report::SeqReport::of(&all.seq)),
+        degraded: degraded_report(cfg, &facts.recovered),
         memory,
         history,
         sim: facts.sim.map(|s| SimInfo {
@@ -238,6 +239,42 @@ pub fn report<W: Workload, P: Protocol>(
             ..s
         }),
     }
+}
+
+/// What a replicated partitioned run served short of once its recoveries declared nodes
+/// dead (none when no partition recovery ran): each partition's copies are its primary and
+/// its `--replicas` - 1 backups ([`atoll_storage::Topology::partition_backup`]).
+fn degraded_report(
+    cfg: &RunConfig,
+    recovered: &[atoll_txn::Recovered],
+) -> Option<crate::report::DegradedReport> {
+    let partition: Vec<_> = recovered
+        .iter()
+        .filter_map(|r| r.partition.as_ref().map(|p| (r.node, p.configured_ns)))
+        .collect();
+    let from_ns = partition.iter().map(|&(_, ns)| ns).min()?;
+    let topology = cfg.topology();
+    let dead = |n: NodeId| partition.iter().any(|&(d, _)| d == n);
+    let backups = cfg.log_replicas;
+    let mut unserved = Vec::new();
+    let mut short_copies = Vec::new();
+    for p in (0..topology.memory_nodes()).map(NodeId) {
+        let live = std::iter::once(p)
+            .chain((0..backups).map(|b| topology.partition_backup(p, b)))
+            .filter(|&n| !dead(n))
+            .count() as u16;
+        if dead(p) {
+            unserved.push(p.0);
+        } else if live < backups + 1 {
+            short_copies.push((p.0, live));
+        }
+    }
+    Some(crate::report::DegradedReport {
+        from_us: from_ns as f64 / 1e3,
+        replicas: backups + 1,
+        unserved,
+        short_copies,
+    })
 }
 
 /// What the run took from its budget, from every node's summary: its tables' bytes at the

@@ -254,6 +254,9 @@ pub struct Report {
     /// A sequenced protocol's (CALVIN's) epochs and the parts of its latency.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sequenced: Option<SeqReport>,
+    /// What a replicated run served short of once a node was declared dead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<DegradedReport>,
     /// What the run took from its memory budget: its tables as they grew, and the rest.
     pub memory: MemoryReport,
     /// Build, machine and process: not determined by the seed, even in the simulator.
@@ -327,6 +330,61 @@ pub struct SeqReport {
     pub second_pass_share: f64,
     /// Transactions sequenced again, their records changed since their reconnaissance.
     pub sequenced_again: u64,
+}
+
+/// How a replicated partitioned run served once nodes were declared dead: from when the
+/// first configuration without one held at every survivor, the partitions no live node
+/// serves and those left with fewer live copies than the run keeps.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct DegradedReport {
+    /// When (µs of the run's clock) the first configuration without a dead node held.
+    pub from_us: f64,
+    /// Copies the run keeps of each partition (`--replicas`).
+    pub replicas: u16,
+    /// Partitions whose primary is dead: not served, their records held by their live
+    /// backups (fail-over to a backup is not built yet).
+    pub unserved: Vec<u16>,
+    /// Partitions served with fewer live copies than `replicas`: (partition, live copies).
+    pub short_copies: Vec<(u16, u16)>,
+}
+
+impl DegradedReport {
+    /// The report's line.
+    pub fn line(&self) -> String {
+        // "partition 1", "partitions 0, 2".
+        let list = |ps: &mut dyn Iterator<Item = u16>| {
+            let ps: Vec<String> = ps.map(|p| p.to_string()).collect();
+            let noun = if ps.len() == 1 {
+                "partition"
+            } else {
+                "partitions"
+            };
+            format!("{noun} {}", ps.join(", "))
+        };
+        let mut parts = Vec::new();
+        if !self.unserved.is_empty() {
+            parts.push(format!(
+                "{} not served (primary dead; its live backups hold it, fail-over is not built yet)",
+                list(&mut self.unserved.iter().copied())
+            ));
+        }
+        let mut by_copies: BTreeMap<u16, Vec<u16>> = BTreeMap::new();
+        for &(p, live) in &self.short_copies {
+            by_copies.entry(live).or_default().push(p);
+        }
+        for (live, ps) in by_copies {
+            parts.push(format!(
+                "{} at {live} of {} copies",
+                list(&mut ps.into_iter()),
+                self.replicas
+            ));
+        }
+        format!(
+            "degraded    from {:.1} µs: {}",
+            self.from_us,
+            parts.join("; ")
+        )
+    }
 }
 
 impl SeqReport {
@@ -702,6 +760,9 @@ impl Report {
             let _ = writeln!(o, "{}", r.line());
         }
         let _ = writeln!(o, "stages us   {}", self.stages_line());
+        if let Some(d) = &self.degraded {
+            let _ = writeln!(o, "{}", d.line());
+        }
         if let Some(q) = &self.sequenced {
             let _ = writeln!(o, "{}", q.line());
             // A deterministic protocol's final state is the point: printed, to compare runs.

@@ -102,6 +102,7 @@ fn replicas_one_copy_keeps_no_replica_and_the_snapshot_isolation_family_logs_wit
     let r = run(&sim(ProtocolKind::Occ, 0), &|_| {}).unwrap();
     assert!(r.passed, "{:?}", r.checks);
     assert!(r.checks.iter().all(|c| c.name != "replicas.match"));
+    assert_eq!(r.degraded, None, "no node died: nothing served short");
     let r = run(&sim(ProtocolKind::Rsi, 2), &|_| {}).unwrap();
     assert!(r.passed, "{:?}", r.checks);
     assert!(r.checks.iter().all(|c| c.name != "replicas.match"));
@@ -275,6 +276,23 @@ fn replicas_a_node_crashing_mid_run_is_recovered_and_every_check_passes_on_the_s
                         .find(|c| c.name == "recovery.node")
                         .unwrap_or_else(|| panic!("{what}: no recovery.node among {:?}", r.checks));
                     assert!(recovery.passed, "{what}: {}", recovery.detail);
+                    // The report says what it served short of: the dead partition, and the
+                    // other two with 2 of their 3 copies each.
+                    let d = r
+                        .degraded
+                        .as_ref()
+                        .unwrap_or_else(|| panic!("{what}: no degraded"));
+                    let others: Vec<(u16, u16)> = (0..3)
+                        .filter(|&p| p != node as u16)
+                        .map(|p| (p, 2))
+                        .collect();
+                    assert_eq!(
+                        (d.replicas, d.unserved.clone(), d.short_copies.clone()),
+                        (3, vec![node as u16], others),
+                        "{what}: {}",
+                        d.line()
+                    );
+                    assert!(d.from_us > at_us as f64, "{what}: {}", d.line());
                     let v = atoll_check::check(
                         &r.history,
                         atoll_check::Mode::from(protocol.isolation()),
