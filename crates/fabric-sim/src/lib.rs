@@ -1650,6 +1650,27 @@ mod tests {
         sim_on(profile(), faults, body)
     }
 
+    /// Runs `cfg` with `body` as the only co-routine of node 0's worker.
+    fn on_node_0(
+        cfg: &SimConfig,
+        memory: &ClusterMemory,
+        handlers: &[Arc<dyn RpcHandler>],
+        body: impl Fn(Endpoint) -> Coroutine + Send + Sync + 'static,
+    ) -> SimReport {
+        run(
+            cfg,
+            &NodeSetup::zip(memory, handlers),
+            &NodeDirectory::of(memory),
+            &move |core| {
+                if core.id.node == NodeId(0) {
+                    vec![body(Endpoint::new(core.clone(), TaskId(0)))]
+                } else {
+                    Vec::new()
+                }
+            },
+        )
+    }
+
     /// As [`sim`], on network profile `net`.
     fn sim_on(
         net: NetProfile,
@@ -1660,18 +1681,7 @@ mod tests {
         cfg.net = net;
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();
-        let report = run(
-            &cfg,
-            &NodeSetup::zip(&memory, &handlers),
-            &NodeDirectory::of(&memory),
-            &move |core| {
-                if core.id.node == NodeId(0) {
-                    vec![body(Endpoint::new(core.clone(), TaskId(0)), o.clone())]
-                } else {
-                    Vec::new()
-                }
-            },
-        );
+        let report = on_node_0(&cfg, &memory, &handlers, move |ep| body(ep, o.clone()));
         let v = out.lock().unwrap().clone();
         (v, report)
     }
@@ -2219,25 +2229,16 @@ mod tests {
         let handlers: Vec<Arc<dyn RpcHandler>> = vec![Arc::new(Echo), fence.clone()];
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();
-        let report = run(
-            &cfg,
-            &NodeSetup::zip(&memory, &handlers),
-            &NodeDirectory::of(&memory),
-            &move |core| {
-                if core.id.node != NodeId(0) {
-                    return Vec::new();
-                }
-                let ep = Endpoint::new(core.clone(), TaskId(0));
-                let (o, fence) = (o.clone(), fence.clone());
-                vec![Box::pin(async move {
-                    ep.cas(REMOTE, 0, 3).await.expect("not fenced yet");
-                    o.lock().unwrap().push(ep.now_ns());
-                    fence.1.store(true, std::sync::atomic::Ordering::Relaxed);
-                    let _ = ep.cas(REMOTE, 3, 9).await;
-                    unreachable!("a fenced node's co-routine went on past its refused op");
-                }) as Coroutine]
-            },
-        );
+        let report = on_node_0(&cfg, &memory, &handlers, move |ep| {
+            let (o, fence) = (o.clone(), fence.clone());
+            Box::pin(async move {
+                ep.cas(REMOTE, 0, 3).await.expect("not fenced yet");
+                o.lock().unwrap().push(ep.now_ns());
+                fence.1.store(true, std::sync::atomic::Ordering::Relaxed);
+                let _ = ep.cas(REMOTE, 3, 9).await;
+                unreachable!("a fenced node's co-routine went on past its refused op");
+            })
+        });
         let fenced_at = out.lock().unwrap()[0];
         assert_eq!(report.crashed.len(), 1);
         assert_eq!(report.crashed[0].0, NodeId(0));
@@ -2259,28 +2260,19 @@ mod tests {
         let handlers: Vec<Arc<dyn RpcHandler>> = vec![fence.clone(), Arc::new(Echo)];
         let out = Arc::new(Mutex::new(Vec::new()));
         let o = out.clone();
-        let report = run(
-            &cfg,
-            &NodeSetup::zip(&memory, &handlers),
-            &NodeDirectory::of(&memory),
-            &move |core| {
-                if core.id.node != NodeId(0) {
-                    return Vec::new();
-                }
-                let ep = Endpoint::new(core.clone(), TaskId(0));
-                let (o, fence) = (o.clone(), fence.clone());
-                vec![Box::pin(async move {
-                    ep.read(REMOTE, 1).await.expect("not fenced yet");
-                    let mut d = ep.doorbell();
-                    d.read(REMOTE, 1);
-                    d.rpc(NodeId(1), vec![1; 8]);
-                    // Declared dead before the answers are back.
-                    fence.1.store(true, std::sync::atomic::Ordering::Relaxed);
-                    let res = d.submit().await;
-                    o.lock().unwrap().push(res.err());
-                }) as Coroutine]
-            },
-        );
+        let report = on_node_0(&cfg, &memory, &handlers, move |ep| {
+            let (o, fence) = (o.clone(), fence.clone());
+            Box::pin(async move {
+                ep.read(REMOTE, 1).await.expect("not fenced yet");
+                let mut d = ep.doorbell();
+                d.read(REMOTE, 1);
+                d.rpc(NodeId(1), vec![1; 8]);
+                // Declared dead before the answers are back.
+                fence.1.store(true, std::sync::atomic::Ordering::Relaxed);
+                let res = d.submit().await;
+                o.lock().unwrap().push(res.err());
+            })
+        });
         let got = out.lock().unwrap().clone();
         assert_eq!(
             got,

@@ -135,9 +135,15 @@ impl Membership {
 
     /// The node that recovers `n` if it dies: the live one of lowest id but `n`.
     fn recoverer_of(&self, n: NodeId) -> Option<NodeId> {
+        self.recoverer_skipping(n, None)
+    }
+
+    /// As [`Membership::recoverer_of`], also passing over `skipped` (a node found failed
+    /// and not declared dead yet).
+    fn recoverer_skipping(&self, n: NodeId, skipped: Option<NodeId>) -> Option<NodeId> {
         (0..self.nodes())
             .map(NodeId)
-            .find(|&m| m != n && !self.is_dead(m))
+            .find(|&m| m != n && !self.is_dead(m) && Some(m) != skipped)
     }
 
     /// Whether this node refuses every op from `n` ([`atoll_fabric::RpcHandler::refuses`]):
@@ -864,9 +870,7 @@ pub async fn watch(w: Watch) {
             gone = None;
         }
         let skipped = gone.map(|(g, _)| g);
-        let recoverer = (0..w.membership.nodes())
-            .map(NodeId)
-            .find(|&n| n != me && !w.membership.is_dead(n) && Some(n) != skipped);
+        let recoverer = w.membership.recoverer_skipping(me, skipped);
         let peers: Vec<NodeId> = if manager == me {
             w.membership
                 .live()
@@ -880,16 +884,9 @@ pub async fn watch(w: Watch) {
         };
         let mut found = None;
         for p in peers {
-            let ping = RecoveryRequest::Ping {
-                epoch: w.membership.epoch(),
-            };
-            let sent_ns = w.ep.now_ns();
-            if let Err(e) = w.ep.rpc(p, ping.to_bytes()).await {
+            if let Err(e) = ping(&w, p, Some(p) == recoverer).await {
                 found = Some(e.node);
                 break;
-            }
-            if Some(p) == recoverer {
-                w.membership.renew_lease(sent_ns.saturating_add(w.lease_ns));
             }
         }
         if let Some(dead) = found {
@@ -913,6 +910,20 @@ pub async fn watch(w: Watch) {
     }
 }
 
+/// Pings `peer` with the epoch held; when `renews` (`peer` is the node that would recover
+/// this one) its answer holds the lease from the send.
+async fn ping(w: &Watch, peer: NodeId, renews: bool) -> Result<(), atoll_fabric::OpError> {
+    let ping = RecoveryRequest::Ping {
+        epoch: w.membership.epoch(),
+    };
+    let sent_ns = w.ep.now_ns();
+    w.ep.rpc(peer, ping.to_bytes()).await?;
+    if renews {
+        w.membership.renew_lease(sent_ns.saturating_add(w.lease_ns));
+    }
+    Ok(())
+}
+
 /// Sleeps `ns` while this node's lease is renewed by its recoverer's answers to a ping
 /// each [`HEARTBEAT_NS`] (a recoverer waiting out a dead node's lease holds its own).
 async fn sleep_renewing(w: &Watch, ns: u64) {
@@ -923,12 +934,8 @@ async fn sleep_renewing(w: &Watch, ns: u64) {
             return;
         }
         if let Some(r) = w.membership.recoverer_of(w.ep.node()) {
-            let ping = RecoveryRequest::Ping {
-                epoch: w.membership.epoch(),
-            };
-            if w.ep.rpc(r, ping.to_bytes()).await.is_ok() {
-                w.membership.renew_lease(now_ns.saturating_add(w.lease_ns));
-            }
+            // A recoverer that fails to answer is found dead by the heartbeats later.
+            let _ = ping(w, r, true).await;
         }
         let left_ns = end_ns.saturating_sub(w.ep.now_ns());
         w.ep.sleep(left_ns.min(HEARTBEAT_NS)).await;
