@@ -707,14 +707,19 @@ fn progress_printer(
             // Sub-second intervals (the simulator's) show their milliseconds.
             let digits = if l.interval_s < 0.1 { 3 } else { 1 };
             println!(
-                "[{:>6.digits$} s] {:>12.0} committed tx/s  abort rate {:>6.2}%  p99 {:>9.1} us  memory {}{}",
+                "[{:>6.digits$} s] {:>12.0} committed tx/s  abort rate {:>6.2}%  p99 {:>9.1} us  memory {}{}{}",
                 l.t_s,
                 l.committed_per_s,
                 l.abort_rate * 100.0,
                 l.p99_us,
                 atoll_runner::sizing::human_bytes(l.memory_bytes),
                 l.budget_reached_in_s
-                    .map_or(String::new(), |s| format!(" (budget in {s:.0} s)"))
+                    .map_or(String::new(), |s| format!(" (budget in {s:.0} s)")),
+                if l.workers_reported < l.workers {
+                    format!("  ({} of {} workers)", l.workers_reported, l.workers)
+                } else {
+                    String::new()
+                }
             );
         }
     }

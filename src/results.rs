@@ -100,6 +100,8 @@ fn header() -> Vec<String> {
             "p99_us",
             "latency_us_max",
             "memory_bytes",
+            "workers_reported",
+            "workers",
         ]
         .map(String::from),
     );
@@ -128,6 +130,8 @@ fn row(l: &ProgressLine) -> Vec<String> {
             .map(|v| format!("{v:.3}")),
     );
     r.push(l.memory_bytes.to_string());
+    r.push(l.workers_reported.to_string());
+    r.push(l.workers.to_string());
     r
 }
 
@@ -175,6 +179,8 @@ mod tests {
             latency_ns: Some(h),
             memory_bytes: 1 << 20,
             budget_reached_in_s: None,
+            workers_reported: 4,
+            workers: 4,
         };
         let (head, r) = (header(), row(&l));
         assert_eq!(head.len(), r.len());

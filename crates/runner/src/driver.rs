@@ -202,6 +202,7 @@ pub fn report<W: Workload, P: Protocol>(
     checks.push(budget_check(&memory));
     checks.extend(own_log);
     let passed = checks.iter().all(|c| c.passed);
+    let failures = failure_reports(&facts);
     Report {
         format: FORMAT,
         format_version: FORMAT_VERSION,
@@ -232,6 +233,7 @@ pub fn report<W: Workload, P: Protocol>(
         state_digests,
         sequenced: P::SEQUENCED.then(|| crate::report::SeqReport::of(&all.seq)),
         degraded: degraded_report(cfg, &facts.recovered),
+        failures,
         memory,
         history,
         sim: facts.sim.map(|s| SimInfo {
@@ -275,6 +277,72 @@ fn degraded_report(
         unserved,
         short_copies,
     })
+}
+
+/// Each node a partition's recovery declared dead, with the throughput around its failure
+/// from the progress intervals (every survivor's: a dead node's workers report nothing
+/// after it stopped, [`crate::run::collect_progress`]).
+fn failure_reports(facts: &RunFacts) -> Vec<crate::report::FailureReport> {
+    let us = |ns: u64| ns as f64 / 1e3;
+    // Each interval's start and end on the run's clock (µs), and its rate.
+    let intervals: Vec<(f64, f64, f64)> = facts
+        .progress
+        .iter()
+        .map(|l| {
+            let end = us(facts.warmup_end_ns) + l.t_s * 1e6;
+            (end - l.interval_s * 1e6, end, l.committed_per_s)
+        })
+        .collect();
+    let median = |mut v: Vec<f64>| -> Option<f64> {
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| v[v.len() / 2])
+    };
+    facts
+        .recovered
+        .iter()
+        .filter_map(|r| r.partition.as_ref().map(|p| (r, p)))
+        .map(|(r, p)| {
+            let stopped_us = facts
+                .crashed
+                .iter()
+                .find(|&&(n, _, stopped)| n == r.node && stopped > 0)
+                .map(|&(_, at_ns, _)| us(at_ns));
+            let (detected_us, configured_us) = (us(r.detected_ns), us(p.configured_ns));
+            let failed_us = stopped_us.unwrap_or(detected_us);
+            let before = median(
+                intervals
+                    .iter()
+                    .filter(|i| i.1 <= failed_us)
+                    .map(|i| i.2)
+                    .collect(),
+            );
+            let after_all: Vec<&(f64, f64, f64)> =
+                intervals.iter().filter(|i| i.0 >= configured_us).collect();
+            let after = median(after_all.iter().map(|i| i.2).collect());
+            let lowest = intervals
+                .iter()
+                .filter(|i| i.1 > failed_us && i.0 < configured_us)
+                .map(|i| i.2)
+                .reduce(f64::min);
+            let back_us = after.and_then(|a| {
+                let floor = a * crate::report::STEADY_SHARE_MIN;
+                intervals
+                    .iter()
+                    .find(|i| i.0 >= failed_us && i.2 >= floor)
+                    .map(|i| i.1)
+            });
+            crate::report::FailureReport {
+                node: r.node.0,
+                stopped_us,
+                detected_us,
+                configured_us,
+                committed_per_s_before: before,
+                committed_per_s_after: after,
+                committed_per_s_lowest: lowest,
+                back_us,
+            }
+        })
+        .collect()
 }
 
 /// What the run took from its budget, from every node's summary: its tables' bytes at the

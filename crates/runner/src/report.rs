@@ -191,6 +191,11 @@ pub struct ProgressLine {
     /// be reached at the interval's growth (`None`: it did not grow).
     pub memory_bytes: u64,
     pub budget_reached_in_s: Option<f64>,
+    /// Workers whose counts the interval holds, of the cluster's `workers`: fewer once a
+    /// node died (its workers never report again), and such an interval is given at the
+    /// run's end, in order with the rest.
+    pub workers_reported: u32,
+    pub workers: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -257,6 +262,10 @@ pub struct Report {
     /// What a replicated run served short of once a node was declared dead.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub degraded: Option<DegradedReport>,
+    /// Each node declared dead in a replicated partitioned run: when it stopped, was found
+    /// dead and left the configuration, and the throughput around it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<FailureReport>,
     /// What the run took from its memory budget: its tables as they grew, and the rest.
     pub memory: MemoryReport,
     /// Build, machine and process: not determined by the seed, even in the simulator.
@@ -346,6 +355,60 @@ pub struct DegradedReport {
     pub unserved: Vec<u16>,
     /// Partitions served with fewer live copies than `replicas`: (partition, live copies).
     pub short_copies: Vec<(u16, u16)>,
+}
+
+/// One node's failure as the run saw it: its times on the run's clock (µs, virtual under
+/// the simulator) and the cluster's throughput from its progress intervals.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct FailureReport {
+    pub node: u16,
+    /// When it stopped (the simulator's crash); `None` for a node found dead that never
+    /// stopped by itself (it froze, came back and was fenced).
+    pub stopped_us: Option<f64>,
+    /// When its recoverer found it dead, and when the configuration without it held at every
+    /// survivor.
+    pub detected_us: f64,
+    pub configured_us: f64,
+    /// Medians of the intervals wholly before it stopped (before it was found dead, if it
+    /// never stopped) and wholly after the configuration; the lowest interval between.
+    pub committed_per_s_before: Option<f64>,
+    pub committed_per_s_after: Option<f64>,
+    pub committed_per_s_lowest: Option<f64>,
+    /// End of the first interval starting at or after the failure that committed at least
+    /// [`STEADY_SHARE_MIN`] of `committed_per_s_after`: when throughput was back.
+    pub back_us: Option<f64>,
+}
+
+/// The share of its after-failure median an interval reaches for throughput to count as
+/// back.
+pub const STEADY_SHARE_MIN: f64 = 0.9;
+
+impl FailureReport {
+    /// The report's line.
+    pub fn line(&self) -> String {
+        let rate = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.0}"));
+        let stopped = self
+            .stopped_us
+            .map_or("froze".to_string(), |s| format!("stopped at {s:.1} µs"));
+        let after_share = match (self.committed_per_s_before, self.committed_per_s_after) {
+            (Some(b), Some(a)) if b > 0.0 => format!(" ({:.0}% of before)", a / b * 100.0),
+            _ => String::new(),
+        };
+        format!(
+            "failure     node {} {stopped}, found dead at {:.1} µs, configuration at {:.1} µs; {} tx/s before, {} after{after_share}, lowest {} between; back to {:.0}% of after at {}",
+            self.node,
+            self.detected_us,
+            self.configured_us,
+            rate(self.committed_per_s_before),
+            rate(self.committed_per_s_after),
+            rate(self.committed_per_s_lowest),
+            STEADY_SHARE_MIN * 100.0,
+            self.back_us.map_or(
+                "- (too few intervals: a shorter --progress-interval gives them)".to_string(),
+                |s| format!("{s:.1} µs")
+            )
+        )
+    }
 }
 
 impl DegradedReport {
@@ -762,6 +825,9 @@ impl Report {
         let _ = writeln!(o, "stages us   {}", self.stages_line());
         if let Some(d) = &self.degraded {
             let _ = writeln!(o, "{}", d.line());
+        }
+        for f in &self.failures {
+            let _ = writeln!(o, "{}", f.line());
         }
         if let Some(q) = &self.sequenced {
             let _ = writeln!(o, "{}", q.line());

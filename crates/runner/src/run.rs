@@ -973,6 +973,16 @@ pub fn collect_progress(
     let mut pending: BTreeMap<u64, (usize, Interval)> = BTreeMap::new();
     let mut lines = Vec::new();
     let mut memory_before = None;
+    let mut close = |reported: usize, iv: Interval, lines: &mut Vec<ProgressLine>| {
+        let line = progress_line(&iv, interval_ns, budget_bytes, &mut memory_before);
+        let line = ProgressLine {
+            workers_reported: reported as u32,
+            workers: workers as u32,
+            ..line
+        };
+        progress(&crate::report::Progress::Interval(&line));
+        lines.push(line);
+    };
     for iv in rx {
         let e = pending
             .entry(iv.index)
@@ -986,49 +996,64 @@ pub fn collect_progress(
         e.1.latency_ns.add(&iv.latency_ns).expect("same bounds");
         e.1.memory_bytes = e.1.memory_bytes.max(iv.memory_bytes);
         if e.0 == workers {
-            let (_, iv) = pending.remove(&iv.index).expect("just seen");
-            let secs = interval_ns as f64 / 1e9;
-            let total = iv.committed + iv.aborted;
-            let grew = memory_before.map_or(0, |b| iv.memory_bytes.saturating_sub(b));
-            memory_before = Some(iv.memory_bytes);
-            let quantile_us = |q: f64| {
-                if iv.latency_ns.is_empty() {
-                    0.0
-                } else {
-                    iv.latency_ns.value_at_quantile(q) as f64 / 1000.0
-                }
-            };
-            let line = ProgressLine {
-                t_s: ((iv.index + 1) * interval_ns) as f64 / 1e9,
-                interval_s: secs,
-                committed: iv.committed,
-                attempts: total,
-                committed_per_s: iv.committed as f64 / secs,
-                abort_rate: if total == 0 {
-                    0.0
-                } else {
-                    iv.aborted as f64 / total as f64
-                },
-                aborts_by_reason: Abort::ALL
-                    .iter()
-                    .map(|a| (a.name(), iv.aborts[a.index()]))
-                    .filter(|(_, n)| *n > 0)
-                    .collect(),
-                p50_us: quantile_us(0.5),
-                p90_us: quantile_us(0.9),
-                p99_us: quantile_us(0.99),
-                latency_us_max: iv.latency_ns.max() as f64 / 1000.0,
-                latency_ns: Some(iv.latency_ns.clone()),
-                memory_bytes: iv.memory_bytes,
-                budget_reached_in_s: (grew > 0).then(|| {
-                    budget_bytes.saturating_sub(iv.memory_bytes) as f64 / (grew as f64 / secs)
-                }),
-            };
-            progress(&crate::report::Progress::Interval(&line));
-            lines.push(line);
+            let (reported, iv) = pending.remove(&iv.index).expect("just seen");
+            close(reported, iv, &mut lines);
         }
     }
+    // Intervals some worker never reported: its node died (or the run stopped) first. A
+    // worker reports its intervals in order, so every complete interval came before these.
+    for (_, (reported, iv)) in std::mem::take(&mut pending) {
+        close(reported, iv, &mut lines);
+    }
     lines
+}
+
+/// One interval's line from what its workers reported (`memory_before`: what the budget
+/// held at the previous interval's end, updated).
+fn progress_line(
+    iv: &Interval,
+    interval_ns: u64,
+    budget_bytes: u64,
+    memory_before: &mut Option<u64>,
+) -> ProgressLine {
+    let secs = interval_ns as f64 / 1e9;
+    let total = iv.committed + iv.aborted;
+    let grew = memory_before.map_or(0, |b| iv.memory_bytes.saturating_sub(b));
+    *memory_before = Some(iv.memory_bytes);
+    let quantile_us = |q: f64| {
+        if iv.latency_ns.is_empty() {
+            0.0
+        } else {
+            iv.latency_ns.value_at_quantile(q) as f64 / 1000.0
+        }
+    };
+    ProgressLine {
+        t_s: ((iv.index + 1) * interval_ns) as f64 / 1e9,
+        interval_s: secs,
+        committed: iv.committed,
+        attempts: total,
+        committed_per_s: iv.committed as f64 / secs,
+        abort_rate: if total == 0 {
+            0.0
+        } else {
+            iv.aborted as f64 / total as f64
+        },
+        aborts_by_reason: Abort::ALL
+            .iter()
+            .map(|a| (a.name(), iv.aborts[a.index()]))
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+        p50_us: quantile_us(0.5),
+        p90_us: quantile_us(0.9),
+        p99_us: quantile_us(0.99),
+        latency_us_max: iv.latency_ns.max() as f64 / 1000.0,
+        latency_ns: Some(iv.latency_ns.clone()),
+        memory_bytes: iv.memory_bytes,
+        budget_reached_in_s: (grew > 0)
+            .then(|| budget_bytes.saturating_sub(iv.memory_bytes) as f64 / (grew as f64 / secs)),
+        workers_reported: 0,
+        workers: 0,
+    }
 }
 
 /// What a worker runs, on every fabric: its node's coordinators, or, on a node that runs

@@ -691,6 +691,22 @@ impl<'c, S: EntryState> TxnCore<'c, S> {
         crate::Abort::NodeFailed
     }
 
+    /// Whether `n` is dead in the configuration this node holds: an op to it would only
+    /// fail at its timeout (or be refused), so an attempt that needs it aborts `node_failed`
+    /// at once rather than hold its co-routine for a timeout per retry.
+    #[inline]
+    pub fn node_dead(&self, n: atoll_fabric::NodeId) -> bool {
+        self.c.membership.as_ref().is_some_and(|m| m.is_dead(n))
+    }
+
+    /// Whether any of entries `idxs` lies on a node dead in this node's configuration.
+    pub fn touches_dead(&self, idxs: impl IntoIterator<Item = usize>) -> bool {
+        self.c
+            .membership
+            .as_ref()
+            .is_some_and(|m| idxs.into_iter().any(|i| m.is_dead(self.entries[i].node)))
+    }
+
     /// The results of a stage that cannot abort (write back, release), or `None` if an op
     /// failed. After the log that failure is recorded (the run stops). Before it (a release
     /// while aborting) it is ignored: the failed node's locks went with it, the other ops

@@ -430,6 +430,9 @@ impl<'c, P: Protocol> Txn<'c, P> {
     /// Fetches entry `i` unless this attempt has read or written it already.
     async fn ensure_fetched(&mut self, i: usize) -> Result<(), Abort> {
         if !self.core.entries[i].fetched && !self.core.entries[i].dirty {
+            if self.core.touches_dead([i]) {
+                return Err(Abort::NodeFailed);
+            }
             P::fetch(&mut self.core, &[i]).await?;
         }
         Ok(())
@@ -500,6 +503,9 @@ impl<'c, P: Protocol> Txn<'c, P> {
         if idxs.is_empty() {
             return Ok(());
         }
+        if self.core.touches_dead(idxs.iter().copied()) {
+            return Err(Abort::NodeFailed);
+        }
         P::fetch(&mut self.core, &idxs).await
     }
 
@@ -564,6 +570,9 @@ impl<'c, P: Protocol> Txn<'c, P> {
             return self.scan_snapshot(t, lo, hi, limit, reverse).await;
         }
         let node = self.core.c.catalog.home(t, lo, self.core.c.node());
+        if self.core.node_dead(node) {
+            return Err(Abort::NodeFailed);
+        }
         let ks = self.scan_keys(node, t, lo, hi, limit, reverse).await?;
         let live = |v: u64| v & VERSION_ABSENT == 0;
         let full = ks.iter().filter(|k| live(k.2)).count() as u32 >= limit;
@@ -678,6 +687,11 @@ impl<'c, P: Protocol> Txn<'c, P> {
 
     /// Commits; on `Err` the attempt's locks are released.
     pub async fn commit(&mut self) -> Result<[u64; crate::Stage::COUNT], Abort> {
+        // Blind writes and inserts were never fetched: one on a dead node aborts here.
+        if self.core.touches_dead(0..self.core.entries.len()) {
+            P::rollback(&mut self.core).await;
+            return Err(Abort::NodeFailed);
+        }
         P::commit(&mut self.core).await?;
         Ok(self.core.stage_ns)
     }

@@ -103,6 +103,7 @@ fn replicas_one_copy_keeps_no_replica_and_the_snapshot_isolation_family_logs_wit
     assert!(r.passed, "{:?}", r.checks);
     assert!(r.checks.iter().all(|c| c.name != "replicas.match"));
     assert_eq!(r.degraded, None, "no node died: nothing served short");
+    assert!(r.failures.is_empty(), "no node died: {:?}", r.failures);
     let r = run(&sim(ProtocolKind::Rsi, 2), &|_| {}).unwrap();
     assert!(r.passed, "{:?}", r.checks);
     assert!(r.checks.iter().all(|c| c.name != "replicas.match"));
@@ -260,6 +261,7 @@ fn replicas_a_node_crashing_mid_run_is_recovered_and_every_check_passes_on_the_s
                         warmup_s: warmup_us as f64 / 1e6,
                         seed,
                         record_history: true,
+                        progress_interval_s: 0.001,
                         ..RunConfig::default()
                     };
                     let what = format!(
@@ -293,6 +295,44 @@ fn replicas_a_node_crashing_mid_run_is_recovered_and_every_check_passes_on_the_s
                         d.line()
                     );
                     assert!(d.from_us > at_us as f64, "{what}: {}", d.line());
+                    // The timeline: one interval per millisecond of the window, in order, the
+                    // survivors' 4 workers alone in those after the crash; and the failure's
+                    // times in the order they happened.
+                    let ends: Vec<f64> = r.progress.iter().map(|l| l.t_s).collect();
+                    assert_eq!(ends.len(), 6, "{what}: intervals ending at {ends:?}");
+                    assert!(ends.windows(2).all(|e| e[0] < e[1]), "{what}: {ends:?}");
+                    for l in &r.progress {
+                        // A worker reports an interval once its clock passes the end, so a
+                        // worker of the crashed node that was waiting when it stopped misses
+                        // every interval its clock had not passed; the survivors' 4 report all.
+                        let end_us = warmup_us as f64 + l.t_s * 1e6;
+                        let reported = l.workers_reported;
+                        let expected_ok = if end_us > at_us as f64 {
+                            reported == 4
+                        } else {
+                            (4..=6).contains(&reported)
+                        };
+                        assert!(
+                            l.workers == 6 && expected_ok,
+                            "{what}: interval ending at {end_us} µs: {reported} of {} workers reported",
+                            l.workers
+                        );
+                    }
+                    let [f] = r.failures.as_slice() else {
+                        panic!("{what}: failures {:?}", r.failures)
+                    };
+                    assert_eq!(
+                        (f.node, f.stopped_us),
+                        (node as u16, Some(at_us as f64)),
+                        "{what}: {}",
+                        f.line()
+                    );
+                    assert!(
+                        f.detected_us > at_us as f64 && f.configured_us > f.detected_us,
+                        "{what}: {}",
+                        f.line()
+                    );
+                    assert_eq!(f.configured_us, d.from_us, "{what}: {}", f.line());
                     let v = atoll_check::check(
                         &r.history,
                         atoll_check::Mode::from(protocol.isolation()),
