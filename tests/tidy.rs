@@ -313,7 +313,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     (
         "crates/protocols/src/waitdie/coord.rs",
         "lock_wait_die",
-        105,
+        104,
     ),
     ("crates/runner/src/calibrate.rs", "calibrate", 137),
     ("crates/runner/src/sizing.rs", "size", 102),

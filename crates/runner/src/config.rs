@@ -742,6 +742,9 @@ impl RunConfig {
     /// refused naming why: it recovers a compute node only (a storage or service node's
     /// fail-over comes with replication), and only with what its recovery needs.
     fn recovery_refusal(&self, node: atoll_fabric::NodeId) -> Result<(), ConfigError> {
+        if let Some(why) = self.family_config().crash_refusal(&self.cluster_shape()) {
+            return Err(ConfigError(format!("faults crash_node={}: {why}", node.0)));
+        }
         let Some(can) = self.protocol.recovery(&self.plan, self.log_replicas) else {
             return Ok(());
         };
@@ -755,8 +758,7 @@ impl RunConfig {
                 topo.memory_nodes() + topo.compute_nodes()
             )));
         }
-        can.and_then(|()| self.family_config().crash_refusal().map_or(Ok(()), Err))
-            .map_err(|why| ConfigError(format!("faults crash_node={}: {why}", node.0)))
+        can.map_err(|why| ConfigError(format!("faults crash_node={}: {why}", node.0)))
     }
 
     /// A workload configuration a sequenced protocol cannot run deterministically, refused

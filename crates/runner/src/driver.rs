@@ -884,7 +884,7 @@ fn partition_recovery_check(
         name: "recovery.node".into(),
         passed: r.problems.is_empty(),
         detail: format!(
-            "{died}, configuration {} held by every survivor {:.1} µs after that, its transactions settled {:.1} µs later: of its {} coordinators {last} had a last logged transaction, {committed} committed; the backups applied {} of its records and voided {}, the primaries finished {} writes, took back {} inserts and released {} locks{}",
+            "{died}, configuration {} held by every survivor {:.1} µs after that, its transactions settled {:.1} µs later: of its {} coordinators {last} had a last logged transaction, {committed} committed; the backups applied {} of its records and voided {}, the primaries finished {} writes, took back {} inserts, released {} locks and took back the family's words of {} records{}",
             p.epoch,
             us(p.configured_ns.saturating_sub(r.detected_ns)),
             us(r.done_ns.saturating_sub(p.configured_ns)),
@@ -894,6 +894,7 @@ fn partition_recovery_check(
             s.writes_finished,
             s.inserts_undone,
             s.locks_released,
+            s.family_cleared,
             if r.problems.is_empty() {
                 String::new()
             } else {

@@ -295,11 +295,23 @@ pub trait FamilyConfig: Any + fmt::Debug + Send + Sync {
         Vec::new()
     }
 
-    /// Why the family's knobs keep it from recovering a crashed compute node (beside the
-    /// plan's reasons, [`crate::Protocol::recovery_refusal`]), for a run with a crash to
-    /// refuse up front.
-    fn crash_refusal(&self) -> Option<String> {
+    /// Why the family's knobs keep it from recovering a crashed node in a cluster of this
+    /// shape (beside the plan's reasons, [`crate::Protocol::recovery_refusal`]), for a run
+    /// with a crash to refuse up front.
+    fn crash_refusal(&self, _shape: &ClusterShape) -> Option<String> {
         None
+    }
+
+    /// Takes back, on a node holding records, what the family keeps in them on behalf of
+    /// the dead node `dead`'s transactions (WAITDIE's waiter counters), once no op of that
+    /// node can land here (it is fenced); returns how many records it changed.
+    fn settle_dead_node(
+        &self,
+        _store: &atoll_storage::Store,
+        _dead: atoll_fabric::NodeId,
+        _coordinators_per_node: u32,
+    ) -> u64 {
+        0
     }
 
     /// Heap the family needs beside its regions.
@@ -385,6 +397,22 @@ impl FamilyConfig for FamilySet {
 
     fn check_node(&self, store: &atoll_storage::Store) -> Vec<StateCheck> {
         self.0.iter().flat_map(|f| f.check_node(store)).collect()
+    }
+
+    fn crash_refusal(&self, shape: &ClusterShape) -> Option<String> {
+        self.0.iter().find_map(|f| f.crash_refusal(shape))
+    }
+
+    fn settle_dead_node(
+        &self,
+        store: &atoll_storage::Store,
+        dead: atoll_fabric::NodeId,
+        coordinators_per_node: u32,
+    ) -> u64 {
+        self.0
+            .iter()
+            .map(|f| f.settle_dead_node(store, dead, coordinators_per_node))
+            .sum()
     }
 }
 

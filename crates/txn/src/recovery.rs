@@ -382,6 +382,9 @@ pub struct Settled {
     pub writes_finished: u64,
     pub inserts_undone: u64,
     pub locks_released: u64,
+    /// Records whose family words of the dead node's transactions it took back
+    /// ([`crate::knobs::FamilyConfig::settle_dead_node`]: WAITDIE's waiter counters).
+    pub family_cleared: u64,
     /// Entries it could not settle as logged (each a failed recovery check).
     pub problems: u64,
 }
@@ -423,6 +426,7 @@ fn encode_settled(s: &Settled) -> Reply {
             s.writes_finished,
             s.inserts_undone,
             s.locks_released,
+            s.family_cleared,
             s.problems,
         ] {
             e.w(w);
@@ -438,6 +442,7 @@ fn decode_settled(body: &[u8]) -> Result<Settled, DecodeError> {
         writes_finished: d.w()?,
         inserts_undone: d.w()?,
         locks_released: d.w()?,
+        family_cleared: d.w()?,
         problems: d.w()?,
     };
     d.done()?;
@@ -609,6 +614,13 @@ impl RecoveryParticipant {
             s.problems += cl.problems_seen() - before;
         }
         settle_primary(local, coords, settling, decisions, &mut s);
+        if settling.release_locks {
+            s.family_cleared = self.cfg.family.settle_dead_node(
+                local.store(),
+                NodeId(node),
+                self.cfg.coordinators_per_node,
+            );
+        }
         s
     }
 }
@@ -1117,6 +1129,7 @@ async fn settle_all(w: &Watch, settle: &RecoveryRequest, problems: &mut Vec<Stri
                         settled.writes_finished += s.writes_finished;
                         settled.inserts_undone += s.inserts_undone;
                         settled.locks_released += s.locks_released;
+                        settled.family_cleared += s.family_cleared;
                         settled.problems += s.problems;
                     }
                     Err(e) => problems.push(format!("node {}'s settling: {e}", n.0)),

@@ -295,7 +295,7 @@ impl FamilyConfig for TellConfig {
         }
     }
 
-    fn crash_refusal(&self) -> Option<String> {
+    fn crash_refusal(&self, _shape: &ClusterShape) -> Option<String> {
         (self.index != Index::Hash).then(|| {
             "--tell-index btree puts the tree's nodes by one-sided verbs: a crash between a \
              node's lock and its words leaves it held and part written, with nothing to \

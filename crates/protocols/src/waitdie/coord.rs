@@ -18,16 +18,17 @@ pub struct WaitDieOpts {
     pub primitive: Primitive,
     /// Also fetch each record's payload.
     pub with_data: bool,
-    /// The starvation fix: a waiter raises the record's AUX counter (see below).
-    pub counter: bool,
+    /// The starvation fix: a waiter raises the record's AUX counter by this, its node's
+    /// unit ([`super::config::CounterFields::unit`]); 0 without the fix.
+    pub counter_unit: u64,
 }
 
 /// WAITDIE locking (RCC §4.3): a transaction older than a lock's holder waits, a younger one
 /// dies (`LockBusy`). One-sided: CAS + READ in one doorbell, the failed CAS returns the
 /// holder's timestamp, and a waiter retries after a pause. RPC: the participant holds the
 /// request on its waiting list. With `counter` (the starvation fix RCC sketches), a waiter
-/// raises the record's AUX word by FETCH_ADD; lockers that see it raised die, and the
-/// waiter lowers it once it holds the lock (or dies).
+/// raises the record's AUX word by FETCH_ADD of its node's unit; lockers that see it raised
+/// die, and the waiter lowers it once it holds the lock (or dies).
 pub async fn lock_wait_die(
     tx: &mut TxnCore<'_>,
     idxs: &[usize],
@@ -39,12 +40,13 @@ pub async fn lock_wait_die(
     let WaitDieOpts {
         primitive: prim,
         with_data: want_data,
-        counter,
+        counter_unit,
     } = opts;
+    let counter = counter_unit != 0;
     let ts = tx.ts;
     if prim == Primitive::Rpc {
         let build = |items: &[atoll_txn::msg::Item]| {
-            WaitDieRequest::lock_bytes(ts.word(), want_data, counter, items)
+            WaitDieRequest::lock_bytes(ts.word(), want_data, counter_unit, items)
         };
         return lock_by_rpc(tx, idxs, build, false).await;
     }
@@ -64,6 +66,8 @@ pub async fn lock_wait_die(
         };
         let mut still: Idxs = Idxs::new();
         let mut fixes = ep.doorbell();
+        // This round's raises: (op of `fixes`, entry).
+        let mut raises: Vec<(usize, usize)> = Vec::new();
         for (j, &i) in pending.iter().enumerate() {
             if res.failed(2 * j) || res.failed(2 * j + 1) {
                 continue;
@@ -88,7 +92,7 @@ pub async fn lock_wait_die(
                     continue;
                 }
                 if mine {
-                    fixes.fetch_add(ptr.add(H_AUX), u64::MAX);
+                    fixes.fetch_add(ptr.add(H_AUX), counter_unit.wrapping_neg());
                     raised.retain(|x| *x != i);
                 }
                 let e = &mut tx.entries[i];
@@ -101,7 +105,8 @@ pub async fn lock_wait_die(
                 && attempt + 1 < WAIT_RETRIES_MAX
             {
                 if counter && !mine {
-                    fixes.fetch_add(ptr.add(H_AUX), 1);
+                    raises.push((fixes.len(), i));
+                    fixes.fetch_add(ptr.add(H_AUX), counter_unit);
                     raised.push(i);
                 }
                 still.push(i);
@@ -111,20 +116,15 @@ pub async fn lock_wait_die(
         }
         if outcome.is_err() {
             // Dying: lower every counter still raised.
-            for &i in &raised {
-                let e = &tx.entries[i];
-                fixes.fetch_add(
-                    tx.c.catalog
-                        .record_ptr(e.table, e.node, e.slot())
-                        .add(H_AUX),
-                    u64::MAX,
-                );
-            }
+            lower_raised(tx, &mut fixes, &raised, counter_unit);
             // Dying anyway: a failed node took its counters with it.
             let _ = fixes.submit().await;
             return outcome;
         }
-        fixes.submit().await.map_err(|e| tx.op_failed(e))?;
+        if let Err((e, done)) = fixes.submit_partial().await {
+            raised.retain(|i| !raises.iter().any(|&(op, j)| j == *i && done.failed(op)));
+            return Err(die_lowering(tx, &raised, counter_unit, e).await);
+        }
         if still.is_empty() {
             return Ok(());
         }
@@ -132,6 +132,42 @@ pub async fn lock_wait_die(
         ep.sleep(WAIT_BACKOFF_NS).await;
     }
     unreachable!("the last attempt dies instead of waiting")
+}
+
+/// Adds to `bell` the lowering of every counter of `raised` (entries whose AUX word this
+/// transaction raised by `counter_unit`).
+fn lower_raised(
+    tx: &TxnCore<'_>,
+    bell: &mut atoll_fabric::Doorbell<'_>,
+    raised: &[usize],
+    counter_unit: u64,
+) {
+    for &i in raised {
+        let e = &tx.entries[i];
+        bell.fetch_add(
+            tx.c.catalog
+                .record_ptr(e.table, e.node, e.slot())
+                .add(H_AUX),
+            counter_unit.wrapping_neg(),
+        );
+    }
+}
+
+/// A node failed under a doorbell of the lock: the attempt dies, and what it raised that
+/// landed (`raised`, at live nodes) goes back down; left raised, every other locker of
+/// those records would die for good.
+async fn die_lowering(
+    tx: &mut TxnCore<'_>,
+    raised: &[usize],
+    counter_unit: u64,
+    e: atoll_fabric::OpError,
+) -> Abort {
+    let ep = tx.c.ep.clone();
+    let mut lower = ep.doorbell();
+    lower_raised(tx, &mut lower, raised, counter_unit);
+    // A node failing now took its counters with it.
+    let _ = lower.submit().await;
+    tx.op_failed(e)
 }
 
 /// One round of a one-sided wait-die lock: a CAS and a READ of each of `pending`'s records

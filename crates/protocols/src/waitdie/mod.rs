@@ -54,11 +54,19 @@ impl Protocol for WaitDie {
     async fn fetch(tx: &mut TxnCore<'_>, idxs: &[usize]) -> Result<(), Abort> {
         let plan = *tx.c.plan();
         let counter = tx.c.cfg.family_as::<config::WaitDieConfig>().counter;
+        let counter_unit = if counter {
+            let shape = tx.c.cfg.shape();
+            let per = shape.coordinators_per_node.max(1);
+            config::CounterFields::new(shape.compute_nodes, per)
+                .unit((tx.ts.issuer() / per as u64) as u32)
+        } else {
+            0
+        };
         let t0 = tx.now_ns();
         let opts = WaitDieOpts {
             primitive: plan.get(Stage::Lock),
             with_data: plan.get(Stage::Read) == plan.get(Stage::Lock),
-            counter,
+            counter_unit,
         };
         let r = lock_wait_die(tx, idxs, opts).await;
         tx.charge(Stage::Lock, t0);

@@ -17,12 +17,14 @@ wire_tags! {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WaitDieRequest {
     /// Lock every item for `ts`: an older requester waits (the reply is held) for a younger
-    /// holder; a younger one dies. With `counter`, a waiter raises the record's AUX word and
-    /// requesters that see it raised die (the starvation fix).
+    /// holder; a younger one dies. With a `counter_unit` (not 0), a waiter raises the record's
+    /// AUX word by it and requesters that see the word raised die (the starvation fix); the
+    /// unit is the requester's node's field of the word
+    /// ([`super::config::CounterFields::unit`]), a single bit.
     Lock {
         ts: u64,
         want_data: bool,
-        counter: bool,
+        counter_unit: u64,
         items: Vec<Item>,
     },
 }
@@ -33,9 +35,9 @@ impl WaitDieRequest {
             WaitDieRequest::Lock {
                 ts,
                 want_data,
-                counter,
+                counter_unit,
                 items,
-            } => Self::encode_lock(e, *ts, *want_data, *counter, items),
+            } => Self::encode_lock(e, *ts, *want_data, *counter_unit, items),
         }
     }
 
@@ -48,20 +50,20 @@ impl WaitDieRequest {
         e: &mut WordWriter<'_>,
         ts: u64,
         want_data: bool,
-        counter: bool,
+        counter_unit: u64,
         items: &[Item],
     ) {
         e.tag(WaitDieTag::Lock);
         e.w(ts);
         e.w(want_data as u64);
-        e.w(counter as u64);
+        e.w(counter_unit);
         e.items(items);
     }
 
     /// The bytes of [`WaitDieRequest::Lock`] from borrowed items (no vector per request).
-    pub fn lock_bytes(ts: u64, want_data: bool, counter: bool, items: &[Item]) -> Vec<u8> {
+    pub fn lock_bytes(ts: u64, want_data: bool, counter_unit: u64, items: &[Item]) -> Vec<u8> {
         atoll_txn::msg::family_request(FAMILY, |e| {
-            Self::encode_lock(e, ts, want_data, counter, items)
+            Self::encode_lock(e, ts, want_data, counter_unit, items)
         })
     }
 
@@ -71,7 +73,7 @@ impl WaitDieRequest {
             WaitDieTag::Lock => WaitDieRequest::Lock {
                 ts: d.w()?,
                 want_data: d.bool()?,
-                counter: d.bool()?,
+                counter_unit: d.w()?,
                 items: d.items()?,
             },
         };
@@ -90,7 +92,7 @@ mod tests {
         let r = WaitDieRequest::Lock {
             ts: 9,
             want_data: false,
-            counter: true,
+            counter_unit: 1 << 21,
             items: vec![Item {
                 table: TableId(3),
                 key: 42,

@@ -26,7 +26,8 @@ struct Waiter {
     from: ReplyTo,
     ts: u64,
     want_data: bool,
-    counter: bool,
+    /// What it raises a record's counter by (its node's field), 0 without the fix.
+    counter_unit: u64,
     items: Vec<Item>,
     locs: Vec<u32>,
     /// Items `[0, next)` are locked by this request.
@@ -42,15 +43,21 @@ fn at<'l>(local: &'l Local, it: &Item, loc: u32) -> (&'l Region, usize) {
 
 /// Unlocks what a request holds and lowers the counter it raised.
 fn undo_waiter(local: &Local, w: &mut Waiter) {
+    unlock_waiter(local, w);
+    if let Some(j) = w.raised.take() {
+        let (r, off) = at(local, &w.items[j], w.locs[j]);
+        r.fetch_add(off + H_AUX as usize, w.counter_unit.wrapping_neg());
+    }
+}
+
+/// Unlocks what a request holds, leaving the counter it raised (a dead node's raises are
+/// taken back by its recovery, its whole field at once).
+fn unlock_waiter(local: &Local, w: &mut Waiter) {
     for j in 0..w.next {
         let (r, off) = at(local, &w.items[j], w.locs[j]);
         r.cas(off + H_LOCK as usize, w.ts, 0);
     }
     w.next = 0;
-    if let Some(j) = w.raised.take() {
-        let (r, off) = at(local, &w.items[j], w.locs[j]);
-        r.fetch_add(off + H_AUX as usize, u64::MAX);
-    }
 }
 
 /// Locks as many items as possible: `Some(reply)` when done or dead, `None` to wait.
@@ -69,7 +76,7 @@ fn advance(local: &Local, w: &mut Waiter) -> Option<Reply> {
         }
         let (r, off) = at(local, &it, w.locs[i]);
         let someone_old_waits =
-            w.counter && w.raised != Some(i) && r.load(off + H_AUX as usize) > 0;
+            w.counter_unit != 0 && w.raised != Some(i) && r.load(off + H_AUX as usize) > 0;
         let holder = if someone_old_waits {
             u64::MAX
         } else {
@@ -83,7 +90,7 @@ fn advance(local: &Local, w: &mut Waiter) -> Option<Reply> {
         }
         if holder == 0 {
             if w.raised == Some(i) {
-                r.fetch_add(off + H_AUX as usize, u64::MAX);
+                r.fetch_add(off + H_AUX as usize, w.counter_unit.wrapping_neg());
                 w.raised = None;
             }
             w.next += 1;
@@ -91,8 +98,8 @@ fn advance(local: &Local, w: &mut Waiter) -> Option<Reply> {
         }
         if w.ts < holder && !someone_old_waits {
             // Older than the holder: wait.
-            if w.counter && w.raised.is_none() {
-                r.fetch_add(off + H_AUX as usize, 1);
+            if w.counter_unit != 0 && w.raised.is_none() {
+                r.fetch_add(off + H_AUX as usize, w.counter_unit);
                 w.raised = Some(i);
             }
             return None;
@@ -127,20 +134,24 @@ impl Participant for WaitDieParticipant {
         let Ok(WaitDieRequest::Lock {
             ts,
             want_data,
-            counter,
+            counter_unit,
             items,
         }) = WaitDieRequest::decode(body)
         else {
             return Some(Reply::BadRequest);
         };
-        if ts == 0 || items.iter().any(|i| !local.valid_table(i.table)) {
+        // A unit is one bit, its node's field's lowest: any other would add to two fields.
+        if ts == 0
+            || counter_unit.count_ones() > 1
+            || items.iter().any(|i| !local.valid_table(i.table))
+        {
             return Some(Reply::BadRequest);
         }
         let mut w = Waiter {
             from,
             ts,
             want_data,
-            counter,
+            counter_unit,
             locs: Vec::with_capacity(items.len()),
             items,
             next: 0,
@@ -166,9 +177,10 @@ impl Participant for WaitDieParticipant {
         while i < ws.len() {
             if local.owner_dead(ws[i].ts) {
                 // Its coordinator's node died: what it took goes back, unanswered (the
-                // recovery released the locks it held before; this one is not granted).
+                // recovery released the locks it held before; this one is not granted),
+                // but not its raise, which the recovery takes back with its node's others.
                 let mut w = ws.swap_remove(i);
-                undo_waiter(local, &mut w);
+                unlock_waiter(local, &mut w);
                 continue;
             }
             ws[i].polls += 1;
