@@ -51,9 +51,14 @@ impl CounterFields {
         self.bits > 0
     }
 
+    /// Whether one field is the whole word: nodes share it, or a node is alone.
+    fn whole_word(&self) -> bool {
+        self.bits == 0 || self.bits >= u64::BITS
+    }
+
     /// What a waiter of compute node `node` raises the word by (and lowers it by again).
     pub fn unit(&self, node: u32) -> u64 {
-        if self.bits == 0 || self.bits >= u64::BITS {
+        if self.whole_word() {
             1
         } else {
             1u64 << (node * self.bits)
@@ -62,7 +67,7 @@ impl CounterFields {
 
     /// Node `node`'s count in `word` (the whole word when nodes share one field).
     pub fn count_of(&self, word: u64, node: u32) -> u64 {
-        if self.bits == 0 || self.bits >= u64::BITS {
+        if self.whole_word() {
             word
         } else {
             (word >> (node * self.bits)) & ((1u64 << self.bits) - 1)
@@ -126,22 +131,14 @@ impl FamilyConfig for WaitDieConfig {
         );
         let node = dead.0 as u32;
         let mut cleared = 0;
-        for t in (0..store.catalog.table_count()).map(|t| TableId(t as u16)) {
-            if store.region(t).len_words() == 0 || store.catalog.is_replicated(t) {
-                continue;
+        for_each_counter(store, |region, at, _| {
+            let count = fields.count_of(region.load(at), node);
+            if count > 0 {
+                // Live nodes' waiters add to and take from their own fields only.
+                region.fetch_add(at, count.wrapping_mul(fields.unit(node)).wrapping_neg());
+                cleared += 1;
             }
-            let layout = store.catalog.layout(t);
-            let region = store.region(t);
-            for slot in 0..store.used_slots(t) {
-                let at = layout.record_offset(slot) as usize + H_AUX as usize;
-                let count = fields.count_of(region.load(at), node);
-                if count > 0 {
-                    // Live nodes' waiters add to and take from their own fields only.
-                    region.fetch_add(at, count.wrapping_mul(fields.unit(node)).wrapping_neg());
-                    cleared += 1;
-                }
-            }
-        }
+        });
         cleared
     }
 
@@ -154,28 +151,44 @@ impl FamilyConfig for WaitDieConfig {
             what: "a record slot's waiter counter (AUX word) is back to 0 after the run",
             ..Default::default()
         };
-        for t in (0..store.catalog.table_count()).map(|t| TableId(t as u16)) {
-            if store.region(t).len_words() == 0 || store.catalog.is_replicated(t) {
-                continue;
-            }
-            let layout = store.catalog.layout(t);
-            for slot in 0..store.used_slots(t) {
-                let off = layout.record_offset(slot) as usize;
-                let aux = store.region(t).load(off + H_AUX as usize);
-                c.checked += 1;
-                if aux != 0 {
-                    c.failed += 1;
-                    if c.examples.len() < CHECK_EXAMPLES_MAX {
-                        c.examples.push(format!(
-                            "{} slot {slot} on node {}: counter {aux:#x}",
-                            store.catalog.spec(t).name,
-                            store.node.0
-                        ));
-                    }
+        for_each_counter(store, |region, at, (t, slot)| {
+            let aux = region.load(at);
+            c.checked += 1;
+            if aux != 0 {
+                c.failed += 1;
+                if c.examples.len() < CHECK_EXAMPLES_MAX {
+                    c.examples.push(format!(
+                        "{} slot {slot} on node {}: counter {aux:#x}",
+                        store.catalog.spec(t).name,
+                        store.node.0
+                    ));
                 }
             }
-        }
+        });
         vec![c]
+    }
+}
+
+/// Calls `f` with the region, word offset and (table, slot) of every used record slot's
+/// waiter counter (AUX word) this node holds: partitioned tables only, a replicated table's
+/// copies take no waiter.
+fn for_each_counter(
+    store: &atoll_storage::Store,
+    mut f: impl FnMut(&atoll_fabric::memory::Region, usize, (TableId, u32)),
+) {
+    for t in (0..store.catalog.table_count()).map(|t| TableId(t as u16)) {
+        let region = store.region(t);
+        if region.len_words() == 0 || store.catalog.is_replicated(t) {
+            continue;
+        }
+        let layout = store.catalog.layout(t);
+        for slot in 0..store.used_slots(t) {
+            f(
+                region,
+                layout.record_offset(slot) as usize + H_AUX as usize,
+                (t, slot),
+            );
+        }
     }
 }
 

@@ -67,7 +67,7 @@ pub async fn lock_wait_die(
         let mut still: Idxs = Idxs::new();
         let mut fixes = ep.doorbell();
         // This round's raises: (op of `fixes`, entry).
-        let mut raises: Vec<(usize, usize)> = Vec::new();
+        let mut raises: smallvec::SmallVec<[(usize, usize); 16]> = smallvec::SmallVec::new();
         for (j, &i) in pending.iter().enumerate() {
             if res.failed(2 * j) || res.failed(2 * j + 1) {
                 continue;
