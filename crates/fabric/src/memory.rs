@@ -163,6 +163,18 @@ impl Region {
         }
     }
 
+    /// The same words as region `id` of `owner`, kept alive by `owner`: a second name for
+    /// part of a node's registered memory (a backup's replica of another partition, whose
+    /// store addresses its tables from region 0 while the fabric serves them further on).
+    pub fn view_of(owner: &Arc<NodeMemory>, id: RegionId) -> Self {
+        let r = owner.region(id);
+        Region {
+            base: r.base,
+            len_words: r.len_words,
+            _storage: Storage::Foreign(owner.clone()),
+        }
+    }
+
     pub fn len_words(&self) -> usize {
         self.len_words
     }
@@ -443,6 +455,38 @@ mod tests {
 
     /// Words that outlive every region over them, as a backend's allocation would.
     struct Words(Box<[AtomicU64]>);
+
+    #[test]
+    fn a_view_of_a_nodes_region_reads_and_writes_its_words_and_keeps_them_alive() {
+        let owner = Arc::new(NodeMemory::new(NodeId(1), &[4, 16]));
+        let view = Region::view_of(&owner, RegionId(1));
+        assert_eq!(view.len_words(), 16);
+        view.store(3, 7);
+        assert_eq!(
+            owner.region(RegionId(1)).load(3),
+            7,
+            "the view writes the owner's words"
+        );
+        owner.region(RegionId(1)).store(15, 9);
+        assert_eq!(view.load(15), 9, "the view reads what the owner wrote");
+        assert_eq!(
+            owner.region(RegionId(0)).load(3),
+            0,
+            "other regions untouched"
+        );
+        let weak = Arc::downgrade(&owner);
+        drop(owner);
+        assert!(
+            weak.upgrade().is_some(),
+            "the view keeps the owner's memory"
+        );
+        assert_eq!(view.load(3), 7);
+        drop(view);
+        assert!(
+            weak.upgrade().is_none(),
+            "the memory goes with the last view"
+        );
+    }
 
     #[test]
     fn a_large_region_is_mapped_zeroed_and_written_only_where_touched() {

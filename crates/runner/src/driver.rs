@@ -711,7 +711,8 @@ fn cluster_checks<W: Workload, P: Protocol>(
 
 /// `replicas.match`: after every backup drained its log rings, each replica holds what its
 /// partition's primary holds (the same live records, each at the same key version with the
-/// same payload), and no cleaner found a record it could not apply; a crashed node's
+/// same payload), each in its backup's registered memory (where fail-over will serve it),
+/// and no cleaner found a record it could not apply; a crashed node's
 /// partition, recovered, is held alike by every live backup.
 fn replica_check<C>(
     checks: &[NodeChecks<C>],
@@ -786,7 +787,7 @@ fn replica_check<C>(
         passed: wrong.is_empty(),
         detail: if wrong.is_empty() {
             format!(
-                "{copies} replicas of {} partitions ({records} live records in the primaries) each equal to its primary; the backups' cleaners applied {applied} log records ({entries} entries of the partitions they back up), an entry waited for another ring's earlier write {waits} times, {by_successor} records were known committed by a later write of their keys before their coordinator logged again, {held} were still undecided at the end (settled as committed: a live coordinator's, or a dead one's its recovery committed){}",
+                "{copies} replicas of {} partitions ({records} live records in the primaries) each equal to its primary and held in its backup's registered memory; the backups' cleaners applied {applied} log records ({entries} entries of the partitions they back up), an entry waited for another ring's earlier write {waits} times, {by_successor} records were known committed by a later write of their keys before their coordinator logged again, {held} were still undecided at the end (settled as committed: a live coordinator's, or a dead one's its recovery committed){}",
                 primary.len(),
                 if dead_copies.is_empty() {
                     String::new()

@@ -12,7 +12,7 @@ use crate::error::RunError;
 use crate::stats::{NodeStats, WorkerStats};
 use atoll_fabric::{NodeId, NodeMemory, NodeSetup};
 use atoll_history::TxnRecord;
-use atoll_storage::{Catalog, MemoryBudget, Store};
+use atoll_storage::{Catalog, MemoryBudget, Store, TableId};
 use atoll_txn::handler::StoreHandler;
 use atoll_workloads::{StorageCheck, Workload};
 use serde::de::DeserializeOwned;
@@ -222,8 +222,9 @@ impl<W: Workload> NodeRuntime<W> {
 
     /// Gives the node a replica of each partition it backs up when `txn` replicates
     /// partitions ([`atoll_txn::TxnConfig::log_applied`]): each loaded as its primary was
-    /// (the workload's loader is a function of the partition), in tables of its own beside
-    /// the node's registered memory, reached only by the node's log cleaner.
+    /// (the workload's loader is a function of the partition), into the node's registered
+    /// replica regions ([`atoll_storage::Catalog::with_replica_regions`]), reached only by the
+    /// node's log cleaner until fail-over is built (TODO(#41)).
     pub fn with_replicas(
         mut self,
         txn: &Arc<atoll_txn::TxnConfig>,
@@ -241,21 +242,31 @@ impl<W: Workload> NodeRuntime<W> {
         self.txn = Some(txn.clone());
         let topology = *self.store.catalog.topology();
         let mut replicas = Vec::new();
-        for p in topology.replicated_by(self.node, txn.log_replicas) {
+        let own = self.store.memory().clone();
+        for (copy, p) in topology
+            .replicated_by(self.node, txn.log_replicas)
+            .into_iter()
+            .enumerate()
+        {
             let load_error = |message: String| RunError::Load {
                 node: self.node,
                 message: format!("its replica of partition {}: {message}", p.0),
             };
             let catalog = Arc::new(self.store.catalog.detached());
             let tables = catalog.table_count();
-            // Only the tables: the log and a family's regions are the registered memory's.
-            let words: Vec<usize> = catalog
-                .region_words_of(p)
-                .into_iter()
-                .enumerate()
-                .map(|(r, w)| if r < tables { w } else { 0 })
+            // Its tables are the node's replica regions for this copy, seen from region 0
+            // as a partition's store addresses them; the other regions (the log, a
+            // family's, the replicas') are the node's own and stay empty here.
+            let regions = (0..catalog.region_words_of(p).len())
+                .map(|r| match r < tables {
+                    true => atoll_fabric::Region::view_of(
+                        &own,
+                        catalog.replica_region(copy as u16, TableId(r as u16)),
+                    ),
+                    false => atoll_fabric::Region::new(0),
+                })
                 .collect();
-            let memory = Arc::new(NodeMemory::new(p, &words));
+            let memory = Arc::new(NodeMemory::with_regions(p, regions));
             let store = Store::with_budget(catalog, memory, self.store.budget().clone())
                 .map_err(|e| load_error(e.to_string()))?;
             w.load(&store).map_err(|e| load_error(e.to_string()))?;
@@ -534,6 +545,8 @@ impl<W: Workload> NodeRuntime<W> {
         let log = self.log_region();
         let held_at_end = c.held_now(log);
         c.drain(log);
+        let mut problems = c.problems.clone();
+        problems.extend(self.replicas_outside_registered_memory(c.replicas()));
         Some(ReplicaCheck {
             primary: partition_digest(&self.store),
             copies: c
@@ -549,8 +562,36 @@ impl<W: Workload> NodeRuntime<W> {
             waits: c.applied.waiting,
             decided_by_successor: c.applied.decided_by_successor,
             held_at_end,
-            problems: c.problems.clone(),
-            problems_seen: c.problems_seen(),
+            problems_seen: c.problems_seen() + (problems.len() - c.problems.len()) as u64,
+            problems,
         })
+    }
+
+    /// Each replica table whose words are not the node's registered replica region for it
+    /// ([`atoll_storage::Catalog::with_replica_regions`]), which the fabric could not serve
+    /// at fail-over.
+    fn replicas_outside_registered_memory(
+        &self,
+        replicas: &[atoll_txn::log_ring::Replica],
+    ) -> Vec<String> {
+        let own = self.store.memory();
+        let catalog = &self.store.catalog;
+        let mut wrong = Vec::new();
+        for (copy, r) in replicas.iter().enumerate() {
+            for t in 0..catalog.table_count() {
+                let t = TableId(t as u16);
+                let registered = catalog.replica_region(copy as u16, t);
+                let (held, served) = (r.store.region(t).words(), own.region(registered).words());
+                if held.as_ptr() != served.as_ptr() || held.len() != served.len() {
+                    wrong.push(format!(
+                        "its replica of partition {} keeps table {} outside region {} of its registered memory",
+                        r.partition.0,
+                        catalog.spec(t).name,
+                        registered.0
+                    ));
+                }
+            }
+        }
+        wrong
     }
 }

@@ -530,7 +530,8 @@ pub fn layout<W: Workload, P: Protocol>(cfg: &RunConfig, w: &W) -> Result<Layout
         .with_old_versions(P::OLD_VERSIONS)
         .with_growth(&sizing.growth_bytes_per_node, overflow_per_record)
         .with_overflow(overflow_per_record)
-        .with_table_regions(|records| txn_cfg.family.table_regions(records)),
+        .with_table_regions(|records| txn_cfg.family.table_regions(records))
+        .with_replica_regions(sizing.replica_copies),
     );
     debug_assert!(
         (0..cfg.nodes).all(|n| catalog

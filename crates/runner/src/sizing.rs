@@ -169,6 +169,13 @@ impl Sizing {
                     .iter()
                     .map(|(_, w)| if holds_records { *w } else { 0 }),
             )
+            // The replicas' tables, in registered memory like the node's own
+            // (`Catalog::with_replica_regions`).
+            .chain(
+                (0..self.replica_copies)
+                    .flat_map(|_| self.table_region_words.iter())
+                    .map(|(_, w)| if holds_records { *w } else { 0 }),
+            )
             .collect()
     }
 

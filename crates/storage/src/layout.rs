@@ -858,6 +858,10 @@ pub struct Catalog {
     /// The last this many of `extra_regions` are registered only by nodes holding records
     /// ([`Catalog::with_table_regions`]).
     records_only: usize,
+    /// Copies of other partitions each node holding records keeps beside its own (a
+    /// backup's replicas, [`Catalog::with_replica_regions`]): their tables' regions are the
+    /// last `replica_copies × tables` of `extra_regions`.
+    replica_copies: u16,
     lock_word: LockWord,
     /// Per table and node holding records, where its index stood as its owner last
     /// published it (or a reader saw it): where the next lookup starts (a hint only; any
@@ -872,6 +876,9 @@ pub struct TableSlots {
     pub start: u64,
     pub reserved: u64,
 }
+
+/// The name of the extra regions holding a backup's replicas ([`Catalog::with_replica_regions`]).
+pub const REPLICA_REGION: &str = "replica";
 
 /// A region every node registers after its tables' (the coordinators' log, a protocol
 /// family's own), found by its name.
@@ -914,6 +921,7 @@ impl Catalog {
             tables,
             extra_regions,
             records_only: 0,
+            replica_copies: 0,
             lock_word: LockWord::Owner,
         }
     }
@@ -1002,6 +1010,7 @@ impl Catalog {
             tables: self.tables.clone(),
             extra_regions: self.extra_regions.clone(),
             records_only: self.records_only,
+            replica_copies: self.replica_copies,
             lock_word: self.lock_word,
             index_hints: self
                 .index_hints
@@ -1120,11 +1129,53 @@ impl Catalog {
         mut self,
         regions: impl FnOnce(&[TableSlots]) -> Vec<ExtraRegion>,
     ) -> Self {
+        assert_eq!(self.replica_copies, 0, "replica regions come last");
         let records = self.table_slots();
         let made = regions(&records);
         self.records_only += made.len();
         self.extra_regions.extend(made);
         self
+    }
+
+    /// The catalog with room in every node holding records for `copies` replicas of other
+    /// partitions: a region per table per copy, as large as the table's own, numbered after
+    /// every other region and registered by nodes holding records only. A backup's replica
+    /// lives in registered memory, so the fabric can serve it once its partition fails over
+    /// (TODO(#41)). Called last.
+    pub fn with_replica_regions(mut self, copies: u16) -> Self {
+        assert_eq!(self.replica_copies, 0, "replica regions are laid out once");
+        let made: Vec<ExtraRegion> = (0..copies)
+            .flat_map(|_| {
+                self.tables.iter().map(|(_, l)| ExtraRegion {
+                    name: REPLICA_REGION,
+                    words: l.region_words(),
+                })
+            })
+            .collect();
+        self.records_only += made.len();
+        self.extra_regions.extend(made);
+        self.replica_copies = copies;
+        self
+    }
+
+    /// Copies of other partitions each node holding records has room for
+    /// ([`Catalog::with_replica_regions`]).
+    pub fn replica_copies(&self) -> u16 {
+        self.replica_copies
+    }
+
+    /// The region of a node holding records where its replica `copy` keeps table `t`.
+    pub fn replica_region(&self, copy: u16, t: TableId) -> RegionId {
+        assert!(
+            copy < self.replica_copies && (t.0 as usize) < self.tables.len(),
+            "replica {copy} of {} copies, table {} of {}",
+            self.replica_copies,
+            t.0,
+            self.tables.len()
+        );
+        let tables = self.tables.len();
+        let first = self.extra_regions.len() - self.replica_copies as usize * tables;
+        self.extra_region(first + copy as usize * tables + t.0 as usize)
     }
 
     /// Each table's record slots per node, as loaded and as reserved.
