@@ -661,9 +661,7 @@ fn cluster_checks<W: Workload, P: Protocol>(
         .map(|(n, at)| format!("node {} at {} µs", n.0, at / 1000))
         .collect::<Vec<_>>()
         .join(", ");
-    let full = Abort::TableFull.index();
-    let table_full = all.aborts.iter().map(|a| a[full]).sum::<u64>() + all.gave_up[full];
-    let replicas = replica_check(&checks, &facts.crashed, table_full);
+    let replicas = replica_check(&checks, &facts.crashed);
     let (storage, parts): (Vec<_>, Vec<_>) = checks
         .into_iter()
         .map(|c| (c.storage, (c.node, c.workload)))
@@ -717,7 +715,6 @@ fn cluster_checks<W: Workload, P: Protocol>(
 fn replica_check<C>(
     checks: &[NodeChecks<C>],
     crashed: &[(NodeId, u64, usize)],
-    table_full: u64,
 ) -> Option<CheckReport> {
     let with: Vec<(u16, &crate::node::ReplicaCheck)> = checks
         .iter()
@@ -727,20 +724,10 @@ fn replica_check<C>(
         return None;
     }
     let name = "replicas.match".to_string();
-    if table_full > 0 {
-        // A replica applies one key's insert before another key's delete that freed the
-        // primary's slot (different keys, different rings), so a table its primary keeps
-        // full fills the replica first and its inserts wait.
-        return Some(CheckReport {
-            name,
-            passed: true,
-            detail: format!("not judged: a bounded table filled ({table_full} inserts refused), and a replica of a full table can fill before its primary, whose slots are all it has (issue 41)"),
-        });
-    }
     let primary: BTreeMap<u16, (u64, u64)> = with.iter().map(|(n, r)| (*n, r.primary)).collect();
     let mut wrong = Vec::new();
     let (mut copies, mut applied, mut entries, mut waits) = (0u64, 0u64, 0u64, 0u64);
-    let (mut by_successor, mut held) = (0u64, 0u64);
+    let (mut by_successor, mut held, mut parked) = (0u64, 0u64, 0u64);
     let mut dead_copies: BTreeMap<u16, (u64, u64)> = BTreeMap::new();
     for (n, r) in &with {
         applied += r.applied_records;
@@ -748,6 +735,7 @@ fn replica_check<C>(
         waits += r.waits;
         by_successor += r.decided_by_successor;
         held += r.held_at_end;
+        parked += r.parked;
         for p in &r.problems {
             wrong.push(format!("node {n}: {p}"));
         }
@@ -787,7 +775,7 @@ fn replica_check<C>(
         passed: wrong.is_empty(),
         detail: if wrong.is_empty() {
             format!(
-                "{copies} replicas of {} partitions ({records} live records in the primaries) each equal to its primary and held in its backup's registered memory; the backups' cleaners applied {applied} log records ({entries} entries of the partitions they back up), an entry waited for another ring's earlier write {waits} times, {by_successor} records were known committed by a later write of their keys before their coordinator logged again, {held} were still undecided at the end (settled as committed: a live coordinator's, or a dead one's its recovery committed){}",
+                "{copies} replicas of {} partitions ({records} live records in the primaries) each equal to its primary and held in its backup's registered memory; the backups' cleaners applied {applied} log records ({entries} entries of the partitions they back up), an entry waited for another ring's earlier write {waits} times, {by_successor} records were known committed by a later write of their keys before their coordinator logged again, {held} were still undecided at the end (settled as committed: a live coordinator's, or a dead one's its recovery committed), {parked} inserts found their replica's table full and waited outside it for a delete to free a slot{}",
                 primary.len(),
                 if dead_copies.is_empty() {
                     String::new()

@@ -80,6 +80,8 @@ pub struct ReplicaCheck {
     /// committed when the run ended (applied by the drain).
     pub decided_by_successor: u64,
     pub held_at_end: u64,
+    /// Inserts parked outside a full replica table until a delete freed a slot.
+    pub parked: u64,
     /// What its cleaner found wrong (the first few), and how many in all.
     pub problems: Vec<String>,
     pub problems_seen: u64,
@@ -562,6 +564,7 @@ impl<W: Workload> NodeRuntime<W> {
             waits: c.applied.waiting,
             decided_by_successor: c.applied.decided_by_successor,
             held_at_end,
+            parked: c.applied.parked,
             problems_seen: c.problems_seen() + (problems.len() - c.problems.len()) as u64,
             problems,
         })

@@ -951,6 +951,29 @@ impl Store {
         Some(a.gone.get(&key).map_or(INITIAL_VERSION, |v| v + 1))
     }
 
+    /// Files `key`, which holds no slot here, as deleted at key version `key_version`, so
+    /// its next insert continues at the version after (and a scan reports the deletion): a
+    /// backup's log cleaner applying the delete of a key whose insert it held outside the
+    /// replica's slots. `Duplicate` if the key holds a slot.
+    pub fn file_deleted(&self, t: TableId, key: u64, key_version: u64) -> Result<(), StoreError> {
+        let shard = &self.shards[t.0 as usize];
+        let mut a = shard.alloc.lock();
+        if self.find_slot(t, key).is_some() {
+            return Err(StoreError::Duplicate {
+                table: self.name(t),
+                key,
+            });
+        }
+        if !a.gone.contains_key(&key) && self.catalog.spec(t).capacity_max_per_node.is_none() {
+            self.cover_heap(t, &mut a, GONE_BYTES_PER_KEY_MAX)?;
+        }
+        a.gone.insert(key, key_version);
+        if let Some(o) = &shard.ordered {
+            o.lock().insert(key, ORDERED_GONE | key_version);
+        }
+        Ok(())
+    }
+
     /// Takes back an insert of `key` that holds the lock `lock` (its attempt aborts): the
     /// record goes back to absent at the version before the insert's, unlocked, and its
     /// slot is queued for reuse; a key that had never existed leaves the ordered index

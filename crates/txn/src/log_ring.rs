@@ -30,6 +30,7 @@ use atoll_fabric::memory::Region;
 use atoll_fabric::NodeId;
 use atoll_storage::layout::{VERSION_ABSENT, VERSION_KEY_MASK};
 use atoll_storage::{Store, TableId};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Record slots of a coordinator's ring on each backup: a few, so a backup that applies a
@@ -193,6 +194,10 @@ pub struct PassCounts {
     /// Records applied because another ring's record wrote after them (not because their
     /// coordinator logged again).
     pub decided_by_successor: u64,
+    /// Inserts parked because their replica table had no free slot yet, and those moved
+    /// into a slot since.
+    pub parked: u64,
+    pub unparked: u64,
 }
 
 /// Most problems a cleaner keeps word of (the first ones: each names its record).
@@ -212,6 +217,21 @@ pub struct LogCleaner {
     pub problems: Vec<String>,
     problems_seen: u64,
     scratch: Vec<u64>,
+    /// Logged inserts whose replica table had no free slot, by (replica, table, key): the
+    /// primary's slot was freed by a delete another ring still holds, and an insert that
+    /// came later on the primary took the replica's free slot first. Each waits here, live
+    /// to the cleaner at its key version, until a delete frees a slot; rings drained, none
+    /// is left (the replica then holds what its primary holds, which fits).
+    parked: BTreeMap<(usize, u16, u64), Parked>,
+    /// At most the replicas' record slots are parked: beyond, an insert waits in its ring.
+    parked_max: usize,
+}
+
+/// A parked insert: the key's version and payload since.
+struct Parked {
+    partition: NodeId,
+    kv: u64,
+    payload: Vec<u64>,
 }
 
 /// What one entry found in the replica.
@@ -234,6 +254,15 @@ enum Next {
 impl LogCleaner {
     pub fn new(geometry: RingGeometry, replicas: Vec<Replica>, nodes: u16) -> Self {
         let mut by_partition = vec![None; nodes as usize];
+        let parked_max = replicas
+            .iter()
+            .map(|r| {
+                let c = &r.store.catalog;
+                (0..c.table_count())
+                    .map(|t| c.layout(TableId(t as u16)).capacity as usize)
+                    .sum::<usize>()
+            })
+            .sum();
         for (i, r) in replicas.iter().enumerate() {
             by_partition[r.partition.0 as usize] = Some(i);
         }
@@ -246,6 +275,8 @@ impl LogCleaner {
             problems: Vec::new(),
             problems_seen: 0,
             scratch: Vec::new(),
+            parked: BTreeMap::new(),
+            parked_max,
         }
     }
 
@@ -298,6 +329,7 @@ impl LogCleaner {
                 break;
             }
         }
+        self.unpark();
         for (r, &seq) in before.iter().enumerate() {
             if self.rings[r].next_seq != seq {
                 log.store(r * self.geometry.stride() as usize, self.rings[r].next_seq);
@@ -476,6 +508,9 @@ impl LogCleaner {
             return Step::Skipped;
         }
         let kv = version & VERSION_KEY_MASK;
+        if self.parked.contains_key(&(i, t.0, key)) {
+            return self.apply_parked(i, t, access, key, kv, payload);
+        }
         let live = store.live_key_version(t, key);
         // What an entry not ready waits for: the key's write after the replica's version,
         // or its insert.
@@ -518,7 +553,7 @@ impl LogCleaner {
                 None => match store.insert_version(t, key) {
                     Some(next) if next < kv => want(Some(next)),
                     Some(next) if next > kv => self.stale(t, key, kv, next - 1),
-                    _ => self.insert_at(store.as_ref(), partition, t, key, kv, payload),
+                    _ => self.insert_at(i, partition, t, key, kv, payload),
                 },
             },
             Access::Read => Step::Skipped,
@@ -529,28 +564,110 @@ impl LogCleaner {
     /// before it.
     fn insert_at(
         &mut self,
-        store: &Store,
+        i: usize,
         partition: NodeId,
         t: TableId,
         key: u64,
         kv: u64,
         payload: &[u64],
     ) -> Step {
-        match store.insert_locked(t, key, payload, 0) {
-            Ok((idx, _)) => {
-                // The primary's slot history may differ from the replica's (a deleted key's
-                // slot reclaimed on one and not the other): the logged version is the key's.
-                store.install(t, idx, kv, payload);
+        match install_insert(&self.replicas[i].store, t, key, kv, payload) {
+            Ok(()) => Step::Applied(payload.len() as u64),
+            // The primary freed a slot for it by deleting another key, whose delete (an
+            // earlier commit) another ring holds, and a later insert took the replica's
+            // free slot: parked until a delete frees one. Waiting in the ring instead could
+            // wait for ever, on a delete behind a write of this key.
+            Err(e) if e.is_capacity() && self.parked.len() < self.parked_max => {
+                let p = Parked {
+                    partition,
+                    kv,
+                    payload: payload.to_vec(),
+                };
+                self.parked.insert((i, t.0, key), p);
+                self.applied.parked += 1;
                 Step::Applied(payload.len() as u64)
             }
-            // The primary freed a slot for it by deleting another key, whose delete (an
-            // earlier commit) another ring holds: it frees the replica's too. Which key's
-            // delete is not known, so this waits for its record's successor.
             Err(e) if e.is_capacity() => Step::NotReady(None),
             Err(e) => {
                 self.problem(format!("replica of partition {}: {e}", partition.0));
                 Step::Skipped
             }
+        }
+    }
+
+    /// Applies a logged write of a parked key (its insert found no slot).
+    fn apply_parked(
+        &mut self,
+        i: usize,
+        t: TableId,
+        access: Access,
+        key: u64,
+        kv: u64,
+        payload: &[u64],
+    ) -> Step {
+        let at = (i, t.0, key);
+        let p = self.parked.get_mut(&at).expect("a parked key");
+        let (held, partition) = (p.kv, p.partition);
+        match access {
+            Access::Update if held + 1 == kv => {
+                p.kv = kv;
+                p.payload.copy_from_slice(payload);
+                Step::Applied(payload.len() as u64)
+            }
+            Access::Delete if held + 1 == kv => {
+                self.parked.remove(&at);
+                match self.replicas[i].store.file_deleted(t, key, kv) {
+                    Ok(()) => Step::Applied(0),
+                    Err(e) => {
+                        self.problem(format!("replica of partition {}: {e}", partition.0));
+                        Step::Skipped
+                    }
+                }
+            }
+            Access::Update | Access::Delete if held >= kv => self.stale(t, key, kv, held),
+            // Like a live key's: its next write, or (an insert) its delete.
+            _ => Step::NotReady(Some(Want {
+                table: t,
+                partition,
+                key,
+                version: Some(held + 1),
+            })),
+        }
+    }
+
+    /// Moves parked inserts into slots that deletes freed since; names any whose table
+    /// had no error but a full one.
+    fn unpark(&mut self) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let parked = std::mem::take(&mut self.parked);
+        for ((i, t, key), p) in parked {
+            match install_insert(&self.replicas[i].store, TableId(t), key, p.kv, &p.payload) {
+                Ok(()) => self.applied.unparked += 1,
+                Err(e) if e.is_capacity() => {
+                    self.parked.insert((i, t, key), p);
+                }
+                Err(e) => self.problem(format!("replica of partition {}: {e}", p.partition.0)),
+            }
+        }
+    }
+
+    /// Names each insert still parked once every ring is applied: its replica holds more
+    /// live keys than its table's slots, which its primary cannot.
+    fn name_parked(&mut self) {
+        let left: Vec<String> = self
+            .parked
+            .iter()
+            .map(|(&(_, t, key), p)| {
+                format!(
+                    "replica of partition {}: table {t} key {key} (version {}) never found a free slot",
+                    p.partition.0, p.kv
+                )
+            })
+            .collect();
+        for l in left {
+            self.problem(l);
         }
     }
 
@@ -669,16 +786,72 @@ impl LogCleaner {
                 break;
             }
         }
+        let mut rec = Vec::new();
         for r in 0..self.rings.len() {
             let st = self.rings[r];
-            if st.entries_done > 0 {
+            let base = r as u32 * self.geometry.stride();
+            // Settled as committed, a whole record left unapplied stopped at an entry.
+            if self.read_whole(log, base, st.next_seq, &mut rec) {
+                let stuck = self.describe_entry(&rec, st.entries_done);
                 self.problem(format!(
-                    "ring {r}: record {} stopped at entry {}, whose key's earlier write never arrived",
+                    "ring {r}: record {} stopped at entry {} ({stuck}), whose key's earlier write never arrived",
                     st.next_seq, st.entries_done
                 ));
             }
         }
+        self.name_parked();
     }
+
+    /// Entry `j` of whole record `rec` and what the replica holds of its key, for a
+    /// problem's text.
+    fn describe_entry(&self, rec: &[u64], j: u32) -> String {
+        let Some((what, key, version, _)) = entries(rec).nth(j as usize) else {
+            return "past its entries".into();
+        };
+        let Some((t, access, partition)) = what_parts(what) else {
+            return format!("what {what:#x}");
+        };
+        let held = match self
+            .by_partition
+            .get(partition.0 as usize)
+            .copied()
+            .flatten()
+        {
+            Some(i) => {
+                let store = &self.replicas[i].store;
+                match store.live_key_version(t, key) {
+                    Some((_, v)) => format!("live at version {v}"),
+                    None => match store.insert_version(t, key) {
+                        Some(next) => format!("absent, next insert at version {next}"),
+                        None => "absent".into(),
+                    },
+                }
+            }
+            None => "no replica here".into(),
+        };
+        format!(
+            "{access:?} of table {} key {key} at version {} on partition {}; the replica holds it {held}",
+            t.0,
+            version & VERSION_KEY_MASK,
+            partition.0
+        )
+    }
+}
+
+/// Inserts `key` into `store` with `payload` at key version `kv` (a replica's, on its
+/// owner's CPU).
+fn install_insert(
+    store: &Store,
+    t: TableId,
+    key: u64,
+    kv: u64,
+    payload: &[u64],
+) -> Result<(), atoll_storage::StoreError> {
+    let (idx, _) = store.insert_locked(t, key, payload, 0)?;
+    // The primary's slot history may differ from the replica's (a deleted key's slot
+    // reclaimed on one and not the other): the logged version is the key's.
+    store.install(t, idx, kv, payload);
+    Ok(())
 }
 
 /// The entries of whole record `rec`: what, key, version, payload; stops at one that runs
@@ -797,14 +970,19 @@ mod tests {
     /// A replica of partition 0 of a 2-node table (keys 0, 2, 4, 6 live at their loaded
     /// version) and a log region of `rings` rings.
     fn setup(rings: u32) -> (LogCleaner, Arc<Store>, NodeMemory, RingGeometry) {
+        setup_sized(rings, 16)
+    }
+
+    /// [`setup`] with `slots` record slots per node (4: the loaded keys fill it).
+    fn setup_sized(rings: u32, slots: u32) -> (LogCleaner, Arc<Store>, NodeMemory, RingGeometry) {
         let spec = TableSpec {
             name: "t".into(),
             payload_words: 3,
-            capacity_per_node: 16,
-            capacity_max_per_node: Some(16),
+            capacity_per_node: slots,
+            capacity_max_per_node: Some(slots),
             partition: Partition::Modulo,
             ordered: false,
-            gone_keys_max_per_node: 0,
+            gone_keys_max_per_node: KEYS as u32,
         };
         let catalog = Arc::new(Catalog::new(2, vec![spec], vec![]));
         let memory = Arc::new(NodeMemory::new(NodeId(0), &catalog.region_words()));
@@ -980,5 +1158,39 @@ mod tests {
         cl.drain(region);
         assert_eq!(user_word(&store, 0), (v0 + 2, 33));
         assert!(cl.problems.is_empty(), "{:?}", cl.problems);
+    }
+
+    #[test]
+    fn log_cleaner_parks_an_insert_its_full_replica_table_has_no_slot_for_until_a_delete_frees_one()
+    {
+        let (mut cl, store, log, g) = setup_sized(5, KEYS as u32);
+        let region = log.region(atoll_fabric::RegionId(0));
+        let (v0, _) = user_word(&store, 0);
+        let new = v0;
+        // The primary, full, deleted key 0, inserted key 8 in its slot, deleted key 8 and
+        // key 2, and re-inserted key 0. The replica meets the re-insert (ring 1) before key
+        // 8's insert (ring 2), so key 8 finds no slot; its delete (ring 3) waits on it, and
+        // key 2's delete, which frees a slot, waits behind that in its ring.
+        put(&log, g, 0, 0, &[(Access::Delete, 0, v0 + 1, 0)]);
+        put(&log, g, 1, 0, &[(Access::Insert, 0, v0 + 2, 1)]);
+        put(&log, g, 2, 0, &[(Access::Insert, 8, new, 2)]);
+        put(&log, g, 3, 0, &[(Access::Delete, 8, new + 1, 0)]);
+        put(&log, g, 3, 1, &[(Access::Delete, 2, v0 + 1, 0)]);
+        // Then key 8 again in key 2's slot, key 2 again (full: parked), and key 6's delete,
+        // which frees the slot key 2 then moves into.
+        put(&log, g, 4, 0, &[(Access::Insert, 8, new + 2, 4)]);
+        put(&log, g, 4, 1, &[(Access::Insert, 2, v0 + 2, 5)]);
+        put(&log, g, 4, 2, &[(Access::Delete, 6, v0 + 1, 0)]);
+        cl.drain(region);
+        assert!(cl.problems.is_empty(), "{:?}", cl.problems);
+        assert_eq!((cl.applied.parked, cl.applied.unparked), (2, 1));
+        assert_eq!(user_word(&store, 0), (v0 + 2, 1));
+        assert_eq!(
+            user_word(&store, 8),
+            (new + 2, 4),
+            "key 8's versions continue"
+        );
+        assert_eq!(user_word(&store, 2), (v0 + 2, 5));
+        assert_eq!(store.live_key_version(T, 6), None);
     }
 }

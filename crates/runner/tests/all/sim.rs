@@ -473,6 +473,43 @@ fn sim_every_protocol_plan_and_workload_is_serializable_under_faults() {
     );
 }
 
+#[test]
+fn sim_cycle_an_insert_its_full_replica_table_has_no_slot_for_waits_outside_it_and_the_replica_matches(
+) {
+    // Two cells the fault matrix failed (a backup applied a key's re-insert before an
+    // earlier insert of another key into the slot the re-inserted key's delete freed, and
+    // that insert then waited for ever in its ring, a delete of its key behind it).
+    let cells = [
+        (ProtocolKind::Occ, "rpc", 1_796_581_608_171_636_650),
+        (
+            ProtocolKind::Sundial,
+            "read=one-sided,lock=one-sided,validate=one-sided,log=rpc,commit=rpc,release=one-sided,renew=rpc",
+            1_796_586_392_057_422_861,
+        ),
+    ];
+    for (p, plan, seed) in cells {
+        let cfg = config(WorkloadKind::Cycle, p, plan, seed);
+        let r = verify(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        let c = r
+            .checks
+            .iter()
+            .find(|c| c.name == "replicas.match")
+            .expect("a replicated run checks its replicas");
+        let parked: u64 = c
+            .detail
+            .split(", ")
+            .find_map(|part| part.strip_suffix(" inserts found their replica's table full and waited outside it for a delete to free a slot"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{} seed {seed}: no count of parked inserts in {:?}", p.name(), c.detail));
+        assert!(
+            parked >= 1,
+            "{} seed {seed}: the cell no longer fills a replica's table first: {}",
+            p.name(),
+            c.detail
+        );
+    }
+}
+
 /// Faults of the crash tests: nothing but the crash, so every abort is its doing.
 fn crash_only(node: u16, at_us: u64) -> FaultConfig {
     FaultConfig::parse(&format!(
